@@ -1,0 +1,45 @@
+// The discrete-event simulator: executes a Plan and returns the predicted Timeline.
+//
+// Lanes have CUDA-stream semantics; each op's cost is a flow over resources shared max-min
+// fairly (see flow_solver.h); memory pools record bytes in use, the peak and the live set there,
+// and an alloc over capacity ends the run with an out-of-memory outcome. Identical input gives
+// bit-identical output.
+//
+//   sim::SimOptions options;
+//   sim::Result<sim::SimResult> r = sim::simulate(plan, options);
+//   if (!r) { ... r.error().message ... }        // invalid plan or a limit was hit
+//   const sim::Timeline& t = r->timeline;       // t.outcome says completed / OOM / deadlock
+//   double step_s = sim::to_seconds(t.makespan);
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+#include "sim/core/result.h"
+#include "sim/plan/plan.h"
+#include "sim/trace/timeline.h"
+
+namespace offsim::sim {
+
+struct SimOptions {
+  bool record_spans = true;    // false: only makespan, outcome and pool peaks (fast sweeps)
+  bool record_memory = true;   // false: no per-change memory samples (peaks are still kept)
+  bool validate_plan = true;   // run validate() first
+  std::int64_t max_events = std::int64_t{1} << 40;  // ends the run with kLimitExceeded
+  const std::atomic<bool>* cancel = nullptr;        // polled; set to stop with kCancelled
+};
+
+struct SimStats {
+  std::int64_t ops_executed = 0;
+  std::int64_t flow_solves = 0;     // times the sharing was re-solved
+  std::int64_t flows_resolved = 0;  // flows whose rate was recomputed, summed over solves
+};
+
+struct SimResult {
+  Timeline timeline;
+  SimStats stats;
+};
+
+Result<SimResult> simulate(const Plan& plan, const SimOptions& options = {});
+
+}  // namespace offsim::sim

@@ -1,0 +1,213 @@
+// Plan: the operations of one training step as a DAG over in-order lanes.
+//
+// The one contract of offsim: models/ builds a Plan, the sim/ engine and the backends/ replay
+// both execute it and both produce a Timeline (sim/trace/timeline.h).
+//
+// * A lane is an in-order queue with CUDA-stream semantics ("rank0.compute", "rank0.h2d").
+//   Order within a lane is the order of `Plan::ops` (issue order). An op starts when it is the
+//   head of its lane and every op in `deps` has ended.
+// * An op's cost is a flow: `work` units progressed at a rate that the engine shares max-min
+//   fairly over the resources in `uses`, never above `max_rate`, after a fixed `latency`.
+// * Memory effects: `allocs` are taken when the op starts, `frees` given back when it ends.
+//   Tensors live in named pools with a capacity ("rank0.hbm", "host0.pinned").
+// * `sizes` describes what the op really does (GEMM shape, bytes, collective) so the replay can
+//   execute it; the engine reads only `cost`, `deps`, `allocs` and `frees`.
+//
+//   PlanBuilder b;
+//   LaneId lane = b.lane("rank0.compute");
+//   ResourceId sm = b.resource("rank0.sm", 1.0);
+//   OpId op = b.op({.name = "fwd.l0.qkv", .lane = lane, .kind = OpKind::kGemm,
+//                   .cost = {.work = 1e12, .max_rate = 7e14, .uses = {{sm, 1.0 / 7e14}}}});
+//   Plan plan = std::move(b).build();
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "sim/core/ids.h"
+#include "sim/core/result.h"
+#include "sim/core/time.h"
+
+namespace offsim::sim {
+
+enum class OpKind {
+  kGemm,
+  kAttention,
+  kElementwise,   // memory-bound kernels: norms, activations, residuals, optimizer on GPU
+  kCopy,          // H2D, D2H, D2D copies (copy engines)
+  kCollective,    // all-reduce, all-gather, reduce-scatter, ...
+  kP2P,           // point-to-point send/recv (pipeline parallel)
+  kHostCompute,   // work on the CPU (CPU Adam)
+  kAlloc,         // a pure memory effect with no work
+  kFree,          // a pure memory effect with no work
+  kMarker,        // an event with no work and no memory effect (ordering only)
+};
+
+enum class DType { kFp32, kBf16, kFp16, kFp8 };
+
+enum class CollectiveKind { kAllReduce, kAllGather, kReduceScatter, kBroadcast, kAllToAll };
+
+enum class CopyDirection { kH2D, kD2H, kD2D, kH2H };
+
+const char* to_string(OpKind kind);
+const char* to_string(DType dtype);
+const char* to_string(CollectiveKind kind);
+const char* to_string(CopyDirection direction);
+std::optional<OpKind> op_kind_from_string(std::string_view name);
+std::optional<DType> dtype_from_string(std::string_view name);
+std::optional<CollectiveKind> collective_kind_from_string(std::string_view name);
+std::optional<CopyDirection> copy_direction_from_string(std::string_view name);
+std::int64_t dtype_bytes(DType dtype);
+
+// C[m×n] = A[m×k] · B[k×n], `batch` independent products.
+struct GemmShape {
+  std::int64_t m = 0;
+  std::int64_t n = 0;
+  std::int64_t k = 0;
+  std::int64_t batch = 1;
+  DType dtype = DType::kBf16;
+  bool operator==(const GemmShape&) const = default;
+};
+
+struct AttentionShape {
+  std::int64_t batch = 0;
+  std::int64_t heads = 0;     // query heads on this rank
+  std::int64_t kv_heads = 0;  // key/value heads on this rank (GQA when < heads)
+  std::int64_t seq_q = 0;
+  std::int64_t seq_kv = 0;
+  std::int64_t head_dim = 0;
+  bool causal = true;
+  bool backward = false;
+  DType dtype = DType::kBf16;
+  bool operator==(const AttentionShape&) const = default;
+};
+
+struct CollectiveSpec {
+  CollectiveKind kind = CollectiveKind::kAllReduce;
+  std::vector<int> group;  // global ranks taking part, in ring order
+  bool operator==(const CollectiveSpec&) const = default;
+};
+
+// What an op really does, for the replay and for display. Only the fields of its kind matter.
+struct OpSizes {
+  double flops = 0.0;             // useful floating-point operations
+  std::int64_t bytes = 0;         // bytes moved: copy/p2p size, collective buffer, kernel traffic
+  GemmShape gemm;                 // kGemm
+  AttentionShape attention;       // kAttention
+  CollectiveSpec collective;      // kCollective
+  CopyDirection copy_direction = CopyDirection::kD2D;  // kCopy
+  int peer = -1;                  // kP2P: the other global rank
+  bool operator==(const OpSizes&) const = default;
+};
+
+// One resource an op's flow uses: `per_unit` resource units consumed per unit of work.
+struct ResourceUse {
+  ResourceId resource;
+  double per_unit = 1.0;
+  bool operator==(const ResourceUse&) const = default;
+};
+
+// The flow an op is for the engine. Its time alone on idle resources is
+//   latency + work / min(max_rate, min over uses of capacity / per_unit).
+struct OpCost {
+  double work = 0.0;                                            // units (bytes, flops, ...)
+  double max_rate = std::numeric_limits<double>::infinity();    // work units per second
+  std::vector<ResourceUse> uses;
+  Duration latency{0};   // fixed term before the flow starts (launch, link latency)
+  int multiplicity = 1;  // this flow stands for k identical flows on its resources
+  bool operator==(const OpCost&) const = default;
+};
+
+struct Op {
+  std::string name;
+  LaneId lane;
+  OpKind kind = OpKind::kMarker;
+  std::string category;  // report bucket chosen by models/: "compute", "recompute", "comm", ...
+  int layer = -1;        // transformer layer, -1 when none
+  OpSizes sizes;
+  OpCost cost;
+  std::vector<OpId> deps;       // cross-lane dependencies: ops that must end first
+  std::vector<TensorId> allocs;  // taken at start
+  std::vector<TensorId> frees;   // given back at end
+  bool operator==(const Op&) const = default;
+};
+
+struct Lane {
+  std::string name;  // "rank0.compute"
+  bool operator==(const Lane&) const = default;
+};
+
+struct Resource {
+  std::string name;          // "rank0.pcie.h2d", "socket0.dram"
+  double capacity = 0.0;     // units per second (bytes/s, flop/s, or 1.0 for a shared unit)
+  bool operator==(const Resource&) const = default;
+};
+
+struct Pool {
+  std::string name;                  // "rank0.hbm", "host0.pinned"
+  std::int64_t capacity_bytes = 0;   // 0 would refuse any alloc; use a large value for unbounded
+  bool operator==(const Pool&) const = default;
+};
+
+struct Tensor {
+  std::string name;        // "l3.act.mlpwi"
+  PoolId pool;
+  std::int64_t bytes = 0;
+  std::string category;    // "params", "grads", "optimizer", "activations", "buffers", "workspace"
+  bool operator==(const Tensor&) const = default;
+};
+
+struct Plan {
+  std::vector<Lane> lanes;
+  std::vector<Resource> resources;
+  std::vector<Pool> pools;
+  std::vector<Tensor> tensors;
+  std::vector<Op> ops;
+  // Tensors live before the step starts (weights, optimizer state): allocated at time zero.
+  std::vector<TensorId> initial_tensors;
+  // Free-form provenance ("model": "llama3-70b", ...), carried into the timeline.
+  std::vector<std::pair<std::string, std::string>> metadata;
+  bool operator==(const Plan&) const = default;
+};
+
+// Validates structure: ids in range, no cycles (Boost.Graph topological sort over lane order and
+// deps), frees match allocs, no double alloc/free, positive capacities, finite costs.
+Status validate(const Plan& plan);
+
+// The ops in an order that respects lane order and deps (the one validate() checked).
+Result<std::vector<OpId>> topological_order(const Plan& plan);
+
+// Builds a Plan with names interned to ids. Lanes, resources and pools are created on first use
+// of a name and reused after.
+class PlanBuilder {
+ public:
+  LaneId lane(const std::string& name);
+  ResourceId resource(const std::string& name, double capacity);
+  PoolId pool(const std::string& name, std::int64_t capacity_bytes);
+  TensorId tensor(const std::string& name, PoolId pool, std::int64_t bytes,
+                  const std::string& category);
+  OpId op(Op op);
+  void initial(TensorId tensor);
+  void metadata(const std::string& key, const std::string& value);
+
+  std::optional<LaneId> find_lane(const std::string& name) const;
+  std::optional<ResourceId> find_resource(const std::string& name) const;
+  std::optional<PoolId> find_pool(const std::string& name) const;
+  Op& op_at(OpId id) { return plan_.ops[id.index()]; }
+  const Plan& peek() const { return plan_; }
+
+  Plan build() &&;
+
+ private:
+  Plan plan_;
+  std::unordered_map<std::string, LaneId> lanes_;
+  std::unordered_map<std::string, ResourceId> resources_;
+  std::unordered_map<std::string, PoolId> pools_;
+};
+
+}  // namespace offsim::sim

@@ -1,0 +1,1 @@
+#include "sim/plan/plan_json.h"

@@ -1,0 +1,34 @@
+#include "sim/trace/timeline.h"
+
+namespace offsim::sim {
+
+const char* to_string(OutcomeKind kind) {
+  switch (kind) {
+    case OutcomeKind::kCompleted: return "completed";
+    case OutcomeKind::kOutOfMemory: return "out_of_memory";
+    case OutcomeKind::kDeadlock: return "deadlock";
+    case OutcomeKind::kLimitExceeded: return "limit_exceeded";
+  }
+  return "?";
+}
+
+Timeline timeline_skeleton(const Plan& plan) {
+  Timeline t;
+  t.lanes.reserve(plan.lanes.size());
+  for (const Lane& lane : plan.lanes) t.lanes.push_back(lane.name);
+  t.ops.reserve(plan.ops.size());
+  for (const Op& op : plan.ops) {
+    t.ops.push_back(OpInfo{op.name, op.kind, op.category, op.layer, op.sizes.flops, op.sizes.bytes});
+  }
+  t.pools.reserve(plan.pools.size());
+  for (const Pool& pool : plan.pools) {
+    PoolTrace p;
+    p.name = pool.name;
+    p.capacity_bytes = pool.capacity_bytes;
+    t.pools.push_back(std::move(p));
+  }
+  t.metadata = plan.metadata;
+  return t;
+}
+
+}  // namespace offsim::sim

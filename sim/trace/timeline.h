@@ -1,0 +1,110 @@
+// Timeline: what happened when a Plan ran — spans per op and memory samples per pool.
+//
+// The simulator (sim/engine) and the replay (backends/) both produce this type, so `compare`
+// joins a predicted and a measured timeline on op id. A Timeline stands alone: it carries the op
+// names, kinds and sizes it needs for reports and the GUI, without the Plan.
+//
+//   const sim::Timeline& t = result.timeline;
+//   for (const sim::Span& s : t.spans) fmt::print("{} {}\n", t.ops[s.op.index()].name,
+//                                                 sim::to_seconds(s.end - s.start));
+//   if (t.outcome.kind == sim::OutcomeKind::kOutOfMemory) { ... t.outcome.oom->live ... }
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sim/core/ids.h"
+#include "sim/core/time.h"
+#include "sim/plan/plan.h"
+
+namespace offsim::sim {
+
+struct Span {
+  OpId op;
+  LaneId lane;
+  TimePoint start;  // the op became runnable and began its latency term
+  TimePoint end;
+  bool operator==(const Span&) const = default;
+};
+
+// What a Timeline keeps of each op of its Plan.
+struct OpInfo {
+  std::string name;
+  OpKind kind = OpKind::kMarker;
+  std::string category;
+  int layer = -1;
+  double flops = 0.0;
+  std::int64_t bytes = 0;
+  bool operator==(const OpInfo&) const = default;
+};
+
+struct MemorySample {
+  TimePoint time;
+  std::int64_t bytes_in_use = 0;
+  bool operator==(const MemorySample&) const = default;
+};
+
+struct LiveTensor {
+  std::string name;
+  std::string category;
+  std::int64_t bytes = 0;
+  bool operator==(const LiveTensor&) const = default;
+};
+
+struct PoolTrace {
+  std::string name;
+  std::int64_t capacity_bytes = 0;
+  std::vector<MemorySample> samples;  // one per change, time-ordered; the last at a time wins
+  std::int64_t peak_bytes = 0;
+  TimePoint peak_time;
+  std::vector<LiveTensor> live_at_peak;  // largest first
+  bool operator==(const PoolTrace&) const = default;
+};
+
+enum class OutcomeKind { kCompleted, kOutOfMemory, kDeadlock, kLimitExceeded };
+const char* to_string(OutcomeKind kind);
+
+struct OutOfMemory {
+  OpId op;               // the op whose alloc did not fit
+  std::string op_name;
+  std::string pool;
+  TimePoint time;
+  std::int64_t requested_bytes = 0;
+  std::int64_t in_use_bytes = 0;
+  std::int64_t capacity_bytes = 0;
+  std::vector<LiveTensor> live;  // largest first
+  bool operator==(const OutOfMemory&) const = default;
+};
+
+struct Deadlock {
+  TimePoint time;
+  std::vector<std::string> stuck_ops;  // the head op of each blocked lane, with what it waits on
+  bool operator==(const Deadlock&) const = default;
+};
+
+struct Outcome {
+  OutcomeKind kind = OutcomeKind::kCompleted;
+  std::optional<OutOfMemory> oom;
+  std::optional<Deadlock> deadlock;
+  std::string message;  // one line for humans
+  bool operator==(const Outcome&) const = default;
+};
+
+struct Timeline {
+  std::string source = "predicted";  // "predicted" or "measured"
+  std::vector<std::string> lanes;    // by LaneId
+  std::vector<OpInfo> ops;           // by OpId
+  std::vector<Span> spans;           // at most one per op, in order of end time then op id
+  std::vector<PoolTrace> pools;      // by PoolId
+  TimePoint makespan;                // end of the last span
+  Outcome outcome;
+  std::vector<std::pair<std::string, std::string>> metadata;
+  bool operator==(const Timeline&) const = default;
+};
+
+// Copies op names, kinds, sizes, lanes and pool names from a plan into an empty timeline.
+Timeline timeline_skeleton(const Plan& plan);
+
+}  // namespace offsim::sim
