@@ -24,17 +24,16 @@ namespace offsim::sim::detail {
 
 }  // namespace offsim::sim::detail
 
-#define OFFSIM_CHECK(cond)                                                    \
-  do {                                                                        \
-    if (!(cond)) [[unlikely]] {                                               \
-      ::offsim::sim::detail::check_failed(__FILE__, __LINE__, #cond, {});     \
-    }                                                                         \
+#define OFFSIM_CHECK(cond)                                                \
+  do {                                                                    \
+    if (!(cond)) [[unlikely]] {                                           \
+      ::offsim::sim::detail::check_failed(__FILE__, __LINE__, #cond, {}); \
+    }                                                                     \
   } while (false)
 
-#define OFFSIM_CHECK_MSG(cond, ...)                                           \
-  do {                                                                        \
-    if (!(cond)) [[unlikely]] {                                               \
-      ::offsim::sim::detail::check_failed(__FILE__, __LINE__, #cond,          \
-                                          ::fmt::format(__VA_ARGS__));        \
-    }                                                                         \
+#define OFFSIM_CHECK_MSG(cond, ...)                                                               \
+  do {                                                                                            \
+    if (!(cond)) [[unlikely]] {                                                                   \
+      ::offsim::sim::detail::check_failed(__FILE__, __LINE__, #cond, ::fmt::format(__VA_ARGS__)); \
+    }                                                                                             \
   } while (false)

@@ -58,13 +58,14 @@ class [[nodiscard]] Result {
  public:
   using value_type = T;
 
-  Result(const T& value) : state_(std::in_place_index<0>, value) {}  // NOLINT(google-explicit-constructor)
+  Result(const T& value)
+      : state_(std::in_place_index<0>, value) {}  // NOLINT(google-explicit-constructor)
   Result(T&& value) : state_(std::in_place_index<0>, std::move(value)) {}  // NOLINT
   template <class U>
-    requires(std::is_constructible_v<T, U&&> && !std::is_same_v<std::decay_t<U>, T> &&
-             !std::is_same_v<std::decay_t<U>, Unexpected> &&
-             !std::is_same_v<std::decay_t<U>, Result>)
-  Result(U&& value) : state_(std::in_place_index<0>, T(std::forward<U>(value))) {}  // NOLINT
+  requires(std::is_constructible_v<T, U&&> && !std::is_same_v<std::decay_t<U>, T> &&
+           !std::is_same_v<std::decay_t<U>, Unexpected> && !std::is_same_v<std::decay_t<U>, Result>)
+      Result(U&& value)
+      : state_(std::in_place_index<0>, T(std::forward<U>(value))) {}            // NOLINT
   Result(Unexpected u) : state_(std::in_place_index<1>, std::move(u.error)) {}  // NOLINT
 
   bool has_value() const { return state_.index() == 0; }
@@ -130,17 +131,19 @@ inline Error with_context(Error error, const std::string& context) {
 }  // namespace offsim::sim
 
 // Evaluates a Result/Status expression and returns its error from the enclosing function.
-#define OFFSIM_RETURN_IF_ERROR(expr)                                      \
-  do {                                                                    \
-    auto offsim_status_ = (expr);                                         \
+#define OFFSIM_RETURN_IF_ERROR(expr)                                         \
+  do {                                                                       \
+    auto offsim_status_ = (expr);                                            \
     if (!offsim_status_) return ::offsim::sim::fail(offsim_status_.error()); \
   } while (false)
 
 #define OFFSIM_CONCAT_INNER_(a, b) a##b
 #define OFFSIM_CONCAT_(a, b) OFFSIM_CONCAT_INNER_(a, b)
-// Declares `lhs` from a Result's value, or returns its error.
-#define OFFSIM_ASSIGN_OR_RETURN(lhs, expr)                                          \
-  auto OFFSIM_CONCAT_(offsim_result_, __LINE__) = (expr);                           \
-  if (!OFFSIM_CONCAT_(offsim_result_, __LINE__))                                    \
-    return ::offsim::sim::fail(OFFSIM_CONCAT_(offsim_result_, __LINE__).error());   \
-  lhs = std::move(OFFSIM_CONCAT_(offsim_result_, __LINE__)).value()
+// Declares (or assigns) `lhs` from a Result's value, or returns its error. It expands to several
+// statements: never use it as the body of an unbraced if/for.
+#define OFFSIM_ASSIGN_OR_RETURN(lhs, expr) \
+  OFFSIM_ASSIGN_OR_RETURN_IMPL_(OFFSIM_CONCAT_(offsim_result_, __COUNTER__), lhs, expr)
+#define OFFSIM_ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr) \
+  auto tmp = (expr);                                  \
+  if (!tmp) return ::offsim::sim::fail(tmp.error());  \
+  lhs = std::move(tmp).value()

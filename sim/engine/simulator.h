@@ -22,9 +22,9 @@
 namespace offsim::sim {
 
 struct SimOptions {
-  bool record_spans = true;    // false: only makespan, outcome and pool peaks (fast sweeps)
-  bool record_memory = true;   // false: no per-change memory samples (peaks are still kept)
-  bool validate_plan = true;   // run validate() first
+  bool record_spans = true;   // false: only makespan, outcome and pool peaks (fast sweeps)
+  bool record_memory = true;  // false: no per-change memory samples (peaks are still kept)
+  bool validate_plan = true;  // run validate() first
   std::int64_t max_events = std::int64_t{1} << 40;  // ends the run with kLimitExceeded
   const std::atomic<bool>* cancel = nullptr;        // polled; set to stop with kCancelled
 };

@@ -11,47 +11,70 @@ namespace offsim::sim {
 
 const char* to_string(OpKind kind) {
   switch (kind) {
-    case OpKind::kGemm: return "gemm";
-    case OpKind::kAttention: return "attention";
-    case OpKind::kElementwise: return "elementwise";
-    case OpKind::kCopy: return "copy";
-    case OpKind::kCollective: return "collective";
-    case OpKind::kP2P: return "p2p";
-    case OpKind::kHostCompute: return "host_compute";
-    case OpKind::kAlloc: return "alloc";
-    case OpKind::kFree: return "free";
-    case OpKind::kMarker: return "marker";
+    case OpKind::kGemm:
+      return "gemm";
+    case OpKind::kAttention:
+      return "attention";
+    case OpKind::kElementwise:
+      return "elementwise";
+    case OpKind::kCopy:
+      return "copy";
+    case OpKind::kCollective:
+      return "collective";
+    case OpKind::kP2P:
+      return "p2p";
+    case OpKind::kHostCompute:
+      return "host_compute";
+    case OpKind::kAlloc:
+      return "alloc";
+    case OpKind::kFree:
+      return "free";
+    case OpKind::kMarker:
+      return "marker";
   }
   return "?";
 }
 
 const char* to_string(DType dtype) {
   switch (dtype) {
-    case DType::kFp32: return "fp32";
-    case DType::kBf16: return "bf16";
-    case DType::kFp16: return "fp16";
-    case DType::kFp8: return "fp8";
+    case DType::kFp32:
+      return "fp32";
+    case DType::kBf16:
+      return "bf16";
+    case DType::kFp16:
+      return "fp16";
+    case DType::kFp8:
+      return "fp8";
   }
   return "?";
 }
 
 const char* to_string(CollectiveKind kind) {
   switch (kind) {
-    case CollectiveKind::kAllReduce: return "all_reduce";
-    case CollectiveKind::kAllGather: return "all_gather";
-    case CollectiveKind::kReduceScatter: return "reduce_scatter";
-    case CollectiveKind::kBroadcast: return "broadcast";
-    case CollectiveKind::kAllToAll: return "all_to_all";
+    case CollectiveKind::kAllReduce:
+      return "all_reduce";
+    case CollectiveKind::kAllGather:
+      return "all_gather";
+    case CollectiveKind::kReduceScatter:
+      return "reduce_scatter";
+    case CollectiveKind::kBroadcast:
+      return "broadcast";
+    case CollectiveKind::kAllToAll:
+      return "all_to_all";
   }
   return "?";
 }
 
 const char* to_string(CopyDirection direction) {
   switch (direction) {
-    case CopyDirection::kH2D: return "h2d";
-    case CopyDirection::kD2H: return "d2h";
-    case CopyDirection::kD2D: return "d2d";
-    case CopyDirection::kH2H: return "h2h";
+    case CopyDirection::kH2D:
+      return "h2d";
+    case CopyDirection::kD2H:
+      return "d2h";
+    case CopyDirection::kD2D:
+      return "d2d";
+    case CopyDirection::kH2H:
+      return "h2h";
   }
   return "?";
 }
@@ -69,10 +92,9 @@ std::optional<Enum> parse_enum(std::string_view name, const Enum (&values)[N]) {
 }  // namespace
 
 std::optional<OpKind> op_kind_from_string(std::string_view name) {
-  static constexpr OpKind kAll[] = {OpKind::kGemm,       OpKind::kAttention, OpKind::kElementwise,
-                                    OpKind::kCopy,       OpKind::kCollective, OpKind::kP2P,
-                                    OpKind::kHostCompute, OpKind::kAlloc,    OpKind::kFree,
-                                    OpKind::kMarker};
+  static constexpr OpKind kAll[] = {
+      OpKind::kGemm, OpKind::kAttention,   OpKind::kElementwise, OpKind::kCopy, OpKind::kCollective,
+      OpKind::kP2P,  OpKind::kHostCompute, OpKind::kAlloc,       OpKind::kFree, OpKind::kMarker};
   return parse_enum(name, kAll);
 }
 
@@ -82,9 +104,9 @@ std::optional<DType> dtype_from_string(std::string_view name) {
 }
 
 std::optional<CollectiveKind> collective_kind_from_string(std::string_view name) {
-  static constexpr CollectiveKind kAll[] = {
-      CollectiveKind::kAllReduce, CollectiveKind::kAllGather, CollectiveKind::kReduceScatter,
-      CollectiveKind::kBroadcast, CollectiveKind::kAllToAll};
+  static constexpr CollectiveKind kAll[] = {CollectiveKind::kAllReduce, CollectiveKind::kAllGather,
+                                            CollectiveKind::kReduceScatter,
+                                            CollectiveKind::kBroadcast, CollectiveKind::kAllToAll};
   return parse_enum(name, kAll);
 }
 
@@ -96,10 +118,14 @@ std::optional<CopyDirection> copy_direction_from_string(std::string_view name) {
 
 std::int64_t dtype_bytes(DType dtype) {
   switch (dtype) {
-    case DType::kFp32: return 4;
-    case DType::kBf16: return 2;
-    case DType::kFp16: return 2;
-    case DType::kFp8: return 1;
+    case DType::kFp32:
+      return 4;
+    case DType::kBf16:
+      return 2;
+    case DType::kFp16:
+      return 2;
+    case DType::kFp8:
+      return 1;
   }
   return 0;
 }

@@ -38,14 +38,14 @@ namespace offsim::sim {
 enum class OpKind {
   kGemm,
   kAttention,
-  kElementwise,   // memory-bound kernels: norms, activations, residuals, optimizer on GPU
-  kCopy,          // H2D, D2H, D2D copies (copy engines)
-  kCollective,    // all-reduce, all-gather, reduce-scatter, ...
-  kP2P,           // point-to-point send/recv (pipeline parallel)
-  kHostCompute,   // work on the CPU (CPU Adam)
-  kAlloc,         // a pure memory effect with no work
-  kFree,          // a pure memory effect with no work
-  kMarker,        // an event with no work and no memory effect (ordering only)
+  kElementwise,  // memory-bound kernels: norms, activations, residuals, optimizer on GPU
+  kCopy,         // H2D, D2H, D2D copies (copy engines)
+  kCollective,   // all-reduce, all-gather, reduce-scatter, ...
+  kP2P,          // point-to-point send/recv (pipeline parallel)
+  kHostCompute,  // work on the CPU (CPU Adam)
+  kAlloc,        // a pure memory effect with no work
+  kFree,         // a pure memory effect with no work
+  kMarker,       // an event with no work and no memory effect (ordering only)
 };
 
 enum class DType { kFp32, kBf16, kFp16, kFp8 };
@@ -95,13 +95,13 @@ struct CollectiveSpec {
 
 // What an op really does, for the replay and for display. Only the fields of its kind matter.
 struct OpSizes {
-  double flops = 0.0;             // useful floating-point operations
-  std::int64_t bytes = 0;         // bytes moved: copy/p2p size, collective buffer, kernel traffic
-  GemmShape gemm;                 // kGemm
-  AttentionShape attention;       // kAttention
-  CollectiveSpec collective;      // kCollective
+  double flops = 0.0;         // useful floating-point operations
+  std::int64_t bytes = 0;     // bytes moved: copy/p2p size, collective buffer, kernel traffic
+  GemmShape gemm;             // kGemm
+  AttentionShape attention;   // kAttention
+  CollectiveSpec collective;  // kCollective
   CopyDirection copy_direction = CopyDirection::kD2D;  // kCopy
-  int peer = -1;                  // kP2P: the other global rank
+  int peer = -1;                                       // kP2P: the other global rank
   bool operator==(const OpSizes&) const = default;
 };
 
@@ -115,8 +115,8 @@ struct ResourceUse {
 // The flow an op is for the engine. Its time alone on idle resources is
 //   latency + work / min(max_rate, min over uses of capacity / per_unit).
 struct OpCost {
-  double work = 0.0;                                            // units (bytes, flops, ...)
-  double max_rate = std::numeric_limits<double>::infinity();    // work units per second
+  double work = 0.0;                                          // units (bytes, flops, ...)
+  double max_rate = std::numeric_limits<double>::infinity();  // work units per second
   std::vector<ResourceUse> uses;
   Duration latency{0};   // fixed term before the flow starts (launch, link latency)
   int multiplicity = 1;  // this flow stands for k identical flows on its resources
@@ -131,7 +131,7 @@ struct Op {
   int layer = -1;        // transformer layer, -1 when none
   OpSizes sizes;
   OpCost cost;
-  std::vector<OpId> deps;       // cross-lane dependencies: ops that must end first
+  std::vector<OpId> deps;        // cross-lane dependencies: ops that must end first
   std::vector<TensorId> allocs;  // taken at start
   std::vector<TensorId> frees;   // given back at end
   bool operator==(const Op&) const = default;
@@ -143,22 +143,22 @@ struct Lane {
 };
 
 struct Resource {
-  std::string name;          // "rank0.pcie.h2d", "socket0.dram"
-  double capacity = 0.0;     // units per second (bytes/s, flop/s, or 1.0 for a shared unit)
+  std::string name;       // "rank0.pcie.h2d", "socket0.dram"
+  double capacity = 0.0;  // units per second (bytes/s, flop/s, or 1.0 for a shared unit)
   bool operator==(const Resource&) const = default;
 };
 
 struct Pool {
-  std::string name;                  // "rank0.hbm", "host0.pinned"
-  std::int64_t capacity_bytes = 0;   // 0 would refuse any alloc; use a large value for unbounded
+  std::string name;                 // "rank0.hbm", "host0.pinned"
+  std::int64_t capacity_bytes = 0;  // 0 would refuse any alloc; use a large value for unbounded
   bool operator==(const Pool&) const = default;
 };
 
 struct Tensor {
-  std::string name;        // "l3.act.mlpwi"
+  std::string name;  // "l3.act.mlpwi"
   PoolId pool;
   std::int64_t bytes = 0;
-  std::string category;    // "params", "grads", "optimizer", "activations", "buffers", "workspace"
+  std::string category;  // "params", "grads", "optimizer", "activations", "buffers", "workspace"
   bool operator==(const Tensor&) const = default;
 };
 

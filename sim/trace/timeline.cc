@@ -4,10 +4,14 @@ namespace offsim::sim {
 
 const char* to_string(OutcomeKind kind) {
   switch (kind) {
-    case OutcomeKind::kCompleted: return "completed";
-    case OutcomeKind::kOutOfMemory: return "out_of_memory";
-    case OutcomeKind::kDeadlock: return "deadlock";
-    case OutcomeKind::kLimitExceeded: return "limit_exceeded";
+    case OutcomeKind::kCompleted:
+      return "completed";
+    case OutcomeKind::kOutOfMemory:
+      return "out_of_memory";
+    case OutcomeKind::kDeadlock:
+      return "deadlock";
+    case OutcomeKind::kLimitExceeded:
+      return "limit_exceeded";
   }
   return "?";
 }
@@ -18,7 +22,8 @@ Timeline timeline_skeleton(const Plan& plan) {
   for (const Lane& lane : plan.lanes) t.lanes.push_back(lane.name);
   t.ops.reserve(plan.ops.size());
   for (const Op& op : plan.ops) {
-    t.ops.push_back(OpInfo{op.name, op.kind, op.category, op.layer, op.sizes.flops, op.sizes.bytes});
+    t.ops.push_back(
+        OpInfo{op.name, op.kind, op.category, op.layer, op.sizes.flops, op.sizes.bytes});
   }
   t.pools.reserve(plan.pools.size());
   for (const Pool& pool : plan.pools) {

@@ -67,7 +67,7 @@ enum class OutcomeKind { kCompleted, kOutOfMemory, kDeadlock, kLimitExceeded };
 const char* to_string(OutcomeKind kind);
 
 struct OutOfMemory {
-  OpId op;               // the op whose alloc did not fit
+  OpId op;  // the op whose alloc did not fit
   std::string op_name;
   std::string pool;
   TimePoint time;

@@ -1,0 +1,65 @@
+// Strict reading of JSON documents with errors that name the source and the JSON path.
+//
+//   sim::JsonReader r("plan.json");
+//   OFFSIM_ASSIGN_OR_RETURN(const nlohmann::json* ops, r.array(root, "ops", "$"));
+//   OFFSIM_ASSIGN_OR_RETURN(std::int64_t bytes, r.integer(tensor, "bytes", "$.tensors[3]"));
+//   OFFSIM_RETURN_IF_ERROR(r.only_keys(tensor, {"name", "pool", "bytes"}, "$.tensors[3]"));
+//   // errors read: "plan.json: $.tensors[3].bytes: expected an integer, got string"
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "sim/core/result.h"
+
+namespace offsim::sim {
+
+class JsonReader {
+ public:
+  explicit JsonReader(std::string source) : source_(std::move(source)) {}
+
+  const std::string& source() const { return source_; }
+
+  // An error "source: path: message".
+  Unexpected error(const std::string& path, const std::string& message) const;
+
+  Result<const nlohmann::json*> member(const nlohmann::json& object, const char* key,
+                                       const std::string& path) const;
+  // nullptr when the key is absent (optional members).
+  Result<const nlohmann::json*> optional_member(const nlohmann::json& object, const char* key,
+                                                const std::string& path) const;
+  Result<std::string> string(const nlohmann::json& object, const char* key,
+                             const std::string& path) const;
+  Result<std::int64_t> integer(const nlohmann::json& object, const char* key,
+                               const std::string& path) const;
+  Result<double> number(const nlohmann::json& object, const char* key,
+                        const std::string& path) const;
+  Result<bool> boolean(const nlohmann::json& object, const char* key,
+                       const std::string& path) const;
+  Result<const nlohmann::json*> array(const nlohmann::json& object, const char* key,
+                                      const std::string& path) const;
+  Result<const nlohmann::json*> object(const nlohmann::json& object, const char* key,
+                                       const std::string& path) const;
+
+  Result<std::int64_t> as_integer(const nlohmann::json& value, const std::string& path) const;
+  Result<double> as_number(const nlohmann::json& value, const std::string& path) const;
+  Result<std::string> as_string(const nlohmann::json& value, const std::string& path) const;
+
+  // Rejects keys outside `allowed` (catches typos instead of ignoring them).
+  Status only_keys(const nlohmann::json& object, std::initializer_list<std::string_view> allowed,
+                   const std::string& path) const;
+
+ private:
+  std::string source_;
+};
+
+const char* json_type_name(const nlohmann::json& value);
+
+// Parses text; on a syntax error names the source and byte offset.
+Result<nlohmann::json> parse_json_text(const std::string& text, const std::string& source);
+
+}  // namespace offsim::sim
