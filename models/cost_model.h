@@ -1,0 +1,119 @@
+// CostModel: turns op sizes into engine flows (sim::OpCost) on the resources of a platform.
+//
+// create() registers, for every simulated rank, its compute resources ("rank0.sm",
+// "rank0.hbm_bw"), the routed host-link resources ("node0.gpu0.pcie.h2d", "node0.socket0.rc",
+// "node0.socket0.dram", ...), NVLink/NIC resources and the memory pools. Each cost function then
+// returns a flow: `work` in natural units (FLOPs, bytes), `max_rate` = the op's achievable rate
+// alone, `uses` = resource units per work unit, `latency` = fixed terms, `multiplicity` = the
+// rank's multiplicity.
+//
+//   sim::PlanBuilder b;
+//   auto cm = models::CostModel::create(system, profile, {{.rank = 0, .multiplicity = 8}}, b);
+//   sim::OpCost c = cm->gemm(0, {.m = 4096, .n = 4096, .k = 4096});
+//   sim::Duration t = cm->alone(c);     // time on idle resources
+//   sim::PoolId hbm = cm->hbm_pool(0);  // "rank0.hbm"
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "sim/core/result.h"
+#include "sim/core/time.h"
+#include "sim/plan/plan.h"
+#include "sim/platform/profile.h"
+#include "sim/platform/system.h"
+#include "sim/platform/topology.h"
+
+namespace offsim::models {
+
+// A representative rank standing for k identical ranks. The represented ranks are
+// rank, rank + stride, ..., rank + (k-1)·stride; stride 0 means gpu_count / k (replicas spread
+// evenly over the machine, as data-parallel replicas on the outer mesh axis are).
+struct SimRank {
+  int rank = 0;
+  int multiplicity = 1;
+  int stride = 0;
+};
+
+enum class CollectiveAlgorithm { kRing, kTree, kNvls, kNone };
+const char* to_string(CollectiveAlgorithm algorithm);
+
+// How collective() priced a collective: for reports and tests.
+struct CollectivePlan {
+  CollectiveAlgorithm algorithm = CollectiveAlgorithm::kNone;
+  double bus_bytes_per_byte = 0.0;  // bytes each rank sends per buffer byte
+  double alg_bytes_per_s = 0.0;     // buffer bytes per second (algorithm bandwidth)
+  sim::Duration latency{0};
+  bool crosses_nodes = false;
+};
+
+class CostModel {
+ public:
+  // Registers resources and pools for the simulated ranks in `builder`. Fails when a rank is out
+  // of range or simulated twice, or the system is inconsistent.
+  static sim::Result<CostModel> create(const sim::platform::System& system,
+                                       const sim::platform::CalibrationProfile& profile,
+                                       const std::vector<SimRank>& ranks,
+                                       sim::PlanBuilder& builder);
+
+  sim::OpCost gemm(int rank, const sim::GemmShape& shape) const;
+  sim::OpCost attention(int rank, const sim::AttentionShape& shape, bool flash) const;
+  sim::OpCost memory_bound(int rank, std::int64_t hbm_bytes, double flops) const;
+  sim::OpCost copy(int rank, sim::CopyDirection dir, std::int64_t bytes, bool pinned = true) const;
+  // `bytes` = the full (unsharded) buffer; `group` = global ranks in ring order.
+  sim::OpCost collective(int rank, sim::CollectiveKind kind, const std::vector<int>& group,
+                         std::int64_t bytes) const;
+  CollectivePlan plan_collective(sim::CollectiveKind kind, const std::vector<int>& group,
+                                 std::int64_t bytes) const;
+  sim::OpCost p2p(int src_rank, int dst_rank, std::int64_t bytes) const;
+  // CPU work on the rank's socket: streams `dram_bytes` through host DRAM, `flops` on its cores.
+  sim::OpCost host_compute(int rank, std::int64_t dram_bytes, double flops) const;
+
+  sim::PoolId hbm_pool(int rank) const;   // "rank<r>.hbm", capacity = usable HBM
+  sim::PoolId host_pool(int rank) const;  // "node<n>.pinned", capacity = host memory of the node
+  double peak_flops(sim::DType dtype) const;  // per GPU, for MFU
+
+  // The time an op takes alone on idle resources (its multiplicity's k flows together).
+  sim::Duration alone(const sim::OpCost& cost) const;
+
+  // FLOPs of an attention (QK^T and PV, halved when causal; backward 2.5x forward).
+  static double attention_flops(const sim::AttentionShape& shape);
+
+  const sim::platform::System& system() const { return system_; }
+  const sim::platform::CalibrationProfile& profile() const { return profile_; }
+  const sim::platform::Topology& topology() const { return topology_; }
+  bool simulated(int rank) const { return ranks_.count(rank) != 0; }
+
+ private:
+  struct RankResources {
+    int multiplicity = 1;
+    sim::ResourceId sm;
+    sim::ResourceId hbm_bw;
+    std::vector<sim::ResourceId> h2d;  // routed host-link resources, DRAM to GPU
+    std::vector<sim::ResourceId> d2h;  // GPU to DRAM
+    sim::ResourceId host_cpu;          // "node<n>.socket<s>.cpu"
+    sim::ResourceId host_dram;         // "node<n>.socket<s>.dram"
+    sim::ResourceId nvlink_tx;         // invalid when the GPU has no NVLink peers
+    sim::ResourceId nvlink_rx;
+    sim::ResourceId nic_tx;  // invalid on single-node systems
+    sim::ResourceId nic_rx;
+    sim::PoolId hbm_pool;
+    sim::PoolId host_pool;
+  };
+
+  CostModel(sim::platform::System system, sim::platform::CalibrationProfile profile,
+            sim::platform::Topology topology)
+      : system_(std::move(system)), profile_(std::move(profile)), topology_(std::move(topology)) {}
+  const RankResources& at(int rank) const;
+
+  sim::platform::System system_;
+  sim::platform::CalibrationProfile profile_;
+  sim::platform::Topology topology_;
+  std::map<int, RankResources> ranks_;
+  std::vector<double> capacities_;  // by ResourceId index, as registered in the builder
+};
+
+}  // namespace offsim::models

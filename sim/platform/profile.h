@@ -1,0 +1,217 @@
+// CalibrationProfile: every number the cost model uses for one GPU kind, each tagged with where
+// it comes from (datasheet, published measurement, assumption, or measured by calibrate).
+//
+// Defaults come from `shared/reference/hardware.md` (built into the binary); a measured profile
+// under `calibrate/profiles/<gpu>.json` replaces them when present.
+//
+//   auto p = sim::platform::default_profile("h100-sxm");
+//   if (!p) { ... p.error().message ... }                 // unknown GPU kind
+//   double eff = p->gemm.efficiency({.m = 8192, .n = 8192, .k = 8192});
+//   double peak = p->gpu.dense_flops(sim::DType::kBf16);  // FLOP/s
+//   std::string text = sim::platform::profile_to_json(*p).dump(2);
+//   auto back = sim::platform::profile_from_json_text(text, "h100.json");  // errors name the key
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "sim/core/result.h"
+#include "sim/plan/plan.h"
+
+namespace offsim::sim::platform {
+
+enum class Origin { kDatasheet, kPublished, kAssumption, kMeasured };
+
+const char* to_string(Origin origin);
+std::optional<Origin> origin_from_string(std::string_view name);
+
+// One number with its provenance. JSON: {"value": 1.5e12, "origin": "published", "source": "..."}.
+struct Figure {
+  double value = 0.0;
+  Origin origin = Origin::kAssumption;
+  std::string source;
+  bool operator==(const Figure&) const = default;
+};
+
+struct Provenance {
+  std::string profile_name;  // "h100-sxm" (the GPU kind the profile is for)
+  std::string gpu_name;      // as the driver reports it, or the marketing name for defaults
+  int gpu_count = 0;         // GPUs on the machine that was measured (0 for defaults)
+  std::string driver_version;
+  std::string cuda_version;
+  std::string cublas_version;
+  std::string nccl_version;
+  std::string clocks;                 // "sm 1980 MHz, mem 2619 MHz" or "" for defaults
+  std::string date;                   // ISO 8601
+  std::string command_line;           // how the profile was produced
+  std::vector<std::string> measured;  // JSON keys of the figures that were measured
+  bool operator==(const Provenance&) const = default;
+};
+
+// A measured GEMM: efficiency = achieved FLOP/s / dense peak of its dtype.
+struct GemmPoint {
+  std::int64_t m = 0;
+  std::int64_t n = 0;
+  std::int64_t k = 0;
+  DType dtype = DType::kBf16;
+  Figure efficiency;
+  bool operator==(const GemmPoint&) const = default;
+};
+
+// One knot of an efficiency curve over an op's size: `size` in FLOPs (GEMM) or bytes (memory).
+struct CurveKnot {
+  double size = 0.0;
+  Figure efficiency;
+  bool operator==(const CurveKnot&) const = default;
+};
+
+// Piecewise-linear in log(size), clamped to the first/last knot outside their range.
+// Knots must be sorted by strictly increasing size (validated when loading).
+double interpolate_log(const std::vector<CurveKnot>& knots, double size);
+
+// GEMM efficiency surface (fraction of the dtype's dense peak).
+//
+// Model: e(shape) = curve(flops) · tile(m) · tile(n) · align(m, n, k), where
+//  * curve is the fallback curve, piecewise linear in log(2·m·n·k·batch);
+//  * tile(d) = d / (ceil(d / tile_size) · tile_size): the tile-quantization loss of a GEMM whose
+//    output dimension d does not fill its last tile (applied to m and n only);
+//  * align = misaligned_factor when any of m, n, k is not a multiple of `alignment_elements`
+//    (tensor cores then fall back to slower paths), else 1.
+// Measured points of the same dtype correct the model: an exact shape match returns the measured
+// value; otherwise the model is scaled by the inverse-distance-weighted (in log m, log n, log k)
+// mean of measured/model ratios of the points.
+struct GemmEfficiency {
+  std::vector<GemmPoint> points;
+  std::vector<CurveKnot> curve;  // by FLOPs
+  Figure tile_size;              // elements
+  Figure alignment_elements;     // elements
+  Figure misaligned_factor;      // multiplier (0, 1]
+  double efficiency(const GemmShape& shape) const;
+  double model_efficiency(const GemmShape& shape) const;  // curve and penalties, no points
+  bool operator==(const GemmEfficiency&) const = default;
+};
+
+// Attention efficiency: fraction of the dtype's dense peak reached on the attention FLOPs
+// (2 GEMMs forward: QK^T and PV; 2.5x that backward). The classic form also moves the s×s score
+// matrix through HBM; the cost model adds that traffic on the HBM resource.
+struct AttentionEfficiency {
+  Figure flash_fwd;
+  Figure flash_bwd;
+  Figure classic_fwd;
+  Figure classic_bwd;
+  bool operator==(const AttentionEfficiency&) const = default;
+};
+
+struct GpuFigures {
+  Figure hbm_usable_bytes;  // visible to the allocator
+  Figure hbm_peak_bytes_per_s;
+  Figure hbm_achievable_bytes_per_s;  // large copy kernel / STREAM
+  Figure dense_flops_bf16;            // FLOP/s
+  Figure dense_flops_fp16;
+  Figure dense_flops_fp8;
+  Figure dense_flops_fp32;
+  Figure kernel_launch_s;  // gap between back-to-back kernels in one stream
+  double dense_flops(DType dtype) const;
+  bool operator==(const GpuFigures&) const = default;
+};
+
+// The host link of one GPU (PCIe or NVLink-C2C), measured per direction with pinned memory.
+struct HostLinkFigures {
+  Figure h2d_bytes_per_s;
+  Figure d2h_bytes_per_s;
+  Figure duplex_bytes_per_s;         // both directions at once, combined cap
+  Figure pageable_bytes_per_s;       // per direction through pageable host memory
+  Figure latency_s;                  // link latency of one copy
+  Figure submit_overhead_s;          // host cost of one cudaMemcpyAsync
+  Figure switch_uplink_bytes_per_s;  // PCIe switch to CPU root port, per direction
+  Figure root_complex_bytes_per_s;   // per CPU socket, all its GPUs together
+  bool operator==(const HostLinkFigures&) const = default;
+};
+
+// CPU side. CPU Adam (and other streaming host work) runs at
+//   min(cores_used · adam_bytes_per_s_per_core, dram_bytes_per_s_per_socket share)
+// bytes of optimizer state streamed per second.
+struct HostFigures {
+  Figure dram_bytes_per_s_per_socket;
+  Figure cores_per_socket;
+  Figure adam_bytes_per_s_per_core;
+  bool operator==(const HostFigures&) const = default;
+};
+
+// NVLink and NCCL bus bandwidths (nccl-tests busbw, large messages) inside one NVLink domain.
+struct NvlinkFigures {
+  Figure bytes_per_s_per_gpu;  // per direction; 0 when the GPU has no NVLink
+  Figure ring_all_gather_bus_bytes_per_s;
+  Figure ring_reduce_scatter_bus_bytes_per_s;
+  Figure ring_all_reduce_bus_bytes_per_s;
+  Figure nvls_all_reduce_bus_bytes_per_s;  // NVLink SHARP; 0 when not available
+  Figure latency_s;                        // small-message collective latency
+  bool operator==(const NvlinkFigures&) const = default;
+};
+
+struct InterNodeFigures {
+  Figure nic_bytes_per_s_per_gpu;  // per direction
+  Figure efficiency;               // achieved bus bandwidth / NIC rate, large messages
+  Figure hop_latency_s;            // per network step of a ring or tree
+  bool operator==(const InterNodeFigures&) const = default;
+};
+
+struct InterferenceFigures {
+  Figure copy_hbm_bytes_per_byte;  // HBM bytes a host-link copy byte costs
+  Figure nccl_compute_slowdown;    // fraction of SM throughput an SM-based collective takes
+  bool operator==(const InterferenceFigures&) const = default;
+};
+
+struct AllocatorFigures {
+  Figure overhead_fraction;  // extra bytes per byte allocated (fragmentation, rounding)
+  Figure fixed_bytes;        // CUDA context, library workspaces
+  bool operator==(const AllocatorFigures&) const = default;
+};
+
+struct CalibrationProfile {
+  Provenance provenance;
+  GpuFigures gpu;
+  GemmEfficiency gemm;
+  AttentionEfficiency attention;
+  std::vector<CurveKnot> memory_bound;  // fraction of HBM peak, by bytes moved
+  HostLinkFigures host_link;
+  HostFigures host;
+  NvlinkFigures nvlink;
+  InterNodeFigures inter_node;
+  InterferenceFigures interference;
+  AllocatorFigures allocator;
+  double memory_bound_efficiency(double bytes) const {
+    return interpolate_log(memory_bound, bytes);
+  }
+  bool operator==(const CalibrationProfile&) const = default;
+};
+
+inline constexpr int kProfileFormatVersion = 1;
+
+nlohmann::json profile_to_json(const CalibrationProfile& profile);
+// Every key is required; unknown keys, wrong types, negative or non-finite values and unsorted
+// curves are rejected with "<source>: <json path>: <what was expected>".
+Result<CalibrationProfile> profile_from_json(const nlohmann::json& json, const std::string& source);
+Result<CalibrationProfile> profile_from_json_text(const std::string& text,
+                                                  const std::string& source);
+Result<CalibrationProfile> read_profile_file(const std::string& path);
+Status write_profile_file(const std::string& path, const CalibrationProfile& profile);
+
+// GPU kinds with built-in defaults: "a100-40gb", "a100-80gb", "h100-sxm", "h100-pcie", "h200",
+// "gh200", "b200", "gb200".
+std::vector<std::string> known_gpu_kinds();
+
+// The figures from hardware.md for a GPU kind, compiled in (no file access).
+Result<CalibrationProfile> builtin_profile(std::string_view gpu_kind);
+
+// The measured profile `calibrate/profiles/<gpu_kind>.json` when one exists (looked up under
+// $OFFSIM_PROFILE_DIR, then the source tree OFFSIM_SOURCE_DIR, then the installed share folder),
+// else builtin_profile(). A profile file that exists but does not parse is an error.
+Result<CalibrationProfile> default_profile(std::string_view gpu_kind);
+
+}  // namespace offsim::sim::platform
