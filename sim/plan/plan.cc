@@ -362,13 +362,81 @@ Status check_structure(const Plan& plan) {
   return ok();
 }
 
+// Happens-before queries over lane order and deps: `a` happens before `f` when `f` is reachable
+// from `a`. A backwards search from `f` is pruned by topological position and by lane order (an op
+// on a's lane at or after a is reached through the lane), so typical queries touch few ops.
+class Reachability {
+ public:
+  Reachability(const Plan& plan, const std::vector<OpId>& order)
+      : plan_(plan),
+        position_(plan.ops.size()),
+        lane_index_(plan.ops.size()),
+        lane_pred_(plan.ops.size(), kNone),
+        stamp_(plan.ops.size(), 0) {
+    for (std::size_t p = 0; p < order.size(); ++p) position_[order[p].index()] = p;
+    std::vector<std::size_t> last(plan.lanes.size(), kNone);
+    std::vector<std::size_t> count(plan.lanes.size(), 0);
+    for (std::size_t i = 0; i < plan.ops.size(); ++i) {
+      const std::size_t lane = plan.ops[i].lane.index();
+      lane_pred_[i] = last[lane];
+      lane_index_[i] = count[lane]++;
+      last[lane] = i;
+    }
+  }
+
+  std::size_t position(std::size_t op) const { return position_[op]; }
+
+  // True when ordered; also true (unchecked) once the search budget is spent, since the engine
+  // checks frees at run time as well.
+  bool happens_before(std::size_t a, std::size_t f) {
+    if (a == f) return true;
+    if (position_[f] < position_[a]) return false;
+    const std::size_t lane_a = plan_.ops[a].lane.index();
+    auto reaches = [&](std::size_t x) {
+      return x == a || (plan_.ops[x].lane.index() == lane_a && lane_index_[x] >= lane_index_[a]);
+    };
+    if (reaches(f)) return true;
+    ++epoch_;
+    stack_.assign(1, f);
+    stamp_[f] = epoch_;
+    while (!stack_.empty()) {
+      const std::size_t x = stack_.back();
+      stack_.pop_back();
+      if (budget_ == 0) return true;
+      --budget_;
+      auto visit = [&](std::size_t p) {
+        if (p == kNone || stamp_[p] == epoch_ || position_[p] < position_[a]) return false;
+        if (reaches(p)) return true;
+        stamp_[p] = epoch_;
+        stack_.push_back(p);
+        return false;
+      };
+      if (visit(lane_pred_[x])) return true;
+      for (OpId d : plan_.ops[x].deps) {
+        if (visit(d.index())) return true;
+      }
+    }
+    return false;
+  }
+
+ private:
+  static constexpr std::size_t kNone = static_cast<std::size_t>(-1);
+  const Plan& plan_;
+  std::vector<std::size_t> position_;
+  std::vector<std::size_t> lane_index_;
+  std::vector<std::size_t> lane_pred_;
+  std::vector<std::uint32_t> stamp_;
+  std::vector<std::size_t> stack_;
+  std::uint32_t epoch_ = 0;
+  std::int64_t budget_ = 50'000'000;
+};
+
 // Every tensor is allocated at most once (initially or by one op) and freed at most once, by an
-// op that comes after its allocation in the checked order.
+// op that its allocating op happens before (through lane order and deps).
 Status check_memory_effects(const Plan& plan, const std::vector<OpId>& order) {
   constexpr std::size_t kNone = static_cast<std::size_t>(-1);
   constexpr std::size_t kInitial = static_cast<std::size_t>(-2);
-  std::vector<std::size_t> position(plan.ops.size());
-  for (std::size_t p = 0; p < order.size(); ++p) position[order[p].index()] = p;
+  Reachability reach(plan, order);
   std::vector<std::size_t> alloc_by(plan.tensors.size(), kNone);
   std::vector<std::size_t> free_by(plan.tensors.size(), kNone);
   auto alloc_label = [&](std::size_t who) {
@@ -403,9 +471,10 @@ Status check_memory_effects(const Plan& plan, const std::vector<OpId>& order) {
         return fail(ErrorCode::kInvalidInput, "{}: double free of tensor '{}', already freed by {}",
                     op_label(plan, i), name, op_label(plan, free_by[t.index()]));
       }
-      if (a != kInitial && position[i] < position[a]) {
+      if (a != kInitial && !reach.happens_before(a, i)) {
         return fail(ErrorCode::kInvalidInput,
-                    "{}: frees tensor '{}' before {} allocates it (no dependency orders them)",
+                    "{}: frees tensor '{}' but is not ordered after {}, which allocates it (add a "
+                    "dependency)",
                     op_label(plan, i), name, op_label(plan, a));
       }
       free_by[t.index()] = i;

@@ -1,0 +1,107 @@
+// Plan JSON: round trip, and errors that name the source and the JSON path.
+#include "sim/plan/plan_json.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+namespace offsim::sim {
+namespace {
+
+using ::testing::HasSubstr;
+
+Plan rich_plan() {
+  PlanBuilder b;
+  const LaneId compute = b.lane("rank0.compute");
+  const LaneId comm = b.lane("rank0.comm");
+  const ResourceId sm = b.resource("rank0.sm", 1.0);
+  const ResourceId nvl = b.resource("rank0.nvlink.tx", 450e9);
+  const PoolId hbm = b.pool("rank0.hbm", 80LL << 30);
+  const TensorId w = b.tensor("w", hbm, 1 << 20, "params");
+  const TensorId a = b.tensor("a", hbm, 4096, "activations");
+  b.initial(w);
+  b.metadata("model", "tiny");
+  Op gemm{.name = "fwd.l0.qkv", .lane = compute, .kind = OpKind::kGemm, .category = "compute"};
+  gemm.layer = 0;
+  gemm.sizes.flops = 2.0 * 8 * 16 * 32;
+  gemm.sizes.gemm = {.m = 8, .n = 16, .k = 32, .batch = 1, .dtype = DType::kBf16};
+  gemm.cost = {.work = gemm.sizes.flops, .max_rate = 7e14, .uses = {{sm, 1.0 / 7e14}}};
+  gemm.cost.latency = Duration{4000};
+  gemm.allocs = {a};
+  b.op(gemm);
+  Op ar{.name = "ar", .lane = comm, .kind = OpKind::kCollective, .category = "comm"};
+  ar.sizes.bytes = 4096;
+  ar.sizes.collective = {.kind = CollectiveKind::kAllReduce, .group = {0, 1, 2, 3}};
+  ar.cost = {.work = 4096, .uses = {{nvl, 1.5}}, .multiplicity = 4};
+  ar.deps = {OpId{0}};
+  ar.frees = {a};
+  b.op(ar);
+  Op copy{.name = "h2d", .lane = comm, .kind = OpKind::kCopy};
+  copy.sizes.copy_direction = CopyDirection::kH2D;
+  copy.sizes.bytes = 10;
+  copy.cost = {.work = 10, .uses = {{nvl, 1.0}}};
+  b.op(copy);
+  return std::move(b).build();
+}
+
+TEST(PlanJson, RoundTripIsExact) {
+  const Plan plan = rich_plan();
+  const std::string text = plan_to_json(plan).dump();
+  auto back = plan_from_json_text(text, "mem.json");
+  ASSERT_TRUE(back) << back.error().message;
+  EXPECT_EQ(*back, plan);
+  EXPECT_EQ(plan_to_json(*back).dump(), text);
+}
+
+std::string error_for(const std::function<void(nlohmann::json&)>& edit) {
+  nlohmann::json j = plan_to_json(rich_plan());
+  edit(j);
+  auto r = plan_from_json(j, "bad.json");
+  return r ? std::string("(accepted)") : r.error().message;
+}
+
+TEST(PlanJson, ErrorsNameSourceAndPath) {
+  EXPECT_EQ(error_for([](auto& j) { j["ops"][1]["lane"] = "rank9.comm"; }),
+            "bad.json: $.ops[1].lane: unknown lane 'rank9.comm'");
+  EXPECT_EQ(error_for([](auto& j) { j["ops"][0]["cost"]["work"] = "many"; }),
+            "bad.json: $.ops[0].cost.work: expected a number, got string");
+  EXPECT_THAT(error_for([](auto& j) { j["ops"][0]["kind"] = "matmul"; }),
+              HasSubstr("$.ops[0].kind: unknown op kind 'matmul'"));
+  EXPECT_THAT(error_for([](auto& j) { j["ops"][0]["colour"] = 1; }),
+              HasSubstr("$.ops[0]: unknown key 'colour'"));
+  EXPECT_THAT(error_for([](auto& j) { j["tensors"][0]["pool"] = "nowhere"; }),
+              HasSubstr("$.tensors[0].pool: unknown pool 'nowhere'"));
+  EXPECT_THAT(error_for([](auto& j) { j["ops"][1]["cost"]["uses"][0][0] = "x"; }),
+              HasSubstr("$.ops[1].cost.uses[0]: unknown resource 'x'"));
+  EXPECT_THAT(error_for([](auto& j) { j["format_version"] = 99; }),
+              HasSubstr("$.format_version: this offsim reads version 1, got 99"));
+  EXPECT_THAT(error_for([](auto& j) { j["ops"][1]["deps"] = {-1}; }),
+              HasSubstr("$.ops[1].deps[0]: id -1 is out of range"));
+  EXPECT_THAT(error_for([](auto& j) { j.erase("ops"); }), HasSubstr("$: missing key 'ops'"));
+  EXPECT_THAT(error_for([](auto& j) { j["ops"][1]["sizes"]["collective"]["kind"] = "gossip"; }),
+              HasSubstr("unknown collective 'gossip'"));
+}
+
+TEST(PlanJson, ValidationErrorsCarryTheSource) {
+  // Structurally fine JSON, semantically a double free.
+  EXPECT_THAT(error_for([](auto& j) { j["ops"][2]["frees"] = {1}; }),
+              HasSubstr("bad.json: ops[2] 'h2d': double free of tensor 'a'"));
+}
+
+TEST(PlanJson, SyntaxErrorsAndHostileNesting) {
+  auto r = plan_from_json_text("{\"format\": ", "cut.json");
+  ASSERT_FALSE(r);
+  EXPECT_THAT(r.error().message, HasSubstr("cut.json: not valid JSON"));
+  const std::string deep(100000, '[');
+  auto d = plan_from_json_text(deep, "deep.json");
+  ASSERT_FALSE(d);
+  EXPECT_THAT(d.error().message, HasSubstr("nested deeper than 256 levels"));
+}
+
+TEST(PlanJson, MissingFileIsNotFound) {
+  auto r = read_plan_file("/nonexistent/plan.json");
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, ErrorCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace offsim::sim
