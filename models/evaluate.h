@@ -1,0 +1,38 @@
+// evaluate: builds a scenario's step (step_builder.h), simulates it with the sim/ engine and
+// turns the Timeline into a Report (target offsim_models_eval, which links the engine).
+//
+//   models::EvalOptions options{.keep_timeline = true};
+//   OFFSIM_ASSIGN_OR_RETURN(models::Evaluation e, models::evaluate(scenario, options));
+//   fmt::print("{:.3f} s, MFU {:.1f}%\n", e.report.step_time_s, 100 * e.report.mfu);
+//   if (e.timeline) write_chrome_trace(*e.timeline, "step.json");
+#pragma once
+
+#include <optional>
+
+#include "models/report.h"
+#include "models/scenario.h"
+#include "models/step_builder.h"
+#include "sim/core/result.h"
+#include "sim/plan/plan.h"
+#include "sim/trace/timeline.h"
+
+namespace offsim::models {
+
+struct EvalOptions {
+  bool keep_timeline = false;  // return the predicted Timeline (spans and memory samples)
+  bool keep_plan = false;      // return the Plan
+  BuildOptions build;
+};
+
+struct Evaluation {
+  Report report;
+  std::optional<sim::Timeline> timeline;
+  std::optional<sim::Plan> plan;
+};
+
+sim::Result<Evaluation> evaluate(const Scenario& scenario, const EvalOptions& options = {});
+
+// The report of a simulated step (exposed for tests and for the replay's measured timelines).
+Report make_report(const Scenario& scenario, const BuiltStep& step, const sim::Timeline& timeline);
+
+}  // namespace offsim::models

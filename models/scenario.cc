@@ -1,0 +1,362 @@
+#include "models/scenario.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+namespace offsim::models {
+
+namespace {
+
+template <class Enum, std::size_t N>
+std::optional<Enum> parse_enum(std::string_view s, const Enum (&values)[N]) {
+  for (Enum v : values) {
+    if (s == to_string(v)) return v;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+const char* to_string(ModelArch::Activation v) {
+  switch (v) {
+    case ModelArch::Activation::kGelu:
+      return "gelu";
+    case ModelArch::Activation::kSwiGlu:
+      return "swiglu";
+  }
+  return "?";
+}
+const char* to_string(ModelArch::Norm v) {
+  switch (v) {
+    case ModelArch::Norm::kLayerNorm:
+      return "layernorm";
+    case ModelArch::Norm::kRmsNorm:
+      return "rmsnorm";
+  }
+  return "?";
+}
+const char* to_string(ModelArch::AttentionImpl v) {
+  switch (v) {
+    case ModelArch::AttentionImpl::kFlash:
+      return "flash";
+    case ModelArch::AttentionImpl::kClassic:
+      return "classic";
+  }
+  return "?";
+}
+const char* to_string(ParallelConfig::PipelineSchedule v) {
+  switch (v) {
+    case ParallelConfig::PipelineSchedule::k1F1B:
+      return "1f1b";
+    case ParallelConfig::PipelineSchedule::kInterleaved1F1B:
+      return "interleaved_1f1b";
+  }
+  return "?";
+}
+const char* to_string(RecomputeConfig::Mode v) {
+  switch (v) {
+    case RecomputeConfig::Mode::kNone:
+      return "none";
+    case RecomputeConfig::Mode::kSelective:
+      return "selective";
+    case RecomputeConfig::Mode::kFull:
+      return "full";
+  }
+  return "?";
+}
+const char* to_string(TensorClass v) {
+  switch (v) {
+    case TensorClass::kParams:
+      return "params";
+    case TensorClass::kGrads:
+      return "grads";
+    case TensorClass::kOptimizerStates:
+      return "optimizer_states";
+    case TensorClass::kMasterWeights:
+      return "master_weights";
+    case TensorClass::kActivations:
+      return "activations";
+    case TensorClass::kNamedActivation:
+      return "named_activation";
+  }
+  return "?";
+}
+const char* to_string(Placement v) {
+  switch (v) {
+    case Placement::kHbm:
+      return "hbm";
+    case Placement::kHost:
+      return "host";
+  }
+  return "?";
+}
+
+std::optional<ModelArch::Activation> activation_from_string(std::string_view s) {
+  static constexpr ModelArch::Activation kAll[] = {ModelArch::Activation::kGelu,
+                                                   ModelArch::Activation::kSwiGlu};
+  return parse_enum(s, kAll);
+}
+std::optional<ModelArch::Norm> norm_from_string(std::string_view s) {
+  static constexpr ModelArch::Norm kAll[] = {ModelArch::Norm::kLayerNorm,
+                                             ModelArch::Norm::kRmsNorm};
+  return parse_enum(s, kAll);
+}
+std::optional<ModelArch::AttentionImpl> attention_impl_from_string(std::string_view s) {
+  static constexpr ModelArch::AttentionImpl kAll[] = {ModelArch::AttentionImpl::kFlash,
+                                                      ModelArch::AttentionImpl::kClassic};
+  return parse_enum(s, kAll);
+}
+std::optional<ParallelConfig::PipelineSchedule> pipeline_schedule_from_string(std::string_view s) {
+  static constexpr ParallelConfig::PipelineSchedule kAll[] = {
+      ParallelConfig::PipelineSchedule::k1F1B, ParallelConfig::PipelineSchedule::kInterleaved1F1B};
+  return parse_enum(s, kAll);
+}
+std::optional<RecomputeConfig::Mode> recompute_mode_from_string(std::string_view s) {
+  static constexpr RecomputeConfig::Mode kAll[] = {RecomputeConfig::Mode::kNone,
+                                                   RecomputeConfig::Mode::kSelective,
+                                                   RecomputeConfig::Mode::kFull};
+  return parse_enum(s, kAll);
+}
+std::optional<TensorClass> tensor_class_from_string(std::string_view s) {
+  static constexpr TensorClass kAll[] = {
+      TensorClass::kParams,        TensorClass::kGrads,       TensorClass::kOptimizerStates,
+      TensorClass::kMasterWeights, TensorClass::kActivations, TensorClass::kNamedActivation};
+  return parse_enum(s, kAll);
+}
+std::optional<Placement> placement_from_string(std::string_view s) {
+  static constexpr Placement kAll[] = {Placement::kHbm, Placement::kHost};
+  return parse_enum(s, kAll);
+}
+
+const std::vector<std::string>& activation_names() {
+  static const std::vector<std::string> kNames = {"decoder_layer_input",
+                                                  "query_proj",
+                                                  "key_proj",
+                                                  "value_proj",
+                                                  "context",
+                                                  "out_proj",
+                                                  "mlpwi",
+                                                  "mlpwo"};
+  return kNames;
+}
+
+bool LayerSelection::contains(int layer, std::int64_t num_layers) const {
+  switch (kind) {
+    case Kind::kAll:
+      return true;
+    case Kind::kList:
+      return std::find(list.begin(), list.end(), layer) != list.end();
+    case Kind::kFraction:
+      return layer <
+             static_cast<std::int64_t>(std::llround(fraction * static_cast<double>(num_layers)));
+    case Kind::kFirst:
+      return layer < count;
+  }
+  return false;
+}
+
+RecomputeConfig::Mode recompute_mode(const RecomputeConfig& r, int layer) {
+  auto it = r.per_layer.find(layer);
+  return it == r.per_layer.end() ? r.mode : it->second;
+}
+
+std::int64_t grad_accum_steps(const TrainingConfig& t, const ParallelConfig& p) {
+  const std::int64_t per_step = t.micro_batch * p.dp;
+  return per_step > 0 ? t.global_batch / per_step : 0;
+}
+
+namespace {
+
+sim::Unexpected invalid(std::string message) {
+  return sim::fail(sim::ErrorCode::kInvalidInput, "{}", message);
+}
+
+sim::Status check_selection(const LayerSelection& sel, std::int64_t layers,
+                            const std::string& path) {
+  switch (sel.kind) {
+    case LayerSelection::Kind::kAll:
+      break;
+    case LayerSelection::Kind::kList:
+      for (int l : sel.list) {
+        if (l < 0 || l >= layers) {
+          return invalid(fmt::format("{}.layers: layer {} is outside 0..{} (model.layers {})", path,
+                                     l, layers - 1, layers));
+        }
+      }
+      break;
+    case LayerSelection::Kind::kFraction:
+      if (!(sel.fraction >= 0.0 && sel.fraction <= 1.0)) {
+        return invalid(fmt::format("{}.layers: fraction {} is not in [0, 1]", path, sel.fraction));
+      }
+      break;
+    case LayerSelection::Kind::kFirst:
+      if (sel.count < 0 || sel.count > layers) {
+        return invalid(fmt::format("{}.layers: first {} layers is not in 0..model.layers {}", path,
+                                   sel.count, layers));
+      }
+      break;
+  }
+  return sim::ok();
+}
+
+}  // namespace
+
+sim::Status check_scenario(const Scenario& s) {
+  const ModelArch& m = s.model;
+  const auto positive = [](std::int64_t v, const char* path) -> sim::Status {
+    if (v <= 0) return invalid(fmt::format("{}: {} must be positive", path, v));
+    return sim::ok();
+  };
+  OFFSIM_RETURN_IF_ERROR(positive(m.vocab_size, "model.vocab_size"));
+  OFFSIM_RETURN_IF_ERROR(positive(m.hidden, "model.hidden"));
+  OFFSIM_RETURN_IF_ERROR(positive(m.layers, "model.layers"));
+  OFFSIM_RETURN_IF_ERROR(positive(m.heads, "model.heads"));
+  OFFSIM_RETURN_IF_ERROR(positive(m.kv_heads, "model.kv_heads"));
+  OFFSIM_RETURN_IF_ERROR(positive(m.head_dim, "model.head_dim"));
+  OFFSIM_RETURN_IF_ERROR(positive(m.ffn_hidden, "model.ffn_hidden"));
+  if (m.heads % m.kv_heads != 0) {
+    return invalid(
+        fmt::format("model.kv_heads: {} does not divide model.heads {}", m.kv_heads, m.heads));
+  }
+  if (m.max_positions < 0) {
+    return invalid(fmt::format("model.max_positions: {} must be >= 0", m.max_positions));
+  }
+
+  const TrainingConfig& t = s.training;
+  OFFSIM_RETURN_IF_ERROR(positive(t.global_batch, "training.global_batch"));
+  OFFSIM_RETURN_IF_ERROR(positive(t.micro_batch, "training.micro_batch"));
+  OFFSIM_RETURN_IF_ERROR(positive(t.seq_len, "training.seq_len"));
+  if (m.max_positions > 0 && t.seq_len > m.max_positions) {
+    return invalid(fmt::format("training.seq_len: {} exceeds model.max_positions {}", t.seq_len,
+                               m.max_positions));
+  }
+
+  const ParallelConfig& p = s.parallelism;
+  OFFSIM_RETURN_IF_ERROR(positive(p.dp, "parallelism.dp"));
+  OFFSIM_RETURN_IF_ERROR(positive(p.tp, "parallelism.tp"));
+  OFFSIM_RETURN_IF_ERROR(positive(p.pp, "parallelism.pp"));
+  OFFSIM_RETURN_IF_ERROR(positive(p.virtual_stages, "parallelism.virtual_stages"));
+  if (m.heads % p.tp != 0) {
+    return invalid(fmt::format("parallelism.tp: {} does not divide model.heads {}", p.tp, m.heads));
+  }
+  if (m.kv_heads % p.tp != 0) {
+    return invalid(
+        fmt::format("parallelism.tp: {} does not divide model.kv_heads {}", p.tp, m.kv_heads));
+  }
+  if (m.ffn_hidden % p.tp != 0) {
+    return invalid(
+        fmt::format("parallelism.tp: {} does not divide model.ffn_hidden {}", p.tp, m.ffn_hidden));
+  }
+  if (p.sequence_parallel && t.seq_len % p.tp != 0) {
+    return invalid(fmt::format(
+        "parallelism.sequence_parallel: training.seq_len {} is not divisible by parallelism.tp {}",
+        t.seq_len, p.tp));
+  }
+  if (p.zero_stage < 0 || p.zero_stage > 3) {
+    return invalid(
+        fmt::format("parallelism.zero_stage: {} is not one of 0, 1, 2, 3", p.zero_stage));
+  }
+  if (p.fsdp && p.zero_stage != 0 && p.zero_stage != 3) {
+    return invalid(fmt::format(
+        "parallelism.fsdp: true shards like ZeRO-3 and contradicts parallelism.zero_stage {}",
+        p.zero_stage));
+  }
+  const std::int64_t chunks = static_cast<std::int64_t>(p.pp) * p.virtual_stages;
+  if (m.layers % chunks != 0) {
+    return invalid(
+        fmt::format("parallelism.pp: model.layers {} is not divisible by parallelism.pp × "
+                    "parallelism.virtual_stages = {}",
+                    m.layers, chunks));
+  }
+  const bool interleaved = p.schedule == ParallelConfig::PipelineSchedule::kInterleaved1F1B;
+  if (p.virtual_stages > 1 && !interleaved) {
+    return invalid(
+        fmt::format("parallelism.virtual_stages: {} needs parallelism.schedule interleaved_1f1b",
+                    p.virtual_stages));
+  }
+  const std::int64_t per_step = t.micro_batch * p.dp;
+  if (t.global_batch % per_step != 0) {
+    return invalid(fmt::format(
+        "training.global_batch: {} is not divisible by training.micro_batch × parallelism.dp = {}",
+        t.global_batch, per_step));
+  }
+  const std::int64_t micro_batches = t.global_batch / per_step;
+  if (interleaved && p.pp > 1 && micro_batches % p.pp != 0) {
+    return invalid(fmt::format(
+        "parallelism.schedule: interleaved 1F1B needs the micro-batches per step ({}) to be a "
+        "multiple of parallelism.pp {}",
+        micro_batches, p.pp));
+  }
+
+  const RecomputeConfig& r = s.recompute;
+  for (const auto& [layer, mode] : r.per_layer) {
+    if (layer < 0 || layer >= m.layers) {
+      return invalid(
+          fmt::format("recompute.per_layer: layer {} is outside 0..{}", layer, m.layers - 1));
+    }
+  }
+
+  bool optimizer_on_host = false;
+  for (std::size_t i = 0; i < s.offload.rules.size(); ++i) {
+    const OffloadRule& rule = s.offload.rules[i];
+    const std::string path = fmt::format("offload.rules[{}]", i);
+    OFFSIM_RETURN_IF_ERROR(check_selection(rule.layers, m.layers, path));
+    if (rule.cls == TensorClass::kNamedActivation) {
+      const auto& names = activation_names();
+      if (std::find(names.begin(), names.end(), rule.name) == names.end()) {
+        return invalid(
+            fmt::format("{}.name: '{}' is not one of {}", path, rule.name, fmt::join(names, ", ")));
+      }
+    } else if (!rule.name.empty()) {
+      return invalid(fmt::format("{}.name: '{}' is only allowed with class named_activation", path,
+                                 rule.name));
+    }
+    if (rule.prefetch_layers < 0) {
+      return invalid(
+          fmt::format("{}.prefetch_layers: {} must be >= 0", path, rule.prefetch_layers));
+    }
+    if (rule.chunk_bytes < 0) {
+      return invalid(fmt::format("{}.chunk_bytes: {} must be >= 0", path, rule.chunk_bytes));
+    }
+    if (rule.cls == TensorClass::kOptimizerStates && rule.where == Placement::kHost) {
+      optimizer_on_host = true;
+    }
+  }
+  if (s.offload.optimizer_on_cpu && !optimizer_on_host) {
+    return invalid("offload.optimizer_on_cpu: true needs a rule placing optimizer_states on host");
+  }
+
+  const HardwareConfig& h = s.hardware;
+  if (h.nodes < 1) return invalid(fmt::format("hardware.nodes: {} must be >= 1", h.nodes));
+  if (h.gpus < 0) return invalid(fmt::format("hardware.gpus: {} must be >= 0", h.gpus));
+  const std::int64_t used = static_cast<std::int64_t>(p.dp) * p.tp * p.pp;
+  if (h.gpus > 0 && used != h.gpus) {
+    return invalid(
+        fmt::format("parallelism: dp × tp × pp = {} × {} × {} = {} does not equal hardware.gpus {}",
+                    p.dp, p.tp, p.pp, used, h.gpus));
+  }
+  return sim::ok();
+}
+
+sim::Status check_scenario(const Scenario& s, int gpus_per_node) {
+  OFFSIM_RETURN_IF_ERROR(check_scenario(s));
+  const ParallelConfig& p = s.parallelism;
+  const std::int64_t used = static_cast<std::int64_t>(p.dp) * p.tp * p.pp;
+  const std::int64_t available = static_cast<std::int64_t>(s.hardware.nodes) * gpus_per_node;
+  if (s.hardware.gpus > available) {
+    return invalid(
+        fmt::format("hardware.gpus: {} is more than the {} GPUs of hardware.nodes {} × {} per node",
+                    s.hardware.gpus, available, s.hardware.nodes, gpus_per_node));
+  }
+  if (s.hardware.gpus == 0 && used != available) {
+    return invalid(fmt::format(
+        "parallelism: dp × tp × pp = {} does not equal the {} GPUs of hardware.nodes {} × {} "
+        "per node (set hardware.gpus to use fewer)",
+        used, available, s.hardware.nodes, gpus_per_node));
+  }
+  return sim::ok();
+}
+
+}  // namespace offsim::models

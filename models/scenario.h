@@ -1,0 +1,208 @@
+// Scenario: the plain description of one training setup — model architecture, hardware, training
+// configuration, parallel layout, recompute choice and offload policy — plus its checks, the
+// model catalogue, Hugging Face config import and the named offload presets.
+//
+//   OFFSIM_ASSIGN_OR_RETURN(models::ModelArch arch, models::find_model("llama3-70b"));
+//   models::Scenario s{.name = "70b", .model = arch};
+//   s.hardware.system = "dgx-h100";
+//   s.training = {.global_batch = 64, .micro_batch = 1, .seq_len = 4096};
+//   s.parallelism = {.dp = 1, .tp = 8};
+//   OFFSIM_ASSIGN_OR_RETURN(s.offload, models::offload_preset("megatron_activation_offload", {}));
+//   OFFSIM_RETURN_IF_ERROR(models::check_scenario(s));
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sim/core/result.h"
+#include "sim/plan/plan.h"
+
+namespace offsim::models {
+
+// A dense decoder-only transformer.
+struct ModelArch {
+  enum class Activation { kGelu, kSwiGlu };
+  enum class Norm { kLayerNorm, kRmsNorm };
+  enum class AttentionImpl { kFlash, kClassic };
+
+  std::string name;
+  std::int64_t vocab_size = 0;
+  std::int64_t hidden = 0;
+  std::int64_t layers = 0;
+  std::int64_t heads = 0;
+  std::int64_t kv_heads = 0;  // == heads for multi-head attention, fewer for GQA
+  std::int64_t head_dim = 0;  // usually hidden / heads
+  std::int64_t ffn_hidden = 0;
+  Activation activation = Activation::kGelu;
+  Norm norm = Norm::kLayerNorm;
+  bool tied_embeddings = false;
+  AttentionImpl attention = AttentionImpl::kFlash;
+  // GPT-2/3 style details (Megatron GPT): biases on every linear layer, learned absolute
+  // position embeddings of `max_positions` rows, dropout after attention and MLP (its masks are
+  // saved activations, one byte per element, as in Korthikanti et al. 2022).
+  bool linear_bias = false;
+  std::int64_t max_positions = 0;  // 0: rotary / no learned position table
+  bool dropout = false;
+};
+
+struct TrainingConfig {
+  enum class Optimizer { kAdamW };
+
+  std::int64_t global_batch = 0;  // sequences per optimizer step, over all data-parallel ranks
+  std::int64_t micro_batch = 1;   // sequences per forward/backward pass on one rank
+  std::int64_t seq_len = 0;
+  sim::DType compute_dtype = sim::DType::kBf16;  // GEMM precision; kFp8 = fp8 GEMMs, bf16 rest
+  bool fp32_master_weights = true;
+  Optimizer optimizer = Optimizer::kAdamW;
+};
+
+struct ParallelConfig {
+  enum class PipelineSchedule { k1F1B, kInterleaved1F1B };
+
+  int dp = 1;
+  int tp = 1;
+  int pp = 1;
+  bool sequence_parallel = false;
+  int zero_stage = 0;  // 0..3 (DeepSpeed ZeRO / Megatron distributed optimizer = 1)
+  // pjit/FSDP-style sharding over the data-parallel axis: parameters, gradients and optimizer
+  // state sharded like ZeRO-3, parameters all-gathered per layer before forward and backward.
+  bool fsdp = false;
+  PipelineSchedule schedule = PipelineSchedule::k1F1B;
+  int virtual_stages = 1;  // model chunks per pipeline stage (interleaved 1F1B)
+};
+
+struct RecomputeConfig {
+  enum class Mode { kNone, kSelective, kFull };
+
+  Mode mode = Mode::kNone;
+  std::map<int, Mode> per_layer;  // layer index -> mode, overrides `mode` for that layer
+};
+
+// Which layers a rule applies to.
+struct LayerSelection {
+  enum class Kind { kAll, kList, kFraction, kFirst };
+
+  Kind kind = Kind::kAll;
+  std::vector<int> list;   // kList: layer indices
+  double fraction = 1.0;   // kFraction: the first round(fraction * layers) layers
+  std::int64_t count = 0;  // kFirst: the first `count` layers (Megatron/TE num_layers)
+
+  bool contains(int layer, std::int64_t num_layers) const;
+};
+
+enum class TensorClass {
+  kParams,
+  kGrads,
+  kOptimizerStates,  // AdamW moments (and master weights, unless a kMasterWeights rule says else)
+  kMasterWeights,
+  kActivations,      // every activation saved for backward
+  kNamedActivation,  // one named activation (MaxText checkpoint names), see OffloadRule::name
+};
+
+enum class Placement { kHbm, kHost };
+
+struct OffloadRule {
+  TensorClass cls = TensorClass::kActivations;
+  // For kNamedActivation: decoder_layer_input, query_proj, key_proj, value_proj, context,
+  // out_proj, mlpwi, mlpwo. A named activation with a rule is saved for backward (on HBM or on
+  // host) even under full recompute, as JAX's save_and_offload_only_these_names does.
+  std::string name;
+  LayerSelection layers;
+  Placement where = Placement::kHost;
+  int prefetch_layers = 1;       // H2D this many layers ahead of use
+  std::int64_t chunk_bytes = 0;  // split copies into chunks of at most this size; 0 = whole
+};
+
+struct OffloadPolicy {
+  std::vector<OffloadRule> rules;
+  // The optimizer update of host-resident optimizer state runs on the CPU (ZeRO-Offload):
+  // gradients go down, updated parameters come up.
+  bool optimizer_on_cpu = false;
+  std::string preset;  // the preset this policy came from, if any
+};
+
+struct HardwareConfig {
+  std::string system;  // a name of sim::platform's catalogue, e.g. "dgx-h100"
+  int nodes = 1;
+  int gpus = 0;              // 0 = every GPU of `nodes` nodes
+  std::string profile_path;  // a calibration profile JSON; empty = the system's default
+};
+
+struct Scenario {
+  std::string name;
+  ModelArch model;
+  HardwareConfig hardware;
+  TrainingConfig training;
+  ParallelConfig parallelism;
+  RecomputeConfig recompute;
+  OffloadPolicy offload;
+};
+
+const char* to_string(ModelArch::Activation v);
+const char* to_string(ModelArch::Norm v);
+const char* to_string(ModelArch::AttentionImpl v);
+const char* to_string(ParallelConfig::PipelineSchedule v);
+const char* to_string(RecomputeConfig::Mode v);
+const char* to_string(TensorClass v);
+const char* to_string(Placement v);
+std::optional<ModelArch::Activation> activation_from_string(std::string_view s);
+std::optional<ModelArch::Norm> norm_from_string(std::string_view s);
+std::optional<ModelArch::AttentionImpl> attention_impl_from_string(std::string_view s);
+std::optional<ParallelConfig::PipelineSchedule> pipeline_schedule_from_string(std::string_view s);
+std::optional<RecomputeConfig::Mode> recompute_mode_from_string(std::string_view s);
+std::optional<TensorClass> tensor_class_from_string(std::string_view s);
+std::optional<Placement> placement_from_string(std::string_view s);
+
+// The MaxText checkpoint names a kNamedActivation rule may use.
+const std::vector<std::string>& activation_names();
+
+// The recompute mode of one layer.
+RecomputeConfig::Mode recompute_mode(const RecomputeConfig& r, int layer);
+
+// global_batch / (micro_batch * dp): micro-batches each rank runs per step.
+std::int64_t grad_accum_steps(const TrainingConfig& t, const ParallelConfig& p);
+
+// Checks the scenario for impossible configurations without knowing the hardware; messages name
+// the key path ("parallelism.tp: 3 does not divide model.heads 64").
+sim::Status check_scenario(const Scenario& s);
+// Also checks the GPU count against a system of `gpus_per_node` GPUs.
+sim::Status check_scenario(const Scenario& s, int gpus_per_node);
+
+// --- Catalogue ----------------------------------------------------------------------------------
+
+struct CatalogueEntry {
+  std::string name;
+  std::string source;  // where the configuration comes from
+};
+std::vector<CatalogueEntry> list_models();
+sim::Result<ModelArch> find_model(std::string_view name);
+
+// Imports a Hugging Face config.json (Llama, Mistral, Qwen2 style). `source` names the input in
+// error messages.
+sim::Result<ModelArch> model_from_hf_config(const std::string& json_text,
+                                            const std::string& source);
+
+// Parameter count of the whole model (embeddings, layers, final norm, LM head unless tied).
+std::int64_t parameter_count(const ModelArch& m);
+
+// --- Offload presets ----------------------------------------------------------------------------
+
+struct PresetInfo {
+  std::string name;
+  std::string description;  // what the preset maps to in its framework and here
+};
+std::vector<PresetInfo> list_presets();
+
+struct PresetOptions {
+  std::int64_t num_layers = -1;  // Megatron/TE: layers whose activations are offloaded; -1 = all
+  double fraction = 1.0;         // optimizer offload: fraction of the optimizer state on host
+  int prefetch_layers = 1;
+  std::vector<std::string> names;  // save_and_offload_only_these_names: names to offload
+};
+sim::Result<OffloadPolicy> offload_preset(std::string_view name, const PresetOptions& options);
+
+}  // namespace offsim::models

@@ -1,0 +1,55 @@
+// build_step: lowers a Scenario to the Plan of one training step (target offsim_models).
+//
+// One representative rank is simulated per pipeline stage; its flows carry the multiplicity of
+// the identical ranks it stands for (data- and tensor-parallel peers), so the plan stays small.
+// Lanes: rank<r>.compute, .comm, .h2d, .d2h, .cpu. Op categories: compute, recompute, comm,
+// offload, optimizer, cpu_optimizer.
+//
+//   OFFSIM_ASSIGN_OR_RETURN(models::BuiltStep step, models::build_step(scenario, {}));
+//   fmt::print("{} ops, {:.1f} model TFLOP per step\n", step.plan.ops.size(),
+//              step.model_flops_per_step / 1e12);
+//   OFFSIM_ASSIGN_OR_RETURN(sim::SimResult r, sim::simulate(step.plan));
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "models/scenario.h"
+#include "sim/core/result.h"
+#include "sim/plan/plan.h"
+
+namespace offsim::models {
+
+struct BuildOptions {
+  // Micro-batches simulated per pipeline stage; 0 = all of them. Fewer is an approximation,
+  // only for quick looks; reports then scale nothing and say so in the metadata.
+  std::int64_t max_micro_batches = 0;
+};
+
+// One simulated (representative) rank.
+struct SimRankInfo {
+  int rank = 0;           // global rank of the representative
+  int stage = 0;          // pipeline stage
+  int multiplicity = 1;   // identical ranks it stands for
+  std::string hbm_pool;   // "rank0.hbm"
+  std::string host_pool;  // "host0.pinned"
+  std::string compute_lane;
+};
+
+struct BuiltStep {
+  sim::Plan plan;
+  std::vector<SimRankInfo> ranks;
+  int gpus = 0;
+  std::int64_t tokens_per_step = 0;      // global_batch * seq_len
+  double model_flops_per_step = 0.0;     // whole job, forward + backward, no recompute
+  double hardware_flops_per_step = 0.0;  // whole job, with recompute
+  double peak_flops_per_gpu = 0.0;       // dense peak of the compute dtype
+  std::int64_t hbm_capacity_bytes = 0;
+  std::int64_t host_capacity_bytes = 0;
+  std::vector<std::string> flags;
+};
+
+sim::Result<BuiltStep> build_step(const Scenario& scenario, const BuildOptions& options = {});
+
+}  // namespace offsim::models
