@@ -1,0 +1,48 @@
+# offsim — the commands a user needs. On a fresh Debian 12 machine:
+#   make run    install missing packages, build, run the default example (70B on 8×H100,
+#               with and without host offload) and print the comparison
+#   make test   same set-up, then the test suite (without GPU-labelled tests)
+#   make bench  engine, sweep and GUI benchmarks (Release)
+# PRESET selects the CMake preset (release by default; CI uses PRESET=ci).
+
+PRESET ?= release
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+BUILD := build/$(PRESET)
+OFFSIM := $(BUILD)/scenarios/offsim
+EXAMPLES := scenarios/examples
+
+.PHONY: all deps configure build run test bench asan tsan format clean
+
+all: build
+
+deps:
+	@scripts/install-deps.sh
+
+configure: deps
+	@cmake --preset $(PRESET) >/dev/null || cmake --preset $(PRESET)
+
+build: configure
+	cmake --build $(BUILD) -j $(JOBS)
+
+run: build
+	$(OFFSIM) run $(EXAMPLES)/llama70b-8xh100-no-offload.yaml $(EXAMPLES)/llama70b-8xh100-offload.yaml
+
+test: build
+	ctest --preset $(PRESET) -j $(JOBS)
+
+bench: deps
+	@cmake --preset release >/dev/null
+	cmake --build build/release -j $(JOBS)
+	scripts/run-benchmarks.sh build/release
+
+asan:
+	$(MAKE) test PRESET=asan
+
+tsan:
+	$(MAKE) test PRESET=tsan
+
+format:
+	git ls-files -- '*.h' '*.cc' '*.cu' '*.cuh' | xargs clang-format -i
+
+clean:
+	rm -rf build
