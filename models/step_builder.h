@@ -21,11 +21,8 @@
 
 namespace offsim::models {
 
-struct BuildOptions {
-  // Micro-batches simulated per pipeline stage; 0 = all of them. Fewer is an approximation,
-  // only for quick looks; reports then scale nothing and say so in the metadata.
-  std::int64_t max_micro_batches = 0;
-};
+// Options of the lowering; none yet beyond the scenario itself (kept for API stability).
+struct BuildOptions {};
 
 // One simulated (representative) rank.
 struct SimRankInfo {

@@ -1,0 +1,286 @@
+#include "models/formulas.h"
+
+namespace offsim::models {
+
+namespace {
+
+using Mode = RecomputeConfig::Mode;
+
+struct OpIo {
+  std::vector<Act> in;
+  std::vector<Act> out;
+  std::vector<Act> backward_needs;
+};
+
+const std::array<OpIo, kNumFwdOps>& op_io() {
+  static const std::array<OpIo, kNumFwdOps> kIo = {{
+      {{Act::kX}, {Act::kLn1Out}, {Act::kX}},
+      {{Act::kLn1Out}, {Act::kQ, Act::kK, Act::kV}, {Act::kLn1Out}},
+      {{Act::kQ, Act::kK, Act::kV},
+       {Act::kContext, Act::kCoreSaved},
+       {Act::kQ, Act::kK, Act::kV, Act::kCoreSaved}},
+      {{Act::kContext}, {Act::kOutProj}, {Act::kContext}},
+      {{Act::kX, Act::kOutProj}, {Act::kH1, Act::kDrop1}, {Act::kDrop1}},
+      {{Act::kH1}, {Act::kLn2Out}, {Act::kH1}},
+      {{Act::kLn2Out}, {Act::kMlpWi}, {Act::kLn2Out}},
+      {{Act::kMlpWi}, {Act::kActOut}, {Act::kMlpWi}},
+      {{Act::kActOut}, {Act::kMlpWo}, {Act::kActOut}},
+      {{Act::kH1, Act::kMlpWo}, {Act::kDrop2}, {Act::kDrop2}},
+  }};
+  return kIo;
+}
+
+int idx(Act a) { return static_cast<int>(a); }
+
+}  // namespace
+
+const char* to_string(Act a) {
+  switch (a) {
+    case Act::kX:
+      return "input";
+    case Act::kLn1Out:
+      return "ln1_out";
+    case Act::kQ:
+      return "q";
+    case Act::kK:
+      return "k";
+    case Act::kV:
+      return "v";
+    case Act::kCoreSaved:
+      return "attn_core";
+    case Act::kContext:
+      return "context";
+    case Act::kOutProj:
+      return "out_proj";
+    case Act::kDrop1:
+      return "dropout1_mask";
+    case Act::kH1:
+      return "residual1";
+    case Act::kLn2Out:
+      return "ln2_out";
+    case Act::kMlpWi:
+      return "mlpwi";
+    case Act::kActOut:
+      return "mlp_act";
+    case Act::kMlpWo:
+      return "mlpwo";
+    case Act::kDrop2:
+      return "dropout2_mask";
+  }
+  return "?";
+}
+
+const char* maxtext_name(Act a) {
+  switch (a) {
+    case Act::kX:
+      return "decoder_layer_input";
+    case Act::kQ:
+      return "query_proj";
+    case Act::kK:
+      return "key_proj";
+    case Act::kV:
+      return "value_proj";
+    case Act::kContext:
+      return "context";
+    case Act::kOutProj:
+      return "out_proj";
+    case Act::kMlpWi:
+      return "mlpwi";
+    case Act::kMlpWo:
+      return "mlpwo";
+    default:
+      return "";
+  }
+}
+
+LayerDims layer_dims(const ModelArch& m, const TrainingConfig& t, const ParallelConfig& p) {
+  LayerDims d;
+  d.b = t.micro_batch;
+  d.s = t.seq_len;
+  d.h = m.hidden;
+  d.d = m.head_dim;
+  d.t = p.tp;
+  d.a = m.heads / p.tp;
+  d.kvh = m.kv_heads / p.tp;
+  d.f = m.ffn_hidden / p.tp;
+  d.v = ceil_div(m.vocab_size, p.tp);
+  d.sp = p.sequence_parallel ? p.tp : 1;
+  d.e = t.compute_dtype == sim::DType::kFp32 ? 4 : 2;
+  d.gated = m.activation == ModelArch::Activation::kSwiGlu;
+  d.dropout = m.dropout;
+  d.flash = m.attention == ModelArch::AttentionImpl::kFlash;
+  d.bias = m.linear_bias;
+  d.layernorm = m.norm == ModelArch::Norm::kLayerNorm;
+  return d;
+}
+
+std::int64_t act_bytes(const LayerDims& d, Act a) {
+  const std::int64_t tok = d.tokens();
+  const std::int64_t residual = tok * d.h * d.e / d.sp;  // a replicated b·s·h tensor
+  switch (a) {
+    case Act::kX:
+    case Act::kLn1Out:
+    case Act::kOutProj:
+    case Act::kH1:
+    case Act::kLn2Out:
+    case Act::kMlpWo:
+      return residual;
+    case Act::kQ:
+    case Act::kContext:
+      return tok * d.q() * d.e;
+    case Act::kK:
+    case Act::kV:
+      return tok * d.kv() * d.e;
+    case Act::kCoreSaved: {
+      if (d.flash) return d.b * d.a * d.s * 4;  // fp32 logsumexp per query row
+      const std::int64_t scores = d.b * d.a * d.s * d.s;
+      // softmax output (e bytes); with dropout also its mask (1 byte) and output (e bytes)
+      return scores * d.e + (d.dropout ? scores * (1 + d.e) : 0);
+    }
+    case Act::kDrop1:
+    case Act::kDrop2:
+      return d.dropout ? tok * d.h / d.sp : 0;
+    case Act::kMlpWi:
+      return tok * d.f * d.e * (d.gated ? 2 : 1);
+    case Act::kActOut:
+      return tok * d.f * d.e;
+  }
+  return 0;
+}
+
+std::int64_t LayerActivations::saved_bytes(const LayerDims& d) const {
+  std::int64_t total = 0;
+  for (int i = 0; i < kNumActs; ++i) {
+    if (saved[i]) total += act_bytes(d, static_cast<Act>(i));
+  }
+  return total;
+}
+
+std::int64_t LayerActivations::recomputed_bytes(const LayerDims& d) const {
+  std::int64_t total = 0;
+  for (int op = 0; op < kNumFwdOps; ++op) {
+    if (!recompute[op]) continue;
+    for (Act a : op_io()[op].out) {
+      if (!saved[idx(a)]) total += act_bytes(d, a);
+    }
+  }
+  return total;
+}
+
+LayerActivations layer_activations(const LayerDims& d, Mode mode,
+                                   const std::set<std::string>& named_saved) {
+  LayerActivations r;
+  std::array<bool, kNumActs> needed{};
+  for (const OpIo& io : op_io()) {
+    for (Act a : io.backward_needs) needed[idx(a)] = true;
+  }
+  if (d.flash) needed[idx(Act::kContext)] = true;  // FlashAttention's backward reads O
+  if (!d.dropout) needed[idx(Act::kDrop1)] = needed[idx(Act::kDrop2)] = false;
+
+  switch (mode) {
+    case Mode::kNone:
+      r.saved = needed;
+      break;
+    case Mode::kSelective:
+      r.saved = needed;
+      r.saved[idx(Act::kCoreSaved)] = false;
+      break;
+    case Mode::kFull:
+      r.saved[idx(Act::kX)] = true;
+      break;
+  }
+  for (int i = 0; i < kNumActs; ++i) {
+    const std::string name = maxtext_name(static_cast<Act>(i));
+    if (!name.empty() && named_saved.count(name) != 0) r.saved[i] = true;
+  }
+  // Walk the forward ops backwards: an op is re-run when it produces a tensor that is needed
+  // and not saved; its own unsaved inputs then become needed too.
+  std::array<bool, kNumActs> missing{};
+  for (int i = 0; i < kNumActs; ++i) missing[i] = needed[i] && !r.saved[i];
+  for (int op = kNumFwdOps - 1; op >= 0; --op) {
+    bool produces = false;
+    for (Act a : op_io()[op].out) produces = produces || missing[idx(a)];
+    if (!produces) continue;
+    r.recompute[op] = true;
+    for (Act a : op_io()[op].in) {
+      if (!r.saved[idx(a)]) missing[idx(a)] = true;
+    }
+  }
+  return r;
+}
+
+double fwd_op_flops(const LayerDims& d, FwdOp op, bool causal_attention) {
+  const double tok = static_cast<double>(d.tokens());
+  const double h = static_cast<double>(d.h);
+  switch (op) {
+    case FwdOp::kQkv:
+      return 2.0 * tok * h * static_cast<double>(d.q() + 2 * d.kv());
+    case FwdOp::kCore: {
+      // QK^T and PV: 2 · (2·b·a·s·s·d); half of it under a causal mask.
+      const double full = 4.0 * static_cast<double>(d.b * d.a) * static_cast<double>(d.s) *
+                          static_cast<double>(d.s) * static_cast<double>(d.d);
+      return causal_attention ? full / 2.0 : full;
+    }
+    case FwdOp::kOutProj:
+      return 2.0 * tok * static_cast<double>(d.q()) * h;
+    case FwdOp::kMlpWi:
+      return 2.0 * tok * h * static_cast<double>(d.f) * (d.gated ? 2.0 : 1.0);
+    case FwdOp::kMlpWo:
+      return 2.0 * tok * static_cast<double>(d.f) * h;
+    default:
+      return 0.0;
+  }
+}
+
+double layer_forward_flops(const LayerDims& d, bool causal_attention) {
+  double total = 0.0;
+  for (int op = 0; op < kNumFwdOps; ++op) {
+    total += fwd_op_flops(d, static_cast<FwdOp>(op), causal_attention);
+  }
+  return total;
+}
+
+double lm_head_forward_flops(const LayerDims& d) {
+  return 2.0 * static_cast<double>(d.tokens()) * static_cast<double>(d.h) *
+         static_cast<double>(d.v);
+}
+
+std::int64_t layer_parameter_count(const ModelArch& m) {
+  ModelArch one = m;
+  one.layers = 1;
+  one.vocab_size = 0;
+  one.max_positions = 0;
+  one.tied_embeddings = true;
+  const std::int64_t final_norm = m.norm == ModelArch::Norm::kLayerNorm ? 2 * m.hidden : m.hidden;
+  return parameter_count(one) - final_norm;
+}
+
+std::int64_t layer_parameter_count_per_rank(const ModelArch& m, int tp) {
+  const std::int64_t h = m.hidden;
+  const std::int64_t q = m.heads / tp * m.head_dim;
+  const std::int64_t kv = m.kv_heads / tp * m.head_dim;
+  const std::int64_t f = m.ffn_hidden / tp;
+  const std::int64_t g = m.activation == ModelArch::Activation::kSwiGlu ? 2 : 1;
+  const std::int64_t norm = m.norm == ModelArch::Norm::kLayerNorm ? 2 * h : h;
+  std::int64_t n = h * (q + 2 * kv) + q * h + h * f * g + f * h + 2 * norm;
+  if (m.linear_bias) n += (q + 2 * kv) + h + f * g + h;
+  return n;
+}
+
+StaticMemory static_memory(std::int64_t params, const ParallelConfig& p, bool fp32_master,
+                           sim::DType compute_dtype) {
+  const std::int64_t pbytes = compute_dtype == sim::DType::kFp32 ? 4 : 2;
+  const bool shard_params = p.fsdp || p.zero_stage >= 3;
+  const bool shard_grads = p.fsdp || p.zero_stage >= 2;
+  const bool shard_opt = p.fsdp || p.zero_stage >= 1;
+  const std::int64_t dp = p.dp;
+  StaticMemory m;
+  m.params_bytes = pbytes * (shard_params ? ceil_div(params, dp) : params);
+  m.grads_bytes = pbytes * (shard_grads ? ceil_div(params, dp) : params);
+  const std::int64_t opt_params = shard_opt ? ceil_div(params, dp) : params;
+  m.master_bytes = fp32_master ? 4 * opt_params : 0;
+  m.optimizer_bytes = 8 * opt_params + m.master_bytes;
+  return m;
+}
+
+}  // namespace offsim::models

@@ -1,0 +1,122 @@
+// Closed-form sizes of one transformer layer on one rank: the dimensions after tensor/sequence
+// parallel sharding, FLOPs of the forward pass, the activations saved for backward under each
+// recompute mode (Korthikanti et al. 2022, generalised to GQA, SwiGLU and FlashAttention), which
+// forward ops a backward must re-run, and static memory (parameters, gradients, optimizer state)
+// per ZeRO stage. The step builder lowers exactly these sizes, so tests can check both.
+//
+//   models::LayerDims d = models::layer_dims(scenario);
+//   models::LayerActivations a = models::layer_activations(d, RecomputeConfig::Mode::kNone, {});
+//   std::int64_t saved = a.saved_bytes();   // = s·b·h·(34 + 5·a·s/h) for GPT, t = 1
+//   double flops = models::layer_forward_flops(d, /*causal_attention=*/false);
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "models/scenario.h"
+
+namespace offsim::models {
+
+// Per-rank layer dimensions for one micro-batch.
+struct LayerDims {
+  std::int64_t b = 0;    // micro-batch (sequences)
+  std::int64_t s = 0;    // sequence length
+  std::int64_t h = 0;    // hidden
+  std::int64_t d = 0;    // head dim
+  std::int64_t a = 0;    // query heads on this rank (heads / tp)
+  std::int64_t kvh = 0;  // key/value heads on this rank (kv_heads / tp)
+  std::int64_t f = 0;    // ffn hidden on this rank (ffn_hidden / tp)
+  std::int64_t v = 0;    // vocabulary rows on this rank (ceil(vocab / tp))
+  std::int64_t t = 1;    // tensor parallel size
+  std::int64_t sp = 1;   // divisor of the replicated (b·s·h) tensors: tp with SP, else 1
+  std::int64_t e = 2;    // bytes per activation element (bf16/fp16; fp8 GEMMs keep bf16 I/O)
+  bool gated = false;    // SwiGLU-style gated MLP (two input projections)
+  bool dropout = false;
+  bool flash = true;
+  bool bias = false;
+  bool layernorm = true;  // LayerNorm (else RMSNorm)
+  std::int64_t tokens() const { return b * s; }
+  std::int64_t q() const { return a * d; }     // query width on this rank
+  std::int64_t kv() const { return kvh * d; }  // key (= value) width on this rank
+};
+
+LayerDims layer_dims(const ModelArch& m, const TrainingConfig& t, const ParallelConfig& p);
+inline LayerDims layer_dims(const Scenario& s) {
+  return layer_dims(s.model, s.training, s.parallelism);
+}
+
+// The forward ops of a layer, in order.
+enum class FwdOp { kLn1, kQkv, kCore, kOutProj, kRes1, kLn2, kMlpWi, kAct, kMlpWo, kRes2 };
+inline constexpr int kNumFwdOps = 10;
+
+// The tensors a layer's forward produces that a backward (or a recompute) may need.
+enum class Act {
+  kX,          // layer input (decoder_layer_input)
+  kLn1Out,     // QKV GEMM input
+  kQ,          // query_proj
+  kK,          // key_proj
+  kV,          // value_proj
+  kCoreSaved,  // classic: softmax output (+ dropout mask and output); flash: logsumexp
+  kContext,    // attention output = out projection input (context)
+  kOutProj,    // out projection output (out_proj), needed only to skip its recompute
+  kDrop1,      // dropout mask after attention
+  kH1,         // residual stream after attention (LN2 input)
+  kLn2Out,     // MLP input
+  kMlpWi,      // MLP input projection output(s) (mlpwi)
+  kActOut,     // activation output = MLP output projection input
+  kMlpWo,      // MLP output projection output (mlpwo), needed only to skip its recompute
+  kDrop2,      // dropout mask after the MLP
+};
+inline constexpr int kNumActs = 15;
+
+const char* to_string(Act a);
+// The MaxText name of an activation, "" when it has none.
+const char* maxtext_name(Act a);
+
+std::int64_t act_bytes(const LayerDims& d, Act a);
+
+struct LayerActivations {
+  std::array<bool, kNumActs> saved{};        // kept from forward to backward
+  std::array<bool, kNumFwdOps> recompute{};  // forward ops re-run before the layer's backward
+  std::int64_t saved_bytes(const LayerDims& d) const;
+  std::int64_t recomputed_bytes(const LayerDims& d) const;  // tensors the recompute re-creates
+};
+
+// `named_saved`: MaxText names with a placement rule for this layer; they are saved whatever
+// the mode (JAX save/offload-these-names semantics).
+LayerActivations layer_activations(const LayerDims& d, RecomputeConfig::Mode mode,
+                                   const std::set<std::string>& named_saved);
+
+// Useful FLOPs of one forward op of a layer on this rank. Attention counts the full s×s
+// products unless `causal_attention` (the Megatron/PaLM MFU convention counts them in full).
+double fwd_op_flops(const LayerDims& d, FwdOp op, bool causal_attention);
+double layer_forward_flops(const LayerDims& d, bool causal_attention);
+// LM head forward FLOPs on this rank: 2·b·s·h·v.
+double lm_head_forward_flops(const LayerDims& d);
+
+// Parameters of one layer (whole, not sharded) and of the embedding / head parts.
+std::int64_t layer_parameter_count(const ModelArch& m);
+
+// Parameters of one layer held by one tensor-parallel rank: column/row-split weights and the
+// biases of column-parallel layers divided by tp; norms and row-parallel biases replicated.
+std::int64_t layer_parameter_count_per_rank(const ModelArch& m, int tp);
+
+// Bytes of parameters, gradients and optimizer state one rank holds for `params` parameters of
+// its (tensor-sharded) pipeline stage, under ZeRO stage / FSDP over `dp` ranks:
+//   params 2Ψ (ZeRO-3/FSDP: 2Ψ/dp), grads 2Ψ (ZeRO-2+: 2Ψ/dp),
+//   optimizer 12Ψ with fp32 master weights, 8Ψ without (ZeRO-1+: /dp); shards rounded up.
+struct StaticMemory {
+  std::int64_t params_bytes = 0;
+  std::int64_t grads_bytes = 0;
+  std::int64_t optimizer_bytes = 0;  // moments + master weights
+  std::int64_t master_bytes = 0;     // of which master weights
+};
+StaticMemory static_memory(std::int64_t params, const ParallelConfig& p, bool fp32_master,
+                           sim::DType compute_dtype);
+
+inline std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace offsim::models

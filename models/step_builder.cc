@@ -1,0 +1,1043 @@
+// Lowering of a Scenario to the Plan of one training step.
+//
+// Structure: one representative rank per pipeline stage (multiplicity dp·tp). Each rank runs its
+// pipeline schedule (1F1B or interleaved 1F1B) as a list of forward/backward tasks over
+// (micro-batch, model chunk); each task lowers its layers to ops. Pipeline p2p sends are
+// recorded and the receiving ops' dependencies patched in once every rank is emitted.
+#include "models/step_builder.h"
+
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <set>
+#include <tuple>
+
+#include <fmt/format.h>
+
+#include "models/cost_model.h"
+#include "models/formulas.h"
+#include "sim/platform/profile.h"
+#include "sim/platform/system.h"
+
+namespace offsim::models {
+
+namespace {
+
+using sim::LaneId;
+using sim::OpId;
+using sim::OpKind;
+using sim::PoolId;
+using sim::TensorId;
+using Mode = RecomputeConfig::Mode;
+
+constexpr std::int64_t kAdamBytesPerParam = 28;  // read p32, m, v, g16; write p32, m, v, p16
+constexpr double kAdamFlopsPerParam = 12.0;
+
+struct Task {
+  bool forward = true;
+  int mb = 0;
+  int chunk = 0;
+};
+
+// Megatron-LM's schedules (megatron/core/pipeline_parallel/schedules.py).
+std::vector<Task> pipeline_schedule(int stage, int pp, int v, int m, bool interleaved) {
+  std::vector<Task> tasks;
+  if (!interleaved || v == 1) {
+    const int warmup = std::min(pp - stage - 1, m);
+    int f = 0;
+    int b = 0;
+    for (; f < warmup; ++f) tasks.push_back({true, f, 0});
+    while (f < m) {
+      tasks.push_back({true, f++, 0});
+      tasks.push_back({false, b++, 0});
+    }
+    while (b < m) tasks.push_back({false, b++, 0});
+    return tasks;
+  }
+  const int total = m * v;
+  int warmup = (m == pp) ? total : std::min((pp - stage - 1) * 2 + (v - 1) * pp, total);
+  const auto fwd_task = [&](int k) {
+    const int group = pp * v;
+    return Task{true, (k / group) * pp + k % pp, (k % group) / pp};
+  };
+  const auto bwd_task = [&](int k) {
+    const int group = pp * v;
+    return Task{false, (k / group) * pp + k % pp, v - 1 - (k % group) / pp};
+  };
+  const int remaining = total - warmup;
+  for (int k = 0; k < warmup; ++k) tasks.push_back(fwd_task(k));
+  for (int i = 0; i < remaining; ++i) {
+    tasks.push_back(fwd_task(warmup + i));
+    tasks.push_back(bwd_task(i));
+  }
+  for (int i = remaining; i < total; ++i) tasks.push_back(bwd_task(i));
+  return tasks;
+}
+
+struct LayerPolicy {
+  LayerActivations acts;
+  std::array<bool, kNumActs> on_host{};
+  int prefetch = 1;
+  std::int64_t chunk_bytes = 0;
+  bool params_on_host = false;
+  bool grads_on_host = false;
+  bool opt_on_host = false;
+  bool master_on_host = false;
+  int param_prefetch = 1;
+};
+
+// Where a piece of parameters lives and how its optimizer runs.
+struct ParamGroup {
+  std::string name;         // "l3", "embed", "head"
+  int layer = -1;           // transformer layer or -1
+  std::int64_t params = 0;  // on this rank (tensor-sharded, before ZeRO)
+  StaticMemory mem;
+  bool params_on_host = false;
+  bool grads_on_host = false;
+  bool opt_on_host = false;
+  bool master_on_host = false;
+  TensorId params_t, grads_t, opt_t, master_t;
+};
+
+using SendKey = std::tuple<bool, int, int, int>;  // forward?, mb, destination stage, dest chunk
+
+class StepBuilder {
+ public:
+  StepBuilder(const Scenario& s, const CostModel& cm, sim::PlanBuilder& b, BuiltStep& out)
+      : s_(s), cm_(cm), b_(b), out_(out), d_(layer_dims(s)) {
+    const ParallelConfig& p = s.parallelism;
+    layers_per_chunk_ = static_cast<int>(s.model.layers / (p.pp * p.virtual_stages));
+    micro_batches_ = static_cast<int>(grad_accum_steps(s.training, p));
+    gdtype_ = s.training.compute_dtype;
+    adtype_ = gdtype_ == sim::DType::kFp8 ? sim::DType::kBf16 : gdtype_;
+    for (int l = 0; l < s.model.layers; ++l) policies_.push_back(layer_policy(l));
+  }
+
+  sim::Status build() {
+    const ParallelConfig& p = s_.parallelism;
+    for (int stage = 0; stage < p.pp; ++stage) {
+      OFFSIM_RETURN_IF_ERROR(build_rank(stage));
+    }
+    for (const auto& [op, key] : pending_recv_) {
+      auto it = sends_.find(key);
+      if (it == sends_.end()) {
+        return sim::fail(sim::ErrorCode::kInternal, "pipeline: no send for a receive (mb {})",
+                         std::get<1>(key));
+      }
+      b_.op_at(op).deps.push_back(it->second);
+    }
+    return sim::ok();
+  }
+
+ private:
+  struct Rank {
+    int rank = 0;
+    int stage = 0;
+    LaneId compute, comm, p2p, h2d, d2h, cpu;
+    PoolId hbm, host;
+    std::vector<int> tp_group, dp_group;
+    std::vector<ParamGroup> groups;
+    std::map<int, std::size_t> group_of_layer;
+    std::map<std::pair<int, int>, OpId> last_grad_op;  // (layer key, mb) -> op after its grads
+    std::map<int, OpId> reduce_op;                     // layer key -> DP reduction of last mb
+    // Per (mb, layer): the tensors kept between forward and backward.
+    struct Saved {
+      TensorId hbm;                      // saved on HBM
+      std::vector<TensorId> host;        // offloaded chunks on host
+      std::vector<std::int64_t> chunks;  // their sizes
+      std::vector<OpId> d2h;             // their copies
+    };
+    std::map<std::pair<int, int>, Saved> saved;
+    std::map<std::pair<int, int>, OpId> layer_first_bwd;  // (mb, layer) -> first backward op
+    std::map<std::pair<int, int>, OpId> layer_first_fwd;  // (mb, layer) -> first forward op
+    std::map<int, TensorId> head_saved;                   // mb -> logits + head input
+  };
+
+  // --- policy -------------------------------------------------------------------------------
+
+  LayerPolicy layer_policy(int layer) const {
+    LayerPolicy lp;
+    std::set<std::string> named;
+    std::array<bool, kNumActs> host{};
+    bool any_host_rule = false;
+    for (const OffloadRule& r : s_.offload.rules) {
+      if (!r.layers.contains(layer, s_.model.layers)) continue;
+      const bool to_host = r.where == Placement::kHost;
+      switch (r.cls) {
+        case TensorClass::kActivations:
+          host.fill(to_host);
+          break;
+        case TensorClass::kNamedActivation:
+          named.insert(r.name);
+          for (int a = 0; a < kNumActs; ++a) {
+            if (r.name == maxtext_name(static_cast<Act>(a))) host[a] = to_host;
+          }
+          break;
+        case TensorClass::kParams:
+          lp.params_on_host = to_host;
+          lp.param_prefetch = std::max(1, r.prefetch_layers);
+          break;
+        case TensorClass::kGrads:
+          lp.grads_on_host = to_host;
+          break;
+        case TensorClass::kOptimizerStates:
+          lp.opt_on_host = to_host;
+          break;
+        case TensorClass::kMasterWeights:
+          lp.master_on_host = to_host;
+          break;
+      }
+      if (to_host &&
+          (r.cls == TensorClass::kActivations || r.cls == TensorClass::kNamedActivation)) {
+        lp.prefetch = any_host_rule ? std::max(lp.prefetch, r.prefetch_layers) : r.prefetch_layers;
+        lp.chunk_bytes = r.chunk_bytes;
+        any_host_rule = true;
+      }
+    }
+    lp.acts = layer_activations(d_, recompute_mode(s_.recompute, layer), named);
+    for (int a = 0; a < kNumActs; ++a) lp.on_host[a] = lp.acts.saved[a] && host[a];
+    return lp;
+  }
+
+  // A non-layer parameter group (embedding, head) follows rules that select all layers.
+  void non_layer_policy(ParamGroup& g) const {
+    for (const OffloadRule& r : s_.offload.rules) {
+      if (r.layers.kind != LayerSelection::Kind::kAll) continue;
+      const bool to_host = r.where == Placement::kHost;
+      switch (r.cls) {
+        case TensorClass::kParams:
+          g.params_on_host = to_host;
+          break;
+        case TensorClass::kGrads:
+          g.grads_on_host = to_host;
+          break;
+        case TensorClass::kOptimizerStates:
+          g.opt_on_host = to_host;
+          break;
+        case TensorClass::kMasterWeights:
+          g.master_on_host = to_host;
+          break;
+        default:
+          break;
+      }
+    }
+  }
+
+  // --- helpers ------------------------------------------------------------------------------
+
+  OpId add(Rank& r, LaneId lane, std::string name, OpKind kind, const std::string& category,
+           int layer, sim::OpCost cost, sim::OpSizes sizes = {}, std::vector<OpId> deps = {}) {
+    sim::Op op;
+    op.name = std::move(name);
+    op.lane = lane;
+    op.kind = kind;
+    op.category = category;
+    op.layer = layer;
+    op.sizes = std::move(sizes);
+    op.cost = std::move(cost);
+    op.deps = std::move(deps);
+    (void)r;
+    return b_.op(std::move(op));
+  }
+
+  OpId gemm(Rank& r, const std::string& name, const std::string& cat, int layer, std::int64_t m,
+            std::int64_t n, std::int64_t k) {
+    sim::GemmShape shape{.m = m, .n = n, .k = k, .batch = 1, .dtype = gdtype_};
+    sim::OpSizes sz;
+    sz.gemm = shape;
+    sz.flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+    return add(r, r.compute, name, OpKind::kGemm, cat, layer, cm_.gemm(r.rank, shape), sz);
+  }
+
+  OpId elementwise(Rank& r, const std::string& name, const std::string& cat, int layer,
+                   std::int64_t bytes, double flops) {
+    sim::OpSizes sz;
+    sz.bytes = bytes;
+    sz.flops = flops;
+    return add(r, r.compute, name, OpKind::kElementwise, cat, layer,
+               cm_.memory_bound(r.rank, bytes, flops), sz);
+  }
+
+  OpId attention(Rank& r, const std::string& name, const std::string& cat, int layer,
+                 bool backward) {
+    sim::AttentionShape shape{.batch = d_.b,
+                              .heads = d_.a,
+                              .kv_heads = d_.kvh,
+                              .seq_q = d_.s,
+                              .seq_kv = d_.s,
+                              .head_dim = d_.d,
+                              .causal = true,
+                              .backward = backward,
+                              .dtype = adtype_};
+    sim::OpSizes sz;
+    sz.attention = shape;
+    sz.flops = CostModel::attention_flops(shape);
+    return add(r, r.compute, name, OpKind::kAttention, cat, layer,
+               cm_.attention(r.rank, shape, d_.flash), sz);
+  }
+
+  OpId collective(Rank& r, LaneId lane, const std::string& name, const std::string& cat, int layer,
+                  sim::CollectiveKind kind, const std::vector<int>& group, std::int64_t bytes,
+                  std::vector<OpId> deps = {}) {
+    sim::OpSizes sz;
+    sz.bytes = bytes;
+    sz.collective = {.kind = kind, .group = group};
+    return add(r, lane, name, OpKind::kCollective, cat, layer,
+               cm_.collective(r.rank, kind, group, bytes), sz, std::move(deps));
+  }
+
+  OpId copy(Rank& r, sim::CopyDirection dir, const std::string& name, const std::string& cat,
+            int layer, std::int64_t bytes, std::vector<OpId> deps) {
+    sim::OpSizes sz;
+    sz.bytes = bytes;
+    sz.copy_direction = dir;
+    const LaneId lane = dir == sim::CopyDirection::kH2D ? r.h2d : r.d2h;
+    return add(r, lane, name, OpKind::kCopy, cat, layer, cm_.copy(r.rank, dir, bytes, true), sz,
+               std::move(deps));
+  }
+
+  TensorId tensor(PoolId pool, const std::string& name, std::int64_t bytes,
+                  const std::string& cat) {
+    return b_.tensor(name, pool, bytes, cat);
+  }
+
+  // TP collective after a row-parallel GEMM (all-reduce, or reduce-scatter with SP) and before
+  // a column-parallel GEMM with SP (all-gather). On the compute lane: Megatron runs them on the
+  // compute stream and the next GEMM needs their result.
+  void tp_reduce(Rank& r, const std::string& name, const std::string& cat, int layer) {
+    if (d_.t == 1) return;
+    const std::int64_t bytes = d_.tokens() * d_.h * d_.e;
+    collective(r, r.compute, name, cat, layer,
+               d_.sp > 1 ? sim::CollectiveKind::kReduceScatter : sim::CollectiveKind::kAllReduce,
+               r.tp_group, bytes);
+  }
+  void tp_gather(Rank& r, const std::string& name, const std::string& cat, int layer) {
+    if (d_.t == 1 || d_.sp == 1) return;
+    collective(r, r.compute, name, cat, layer, sim::CollectiveKind::kAllGather, r.tp_group,
+               d_.tokens() * d_.h * d_.e);
+  }
+
+  std::int64_t residual_bytes() const { return d_.tokens() * d_.h * d_.e / d_.sp; }
+  std::int64_t norm_flops() const { return 5 * d_.tokens() * d_.h / d_.sp; }
+
+  bool shard_params() const { return s_.parallelism.fsdp || s_.parallelism.zero_stage >= 3; }
+  bool shard_grads() const { return s_.parallelism.fsdp || s_.parallelism.zero_stage >= 2; }
+  int dp() const { return s_.parallelism.dp; }
+
+  std::string pfx(int mb, int layer) const { return fmt::format("mb{}.l{}", mb, layer); }
+
+  // --- the rank -----------------------------------------------------------------------------
+
+  sim::Status build_rank(int stage) {
+    const ParallelConfig& p = s_.parallelism;
+    Rank r;
+    r.stage = stage;
+    r.rank = stage * p.tp * p.dp;
+    const std::string rn = fmt::format("rank{}", r.rank);
+    r.compute = b_.lane(rn + ".compute");
+    r.comm = b_.lane(rn + ".comm");
+    r.p2p = b_.lane(rn + ".p2p");
+    r.h2d = b_.lane(rn + ".h2d");
+    r.d2h = b_.lane(rn + ".d2h");
+    r.cpu = b_.lane(rn + ".cpu");
+    r.hbm = cm_.hbm_pool(r.rank);
+    r.host = cm_.host_pool(r.rank);
+    for (int i = 0; i < p.tp; ++i) r.tp_group.push_back(r.rank + i);
+    for (int i = 0; i < p.dp; ++i) r.dp_group.push_back(r.rank + i * p.tp);
+
+    SimRankInfo info;
+    info.rank = r.rank;
+    info.stage = stage;
+    info.multiplicity = p.tp * p.dp;
+    info.hbm_pool = b_.peek().pools[r.hbm.index()].name;
+    info.host_pool = b_.peek().pools[r.host.index()].name;
+    info.compute_lane = rn + ".compute";
+    out_.ranks.push_back(info);
+
+    make_param_groups(r);
+    make_static_tensors(r);
+
+    const bool interleaved = p.schedule == ParallelConfig::PipelineSchedule::kInterleaved1F1B;
+    for (const Task& t :
+         pipeline_schedule(stage, p.pp, p.virtual_stages, micro_batches_, interleaved)) {
+      if (t.forward) {
+        forward_task(r, t);
+      } else {
+        backward_task(r, t);
+      }
+    }
+    optimizer(r);
+    return sim::ok();
+  }
+
+  std::vector<int> chunk_layers(int stage, int chunk) const {
+    const int pp = s_.parallelism.pp;
+    const int first = (chunk * pp + stage) * layers_per_chunk_;
+    std::vector<int> ls;
+    for (int i = 0; i < layers_per_chunk_; ++i) ls.push_back(first + i);
+    return ls;
+  }
+  bool has_embedding(int stage, int chunk) const { return stage == 0 && chunk == 0; }
+  bool has_head(int stage, int chunk) const {
+    return stage == s_.parallelism.pp - 1 && chunk == s_.parallelism.virtual_stages - 1;
+  }
+
+  void make_param_groups(Rank& r) {
+    const ParallelConfig& p = s_.parallelism;
+    const ModelArch& m = s_.model;
+    const auto finish = [&](ParamGroup g) {
+      g.mem = static_memory(g.params, p, s_.training.fp32_master_weights, gdtype_);
+      r.groups.push_back(std::move(g));
+    };
+    if (r.stage == 0) {
+      ParamGroup g{
+          .name = "embed", .layer = -1, .params = d_.v * m.hidden + m.max_positions * m.hidden};
+      non_layer_policy(g);
+      finish(g);
+    }
+    for (int c = 0; c < p.virtual_stages; ++c) {
+      for (int l : chunk_layers(r.stage, c)) {
+        const LayerPolicy& lp = policies_[l];
+        ParamGroup g{.name = fmt::format("l{}", l),
+                     .layer = l,
+                     .params = layer_parameter_count_per_rank(m, p.tp),
+                     .params_on_host = lp.params_on_host,
+                     .grads_on_host = lp.grads_on_host,
+                     .opt_on_host = lp.opt_on_host,
+                     .master_on_host = lp.master_on_host};
+        r.group_of_layer[l] = r.groups.size();
+        finish(g);
+      }
+    }
+    if (r.stage == p.pp - 1) {
+      const std::int64_t norm = m.norm == ModelArch::Norm::kLayerNorm ? 2 * m.hidden : m.hidden;
+      // Untied: the output projection. Tied with pp > 1: Megatron keeps a copy of the word
+      // embedding on the last stage. Tied with pp = 1: shared with "embed".
+      const bool head_matrix = !m.tied_embeddings || p.pp > 1;
+      ParamGroup g{
+          .name = "head", .layer = -1, .params = norm + (head_matrix ? d_.v * m.hidden : 0)};
+      non_layer_policy(g);
+      finish(g);
+    }
+  }
+
+  void make_static_tensors(Rank& r) {
+    for (ParamGroup& g : r.groups) {
+      const std::int64_t master = g.mem.master_bytes;
+      const std::int64_t moments = g.mem.optimizer_bytes - master;
+      g.params_t = tensor(g.params_on_host ? r.host : r.hbm, g.name + ".params", g.mem.params_bytes,
+                          "params");
+      g.grads_t =
+          tensor(g.grads_on_host ? r.host : r.hbm, g.name + ".grads", g.mem.grads_bytes, "grads");
+      g.opt_t = tensor(g.opt_on_host ? r.host : r.hbm, g.name + ".moments", moments, "optimizer");
+      b_.initial(g.params_t);
+      b_.initial(g.grads_t);
+      b_.initial(g.opt_t);
+      if (master > 0) {
+        const bool host = g.master_on_host || g.opt_on_host;
+        g.master_t = tensor(host ? r.host : r.hbm, g.name + ".master", master, "optimizer");
+        b_.initial(g.master_t);
+      }
+    }
+    // Library workspaces, CUDA context and allocator overhead on the static state, from the
+    // profile: fixed + fraction × bytes the allocator holds for weights and optimizer.
+    const auto& alloc = cm_.profile().allocator;
+    std::int64_t hbm_static = 0;
+    for (const ParamGroup& g : r.groups) {
+      if (!g.params_on_host) hbm_static += g.mem.params_bytes;
+      if (!g.grads_on_host) hbm_static += g.mem.grads_bytes;
+      if (!g.opt_on_host) hbm_static += g.mem.optimizer_bytes;
+    }
+    const auto ws = static_cast<std::int64_t>(
+        alloc.fixed_bytes.value + alloc.overhead_fraction.value * static_cast<double>(hbm_static));
+    b_.initial(tensor(r.hbm, "workspace", ws, "workspace"));
+  }
+
+  ParamGroup& group(Rank& r, int layer) { return r.groups[r.group_of_layer.at(layer)]; }
+
+  // Brings a layer's parameters in before use: H2D from host and/or FSDP all-gather, prefetched
+  // `prefetch` layers ahead (dependency on the first op of an earlier layer). Returns the ops
+  // the layer's first compute op must wait for, and the buffer to free after the layer.
+  struct Fetch {
+    std::vector<OpId> wait;
+    std::vector<TensorId> buffers;
+  };
+  Fetch fetch_params(Rank& r, int layer, const std::string& tag, std::optional<OpId> after) {
+    Fetch f;
+    const ParamGroup& g = group(r, layer);
+    if (!g.params_on_host && !shard_params()) return f;
+    const std::int64_t full = g.params * (gdtype_ == sim::DType::kFp32 ? 4 : 2);
+    std::vector<OpId> deps;
+    if (after) deps.push_back(*after);
+    if (g.params_on_host) {
+      const TensorId buf =
+          tensor(r.hbm, fmt::format("{}.{}.params_in", g.name, tag), g.mem.params_bytes, "buffers");
+      const OpId c = copy(r, sim::CopyDirection::kH2D, fmt::format("{}.{}.params_h2d", g.name, tag),
+                          "offload", layer, g.mem.params_bytes, deps);
+      b_.op_at(c).allocs.push_back(buf);
+      f.buffers.push_back(buf);
+      deps = {c};
+      f.wait = {c};
+    }
+    if (shard_params() && dp() > 1) {
+      const TensorId buf =
+          tensor(r.hbm, fmt::format("{}.{}.params_gathered", g.name, tag), full, "buffers");
+      const OpId ag =
+          collective(r, r.comm, fmt::format("{}.{}.params_allgather", g.name, tag), "comm", layer,
+                     sim::CollectiveKind::kAllGather, r.dp_group, full, deps);
+      b_.op_at(ag).allocs.push_back(buf);
+      f.buffers.push_back(buf);
+      f.wait = {ag};
+    }
+    return f;
+  }
+
+  // --- forward ------------------------------------------------------------------------------
+
+  void forward_task(Rank& r, const Task& t) {
+    const std::vector<int> layers = chunk_layers(r.stage, t.chunk);
+    OpId last{};
+    bool first = true;
+    const auto note_first = [&](OpId op) {
+      if (first && !has_embedding(r.stage, t.chunk))
+        pending_recv_.push_back({op, SendKey{true, t.mb, r.stage, t.chunk}});
+      first = false;
+    };
+    if (has_embedding(r.stage, t.chunk)) {
+      last = elementwise(r, fmt::format("mb{}.embed.fwd", t.mb), "compute", -1,
+                         2 * residual_bytes(), 0.0);
+      note_first(last);
+    }
+    std::vector<OpId> firsts;
+    for (std::size_t i = 0; i < layers.size(); ++i) {
+      const int l = layers[i];
+      const int k = std::max(1, policies_[l].param_prefetch);
+      std::optional<OpId> after;
+      if (i >= static_cast<std::size_t>(k))
+        after = firsts[i - k];
+      else if (i > 0)
+        after = firsts[0];
+      Fetch f = fetch_params(r, l, fmt::format("mb{}.fwd", t.mb), after);
+      const OpId op = layer_forward(r, t.mb, l, f);
+      firsts.push_back(r.layer_first_fwd.at({t.mb, l}));
+      note_first(firsts.back());
+      last = op;
+    }
+    if (has_head(r.stage, t.chunk)) {
+      last = head_forward(r, t.mb);
+    } else {
+      const auto [dst_stage, dst_chunk] = next_stage(r.stage, t.chunk);
+      const int dst = dst_stage * s_.parallelism.tp * s_.parallelism.dp;
+      sim::OpSizes sz;
+      sz.bytes = residual_bytes();
+      sz.peer = dst;
+      const OpId send = add(r, r.p2p, fmt::format("mb{}.c{}.fwd.send", t.mb, t.chunk), OpKind::kP2P,
+                            "comm", -1, cm_.p2p(r.rank, dst, residual_bytes()), sz, {last});
+      sends_[SendKey{true, t.mb, dst_stage, dst_chunk}] = send;
+    }
+  }
+
+  std::pair<int, int> next_stage(int stage, int chunk) const {
+    if (stage + 1 < s_.parallelism.pp) return {stage + 1, chunk};
+    return {0, chunk + 1};
+  }
+  std::pair<int, int> prev_stage(int stage, int chunk) const {
+    if (stage > 0) return {stage - 1, chunk};
+    return {s_.parallelism.pp - 1, chunk - 1};
+  }
+
+  // The forward ops of one layer; returns the last.
+  OpId layer_forward(Rank& r, int mb, int l, Fetch& fetch) {
+    const LayerPolicy& lp = policies_[l];
+    const std::string p = pfx(mb, l);
+    const std::string cat = "compute";
+    std::vector<OpId> ops;
+    const auto push = [&](OpId op) {
+      ops.push_back(op);
+      return op;
+    };
+
+    // Saved tensors: the HBM-resident ones and the offloaded ones (separately, per chunk).
+    Rank::Saved saved;
+    std::int64_t hbm_bytes = 0;
+    std::int64_t host_bytes = 0;
+    for (int a = 0; a < kNumActs; ++a) {
+      if (!lp.acts.saved[a]) continue;
+      (lp.on_host[a] ? host_bytes : hbm_bytes) += act_bytes(d_, static_cast<Act>(a));
+    }
+
+    push(elementwise(r, p + ".ln1.fwd", cat, l, 2 * residual_bytes(), norm_flops()));
+    for (OpId w : fetch.wait) b_.op_at(ops.front()).deps.push_back(w);
+    r.layer_first_fwd[{mb, l}] = ops.front();
+    if (hbm_bytes > 0) {
+      saved.hbm = tensor(r.hbm, p + ".act", hbm_bytes, "activations");
+      b_.op_at(ops.front()).allocs.push_back(saved.hbm);
+    }
+    std::vector<TensorId> staging;
+    if (host_bytes > 0) {
+      const std::int64_t chunk = lp.chunk_bytes > 0 ? lp.chunk_bytes : host_bytes;
+      for (std::int64_t off = 0; off < host_bytes; off += chunk) {
+        const std::int64_t n = std::min(chunk, host_bytes - off);
+        saved.chunks.push_back(n);
+        const TensorId st =
+            tensor(r.hbm, fmt::format("{}.act_offload{}", p, staging.size()), n, "activations");
+        b_.op_at(ops.front()).allocs.push_back(st);
+        staging.push_back(st);
+      }
+    }
+    tp_gather(r, p + ".qkv.tp_allgather", "comm", l);
+    push(gemm(r, p + ".qkv.fwd", cat, l, d_.tokens(), d_.q() + 2 * d_.kv(), d_.h));
+    push(attention(r, p + ".attn.fwd", cat, l, false));
+    push(gemm(r, p + ".out_proj.fwd", cat, l, d_.tokens(), d_.h, d_.q()));
+    tp_reduce(r, p + ".out_proj.tp_reduce", "comm", l);
+    push(elementwise(r, p + ".res1_ln2.fwd", cat, l, 4 * residual_bytes(), 2 * norm_flops()));
+    tp_gather(r, p + ".mlp.tp_allgather", "comm", l);
+    const std::int64_t g = d_.gated ? 2 : 1;
+    push(gemm(r, p + ".mlpwi.fwd", cat, l, d_.tokens(), d_.f * g, d_.h));
+    push(elementwise(r, p + ".act.fwd", cat, l, d_.tokens() * d_.f * d_.e * (g + 1),
+                     static_cast<double>(8 * d_.tokens() * d_.f)));
+    push(gemm(r, p + ".mlpwo.fwd", cat, l, d_.tokens(), d_.h, d_.f));
+    tp_reduce(r, p + ".mlpwo.tp_reduce", "comm", l);
+    const OpId last = push(elementwise(r, p + ".res2.fwd", cat, l, 3 * residual_bytes(),
+                                       static_cast<double>(d_.tokens() * d_.h / d_.sp)));
+    for (TensorId buf : fetch.buffers) b_.op_at(last).frees.push_back(buf);
+
+    // Eager D2H of the offloaded tensors once the layer's forward is done.
+    for (std::size_t c = 0; c < staging.size(); ++c) {
+      const TensorId host =
+          tensor(r.host, fmt::format("{}.act_host{}", p, c), saved.chunks[c], "activations");
+      const OpId cp = copy(r, sim::CopyDirection::kD2H, fmt::format("{}.act.d2h{}", p, c),
+                           "offload", l, saved.chunks[c], {last});
+      b_.op_at(cp).allocs.push_back(host);
+      b_.op_at(cp).frees.push_back(staging[c]);
+      saved.host.push_back(host);
+      saved.d2h.push_back(cp);
+    }
+    r.saved[{mb, l}] = std::move(saved);
+    return last;
+  }
+
+  OpId head_forward(Rank& r, int mb) {
+    const std::string p = fmt::format("mb{}.head", mb);
+    // Saved until the head's backward: the final-norm input and output and the fp32 logits'
+    // softmax the vocabulary-parallel cross entropy keeps.
+    const std::int64_t bytes = 2 * residual_bytes() + d_.tokens() * d_.v * 4;
+    const TensorId t = tensor(r.hbm, p + ".act", bytes, "activations");
+    const OpId norm =
+        elementwise(r, p + ".final_norm.fwd", "compute", -1, 2 * residual_bytes(), norm_flops());
+    b_.op_at(norm).allocs.push_back(t);
+    tp_gather(r, p + ".tp_allgather", "comm", -1);
+    gemm(r, p + ".lm_head.fwd", "compute", -1, d_.tokens(), d_.v, d_.h);
+    r.head_saved[mb] = t;
+    return elementwise(r, p + ".loss.fwd", "compute", -1, d_.tokens() * d_.v * (d_.e + 4),
+                       static_cast<double>(5 * d_.tokens() * d_.v));
+  }
+
+  // --- backward -----------------------------------------------------------------------------
+
+  void backward_task(Rank& r, const Task& t) {
+    std::vector<int> layers = chunk_layers(r.stage, t.chunk);
+    std::reverse(layers.begin(), layers.end());
+    OpId last{};
+    bool first = true;
+    const auto note_first = [&](OpId op) {
+      if (first && !has_head(r.stage, t.chunk)) {
+        pending_recv_.push_back({op, SendKey{false, t.mb, r.stage, t.chunk}});
+      }
+      first = false;
+    };
+    std::optional<OpId> task_first;
+    if (has_head(r.stage, t.chunk)) {
+      last = head_backward(r, t.mb);
+      note_first(last);
+      task_first = last;
+    }
+    std::vector<OpId> firsts;
+    for (std::size_t i = 0; i < layers.size(); ++i) {
+      const int l = layers[i];
+      const int k = std::max(1, policies_[l].param_prefetch);
+      std::optional<OpId> after = task_first;
+      if (i >= static_cast<std::size_t>(k))
+        after = firsts[i - k];
+      else if (i > 0)
+        after = firsts[0];
+      Fetch f = fetch_params(r, l, fmt::format("mb{}.bwd", t.mb), after);
+      // Activation prefetch: H2D of this layer's offloaded tensors once the backward of the
+      // layer `prefetch` steps earlier has started.
+      const int ka = std::max(1, policies_[l].prefetch);
+      std::optional<OpId> act_after = task_first;
+      if (i >= static_cast<std::size_t>(ka))
+        act_after = firsts[i - ka];
+      else if (i > 0)
+        act_after = firsts[0];
+      if (policies_[l].prefetch == 0 && i > 0) act_after = firsts[i - 1];
+      std::optional<SendKey> recv;
+      if (!act_after && !has_head(r.stage, t.chunk)) recv = SendKey{false, t.mb, r.stage, t.chunk};
+      last = layer_backward(r, t.mb, l, f, act_after, recv);
+      firsts.push_back(r.layer_first_bwd.at({t.mb, l}));
+      note_first(firsts.back());
+      if (!task_first) task_first = firsts.front();
+    }
+    if (has_embedding(r.stage, t.chunk)) {
+      last = elementwise(r, fmt::format("mb{}.embed.bwd", t.mb), "compute", -1,
+                         2 * residual_bytes(), 0.0);
+      grads_done(r, -1, t.mb, last);
+    } else {
+      const auto [dst_stage, dst_chunk] = prev_stage(r.stage, t.chunk);
+      const int dst = dst_stage * s_.parallelism.tp * s_.parallelism.dp;
+      sim::OpSizes sz;
+      sz.bytes = residual_bytes();
+      sz.peer = dst;
+      const OpId send = add(r, r.p2p, fmt::format("mb{}.c{}.bwd.send", t.mb, t.chunk), OpKind::kP2P,
+                            "comm", -1, cm_.p2p(r.rank, dst, residual_bytes()), sz, {last});
+      sends_[SendKey{false, t.mb, dst_stage, dst_chunk}] = send;
+    }
+  }
+
+  OpId head_backward(Rank& r, int mb) {
+    const std::string p = fmt::format("mb{}.head", mb);
+    const OpId first =
+        elementwise(r, p + ".loss.bwd", "compute", -1, d_.tokens() * d_.v * (d_.e + 4),
+                    static_cast<double>(3 * d_.tokens() * d_.v));
+    gemm(r, p + ".lm_head.dgrad", "compute", -1, d_.tokens(), d_.h, d_.v);
+    const OpId wg = gemm(r, p + ".lm_head.wgrad", "compute", -1, d_.h, d_.v, d_.tokens());
+    tp_reduce(r, p + ".tp_reduce", "comm", -1);
+    const OpId last = elementwise(r, p + ".final_norm.bwd", "compute", -1, 3 * residual_bytes(),
+                                  2 * norm_flops());
+    b_.op_at(last).frees.push_back(r.head_saved.at(mb));
+    (void)wg;
+    grads_done(r, -2, mb, last);
+    return first;
+  }
+
+  // `recv`: without an earlier op to prefetch after, the reload waits for the gradient
+  // arriving from the next pipeline stage.
+  OpId layer_backward(Rank& r, int mb, int l, Fetch& fetch, std::optional<OpId> act_after,
+                      std::optional<SendKey> recv) {
+    const LayerPolicy& lp = policies_[l];
+    const std::string p = pfx(mb, l);
+    Rank::Saved& saved = r.saved.at({mb, l});
+
+    // Reload offloaded activations.
+    std::vector<OpId> wait = fetch.wait;
+    std::vector<TensorId> reloaded;
+    for (std::size_t c = 0; c < saved.host.size(); ++c) {
+      std::vector<OpId> deps = {saved.d2h[c]};
+      if (act_after) deps.push_back(*act_after);
+      const TensorId back =
+          tensor(r.hbm, fmt::format("{}.act_reload{}", p, c), saved.chunks[c], "activations");
+      const OpId cp = copy(r, sim::CopyDirection::kH2D, fmt::format("{}.act.h2d{}", p, c),
+                           "offload", l, saved.chunks[c], deps);
+      b_.op_at(cp).allocs.push_back(back);
+      b_.op_at(cp).frees.push_back(saved.host[c]);
+      if (recv) pending_recv_.push_back({cp, *recv});
+      reloaded.push_back(back);
+      wait.push_back(cp);
+    }
+
+    std::vector<OpId> ops;
+    const auto first_op = [&](OpId op) {
+      if (ops.empty()) {
+        for (OpId w : wait) b_.op_at(op).deps.push_back(w);
+        r.layer_first_bwd[{mb, l}] = op;
+      }
+      ops.push_back(op);
+      return op;
+    };
+
+    // Recompute the forward ops the backward needs and nobody saved.
+    const auto& rc = lp.acts.recompute;
+    const std::string rcat = "recompute";
+    const std::int64_t g = d_.gated ? 2 : 1;
+    const std::int64_t recomputed = lp.acts.recomputed_bytes(d_);
+    std::optional<TensorId> recomp_t;
+    const auto rc_op = [&](OpId op) {
+      first_op(op);
+      if (!recomp_t && recomputed > 0) {
+        recomp_t = tensor(r.hbm, p + ".recomputed", recomputed, "activations");
+        b_.op_at(op).allocs.push_back(*recomp_t);
+      }
+    };
+    const auto idx = [](FwdOp o) { return static_cast<int>(o); };
+    if (rc[idx(FwdOp::kLn1)]) {
+      rc_op(elementwise(r, p + ".ln1.recompute", rcat, l, 2 * residual_bytes(), norm_flops()));
+    }
+    if (rc[idx(FwdOp::kQkv)]) {
+      if (d_.t > 1 && d_.sp > 1) {
+        rc_op(collective(r, r.compute, p + ".qkv.tp_allgather.recompute", "comm", l,
+                         sim::CollectiveKind::kAllGather, r.tp_group, d_.tokens() * d_.h * d_.e));
+      }
+      rc_op(gemm(r, p + ".qkv.recompute", rcat, l, d_.tokens(), d_.q() + 2 * d_.kv(), d_.h));
+    }
+    if (rc[idx(FwdOp::kCore)]) rc_op(attention(r, p + ".attn.recompute", rcat, l, false));
+    if (rc[idx(FwdOp::kOutProj)]) {
+      rc_op(gemm(r, p + ".out_proj.recompute", rcat, l, d_.tokens(), d_.h, d_.q()));
+      if (d_.t > 1) {
+        rc_op(collective(
+            r, r.compute, p + ".out_proj.tp_reduce.recompute", "comm", l,
+            d_.sp > 1 ? sim::CollectiveKind::kReduceScatter : sim::CollectiveKind::kAllReduce,
+            r.tp_group, d_.tokens() * d_.h * d_.e));
+      }
+    }
+    if (rc[idx(FwdOp::kRes1)] || rc[idx(FwdOp::kLn2)]) {
+      rc_op(elementwise(r, p + ".res1_ln2.recompute", rcat, l, 4 * residual_bytes(),
+                        2 * norm_flops()));
+    }
+    if (rc[idx(FwdOp::kMlpWi)]) {
+      if (d_.t > 1 && d_.sp > 1) {
+        rc_op(collective(r, r.compute, p + ".mlp.tp_allgather.recompute", "comm", l,
+                         sim::CollectiveKind::kAllGather, r.tp_group, d_.tokens() * d_.h * d_.e));
+      }
+      rc_op(gemm(r, p + ".mlpwi.recompute", rcat, l, d_.tokens(), d_.f * g, d_.h));
+    }
+    if (rc[idx(FwdOp::kAct)]) {
+      rc_op(elementwise(r, p + ".act.recompute", rcat, l, d_.tokens() * d_.f * d_.e * (g + 1),
+                        static_cast<double>(8 * d_.tokens() * d_.f)));
+    }
+    if (rc[idx(FwdOp::kMlpWo)]) {
+      rc_op(gemm(r, p + ".mlpwo.recompute", rcat, l, d_.tokens(), d_.h, d_.f));
+    }
+
+    const std::string cat = "compute";
+    first_op(elementwise(r, p + ".res2.bwd", cat, l, 2 * residual_bytes(),
+                         static_cast<double>(d_.tokens() * d_.h / d_.sp)));
+    tp_gather(r, p + ".mlpwo.bwd.tp_allgather", "comm", l);
+    gemm(r, p + ".mlpwo.dgrad", cat, l, d_.tokens(), d_.f, d_.h);
+    gemm(r, p + ".mlpwo.wgrad", cat, l, d_.f, d_.h, d_.tokens());
+    elementwise(r, p + ".act.bwd", cat, l, d_.tokens() * d_.f * d_.e * (2 * g + 1),
+                static_cast<double>(10 * d_.tokens() * d_.f));
+    gemm(r, p + ".mlpwi.dgrad", cat, l, d_.tokens(), d_.h, d_.f * g);
+    gemm(r, p + ".mlpwi.wgrad", cat, l, d_.h, d_.f * g, d_.tokens());
+    tp_reduce(r, p + ".mlpwi.bwd.tp_reduce", "comm", l);
+    elementwise(r, p + ".res1_ln2.bwd", cat, l, 6 * residual_bytes(), 4 * norm_flops());
+    tp_gather(r, p + ".out_proj.bwd.tp_allgather", "comm", l);
+    gemm(r, p + ".out_proj.dgrad", cat, l, d_.tokens(), d_.q(), d_.h);
+    gemm(r, p + ".out_proj.wgrad", cat, l, d_.q(), d_.h, d_.tokens());
+    attention(r, p + ".attn.bwd", cat, l, true);
+    gemm(r, p + ".qkv.dgrad", cat, l, d_.tokens(), d_.h, d_.q() + 2 * d_.kv());
+    gemm(r, p + ".qkv.wgrad", cat, l, d_.h, d_.q() + 2 * d_.kv(), d_.tokens());
+    tp_reduce(r, p + ".qkv.bwd.tp_reduce", "comm", l);
+    const OpId last =
+        elementwise(r, p + ".ln1.bwd", cat, l, 3 * residual_bytes(), 2 * norm_flops());
+    sim::Op& lo = b_.op_at(last);
+    if (saved.hbm.valid()) lo.frees.push_back(saved.hbm);
+    for (TensorId t : reloaded) lo.frees.push_back(t);
+    if (recomp_t) lo.frees.push_back(*recomp_t);
+    for (TensorId buf : fetch.buffers) lo.frees.push_back(buf);
+    grads_done(r, l, mb, last);
+    return last;
+  }
+
+  // After a group's gradients of micro-batch `mb` are computed: data-parallel reduction
+  // (bucketed per layer, overlapped on the comm lane) and, for host-resident gradients, D2H.
+  // key: layer, -1 embedding, -2 head.
+  void grads_done(Rank& r, int key, int mb, OpId last) {
+    ParamGroup* gp = nullptr;
+    for (ParamGroup& g : r.groups) {
+      if ((key >= 0 && g.layer == key) || (key == -1 && g.name == "embed") ||
+          (key == -2 && g.name == "head")) {
+        gp = &g;
+      }
+    }
+    if (gp == nullptr) return;
+    const bool last_mb = mb == micro_batches_ - 1;
+    const std::int64_t full = gp->params * (gdtype_ == sim::DType::kFp32 ? 4 : 2);
+    OpId after = last;
+    if (dp() > 1 && (shard_grads() || last_mb)) {
+      std::optional<TensorId> buf;
+      if (shard_grads()) {
+        // The layer's full gradient exists until its reduce-scatter is done.
+        buf = tensor(r.hbm, fmt::format("mb{}.{}.grad_bucket", mb, gp->name), full, "buffers");
+        b_.op_at(r.layer_first_bwd.count({mb, gp->layer}) ? r.layer_first_bwd.at({mb, gp->layer})
+                                                          : last)
+            .allocs.push_back(*buf);
+      }
+      const bool reduce_scatter = s_.parallelism.zero_stage >= 1 || s_.parallelism.fsdp;
+      after = collective(
+          r, r.comm,
+          fmt::format("mb{}.{}.grad_{}", mb, gp->name,
+                      reduce_scatter ? "reducescatter" : "allreduce"),
+          "comm", gp->layer,
+          reduce_scatter ? sim::CollectiveKind::kReduceScatter : sim::CollectiveKind::kAllReduce,
+          r.dp_group, full, {last});
+      if (buf) b_.op_at(after).frees.push_back(*buf);
+    }
+    if (gp->grads_on_host && (shard_grads() || last_mb)) {
+      after = copy(r, sim::CopyDirection::kD2H, fmt::format("mb{}.{}.grads_d2h", mb, gp->name),
+                   "offload", gp->layer, gp->mem.grads_bytes, {after});
+    }
+    if (last_mb) r.reduce_op[key] = after;
+  }
+
+  // --- optimizer ----------------------------------------------------------------------------
+
+  void optimizer(Rank& r) {
+    for (ParamGroup& g : r.groups) {
+      const int key = g.layer >= 0 ? g.layer : (g.name == "embed" ? -1 : -2);
+      auto it = r.reduce_op.find(key);
+      std::vector<OpId> deps;
+      if (it != r.reduce_op.end()) deps.push_back(it->second);
+      const std::int64_t shard = (s_.parallelism.fsdp || s_.parallelism.zero_stage >= 1)
+                                     ? ceil_div(g.params, dp())
+                                     : g.params;
+      const std::int64_t pbytes = gdtype_ == sim::DType::kFp32 ? 4 : 2;
+      OpId done{};
+      if (g.opt_on_host && s_.offload.optimizer_on_cpu) {
+        if (!g.grads_on_host) {
+          deps = {copy(r, sim::CopyDirection::kD2H, g.name + ".grads_d2h", "offload", g.layer,
+                       shard * pbytes, deps)};
+        }
+        sim::OpSizes sz;
+        sz.bytes = kAdamBytesPerParam * shard;
+        sz.flops = kAdamFlopsPerParam * static_cast<double>(shard);
+        done = add(r, r.cpu, g.name + ".adam.cpu", OpKind::kHostCompute, "cpu_optimizer", g.layer,
+                   cm_.host_compute(r.rank, sz.bytes, sz.flops), sz, deps);
+        if (!g.params_on_host) {
+          done = copy(r, sim::CopyDirection::kH2D, g.name + ".params_h2d", "offload", g.layer,
+                      shard * pbytes, {done});
+        }
+      } else {
+        std::optional<TensorId> stage_buf;
+        if (g.opt_on_host) {
+          // States streamed in, updated on the GPU, streamed out.
+          const std::int64_t states = g.mem.optimizer_bytes;
+          stage_buf = tensor(r.hbm, g.name + ".optimizer_in", states, "optimizer");
+          const OpId in = copy(r, sim::CopyDirection::kH2D, g.name + ".optimizer_h2d", "offload",
+                               g.layer, states, deps);
+          b_.op_at(in).allocs.push_back(*stage_buf);
+          deps = {in};
+        }
+        sim::OpSizes sz;
+        sz.bytes = kAdamBytesPerParam * shard;
+        sz.flops = kAdamFlopsPerParam * static_cast<double>(shard);
+        done = add(r, r.compute, g.name + ".adam", OpKind::kElementwise, "optimizer", g.layer,
+                   cm_.memory_bound(r.rank, sz.bytes, sz.flops), sz, deps);
+        if (stage_buf) {
+          done = copy(r, sim::CopyDirection::kD2H, g.name + ".optimizer_d2h", "offload", g.layer,
+                      g.mem.optimizer_bytes, {done});
+          b_.op_at(done).frees.push_back(*stage_buf);
+        }
+      }
+      // ZeRO-1/2: updated parameter shards are all-gathered for the next step.
+      if (dp() > 1 && !shard_params() && s_.parallelism.zero_stage >= 1) {
+        collective(r, r.comm, g.name + ".params_allgather", "comm", g.layer,
+                   sim::CollectiveKind::kAllGather, r.dp_group, g.params * pbytes, {done});
+      }
+    }
+  }
+
+  const Scenario& s_;
+  const CostModel& cm_;
+  sim::PlanBuilder& b_;
+  BuiltStep& out_;
+  LayerDims d_;
+  int layers_per_chunk_ = 1;
+  int micro_batches_ = 1;
+  sim::DType gdtype_ = sim::DType::kBf16;
+  sim::DType adtype_ = sim::DType::kBf16;
+  std::vector<LayerPolicy> policies_;
+  std::map<SendKey, OpId> sends_;
+  std::vector<std::pair<OpId, SendKey>> pending_recv_;
+};
+
+std::vector<std::string> scenario_flags(const Scenario& s) {
+  std::vector<std::string> flags;
+  const std::string& preset = s.offload.preset;
+  bool act_offload = false;
+  for (const OffloadRule& r : s.offload.rules) {
+    if (r.where == Placement::kHost &&
+        (r.cls == TensorClass::kActivations || r.cls == TensorClass::kNamedActivation)) {
+      act_offload = true;
+    }
+  }
+  if (act_offload && s.parallelism.pp > 1 &&
+      (preset == "megatron_activation_offload" || preset.empty())) {
+    flags.push_back(
+        "megatron cannot offload activations with pp>1 (Transformer Engine CPU "
+        "offloading refuses pipeline parallelism); simulated anyway");
+  }
+  const bool jax_named = preset.rfind("jax_", 0) == 0 || preset.rfind("maxtext_", 0) == 0;
+  if (jax_named && s.recompute.mode != RecomputeConfig::Mode::kFull) {
+    flags.push_back(fmt::format(
+        "preset {} rematerializes everything it does not save: expected recompute.mode full, got "
+        "{}",
+        preset, to_string(s.recompute.mode)));
+  }
+  if (s.parallelism.fsdp && s.parallelism.pp > 1) {
+    flags.push_back("FSDP with pipeline parallelism: most frameworks do not combine them");
+  }
+  return flags;
+}
+
+}  // namespace
+
+sim::Result<BuiltStep> build_step(const Scenario& s, const BuildOptions& options) {
+  (void)options;
+  OFFSIM_RETURN_IF_ERROR(check_scenario(s));
+  OFFSIM_ASSIGN_OR_RETURN(sim::platform::System system,
+                          sim::platform::find_system(s.hardware.system));
+  if (s.hardware.nodes != system.nodes) system = system.with_nodes(s.hardware.nodes);
+  OFFSIM_RETURN_IF_ERROR(check_scenario(s, system.gpus_per_node));
+  sim::Result<sim::platform::CalibrationProfile> profile =
+      s.hardware.profile_path.empty() ? sim::platform::default_profile(system.gpu)
+                                      : sim::platform::read_profile_file(s.hardware.profile_path);
+  if (!profile) return sim::fail(profile.error());
+
+  const ParallelConfig& p = s.parallelism;
+  std::vector<SimRank> ranks;
+  for (int stage = 0; stage < p.pp; ++stage) {
+    ranks.push_back({.rank = stage * p.tp * p.dp, .multiplicity = p.tp * p.dp, .stride = 1});
+  }
+  sim::PlanBuilder b;
+  OFFSIM_ASSIGN_OR_RETURN(CostModel cm, CostModel::create(system, *profile, ranks, b));
+
+  BuiltStep out;
+  out.gpus = p.dp * p.tp * p.pp;
+  out.tokens_per_step = s.training.global_batch * s.training.seq_len;
+  // Model FLOPs (whole job): 3 × forward (forward, activation grad, weight grad) of every layer
+  // and the LM head, attention counted in full (Megatron/PaLM convention).
+  const LayerDims d = layer_dims(s.model, s.training, ParallelConfig{});
+  const double sequences =
+      static_cast<double>(s.training.global_batch) / static_cast<double>(s.training.micro_batch);
+  const double fwd = static_cast<double>(s.model.layers) * layer_forward_flops(d, false) +
+                     lm_head_forward_flops(d);
+  out.model_flops_per_step = 3.0 * fwd * sequences;
+  double recompute = 0.0;
+  for (int l = 0; l < s.model.layers; ++l) {
+    std::set<std::string> named;
+    for (const OffloadRule& r : s.offload.rules) {
+      if (r.cls == TensorClass::kNamedActivation && r.layers.contains(l, s.model.layers)) {
+        named.insert(r.name);
+      }
+    }
+    const LayerActivations a = layer_activations(d, recompute_mode(s.recompute, l), named);
+    for (int op = 0; op < kNumFwdOps; ++op) {
+      if (a.recompute[op]) recompute += fwd_op_flops(d, static_cast<FwdOp>(op), false);
+    }
+  }
+  out.hardware_flops_per_step = out.model_flops_per_step + recompute * sequences;
+  out.peak_flops_per_gpu = cm.peak_flops(s.training.compute_dtype);
+  out.flags = scenario_flags(s);
+
+  StepBuilder builder(s, cm, b, out);
+  OFFSIM_RETURN_IF_ERROR(builder.build());
+
+  b.metadata("scenario", s.name);
+  b.metadata("model", s.model.name);
+  b.metadata("system", system.name);
+  b.metadata("representative_ranks",
+             fmt::format("one simulated rank per pipeline stage ({}), each standing for dp·tp = {} "
+                         "identical ranks",
+                         p.pp, p.dp * p.tp));
+  out.plan = std::move(b).build();
+  if (!out.ranks.empty()) {
+    const auto& pools = out.plan.pools;
+    for (const auto& pool : pools) {
+      if (pool.name == out.ranks.front().hbm_pool) out.hbm_capacity_bytes = pool.capacity_bytes;
+      if (pool.name == out.ranks.front().host_pool) out.host_capacity_bytes = pool.capacity_bytes;
+    }
+  }
+  return out;
+}
+
+}  // namespace offsim::models
