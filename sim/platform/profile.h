@@ -133,13 +133,15 @@ struct HostLinkFigures {
   bool operator==(const HostLinkFigures&) const = default;
 };
 
-// CPU side. CPU Adam (and other streaming host work) runs at
-//   min(cores_used · adam_bytes_per_s_per_core, dram_bytes_per_s_per_socket share)
-// bytes of optimizer state streamed per second.
+// CPU side. CPU Adam (and other streaming host work) on c cores runs at
+//   min(c · adam_bytes_per_s_per_core, the rank's share of dram_bytes_per_s_per_socket)
+// bytes of optimizer state streamed per second, or slower when its FLOPs need more than
+// c · flops_per_s_per_core.
 struct HostFigures {
   Figure dram_bytes_per_s_per_socket;
   Figure cores_per_socket;
   Figure adam_bytes_per_s_per_core;
+  Figure flops_per_s_per_core;  // sustained fp32 vector FLOP/s of one core on streaming code
   bool operator==(const HostFigures&) const = default;
 };
 

@@ -43,6 +43,7 @@ struct TopoVertex {
 // An undirected edge; `a` is the endpoint nearer the GPU (or the GPU itself).
 struct TopoLink {
   LinkKind kind = LinkKind::kPcie;
+  std::size_t near_vertex = 0;  // the endpoint nearer the GPU (a VertexId)
   std::string name;             // "node0.gpu3.pcie"
   std::string down_resource;    // toward the GPU: "node0.gpu3.pcie.h2d"
   std::string up_resource;      // away from the GPU: "node0.gpu3.pcie.d2h"

@@ -1,0 +1,552 @@
+#include "sim/platform/profile.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <utility>
+
+#include <fmt/ranges.h>
+
+#include "sim/core/file_io.h"
+#include "sim/core/json_reader.h"
+
+namespace offsim::sim::platform {
+
+using nlohmann::json;
+
+const char* to_string(Origin origin) {
+  switch (origin) {
+    case Origin::kDatasheet:
+      return "datasheet";
+    case Origin::kPublished:
+      return "published";
+    case Origin::kAssumption:
+      return "assumption";
+    case Origin::kMeasured:
+      return "measured";
+  }
+  return "?";
+}
+
+std::optional<Origin> origin_from_string(std::string_view name) {
+  for (Origin o :
+       {Origin::kDatasheet, Origin::kPublished, Origin::kAssumption, Origin::kMeasured}) {
+    if (name == to_string(o)) return o;
+  }
+  return std::nullopt;
+}
+
+double interpolate_log(const std::vector<CurveKnot>& knots, double size) {
+  OFFSIM_CHECK(!knots.empty());
+  if (!(size > knots.front().size)) return knots.front().efficiency.value;
+  if (size >= knots.back().size) return knots.back().efficiency.value;
+  const double x = std::log(size);
+  for (std::size_t i = 1; i < knots.size(); ++i) {
+    if (size <= knots[i].size) {
+      const double x0 = std::log(knots[i - 1].size);
+      const double x1 = std::log(knots[i].size);
+      const double y0 = knots[i - 1].efficiency.value;
+      const double y1 = knots[i].efficiency.value;
+      return y0 + (y1 - y0) * (x - x0) / (x1 - x0);
+    }
+  }
+  return knots.back().efficiency.value;
+}
+
+namespace {
+
+double gemm_flops(const GemmShape& s) {
+  return 2.0 * static_cast<double>(s.m) * static_cast<double>(s.n) * static_cast<double>(s.k) *
+         static_cast<double>(std::max<std::int64_t>(s.batch, 1));
+}
+
+// Fraction of the last tile that holds real output: d / (ceil(d / tile) · tile).
+double tile_fill(std::int64_t d, double tile) {
+  if (d <= 0 || !(tile >= 1.0)) return 1.0;
+  const double t = std::floor(tile);
+  const double tiles = std::ceil(static_cast<double>(d) / t);
+  return static_cast<double>(d) / (tiles * t);
+}
+
+double log_distance(const GemmShape& a, const GemmPoint& b) {
+  auto term = [](std::int64_t x, std::int64_t y) {
+    const double d = std::log(static_cast<double>(std::max<std::int64_t>(x, 1))) -
+                     std::log(static_cast<double>(std::max<std::int64_t>(y, 1)));
+    return d * d;
+  };
+  return std::sqrt(term(a.m, b.m) + term(a.n, b.n) + term(a.k, b.k));
+}
+
+}  // namespace
+
+double GemmEfficiency::model_efficiency(const GemmShape& shape) const {
+  double e = curve.empty() ? 1.0 : interpolate_log(curve, gemm_flops(shape));
+  e *= tile_fill(shape.m, tile_size.value) * tile_fill(shape.n, tile_size.value);
+  const auto align = static_cast<std::int64_t>(alignment_elements.value);
+  if (align > 1 && (shape.m % align != 0 || shape.n % align != 0 || shape.k % align != 0)) {
+    e *= misaligned_factor.value;
+  }
+  return e;
+}
+
+double GemmEfficiency::efficiency(const GemmShape& shape) const {
+  const double model = model_efficiency(shape);
+  double weight_sum = 0.0;
+  double ratio_sum = 0.0;
+  for (const GemmPoint& p : points) {
+    if (p.dtype != shape.dtype) continue;
+    const double d = log_distance(shape, p);
+    if (d == 0.0) return p.efficiency.value;
+    const double point_model = model_efficiency({.m = p.m, .n = p.n, .k = p.k, .dtype = p.dtype});
+    if (!(point_model > 0.0)) continue;
+    const double w = 1.0 / (d * d);
+    weight_sum += w;
+    ratio_sum += w * (p.efficiency.value / point_model);
+  }
+  const double e = weight_sum > 0.0 ? model * ratio_sum / weight_sum : model;
+  return std::clamp(e, 1e-6, 1.0);
+}
+
+double GpuFigures::dense_flops(DType dtype) const {
+  switch (dtype) {
+    case DType::kBf16:
+      return dense_flops_bf16.value;
+    case DType::kFp16:
+      return dense_flops_fp16.value;
+    case DType::kFp8:
+      return dense_flops_fp8.value;
+    case DType::kFp32:
+      return dense_flops_fp32.value;
+  }
+  return dense_flops_bf16.value;
+}
+
+// ---------------------------------------------------------------------------------------------
+// JSON. Each section is a table of (key, figure) so that writing, reading and the unknown-key
+// check share one list.
+
+namespace {
+
+struct FigureField {
+  const char* key;
+  Figure* figure;
+  bool is_fraction;  // must lie in [0, 1]
+};
+
+std::vector<FigureField> fields(GpuFigures& g) {
+  return {{"hbm_usable_bytes", &g.hbm_usable_bytes, false},
+          {"hbm_peak_bytes_per_s", &g.hbm_peak_bytes_per_s, false},
+          {"hbm_achievable_bytes_per_s", &g.hbm_achievable_bytes_per_s, false},
+          {"dense_flops_bf16", &g.dense_flops_bf16, false},
+          {"dense_flops_fp16", &g.dense_flops_fp16, false},
+          {"dense_flops_fp8", &g.dense_flops_fp8, false},
+          {"dense_flops_fp32", &g.dense_flops_fp32, false},
+          {"kernel_launch_s", &g.kernel_launch_s, false}};
+}
+std::vector<FigureField> fields(AttentionEfficiency& a) {
+  return {{"flash_fwd", &a.flash_fwd, true},
+          {"flash_bwd", &a.flash_bwd, true},
+          {"classic_fwd", &a.classic_fwd, true},
+          {"classic_bwd", &a.classic_bwd, true}};
+}
+std::vector<FigureField> fields(HostLinkFigures& h) {
+  return {{"h2d_bytes_per_s", &h.h2d_bytes_per_s, false},
+          {"d2h_bytes_per_s", &h.d2h_bytes_per_s, false},
+          {"duplex_bytes_per_s", &h.duplex_bytes_per_s, false},
+          {"pageable_bytes_per_s", &h.pageable_bytes_per_s, false},
+          {"latency_s", &h.latency_s, false},
+          {"submit_overhead_s", &h.submit_overhead_s, false},
+          {"switch_uplink_bytes_per_s", &h.switch_uplink_bytes_per_s, false},
+          {"root_complex_bytes_per_s", &h.root_complex_bytes_per_s, false}};
+}
+std::vector<FigureField> fields(HostFigures& h) {
+  return {{"dram_bytes_per_s_per_socket", &h.dram_bytes_per_s_per_socket, false},
+          {"cores_per_socket", &h.cores_per_socket, false},
+          {"adam_bytes_per_s_per_core", &h.adam_bytes_per_s_per_core, false},
+          {"flops_per_s_per_core", &h.flops_per_s_per_core, false}};
+}
+std::vector<FigureField> fields(NvlinkFigures& n) {
+  return {{"bytes_per_s_per_gpu", &n.bytes_per_s_per_gpu, false},
+          {"ring_all_gather_bus_bytes_per_s", &n.ring_all_gather_bus_bytes_per_s, false},
+          {"ring_reduce_scatter_bus_bytes_per_s", &n.ring_reduce_scatter_bus_bytes_per_s, false},
+          {"ring_all_reduce_bus_bytes_per_s", &n.ring_all_reduce_bus_bytes_per_s, false},
+          {"nvls_all_reduce_bus_bytes_per_s", &n.nvls_all_reduce_bus_bytes_per_s, false},
+          {"latency_s", &n.latency_s, false}};
+}
+std::vector<FigureField> fields(InterNodeFigures& n) {
+  return {{"nic_bytes_per_s_per_gpu", &n.nic_bytes_per_s_per_gpu, false},
+          {"efficiency", &n.efficiency, true},
+          {"hop_latency_s", &n.hop_latency_s, false}};
+}
+std::vector<FigureField> fields(InterferenceFigures& i) {
+  return {{"copy_hbm_bytes_per_byte", &i.copy_hbm_bytes_per_byte, false},
+          {"nccl_compute_slowdown", &i.nccl_compute_slowdown, true}};
+}
+std::vector<FigureField> fields(AllocatorFigures& a) {
+  return {{"overhead_fraction", &a.overhead_fraction, false},
+          {"fixed_bytes", &a.fixed_bytes, false}};
+}
+
+// The figure sections of a profile, in file order.
+template <class Fn>
+void for_each_section(CalibrationProfile& p, Fn&& fn) {
+  fn("gpu", fields(p.gpu));
+  fn("attention", fields(p.attention));
+  fn("host_link", fields(p.host_link));
+  fn("host", fields(p.host));
+  fn("nvlink", fields(p.nvlink));
+  fn("inter_node", fields(p.inter_node));
+  fn("interference", fields(p.interference));
+  fn("allocator", fields(p.allocator));
+}
+
+json figure_to_json(const Figure& f) {
+  return json{{"value", f.value}, {"origin", to_string(f.origin)}, {"source", f.source}};
+}
+
+json knots_to_json(const std::vector<CurveKnot>& knots) {
+  json j = json::array();
+  for (const CurveKnot& k : knots) {
+    j.push_back(json{{"size", k.size}, {"efficiency", figure_to_json(k.efficiency)}});
+  }
+  return j;
+}
+
+json provenance_to_json(const Provenance& p) {
+  return json{{"profile_name", p.profile_name},
+              {"gpu_name", p.gpu_name},
+              {"gpu_count", p.gpu_count},
+              {"driver_version", p.driver_version},
+              {"cuda_version", p.cuda_version},
+              {"cublas_version", p.cublas_version},
+              {"nccl_version", p.nccl_version},
+              {"clocks", p.clocks},
+              {"date", p.date},
+              {"command_line", p.command_line},
+              {"measured", p.measured}};
+}
+
+class ProfileReader {
+ public:
+  explicit ProfileReader(const std::string& source) : r_(source) {}
+
+  Status keys(const json& object, const std::vector<std::string>& allowed,
+              const std::string& path) const {
+    if (!object.is_object()) {
+      return r_.error(path, fmt::format("expected an object, got {}", json_type_name(object)));
+    }
+    for (auto it = object.begin(); it != object.end(); ++it) {
+      if (std::find(allowed.begin(), allowed.end(), it.key()) == allowed.end()) {
+        return r_.error(path, fmt::format("unknown key '{}' (expected one of: {})", it.key(),
+                                          fmt::join(allowed, ", ")));
+      }
+    }
+    for (const std::string& key : allowed) {
+      if (!object.contains(key)) return r_.error(path, fmt::format("missing key '{}'", key));
+    }
+    return ok();
+  }
+
+  Result<Figure> figure(const json& parent, const char* key, const std::string& path,
+                        bool is_fraction) const {
+    const std::string p = path + "." + key;
+    OFFSIM_ASSIGN_OR_RETURN(const json* j, r_.object(parent, key, path));
+    OFFSIM_RETURN_IF_ERROR(keys(*j, {"value", "origin", "source"}, p));
+    Figure f;
+    OFFSIM_ASSIGN_OR_RETURN(f.value, r_.number(*j, "value", p));
+    if (f.value < 0.0) {
+      return r_.error(p + ".value", fmt::format("expected a value >= 0, got {}", f.value));
+    }
+    if (is_fraction && f.value > 1.0) {
+      return r_.error(p + ".value", fmt::format("expected a fraction in [0, 1], got {}", f.value));
+    }
+    OFFSIM_ASSIGN_OR_RETURN(std::string origin, r_.string(*j, "origin", p));
+    const auto o = origin_from_string(origin);
+    if (!o) {
+      return r_.error(p + ".origin",
+                      fmt::format("unknown origin '{}' (expected datasheet, published, "
+                                  "assumption or measured)",
+                                  origin));
+    }
+    f.origin = *o;
+    OFFSIM_ASSIGN_OR_RETURN(f.source, r_.string(*j, "source", p));
+    return f;
+  }
+
+  Result<std::vector<CurveKnot>> knots(const json& parent, const char* key,
+                                       const std::string& path) const {
+    const std::string p = path + "." + key;
+    OFFSIM_ASSIGN_OR_RETURN(const json* arr, r_.array(parent, key, path));
+    if (arr->empty()) return r_.error(p, "expected at least one knot");
+    std::vector<CurveKnot> out;
+    for (std::size_t i = 0; i < arr->size(); ++i) {
+      const std::string kp = fmt::format("{}[{}]", p, i);
+      const json& k = (*arr)[i];
+      OFFSIM_RETURN_IF_ERROR(keys(k, {"size", "efficiency"}, kp));
+      CurveKnot knot;
+      OFFSIM_ASSIGN_OR_RETURN(knot.size, r_.number(k, "size", kp));
+      if (!(knot.size > 0.0)) {
+        return r_.error(kp + ".size", fmt::format("expected a size > 0, got {}", knot.size));
+      }
+      if (!out.empty() && !(knot.size > out.back().size)) {
+        return r_.error(kp + ".size",
+                        fmt::format("expected sizes in increasing order ({} after {})", knot.size,
+                                    out.back().size));
+      }
+      OFFSIM_ASSIGN_OR_RETURN(knot.efficiency, figure(k, "efficiency", kp, true));
+      if (!(knot.efficiency.value > 0.0)) {
+        return r_.error(kp + ".efficiency.value", "expected an efficiency > 0");
+      }
+      out.push_back(std::move(knot));
+    }
+    return out;
+  }
+
+  Result<std::vector<GemmPoint>> points(const json& parent, const std::string& path) const {
+    const std::string p = path + ".points";
+    OFFSIM_ASSIGN_OR_RETURN(const json* arr, r_.array(parent, "points", path));
+    std::vector<GemmPoint> out;
+    for (std::size_t i = 0; i < arr->size(); ++i) {
+      const std::string pp = fmt::format("{}[{}]", p, i);
+      const json& j = (*arr)[i];
+      OFFSIM_RETURN_IF_ERROR(keys(j, {"m", "n", "k", "dtype", "efficiency"}, pp));
+      GemmPoint g;
+      OFFSIM_ASSIGN_OR_RETURN(g.m, r_.integer(j, "m", pp));
+      OFFSIM_ASSIGN_OR_RETURN(g.n, r_.integer(j, "n", pp));
+      OFFSIM_ASSIGN_OR_RETURN(g.k, r_.integer(j, "k", pp));
+      if (g.m <= 0 || g.n <= 0 || g.k <= 0) {
+        return r_.error(pp, fmt::format("expected m, n, k > 0, got {}x{}x{}", g.m, g.n, g.k));
+      }
+      OFFSIM_ASSIGN_OR_RETURN(std::string dtype, r_.string(j, "dtype", pp));
+      const auto d = dtype_from_string(dtype);
+      if (!d) {
+        return r_.error(
+            pp + ".dtype",
+            fmt::format("unknown dtype '{}' (expected fp32, bf16, fp16 or fp8)", dtype));
+      }
+      g.dtype = *d;
+      OFFSIM_ASSIGN_OR_RETURN(g.efficiency, figure(j, "efficiency", pp, true));
+      if (!(g.efficiency.value > 0.0)) {
+        return r_.error(pp + ".efficiency.value", "expected an efficiency > 0");
+      }
+      out.push_back(std::move(g));
+    }
+    return out;
+  }
+
+  Result<Provenance> provenance(const json& root) const {
+    const std::string p = "$.provenance";
+    OFFSIM_ASSIGN_OR_RETURN(const json* j, r_.object(root, "provenance", "$"));
+    OFFSIM_RETURN_IF_ERROR(
+        keys(*j,
+             {"profile_name", "gpu_name", "gpu_count", "driver_version", "cuda_version",
+              "cublas_version", "nccl_version", "clocks", "date", "command_line", "measured"},
+             p));
+    Provenance out;
+    OFFSIM_ASSIGN_OR_RETURN(out.profile_name, r_.string(*j, "profile_name", p));
+    OFFSIM_ASSIGN_OR_RETURN(out.gpu_name, r_.string(*j, "gpu_name", p));
+    OFFSIM_ASSIGN_OR_RETURN(const std::int64_t count, r_.integer(*j, "gpu_count", p));
+    if (count < 0 || count > 1'000'000) {
+      return r_.error(p + ".gpu_count", fmt::format("expected a count >= 0, got {}", count));
+    }
+    out.gpu_count = static_cast<int>(count);
+    OFFSIM_ASSIGN_OR_RETURN(out.driver_version, r_.string(*j, "driver_version", p));
+    OFFSIM_ASSIGN_OR_RETURN(out.cuda_version, r_.string(*j, "cuda_version", p));
+    OFFSIM_ASSIGN_OR_RETURN(out.cublas_version, r_.string(*j, "cublas_version", p));
+    OFFSIM_ASSIGN_OR_RETURN(out.nccl_version, r_.string(*j, "nccl_version", p));
+    OFFSIM_ASSIGN_OR_RETURN(out.clocks, r_.string(*j, "clocks", p));
+    OFFSIM_ASSIGN_OR_RETURN(out.date, r_.string(*j, "date", p));
+    OFFSIM_ASSIGN_OR_RETURN(out.command_line, r_.string(*j, "command_line", p));
+    OFFSIM_ASSIGN_OR_RETURN(const json* measured, r_.array(*j, "measured", p));
+    for (std::size_t i = 0; i < measured->size(); ++i) {
+      OFFSIM_ASSIGN_OR_RETURN(std::string m,
+                              r_.as_string((*measured)[i], fmt::format("{}.measured[{}]", p, i)));
+      out.measured.push_back(std::move(m));
+    }
+    return out;
+  }
+
+  const JsonReader& reader() const { return r_; }
+
+ private:
+  JsonReader r_;
+};
+
+}  // namespace
+
+json profile_to_json(const CalibrationProfile& profile) {
+  CalibrationProfile& p = const_cast<CalibrationProfile&>(profile);  // fields() is read-only here
+  json j;
+  j["format"] = "offsim-profile";
+  j["format_version"] = kProfileFormatVersion;
+  j["provenance"] = provenance_to_json(p.provenance);
+  for_each_section(p, [&](const char* section, const std::vector<FigureField>& fs) {
+    json s = json::object();
+    for (const FigureField& f : fs) s[f.key] = figure_to_json(*f.figure);
+    j[section] = std::move(s);
+  });
+  json points = json::array();
+  for (const GemmPoint& g : p.gemm.points) {
+    points.push_back(json{{"m", g.m},
+                          {"n", g.n},
+                          {"k", g.k},
+                          {"dtype", to_string(g.dtype)},
+                          {"efficiency", figure_to_json(g.efficiency)}});
+  }
+  j["gemm"] = json{{"points", std::move(points)},
+                   {"curve", knots_to_json(p.gemm.curve)},
+                   {"tile_size", figure_to_json(p.gemm.tile_size)},
+                   {"alignment_elements", figure_to_json(p.gemm.alignment_elements)},
+                   {"misaligned_factor", figure_to_json(p.gemm.misaligned_factor)}};
+  j["memory_bound"] = knots_to_json(p.memory_bound);
+  return j;
+}
+
+Result<CalibrationProfile> profile_from_json(const json& root, const std::string& source) {
+  ProfileReader pr(source);
+  const JsonReader& r = pr.reader();
+  std::vector<std::string> top = {"format", "format_version", "provenance", "gemm", "memory_bound"};
+  CalibrationProfile out;
+  for_each_section(out, [&](const char* section, const std::vector<FigureField>&) {
+    top.emplace_back(section);
+  });
+  OFFSIM_RETURN_IF_ERROR(pr.keys(root, top, "$"));
+  OFFSIM_ASSIGN_OR_RETURN(const std::string format, r.string(root, "format", "$"));
+  if (format != "offsim-profile") {
+    return r.error("$.format", fmt::format("expected \"offsim-profile\", got \"{}\"", format));
+  }
+  OFFSIM_ASSIGN_OR_RETURN(const std::int64_t version, r.integer(root, "format_version", "$"));
+  if (version != kProfileFormatVersion) {
+    return r.error("$.format_version",
+                   fmt::format("expected {}, got {}", kProfileFormatVersion, version));
+  }
+  OFFSIM_ASSIGN_OR_RETURN(out.provenance, pr.provenance(root));
+
+  Status status = ok();
+  for_each_section(out, [&](const char* section, const std::vector<FigureField>& fs) {
+    if (!status) return;
+    const std::string path = std::string("$.") + section;
+    auto obj = r.object(root, section, "$");
+    if (!obj) {
+      status = fail(obj.error());
+      return;
+    }
+    std::vector<std::string> allowed;
+    for (const FigureField& f : fs) allowed.emplace_back(f.key);
+    if (Status s = pr.keys(**obj, allowed, path); !s) {
+      status = s;
+      return;
+    }
+    for (const FigureField& f : fs) {
+      auto fig = pr.figure(**obj, f.key, path, f.is_fraction);
+      if (!fig) {
+        status = fail(fig.error());
+        return;
+      }
+      *f.figure = std::move(*fig);
+    }
+  });
+  OFFSIM_RETURN_IF_ERROR(status);
+
+  OFFSIM_ASSIGN_OR_RETURN(const json* gemm, r.object(root, "gemm", "$"));
+  OFFSIM_RETURN_IF_ERROR(
+      pr.keys(*gemm, {"points", "curve", "tile_size", "alignment_elements", "misaligned_factor"},
+              "$.gemm"));
+  OFFSIM_ASSIGN_OR_RETURN(out.gemm.points, pr.points(*gemm, "$.gemm"));
+  OFFSIM_ASSIGN_OR_RETURN(out.gemm.curve, pr.knots(*gemm, "curve", "$.gemm"));
+  OFFSIM_ASSIGN_OR_RETURN(out.gemm.tile_size, pr.figure(*gemm, "tile_size", "$.gemm", false));
+  if (!(out.gemm.tile_size.value >= 1.0)) {
+    return r.error("$.gemm.tile_size.value", "expected a tile size >= 1 element");
+  }
+  OFFSIM_ASSIGN_OR_RETURN(out.gemm.alignment_elements,
+                          pr.figure(*gemm, "alignment_elements", "$.gemm", false));
+  OFFSIM_ASSIGN_OR_RETURN(out.gemm.misaligned_factor,
+                          pr.figure(*gemm, "misaligned_factor", "$.gemm", true));
+  if (!(out.gemm.misaligned_factor.value > 0.0)) {
+    return r.error("$.gemm.misaligned_factor.value", "expected a factor in (0, 1]");
+  }
+  OFFSIM_ASSIGN_OR_RETURN(out.memory_bound, pr.knots(root, "memory_bound", "$"));
+
+  // Figures a model divides by must be positive.
+  const std::pair<const char*, double> positive[] = {
+      {"$.gpu.hbm_usable_bytes", out.gpu.hbm_usable_bytes.value},
+      {"$.gpu.hbm_peak_bytes_per_s", out.gpu.hbm_peak_bytes_per_s.value},
+      {"$.gpu.hbm_achievable_bytes_per_s", out.gpu.hbm_achievable_bytes_per_s.value},
+      {"$.gpu.dense_flops_bf16", out.gpu.dense_flops_bf16.value},
+      {"$.gpu.dense_flops_fp16", out.gpu.dense_flops_fp16.value},
+      {"$.gpu.dense_flops_fp8", out.gpu.dense_flops_fp8.value},
+      {"$.gpu.dense_flops_fp32", out.gpu.dense_flops_fp32.value},
+      {"$.attention.flash_fwd", out.attention.flash_fwd.value},
+      {"$.attention.flash_bwd", out.attention.flash_bwd.value},
+      {"$.attention.classic_fwd", out.attention.classic_fwd.value},
+      {"$.attention.classic_bwd", out.attention.classic_bwd.value},
+      {"$.host_link.h2d_bytes_per_s", out.host_link.h2d_bytes_per_s.value},
+      {"$.host_link.d2h_bytes_per_s", out.host_link.d2h_bytes_per_s.value},
+      {"$.host_link.duplex_bytes_per_s", out.host_link.duplex_bytes_per_s.value},
+      {"$.host_link.pageable_bytes_per_s", out.host_link.pageable_bytes_per_s.value},
+      {"$.host_link.root_complex_bytes_per_s", out.host_link.root_complex_bytes_per_s.value},
+      {"$.host.dram_bytes_per_s_per_socket", out.host.dram_bytes_per_s_per_socket.value},
+      {"$.host.cores_per_socket", out.host.cores_per_socket.value},
+      {"$.host.adam_bytes_per_s_per_core", out.host.adam_bytes_per_s_per_core.value},
+      {"$.host.flops_per_s_per_core", out.host.flops_per_s_per_core.value},
+      {"$.inter_node.nic_bytes_per_s_per_gpu", out.inter_node.nic_bytes_per_s_per_gpu.value},
+      {"$.inter_node.efficiency", out.inter_node.efficiency.value},
+  };
+  for (const auto& [path, value] : positive) {
+    if (!(value > 0.0)) return r.error(std::string(path) + ".value", "expected a value > 0");
+  }
+  if (out.nvlink.bytes_per_s_per_gpu.value > 0.0 &&
+      !(out.nvlink.ring_all_gather_bus_bytes_per_s.value > 0.0 &&
+        out.nvlink.ring_reduce_scatter_bus_bytes_per_s.value > 0.0 &&
+        out.nvlink.ring_all_reduce_bus_bytes_per_s.value > 0.0)) {
+    return r.error("$.nvlink", "a GPU with NVLink needs ring bus bandwidths > 0");
+  }
+  return out;
+}
+
+Result<CalibrationProfile> profile_from_json_text(const std::string& text,
+                                                  const std::string& source) {
+  OFFSIM_ASSIGN_OR_RETURN(const json root, parse_json_text(text, source));
+  return profile_from_json(root, source);
+}
+
+Result<CalibrationProfile> read_profile_file(const std::string& path) {
+  OFFSIM_ASSIGN_OR_RETURN(const std::string text, read_text_file(path, std::int64_t{16} << 20));
+  return profile_from_json_text(text, path);
+}
+
+Status write_profile_file(const std::string& path, const CalibrationProfile& profile) {
+  return write_text_file_atomic(path, profile_to_json(profile).dump(2) + "\n");
+}
+
+Result<CalibrationProfile> default_profile(std::string_view gpu_kind) {
+  OFFSIM_ASSIGN_OR_RETURN(CalibrationProfile builtin, builtin_profile(gpu_kind));
+  std::vector<std::filesystem::path> dirs;
+  if (const char* env = std::getenv("OFFSIM_PROFILE_DIR"); env != nullptr && *env != '\0') {
+    dirs.emplace_back(env);
+  }
+#ifdef OFFSIM_SOURCE_DIR
+  dirs.push_back(std::filesystem::path(OFFSIM_SOURCE_DIR) / "calibrate" / "profiles");
+#endif
+#ifdef OFFSIM_INSTALL_PROFILE_DIR
+  dirs.emplace_back(OFFSIM_INSTALL_PROFILE_DIR);
+#endif
+  const std::string file = std::string(gpu_kind) + ".json";
+  for (const auto& dir : dirs) {
+    std::error_code ec;
+    const auto path = dir / file;
+    if (std::filesystem::is_regular_file(path, ec)) {
+      OFFSIM_ASSIGN_OR_RETURN(CalibrationProfile loaded, read_profile_file(path.string()));
+      if (loaded.provenance.profile_name != gpu_kind) {
+        return fail(ErrorCode::kInvalidInput,
+                    "{}: $.provenance.profile_name: expected \"{}\" (the file name), got \"{}\"",
+                    path.string(), gpu_kind, loaded.provenance.profile_name);
+      }
+      return loaded;
+    }
+  }
+  return builtin;
+}
+
+}  // namespace offsim::sim::platform

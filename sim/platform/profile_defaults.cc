@@ -1,0 +1,455 @@
+// Built-in default profiles: the figures of shared/reference/hardware.md, each with its origin
+// and source. Where hardware.md has no figure, the value is an assumption and its source string
+// says how it was derived; `offsim calibrate` replaces these with measured numbers.
+#include <cmath>
+#include <string>
+#include <utility>
+
+#include "sim/platform/profile.h"
+
+namespace offsim::sim::platform {
+
+namespace {
+
+constexpr double kGB = 1e9;
+constexpr double kTFLOP = 1e12;
+constexpr double kMiB = 1024.0 * 1024.0;
+
+// Source tags (short, stable strings: profile JSON files carry them).
+constexpr const char* kSrcGpuTable =
+    "hardware.md GPUs table (NVIDIA datasheets via stas00/ml-engineering compute/accelerator)";
+constexpr const char* kSrcMamf =
+    "hardware.md GPUs table, best large bf16 GEMM measured (ml-engineering MAMF table)";
+constexpr const char* kSrcHostLink =
+    "hardware.md GPUs table, host link measured per direction (cuda-samples #357, nvbandwidth)";
+constexpr const char* kSrcCalculonGemm =
+    "Calculon GEMM efficiency by size (hardware.md kernel-time models): >=128 GFLOP 0.95, "
+    ">=16 0.90, >=1 0.60, else 0.10; knots at the bin edges, the <1 GFLOP bin placed at "
+    "0.1 GFLOP (assumption), scaled so the top knot equals the measured best GEMM";
+constexpr const char* kSrcCalculonMem =
+    "Calculon memory efficiency by MB moved (hardware.md kernel-time models): >=100 MB 0.90, "
+    ">=10 0.75, >=1 0.60, else 0.30; the last bin placed at 0.1 MB (assumption)";
+constexpr const char* kSrcSubmit =
+    "hardware.md host side: each cudaMemcpyAsync costs ~5-7 us to submit (rapidsai/cudf #15620; "
+    "torchrec #4303, #4315); midpoint";
+constexpr const char* kSrcLinkLatency =
+    "no separate figure in hardware.md: the ~5-7 us per copy (submit_overhead_s) covers a small "
+    "copy's fixed cost; calibrate's small-copy sweep measures both";
+constexpr const char* kSrcPageable =
+    "hardware.md: pageable ~2.7 GB/s vs ~25 GB/s pinned on H100 PCIe (jax-ml/jax #16905)";
+constexpr const char* kSrcNcclLatency =
+    "hardware.md: small-message latency ~20 us eager through a framework (NVIDIA/nccl #1264, "
+    "#1455, #1807)";
+constexpr const char* kSrcHopLatency =
+    "assumption: a few us per inter-node ring/tree step (IB switch hop plus NCCL proxy); "
+    "not in hardware.md; calibrate's multi-node NCCL sweep measures it";
+constexpr const char* kSrcNicEff =
+    "hardware.md: large all-reduce across 4 B200 nodes reached ~74% of the NIC rate";
+constexpr const char* kSrcCopyHbm =
+    "assumption: a host-link copy byte is read or written once in HBM, which gives hardware.md's "
+    "~1% of HBM at PCIe rates and ~10% at C2C rates";
+constexpr const char* kSrcNcclSlowdown =
+    "hardware.md interference: SM-based NCCL overlapped with GEMMs slowed compute ~19% on "
+    "average (arXiv 2507.03114)";
+constexpr const char* kSrcAllocFraction =
+    "assumption: caching-allocator rounding and fragmentation of about 5%; calibrate compares "
+    "planned and real high-water marks";
+constexpr const char* kSrcAllocFixed =
+    "assumption: CUDA context, cuBLAS/NCCL handles and workspaces, about 512 MiB per GPU";
+constexpr const char* kSrcLaunch =
+    "assumption: back-to-back kernels in one stream leave a gap of ~2 us; hardware.md gives "
+    "single-digit us for small launches with CUDA graphs; calibrate's launch benchmark measures it";
+constexpr const char* kSrcAdam =
+    "assumption: one server core streaming fp32 Adam state (~16 B read and ~12 B written per "
+    "parameter) sustains ~8 GB/s; not in hardware.md; calibrate's CPU Adam benchmark measures it";
+constexpr const char* kSrcCpuFlops =
+    "assumption: ~32 GFLOP/s fp32 per core on streaming vector code (AVX2/AVX-512 FMA at ~2 GHz, "
+    "a quarter of peak); not in hardware.md";
+constexpr const char* kSrcAlign =
+    "assumption: tensor-core GEMMs want every dimension a multiple of 8 elements (16 bytes in "
+    "bf16); misaligned shapes take slower kernels, factor 0.7 until calibrate fits it";
+constexpr const char* kSrcTile =
+    "assumption: output tiles of 128 elements per dimension, the common cuBLAS/CUTLASS tile";
+
+Figure fig(double value, Origin origin, std::string source) {
+  return Figure{.value = value, .origin = origin, .source = std::move(source)};
+}
+
+std::vector<CurveKnot> calculon_gemm_curve(double best_fraction, Origin origin,
+                                           const std::string& best_source) {
+  // Calculon's efficiencies are relative to its own top bin (0.95); scale them so that the top
+  // equals the GPU's measured best large GEMM.
+  const double scale = best_fraction / 0.95;
+  const std::string src = std::string(kSrcCalculonGemm) + "; top: " + best_source;
+  return {{.size = 1e8, .efficiency = fig(0.10 * scale, Origin::kAssumption, src)},
+          {.size = 1e9, .efficiency = fig(0.60 * scale, Origin::kPublished, src)},
+          {.size = 16e9, .efficiency = fig(0.90 * scale, Origin::kPublished, src)},
+          {.size = 128e9, .efficiency = fig(best_fraction, origin, src)}};
+}
+
+std::vector<CurveKnot> calculon_memory_curve() {
+  return {{.size = 1e5, .efficiency = fig(0.30, Origin::kAssumption, kSrcCalculonMem)},
+          {.size = 1e6, .efficiency = fig(0.60, Origin::kPublished, kSrcCalculonMem)},
+          {.size = 1e7, .efficiency = fig(0.75, Origin::kPublished, kSrcCalculonMem)},
+          {.size = 1e8, .efficiency = fig(0.90, Origin::kPublished, kSrcCalculonMem)}};
+}
+
+// What every default shares; the per-GPU functions below fill in the rest.
+CalibrationProfile common(const std::string& name, const std::string& gpu_name) {
+  CalibrationProfile p;
+  p.provenance.profile_name = name;
+  p.provenance.gpu_name = gpu_name;
+  p.provenance.command_line = "built-in defaults from shared/reference/hardware.md";
+  p.gpu.kernel_launch_s = fig(2e-6, Origin::kAssumption, kSrcLaunch);
+  p.gemm.tile_size = fig(128, Origin::kAssumption, kSrcTile);
+  p.gemm.alignment_elements = fig(8, Origin::kAssumption, kSrcAlign);
+  p.gemm.misaligned_factor = fig(0.7, Origin::kAssumption, kSrcAlign);
+  p.memory_bound = calculon_memory_curve();
+  p.host_link.submit_overhead_s = fig(6e-6, Origin::kPublished, kSrcSubmit);
+  p.host_link.latency_s = fig(0.0, Origin::kAssumption, kSrcLinkLatency);
+  p.host.adam_bytes_per_s_per_core = fig(8 * kGB, Origin::kAssumption, kSrcAdam);
+  p.host.flops_per_s_per_core = fig(32e9, Origin::kAssumption, kSrcCpuFlops);
+  p.nvlink.latency_s = fig(20e-6, Origin::kPublished, kSrcNcclLatency);
+  p.inter_node.hop_latency_s = fig(5e-6, Origin::kAssumption, kSrcHopLatency);
+  p.inter_node.efficiency =
+      fig(0.74, Origin::kAssumption, std::string(kSrcNicEff) + "; applied to this GPU's fabric");
+  p.interference.copy_hbm_bytes_per_byte = fig(1.0, Origin::kAssumption, kSrcCopyHbm);
+  p.interference.nccl_compute_slowdown = fig(0.19, Origin::kPublished, kSrcNcclSlowdown);
+  p.allocator.overhead_fraction = fig(0.05, Origin::kAssumption, kSrcAllocFraction);
+  p.allocator.fixed_bytes = fig(512 * kMiB, Origin::kAssumption, kSrcAllocFixed);
+  return p;
+}
+
+// Dense tensor-core peaks of the other dtypes from the bf16 peak.
+void derived_peaks(CalibrationProfile& p, bool has_fp8) {
+  const double bf16 = p.gpu.dense_flops_bf16.value;
+  p.gpu.dense_flops_fp16 =
+      fig(bf16, Origin::kAssumption,
+          "fp16 dense tensor-core rate equals bf16 on A100/H100/H200/B200 (NVIDIA datasheets); "
+          "not tabulated in hardware.md");
+  p.gpu.dense_flops_fp32 =
+      fig(bf16 / 2, Origin::kAssumption,
+          "fp32 GEMMs run as TF32 on tensor cores at half the bf16 rate (NVIDIA datasheets); not "
+          "tabulated in hardware.md");
+  p.gpu.dense_flops_fp8 =
+      has_fp8 ? fig(2 * bf16, Origin::kAssumption,
+                    "fp8 dense tensor-core rate is twice bf16 on Hopper and Blackwell (NVIDIA "
+                    "datasheets); not tabulated in hardware.md")
+              : fig(bf16, Origin::kAssumption,
+                    "Ampere has no fp8 tensor cores: fp8 GEMMs are taken to run as bf16");
+}
+
+// HBM achievable bandwidth where hardware.md has no measurement: the H200's measured copy
+// fraction (4.3 of 4.8 TB/s).
+Figure achievable_from_h200_ratio(double peak) {
+  return fig(peak * (4.3 / 4.8), Origin::kAssumption,
+             "hardware.md: H200 copy measured ~4.3 of 4.8 TB/s peak; the same fraction (0.896) "
+             "applied to this GPU's peak");
+}
+
+void attention_ampere(CalibrationProfile& p, double best_gemm) {
+  const char* src =
+      "assumption: FlashAttention-2-class kernels on A100 at ~50% of peak forward and ~40% "
+      "backward; hardware.md has Hopper figures only (FA3 ~75%, FA2 ~35% on H100)";
+  p.attention.flash_fwd = fig(0.50, Origin::kAssumption, src);
+  p.attention.flash_bwd = fig(0.40, Origin::kAssumption, src);
+  const char* classic =
+      "classic attention's batched QK^T and PV GEMMs at the best large-GEMM efficiency; the "
+      "s x s score traffic is charged to HBM by the cost model";
+  p.attention.classic_fwd = fig(best_gemm, Origin::kAssumption, classic);
+  p.attention.classic_bwd = fig(best_gemm, Origin::kAssumption, classic);
+}
+
+void attention_hopper(CalibrationProfile& p, double best_gemm) {
+  p.attention.flash_fwd = fig(0.75, Origin::kPublished,
+                              "hardware.md: FlashAttention-3 reaches ~75% of H100 peak forward");
+  p.attention.flash_bwd =
+      fig(0.60, Origin::kAssumption,
+          "assumption: the backward pass reaches ~80% of the forward's efficiency (0.8 x 0.75)");
+  const char* classic =
+      "classic attention's batched QK^T and PV GEMMs at the best large-GEMM efficiency; the "
+      "s x s score traffic is charged to HBM by the cost model";
+  p.attention.classic_fwd = fig(best_gemm, Origin::kAssumption, classic);
+  p.attention.classic_bwd = fig(best_gemm, Origin::kAssumption, classic);
+}
+
+// PCIe Gen4 x16 host link of DGX A100 (2 GPUs per switch, 2 switches per socket).
+void host_link_gen4(CalibrationProfile& p) {
+  p.host_link.h2d_bytes_per_s = fig(25 * kGB, Origin::kPublished, kSrcHostLink);
+  p.host_link.d2h_bytes_per_s = fig(25 * kGB, Origin::kPublished, kSrcHostLink);
+  p.host_link.duplex_bytes_per_s =
+      fig(0.9 * 2 * 25 * kGB, Origin::kAssumption,
+          "hardware.md: both directions at once ~90% of 2x on healthy Gen5 hosts, applied to "
+          "Gen4; one A100 node measured only 11 + 25 GB/s (nvbandwidth #53)");
+  p.host_link.pageable_bytes_per_s =
+      fig(2.7 * kGB, Origin::kAssumption, std::string(kSrcPageable) + "; applied to A100");
+  p.host_link.switch_uplink_bytes_per_s =
+      fig(25 * kGB, Origin::kAssumption,
+          "DGX A100 switch uplinks are Gen4 x16 like the GPU links: the measured per-GPU rate");
+  p.host_link.root_complex_bytes_per_s =
+      fig(2 * 25 * kGB, Origin::kAssumption,
+          "no host-side cap measured on DGX A100: the sum of a socket's two switch uplinks");
+  p.host.dram_bytes_per_s_per_socket =
+      fig(190 * kGB, Origin::kAssumption,
+          "DGX A100 sockets (AMD EPYC 7742): 8 DDR4-3200 channels = 204.8 GB/s peak, ~93% "
+          "achievable as in hardware.md's DDR5 derivation; not in hardware.md");
+  p.host.cores_per_socket =
+      fig(64, Origin::kDatasheet, "NVIDIA DGX A100 datasheet: 2x AMD EPYC 7742, 64 cores each");
+}
+
+// PCIe Gen5 x16 host links with a dedicated path per GPU and a host-side cap per socket.
+void host_link_gen5(CalibrationProfile& p, double h2d, double d2h, Origin origin,
+                    const std::string& src) {
+  p.host_link.h2d_bytes_per_s = fig(h2d, origin, src);
+  p.host_link.d2h_bytes_per_s = fig(d2h, origin, src);
+  p.host_link.duplex_bytes_per_s =
+      fig(0.9 * (h2d + d2h), Origin::kAssumption,
+          "hardware.md: both directions at once ~90% of 2x on healthy Gen5 hosts");
+  p.host_link.pageable_bytes_per_s = fig(2.7 * kGB, Origin::kPublished, kSrcPageable);
+  p.host_link.switch_uplink_bytes_per_s =
+      fig(h2d, Origin::kAssumption,
+          "one Gen5 x16 uplink per GPU path (an 8-GPU Gen5 node reached 278 GB/s total H2D, "
+          "more than 4 shared uplinks could carry): the GPU link rate");
+  p.host_link.root_complex_bytes_per_s =
+      fig(278 * kGB / 2, Origin::kPublished,
+          "hardware.md: one Gen5 8-GPU node capped at ~278 GB/s total H2D (host side, "
+          "cuda-samples #357), split over its 2 sockets");
+  p.host.dram_bytes_per_s_per_socket =
+      fig(290 * kGB, Origin::kAssumption,
+          "hardware.md: 8 DDR5 channels per socket, ~280-300 GB/s per socket (derived); midpoint");
+  p.host.cores_per_socket = fig(
+      56, Origin::kDatasheet,
+      "NVIDIA DGX H100/H200 datasheet: 2x Intel Xeon Platinum 8480C, 56 cores each (also taken for "
+      "HGX and DGX B200 hosts)");
+}
+
+// NVLink-C2C to a Grace CPU (GH200, GB200), as measured on GH200.
+void host_link_c2c(CalibrationProfile& p, Origin origin, const std::string& note) {
+  const std::string src =
+      "hardware.md: GH200 NVLink-C2C ~346-375 GB/s H2D (midpoint), ~297 GB/s D2H; both at once "
+      "about half each, Grace LPDDR5X bound (arXiv 2407.07850, nvbandwidth)" +
+      note;
+  p.host_link.h2d_bytes_per_s = fig(360 * kGB, origin, src);
+  p.host_link.d2h_bytes_per_s = fig(297 * kGB, origin, src);
+  p.host_link.duplex_bytes_per_s = fig((360 + 297) * kGB / 2, origin, src);
+  p.host_link.pageable_bytes_per_s =
+      fig(297 * kGB, Origin::kAssumption,
+          "assumption: Grace serves pageable memory over coherent C2C at about the pinned rate");
+  p.host_link.switch_uplink_bytes_per_s =
+      fig(0.0, Origin::kAssumption, "no PCIe switch on NVLink-C2C systems: unused");
+  p.host_link.root_complex_bytes_per_s = fig((360 + 297) * kGB / 2, origin, src);
+  p.host.dram_bytes_per_s_per_socket = fig((360 + 297) * kGB / 2, origin, src);
+  p.host.cores_per_socket =
+      fig(72, Origin::kDatasheet, "NVIDIA Grace CPU datasheet: 72 Arm Neoverse V2 cores");
+}
+
+void nvlink_a100(CalibrationProfile& p) {
+  const char* src = "hardware.md NVLink table (nccl-tests busbw, large messages)";
+  p.nvlink.bytes_per_s_per_gpu = fig(300 * kGB, Origin::kDatasheet, src);
+  p.nvlink.ring_all_gather_bus_bytes_per_s = fig(230 * kGB, Origin::kPublished, src);
+  p.nvlink.ring_reduce_scatter_bus_bytes_per_s = fig(230 * kGB, Origin::kPublished, src);
+  p.nvlink.ring_all_reduce_bus_bytes_per_s = fig(230 * kGB, Origin::kPublished, src);
+  p.nvlink.nvls_all_reduce_bus_bytes_per_s =
+      fig(0.0, Origin::kDatasheet, "A100 NVSwitch has no NVLink SHARP");
+  p.inter_node.nic_bytes_per_s_per_gpu =
+      fig(25 * kGB, Origin::kDatasheet, "hardware.md: 25 GB/s per GPU (DGX A100, HDR)");
+}
+
+void nvlink_hopper(CalibrationProfile& p) {
+  const char* src = "hardware.md NVLink table (nccl-tests busbw, large messages)";
+  p.nvlink.bytes_per_s_per_gpu = fig(450 * kGB, Origin::kDatasheet, src);
+  p.nvlink.ring_all_gather_bus_bytes_per_s = fig(365 * kGB, Origin::kPublished, src);
+  p.nvlink.ring_reduce_scatter_bus_bytes_per_s = fig(365 * kGB, Origin::kPublished, src);
+  p.nvlink.ring_all_reduce_bus_bytes_per_s = fig(365 * kGB, Origin::kPublished, src);
+  p.nvlink.nvls_all_reduce_bus_bytes_per_s =
+      fig(477.5 * kGB, Origin::kPublished, std::string(src) + ": ~475-480, midpoint");
+  p.inter_node.nic_bytes_per_s_per_gpu =
+      fig(50 * kGB, Origin::kDatasheet, "hardware.md: 50 GB/s per GPU (DGX H100/H200, NDR)");
+}
+
+void nvlink_blackwell(CalibrationProfile& p) {
+  const char* src = "hardware.md NVLink table (nccl-tests busbw, large messages)";
+  p.nvlink.bytes_per_s_per_gpu = fig(900 * kGB, Origin::kDatasheet, src);
+  const std::string ring = std::string(src) + ": ~700 (model, unconfirmed)";
+  p.nvlink.ring_all_gather_bus_bytes_per_s = fig(700 * kGB, Origin::kAssumption, ring);
+  p.nvlink.ring_reduce_scatter_bus_bytes_per_s = fig(700 * kGB, Origin::kAssumption, ring);
+  p.nvlink.ring_all_reduce_bus_bytes_per_s = fig(700 * kGB, Origin::kAssumption, ring);
+  p.nvlink.nvls_all_reduce_bus_bytes_per_s =
+      fig(838 * kGB, Origin::kPublished, std::string(src) + ": ~830-846, midpoint");
+  p.inter_node.nic_bytes_per_s_per_gpu =
+      fig(50 * kGB, Origin::kDatasheet, "hardware.md: 50 GB/s per GPU (DGX B200, NDR)");
+  p.inter_node.efficiency = fig(0.74, Origin::kPublished, kSrcNicEff);
+}
+
+void no_nvlink(CalibrationProfile& p, double pcie_bytes_per_s, const char* why) {
+  p.nvlink.bytes_per_s_per_gpu = fig(0.0, Origin::kAssumption, why);
+  const std::string src =
+      std::string(why) + "; collectives run over PCIe at about the per-direction link rate";
+  p.nvlink.ring_all_gather_bus_bytes_per_s = fig(pcie_bytes_per_s, Origin::kAssumption, src);
+  p.nvlink.ring_reduce_scatter_bus_bytes_per_s = fig(pcie_bytes_per_s, Origin::kAssumption, src);
+  p.nvlink.ring_all_reduce_bus_bytes_per_s = fig(pcie_bytes_per_s, Origin::kAssumption, src);
+  p.nvlink.nvls_all_reduce_bus_bytes_per_s = fig(0.0, Origin::kAssumption, why);
+}
+
+void set_gemm(CalibrationProfile& p, double best_tflops, Origin origin, const std::string& src) {
+  const double best = best_tflops * kTFLOP / p.gpu.dense_flops_bf16.value;
+  p.gemm.curve = calculon_gemm_curve(best, origin, src);
+}
+
+CalibrationProfile a100(bool big) {
+  CalibrationProfile p = common(big ? "a100-80gb" : "a100-40gb",
+                                big ? "NVIDIA A100-SXM4-80GB" : "NVIDIA A100-SXM4-40GB");
+  p.gpu.hbm_usable_bytes =
+      big ? fig(81920 * kMiB, Origin::kPublished, "hardware.md: 81,920 MiB visible")
+          : fig(40441 * kMiB, Origin::kPublished, "hardware.md: 40,441 MiB visible");
+  const double peak_bw = (big ? 2039 : 1555) * kGB;
+  p.gpu.hbm_peak_bytes_per_s = fig(peak_bw, Origin::kDatasheet, kSrcGpuTable);
+  p.gpu.hbm_achievable_bytes_per_s = achievable_from_h200_ratio(peak_bw);
+  p.gpu.dense_flops_bf16 = fig(312 * kTFLOP, Origin::kDatasheet, kSrcGpuTable);
+  derived_peaks(p, /*has_fp8=*/false);
+  set_gemm(p, 271, Origin::kPublished, std::string(kSrcMamf) + ": ~271 of 312 TFLOP/s");
+  attention_ampere(p, 271.0 / 312.0);
+  host_link_gen4(p);
+  nvlink_a100(p);
+  return p;
+}
+
+CalibrationProfile h100_sxm() {
+  CalibrationProfile p = common("h100-sxm", "NVIDIA H100 80GB HBM3");
+  p.gpu.hbm_usable_bytes = fig(81090 * kMiB, Origin::kPublished, "hardware.md: 81,090 MiB visible");
+  p.gpu.hbm_peak_bytes_per_s = fig(3350 * kGB, Origin::kDatasheet, kSrcGpuTable);
+  p.gpu.hbm_achievable_bytes_per_s = achievable_from_h200_ratio(3350 * kGB);
+  p.gpu.dense_flops_bf16 = fig(989 * kTFLOP, Origin::kDatasheet, kSrcGpuTable);
+  derived_peaks(p, true);
+  set_gemm(p, 795, Origin::kPublished, std::string(kSrcMamf) + ": ~795 of 989 TFLOP/s");
+  attention_hopper(p, 795.0 / 989.0);
+  host_link_gen5(p, 55.5 * kGB, 56 * kGB, Origin::kPublished,
+                 std::string(kSrcHostLink) + ": ~55-56 H2D, ~55-57 D2H, midpoints");
+  p.host_link.duplex_bytes_per_s = fig(101 * kGB, Origin::kPublished,
+                                       "hardware.md: H100 SXM both directions at once ~101 total");
+  nvlink_hopper(p);
+  return p;
+}
+
+CalibrationProfile h100_pcie() {
+  CalibrationProfile p = common("h100-pcie", "NVIDIA H100 PCIe");
+  p.gpu.hbm_usable_bytes = fig(81090 * kMiB, Origin::kAssumption,
+                               "assumption: the same visible bytes as H100 SXM (81,090 MiB)");
+  p.gpu.hbm_peak_bytes_per_s = fig(2000 * kGB, Origin::kDatasheet, kSrcGpuTable);
+  p.gpu.hbm_achievable_bytes_per_s = achievable_from_h200_ratio(2000 * kGB);
+  p.gpu.dense_flops_bf16 = fig(756 * kTFLOP, Origin::kDatasheet, kSrcGpuTable);
+  derived_peaks(p, true);
+  set_gemm(p, 600, Origin::kAssumption, "hardware.md GPUs table: ~600 (assumed 80%)");
+  attention_hopper(p, 600.0 / 756.0);
+  host_link_gen5(p, 55.5 * kGB, 56 * kGB, Origin::kAssumption,
+                 std::string(kSrcHostLink) + ": the H100 SXM Gen5 x16 measurement applied");
+  no_nvlink(p, 55.5 * kGB, "assumption: H100 PCIe server without NVLink bridges");
+  p.inter_node.nic_bytes_per_s_per_gpu =
+      fig(50 * kGB, Origin::kAssumption, "assumption: one NDR NIC per GPU as on DGX H100");
+  return p;
+}
+
+CalibrationProfile h200() {
+  CalibrationProfile p = common("h200", "NVIDIA H200");
+  p.gpu.hbm_usable_bytes =
+      fig(143771 * kMiB, Origin::kPublished, "hardware.md: 143,771 MiB visible");
+  p.gpu.hbm_peak_bytes_per_s = fig(4800 * kGB, Origin::kDatasheet, kSrcGpuTable);
+  p.gpu.hbm_achievable_bytes_per_s =
+      fig(4300 * kGB, Origin::kPublished, "hardware.md: copy measured ~4.3 TB/s (read+write)");
+  p.gpu.dense_flops_bf16 = fig(989 * kTFLOP, Origin::kDatasheet, kSrcGpuTable);
+  derived_peaks(p, true);
+  const std::string src = std::string(kSrcMamf) + ": ~790 of 989 TFLOP/s at 8192^3";
+  set_gemm(p, 790, Origin::kPublished, src);
+  p.gemm.points.push_back({.m = 8192,
+                           .n = 8192,
+                           .k = 8192,
+                           .dtype = DType::kBf16,
+                           .efficiency = fig(790.0 / 989.0, Origin::kPublished, src)});
+  attention_hopper(p, 790.0 / 989.0);
+  host_link_gen5(p, 55.4 * kGB, 55.1 * kGB, Origin::kPublished,
+                 std::string(kSrcHostLink) + ": 55.4 H2D / 55.1 D2H");
+  nvlink_hopper(p);
+  return p;
+}
+
+CalibrationProfile gh200() {
+  CalibrationProfile p = common("gh200", "NVIDIA GH200 480GB (96 GB HBM3)");
+  p.gpu.hbm_usable_bytes =
+      fig(96 * 1024 * kMiB * (81090.0 / 81920.0), Origin::kAssumption,
+          "96 GB HBM3 part (hardware.md); visible fraction of nominal taken from H100 (81,090 of "
+          "81,920 MiB)");
+  p.gpu.hbm_peak_bytes_per_s =
+      fig(4000 * kGB, Origin::kDatasheet, std::string(kSrcGpuTable) + ": 96 GB HBM3 part");
+  p.gpu.hbm_achievable_bytes_per_s =
+      fig(3400 * kGB, Origin::kPublished, "hardware.md: STREAM ~3.4 TB/s on the 96 GB part");
+  p.gpu.dense_flops_bf16 = fig(989 * kTFLOP, Origin::kDatasheet, kSrcGpuTable);
+  derived_peaks(p, true);
+  set_gemm(p, 829, Origin::kPublished, std::string(kSrcMamf) + ": ~829 of 989 TFLOP/s");
+  attention_hopper(p, 829.0 / 989.0);
+  host_link_c2c(p, Origin::kPublished, "");
+  no_nvlink(p, 0.0, "one superchip per node: no NVLink peers");
+  p.nvlink.ring_all_gather_bus_bytes_per_s.value = 0.0;
+  p.nvlink.ring_reduce_scatter_bus_bytes_per_s.value = 0.0;
+  p.nvlink.ring_all_reduce_bus_bytes_per_s.value = 0.0;
+  p.inter_node.nic_bytes_per_s_per_gpu =
+      fig(50 * kGB, Origin::kAssumption, "assumption: one NDR NIC per superchip as on DGX H100");
+  return p;
+}
+
+CalibrationProfile blackwell(bool grace) {
+  CalibrationProfile p = common(grace ? "gb200" : "b200", grace ? "NVIDIA GB200" : "NVIDIA B200");
+  const std::string note =
+      grace ? "; GB200's GPU taken as the B200 row of hardware.md (assumption)" : "";
+  p.gpu.hbm_usable_bytes = fig(180 * kGB, grace ? Origin::kAssumption : Origin::kPublished,
+                               "hardware.md: ~180 GB visible" + note);
+  p.gpu.hbm_peak_bytes_per_s =
+      fig(8000 * kGB, grace ? Origin::kAssumption : Origin::kDatasheet, kSrcGpuTable + note);
+  p.gpu.hbm_achievable_bytes_per_s = achievable_from_h200_ratio(8000 * kGB);
+  p.gpu.dense_flops_bf16 =
+      fig(2250 * kTFLOP, grace ? Origin::kAssumption : Origin::kDatasheet, kSrcGpuTable + note);
+  derived_peaks(p, true);
+  set_gemm(p, 1745, grace ? Origin::kAssumption : Origin::kPublished,
+           std::string(kSrcMamf) + ": ~1,745 of 2,250 TFLOP/s" + note);
+  p.attention.flash_fwd =
+      fig(0.75, Origin::kAssumption,
+          "assumption: FlashAttention-class kernels reach the Hopper FA3 fraction (~75%) forward");
+  p.attention.flash_bwd =
+      fig(0.60, Origin::kAssumption, "assumption: backward at ~80% of the forward's efficiency");
+  const char* classic =
+      "classic attention's batched QK^T and PV GEMMs at the best large-GEMM efficiency; the "
+      "s x s score traffic is charged to HBM by the cost model";
+  p.attention.classic_fwd = fig(1745.0 / 2250.0, Origin::kAssumption, classic);
+  p.attention.classic_bwd = fig(1745.0 / 2250.0, Origin::kAssumption, classic);
+  if (grace) {
+    host_link_c2c(p, Origin::kAssumption,
+                  "; measured on GH200, taken for GB200's C2C and Grace (assumption)");
+  } else {
+    host_link_gen5(p, 55 * kGB, 55 * kGB, Origin::kAssumption,
+                   "hardware.md: PCIe Gen5 hosts on DGX B200, assume ~55 (unconfirmed)");
+    p.host_link.root_complex_bytes_per_s.origin = Origin::kAssumption;
+  }
+  nvlink_blackwell(p);
+  return p;
+}
+
+}  // namespace
+
+std::vector<std::string> known_gpu_kinds() {
+  return {"a100-40gb", "a100-80gb", "h100-sxm", "h100-pcie", "h200", "gh200", "b200", "gb200"};
+}
+
+Result<CalibrationProfile> builtin_profile(std::string_view gpu_kind) {
+  if (gpu_kind == "a100-40gb") return a100(false);
+  if (gpu_kind == "a100-80gb") return a100(true);
+  if (gpu_kind == "h100-sxm") return h100_sxm();
+  if (gpu_kind == "h100-pcie") return h100_pcie();
+  if (gpu_kind == "h200") return h200();
+  if (gpu_kind == "gh200") return gh200();
+  if (gpu_kind == "b200") return blackwell(false);
+  if (gpu_kind == "gb200") return blackwell(true);
+  std::string known;
+  for (const std::string& k : known_gpu_kinds()) known += (known.empty() ? "" : ", ") + k;
+  return fail(ErrorCode::kNotFound, "unknown GPU kind '{}' (expected one of: {})", gpu_kind, known);
+}
+
+}  // namespace offsim::sim::platform
