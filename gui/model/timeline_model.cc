@@ -1,0 +1,508 @@
+#include "gui/model/timeline_model.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <numeric>
+#include <tuple>
+
+#include <fmt/format.h>
+
+namespace offsim::gui {
+namespace {
+
+constexpr std::size_t kCancelStride = 1 << 16;
+
+std::int64_t ns(sim::TimePoint t) { return t.time_since_epoch().count(); }
+
+bool cancelled(const std::atomic<bool>* cancel) {
+  return cancel != nullptr && cancel->load(std::memory_order_relaxed);
+}
+
+int kind_order(LaneKind kind) {
+  switch (kind) {
+    case LaneKind::kCompute:
+      return 0;
+    case LaneKind::kH2D:
+      return 1;
+    case LaneKind::kD2H:
+      return 2;
+    case LaneKind::kComm:
+      return 3;
+    case LaneKind::kOther:
+      return 4;
+    case LaneKind::kCpu:
+      return 5;
+  }
+  return 6;
+}
+
+// 0: a rank's lanes; 1: CPU lanes; 2: anything else.
+int group_order(const LaneName& name) {
+  if (name.rank >= 0 && name.kind != LaneKind::kCpu) return 0;
+  if (name.kind == LaneKind::kCpu) return 1;
+  return 2;
+}
+
+bool is_compute_kind(sim::OpKind kind) {
+  return kind == sim::OpKind::kGemm || kind == sim::OpKind::kAttention ||
+         kind == sim::OpKind::kHostCompute;
+}
+
+// Unions windows sorted by start into sorted, disjoint windows.
+std::vector<TimeWindow> union_sorted(const std::vector<TimeWindow>& sorted) {
+  std::vector<TimeWindow> out;
+  for (const TimeWindow& w : sorted) {
+    if (w.end_ns <= w.start_ns) continue;
+    if (!out.empty() && w.start_ns <= out.back().end_ns) {
+      out.back().end_ns = std::max(out.back().end_ns, w.end_ns);
+    } else {
+      out.push_back(w);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+const char* to_string(LaneKind kind) {
+  switch (kind) {
+    case LaneKind::kCompute:
+      return "compute";
+    case LaneKind::kH2D:
+      return "h2d";
+    case LaneKind::kD2H:
+      return "d2h";
+    case LaneKind::kComm:
+      return "comm";
+    case LaneKind::kCpu:
+      return "cpu";
+    case LaneKind::kOther:
+      return "other";
+  }
+  return "?";
+}
+
+LaneName parse_lane_name(std::string_view name) {
+  LaneName out;
+  std::string_view rest = name;
+  if (rest.starts_with("rank")) {
+    const char* begin = rest.data() + 4;
+    const char* end = rest.data() + rest.size();
+    int rank = -1;
+    auto [ptr, ec] = std::from_chars(begin, end, rank);
+    if (ec == std::errc() && ptr != begin && ptr != end && *ptr == '.' && rank >= 0) {
+      out.rank = rank;
+      rest = std::string_view(ptr + 1, static_cast<std::size_t>(end - ptr - 1));
+    }
+  }
+  if (rest.starts_with("compute")) {
+    out.kind = LaneKind::kCompute;
+  } else if (rest.starts_with("h2d")) {
+    out.kind = LaneKind::kH2D;
+  } else if (rest.starts_with("d2h")) {
+    out.kind = LaneKind::kD2H;
+  } else if (rest.starts_with("comm")) {
+    out.kind = LaneKind::kComm;
+  } else if (rest.find("cpu") != std::string_view::npos || rest.starts_with("host")) {
+    out.kind = LaneKind::kCpu;
+  }
+  if (out.rank < 0 && out.kind == LaneKind::kOther &&
+      (name.find("cpu") != std::string_view::npos || name.starts_with("host"))) {
+    out.kind = LaneKind::kCpu;
+  }
+  return out;
+}
+
+sim::Result<TimelineModel> TimelineModel::build(std::vector<sim::Timeline> timelines,
+                                                const std::atomic<bool>* cancel,
+                                                const ProgressFn& progress) {
+  TimelineModel model;
+  model.timelines_ = std::move(timelines);
+  const std::size_t sources = model.timelines_.size();
+  std::size_t total_spans = 0;
+  for (const sim::Timeline& t : model.timelines_) total_spans += t.spans.size();
+  std::size_t done = 0;
+  auto report = [&](double fraction) {
+    if (progress) progress(std::clamp(fraction, 0.0, 1.0));
+  };
+
+  bool any_span = false;
+  for (std::size_t s = 0; s < sources; ++s) {
+    const sim::Timeline& t = model.timelines_[s];
+    const std::size_t first_row = model.rows_.size();
+    for (std::size_t l = 0; l < t.lanes.size(); ++l) {
+      LaneRow row;
+      row.lane_name = t.lanes[l];
+      row.label = sources > 1 ? fmt::format("{} ({})", t.lanes[l], t.source) : t.lanes[l];
+      row.source = static_cast<int>(s);
+      row.lane = sim::LaneId(l);
+      row.parsed = parse_lane_name(t.lanes[l]);
+      model.rows_.push_back(std::move(row));
+    }
+    for (std::size_t i = 0; i < t.spans.size(); ++i) {
+      const sim::Span& span = t.spans[i];
+      if (!span.lane.valid() || span.lane.index() >= t.lanes.size()) {
+        return sim::fail(sim::ErrorCode::kInvalidInput,
+                         "timeline '{}': span {} names lane {} but the timeline has {} lanes",
+                         t.source, i, span.lane.value(), t.lanes.size());
+      }
+      if (!span.op.valid() || span.op.index() >= t.ops.size()) {
+        return sim::fail(sim::ErrorCode::kInvalidInput,
+                         "timeline '{}': span {} names op {} but the timeline has {} ops", t.source,
+                         i, span.op.value(), t.ops.size());
+      }
+      if (span.end < span.start) {
+        return sim::fail(sim::ErrorCode::kInvalidInput,
+                         "timeline '{}': span {} (op '{}') ends before it starts", t.source, i,
+                         t.ops[span.op.index()].name);
+      }
+      model.rows_[first_row + span.lane.index()].spans.push_back(static_cast<std::uint32_t>(i));
+      const TimeWindow w{ns(span.start), ns(span.end)};
+      if (!any_span) {
+        model.extent_ = w;
+        any_span = true;
+      } else {
+        model.extent_.start_ns = std::min(model.extent_.start_ns, w.start_ns);
+        model.extent_.end_ns = std::max(model.extent_.end_ns, w.end_ns);
+      }
+      if (++done % kCancelStride == 0) {
+        if (cancelled(cancel)) return sim::fail(sim::ErrorCode::kCancelled, "loading cancelled");
+        report(0.5 * static_cast<double>(done) / static_cast<double>(total_spans));
+      }
+    }
+  }
+  model.span_count_ = total_spans;
+
+  // Per row: spans by start (then op id), and the prefix maximum of ends for binary search.
+  std::size_t sorted = 0;
+  for (LaneRow& row : model.rows_) {
+    const sim::Timeline& t = model.timelines_[static_cast<std::size_t>(row.source)];
+    std::sort(row.spans.begin(), row.spans.end(), [&](std::uint32_t a, std::uint32_t b) {
+      return std::tie(t.spans[a].start, t.spans[a].op) < std::tie(t.spans[b].start, t.spans[b].op);
+    });
+    row.start_ns.reserve(row.spans.size());
+    row.max_end_ns.reserve(row.spans.size());
+    std::int64_t max_end = std::numeric_limits<std::int64_t>::min();
+    for (std::uint32_t i : row.spans) {
+      row.start_ns.push_back(ns(t.spans[i].start));
+      max_end = std::max(max_end, ns(t.spans[i].end));
+      row.max_end_ns.push_back(max_end);
+    }
+    sorted += row.spans.size();
+    if (cancelled(cancel)) return sim::fail(sim::ErrorCode::kCancelled, "loading cancelled");
+    if (total_spans > 0) {
+      report(0.5 + 0.3 * static_cast<double>(sorted) / static_cast<double>(total_spans));
+    }
+  }
+
+  // Row order: rank, lane kind, lane name, then source (predicted above measured).
+  std::vector<std::size_t> order(model.rows_.size());
+  std::iota(order.begin(), order.end(), 0);
+  auto key = [&](std::size_t i) {
+    const LaneRow& r = model.rows_[i];
+    const int rank = group_order(r.parsed) == 0 ? r.parsed.rank : 0;
+    return std::make_tuple(group_order(r.parsed), rank, kind_order(r.parsed.kind),
+                           std::string_view(r.lane_name), r.source);
+  };
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return key(a) < key(b); });
+  std::vector<LaneRow> ordered;
+  ordered.reserve(order.size());
+  for (std::size_t i : order) ordered.push_back(std::move(model.rows_[i]));
+  model.rows_ = std::move(ordered);
+
+  // Exposed transfers: copy spans on h2d/d2h rows minus the same rank's compute busy time.
+  for (LaneRow& row : model.rows_) {
+    if (row.parsed.kind != LaneKind::kH2D && row.parsed.kind != LaneKind::kD2H) continue;
+    const sim::Timeline& t = model.timelines_[static_cast<std::size_t>(row.source)];
+    std::vector<TimeWindow> copies;
+    for (std::uint32_t i : row.spans) {
+      if (t.ops[t.spans[i].op.index()].kind != sim::OpKind::kCopy) continue;
+      copies.push_back({ns(t.spans[i].start), ns(t.spans[i].end)});
+    }
+    std::vector<TimeWindow> compute;
+    for (const LaneRow& other : model.rows_) {
+      if (other.source != row.source || other.parsed.rank != row.parsed.rank ||
+          other.parsed.kind != LaneKind::kCompute) {
+        continue;
+      }
+      for (std::uint32_t i : other.spans) {
+        compute.push_back({ns(t.spans[i].start), ns(t.spans[i].end)});
+      }
+    }
+    std::sort(compute.begin(), compute.end(),
+              [](const TimeWindow& a, const TimeWindow& b) { return a.start_ns < b.start_ns; });
+    row.exposed = exposed_intervals(copies, compute);
+  }
+  if (cancelled(cancel)) return sim::fail(sim::ErrorCode::kCancelled, "loading cancelled");
+  report(0.85);
+
+  // Critical path per timeline, then its spans per row.
+  model.critical_paths_.resize(sources);
+  for (std::size_t s = 0; s < sources; ++s) {
+    model.critical_paths_[s] = gui::critical_path(model.timelines_[s]);
+  }
+  for (LaneRow& row : model.rows_) {
+    const sim::Timeline& t = model.timelines_[static_cast<std::size_t>(row.source)];
+    for (std::uint32_t i : model.critical_paths_[static_cast<std::size_t>(row.source)]) {
+      if (t.spans[i].lane == row.lane)
+        row.critical.push_back({ns(t.spans[i].start), ns(t.spans[i].end)});
+    }
+    std::sort(row.critical.begin(), row.critical.end(),
+              [](const TimeWindow& a, const TimeWindow& b) { return a.start_ns < b.start_ns; });
+  }
+  report(1.0);
+  return model;
+}
+
+void TimelineModel::visible_spans(std::size_t row_index, TimeWindow window, double width_px,
+                                  std::vector<DrawSpan>& out) const {
+  out.clear();
+  OFFSIM_CHECK(row_index < rows_.size());
+  if (window.end_ns <= window.start_ns || !(width_px > 0.0)) return;
+  const LaneRow& row = rows_[row_index];
+  const sim::Timeline& t = timelines_[static_cast<std::size_t>(row.source)];
+  const double ns_per_px = static_cast<double>(window.end_ns - window.start_ns) / width_px;
+  const std::size_t n = row.spans.size();
+  // First span whose prefix-max end lies inside the window: nothing before it can be visible.
+  std::size_t i = static_cast<std::size_t>(
+      std::upper_bound(row.max_end_ns.begin(), row.max_end_ns.end(), window.start_ns) -
+      row.max_end_ns.begin());
+  bool last_merged = false;
+  while (i < n && row.start_ns[i] < window.end_ns) {
+    const sim::Span& span = t.spans[row.spans[i]];
+    const std::int64_t start = row.start_ns[i];
+    const std::int64_t end = ns(span.end);
+    const bool visible = end > window.start_ns || (end == start && start >= window.start_ns);
+    if (!visible) {
+      ++i;
+      continue;
+    }
+    const sim::OpKind kind = t.ops[span.op.index()].kind;
+    if (static_cast<double>(end - start) >= ns_per_px) {
+      out.push_back({start, end, row.spans[i], 1, kind});
+      last_merged = false;
+      ++i;
+      continue;
+    }
+    // Narrow: take every span that starts in the same pixel column.
+    const double column = std::floor(
+        static_cast<double>(std::max(start, window.start_ns) - window.start_ns) / ns_per_px);
+    const auto column_end =
+        window.start_ns + static_cast<std::int64_t>(std::ceil((column + 1.0) * ns_per_px));
+    std::size_t j = static_cast<std::size_t>(
+        std::lower_bound(row.start_ns.begin() + static_cast<std::ptrdiff_t>(i + 1),
+                         row.start_ns.end(), column_end) -
+        row.start_ns.begin());
+    // Only the group's last span can be wide (spans on a lane do not overlap); draw it alone.
+    if (j > i + 1) {
+      const sim::Span& last = t.spans[row.spans[j - 1]];
+      if (static_cast<double>(ns(last.end) - ns(last.start)) >= ns_per_px) --j;
+    }
+    const std::int64_t group_end = row.max_end_ns[j - 1];
+    const auto count = static_cast<std::uint32_t>(j - i);
+    // Dense runs: extend the previous merged rectangle when this group starts within a pixel.
+    if (last_merged && !out.empty() && static_cast<double>(start - out.back().end_ns) < ns_per_px) {
+      out.back().end_ns = std::max(out.back().end_ns, group_end);
+      out.back().count += count;
+    } else {
+      out.push_back({start, group_end, row.spans[i], count, kind});
+    }
+    last_merged = true;
+    i = j;
+  }
+}
+
+std::optional<std::uint32_t> TimelineModel::span_at(std::size_t row_index, std::int64_t t_ns,
+                                                    std::int64_t tolerance_ns) const {
+  OFFSIM_CHECK(row_index < rows_.size());
+  const LaneRow& row = rows_[row_index];
+  const sim::Timeline& t = timelines_[static_cast<std::size_t>(row.source)];
+  auto it = std::upper_bound(row.start_ns.begin(), row.start_ns.end(), t_ns + tolerance_ns);
+  std::optional<std::uint32_t> best;
+  std::int64_t best_distance = std::numeric_limits<std::int64_t>::max();
+  // Walk back over the spans that could still reach t_ns (bounded for overlapping lanes).
+  for (int steps = 0; it != row.start_ns.begin() && steps < 64; ++steps) {
+    --it;
+    const auto k = static_cast<std::size_t>(it - row.start_ns.begin());
+    if (row.max_end_ns[k] < t_ns - tolerance_ns) break;
+    const sim::Span& span = t.spans[row.spans[k]];
+    const std::int64_t s = ns(span.start);
+    const std::int64_t e = ns(span.end);
+    std::int64_t distance = 0;
+    if (t_ns < s) distance = s - t_ns;
+    if (t_ns > e) distance = t_ns - e;
+    if (distance <= tolerance_ns && distance < best_distance) {
+      best_distance = distance;
+      best = row.spans[k];
+    }
+  }
+  return best;
+}
+
+void visible_intervals(const std::vector<TimeWindow>& sorted, TimeWindow window, double width_px,
+                       std::vector<TimeWindow>& out) {
+  out.clear();
+  if (window.end_ns <= window.start_ns || !(width_px > 0.0)) return;
+  const double ns_per_px = static_cast<double>(window.end_ns - window.start_ns) / width_px;
+  auto it = std::upper_bound(sorted.begin(), sorted.end(), window.start_ns,
+                             [](std::int64_t t, const TimeWindow& w) { return t < w.end_ns; });
+  for (; it != sorted.end() && it->start_ns < window.end_ns; ++it) {
+    if (!out.empty() && static_cast<double>(it->start_ns - out.back().end_ns) < ns_per_px) {
+      out.back().end_ns = std::max(out.back().end_ns, it->end_ns);
+    } else {
+      out.push_back(*it);
+    }
+  }
+}
+
+std::vector<TimeWindow> exposed_intervals(const std::vector<TimeWindow>& copies,
+                                          const std::vector<TimeWindow>& compute) {
+  const std::vector<TimeWindow> busy = union_sorted(compute);
+  std::vector<TimeWindow> out;
+  std::size_t b = 0;
+  for (const TimeWindow& copy : union_sorted(copies)) {
+    std::int64_t cursor = copy.start_ns;
+    while (b < busy.size() && busy[b].end_ns <= cursor) ++b;
+    std::size_t k = b;
+    while (cursor < copy.end_ns) {
+      if (k >= busy.size() || busy[k].start_ns >= copy.end_ns) {
+        out.push_back({cursor, copy.end_ns});
+        break;
+      }
+      if (busy[k].start_ns > cursor) out.push_back({cursor, busy[k].start_ns});
+      cursor = std::max(cursor, busy[k].end_ns);
+      ++k;
+    }
+  }
+  return out;
+}
+
+std::vector<std::uint32_t> critical_path(const sim::Timeline& timeline,
+                                         const std::vector<std::vector<sim::OpId>>& deps) {
+  const auto& spans = timeline.spans;
+  const std::size_t n = spans.size();
+  std::vector<std::uint32_t> path;
+  if (n == 0) return path;
+  auto by_end = [&](std::uint32_t a, std::uint32_t b) {
+    return std::tie(spans[a].end, spans[a].start, spans[a].op) <
+           std::tie(spans[b].end, spans[b].start, spans[b].op);
+  };
+  // Previous span on the same lane (lane order = start order).
+  std::vector<std::uint32_t> order(n);
+  std::iota(order.begin(), order.end(), 0u);
+  std::sort(order.begin(), order.end(), [&](std::uint32_t a, std::uint32_t b) {
+    return std::tie(spans[a].lane, spans[a].start, spans[a].op) <
+           std::tie(spans[b].lane, spans[b].start, spans[b].op);
+  });
+  constexpr std::uint32_t kNone = std::numeric_limits<std::uint32_t>::max();
+  std::vector<std::uint32_t> prev_on_lane(n, kNone);
+  for (std::size_t k = 1; k < n; ++k) {
+    if (spans[order[k]].lane == spans[order[k - 1]].lane) prev_on_lane[order[k]] = order[k - 1];
+  }
+  std::vector<std::uint32_t> span_of_op;
+  if (!deps.empty()) {
+    span_of_op.assign(timeline.ops.size(), kNone);
+    for (std::uint32_t i = 0; i < n; ++i) {
+      if (spans[i].op.index() < span_of_op.size()) span_of_op[spans[i].op.index()] = i;
+    }
+  }
+  // All spans by end, for the timing-only dependency guess.
+  std::vector<std::uint32_t> end_order(n);
+  std::iota(end_order.begin(), end_order.end(), 0u);
+  std::sort(end_order.begin(), end_order.end(), by_end);
+
+  std::vector<bool> visited(n, false);
+  std::uint32_t current = end_order.back();
+  while (current != kNone && !visited[current]) {
+    visited[current] = true;
+    path.push_back(current);
+    const sim::TimePoint start = spans[current].start;
+    std::uint32_t best = kNone;
+    auto consider = [&](std::uint32_t c) {
+      if (c == kNone || visited[c] || spans[c].end > start) return;
+      if (best == kNone || spans[c].end > spans[best].end) best = c;
+    };
+    consider(prev_on_lane[current]);  // first, so that it wins ties
+    if (!deps.empty()) {
+      const std::size_t op = spans[current].op.index();
+      if (op < deps.size()) {
+        for (sim::OpId d : deps[op]) {
+          if (d.index() < span_of_op.size()) consider(span_of_op[d.index()]);
+        }
+      }
+    } else {
+      auto it =
+          std::upper_bound(end_order.begin(), end_order.end(), start,
+                           [&](sim::TimePoint t, std::uint32_t i) { return t < spans[i].end; });
+      while (it != end_order.begin()) {
+        --it;
+        if (!visited[*it]) {
+          consider(*it);
+          break;
+        }
+      }
+    }
+    current = best;
+  }
+  std::reverse(path.begin(), path.end());
+  return path;
+}
+
+std::string format_bytes(double bytes) {
+  const double a = std::fabs(bytes);
+  if (a >= 1e12) return fmt::format("{:.2f} TB", bytes / 1e12);
+  if (a >= 1e9) return fmt::format("{:.2f} GB", bytes / 1e9);
+  if (a >= 1e6) return fmt::format("{:.2f} MB", bytes / 1e6);
+  if (a >= 1e3) return fmt::format("{:.1f} kB", bytes / 1e3);
+  return fmt::format("{:.0f} B", bytes);
+}
+
+std::string format_flops(double flops) {
+  const double a = std::fabs(flops);
+  if (a >= 1e15) return fmt::format("{:.2f} PFLOP", flops / 1e15);
+  if (a >= 1e12) return fmt::format("{:.2f} TFLOP", flops / 1e12);
+  if (a >= 1e9) return fmt::format("{:.2f} GFLOP", flops / 1e9);
+  if (a >= 1e6) return fmt::format("{:.2f} MFLOP", flops / 1e6);
+  return fmt::format("{:.0f} FLOP", flops);
+}
+
+std::string format_duration_ns(std::int64_t ns_value) {
+  const double v = static_cast<double>(ns_value);
+  const double a = std::fabs(v);
+  if (a >= 1e9) return fmt::format("{:.3f} s", v / 1e9);
+  if (a >= 1e6) return fmt::format("{:.3f} ms", v / 1e6);
+  if (a >= 1e3) return fmt::format("{:.1f} µs", v / 1e3);
+  return fmt::format("{} ns", ns_value);
+}
+
+std::string span_tooltip(const sim::Timeline& timeline, std::uint32_t span_index) {
+  OFFSIM_CHECK(span_index < timeline.spans.size());
+  const sim::Span& span = timeline.spans[span_index];
+  const sim::OpInfo& op = timeline.ops[span.op.index()];
+  const std::int64_t duration = ns(span.end) - ns(span.start);
+  const double seconds = static_cast<double>(duration) * 1e-9;
+  std::string size;
+  std::string rate = "-";
+  const bool by_flops = op.flops > 0.0 && (is_compute_kind(op.kind) || op.bytes == 0);
+  if (by_flops) {
+    size = format_flops(op.flops);
+    if (seconds > 0.0) rate = format_flops(op.flops / seconds) + "/s";
+  } else if (op.bytes > 0) {
+    size = format_bytes(static_cast<double>(op.bytes));
+    if (seconds > 0.0) rate = format_bytes(static_cast<double>(op.bytes) / seconds) + "/s";
+  } else {
+    size = "-";
+  }
+  std::string detail = sim::to_string(op.kind);
+  if (!op.category.empty()) detail += fmt::format(", {}", op.category);
+  if (op.layer >= 0) detail += fmt::format(", layer {}", op.layer);
+  const std::string lane =
+      span.lane.index() < timeline.lanes.size() ? timeline.lanes[span.lane.index()] : "?";
+  return fmt::format("{}\n{} on {} ({})\nsize {} · duration {} · rate {}\n{} → {}", op.name, detail,
+                     lane, timeline.source, size, format_duration_ns(duration), rate,
+                     format_duration_ns(ns(span.start)), format_duration_ns(ns(span.end)));
+}
+
+}  // namespace offsim::gui
