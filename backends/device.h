@@ -1,0 +1,137 @@
+// Device: the small interface the replay drives — streams, events, a memory pool, scratch
+// buffers, copies, GEMM/attention/elementwise launches, collectives, p2p and host compute.
+//
+// Two implementations: CpuDevice (cpu_device.h; a thread per stream, for tests in CI) and
+// CudaDevice (cuda/cuda_device.h; CUDA streams and events, cudaMallocAsync, cuBLASLt, NCCL).
+// Every call enqueues work on a stream and returns at once; errors that happen while the work
+// runs are kept (the first one wins) and returned by synchronize(). The device owns every
+// stream, event, buffer and communicator it hands out and releases them in its destructor.
+//
+//   std::unique_ptr<Device> dev = ...;                       // make_cpu_device(...) or CUDA
+//   StreamId s = *dev->create_stream(0, "rank0.compute");
+//   EventId t0 = *dev->create_event(0), t1 = *dev->create_event(0);
+//   OFFSIM_RETURN_IF_ERROR(dev->record(s, t0));
+//   OFFSIM_RETURN_IF_ERROR(dev->gemm(s, shape, a, b, c));
+//   OFFSIM_RETURN_IF_ERROR(dev->record(s, t1));
+//   OFFSIM_RETURN_IF_ERROR(dev->synchronize());
+//   sim::Duration d = *dev->elapsed(t0, t1);
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sim/core/result.h"
+#include "sim/core/time.h"
+#include "sim/plan/plan.h"
+
+namespace offsim::backends {
+
+enum class DeviceKind { kCpu, kCuda };
+const char* to_string(DeviceKind kind);
+
+// What a device is, for reports and the measured timeline's provenance.
+struct DeviceInfo {
+  DeviceKind kind = DeviceKind::kCpu;
+  std::string name;               // "NVIDIA H200", "cpu (simulated ranks)"
+  int ranks = 0;                  // GPUs (or simulated ranks) this device drives
+  std::int64_t memory_bytes = 0;  // per rank
+  std::string driver_version;     // "" when not applicable
+  std::string runtime_version;    // CUDA runtime
+  std::string blas_version;       // cuBLAS
+  std::string comm_version;       // NCCL
+  std::string note;               // scale-down rule of the CPU device, clocks, ...
+};
+
+// Handles into a device's own tables; valid only for the device that returned them.
+struct StreamId {
+  std::uint32_t index = 0;
+};
+struct EventId {
+  std::uint32_t index = 0;
+};
+struct CommId {
+  std::uint32_t index = 0;
+};
+
+enum class MemoryKind { kDevice, kHostPinned, kHostPageable };
+const char* to_string(MemoryKind kind);
+
+// A scratch buffer (outside the pool): operands of the kernels and copies the replay launches.
+struct Buffer {
+  std::uint32_t index = 0;
+  MemoryKind kind = MemoryKind::kDevice;
+  int rank = 0;
+  std::int64_t size_bytes = 0;
+};
+
+// High-water marks of one rank's pool, from the device's own accounting (CUDA: the memory
+// pool's UsedMemHigh / ReservedMemHigh attributes).
+struct PoolUsage {
+  std::int64_t in_use_bytes = 0;
+  std::int64_t used_high_bytes = 0;      // most bytes handed out at once
+  std::int64_t reserved_high_bytes = 0;  // most bytes the allocator held (granularity included)
+};
+
+class Device {
+ public:
+  virtual ~Device() = default;
+  Device() = default;
+  Device(const Device&) = delete;
+  Device& operator=(const Device&) = delete;
+
+  virtual const DeviceInfo& info() const = 0;
+
+  // `rank` is a local index in [0, info().ranks).
+  virtual sim::Result<StreamId> create_stream(int rank, const std::string& name) = 0;
+  virtual sim::Result<EventId> create_event(int rank) = 0;
+  // Marks the point in `stream`; elapsed() measures between two completed records.
+  virtual sim::Status record(StreamId stream, EventId event) = 0;
+  // Later work on `stream` waits for the most recent record() of `event` made before this call.
+  virtual sim::Status wait(StreamId stream, EventId event) = 0;
+
+  // Stream-ordered allocation from the rank's pool under a caller-chosen key (a tensor id).
+  // Failure (over capacity) is reported with the requested and in-use bytes and `op_name`.
+  virtual sim::Status allocate(StreamId stream, std::uint64_t key, std::int64_t size_bytes,
+                               std::string_view op_name) = 0;
+  virtual sim::Status release(StreamId stream, std::uint64_t key) = 0;
+  virtual sim::Result<PoolUsage> pool_usage(int rank) = 0;
+  // Starts a new high-water period (after warm-up).
+  virtual sim::Status reset_pool_high_water(int rank) = 0;
+
+  // Scratch operands, allocated now (not stream-ordered) and kept until the device goes away.
+  virtual sim::Result<Buffer> scratch(int rank, MemoryKind kind, std::int64_t size_bytes) = 0;
+
+  // Copies `size_bytes` from `src` to `dst`; the direction follows the buffers' kinds.
+  virtual sim::Status copy(StreamId stream, Buffer dst, Buffer src, std::int64_t size_bytes) = 0;
+  // C = A·B of `shape`; a, b, c hold at least m·k, k·n and m·n elements (times batch).
+  virtual sim::Status gemm(StreamId stream, const sim::GemmShape& shape, Buffer a, Buffer b,
+                           Buffer c) = 0;
+  // Scaled-dot-product attention of `shape` over `qkv` (q, k, v) writing `out`.
+  virtual sim::Status attention(StreamId stream, const sim::AttentionShape& shape, Buffer qkv,
+                                Buffer out) = 0;
+  // A memory-bound pass that reads size_bytes/2 from `in` and writes size_bytes/2 to `out`.
+  virtual sim::Status elementwise(StreamId stream, std::int64_t size_bytes, Buffer in,
+                                  Buffer out) = 0;
+  // A host-side pass over `host` (CPU optimizer step), ordered in `stream`.
+  virtual sim::Status host_compute(StreamId stream, std::int64_t size_bytes, Buffer host) = 0;
+
+  // Communicators over local ranks; one collective call per member rank, each on its stream.
+  virtual sim::Result<CommId> create_communicator(const std::vector<int>& ranks) = 0;
+  virtual sim::Status collective(StreamId stream, CommId comm, sim::CollectiveKind kind,
+                                 Buffer buffer, std::int64_t size_bytes,
+                                 std::string_view op_name) = 0;
+  // Point-to-point between two members of `comm` (local ranks): `send` true sends to `peer`.
+  virtual sim::Status p2p(StreamId stream, CommId comm, int peer, bool send, Buffer buffer,
+                          std::int64_t size_bytes, std::string_view op_name) = 0;
+
+  // Waits for every stream. Returns the first error any work hit; when the work does not finish
+  // within `timeout` the communicators are aborted and a kDevice "watchdog" error returned.
+  virtual sim::Status synchronize(std::chrono::milliseconds timeout) = 0;
+  // Time from `from` to `to`; both recorded on the same rank and completed.
+  virtual sim::Result<sim::Duration> elapsed(EventId from, EventId to) = 0;
+};
+
+}  // namespace offsim::backends

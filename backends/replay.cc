@@ -1,0 +1,627 @@
+#include "backends/replay.h"
+
+#include <algorithm>
+#include <charconv>
+#include <map>
+#include <set>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#if OFFSIM_HAVE_CUDA
+#include "backends/cuda/cuda_device.h"
+#endif
+
+namespace offsim::backends {
+
+const char* to_string(DeviceKind kind) {
+  switch (kind) {
+    case DeviceKind::kCpu:
+      return "cpu";
+    case DeviceKind::kCuda:
+      return "cuda";
+  }
+  return "?";
+}
+
+const char* to_string(MemoryKind kind) {
+  switch (kind) {
+    case MemoryKind::kDevice:
+      return "device";
+    case MemoryKind::kHostPinned:
+      return "host_pinned";
+    case MemoryKind::kHostPageable:
+      return "host_pageable";
+  }
+  return "?";
+}
+
+int rank_of_name(const std::string& name) {
+  constexpr std::string_view kPrefix = "rank";
+  if (name.rfind(kPrefix, 0) != 0) return -1;
+  const char* first = name.data() + kPrefix.size();
+  const char* last = name.data() + name.size();
+  int rank = -1;
+  auto [ptr, ec] = std::from_chars(first, last, rank);
+  if (ec != std::errc() || ptr == first || rank < 0) return -1;
+  if (ptr != last && *ptr != '.') return -1;
+  return rank;
+}
+
+namespace {
+
+// Scratch operand sizes one lane needs (the max over its ops), in bytes.
+struct LaneNeeds {
+  std::int64_t x = 0;  // first device operand: GEMM A, attention q/k/v, copy device side, comm buf
+  std::int64_t y = 0;  // GEMM B
+  std::int64_t z = 0;  // output: GEMM C, attention out, elementwise out, D2D destination
+  std::int64_t pinned = 0;    // host side of copies
+  std::int64_t pageable = 0;  // host compute
+};
+
+struct LanePlan {
+  int local_rank = -1;  // -1: the lane belongs to a rank that does not run
+  StreamId stream;
+  Buffer x, y, z, pinned, pageable;
+};
+
+std::int64_t attention_qkv_bytes(const sim::AttentionShape& a) {
+  const std::int64_t kv_heads = a.kv_heads > 0 ? a.kv_heads : a.heads;
+  return (a.batch * a.heads * a.seq_q + 2 * a.batch * kv_heads * a.seq_kv) * a.head_dim *
+         sim::dtype_bytes(a.dtype);
+}
+
+std::int64_t attention_out_bytes(const sim::AttentionShape& a) {
+  return a.batch * a.heads * a.seq_q * a.head_dim * sim::dtype_bytes(a.dtype);
+}
+
+void add_needs(const sim::Op& op, LaneNeeds& n) {
+  const std::int64_t bytes = std::max<std::int64_t>(op.sizes.bytes, 0);
+  switch (op.kind) {
+    case sim::OpKind::kGemm: {
+      const sim::GemmShape& g = op.sizes.gemm;
+      const std::int64_t e = sim::dtype_bytes(g.dtype) * std::max<std::int64_t>(g.batch, 1);
+      n.x = std::max(n.x, g.m * g.k * e);
+      n.y = std::max(n.y, g.k * g.n * e);
+      // fp8 GEMMs write bf16 output.
+      const std::int64_t out_e =
+          g.dtype == sim::DType::kFp8 ? 2 * std::max<std::int64_t>(g.batch, 1) : e;
+      n.z = std::max(n.z, g.m * g.n * out_e);
+      break;
+    }
+    case sim::OpKind::kAttention:
+      n.x = std::max(n.x, attention_qkv_bytes(op.sizes.attention));
+      n.z = std::max(n.z, attention_out_bytes(op.sizes.attention));
+      break;
+    case sim::OpKind::kElementwise:
+      n.x = std::max(n.x, bytes / 2);
+      n.z = std::max(n.z, bytes / 2);
+      break;
+    case sim::OpKind::kCopy:
+      switch (op.sizes.copy_direction) {
+        case sim::CopyDirection::kH2D:
+        case sim::CopyDirection::kD2H:
+          n.x = std::max(n.x, bytes);
+          n.pinned = std::max(n.pinned, bytes);
+          break;
+        case sim::CopyDirection::kD2D:
+          n.x = std::max(n.x, bytes);
+          n.z = std::max(n.z, bytes);
+          break;
+        case sim::CopyDirection::kH2H:
+          n.pinned = std::max(n.pinned, bytes);
+          n.pageable = std::max(n.pageable, bytes);
+          break;
+      }
+      break;
+    case sim::OpKind::kCollective:
+    case sim::OpKind::kP2P:
+      n.x = std::max(n.x, bytes);
+      n.z = std::max(n.z, bytes);  // the local fallbacks write here
+      break;
+    case sim::OpKind::kHostCompute:
+      n.pageable = std::max(n.pageable, bytes);
+      break;
+    case sim::OpKind::kAlloc:
+    case sim::OpKind::kFree:
+    case sim::OpKind::kMarker:
+      break;
+  }
+}
+
+bool contains(const std::string& text, std::string_view word) {
+  return text.find(word) != std::string::npos;
+}
+
+std::int64_t median(std::vector<std::int64_t> v) {
+  OFFSIM_CHECK(!v.empty());
+  const std::size_t mid = v.size() / 2;
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid), v.end());
+  if (v.size() % 2 == 1) return v[mid];
+  const std::int64_t upper = v[mid];
+  const std::int64_t lower =
+      *std::max_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid));
+  return lower + (upper - lower) / 2;
+}
+
+class Replayer {
+ public:
+  Replayer(Device& device, const sim::Plan& plan, const ReplayOptions& options)
+      : dev_(device), plan_(plan), options_(options) {}
+
+  sim::Result<ReplayResult> run() {
+    OFFSIM_RETURN_IF_ERROR(choose_ranks());
+    OFFSIM_RETURN_IF_ERROR(setup());
+    OFFSIM_RETURN_IF_ERROR(allocate_initial());
+    const int total = options_.warmup_steps + options_.measured_steps;
+    for (int step = 0; step < total; ++step) {
+      const bool measured = step >= options_.warmup_steps;
+      if (step == options_.warmup_steps) {
+        for (int r = 0; r < local_count(); ++r)
+          OFFSIM_RETURN_IF_ERROR(dev_.reset_pool_high_water(r));
+      }
+      OFFSIM_RETURN_IF_ERROR(run_step(step, measured));
+    }
+    return finish();
+  }
+
+ private:
+  int local_count() const { return static_cast<int>(ranks_.size()); }
+
+  int local_of(int global) const {
+    auto it = std::find(ranks_.begin(), ranks_.end(), global);
+    return it == ranks_.end() ? -1 : static_cast<int>(it - ranks_.begin());
+  }
+
+  sim::Status choose_ranks() {
+    if (options_.measured_steps < 1 || options_.warmup_steps < 0) {
+      return sim::fail(sim::ErrorCode::kInvalidInput,
+                       "replay: measured steps {} must be >= 1 and warm-up steps {} >= 0",
+                       options_.measured_steps, options_.warmup_steps);
+    }
+    std::set<int> named;
+    for (const sim::Lane& lane : plan_.lanes) {
+      const int r = rank_of_name(lane.name);
+      if (r >= 0) named.insert(r);
+    }
+    if (named.empty()) named.insert(0);  // a plan without rank lanes runs as rank 0
+    if (options_.ranks.empty()) {
+      ranks_.assign(named.begin(), named.end());
+    } else {
+      for (int r : options_.ranks) {
+        if (!named.count(r)) {
+          return sim::fail(sim::ErrorCode::kInvalidInput,
+                           "replay: rank {} was asked for but the plan has lanes only for ranks {}",
+                           r, fmt::join(named, ","));
+        }
+        if (local_of(r) < 0) ranks_.push_back(r);
+      }
+    }
+    if (local_count() > dev_.info().ranks) {
+      return sim::fail(sim::ErrorCode::kInvalidInput,
+                       "replay: {} ranks to run ({}) but the {} device has {}; pass fewer ranks",
+                       local_count(), fmt::join(ranks_, ","), to_string(dev_.info().kind),
+                       dev_.info().ranks);
+    }
+    return sim::ok();
+  }
+
+  sim::Status setup() {
+    lanes_.resize(plan_.lanes.size());
+    std::vector<LaneNeeds> needs(plan_.lanes.size());
+    for (std::size_t i = 0; i < plan_.lanes.size(); ++i) {
+      const int global = rank_of_name(plan_.lanes[i].name);
+      lanes_[i].local_rank = global < 0 ? 0 : local_of(global);
+    }
+    for (const sim::Op& op : plan_.ops) add_needs(op, needs[op.lane.index()]);
+    for (std::size_t i = 0; i < plan_.lanes.size(); ++i) {
+      LanePlan& lp = lanes_[i];
+      if (lp.local_rank < 0) continue;
+      OFFSIM_ASSIGN_OR_RETURN(lp.stream, dev_.create_stream(lp.local_rank, plan_.lanes[i].name));
+      const LaneNeeds& n = needs[i];
+      OFFSIM_ASSIGN_OR_RETURN(lp.x, dev_.scratch(lp.local_rank, MemoryKind::kDevice, n.x));
+      OFFSIM_ASSIGN_OR_RETURN(lp.y, dev_.scratch(lp.local_rank, MemoryKind::kDevice, n.y));
+      OFFSIM_ASSIGN_OR_RETURN(lp.z, dev_.scratch(lp.local_rank, MemoryKind::kDevice, n.z));
+      OFFSIM_ASSIGN_OR_RETURN(lp.pinned,
+                              dev_.scratch(lp.local_rank, MemoryKind::kHostPinned, n.pinned));
+      OFFSIM_ASSIGN_OR_RETURN(lp.pageable,
+                              dev_.scratch(lp.local_rank, MemoryKind::kHostPageable, n.pageable));
+    }
+    // A control stream per rank records the step origin.
+    for (int r = 0; r < local_count(); ++r) {
+      OFFSIM_ASSIGN_OR_RETURN(
+          StreamId s,
+          dev_.create_stream(r, fmt::format("rank{}.replay", ranks_[static_cast<std::size_t>(r)])));
+      control_.push_back(s);
+      OFFSIM_ASSIGN_OR_RETURN(EventId e, dev_.create_event(r));
+      origin_.push_back(e);
+    }
+    run_op_.assign(plan_.ops.size(), false);
+    start_ev_.resize(plan_.ops.size());
+    end_ev_.resize(plan_.ops.size());
+    for (std::size_t i = 0; i < plan_.ops.size(); ++i) {
+      const LanePlan& lp = lanes_[plan_.ops[i].lane.index()];
+      if (lp.local_rank < 0) {
+        ++skipped_;
+        continue;
+      }
+      run_op_[i] = true;
+      OFFSIM_ASSIGN_OR_RETURN(start_ev_[i], dev_.create_event(lp.local_rank));
+      OFFSIM_ASSIGN_OR_RETURN(end_ev_[i], dev_.create_event(lp.local_rank));
+    }
+    starts_.assign(plan_.ops.size(), {});
+    ends_.assign(plan_.ops.size(), {});
+    // Device pools: "rank<N>.*" pools of run ranks; allocations go to the device when the op's
+    // lane is on the same rank, and are only accounted otherwise (host pools).
+    pool_local_.assign(plan_.pools.size(), -1);
+    for (std::size_t p = 0; p < plan_.pools.size(); ++p) {
+      const int global = rank_of_name(plan_.pools[p].name);
+      if (global >= 0) pool_local_[p] = local_of(global);
+    }
+    classify_tensors();
+    return sim::ok();
+  }
+
+  bool on_device(sim::TensorId t, int local_rank) const {
+    const int pool_rank = pool_local_[plan_.tensors[t.index()].pool.index()];
+    return pool_rank >= 0 && pool_rank == local_rank;
+  }
+
+  // A tensor lives in the device pool when it is initial or its allocating op runs on the pool's
+  // rank; every other tensor is only accounted (host pools, pools of ranks that do not run).
+  void classify_tensors() {
+    device_tensor_.assign(plan_.tensors.size(), false);
+    for (sim::TensorId t : plan_.initial_tensors) {
+      device_tensor_[t.index()] = pool_local_[plan_.tensors[t.index()].pool.index()] >= 0;
+    }
+    for (std::size_t i = 0; i < plan_.ops.size(); ++i) {
+      if (!run_op_[i]) continue;
+      const int r = lanes_[plan_.ops[i].lane.index()].local_rank;
+      for (sim::TensorId t : plan_.ops[i].allocs) device_tensor_[t.index()] = on_device(t, r);
+    }
+  }
+
+  sim::Status allocate_initial() {
+    for (sim::TensorId t : plan_.initial_tensors) {
+      const int r = pool_local_[plan_.tensors[t.index()].pool.index()];
+      if (r < 0) continue;
+      OFFSIM_RETURN_IF_ERROR(dev_.allocate(control_[static_cast<std::size_t>(r)], t.value(),
+                                           plan_.tensors[t.index()].bytes, "initial tensors"));
+    }
+    return sync("allocating the initial tensors");
+  }
+
+  sim::Status sync(std::string_view what) {
+    sim::Status s = dev_.synchronize(options_.watchdog_timeout);
+    if (!s) {
+      return sim::fail(s.error().code, "replay on {} ({}): {}", dev_.info().name, what,
+                       s.error().message);
+    }
+    return sim::ok();
+  }
+
+  sim::Result<CommId> comm_for(std::vector<int> locals) {
+    auto it = comms_.find(locals);
+    if (it != comms_.end()) return it->second;
+    OFFSIM_ASSIGN_OR_RETURN(CommId c, dev_.create_communicator(locals));
+    comms_.emplace(std::move(locals), c);
+    return c;
+  }
+
+  sim::Status issue_work(const sim::Op& op, const LanePlan& lp) {
+    const std::int64_t bytes = std::max<std::int64_t>(op.sizes.bytes, 0);
+    const StreamId s = lp.stream;
+    switch (op.kind) {
+      case sim::OpKind::kGemm:
+        return dev_.gemm(s, op.sizes.gemm, lp.x, lp.y, lp.z);
+      case sim::OpKind::kAttention:
+        return dev_.attention(s, op.sizes.attention, lp.x, lp.z);
+      case sim::OpKind::kElementwise:
+        return dev_.elementwise(s, bytes, lp.x, lp.z);
+      case sim::OpKind::kCopy:
+        switch (op.sizes.copy_direction) {
+          case sim::CopyDirection::kH2D:
+            return dev_.copy(s, lp.x, lp.pinned, bytes);
+          case sim::CopyDirection::kD2H:
+            return dev_.copy(s, lp.pinned, lp.x, bytes);
+          case sim::CopyDirection::kD2D:
+            return dev_.copy(s, lp.z, lp.x, bytes);
+          case sim::CopyDirection::kH2H:
+            return dev_.copy(s, lp.pageable, lp.pinned, bytes);
+        }
+        return sim::ok();
+      case sim::OpKind::kCollective: {
+        std::vector<int> locals;
+        std::vector<int> group = op.sizes.collective.group;
+        if (group.empty()) group = ranks_;
+        for (int g : group) {
+          const int l = local_of(g);
+          if (l >= 0 && std::find(locals.begin(), locals.end(), l) == locals.end()) {
+            locals.push_back(l);
+          }
+        }
+        if (locals.size() < 2 ||
+            std::find(locals.begin(), locals.end(), lp.local_rank) == locals.end()) {
+          return dev_.elementwise(s, 2 * bytes, lp.x, lp.z);  // local pass: read + write
+        }
+        OFFSIM_ASSIGN_OR_RETURN(CommId c, comm_for(locals));
+        return dev_.collective(s, c, op.sizes.collective.kind, lp.x, bytes, op.name);
+      }
+      case sim::OpKind::kP2P: {
+        const int peer = local_of(op.sizes.peer);
+        if (peer < 0 || peer == lp.local_rank) return dev_.copy(s, lp.z, lp.x, bytes);
+        const int me = lp.local_rank;
+        bool send = ranks_[static_cast<std::size_t>(me)] < op.sizes.peer;
+        if (contains(op.name, "send")) send = true;
+        if (contains(op.name, "recv")) send = false;
+        OFFSIM_ASSIGN_OR_RETURN(CommId c, comm_for({std::min(me, peer), std::max(me, peer)}));
+        return dev_.p2p(s, c, peer, send, lp.x, bytes, op.name);
+      }
+      case sim::OpKind::kHostCompute:
+        return dev_.host_compute(s, bytes, lp.pageable);
+      case sim::OpKind::kAlloc:
+      case sim::OpKind::kFree:
+      case sim::OpKind::kMarker:
+        return sim::ok();
+    }
+    return sim::ok();
+  }
+
+  sim::Status run_step(int step, bool measured) {
+    for (int r = 0; r < local_count(); ++r) {
+      OFFSIM_RETURN_IF_ERROR(
+          dev_.record(control_[static_cast<std::size_t>(r)], origin_[static_cast<std::size_t>(r)]));
+    }
+    for (const LanePlan& lp : lanes_) {
+      if (lp.local_rank < 0) continue;
+      for (EventId e : origin_) OFFSIM_RETURN_IF_ERROR(dev_.wait(lp.stream, e));
+    }
+    std::vector<sim::TensorId> live;  // device tensors this step allocated
+    std::vector<bool> freed(plan_.tensors.size(), false);
+    for (std::size_t i = 0; i < plan_.ops.size(); ++i) {
+      if (!run_op_[i]) continue;
+      const sim::Op& op = plan_.ops[i];
+      const LanePlan& lp = lanes_[op.lane.index()];
+      for (sim::OpId dep : op.deps) {
+        if (!run_op_[dep.index()] || plan_.ops[dep.index()].lane == op.lane) continue;
+        OFFSIM_RETURN_IF_ERROR(dev_.wait(lp.stream, end_ev_[dep.index()]));
+      }
+      OFFSIM_RETURN_IF_ERROR(dev_.record(lp.stream, start_ev_[i]));
+      for (sim::TensorId t : op.allocs) {
+        if (!device_tensor_[t.index()]) continue;
+        OFFSIM_RETURN_IF_ERROR(
+            dev_.allocate(lp.stream, t.value(), plan_.tensors[t.index()].bytes, op.name));
+        live.push_back(t);
+      }
+      OFFSIM_RETURN_IF_ERROR(issue_work(op, lp));
+      for (sim::TensorId t : op.frees) {
+        // A free on another rank's lane is left to the end of the step (below).
+        if (!device_tensor_[t.index()] || !on_device(t, lp.local_rank)) continue;
+        OFFSIM_RETURN_IF_ERROR(dev_.release(lp.stream, t.value()));
+        freed[t.index()] = true;
+      }
+      OFFSIM_RETURN_IF_ERROR(dev_.record(lp.stream, end_ev_[i]));
+    }
+    OFFSIM_RETURN_IF_ERROR(sync(fmt::format("step {}", step)));
+    if (measured) {
+      std::vector<std::int64_t> ends_this_step;
+      for (std::size_t i = 0; i < plan_.ops.size(); ++i) {
+        if (!run_op_[i]) continue;
+        const std::size_t r =
+            static_cast<std::size_t>(lanes_[plan_.ops[i].lane.index()].local_rank);
+        OFFSIM_ASSIGN_OR_RETURN(sim::Duration s, dev_.elapsed(origin_[r], start_ev_[i]));
+        OFFSIM_ASSIGN_OR_RETURN(sim::Duration e, dev_.elapsed(origin_[r], end_ev_[i]));
+        starts_[i].push_back(std::max<std::int64_t>(s.count(), 0));
+        ends_[i].push_back(std::max<std::int64_t>(e.count(), starts_[i].back()));
+        ends_this_step.push_back(ends_[i].back());
+      }
+      step_times_.push_back(
+          sim::Duration{ends_this_step.empty()
+                            ? 0
+                            : *std::max_element(ends_this_step.begin(), ends_this_step.end())});
+    }
+    // A tensor the step allocates but never frees would pile up over the repeated steps.
+    bool leftover = false;
+    for (sim::TensorId t : live) {
+      if (freed[t.index()]) continue;
+      const int r = pool_local_[plan_.tensors[t.index()].pool.index()];
+      OFFSIM_RETURN_IF_ERROR(dev_.release(control_[static_cast<std::size_t>(r)], t.value()));
+      leftover = true;
+    }
+    // An initial tensor the step frees is allocated again so that every step starts alike.
+    for (sim::TensorId t : plan_.initial_tensors) {
+      if (!freed[t.index()] || !device_tensor_[t.index()]) continue;
+      const int r = pool_local_[plan_.tensors[t.index()].pool.index()];
+      OFFSIM_RETURN_IF_ERROR(dev_.allocate(control_[static_cast<std::size_t>(r)], t.value(),
+                                           plan_.tensors[t.index()].bytes, "initial tensors"));
+      leftover = true;
+    }
+    if (leftover) OFFSIM_RETURN_IF_ERROR(sync("restoring the memory state between steps"));
+    return sim::ok();
+  }
+
+  sim::Result<ReplayResult> finish() {
+    ReplayResult result;
+    result.device = dev_.info();
+    result.ranks = ranks_;
+    result.skipped_ops = skipped_;
+    result.step_times = step_times_;
+    sim::Timeline& t = result.timeline;
+    t = sim::timeline_skeleton(plan_);
+    t.source = "measured";
+    std::vector<sim::TimePoint> start(plan_.ops.size()), end(plan_.ops.size());
+    for (std::size_t i = 0; i < plan_.ops.size(); ++i) {
+      if (!run_op_[i]) continue;
+      start[i] = sim::kTimeZero + sim::Duration{median(starts_[i])};
+      end[i] = sim::kTimeZero + sim::Duration{median(ends_[i])};
+      t.spans.push_back(sim::Span{sim::OpId{i}, plan_.ops[i].lane, start[i], end[i]});
+      t.makespan = std::max(t.makespan, end[i]);
+    }
+    std::sort(t.spans.begin(), t.spans.end(), [](const sim::Span& a, const sim::Span& b) {
+      return a.end != b.end ? a.end < b.end : a.op < b.op;
+    });
+    fill_memory(t, start, end);
+    for (std::size_t p = 0; p < plan_.pools.size(); ++p) {
+      const int r = pool_local_[p];
+      if (r < 0) continue;
+      OFFSIM_ASSIGN_OR_RETURN(PoolUsage u, dev_.pool_usage(r));
+      PoolHighWater hw{plan_.pools[p].name, t.pools[p].peak_bytes, u.used_high_bytes,
+                       u.reserved_high_bytes};
+      // The allocator's own high-water is the measured peak (granularity included).
+      t.pools[p].peak_bytes = u.used_high_bytes;
+      result.pools.push_back(hw);
+    }
+    t.outcome = sim::Outcome{};
+    t.outcome.message =
+        fmt::format("replayed {} measured steps on {}", options_.measured_steps, dev_.info().name);
+    t.metadata.emplace_back("timeline.source", "replay");
+    t.metadata.emplace_back("replay.device", dev_.info().name);
+    t.metadata.emplace_back("replay.ranks", fmt::format("{}", fmt::join(ranks_, ",")));
+    t.metadata.emplace_back("replay.warmup_steps", std::to_string(options_.warmup_steps));
+    t.metadata.emplace_back("replay.measured_steps", std::to_string(options_.measured_steps));
+    t.metadata.emplace_back("replay.skipped_ops", std::to_string(skipped_));
+    if (!dev_.info().note.empty()) t.metadata.emplace_back("replay.note", dev_.info().note);
+    return result;
+  }
+
+  // Pool samples from the measured spans: allocs at their op's start, frees at its end (frees
+  // first when both happen at one time), initial tensors at time zero. Pools of ranks that did
+  // not run, and tensors they hold, are left out.
+  void fill_memory(sim::Timeline& t, const std::vector<sim::TimePoint>& start,
+                   const std::vector<sim::TimePoint>& end) const {
+    struct Change {
+      sim::TimePoint time;
+      int order;  // 0 free, 1 alloc
+      sim::TensorId tensor;
+      std::int64_t delta;
+    };
+    std::vector<std::vector<Change>> changes(plan_.pools.size());
+    auto pool_runs = [&](sim::TensorId tensor) {
+      const std::size_t p = plan_.tensors[tensor.index()].pool.index();
+      return rank_of_name(plan_.pools[p].name) < 0 || pool_local_[p] >= 0;
+    };
+    for (sim::TensorId tensor : plan_.initial_tensors) {
+      if (!pool_runs(tensor)) continue;
+      changes[plan_.tensors[tensor.index()].pool.index()].push_back(
+          {sim::kTimeZero, 1, tensor, plan_.tensors[tensor.index()].bytes});
+    }
+    for (std::size_t i = 0; i < plan_.ops.size(); ++i) {
+      if (!run_op_[i]) continue;
+      for (sim::TensorId tensor : plan_.ops[i].allocs) {
+        if (!pool_runs(tensor)) continue;
+        changes[plan_.tensors[tensor.index()].pool.index()].push_back(
+            {start[i], 1, tensor, plan_.tensors[tensor.index()].bytes});
+      }
+      for (sim::TensorId tensor : plan_.ops[i].frees) {
+        if (!pool_runs(tensor)) continue;
+        changes[plan_.tensors[tensor.index()].pool.index()].push_back(
+            {end[i], 0, tensor, -plan_.tensors[tensor.index()].bytes});
+      }
+    }
+    for (std::size_t p = 0; p < changes.size(); ++p) {
+      auto& list = changes[p];
+      std::stable_sort(list.begin(), list.end(), [](const Change& a, const Change& b) {
+        return a.time != b.time ? a.time < b.time : a.order < b.order;
+      });
+      sim::PoolTrace& trace = t.pools[p];
+      std::int64_t in_use = 0;
+      std::set<std::uint32_t> live, live_at_peak;
+      for (std::size_t k = 0; k < list.size(); ++k) {
+        in_use += list[k].delta;
+        if (list[k].delta >= 0) {
+          live.insert(list[k].tensor.value());
+        } else {
+          live.erase(list[k].tensor.value());
+        }
+        const bool last_at_time = k + 1 == list.size() || list[k + 1].time != list[k].time;
+        if (!last_at_time) continue;
+        trace.samples.push_back(sim::MemorySample{list[k].time, in_use});
+        if (in_use > trace.peak_bytes) {
+          trace.peak_bytes = in_use;
+          trace.peak_time = list[k].time;
+          live_at_peak = live;
+        }
+      }
+      for (std::uint32_t id : live_at_peak) {
+        const sim::Tensor& tensor = plan_.tensors[id];
+        trace.live_at_peak.push_back(sim::LiveTensor{tensor.name, tensor.category, tensor.bytes});
+      }
+      std::stable_sort(
+          trace.live_at_peak.begin(), trace.live_at_peak.end(),
+          [](const sim::LiveTensor& a, const sim::LiveTensor& b) { return a.bytes > b.bytes; });
+    }
+  }
+
+  Device& dev_;
+  const sim::Plan& plan_;
+  const ReplayOptions& options_;
+  std::vector<int> ranks_;  // global ranks that run, by local index
+  std::vector<LanePlan> lanes_;
+  std::vector<StreamId> control_;
+  std::vector<EventId> origin_;
+  std::vector<bool> run_op_;
+  std::vector<EventId> start_ev_, end_ev_;
+  std::vector<std::vector<std::int64_t>> starts_, ends_;  // ns from the origin, per measured step
+  std::vector<int> pool_local_;
+  std::vector<bool> device_tensor_;
+  std::map<std::vector<int>, CommId> comms_;
+  std::vector<sim::Duration> step_times_;
+  std::int64_t skipped_ = 0;
+};
+
+std::vector<int> plan_ranks(const sim::Plan& plan, const std::vector<int>& asked) {
+  if (!asked.empty()) return asked;
+  std::set<int> named;
+  for (const sim::Lane& lane : plan.lanes) {
+    const int r = rank_of_name(lane.name);
+    if (r >= 0) named.insert(r);
+  }
+  if (named.empty()) named.insert(0);
+  return {named.begin(), named.end()};
+}
+
+}  // namespace
+
+sim::Result<ReplayResult> replay_on(Device& device, const sim::Plan& plan,
+                                    const ReplayOptions& options) {
+  sim::Status valid = sim::validate(plan);
+  if (!valid) return sim::fail(sim::with_context(valid.error(), "replay: invalid plan: "));
+  Replayer replayer(device, plan, options);
+  return replayer.run();
+}
+
+sim::Result<ReplayResult> replay(const sim::Plan& plan, const ReplayOptions& options) {
+  const int ranks = static_cast<int>(plan_ranks(plan, options.ranks).size());
+  switch (options.device) {
+    case DeviceKind::kCpu: {
+      CpuDeviceOptions cpu = options.cpu;
+      cpu.ranks = std::max(ranks, 1);
+      std::unique_ptr<Device> device = make_cpu_device(cpu);
+      return replay_on(*device, plan, options);
+    }
+    case DeviceKind::kCuda: {
+#if OFFSIM_HAVE_CUDA
+      OFFSIM_ASSIGN_OR_RETURN(std::unique_ptr<Device> device,
+                              make_cuda_device(options.first_gpu, std::max(ranks, 1)));
+      return replay_on(*device, plan, options);
+#else
+      return sim::fail(sim::ErrorCode::kUnsupported,
+                       "replay on cuda: offsim was built without CUDA (configure with nvcc "
+                       "available, OFFSIM_WITH_CUDA=AUTO or ON); use the cpu device instead");
+#endif
+    }
+  }
+  return sim::fail(sim::ErrorCode::kInvalidInput, "replay: unknown device kind");
+}
+
+std::vector<DeviceInfo> list_devices() {
+  std::vector<DeviceInfo> out;
+  CpuDeviceOptions cpu;
+  out.push_back(make_cpu_device(cpu)->info());
+#if OFFSIM_HAVE_CUDA
+  for (DeviceInfo& info : list_cuda_devices()) out.push_back(std::move(info));
+#endif
+  return out;
+}
+
+}  // namespace offsim::backends

@@ -1,0 +1,82 @@
+// replay(): executes a Plan on a Device and returns the measured Timeline.
+//
+// Each lane of a run rank becomes one stream; ops are issued in plan order (which is issue order
+// within every lane); a cross-lane dependency becomes an event recorded after the producer and
+// waited on before the consumer; an op's allocs are stream-ordered pool allocations made before
+// its work and its frees releases after it; copies, GEMMs, attention, elementwise passes,
+// collectives, p2p and host compute run as the device's real operations on scratch operands.
+// Warm-up steps run first, then measured steps; each op's span is the median over the measured
+// steps of its start and end events, relative to a per-rank origin event at the step's start.
+//
+// Which ranks run. A lane or pool named "rank<N>.<...>" belongs to global rank N; other lanes
+// (e.g. "host0.cpu") run on the first run rank. `ReplayOptions::ranks` picks the ranks to run
+// (empty: every rank the plan names, which must not exceed the device's). Ops of ranks that do
+// not run — the peers that a representative rank with multiplicity k stands for — are skipped,
+// and a dependency on a skipped op counts as met. A collective runs among the members of its
+// group that do run; with a single member left it runs as a local memory pass over its bytes
+// (the network part is then missing from the measurement). A p2p op is a send when its name
+// contains "send", a receive when it contains "recv", otherwise the lower rank sends; with the
+// peer not running it runs as a local copy of its bytes.
+//
+//   ReplayOptions o;
+//   o.device = DeviceKind::kCpu;
+//   o.measured_steps = 3;
+//   sim::Result<ReplayResult> r = replay(plan, o);
+//   if (!r) { fmt::print(stderr, "{}\n", r.error().message); return 2; }
+//   sim::write_text_file_atomic("measured.json", sim::timeline_to_json(r->timeline).dump());
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "backends/cpu_device.h"
+#include "backends/device.h"
+#include "sim/core/result.h"
+#include "sim/plan/plan.h"
+#include "sim/trace/timeline.h"
+
+namespace offsim::backends {
+
+struct ReplayOptions {
+  DeviceKind device = DeviceKind::kCpu;
+  int warmup_steps = 1;
+  int measured_steps = 3;
+  std::vector<int> ranks;  // global ranks to run; empty: all ranks the plan names
+  // synchronize() of each step waits at most this long, then aborts the communicators.
+  std::chrono::milliseconds watchdog_timeout{120000};
+  CpuDeviceOptions cpu;  // for DeviceKind::kCpu; `ranks` is set by replay()
+  int first_gpu = 0;     // for DeviceKind::kCuda: run rank i uses GPU first_gpu + i
+};
+
+// Per plan pool of a run rank's HBM: what the device's allocator saw in the measured steps.
+struct PoolHighWater {
+  std::string pool;                      // "rank0.hbm"
+  std::int64_t planned_peak_bytes = 0;   // peak of the plan's tensor bytes in measured order
+  std::int64_t used_high_bytes = 0;      // the allocator's most bytes in use (initial included)
+  std::int64_t reserved_high_bytes = 0;  // the allocator's most bytes reserved
+};
+
+struct ReplayResult {
+  sim::Timeline timeline;                 // source "measured"; spans of run ranks' ops only
+  std::vector<sim::Duration> step_times;  // makespan of each measured step
+  std::vector<PoolHighWater> pools;
+  DeviceInfo device;
+  std::vector<int> ranks;        // the global ranks that ran
+  std::int64_t skipped_ops = 0;  // ops of ranks that did not run
+};
+
+sim::Result<ReplayResult> replay(const sim::Plan& plan, const ReplayOptions& options);
+
+// Replays on a device the caller made (tests inject faults this way). The device must have at
+// least as many ranks as are run.
+sim::Result<ReplayResult> replay_on(Device& device, const sim::Plan& plan,
+                                    const ReplayOptions& options);
+
+// The devices this build can replay on: always the CPU device, then each visible GPU.
+std::vector<DeviceInfo> list_devices();
+
+// The global rank of a lane or pool name "rank<N>.<...>", or -1.
+int rank_of_name(const std::string& name);
+
+}  // namespace offsim::backends
