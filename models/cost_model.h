@@ -94,9 +94,12 @@ class CostModel {
     sim::ResourceId hbm_bw;
     std::vector<sim::ResourceId> h2d;  // routed host-link resources, DRAM to GPU
     std::vector<sim::ResourceId> d2h;  // GPU to DRAM
-    sim::ResourceId host_cpu;          // "node<n>.socket<s>.cpu"
-    sim::ResourceId host_dram;         // "node<n>.socket<s>.dram"
-    sim::ResourceId nvlink_tx;         // invalid when the GPU has no NVLink peers
+    sim::ResourceId link_h2d;          // the GPU's own host link, per direction (PCIe or C2C)
+    sim::ResourceId link_d2h;
+    sim::ResourceId link_duplex;  // invalid when the link has no duplex cap
+    sim::ResourceId host_cpu;     // "node<n>.socket<s>.cpu"
+    sim::ResourceId host_dram;    // "node<n>.socket<s>.dram"
+    sim::ResourceId nvlink_tx;    // invalid when the GPU has no NVLink peers
     sim::ResourceId nvlink_rx;
     sim::ResourceId nic_tx;  // invalid on single-node systems
     sim::ResourceId nic_rx;

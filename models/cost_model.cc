@@ -1,0 +1,524 @@
+#include "models/cost_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+#include <unordered_map>
+
+#include <fmt/format.h>
+
+namespace offsim::models {
+
+using sim::OpCost;
+using sim::ResourceId;
+using sim::ResourceUse;
+using sim::platform::CalibrationProfile;
+using sim::platform::System;
+
+const char* to_string(CollectiveAlgorithm algorithm) {
+  switch (algorithm) {
+    case CollectiveAlgorithm::kRing:
+      return "ring";
+    case CollectiveAlgorithm::kTree:
+      return "tree";
+    case CollectiveAlgorithm::kNvls:
+      return "nvls";
+    case CollectiveAlgorithm::kNone:
+      return "none";
+  }
+  return "?";
+}
+
+namespace {
+
+// Resource names of one rank's GPU and host, as the topology names them.
+std::string gpu_prefix(const System& s, int rank) {
+  return fmt::format("node{}.gpu{}", s.node_of(rank), s.local_gpu(rank));
+}
+std::string socket_prefix(const System& s, int rank) {
+  return fmt::format("node{}.socket{}", s.node_of(rank), s.socket_of(rank));
+}
+std::string nic_prefix(const System& s, int rank) {
+  return fmt::format("node{}.nic{}", s.node_of(rank),
+                     s.local_gpu(rank) * s.nics_per_node / s.gpus_per_node);
+}
+
+sim::Duration seconds(double s) { return sim::duration_from_seconds(s); }
+
+// A resource family ("the rank's switch uplink"): for each represented rank the instance it
+// uses and the capacity of one instance. The representative registers it under its own name
+// with capacity × (distinct instances), so k flows share it as the real ranks do.
+struct Family {
+  std::string name;       // the representative's instance
+  double capacity = 0.0;  // of one instance
+  std::set<std::string> instances;
+};
+
+}  // namespace
+
+sim::Result<CostModel> CostModel::create(const System& system, const CalibrationProfile& profile,
+                                         const std::vector<SimRank>& ranks,
+                                         sim::PlanBuilder& builder) {
+  OFFSIM_RETURN_IF_ERROR(sim::platform::validate(system));
+  if (ranks.empty()) {
+    return sim::fail(sim::ErrorCode::kInvalidInput, "cost model for {}: no ranks to simulate",
+                     system.name);
+  }
+  CostModel cm(system, profile, sim::platform::Topology::build(system, profile));
+  const int world = system.gpu_count();
+  const bool nvlink = system.nvlink_domain_gpus > 1 && profile.nvlink.bytes_per_s_per_gpu.value > 0;
+  const bool multi_node = system.nodes > 1;
+  const double adam_per_core = profile.host.adam_bytes_per_s_per_core.value;
+
+  // Capacities of every resource name, merged over ranks (the largest wins when two
+  // representatives name the same instance).
+  std::unordered_map<std::string, double> capacity;
+  std::vector<std::string> order;  // registration order: deterministic ids
+  auto want = [&](const std::string& name, double cap) {
+    auto [it, inserted] = capacity.emplace(name, cap);
+    if (inserted) {
+      order.push_back(name);
+    } else {
+      it->second = std::max(it->second, cap);
+    }
+  };
+  struct Pending {
+    SimRank rank;
+    std::vector<std::string> h2d, d2h;
+  };
+  std::vector<Pending> pending;
+  std::unordered_map<std::string, std::pair<int, std::set<int>>> host_pools;  // reps, k sum, nodes
+
+  for (const SimRank& sr : ranks) {
+    if (sr.rank < 0 || sr.rank >= world) {
+      return sim::fail(sim::ErrorCode::kInvalidInput,
+                       "cost model for {}: rank {} out of range (the system has {} GPUs)",
+                       system.name, sr.rank, world);
+    }
+    if (sr.multiplicity < 1) {
+      return sim::fail(sim::ErrorCode::kInvalidInput,
+                       "cost model: rank {} has multiplicity {}; expected >= 1", sr.rank,
+                       sr.multiplicity);
+    }
+    if (cm.ranks_.count(sr.rank) != 0) {
+      return sim::fail(sim::ErrorCode::kInvalidInput, "cost model: rank {} is listed twice",
+                       sr.rank);
+    }
+    const int k = sr.multiplicity;
+    const int stride = sr.stride > 0 ? sr.stride : std::max(1, world / k);
+    const std::int64_t last = sr.rank + static_cast<std::int64_t>(k - 1) * stride;
+    if (last >= world) {
+      return sim::fail(sim::ErrorCode::kInvalidInput,
+                       "cost model for {}: rank {} with multiplicity {} and stride {} stands for "
+                       "rank {}, beyond the {} GPUs of the system",
+                       system.name, sr.rank, k, stride, last, world);
+    }
+    std::vector<int> represented;
+    for (int i = 0; i < k; ++i) represented.push_back(sr.rank + i * stride);
+
+    // Routed host-link families: hop j of every represented rank's route.
+    const auto& topo = cm.topology_;
+    auto routes_of = [&](int r, bool h2d) {
+      const auto gpu = topo.gpu(system.node_of(r), system.local_gpu(r));
+      const auto dram = topo.dram(system.node_of(r), system.socket_of(r));
+      auto route = h2d ? topo.route(dram, gpu) : topo.route(gpu, dram);
+      OFFSIM_CHECK_MSG(route.has_value(), "{}", route.has_value() ? "" : route.error().message);
+      return route->hops;
+    };
+    Pending p{.rank = {.rank = sr.rank, .multiplicity = k, .stride = stride}};
+    for (const bool h2d : {true, false}) {
+      const auto mine = routes_of(sr.rank, h2d);
+      std::vector<std::set<std::string>> instances(mine.size());
+      for (int r : represented) {
+        const auto hops = routes_of(r, h2d);
+        OFFSIM_CHECK(hops.size() == mine.size());
+        for (std::size_t j = 0; j < hops.size(); ++j) instances[j].insert(hops[j].resource);
+      }
+      for (std::size_t j = 0; j < mine.size(); ++j) {
+        want(mine[j].resource, mine[j].bytes_per_s * static_cast<double>(instances[j].size()));
+        (h2d ? p.h2d : p.d2h).push_back(mine[j].resource);
+      }
+    }
+    auto family = [&](auto name_of, double cap) {
+      std::set<std::string> inst;
+      for (int r : represented) inst.insert(name_of(r));
+      want(name_of(sr.rank), cap * static_cast<double>(inst.size()));
+    };
+    const std::string rp = fmt::format("rank{}", sr.rank);
+    want(rp + ".sm", 1.0 * k);
+    want(rp + ".hbm_bw", profile.gpu.hbm_achievable_bytes_per_s.value * k);
+    family([&](int r) { return socket_prefix(system, r) + ".cpu"; },
+           profile.host.cores_per_socket.value * adam_per_core);
+    if (nvlink) {
+      const double bw = profile.nvlink.bytes_per_s_per_gpu.value;
+      family([&](int r) { return gpu_prefix(system, r) + ".nvlink.tx"; }, bw);
+      family([&](int r) { return gpu_prefix(system, r) + ".nvlink.rx"; }, bw);
+    }
+    if (multi_node) {
+      const double bw = profile.inter_node.nic_bytes_per_s_per_gpu.value *
+                        static_cast<double>(system.gpus_per_node) / system.nics_per_node;
+      family([&](int r) { return nic_prefix(system, r) + ".tx"; }, bw);
+      family([&](int r) { return nic_prefix(system, r) + ".rx"; }, bw);
+    }
+    auto& hp = host_pools[fmt::format("node{}.pinned", system.node_of(sr.rank))];
+    hp.first += k;
+    for (int r : represented) hp.second.insert(system.node_of(r));
+    cm.ranks_.emplace(sr.rank, RankResources{.multiplicity = k});
+    pending.push_back(std::move(p));
+  }
+
+  for (const std::string& name : order) builder.resource(name, capacity.at(name));
+  auto id = [&](const std::string& name) {
+    auto r = builder.find_resource(name);
+    OFFSIM_CHECK_MSG(r.has_value(), "resource {} was not registered", name);
+    return *r;
+  };
+  const auto hbm_bytes = static_cast<std::int64_t>(profile.gpu.hbm_usable_bytes.value);
+  for (const Pending& p : pending) {
+    const int r = p.rank.rank;
+    RankResources& rr = cm.ranks_.at(r);
+    const std::string rp = fmt::format("rank{}", r);
+    rr.sm = id(rp + ".sm");
+    rr.hbm_bw = id(rp + ".hbm_bw");
+    for (const auto& n : p.h2d) rr.h2d.push_back(id(n));
+    for (const auto& n : p.d2h) rr.d2h.push_back(id(n));
+    const std::string link =
+        gpu_prefix(system, r) +
+        (system.host_link == sim::platform::HostLinkKind::kNvlinkC2c ? ".c2c" : ".pcie");
+    rr.link_h2d = id(link + ".h2d");
+    rr.link_d2h = id(link + ".d2h");
+    if (auto duplex = builder.find_resource(link + ".duplex")) rr.link_duplex = *duplex;
+    rr.host_cpu = id(socket_prefix(system, r) + ".cpu");
+    rr.host_dram = id(socket_prefix(system, r) + ".dram");
+    if (nvlink) {
+      rr.nvlink_tx = id(gpu_prefix(system, r) + ".nvlink.tx");
+      rr.nvlink_rx = id(gpu_prefix(system, r) + ".nvlink.rx");
+    }
+    if (multi_node) {
+      rr.nic_tx = id(nic_prefix(system, r) + ".tx");
+      rr.nic_rx = id(nic_prefix(system, r) + ".rx");
+    }
+    rr.hbm_pool = builder.pool(rp + ".hbm", hbm_bytes);
+    // The pinned pool of a node holds what its representatives allocate, each allocation
+    // standing for `multiplicity` GPUs spread over the nodes they span: the pool gets the host
+    // memory of those nodes divided by the GPUs one allocation stands for (exact when all
+    // representatives on the pool share one multiplicity).
+    const std::string pool = fmt::format("node{}.pinned", system.node_of(r));
+    const auto& [k_sum, nodes] = host_pools.at(pool);
+    const int reps =
+        static_cast<int>(std::count_if(pending.begin(), pending.end(), [&](const Pending& q) {
+          return system.node_of(q.rank.rank) == system.node_of(r);
+        }));
+    const double host = static_cast<double>(system.host_memory_bytes_per_node) *
+                        static_cast<double>(nodes.size()) * reps / k_sum;
+    rr.host_pool = builder.pool(pool, static_cast<std::int64_t>(host));
+  }
+  const auto& resources = builder.peek().resources;
+  cm.capacities_.resize(resources.size());
+  for (std::size_t i = 0; i < resources.size(); ++i) cm.capacities_[i] = resources[i].capacity;
+  return cm;
+}
+
+const CostModel::RankResources& CostModel::at(int rank) const {
+  auto it = ranks_.find(rank);
+  OFFSIM_CHECK_MSG(it != ranks_.end(), "rank {} is not a simulated rank of the cost model", rank);
+  return it->second;
+}
+
+double CostModel::peak_flops(sim::DType dtype) const { return profile_.gpu.dense_flops(dtype); }
+
+sim::PoolId CostModel::hbm_pool(int rank) const { return at(rank).hbm_pool; }
+sim::PoolId CostModel::host_pool(int rank) const { return at(rank).host_pool; }
+
+sim::Duration CostModel::alone(const OpCost& cost) const {
+  double rate = cost.max_rate;
+  for (const ResourceUse& u : cost.uses) {
+    OFFSIM_CHECK(u.resource.index() < capacities_.size());
+    if (u.per_unit > 0.0) {
+      rate = std::min(rate, capacities_[u.resource.index()] /
+                                (u.per_unit * static_cast<double>(cost.multiplicity)));
+    }
+  }
+  if (cost.work <= 0.0) return cost.latency;
+  OFFSIM_CHECK(rate > 0.0 && std::isfinite(rate));
+  return cost.latency + sim::duration_from_seconds(cost.work / rate);
+}
+
+// A kernel: `flops` at `flops_per_s` on the SMs and `hbm_bytes` through HBM, a roofline through
+// the two resources.
+static OpCost kernel(const CostModel& cm, int multiplicity, ResourceId sm, ResourceId hbm,
+                     double flops, double flops_per_s, double hbm_bytes) {
+  OpCost c;
+  c.multiplicity = multiplicity;
+  c.latency = seconds(cm.profile().gpu.kernel_launch_s.value);
+  if (flops <= 0.0) return c;
+  c.work = flops;
+  c.max_rate = flops_per_s;
+  c.uses.push_back({sm, 1.0 / flops_per_s});
+  if (hbm_bytes > 0.0) c.uses.push_back({hbm, hbm_bytes / flops});
+  return c;
+}
+
+OpCost CostModel::gemm(int rank, const sim::GemmShape& shape) const {
+  const RankResources& rr = at(rank);
+  const double batch = static_cast<double>(std::max<std::int64_t>(shape.batch, 1));
+  const double m = static_cast<double>(shape.m);
+  const double n = static_cast<double>(shape.n);
+  const double k = static_cast<double>(shape.k);
+  const double flops = 2.0 * m * n * k * batch;
+  const double rate = profile_.gemm.efficiency(shape) * peak_flops(shape.dtype);
+  // A, B read and C written once (what a well-tiled GEMM moves at least).
+  const double bytes =
+      (m * k + k * n + m * n) * batch * static_cast<double>(sim::dtype_bytes(shape.dtype));
+  return kernel(*this, rr.multiplicity, rr.sm, rr.hbm_bw, flops, rate, bytes);
+}
+
+double CostModel::attention_flops(const sim::AttentionShape& a) {
+  // QK^T and PV: 2 GEMMs of 2·seq_q·seq_kv·head_dim per head; causal masking skips half.
+  double fwd = 4.0 * static_cast<double>(a.batch) * static_cast<double>(a.heads) *
+               static_cast<double>(a.seq_q) * static_cast<double>(a.seq_kv) *
+               static_cast<double>(a.head_dim);
+  if (a.causal) fwd *= 0.5;
+  // Backward: dV, dP, dQ, dK (4 GEMMs) plus recomputing QK^T (flash): 5 GEMMs = 2.5 × forward.
+  return a.backward ? 2.5 * fwd : fwd;
+}
+
+OpCost CostModel::attention(int rank, const sim::AttentionShape& a, bool flash) const {
+  const RankResources& rr = at(rank);
+  const auto& e = profile_.attention;
+  const double eff = flash ? (a.backward ? e.flash_bwd.value : e.flash_fwd.value)
+                           : (a.backward ? e.classic_bwd.value : e.classic_fwd.value);
+  const double rate = eff * peak_flops(a.dtype);
+  const double esize = static_cast<double>(sim::dtype_bytes(a.dtype));
+  const double b = static_cast<double>(a.batch);
+  const double q_elems = b * static_cast<double>(a.heads * a.seq_q * a.head_dim);
+  const double kv_elems = b * static_cast<double>(a.kv_heads * a.seq_kv * a.head_dim);
+  // Forward reads Q, K, V and writes O; backward reads Q, K, V, O, dO and writes dQ, dK, dV.
+  double bytes = a.backward ? (4.0 * q_elems + 4.0 * kv_elems) * esize
+                            : (2.0 * q_elems + 2.0 * kv_elems) * esize;
+  if (!flash) {
+    // The classic form materializes the score matrix: forward writes S, reads it for softmax,
+    // writes P and reads it for PV (4 passes); backward reads P, writes and reads dP, writes and
+    // reads dS twice (6 passes).
+    const double scores = b * static_cast<double>(a.heads) * static_cast<double>(a.seq_q) *
+                          static_cast<double>(a.seq_kv) * esize;
+    bytes += (a.backward ? 6.0 : 4.0) * scores;
+  }
+  return kernel(*this, rr.multiplicity, rr.sm, rr.hbm_bw, attention_flops(a), rate, bytes);
+}
+
+OpCost CostModel::memory_bound(int rank, std::int64_t hbm_bytes, double flops) const {
+  const RankResources& rr = at(rank);
+  OpCost c;
+  c.multiplicity = rr.multiplicity;
+  c.latency = seconds(profile_.gpu.kernel_launch_s.value);
+  if (hbm_bytes <= 0) {
+    if (flops <= 0.0) return c;
+    // Pure arithmetic with no traffic: at the fp32 rate.
+    return kernel(*this, rr.multiplicity, rr.sm, rr.hbm_bw, flops, peak_flops(sim::DType::kFp32),
+                  0.0);
+  }
+  const double bytes = static_cast<double>(hbm_bytes);
+  double rate = profile_.memory_bound_efficiency(bytes) * profile_.gpu.hbm_peak_bytes_per_s.value;
+  if (flops > 0.0) rate = std::min(rate, peak_flops(sim::DType::kFp32) * bytes / flops);
+  c.work = bytes;
+  c.max_rate = rate;
+  c.uses.push_back({rr.sm, 1.0 / rate});
+  c.uses.push_back({rr.hbm_bw, 1.0});
+  return c;
+}
+
+OpCost CostModel::copy(int rank, sim::CopyDirection dir, std::int64_t bytes, bool pinned) const {
+  const RankResources& rr = at(rank);
+  const auto& hl = profile_.host_link;
+  OpCost c;
+  c.multiplicity = rr.multiplicity;
+  c.latency = seconds(hl.submit_overhead_s.value + hl.latency_s.value);
+  if (bytes <= 0) return c;
+  c.work = static_cast<double>(bytes);
+  switch (dir) {
+    case sim::CopyDirection::kH2D:
+    case sim::CopyDirection::kD2H: {
+      const bool h2d = dir == sim::CopyDirection::kH2D;
+      c.max_rate = pinned ? (h2d ? hl.h2d_bytes_per_s.value : hl.d2h_bytes_per_s.value)
+                          : hl.pageable_bytes_per_s.value;
+      for (ResourceId id : h2d ? rr.h2d : rr.d2h) c.uses.push_back({id, 1.0});
+      c.uses.push_back({rr.hbm_bw, profile_.interference.copy_hbm_bytes_per_byte.value});
+      break;
+    }
+    case sim::CopyDirection::kD2D:
+      // Read and write in HBM by the copy engine.
+      c.max_rate = profile_.gpu.hbm_achievable_bytes_per_s.value / 2.0;
+      c.uses.push_back({rr.hbm_bw, 2.0});
+      break;
+    case sim::CopyDirection::kH2H:
+      c.max_rate = profile_.host.dram_bytes_per_s_per_socket.value / 2.0;
+      c.uses.push_back({rr.host_dram, 2.0});
+      break;
+  }
+  return c;
+}
+
+CollectivePlan CostModel::plan_collective(sim::CollectiveKind kind, const std::vector<int>& group,
+                                          std::int64_t bytes) const {
+  CollectivePlan plan;
+  const int n = static_cast<int>(group.size());
+  if (n <= 1 || bytes <= 0) return plan;
+  const auto& nv = profile_.nvlink;
+  const bool has_nvlink = system_.nvlink_domain_gpus > 1 && nv.bytes_per_s_per_gpu.value > 0.0;
+  // Units that hold the group: NVLink domains where there is NVLink, nodes otherwise.
+  std::set<int> units;
+  for (int r : group) units.insert(has_nvlink ? system_.nvlink_domain_of(r) : system_.node_of(r));
+  const int spans = static_cast<int>(units.size());
+  plan.crosses_nodes = spans > 1;
+  const double nd = static_cast<double>(n);
+
+  double bus = 0.0;  // achievable bus bandwidth of a ring inside a unit
+  switch (kind) {
+    case sim::CollectiveKind::kAllReduce:
+      plan.bus_bytes_per_byte = 2.0 * (nd - 1.0) / nd;
+      bus = nv.ring_all_reduce_bus_bytes_per_s.value;
+      break;
+    case sim::CollectiveKind::kAllGather:
+      plan.bus_bytes_per_byte = (nd - 1.0) / nd;
+      bus = nv.ring_all_gather_bus_bytes_per_s.value;
+      break;
+    case sim::CollectiveKind::kReduceScatter:
+      plan.bus_bytes_per_byte = (nd - 1.0) / nd;
+      bus = nv.ring_reduce_scatter_bus_bytes_per_s.value;
+      break;
+    case sim::CollectiveKind::kBroadcast:
+      // A pipelined ring broadcast sends the buffer once per rank.
+      plan.bus_bytes_per_byte = 1.0;
+      bus = nv.ring_all_gather_bus_bytes_per_s.value;
+      break;
+    case sim::CollectiveKind::kAllToAll:
+      plan.bus_bytes_per_byte = (nd - 1.0) / nd;
+      bus = nv.ring_all_gather_bus_bytes_per_s.value;
+      break;
+  }
+  const double latency = nv.latency_s.value;
+  if (!plan.crosses_nodes) {
+    plan.algorithm = CollectiveAlgorithm::kRing;
+    plan.alg_bytes_per_s = bus / plan.bus_bytes_per_byte;
+    plan.latency = seconds(latency);
+    const double nvls = nv.nvls_all_reduce_bus_bytes_per_s.value;
+    if (kind == sim::CollectiveKind::kAllReduce && has_nvlink && nvls > bus && n > 2) {
+      // NVLink SHARP: the switch reduces; nccl-tests report its bus bandwidth with the ring
+      // factor 2(n-1)/n, so algorithm bandwidth = busbw · n / (2(n-1)).
+      plan.algorithm = CollectiveAlgorithm::kNvls;
+      plan.alg_bytes_per_s = nvls / plan.bus_bytes_per_byte;
+    }
+    return plan;
+  }
+  // Across units: the NIC bounds the bus bandwidth (busbw ≈ NIC rate × efficiency); a ring takes
+  // 2(units-1) (all-reduce) or units-1 network steps, a tree 2·ceil(log2 units).
+  const double nic =
+      profile_.inter_node.nic_bytes_per_s_per_gpu.value * profile_.inter_node.efficiency.value;
+  const double inter_bus = bus > 0.0 ? std::min(bus, nic) : nic;
+  plan.alg_bytes_per_s = inter_bus / plan.bus_bytes_per_byte;
+  const double hop = profile_.inter_node.hop_latency_s.value;
+  const bool all_reduce = kind == sim::CollectiveKind::kAllReduce;
+  const double ring_steps = (all_reduce ? 2.0 : 1.0) * (spans - 1);
+  const double tree_steps = 2.0 * std::ceil(std::log2(static_cast<double>(spans)));
+  if (all_reduce && tree_steps < ring_steps) {
+    plan.algorithm = CollectiveAlgorithm::kTree;
+    plan.latency = seconds(latency + tree_steps * hop);
+  } else {
+    plan.algorithm = CollectiveAlgorithm::kRing;
+    plan.latency = seconds(latency + ring_steps * hop);
+  }
+  return plan;
+}
+
+OpCost CostModel::collective(int rank, sim::CollectiveKind kind, const std::vector<int>& group,
+                             std::int64_t bytes) const {
+  const RankResources& rr = at(rank);
+  const CollectivePlan plan = plan_collective(kind, group, bytes);
+  OpCost c;
+  c.multiplicity = rr.multiplicity;
+  if (plan.algorithm == CollectiveAlgorithm::kNone) return c;
+  c.work = static_cast<double>(bytes);
+  c.max_rate = plan.alg_bytes_per_s;
+  c.latency = plan.latency;
+  const double per_unit =
+      plan.algorithm == CollectiveAlgorithm::kNvls ? 1.0 : plan.bus_bytes_per_byte;
+  if (rr.nvlink_tx.valid()) {
+    c.uses.push_back({rr.nvlink_tx, per_unit});
+    c.uses.push_back({rr.nvlink_rx, per_unit});
+  } else if (!plan.crosses_nodes) {
+    // No NVLink: the ring runs over the GPU's host link (PCIe), against offload copies.
+    c.uses.push_back({rr.link_d2h, per_unit});
+    c.uses.push_back({rr.link_h2d, per_unit});
+    if (rr.link_duplex.valid()) c.uses.push_back({rr.link_duplex, 2.0 * per_unit});
+  }
+  if (plan.crosses_nodes && rr.nic_tx.valid()) {
+    c.uses.push_back({rr.nic_tx, plan.bus_bytes_per_byte});
+    c.uses.push_back({rr.nic_rx, plan.bus_bytes_per_byte});
+  }
+  // SM-based NCCL kernels take a share of the SMs while they run at full speed.
+  c.uses.push_back({rr.sm, profile_.interference.nccl_compute_slowdown.value / c.max_rate});
+  return c;
+}
+
+OpCost CostModel::p2p(int src_rank, int dst_rank, std::int64_t bytes) const {
+  const RankResources& src = at(src_rank);
+  const RankResources* dst = simulated(dst_rank) ? &at(dst_rank) : nullptr;
+  OpCost c;
+  c.multiplicity = src.multiplicity;
+  if (bytes <= 0 || src_rank == dst_rank) return c;
+  c.work = static_cast<double>(bytes);
+  const auto& nv = profile_.nvlink;
+  if (system_.same_nvlink_domain(src_rank, dst_rank) && src.nvlink_tx.valid()) {
+    // One send at about the ring bus bandwidth (a ring step is exactly such a send).
+    c.max_rate = nv.ring_all_gather_bus_bytes_per_s.value;
+    c.latency = seconds(nv.latency_s.value);
+    c.uses.push_back({src.nvlink_tx, 1.0});
+    if (dst != nullptr) c.uses.push_back({dst->nvlink_rx, 1.0});
+  } else if (system_.node_of(src_rank) == system_.node_of(dst_rank)) {
+    // Through PCIe: out of the source's link, into the destination's.
+    c.max_rate = std::min(profile_.host_link.d2h_bytes_per_s.value,
+                          profile_.host_link.h2d_bytes_per_s.value);
+    c.latency = seconds(nv.latency_s.value);
+    c.uses.push_back({src.link_d2h, 1.0});
+    if (dst != nullptr) c.uses.push_back({dst->link_h2d, 1.0});
+  } else {
+    c.max_rate =
+        profile_.inter_node.nic_bytes_per_s_per_gpu.value * profile_.inter_node.efficiency.value;
+    c.latency = seconds(nv.latency_s.value + profile_.inter_node.hop_latency_s.value);
+    if (src.nic_tx.valid()) c.uses.push_back({src.nic_tx, 1.0});
+    if (dst != nullptr && dst->nic_rx.valid()) c.uses.push_back({dst->nic_rx, 1.0});
+  }
+  return c;
+}
+
+OpCost CostModel::host_compute(int rank, std::int64_t dram_bytes, double flops) const {
+  const RankResources& rr = at(rank);
+  const auto& h = profile_.host;
+  OpCost c;
+  c.multiplicity = rr.multiplicity;
+  // The rank's process gets its socket's cores divided among the GPUs on that socket.
+  const double cores =
+      std::max(1.0, std::floor(h.cores_per_socket.value / system_.gpus_per_socket()));
+  const double per_core_bytes = h.adam_bytes_per_s_per_core.value;
+  const double per_core_flops = h.flops_per_s_per_core.value;
+  if (dram_bytes <= 0) {
+    if (flops <= 0.0) return c;
+    // Arithmetic only: measured in core-seconds on the socket's cores.
+    c.work = flops;
+    c.max_rate = cores * per_core_flops;
+    c.uses.push_back({rr.host_cpu, per_core_bytes / per_core_flops});
+    return c;
+  }
+  const double bytes = static_cast<double>(dram_bytes);
+  // Core time per byte: the streaming cost, or the arithmetic when it needs more.
+  const double cpu_per_byte =
+      std::max(1.0, flops > 0.0 ? (flops / bytes) * per_core_bytes / per_core_flops : 0.0);
+  c.work = bytes;
+  c.max_rate = cores * per_core_bytes / cpu_per_byte;
+  c.uses.push_back({rr.host_cpu, cpu_per_byte});
+  c.uses.push_back({rr.host_dram, 1.0});
+  return c;
+}
+
+}  // namespace offsim::models
