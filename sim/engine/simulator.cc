@@ -1,1 +1,722 @@
 #include "sim/engine/simulator.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "sim/core/check.h"
+#include "sim/engine/engine_probe.h"
+#include "sim/engine/flow_solver.h"
+
+namespace offsim::sim {
+
+namespace {
+
+constexpr std::uint32_t kNone = TaggedId<void>::kInvalidValue;
+constexpr std::int64_t kNeverNs = std::numeric_limits<std::int64_t>::max();
+// Durations saturate here so that `now + duration` never overflows.
+constexpr double kMaxDurationNs = 4.0e18;
+// How often (in events) the cancel flag is polled.
+constexpr std::int64_t kCancelPollEvents = 4096;
+
+// Nanoseconds to deliver `work` at `rate`, rounded up so that a flow never ends before its work
+// is done. Floating-point noise (relative 1e-12) is not rounded up into an extra nanosecond:
+// 1e9 bytes at 12.5e9 bytes/s is 80,000,000 ns, not 80,000,001.
+std::int64_t flow_duration_ns(double work, double rate) {
+  if (!(work > 0.0) || rate == kNoBound) return 0;
+  const double ns = work * 1e9 / rate;
+  if (!(ns < kMaxDurationNs)) return static_cast<std::int64_t>(kMaxDurationNs);
+  const double nearest = std::nearbyint(ns);
+  if (std::fabs(ns - nearest) <= 1e-12 * nearest + 1e-6) return static_cast<std::int64_t>(nearest);
+  return static_cast<std::int64_t>(std::ceil(ns));
+}
+
+std::string format_ms(std::int64_t ns) {
+  return fmt::format("{:.3f} ms", static_cast<double>(ns) * 1e-6);
+}
+
+bool finite_nonneg(double x) { return std::isfinite(x) && x >= 0.0; }
+
+// The checks the engine needs to run safely when validate() is skipped (ids in range, sane
+// numbers); cycles are not checked, so such runs can deadlock.
+Status check_runnable(const Plan& plan) {
+  for (std::size_t r = 0; r < plan.resources.size(); ++r) {
+    const double c = plan.resources[r].capacity;
+    if (!(std::isfinite(c) && c > 0.0)) {
+      return fail(ErrorCode::kInvalidInput, "resources[{}] '{}': capacity {} is not positive", r,
+                  plan.resources[r].name, c);
+    }
+  }
+  for (std::size_t t = 0; t < plan.tensors.size(); ++t) {
+    if (plan.tensors[t].pool.index() >= plan.pools.size()) {
+      return fail(ErrorCode::kInvalidInput, "tensors[{}] '{}': unknown pool id {}", t,
+                  plan.tensors[t].name, plan.tensors[t].pool.value());
+    }
+  }
+  for (TensorId t : plan.initial_tensors) {
+    if (t.index() >= plan.tensors.size()) {
+      return fail(ErrorCode::kInvalidInput, "initial_tensors: unknown tensor id {}", t.value());
+    }
+  }
+  if (plan.tensors.size() >= (std::size_t{1} << 31)) {
+    return fail(ErrorCode::kLimitExceeded, "plan has {} tensors; at most 2^31 are supported",
+                plan.tensors.size());
+  }
+  for (std::size_t i = 0; i < plan.ops.size(); ++i) {
+    const Op& op = plan.ops[i];
+    if (op.lane.index() >= plan.lanes.size()) {
+      return fail(ErrorCode::kInvalidInput, "ops[{}] '{}': unknown lane id {}", i, op.name,
+                  op.lane.value());
+    }
+    for (OpId d : op.deps) {
+      if (d.index() >= plan.ops.size()) {
+        return fail(ErrorCode::kInvalidInput, "ops[{}] '{}': unknown dependency op id {}", i,
+                    op.name, d.value());
+      }
+    }
+    const OpCost& c = op.cost;
+    if (!finite_nonneg(c.work) || !(c.max_rate > 0.0) || c.latency.count() < 0 ||
+        c.multiplicity < 1) {
+      return fail(ErrorCode::kInvalidInput,
+                  "ops[{}] '{}': cost needs finite work >= 0, max_rate > 0, latency >= 0 and "
+                  "multiplicity >= 1",
+                  i, op.name);
+    }
+    for (const ResourceUse& u : c.uses) {
+      if (u.resource.index() >= plan.resources.size() || !finite_nonneg(u.per_unit)) {
+        return fail(ErrorCode::kInvalidInput,
+                    "ops[{}] '{}': resource use needs a known resource and a finite per_unit >= 0",
+                    i, op.name);
+      }
+    }
+    for (const auto* list : {&op.allocs, &op.frees}) {
+      for (TensorId t : *list) {
+        if (t.index() >= plan.tensors.size()) {
+          return fail(ErrorCode::kInvalidInput, "ops[{}] '{}': unknown tensor id {}", i, op.name,
+                      t.value());
+        }
+      }
+    }
+  }
+  return ok();
+}
+
+enum class Phase : std::uint8_t { kWaiting, kLatency, kFlowing, kDone };
+enum class EventKind : std::uint8_t { kOpTimer, kGroup };
+
+struct Event {
+  std::int64_t time;
+  std::uint64_t seq;
+  std::uint32_t index;  // op (kOpTimer) or group (kGroup)
+  std::uint32_t generation;
+  EventKind kind;
+};
+
+// Min-heap order on (time, seq): ties go to the event scheduled first.
+struct EventLater {
+  bool operator()(const Event& a, const Event& b) const {
+    return a.time > b.time || (a.time == b.time && a.seq > b.seq);
+  }
+};
+
+struct OpState {
+  double work;
+  double max_rate;
+  std::int64_t latency_ns;
+  std::int64_t start_ns;
+  std::uint32_t lane;
+  std::uint32_t pending_deps;
+  Phase phase;
+  bool uses_resources;  // some use has a positive per_unit
+};
+
+// A flow in the solver, and how far it got.
+struct FlowState {
+  std::uint32_t op = kNone;
+  std::uint32_t group = kNone;
+  double remaining = 0.0;  // work units
+  double rate = 0.0;       // work units per second, as of last_ns
+  std::int64_t last_ns = 0;
+  std::int64_t completion_ns = kNeverNs;
+};
+
+// The flows of one solved component. Its single event fires at the earliest completion among
+// them; any later solve touching one of them re-solves all of them and supersedes the group.
+struct Group {
+  std::vector<std::uint32_t> members;
+  std::uint32_t generation = 0;
+  std::uint32_t live = 0;  // members still attached
+};
+
+struct PoolState {
+  std::int64_t in_use = 0;
+  std::int64_t capacity = 0;
+  std::int64_t peak = 0;
+  std::int64_t peak_ns = 0;
+  std::size_t peak_effect = 0;  // effects_ entries applied when the peak was reached
+};
+
+class Engine {
+ public:
+  Engine(const Plan& plan, const SimOptions& options, detail::EngineProbe* probe)
+      : plan_(plan), options_(options), probe_(probe) {}
+
+  Result<SimResult> run();
+
+ private:
+  void setup();
+  void push_event(std::int64_t time, EventKind kind, std::uint32_t index, std::uint32_t gen) {
+    heap_.push_back(Event{time, next_seq_++, index, gen, kind});
+    std::push_heap(heap_.begin(), heap_.end(), EventLater{});
+  }
+  void start_op(std::uint32_t op);
+  void begin_flow(std::uint32_t op);
+  void end_op(std::uint32_t op);
+  void handle_event(const Event& e);
+  void apply_solve();
+  std::uint32_t new_group();
+  void release_group(std::uint32_t group);
+  bool alloc_tensor(TensorId tensor, std::uint32_t op);
+  void free_tensor(TensorId tensor, std::uint32_t op);
+  void record_sample(std::uint32_t pool);
+  std::vector<LiveTensor> live_tensors(std::uint32_t pool) const;
+  void fill_live_at_peak(Timeline& timeline) const;
+  void describe_deadlock(Timeline& timeline) const;
+  bool is_lane_head(std::uint32_t op) const {
+    const std::uint32_t lane = ops_[op].lane;
+    const std::uint32_t pos = lane_offsets_[lane] + lane_head_[lane];
+    return pos < lane_offsets_[lane + 1] && lane_ops_[pos] == op;
+  }
+  void make_ready(std::uint32_t op) { ready_.push_back(op); }
+  void stop_with_error(Error error) {
+    if (!stopped_) error_ = std::move(error);
+    stopped_ = true;
+  }
+
+  const Plan& plan_;
+  const SimOptions& options_;
+  detail::EngineProbe* probe_;
+
+  std::vector<OpState> ops_;
+  std::vector<std::uint32_t> dependent_offsets_;  // CSR: ops waiting on op i
+  std::vector<std::uint32_t> dependents_;
+  std::vector<std::uint32_t> lane_offsets_;  // CSR: ops of lane l in issue order
+  std::vector<std::uint32_t> lane_ops_;
+  std::vector<std::uint32_t> lane_head_;       // position of the lane's next op to end
+  std::vector<std::uint32_t> tensor_offsets_;  // CSR: tensors of pool p
+  std::vector<std::uint32_t> pool_tensors_;
+
+  std::vector<Event> heap_;
+  std::uint64_t next_seq_ = 0;
+  std::vector<std::uint32_t> ready_;
+  std::size_t ready_next_ = 0;
+
+  FlowSolver solver_;
+  std::vector<FlowState> flows_;  // by FlowId slot
+  std::vector<Group> groups_;
+  std::vector<std::uint32_t> free_groups_;
+  std::vector<std::uint32_t> ending_;  // scratch
+
+  std::vector<PoolState> pools_;
+  std::vector<std::uint8_t> live_;      // by tensor
+  std::vector<std::uint32_t> effects_;  // tensor << 1 | is_free, in simulation order
+  std::vector<Span> spans_;
+  Timeline* timeline_ = nullptr;
+
+  std::int64_t now_ = 0;
+  std::int64_t makespan_ = 0;
+  std::int64_t ended_ = 0;
+  std::int64_t events_ = 0;
+  bool stopped_ = false;
+  std::optional<Error> error_;
+  std::optional<OutOfMemory> oom_;
+};
+
+void Engine::setup() {
+  const std::size_t n = plan_.ops.size();
+  ops_.resize(n);
+  std::vector<std::uint32_t> lane_count(plan_.lanes.size() + 1, 0);
+  std::vector<std::uint32_t> dependent_count(n + 1, 0);
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> edges;  // (dep, op)
+  for (std::size_t i = 0; i < n; ++i) {
+    const Op& op = plan_.ops[i];
+    OpState& s = ops_[i];
+    s.work = op.cost.work;
+    s.max_rate = op.cost.max_rate;
+    s.latency_ns = op.cost.latency.count();
+    s.start_ns = 0;
+    s.lane = op.lane.value();
+    s.pending_deps = static_cast<std::uint32_t>(op.deps.size());
+    s.phase = Phase::kWaiting;
+    s.uses_resources = false;
+    for (const ResourceUse& u : op.cost.uses) s.uses_resources |= u.per_unit > 0.0;
+    ++lane_count[s.lane];
+    for (OpId d : op.deps) {
+      ++dependent_count[d.index()];
+      edges.emplace_back(d.value(), static_cast<std::uint32_t>(i));
+    }
+  }
+  auto prefix = [](std::vector<std::uint32_t>& counts) {
+    std::uint32_t sum = 0;
+    for (std::uint32_t& c : counts) {
+      const std::uint32_t c0 = c;
+      c = sum;
+      sum += c0;
+    }
+  };
+  prefix(dependent_count);
+  dependent_offsets_ = dependent_count;
+  dependents_.resize(edges.size());
+  for (const auto& [dep, op] : edges) dependents_[dependent_count[dep]++] = op;  // op order kept
+  prefix(lane_count);
+  lane_offsets_ = lane_count;
+  lane_ops_.resize(n);
+  for (std::size_t i = 0; i < n; ++i)
+    lane_ops_[lane_count[ops_[i].lane]++] = static_cast<std::uint32_t>(i);
+  lane_head_.assign(plan_.lanes.size(), 0);
+
+  std::vector<std::uint32_t> tensor_count(plan_.pools.size() + 1, 0);
+  for (const Tensor& t : plan_.tensors) ++tensor_count[t.pool.index()];
+  prefix(tensor_count);
+  tensor_offsets_ = tensor_count;
+  pool_tensors_.resize(plan_.tensors.size());
+  for (std::size_t t = 0; t < plan_.tensors.size(); ++t) {
+    pool_tensors_[tensor_count[plan_.tensors[t].pool.index()]++] = static_cast<std::uint32_t>(t);
+  }
+
+  pools_.resize(plan_.pools.size());
+  for (std::size_t p = 0; p < pools_.size(); ++p)
+    pools_[p].capacity = plan_.pools[p].capacity_bytes;
+  live_.assign(plan_.tensors.size(), 0);
+
+  std::vector<double> capacities(plan_.resources.size());
+  for (std::size_t r = 0; r < capacities.size(); ++r) capacities[r] = plan_.resources[r].capacity;
+  solver_ = FlowSolver(capacities);
+  heap_.reserve(256);
+  ready_.reserve(256);
+  if (options_.record_spans) spans_.reserve(n);
+}
+
+void Engine::record_sample(std::uint32_t pool) {
+  PoolState& p = pools_[pool];
+  if (p.in_use > p.peak) {
+    p.peak = p.in_use;
+    p.peak_ns = now_;
+    p.peak_effect = effects_.size();
+  }
+  if (!options_.record_memory) return;
+  std::vector<MemorySample>& s = timeline_->pools[pool].samples;
+  const TimePoint t{Duration{now_}};
+  if (!s.empty() && s.back().time == t) {
+    s.back().bytes_in_use = p.in_use;
+    if (s.size() >= 2 && s[s.size() - 2].bytes_in_use == p.in_use) s.pop_back();
+  } else if (s.empty() || s.back().bytes_in_use != p.in_use) {
+    s.push_back(MemorySample{t, p.in_use});
+  }
+}
+
+std::vector<LiveTensor> Engine::live_tensors(std::uint32_t pool) const {
+  std::vector<LiveTensor> live;
+  for (std::uint32_t i = tensor_offsets_[pool]; i < tensor_offsets_[pool + 1]; ++i) {
+    const std::uint32_t t = pool_tensors_[i];
+    if (!live_[t]) continue;
+    const Tensor& tensor = plan_.tensors[t];
+    live.push_back(LiveTensor{tensor.name, tensor.category, tensor.bytes});
+  }
+  std::stable_sort(live.begin(), live.end(),
+                   [](const LiveTensor& a, const LiveTensor& b) { return a.bytes > b.bytes; });
+  return live;
+}
+
+bool Engine::alloc_tensor(TensorId tensor, std::uint32_t op) {
+  const Tensor& t = plan_.tensors[tensor.index()];
+  const std::string who = op == kNone ? std::string("initial_tensors") : plan_.ops[op].name;
+  if (live_[tensor.index()]) {
+    stop_with_error(Error{ErrorCode::kInvalidInput,
+                          fmt::format("op '{}' allocates tensor '{}', which is already live at {} "
+                                      "(double alloc; validate the plan)",
+                                      who, t.name, format_ms(now_))});
+    return false;
+  }
+  const std::uint32_t pool = t.pool.value();
+  PoolState& p = pools_[pool];
+  if (t.bytes > p.capacity - p.in_use) {
+    OutOfMemory oom;
+    oom.op = op == kNone ? OpId{} : OpId{op};
+    oom.op_name = who;
+    oom.pool = plan_.pools[pool].name;
+    oom.time = TimePoint{Duration{now_}};
+    oom.requested_bytes = t.bytes;
+    oom.in_use_bytes = p.in_use;
+    oom.capacity_bytes = p.capacity;
+    oom.live = live_tensors(pool);
+    oom_ = std::move(oom);
+    stopped_ = true;
+    return false;
+  }
+  p.in_use += t.bytes;
+  live_[tensor.index()] = 1;
+  effects_.push_back(tensor.value() << 1);
+  record_sample(pool);
+  return true;
+}
+
+void Engine::free_tensor(TensorId tensor, std::uint32_t op) {
+  const Tensor& t = plan_.tensors[tensor.index()];
+  if (!live_[tensor.index()]) {
+    stop_with_error(Error{ErrorCode::kInvalidInput,
+                          fmt::format("op '{}' frees tensor '{}', which is not live at {} "
+                                      "(validate the plan)",
+                                      plan_.ops[op].name, t.name, format_ms(now_))});
+    return;
+  }
+  const std::uint32_t pool = t.pool.value();
+  pools_[pool].in_use -= t.bytes;
+  live_[tensor.index()] = 0;
+  effects_.push_back(tensor.value() << 1 | 1u);
+  record_sample(pool);
+}
+
+void Engine::start_op(std::uint32_t op) {
+  OpState& s = ops_[op];
+  s.phase = Phase::kLatency;
+  s.start_ns = now_;
+  for (TensorId t : plan_.ops[op].allocs) {
+    if (!alloc_tensor(t, op)) return;
+  }
+  if (s.latency_ns > 0) {
+    push_event(now_ + s.latency_ns, EventKind::kOpTimer, op, 0);
+  } else {
+    begin_flow(op);
+  }
+}
+
+void Engine::begin_flow(std::uint32_t op) {
+  OpState& s = ops_[op];
+  s.phase = Phase::kFlowing;
+  if (!(s.work > 0.0)) {
+    end_op(op);
+    return;
+  }
+  if (!s.uses_resources) {  // only the bound limits it: a fixed duration
+    if (probe_) probe_->on_rate(TimePoint{Duration{now_}}, OpId{op}, s.max_rate);
+    const std::int64_t d = flow_duration_ns(s.work, s.max_rate);
+    if (d == 0) {
+      if (probe_) probe_->on_flow_end(TimePoint{Duration{now_}}, OpId{op});
+      end_op(op);
+    } else {
+      push_event(now_ + d, EventKind::kOpTimer, op, 0);
+    }
+    return;
+  }
+  const OpCost& c = plan_.ops[op].cost;
+  const FlowId f = solver_.add_flow(s.max_rate, c.multiplicity, c.uses);
+  if (f.index() >= flows_.size()) flows_.resize(f.index() + 1);
+  FlowState& fs = flows_[f.index()];
+  fs.op = op;
+  fs.group = kNone;
+  fs.remaining = s.work;
+  fs.rate = 0.0;
+  fs.last_ns = now_;
+  fs.completion_ns = kNeverNs;
+}
+
+void Engine::end_op(std::uint32_t op) {
+  OpState& s = ops_[op];
+  s.phase = Phase::kDone;
+  ++ended_;
+  if (options_.record_spans) {
+    spans_.push_back(
+        Span{OpId{op}, LaneId{s.lane}, TimePoint{Duration{s.start_ns}}, TimePoint{Duration{now_}}});
+  }
+  makespan_ = std::max(makespan_, now_);
+  for (TensorId t : plan_.ops[op].frees) {
+    free_tensor(t, op);
+    if (stopped_) return;
+  }
+  const std::uint32_t lane = s.lane;
+  const std::uint32_t next = lane_offsets_[lane] + ++lane_head_[lane];
+  if (next < lane_offsets_[lane + 1] && ops_[lane_ops_[next]].pending_deps == 0) {
+    make_ready(lane_ops_[next]);
+  }
+  for (std::uint32_t i = dependent_offsets_[op]; i < dependent_offsets_[op + 1]; ++i) {
+    const std::uint32_t d = dependents_[i];
+    if (--ops_[d].pending_deps == 0 && is_lane_head(d)) make_ready(d);
+  }
+}
+
+std::uint32_t Engine::new_group() {
+  std::uint32_t g;
+  if (!free_groups_.empty()) {
+    g = free_groups_.back();
+    free_groups_.pop_back();
+  } else {
+    g = static_cast<std::uint32_t>(groups_.size());
+    groups_.emplace_back();
+  }
+  return g;
+}
+
+void Engine::release_group(std::uint32_t group) {
+  Group& g = groups_[group];
+  if (--g.live == 0) {
+    ++g.generation;  // its pending event, if any, is now stale
+    free_groups_.push_back(group);
+  }
+}
+
+void Engine::handle_event(const Event& e) {
+  if (e.kind == EventKind::kOpTimer) {
+    const std::uint32_t op = e.index;
+    if (ops_[op].phase == Phase::kLatency) {
+      begin_flow(op);
+    } else {
+      if (probe_) probe_->on_flow_end(TimePoint{Duration{now_}}, OpId{op});
+      end_op(op);
+    }
+    return;
+  }
+  const Group& g = groups_[e.index];
+  if (g.generation != e.generation) return;  // superseded by a later solve
+  ending_.clear();
+  for (std::uint32_t f : g.members) {
+    const FlowState& fs = flows_[f];
+    if (fs.group == e.index && fs.completion_ns == now_) ending_.push_back(f);
+  }
+  for (std::uint32_t f : ending_) {
+    FlowState& fs = flows_[f];
+    const std::uint32_t op = fs.op;
+    solver_.remove_flow(FlowId{f});
+    release_group(fs.group);
+    fs.group = kNone;
+    fs.op = kNone;
+    if (probe_) probe_->on_flow_end(TimePoint{Duration{now_}}, OpId{op});
+    end_op(op);
+    if (stopped_) return;
+  }
+}
+
+void Engine::apply_solve() {
+  const FlowSolver::Components comps = solver_.solve();
+  for (std::size_t c = 0; c < comps.size(); ++c) {
+    const std::span<const FlowId> members = comps.component(c);
+    const std::uint32_t g = new_group();
+    Group& group = groups_[g];
+    group.members.clear();
+    group.live = static_cast<std::uint32_t>(members.size());
+    std::int64_t earliest = kNeverNs;
+    for (FlowId id : members) {
+      const std::uint32_t f = id.value();
+      group.members.push_back(f);
+      FlowState& fs = flows_[f];
+      if (fs.group != kNone) release_group(fs.group);
+      fs.group = g;
+      const double rate = solver_.rate(id);
+      if (rate != fs.rate) {
+        if (fs.rate > 0.0) {
+          const double done = fs.rate * static_cast<double>(now_ - fs.last_ns) * 1e-9;
+          fs.remaining = std::max(0.0, fs.remaining - done);
+        }
+        fs.rate = rate;
+        fs.last_ns = now_;
+        fs.completion_ns = now_ + flow_duration_ns(fs.remaining, rate);
+        if (probe_) probe_->on_rate(TimePoint{Duration{now_}}, OpId{fs.op}, rate);
+      }
+      earliest = std::min(earliest, fs.completion_ns);
+    }
+    push_event(earliest, EventKind::kGroup, g, group.generation);
+  }
+}
+
+void Engine::fill_live_at_peak(Timeline& timeline) const {
+  std::vector<std::uint32_t> order;
+  for (std::uint32_t p = 0; p < pools_.size(); ++p) {
+    if (pools_[p].peak > 0) order.push_back(p);
+  }
+  if (order.empty()) return;
+  std::stable_sort(order.begin(), order.end(), [this](std::uint32_t a, std::uint32_t b) {
+    return pools_[a].peak_effect < pools_[b].peak_effect;
+  });
+  // Replays the effects in simulation order and takes each pool's live set at its peak.
+  std::vector<std::uint8_t> live(plan_.tensors.size(), 0);
+  std::size_t applied = 0;
+  for (std::uint32_t p : order) {
+    for (; applied < pools_[p].peak_effect; ++applied) {
+      const std::uint32_t e = effects_[applied];
+      live[e >> 1] = (e & 1u) ? 0 : 1;
+    }
+    std::vector<LiveTensor>& out = timeline.pools[p].live_at_peak;
+    for (std::uint32_t i = tensor_offsets_[p]; i < tensor_offsets_[p + 1]; ++i) {
+      const std::uint32_t t = pool_tensors_[i];
+      if (!live[t]) continue;
+      const Tensor& tensor = plan_.tensors[t];
+      out.push_back(LiveTensor{tensor.name, tensor.category, tensor.bytes});
+    }
+    std::stable_sort(out.begin(), out.end(),
+                     [](const LiveTensor& a, const LiveTensor& b) { return a.bytes > b.bytes; });
+  }
+}
+
+void Engine::describe_deadlock(Timeline& timeline) const {
+  Deadlock d;
+  d.time = TimePoint{Duration{now_}};
+  for (std::uint32_t lane = 0; lane < lane_head_.size(); ++lane) {
+    const std::uint32_t pos = lane_offsets_[lane] + lane_head_[lane];
+    if (pos >= lane_offsets_[lane + 1]) continue;
+    const std::uint32_t head = lane_ops_[pos];
+    std::string waits;
+    for (OpId dep : plan_.ops[head].deps) {
+      if (ops_[dep.index()].phase == Phase::kDone) continue;
+      const Op& dop = plan_.ops[dep.index()];
+      if (!waits.empty()) waits += ", ";
+      waits += fmt::format("'{}' (lane '{}')", dop.name, plan_.lanes[dop.lane.index()].name);
+    }
+    d.stuck_ops.push_back(fmt::format("'{}' (lane '{}') waits on {}", plan_.ops[head].name,
+                                      plan_.lanes[lane].name,
+                                      waits.empty() ? std::string("nothing") : waits));
+  }
+  timeline.outcome.kind = OutcomeKind::kDeadlock;
+  timeline.outcome.message =
+      fmt::format("deadlock at {}: {} of {} ops ended, {} lane(s) blocked; {}", format_ms(now_),
+                  ended_, plan_.ops.size(), d.stuck_ops.size(),
+                  d.stuck_ops.empty() ? std::string() : d.stuck_ops.front());
+  timeline.outcome.deadlock = std::move(d);
+}
+
+Result<SimResult> Engine::run() {
+  if (options_.validate_plan) {
+    OFFSIM_RETURN_IF_ERROR(validate(plan_));
+  } else {
+    OFFSIM_RETURN_IF_ERROR(check_runnable(plan_));
+  }
+  if (plan_.ops.size() >= kNone) {
+    return fail(ErrorCode::kLimitExceeded, "plan has {} ops; at most {} are supported",
+                plan_.ops.size(), kNone - 1);
+  }
+  SimResult result;
+  result.timeline = timeline_skeleton(plan_);
+  result.timeline.source = "predicted";
+  timeline_ = &result.timeline;
+  setup();
+
+  for (std::uint32_t p = 0; p < pools_.size(); ++p) {
+    if (options_.record_memory) timeline_->pools[p].samples.push_back(MemorySample{kTimeZero, 0});
+  }
+  for (TensorId t : plan_.initial_tensors) {
+    if (!alloc_tensor(t, kNone)) break;
+  }
+  if (!stopped_) {
+    for (std::uint32_t lane = 0; lane < lane_head_.size(); ++lane) {
+      if (lane_offsets_[lane] < lane_offsets_[lane + 1]) {
+        const std::uint32_t head = lane_ops_[lane_offsets_[lane]];
+        if (ops_[head].pending_deps == 0) make_ready(head);
+      }
+    }
+  }
+
+  std::int64_t next_poll = 0;
+  while (!stopped_) {
+    // Everything that happens at now_: timed events first (ends free memory), then ops that
+    // became ready (their allocs), until neither is left.
+    for (;;) {
+      if (!heap_.empty() && heap_.front().time == now_) {
+        std::pop_heap(heap_.begin(), heap_.end(), EventLater{});
+        const Event e = heap_.back();
+        heap_.pop_back();
+        ++events_;
+        handle_event(e);
+      } else if (ready_next_ < ready_.size()) {
+        ++events_;
+        start_op(ready_[ready_next_++]);
+        if (ready_next_ == ready_.size()) {
+          ready_.clear();
+          ready_next_ = 0;
+        }
+      } else {
+        break;
+      }
+      if (stopped_) break;
+      if (events_ > options_.max_events) {
+        stop_with_error(Error{
+            ErrorCode::kLimitExceeded,
+            fmt::format("simulation stopped after {} events (max_events = {}) "
+                        "at {} with {} of {} ops ended",
+                        events_, options_.max_events, format_ms(now_), ended_, plan_.ops.size())});
+        break;
+      }
+    }
+    if (stopped_) break;
+    if (solver_.dirty()) apply_solve();
+    if (heap_.empty()) break;
+    now_ = heap_.front().time;
+    if (options_.cancel != nullptr && events_ >= next_poll) {
+      next_poll = events_ + kCancelPollEvents;
+      if (options_.cancel->load(std::memory_order_relaxed)) {
+        stop_with_error(Error{ErrorCode::kCancelled,
+                              fmt::format("simulation cancelled at {} after {} events with {} of "
+                                          "{} ops ended",
+                                          format_ms(now_), events_, ended_, plan_.ops.size())});
+      }
+    }
+  }
+  if (error_) return fail(std::move(*error_));
+
+  Timeline& t = result.timeline;
+  // Spans were appended in end-time order; equal end times go by op id.
+  for (std::size_t i = 0; i < spans_.size();) {
+    std::size_t j = i + 1;
+    while (j < spans_.size() && spans_[j].end == spans_[i].end) ++j;
+    if (j - i > 1) {
+      std::sort(spans_.begin() + static_cast<std::ptrdiff_t>(i),
+                spans_.begin() + static_cast<std::ptrdiff_t>(j),
+                [](const Span& a, const Span& b) { return a.op < b.op; });
+    }
+    i = j;
+  }
+  t.spans = std::move(spans_);
+  t.makespan = TimePoint{Duration{makespan_}};
+  for (std::size_t p = 0; p < pools_.size(); ++p) {
+    t.pools[p].peak_bytes = pools_[p].peak;
+    t.pools[p].peak_time = TimePoint{Duration{pools_[p].peak_ns}};
+  }
+  fill_live_at_peak(t);
+  if (oom_) {
+    t.outcome.kind = OutcomeKind::kOutOfMemory;
+    t.outcome.message = fmt::format(
+        "out of memory at {}: {} allocates {} bytes in pool '{}' with {} of {} bytes in use",
+        format_ms(now_), oom_->op.valid() ? fmt::format("op '{}'", oom_->op_name) : oom_->op_name,
+        oom_->requested_bytes, oom_->pool, oom_->in_use_bytes, oom_->capacity_bytes);
+    t.outcome.oom = std::move(oom_);
+  } else if (ended_ < static_cast<std::int64_t>(plan_.ops.size())) {
+    describe_deadlock(t);
+  } else {
+    t.outcome.kind = OutcomeKind::kCompleted;
+    t.outcome.message =
+        fmt::format("completed {} ops; makespan {}", plan_.ops.size(), format_ms(makespan_));
+  }
+  result.stats.ops_executed = ended_;
+  result.stats.flow_solves = solver_.solves();
+  result.stats.flows_resolved = solver_.flows_resolved();
+  return result;
+}
+
+}  // namespace
+
+Result<SimResult> simulate(const Plan& plan, const SimOptions& options) {
+  return detail::simulate_with_probe(plan, options, nullptr);
+}
+
+namespace detail {
+
+Result<SimResult> simulate_with_probe(const Plan& plan, const SimOptions& options,
+                                      EngineProbe* probe) {
+  Engine engine(plan, options, probe);
+  return engine.run();
+}
+
+}  // namespace detail
+
+}  // namespace offsim::sim

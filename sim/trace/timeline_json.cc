@@ -1,1 +1,425 @@
 #include "sim/trace/timeline_json.h"
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <string_view>
+
+#include "sim/core/file_io.h"
+#include "sim/core/json_reader.h"
+
+namespace offsim::sim {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr const char* kTimelineFormat = "offsim-timeline";
+
+json live_to_json(const std::vector<LiveTensor>& live) {
+  json j = json::array();
+  for (const LiveTensor& t : live) {
+    j.push_back({{"name", t.name}, {"category", t.category}, {"bytes", t.bytes}});
+  }
+  return j;
+}
+
+std::int64_t ns(TimePoint t) { return t.time_since_epoch().count(); }
+TimePoint at_ns(std::int64_t value) { return TimePoint{Duration{value}}; }
+
+}  // namespace
+
+json timeline_to_json(const Timeline& timeline) {
+  json j;
+  j["format"] = kTimelineFormat;
+  j["format_version"] = kTimelineFormatVersion;
+  j["source"] = timeline.source;
+  json meta = json::array();
+  for (const auto& [k, v] : timeline.metadata) meta.push_back(json::array({k, v}));
+  j["metadata"] = std::move(meta);
+  j["lanes"] = timeline.lanes;
+  json ops = json::array();
+  for (const OpInfo& op : timeline.ops) {
+    ops.push_back({{"name", op.name},
+                   {"kind", to_string(op.kind)},
+                   {"category", op.category},
+                   {"layer", op.layer},
+                   {"flops", op.flops},
+                   {"bytes", op.bytes}});
+  }
+  j["ops"] = std::move(ops);
+  json spans = json::array();
+  for (const Span& s : timeline.spans) {
+    spans.push_back({{"op", s.op.value()},
+                     {"lane", s.lane.value()},
+                     {"start_ns", ns(s.start)},
+                     {"end_ns", ns(s.end)}});
+  }
+  j["spans"] = std::move(spans);
+  json pools = json::array();
+  for (const PoolTrace& p : timeline.pools) {
+    json samples = json::array();
+    for (const MemorySample& m : p.samples)
+      samples.push_back(json::array({ns(m.time), m.bytes_in_use}));
+    pools.push_back({{"name", p.name},
+                     {"capacity_bytes", p.capacity_bytes},
+                     {"samples", std::move(samples)},
+                     {"peak_bytes", p.peak_bytes},
+                     {"peak_time_ns", ns(p.peak_time)},
+                     {"live_at_peak", live_to_json(p.live_at_peak)}});
+  }
+  j["pools"] = std::move(pools);
+  j["makespan_ns"] = ns(timeline.makespan);
+  const Outcome& o = timeline.outcome;
+  json outcome = {{"kind", to_string(o.kind)}, {"message", o.message}};
+  if (o.oom) {
+    const OutOfMemory& m = *o.oom;
+    outcome["oom"] = {{"op", m.op.valid() ? static_cast<std::int64_t>(m.op.value()) : -1},
+                      {"op_name", m.op_name},
+                      {"pool", m.pool},
+                      {"time_ns", ns(m.time)},
+                      {"requested_bytes", m.requested_bytes},
+                      {"in_use_bytes", m.in_use_bytes},
+                      {"capacity_bytes", m.capacity_bytes},
+                      {"live", live_to_json(m.live)}};
+  }
+  if (o.deadlock) {
+    outcome["deadlock"] = {{"time_ns", ns(o.deadlock->time)}, {"stuck_ops", o.deadlock->stuck_ops}};
+  }
+  j["outcome"] = std::move(outcome);
+  return j;
+}
+
+namespace {
+
+std::optional<OutcomeKind> outcome_kind_from_string(std::string_view name) {
+  for (OutcomeKind k : {OutcomeKind::kCompleted, OutcomeKind::kOutOfMemory, OutcomeKind::kDeadlock,
+                        OutcomeKind::kLimitExceeded}) {
+    if (name == to_string(k)) return k;
+  }
+  return std::nullopt;
+}
+
+class TimelineParser {
+ public:
+  explicit TimelineParser(const std::string& source) : r_(source) {}
+
+  Result<Timeline> parse(const json& root) {
+    OFFSIM_RETURN_IF_ERROR(r_.only_keys(root,
+                                        {"format", "format_version", "source", "metadata", "lanes",
+                                         "ops", "spans", "pools", "makespan_ns", "outcome"},
+                                        "$"));
+    OFFSIM_ASSIGN_OR_RETURN(std::string format, r_.string(root, "format", "$"));
+    if (format != kTimelineFormat) {
+      return r_.error("$.format",
+                      fmt::format("expected \"{}\", got \"{}\"", kTimelineFormat, format));
+    }
+    OFFSIM_ASSIGN_OR_RETURN(std::int64_t version, r_.integer(root, "format_version", "$"));
+    if (version != kTimelineFormatVersion) {
+      return r_.error("$.format_version", fmt::format("this offsim reads version {}, got {}",
+                                                      kTimelineFormatVersion, version));
+    }
+    OFFSIM_ASSIGN_OR_RETURN(t_.source, r_.string(root, "source", "$"));
+    OFFSIM_RETURN_IF_ERROR(parse_metadata(root));
+    OFFSIM_RETURN_IF_ERROR(parse_lanes(root));
+    OFFSIM_RETURN_IF_ERROR(parse_ops(root));
+    OFFSIM_RETURN_IF_ERROR(parse_spans(root));
+    OFFSIM_RETURN_IF_ERROR(parse_pools(root));
+    OFFSIM_ASSIGN_OR_RETURN(std::int64_t makespan, r_.integer(root, "makespan_ns", "$"));
+    t_.makespan = at_ns(makespan);
+    OFFSIM_RETURN_IF_ERROR(parse_outcome(root));
+    return std::move(t_);
+  }
+
+ private:
+  Status parse_metadata(const json& root) {
+    OFFSIM_ASSIGN_OR_RETURN(const json* meta, r_.array(root, "metadata", "$"));
+    for (std::size_t i = 0; i < meta->size(); ++i) {
+      const json& kv = (*meta)[i];
+      if (!kv.is_array() || kv.size() != 2 || !kv[0].is_string() || !kv[1].is_string()) {
+        return r_.error(fmt::format("$.metadata[{}]", i), "expected [key, value] strings");
+      }
+      t_.metadata.emplace_back(kv[0].get<std::string>(), kv[1].get<std::string>());
+    }
+    return ok();
+  }
+
+  Status parse_lanes(const json& root) {
+    OFFSIM_ASSIGN_OR_RETURN(const json* lanes, r_.array(root, "lanes", "$"));
+    for (std::size_t i = 0; i < lanes->size(); ++i) {
+      OFFSIM_ASSIGN_OR_RETURN(std::string name,
+                              r_.as_string((*lanes)[i], fmt::format("$.lanes[{}]", i)));
+      t_.lanes.push_back(std::move(name));
+    }
+    return ok();
+  }
+
+  Status parse_ops(const json& root) {
+    OFFSIM_ASSIGN_OR_RETURN(const json* ops, r_.array(root, "ops", "$"));
+    t_.ops.reserve(ops->size());
+    for (std::size_t i = 0; i < ops->size(); ++i) {
+      const std::string path = fmt::format("$.ops[{}]", i);
+      const json& o = (*ops)[i];
+      OFFSIM_RETURN_IF_ERROR(
+          r_.only_keys(o, {"name", "kind", "category", "layer", "flops", "bytes"}, path));
+      OpInfo info;
+      OFFSIM_ASSIGN_OR_RETURN(info.name, r_.string(o, "name", path));
+      OFFSIM_ASSIGN_OR_RETURN(std::string kind, r_.string(o, "kind", path));
+      std::optional<OpKind> k = op_kind_from_string(kind);
+      if (!k) return r_.error(path + ".kind", fmt::format("unknown op kind \"{}\"", kind));
+      info.kind = *k;
+      OFFSIM_ASSIGN_OR_RETURN(info.category, r_.string(o, "category", path));
+      OFFSIM_ASSIGN_OR_RETURN(std::int64_t layer, r_.integer(o, "layer", path));
+      if (layer < -1 || layer > std::numeric_limits<int>::max()) {
+        return r_.error(path + ".layer",
+                        fmt::format("expected -1 or a layer index, got {}", layer));
+      }
+      info.layer = static_cast<int>(layer);
+      OFFSIM_ASSIGN_OR_RETURN(info.flops, r_.number(o, "flops", path));
+      OFFSIM_ASSIGN_OR_RETURN(info.bytes, r_.integer(o, "bytes", path));
+      t_.ops.push_back(std::move(info));
+    }
+    return ok();
+  }
+
+  Result<std::uint32_t> index(const json& o, const char* key, const std::string& path,
+                              std::size_t size, const char* what) {
+    OFFSIM_ASSIGN_OR_RETURN(std::int64_t v, r_.integer(o, key, path));
+    if (v < 0 || static_cast<std::size_t>(v) >= size) {
+      return r_.error(path + "." + key,
+                      fmt::format("{} index {} is out of range (the timeline has {} {}s)", what, v,
+                                  size, what));
+    }
+    return static_cast<std::uint32_t>(v);
+  }
+
+  Status parse_spans(const json& root) {
+    OFFSIM_ASSIGN_OR_RETURN(const json* spans, r_.array(root, "spans", "$"));
+    t_.spans.reserve(spans->size());
+    for (std::size_t i = 0; i < spans->size(); ++i) {
+      const std::string path = fmt::format("$.spans[{}]", i);
+      const json& s = (*spans)[i];
+      OFFSIM_RETURN_IF_ERROR(r_.only_keys(s, {"op", "lane", "start_ns", "end_ns"}, path));
+      Span span;
+      OFFSIM_ASSIGN_OR_RETURN(std::uint32_t op, index(s, "op", path, t_.ops.size(), "op"));
+      OFFSIM_ASSIGN_OR_RETURN(std::uint32_t lane, index(s, "lane", path, t_.lanes.size(), "lane"));
+      OFFSIM_ASSIGN_OR_RETURN(std::int64_t start, r_.integer(s, "start_ns", path));
+      OFFSIM_ASSIGN_OR_RETURN(std::int64_t end, r_.integer(s, "end_ns", path));
+      if (end < start) {
+        return r_.error(path + ".end_ns",
+                        fmt::format("end {} ns is before start {} ns", end, start));
+      }
+      span.op = OpId{op};
+      span.lane = LaneId{lane};
+      span.start = at_ns(start);
+      span.end = at_ns(end);
+      t_.spans.push_back(span);
+    }
+    return ok();
+  }
+
+  Result<std::vector<LiveTensor>> parse_live(const json& list, const std::string& path) {
+    std::vector<LiveTensor> live;
+    if (!list.is_array()) {
+      return r_.error(path, fmt::format("expected an array, got {}", json_type_name(list)));
+    }
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      const std::string p = fmt::format("{}[{}]", path, i);
+      OFFSIM_RETURN_IF_ERROR(r_.only_keys(list[i], {"name", "category", "bytes"}, p));
+      LiveTensor t;
+      OFFSIM_ASSIGN_OR_RETURN(t.name, r_.string(list[i], "name", p));
+      OFFSIM_ASSIGN_OR_RETURN(t.category, r_.string(list[i], "category", p));
+      OFFSIM_ASSIGN_OR_RETURN(t.bytes, r_.integer(list[i], "bytes", p));
+      live.push_back(std::move(t));
+    }
+    return live;
+  }
+
+  Status parse_pools(const json& root) {
+    OFFSIM_ASSIGN_OR_RETURN(const json* pools, r_.array(root, "pools", "$"));
+    for (std::size_t i = 0; i < pools->size(); ++i) {
+      const std::string path = fmt::format("$.pools[{}]", i);
+      const json& p = (*pools)[i];
+      OFFSIM_RETURN_IF_ERROR(r_.only_keys(
+          p, {"name", "capacity_bytes", "samples", "peak_bytes", "peak_time_ns", "live_at_peak"},
+          path));
+      PoolTrace pool;
+      OFFSIM_ASSIGN_OR_RETURN(pool.name, r_.string(p, "name", path));
+      OFFSIM_ASSIGN_OR_RETURN(pool.capacity_bytes, r_.integer(p, "capacity_bytes", path));
+      OFFSIM_ASSIGN_OR_RETURN(const json* samples, r_.array(p, "samples", path));
+      for (std::size_t k = 0; k < samples->size(); ++k) {
+        const std::string sp = fmt::format("{}.samples[{}]", path, k);
+        const json& s = (*samples)[k];
+        if (!s.is_array() || s.size() != 2) {
+          return r_.error(sp, "expected [time_ns, bytes_in_use]");
+        }
+        OFFSIM_ASSIGN_OR_RETURN(std::int64_t time, r_.as_integer(s[0], sp + "[0]"));
+        OFFSIM_ASSIGN_OR_RETURN(std::int64_t bytes, r_.as_integer(s[1], sp + "[1]"));
+        if (!pool.samples.empty() && at_ns(time) < pool.samples.back().time) {
+          return r_.error(sp + "[0]",
+                          fmt::format("time {} ns is before the previous sample's {} ns", time,
+                                      ns(pool.samples.back().time)));
+        }
+        pool.samples.push_back(MemorySample{at_ns(time), bytes});
+      }
+      OFFSIM_ASSIGN_OR_RETURN(pool.peak_bytes, r_.integer(p, "peak_bytes", path));
+      OFFSIM_ASSIGN_OR_RETURN(std::int64_t peak_time, r_.integer(p, "peak_time_ns", path));
+      pool.peak_time = at_ns(peak_time);
+      OFFSIM_ASSIGN_OR_RETURN(const json* live, r_.member(p, "live_at_peak", path));
+      OFFSIM_ASSIGN_OR_RETURN(pool.live_at_peak, parse_live(*live, path + ".live_at_peak"));
+      t_.pools.push_back(std::move(pool));
+    }
+    return ok();
+  }
+
+  Status parse_outcome(const json& root) {
+    const std::string path = "$.outcome";
+    OFFSIM_ASSIGN_OR_RETURN(const json* o, r_.object(root, "outcome", "$"));
+    OFFSIM_RETURN_IF_ERROR(r_.only_keys(*o, {"kind", "message", "oom", "deadlock"}, path));
+    OFFSIM_ASSIGN_OR_RETURN(std::string kind, r_.string(*o, "kind", path));
+    std::optional<OutcomeKind> k = outcome_kind_from_string(kind);
+    if (!k) {
+      return r_.error(path + ".kind",
+                      fmt::format("unknown outcome \"{}\" (expected completed, out_of_memory, "
+                                  "deadlock or limit_exceeded)",
+                                  kind));
+    }
+    t_.outcome.kind = *k;
+    OFFSIM_ASSIGN_OR_RETURN(t_.outcome.message, r_.string(*o, "message", path));
+    OFFSIM_ASSIGN_OR_RETURN(const json* oom, r_.optional_member(*o, "oom", path));
+    if (oom != nullptr) {
+      const std::string p = path + ".oom";
+      OFFSIM_RETURN_IF_ERROR(r_.only_keys(*oom,
+                                          {"op", "op_name", "pool", "time_ns", "requested_bytes",
+                                           "in_use_bytes", "capacity_bytes", "live"},
+                                          p));
+      OutOfMemory m;
+      OFFSIM_ASSIGN_OR_RETURN(std::int64_t op, r_.integer(*oom, "op", p));
+      if (op < -1 || op >= static_cast<std::int64_t>(t_.ops.size())) {
+        return r_.error(p + ".op", fmt::format("op index {} is out of range (-1 for none; the "
+                                               "timeline has {} ops)",
+                                               op, t_.ops.size()));
+      }
+      if (op >= 0) m.op = OpId{static_cast<std::uint32_t>(op)};
+      OFFSIM_ASSIGN_OR_RETURN(m.op_name, r_.string(*oom, "op_name", p));
+      OFFSIM_ASSIGN_OR_RETURN(m.pool, r_.string(*oom, "pool", p));
+      OFFSIM_ASSIGN_OR_RETURN(std::int64_t time, r_.integer(*oom, "time_ns", p));
+      m.time = at_ns(time);
+      OFFSIM_ASSIGN_OR_RETURN(m.requested_bytes, r_.integer(*oom, "requested_bytes", p));
+      OFFSIM_ASSIGN_OR_RETURN(m.in_use_bytes, r_.integer(*oom, "in_use_bytes", p));
+      OFFSIM_ASSIGN_OR_RETURN(m.capacity_bytes, r_.integer(*oom, "capacity_bytes", p));
+      OFFSIM_ASSIGN_OR_RETURN(const json* live, r_.member(*oom, "live", p));
+      OFFSIM_ASSIGN_OR_RETURN(m.live, parse_live(*live, p + ".live"));
+      t_.outcome.oom = std::move(m);
+    }
+    OFFSIM_ASSIGN_OR_RETURN(const json* deadlock, r_.optional_member(*o, "deadlock", path));
+    if (deadlock != nullptr) {
+      const std::string p = path + ".deadlock";
+      OFFSIM_RETURN_IF_ERROR(r_.only_keys(*deadlock, {"time_ns", "stuck_ops"}, p));
+      Deadlock d;
+      OFFSIM_ASSIGN_OR_RETURN(std::int64_t time, r_.integer(*deadlock, "time_ns", p));
+      d.time = at_ns(time);
+      OFFSIM_ASSIGN_OR_RETURN(const json* stuck, r_.array(*deadlock, "stuck_ops", p));
+      for (std::size_t i = 0; i < stuck->size(); ++i) {
+        OFFSIM_ASSIGN_OR_RETURN(std::string s,
+                                r_.as_string((*stuck)[i], fmt::format("{}.stuck_ops[{}]", p, i)));
+        d.stuck_ops.push_back(std::move(s));
+      }
+      t_.outcome.deadlock = std::move(d);
+    }
+    return ok();
+  }
+
+  JsonReader r_;
+  Timeline t_;
+};
+
+}  // namespace
+
+Result<Timeline> timeline_from_json(const json& json, const std::string& source) {
+  TimelineParser parser(source);
+  return parser.parse(json);
+}
+
+Result<Timeline> timeline_from_json_text(const std::string& text, const std::string& source) {
+  OFFSIM_ASSIGN_OR_RETURN(json root, parse_json_text(text, source));
+  return timeline_from_json(root, source);
+}
+
+Result<Timeline> read_timeline_file(const std::string& path) {
+  OFFSIM_ASSIGN_OR_RETURN(std::string text, read_text_file(path));
+  return timeline_from_json_text(text, path);
+}
+
+// --- Chrome trace-event JSON ------------------------------------------------------------------
+
+namespace {
+
+// A JSON string literal; invalid UTF-8 is replaced rather than thrown on.
+std::string json_string(std::string_view s) {
+  return json(std::string(s)).dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+// Integer nanoseconds as microseconds with exactly three decimals, without going through a
+// double: 1234567 ns -> "1234.567".
+std::string micros(std::int64_t value_ns) {
+  const bool negative = value_ns < 0;
+  const std::uint64_t a = negative ? std::uint64_t{0} - static_cast<std::uint64_t>(value_ns)
+                                   : static_cast<std::uint64_t>(value_ns);
+  return fmt::format("{}{}.{:03}", negative ? "-" : "", a / 1000, a % 1000);
+}
+
+std::string number(double x) { return std::isfinite(x) ? fmt::format("{}", x) : "null"; }
+
+}  // namespace
+
+std::string chrome_trace_json(const std::vector<const Timeline*>& timelines) {
+  std::string out = "{\"displayTimeUnit\":\"ns\",\"traceEvents\":[";
+  bool first = true;
+  auto emit = [&](const std::string& event) {
+    out += first ? "\n" : ",\n";
+    out += event;
+    first = false;
+  };
+  for (std::size_t i = 0; i < timelines.size(); ++i) {
+    const Timeline& t = *timelines[i];
+    const std::size_t pid = i + 1;
+    emit(fmt::format(R"({{"ph":"M","pid":{},"tid":0,"name":"process_name","args":{{"name":{}}}}})",
+                     pid, json_string(t.source)));
+    emit(fmt::format(
+        R"({{"ph":"M","pid":{},"tid":0,"name":"process_sort_index","args":{{"sort_index":{}}}}})",
+        pid, i));
+    for (std::size_t l = 0; l < t.lanes.size(); ++l) {
+      emit(
+          fmt::format(R"({{"ph":"M","pid":{},"tid":{},"name":"thread_name","args":{{"name":{}}}}})",
+                      pid, l + 1, json_string(t.lanes[l])));
+      emit(fmt::format(
+          R"({{"ph":"M","pid":{},"tid":{},"name":"thread_sort_index","args":{{"sort_index":{}}}}})",
+          pid, l + 1, l));
+    }
+    for (const Span& s : t.spans) {
+      const OpInfo& op = t.ops[s.op.index()];
+      const char* kind = to_string(op.kind);
+      const std::int64_t start = s.start.time_since_epoch().count();
+      const std::int64_t end = s.end.time_since_epoch().count();
+      emit(fmt::format(
+          R"({{"ph":"X","pid":{},"tid":{},"name":{},"cat":{},"ts":{},"dur":{},"args":{{"op":{},"kind":"{}","category":{},"flops":{},"bytes":{}}}}})",
+          pid, s.lane.index() + 1, json_string(op.name),
+          json_string(op.category.empty() ? kind : op.category), micros(start), micros(end - start),
+          s.op.value(), kind, json_string(op.category), number(op.flops), op.bytes));
+    }
+    for (const PoolTrace& p : t.pools) {
+      const std::string name = json_string(p.name);
+      for (const MemorySample& m : p.samples) {
+        emit(fmt::format(
+            R"({{"ph":"C","pid":{},"tid":0,"name":{},"ts":{},"args":{{"bytes_in_use":{}}}}})", pid,
+            name, micros(m.time.time_since_epoch().count()), m.bytes_in_use));
+      }
+    }
+  }
+  out += "\n]}\n";
+  return out;
+}
+
+}  // namespace offsim::sim

@@ -1,0 +1,104 @@
+// Engine throughput: items_per_second is ops simulated per second (plan building excluded).
+#include <cstdint>
+#include <random>
+#include <string>
+
+#include <benchmark/benchmark.h>
+
+#include "sim/engine/simulator.h"
+
+namespace offsim::sim {
+namespace {
+
+// One lane, each op a flow on one link after a 1 µs launch latency.
+Plan chain_plan(std::int64_t ops) {
+  PlanBuilder b;
+  ResourceId link = b.resource("link", 25e9);
+  LaneId lane = b.lane("rank0.compute");
+  for (std::int64_t i = 0; i < ops; ++i) {
+    Op op{.name = "op" + std::to_string(i), .lane = lane, .kind = OpKind::kCopy};
+    op.cost.work = 1e6 + static_cast<double>(i % 7) * 1e5;
+    op.cost.uses = {{link, 1.0}};
+    op.cost.latency = Duration{1'000};
+    b.op(std::move(op));
+  }
+  return std::move(b).build();
+}
+
+// `lanes` lanes over `resources` shared resources; each op uses two distinct resources drawn at
+// random, so the flows in flight form one contended component that changes at every op end.
+// Every eighth op also waits on the op issued just before it on another lane.
+Plan contended_plan(std::int64_t ops, int lanes, int resources, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int> pick(0, resources - 1);
+  std::uniform_int_distribution<int> size(1, 100);
+  PlanBuilder b;
+  std::vector<ResourceId> res;
+  for (int r = 0; r < resources; ++r) {
+    res.push_back(b.resource("res" + std::to_string(r), (10.0 + r) * 1e9));
+  }
+  std::vector<LaneId> lane_ids;
+  for (int l = 0; l < lanes; ++l) lane_ids.push_back(b.lane("lane" + std::to_string(l)));
+  for (std::int64_t i = 0; i < ops; ++i) {
+    const int lane = static_cast<int>(i % lanes);
+    Op op{.name = "op" + std::to_string(i),
+          .lane = lane_ids[static_cast<std::size_t>(lane)],
+          .kind = OpKind::kCopy};
+    op.cost.work = static_cast<double>(size(rng)) * 1e6;
+    const int r0 = pick(rng);
+    int r1 = pick(rng);
+    if (r1 == r0) r1 = (r0 + 1) % resources;
+    op.cost.uses = {{res[static_cast<std::size_t>(r0)], 1.0},
+                    {res[static_cast<std::size_t>(r1)], 1.0}};
+    if (i % 8 == 7) op.deps = {OpId{static_cast<std::size_t>(i - 1)}};
+    b.op(std::move(op));
+  }
+  return std::move(b).build();
+}
+
+void run(benchmark::State& state, const Plan& plan, bool validate) {
+  SimOptions options;
+  options.validate_plan = validate;
+  std::int64_t ops = 0;
+  for (auto _ : state) {
+    Result<SimResult> r = simulate(plan, options);
+    if (!r || r->timeline.outcome.kind != OutcomeKind::kCompleted) {
+      state.SkipWithError("simulation failed");
+      return;
+    }
+    ops += r->stats.ops_executed;
+    benchmark::DoNotOptimize(r->timeline.makespan);
+    state.counters["flows_per_solve"] =
+        static_cast<double>(r->stats.flows_resolved) / static_cast<double>(r->stats.flow_solves);
+  }
+  state.SetItemsProcessed(ops);
+}
+
+void BM_SingleLaneChain(benchmark::State& state) {
+  const Plan plan = chain_plan(state.range(0));
+  run(state, plan, false);
+}
+BENCHMARK(BM_SingleLaneChain)->Arg(100'000)->Unit(benchmark::kMillisecond);
+
+void BM_Contended64Lanes16Resources(benchmark::State& state) {
+  const Plan plan = contended_plan(state.range(0), 64, 16, 42);
+  run(state, plan, false);
+}
+BENCHMARK(BM_Contended64Lanes16Resources)->Arg(200'000)->Unit(benchmark::kMillisecond);
+
+// At least a million ops, with and without validation (Boost.Graph topological sort).
+void BM_MillionOps(benchmark::State& state) {
+  const Plan plan = contended_plan(1'000'000, 64, 16, 7);
+  run(state, plan, state.range(0) != 0);
+}
+BENCHMARK(BM_MillionOps)
+    ->Arg(0)
+    ->Arg(1)
+    ->ArgName("validate")
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(2);
+
+}  // namespace
+}  // namespace offsim::sim
+
+BENCHMARK_MAIN();

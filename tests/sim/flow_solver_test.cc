@@ -1,0 +1,131 @@
+#include "sim/engine/flow_solver.h"
+
+#include <gtest/gtest.h>
+
+namespace offsim::sim {
+namespace {
+
+ResourceUse use(int r, double per_unit = 1.0) { return ResourceUse{ResourceId{r}, per_unit}; }
+
+TEST(FlowSolverTest, OneFlowAloneGetsTheWholeLink) {
+  FlowSolver s({25e9});
+  FlowId a = s.add_flow(kNoBound, 1, {use(0)});
+  s.solve();
+  EXPECT_DOUBLE_EQ(s.rate(a), 25e9);
+}
+
+TEST(FlowSolverTest, TwoFlowsShareALinkEqually) {
+  // Two copies on one 25 GB/s link: 25 / 2 = 12.5 GB/s each.
+  FlowSolver s({25e9});
+  FlowId a = s.add_flow(kNoBound, 1, {use(0)});
+  FlowId b = s.add_flow(kNoBound, 1, {use(0)});
+  FlowSolver::Components c = s.solve();
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c.component(0).size(), 2u);
+  EXPECT_DOUBLE_EQ(s.rate(a), 12.5e9);
+  EXPECT_DOUBLE_EQ(s.rate(b), 12.5e9);
+  // b leaves: a gets the link back.
+  s.remove_flow(b);
+  s.solve();
+  EXPECT_DOUBLE_EQ(s.rate(a), 25e9);
+}
+
+TEST(FlowSolverTest, BottleneckFirstThenTheRestGoesToOthers) {
+  // a crosses L0 (25) and L1 (10); b uses L0 only. L1 saturates first at a = 10; L0 has
+  // 25 - 10 = 15 left for b.
+  FlowSolver s({25e9, 10e9});
+  FlowId a = s.add_flow(kNoBound, 1, {use(0), use(1)});
+  FlowId b = s.add_flow(kNoBound, 1, {use(0)});
+  s.solve();
+  EXPECT_DOUBLE_EQ(s.rate(a), 10e9);
+  EXPECT_DOUBLE_EQ(s.rate(b), 15e9);
+  EXPECT_DOUBLE_EQ(s.usage(ResourceId{0}), 25e9);
+  EXPECT_DOUBLE_EQ(s.usage(ResourceId{1}), 10e9);
+}
+
+TEST(FlowSolverTest, MultiplicityCountsAsKFlows) {
+  // a stands for 4 flows, b for 1, on a 100 GB/s socket: 100 / (4 + 1) = 20 GB/s per flow;
+  // the socket carries 4 * 20 + 20 = 100.
+  FlowSolver s({100e9});
+  FlowId a = s.add_flow(kNoBound, 4, {use(0)});
+  FlowId b = s.add_flow(kNoBound, 1, {use(0)});
+  s.solve();
+  EXPECT_DOUBLE_EQ(s.rate(a), 20e9);
+  EXPECT_DOUBLE_EQ(s.rate(b), 20e9);
+  EXPECT_DOUBLE_EQ(s.usage(ResourceId{0}), 100e9);
+}
+
+TEST(FlowSolverTest, WeightsScaleConsumption) {
+  // a consumes 2 units per unit of work, b 1: 2x + x = 30 => x = 10 for both.
+  FlowSolver s({30.0});
+  FlowId a = s.add_flow(kNoBound, 1, {use(0, 2.0)});
+  FlowId b = s.add_flow(kNoBound, 1, {use(0, 1.0)});
+  s.solve();
+  EXPECT_DOUBLE_EQ(s.rate(a), 10.0);
+  EXPECT_DOUBLE_EQ(s.rate(b), 10.0);
+}
+
+TEST(FlowSolverTest, BoundedFlowLeavesTheRestToOthers) {
+  // a is bounded at 5 GB/s; b gets 25 - 5 = 20.
+  FlowSolver s({25e9});
+  FlowId a = s.add_flow(5e9, 1, {use(0)});
+  FlowId b = s.add_flow(kNoBound, 1, {use(0)});
+  s.solve();
+  EXPECT_DOUBLE_EQ(s.rate(a), 5e9);
+  EXPECT_DOUBLE_EQ(s.rate(b), 20e9);
+}
+
+TEST(FlowSolverTest, FlowWithoutResourcesGetsItsBound) {
+  FlowSolver s({1.0});
+  FlowId a = s.add_flow(3.0, 1, std::initializer_list<ResourceUse>{});
+  FlowId b = s.add_flow(kNoBound, 1, {use(0, 0.0)});  // a zero weight is no use
+  s.solve();
+  EXPECT_DOUBLE_EQ(s.rate(a), 3.0);
+  EXPECT_EQ(s.rate(b), kNoBound);
+}
+
+TEST(FlowSolverTest, OnlyTheTouchedComponentIsResolved) {
+  // Components {a, b} on L0 and {c} on L1. Removing b re-solves a alone; c keeps its rate.
+  FlowSolver s({10.0, 20.0});
+  FlowId a = s.add_flow(kNoBound, 1, {use(0)});
+  FlowId b = s.add_flow(kNoBound, 1, {use(0)});
+  FlowId c = s.add_flow(kNoBound, 1, {use(1)});
+  FlowSolver::Components first = s.solve();
+  EXPECT_EQ(first.size(), 2u);
+  EXPECT_EQ(s.flows_resolved(), 3);
+  s.remove_flow(b);
+  FlowSolver::Components second = s.solve();
+  ASSERT_EQ(second.size(), 1u);
+  ASSERT_EQ(second.component(0).size(), 1u);
+  EXPECT_EQ(second.component(0)[0], a);
+  EXPECT_EQ(s.flows_resolved(), 4);
+  EXPECT_EQ(s.solves(), 2);
+  EXPECT_DOUBLE_EQ(s.rate(a), 10.0);
+  EXPECT_DOUBLE_EQ(s.rate(c), 20.0);
+  EXPECT_FALSE(s.dirty());
+}
+
+TEST(FlowSolverTest, ReusedSlotsKeepListsConsistent) {
+  // Remove from the middle of a resource's list, then add again: the swap-removal must keep
+  // every flow's back-pointer right.
+  FlowSolver s({12.0});
+  std::vector<FlowId> flows;
+  for (int i = 0; i < 4; ++i) flows.push_back(s.add_flow(kNoBound, 1, {use(0)}));
+  s.solve();
+  s.remove_flow(flows[1]);
+  s.remove_flow(flows[0]);
+  FlowId e = s.add_flow(kNoBound, 1, {use(0)});
+  s.solve();
+  // Three flows on 12: 4 each.
+  EXPECT_DOUBLE_EQ(s.rate(flows[2]), 4.0);
+  EXPECT_DOUBLE_EQ(s.rate(flows[3]), 4.0);
+  EXPECT_DOUBLE_EQ(s.rate(e), 4.0);
+  EXPECT_EQ(s.active_flows(), 3u);
+  s.remove_flow(flows[3]);
+  s.remove_flow(e);
+  s.solve();
+  EXPECT_DOUBLE_EQ(s.rate(flows[2]), 12.0);
+}
+
+}  // namespace
+}  // namespace offsim::sim

@@ -1,0 +1,187 @@
+#include "sim/trace/timeline_json.h"
+
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <sstream>
+
+#include <gtest/gtest.h>
+
+#include "sim/core/file_io.h"
+#include "sim/engine/simulator.h"
+
+namespace offsim::sim {
+namespace {
+
+// A small plan with two lanes, a shared link, a latency term and memory effects.
+Plan small_plan() {
+  PlanBuilder b;
+  b.metadata("model", "toy");
+  ResourceId link = b.resource("rank0.pcie.h2d", 25e9);
+  ResourceId sm = b.resource("rank0.sm", 1.0);
+  PoolId hbm = b.pool("rank0.hbm", 80'000'000'000);
+  TensorId w = b.tensor("l0.weights", hbm, 1'000'000, "params");
+  TensorId act = b.tensor("l0.act", hbm, 250'000, "activations");
+  TensorId pre = b.tensor("l1.weights", hbm, 500'000'000, "params");
+  b.initial(w);
+  LaneId compute = b.lane("rank0.compute");
+  LaneId h2d = b.lane("rank0.h2d");
+  Op gemm{.name = "fwd.l0.qkv",
+          .lane = compute,
+          .kind = OpKind::kGemm,
+          .category = "compute",
+          .layer = 0};
+  gemm.sizes.flops = 2e12;
+  gemm.cost.work = 2e12;
+  gemm.cost.uses = {{sm, 1.0 / 5e14}};
+  gemm.cost.latency = Duration{4'321};
+  gemm.allocs = {act};
+  OpId g = b.op(gemm);
+  Op copy{
+      .name = "prefetch.l1", .lane = h2d, .kind = OpKind::kCopy, .category = "offload", .layer = 1};
+  copy.sizes.bytes = 500'000'000;
+  copy.cost.work = 5e8;
+  copy.cost.uses = {{link, 1.0}};
+  copy.allocs = {pre};
+  b.op(copy);
+  Op next{.name = "fwd.l1.qkv",
+          .lane = compute,
+          .kind = OpKind::kGemm,
+          .category = "compute",
+          .layer = 1};
+  next.sizes.flops = 1e12;
+  next.cost.work = 1e12;
+  next.cost.uses = {{sm, 1.0 / 5e14}};
+  next.deps = {OpId{1}};
+  next.frees = {act};
+  b.op(next);
+  (void)g;
+  return std::move(b).build();
+}
+
+Timeline small_timeline() {
+  Result<SimResult> r = simulate(small_plan());
+  EXPECT_TRUE(r.has_value());
+  return r ? r->timeline : Timeline{};
+}
+
+TEST(TimelineJsonTest, RoundTripIsLossless) {
+  const Timeline t = small_timeline();
+  ASSERT_EQ(t.spans.size(), 3u);
+  Result<Timeline> back = timeline_from_json_text(timeline_to_json(t).dump(), "t.json");
+  ASSERT_TRUE(back.has_value()) << back.error().message;
+  EXPECT_EQ(*back, t);
+}
+
+TEST(TimelineJsonTest, RoundTripOfOutOfMemoryAndDeadlock) {
+  Timeline t = small_timeline();
+  t.source = "measured";
+  t.outcome.kind = OutcomeKind::kOutOfMemory;
+  t.outcome.message = "out of memory";
+  t.outcome.oom = OutOfMemory{
+      OpId{2}, "fwd.l1.qkv", "rank0.hbm", TimePoint{Duration{17}},
+      100,     900,          1000,        {{"a", "params", 600}, {"b", "activations", 300}}};
+  t.outcome.deadlock = Deadlock{TimePoint{Duration{5}}, {"'x' (lane 'l') waits on 'y'"}};
+  Result<Timeline> back = timeline_from_json(timeline_to_json(t), "t.json");
+  ASSERT_TRUE(back.has_value()) << back.error().message;
+  EXPECT_EQ(*back, t);
+  // An OOM at time zero from initial tensors has no op.
+  t.outcome.oom->op = OpId{};
+  back = timeline_from_json(timeline_to_json(t), "t.json");
+  ASSERT_TRUE(back.has_value()) << back.error().message;
+  EXPECT_FALSE(back->outcome.oom->op.valid());
+}
+
+// Each malformed input gives an error naming the source and the JSON path.
+struct BadCase {
+  const char* what;
+  std::function<void(nlohmann::json&)> edit;
+  const char* expected;
+};
+
+TEST(TimelineJsonTest, ErrorsNameSourceAndPath) {
+  const nlohmann::json good = timeline_to_json(small_timeline());
+  const std::vector<BadCase> cases = {
+      {"wrong format", [](nlohmann::json& j) { j["format"] = "offsim-plan"; },
+       "t.json: $.format: expected \"offsim-timeline\", got \"offsim-plan\""},
+      {"newer version", [](nlohmann::json& j) { j["format_version"] = 2; },
+       "t.json: $.format_version: this offsim reads version 1, got 2"},
+      {"unknown key", [](nlohmann::json& j) { j["extra"] = 1; }, "t.json: $: unknown key 'extra'"},
+      {"missing key", [](nlohmann::json& j) { j.erase("spans"); },
+       "t.json: $: missing key 'spans'"},
+      {"span end type", [](nlohmann::json& j) { j["spans"][1]["end_ns"] = "soon"; },
+       "t.json: $.spans[1].end_ns: expected an integer, got string"},
+      {"span op range", [](nlohmann::json& j) { j["spans"][0]["op"] = 9; },
+       "t.json: $.spans[0].op: op index 9 is out of range (the timeline has 3 ops)"},
+      {"span order", [](nlohmann::json& j) { j["spans"][0]["end_ns"] = -1; },
+       "t.json: $.spans[0].end_ns: end -1 ns is before start"},
+      {"op kind", [](nlohmann::json& j) { j["ops"][2]["kind"] = "matmul"; },
+       "t.json: $.ops[2].kind: unknown op kind \"matmul\""},
+      {"sample shape", [](nlohmann::json& j) { j["pools"][0]["samples"][0] = 5; },
+       "t.json: $.pools[0].samples[0]: expected [time_ns, bytes_in_use]"},
+      {"outcome kind", [](nlohmann::json& j) { j["outcome"]["kind"] = "done"; },
+       "t.json: $.outcome.kind: unknown outcome \"done\""},
+      {"live entry", [](nlohmann::json& j) { j["pools"][0]["live_at_peak"][0]["bytes"] = 1.5; },
+       "t.json: $.pools[0].live_at_peak[0].bytes: expected an integer, got number"},
+      {"metadata", [](nlohmann::json& j) { j["metadata"][0] = "model"; },
+       "t.json: $.metadata[0]: expected [key, value] strings"},
+  };
+  for (const BadCase& c : cases) {
+    nlohmann::json j = good;
+    c.edit(j);
+    Result<Timeline> r = timeline_from_json(j, "t.json");
+    ASSERT_FALSE(r.has_value()) << c.what;
+    EXPECT_EQ(r.error().code, ErrorCode::kInvalidInput) << c.what;
+    EXPECT_EQ(r.error().message.rfind(c.expected, 0), 0u)
+        << c.what << ": got \"" << r.error().message << "\"";
+  }
+  Result<Timeline> syntax = timeline_from_json_text("{\"format\": ", "broken.json");
+  ASSERT_FALSE(syntax.has_value());
+  EXPECT_NE(syntax.error().message.find("broken.json"), std::string::npos);
+}
+
+TEST(TimelineJsonTest, ChromeTraceMatchesGolden) {
+  const Timeline t = small_timeline();
+  const std::string trace = chrome_trace_json({&t});
+  ASSERT_TRUE(nlohmann::json::accept(trace));
+  const std::string path =
+      std::string(OFFSIM_SOURCE_DIR) + "/tests/sim/golden/chrome_trace_small.json";
+  const char* update = std::getenv("OFFSIM_UPDATE_GOLDEN");
+  if (update != nullptr && std::string(update) == "1") {
+    ASSERT_TRUE(write_text_file_atomic(path, trace).has_value());
+  }
+  Result<std::string> golden = read_text_file(path);
+  ASSERT_TRUE(golden.has_value()) << golden.error().message
+                                  << " (run with OFFSIM_UPDATE_GOLDEN=1 to create it)";
+  EXPECT_EQ(trace, *golden) << "run with OFFSIM_UPDATE_GOLDEN=1 to accept a deliberate change";
+}
+
+TEST(TimelineJsonTest, ChromeTraceShape) {
+  // Two timelines: two processes; X slices in µs with three decimals from integer ns.
+  Timeline t;
+  t.source = "predicted";
+  t.lanes = {"rank0.compute"};
+  t.ops = {OpInfo{"a", OpKind::kGemm, "compute", 0, 1e12, 0}};
+  t.spans = {
+      Span{OpId{0}, LaneId{0}, TimePoint{Duration{1'234'567}}, TimePoint{Duration{1'235'067}}}};
+  Timeline m = t;
+  m.source = "measured";
+  const nlohmann::json j = nlohmann::json::parse(chrome_trace_json({&t, &m}));
+  std::vector<std::string> processes;
+  int slices = 0;
+  for (const nlohmann::json& e : j["traceEvents"]) {
+    if (e["ph"] == "M" && e["name"] == "process_name") processes.push_back(e["args"]["name"]);
+    if (e["ph"] == "X") {
+      ++slices;
+      EXPECT_EQ(e["tid"], 1);
+      EXPECT_DOUBLE_EQ(e["ts"].get<double>(), 1234.567);
+      EXPECT_DOUBLE_EQ(e["dur"].get<double>(), 0.5);
+    }
+  }
+  EXPECT_EQ(processes, (std::vector<std::string>{"predicted", "measured"}));
+  EXPECT_EQ(slices, 2);
+  EXPECT_NE(chrome_trace_json({&t}).find("\"ts\":1234.567,\"dur\":0.500"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace offsim::sim
