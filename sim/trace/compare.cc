@@ -1,0 +1,272 @@
+#include "sim/trace/compare.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <set>
+
+#include <fmt/format.h>
+
+namespace offsim::sim {
+namespace {
+
+double relative(double predicted, double measured) {
+  if (measured == 0.0) return predicted == 0.0 ? 0.0 : std::copysign(1.0, predicted);
+  return (predicted - measured) / measured;
+}
+
+std::vector<const Span*> spans_by_op(const Timeline& t) {
+  std::vector<const Span*> out(t.ops.size(), nullptr);
+  for (const Span& s : t.spans) {
+    if (s.op.index() < out.size()) out[s.op.index()] = &s;
+  }
+  return out;
+}
+
+std::string percent(double x) { return fmt::format("{:+.1f}%", 100.0 * x); }
+
+std::string ms(Duration d) {
+  return fmt::format("{:.3f} ms", static_cast<double>(d.count()) * 1e-6);
+}
+
+std::string mib(std::int64_t bytes) {
+  return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
+}
+
+}  // namespace
+
+CriticalPath critical_path(const Timeline& timeline) {
+  CriticalPath path;
+  std::vector<const Span*> sorted;
+  sorted.reserve(timeline.spans.size());
+  for (const Span& s : timeline.spans) sorted.push_back(&s);
+  std::sort(sorted.begin(), sorted.end(), [](const Span* a, const Span* b) {
+    return a->end != b->end ? a->end < b->end : a->op < b->op;
+  });
+  if (sorted.empty()) return path;
+  std::size_t cur = sorted.size() - 1;
+  for (;;) {
+    const Span& c = *sorted[cur];
+    path.ops.push_back(c.op);
+    path.busy += c.end - c.start;
+    // Candidates: spans before `cur` in end order that ended at or before c.start.
+    auto first_after =
+        std::upper_bound(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(cur), c.start,
+                         [](TimePoint t, const Span* s) { return t < s->end; });
+    std::size_t n = static_cast<std::size_t>(first_after - sorted.begin());
+    if (n == 0) break;
+    std::size_t pick = n - 1;
+    const TimePoint latest = sorted[pick]->end;
+    for (std::size_t i = n; i-- > 0 && sorted[i]->end == latest;) {
+      if (sorted[i]->lane == c.lane) {
+        pick = i;
+        break;
+      }
+    }
+    cur = pick;
+  }
+  std::reverse(path.ops.begin(), path.ops.end());
+  return path;
+}
+
+Result<TimelineComparison> compare_timelines(const Timeline& predicted, const Timeline& measured,
+                                             const CompareOptions& options) {
+  if (predicted.ops.size() != measured.ops.size()) {
+    return fail(ErrorCode::kInvalidInput,
+                "compare: the timelines come from different plans: predicted has {} ops, "
+                "measured has {}",
+                predicted.ops.size(), measured.ops.size());
+  }
+  for (std::size_t i = 0; i < predicted.ops.size(); ++i) {
+    if (predicted.ops[i].name != measured.ops[i].name) {
+      return fail(ErrorCode::kInvalidInput,
+                  "compare: the timelines come from different plans: op {} is '{}' in the "
+                  "predicted timeline and '{}' in the measured one",
+                  i, predicted.ops[i].name, measured.ops[i].name);
+    }
+  }
+  if (options.top_ops < 0) {
+    return fail(ErrorCode::kInvalidInput, "compare: top_ops {} is negative", options.top_ops);
+  }
+  TimelineComparison c;
+  c.predicted_step = predicted.makespan - kTimeZero;
+  c.measured_step = measured.makespan - kTimeZero;
+  c.step_relative_error = relative(static_cast<double>(c.predicted_step.count()),
+                                   static_cast<double>(c.measured_step.count()));
+
+  const auto p_spans = spans_by_op(predicted);
+  const auto m_spans = spans_by_op(measured);
+  std::vector<OpError> errors;
+  for (std::size_t i = 0; i < p_spans.size(); ++i) {
+    const Span* p = p_spans[i];
+    const Span* m = m_spans[i];
+    if (p && m) {
+      ++c.matched_ops;
+      OpError e;
+      e.op = OpId{i};
+      e.name = predicted.ops[i].name;
+      e.lane = p->lane.index() < predicted.lanes.size() ? predicted.lanes[p->lane.index()] : "";
+      e.predicted = p->end - p->start;
+      e.measured = m->end - m->start;
+      e.error = e.predicted - e.measured;
+      e.relative_error = e.measured.count() == 0 ? 0.0
+                                                 : static_cast<double>(e.error.count()) /
+                                                       static_cast<double>(e.measured.count());
+      errors.push_back(std::move(e));
+    } else if (p) {
+      ++c.only_predicted_ops;
+    } else if (m) {
+      ++c.only_measured_ops;
+    }
+  }
+  std::stable_sort(errors.begin(), errors.end(), [](const OpError& a, const OpError& b) {
+    const auto ea = std::llabs(a.error.count());
+    const auto eb = std::llabs(b.error.count());
+    return ea != eb ? ea > eb : a.op < b.op;
+  });
+  if (errors.size() > static_cast<std::size_t>(options.top_ops)) {
+    errors.resize(static_cast<std::size_t>(options.top_ops));
+  }
+  c.top_ops = std::move(errors);
+
+  // Lanes are joined by name: both timelines carry the plan's lane table.
+  for (std::size_t l = 0; l < predicted.lanes.size(); ++l) {
+    const std::string& name = predicted.lanes[l];
+    auto it = std::find(measured.lanes.begin(), measured.lanes.end(), name);
+    if (it == measured.lanes.end()) continue;
+    const LaneId ml{static_cast<std::size_t>(it - measured.lanes.begin())};
+    Duration pb{0}, mb{0};
+    bool in_p = false, in_m = false;
+    for (const Span& s : predicted.spans) {
+      if (s.lane == LaneId{l}) {
+        pb += s.end - s.start;
+        in_p = true;
+      }
+    }
+    for (const Span& s : measured.spans) {
+      if (s.lane == ml) {
+        mb += s.end - s.start;
+        in_m = true;
+      }
+    }
+    if (!in_p || !in_m) continue;
+    c.lanes.push_back(LaneError{
+        name, pb, mb, relative(static_cast<double>(pb.count()), static_cast<double>(mb.count()))});
+  }
+
+  c.predicted_path = critical_path(predicted);
+  c.measured_path = critical_path(measured);
+  std::set<OpId> on_p(c.predicted_path.ops.begin(), c.predicted_path.ops.end());
+  std::set<OpId> on_m(c.measured_path.ops.begin(), c.measured_path.ops.end());
+  for (OpId op : c.predicted_path.ops) {
+    if (!on_m.count(op)) c.only_on_predicted_path.push_back(predicted.ops[op.index()].name);
+  }
+  for (OpId op : c.measured_path.ops) {
+    if (!on_p.count(op)) c.only_on_measured_path.push_back(measured.ops[op.index()].name);
+  }
+
+  for (const PoolTrace& pp : predicted.pools) {
+    auto it = std::find_if(measured.pools.begin(), measured.pools.end(),
+                           [&](const PoolTrace& m) { return m.name == pp.name; });
+    if (it == measured.pools.end()) continue;
+    // A pool the replay did not run (a skipped rank's) has neither samples nor a peak.
+    if (it->samples.empty() && it->peak_bytes == 0) continue;
+    PoolError e{pp.name, pp.peak_bytes, it->peak_bytes,
+                relative(static_cast<double>(pp.peak_bytes), static_cast<double>(it->peak_bytes))};
+    c.max_abs_pool_relative_error =
+        std::max(c.max_abs_pool_relative_error, std::abs(e.relative_error));
+    c.pools.push_back(std::move(e));
+  }
+  return c;
+}
+
+std::string comparison_to_text(const TimelineComparison& c) {
+  std::string out;
+  out += fmt::format("step time   predicted {}  measured {}  error {}\n", ms(c.predicted_step),
+                     ms(c.measured_step), percent(c.step_relative_error));
+  out += fmt::format("ops         {} matched, {} only predicted, {} only measured\n", c.matched_ops,
+                     c.only_predicted_ops, c.only_measured_ops);
+  if (!c.pools.empty()) {
+    out += "\npeak memory\n";
+    for (const PoolError& p : c.pools) {
+      out += fmt::format("  {:<24} predicted {:>12}  measured {:>12}  error {}\n", p.pool,
+                         mib(p.predicted_peak_bytes), mib(p.measured_peak_bytes),
+                         percent(p.relative_error));
+    }
+  }
+  if (!c.lanes.empty()) {
+    out += "\nbusy time per lane\n";
+    for (const LaneError& l : c.lanes) {
+      out += fmt::format("  {:<24} predicted {:>12}  measured {:>12}  error {}\n", l.lane,
+                         ms(l.predicted_busy), ms(l.measured_busy), percent(l.relative_error));
+    }
+  }
+  if (!c.top_ops.empty()) {
+    out += fmt::format("\n{} ops with the largest error\n", c.top_ops.size());
+    for (const OpError& e : c.top_ops) {
+      out += fmt::format("  {:<32} {:<18} predicted {:>12}  measured {:>12}  error {}\n", e.name,
+                         e.lane, ms(e.predicted), ms(e.measured), percent(e.relative_error));
+    }
+  }
+  out += fmt::format("\ncritical path: predicted {} ops ({} busy), measured {} ops ({} busy)\n",
+                     c.predicted_path.ops.size(), ms(c.predicted_path.busy),
+                     c.measured_path.ops.size(), ms(c.measured_path.busy));
+  auto list = [](const std::vector<std::string>& names) {
+    std::string s;
+    const std::size_t shown = std::min<std::size_t>(names.size(), 10);
+    for (std::size_t i = 0; i < shown; ++i) s += (i ? ", " : "") + names[i];
+    if (names.size() > shown) s += fmt::format(", ... ({} more)", names.size() - shown);
+    return s.empty() ? std::string("(none)") : s;
+  };
+  out += fmt::format("  only on the predicted path: {}\n", list(c.only_on_predicted_path));
+  out += fmt::format("  only on the measured path:  {}\n", list(c.only_on_measured_path));
+  return out;
+}
+
+nlohmann::json comparison_to_json(const TimelineComparison& c) {
+  using nlohmann::json;
+  json j;
+  j["predicted_step_ns"] = c.predicted_step.count();
+  j["measured_step_ns"] = c.measured_step.count();
+  j["step_relative_error"] = c.step_relative_error;
+  j["matched_ops"] = c.matched_ops;
+  j["only_predicted_ops"] = c.only_predicted_ops;
+  j["only_measured_ops"] = c.only_measured_ops;
+  j["lanes"] = json::array();
+  for (const LaneError& l : c.lanes) {
+    j["lanes"].push_back({{"lane", l.lane},
+                          {"predicted_busy_ns", l.predicted_busy.count()},
+                          {"measured_busy_ns", l.measured_busy.count()},
+                          {"relative_error", l.relative_error}});
+  }
+  j["top_ops"] = json::array();
+  for (const OpError& e : c.top_ops) {
+    j["top_ops"].push_back({{"op", e.op.value()},
+                            {"name", e.name},
+                            {"lane", e.lane},
+                            {"predicted_ns", e.predicted.count()},
+                            {"measured_ns", e.measured.count()},
+                            {"error_ns", e.error.count()},
+                            {"relative_error", e.relative_error}});
+  }
+  auto path_json = [](const CriticalPath& p) {
+    json ops = json::array();
+    for (OpId op : p.ops) ops.push_back(op.value());
+    return json{{"ops", ops}, {"busy_ns", p.busy.count()}};
+  };
+  j["critical_path"] = {{"predicted", path_json(c.predicted_path)},
+                        {"measured", path_json(c.measured_path)},
+                        {"only_on_predicted", c.only_on_predicted_path},
+                        {"only_on_measured", c.only_on_measured_path}};
+  j["pools"] = json::array();
+  for (const PoolError& p : c.pools) {
+    j["pools"].push_back({{"pool", p.pool},
+                          {"predicted_peak_bytes", p.predicted_peak_bytes},
+                          {"measured_peak_bytes", p.measured_peak_bytes},
+                          {"relative_error", p.relative_error}});
+  }
+  j["max_abs_pool_relative_error"] = c.max_abs_pool_relative_error;
+  return j;
+}
+
+}  // namespace offsim::sim
