@@ -1,0 +1,343 @@
+// Tests of the platform: system catalogue, topology routes, calibration profiles and their JSON.
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include "sim/core/file_io.h"
+#include "sim/platform/profile.h"
+#include "sim/platform/system.h"
+#include "sim/platform/topology.h"
+
+namespace offsim::sim::platform {
+namespace {
+
+using nlohmann::json;
+
+std::vector<std::string> resources(const Route& r) {
+  std::vector<std::string> out;
+  for (const RouteHop& h : r.hops) out.push_back(h.resource);
+  return out;
+}
+
+TEST(SystemTest, CatalogueHasTheBriefsSystemsAndAllValidate) {
+  for (const char* name : {"dgx-a100-40gb", "dgx-a100-80gb", "dgx-h100", "hgx-h200", "h100-pcie",
+                           "gh200", "gb200-nvl72", "dgx-b200", "a100-80gb-1gpu", "h200-1gpu"}) {
+    auto s = find_system(name);
+    ASSERT_TRUE(s.has_value()) << name;
+    EXPECT_TRUE(validate(*s).has_value()) << name;
+    EXPECT_TRUE(builtin_profile(s->gpu).has_value()) << name << " uses " << s->gpu;
+  }
+  for (const System& s : list_systems()) {
+    EXPECT_TRUE(validate(s).has_value()) << s.name;
+  }
+}
+
+TEST(SystemTest, UnknownSystemListsKnownNames) {
+  auto s = find_system("dgx-z900");
+  ASSERT_FALSE(s.has_value());
+  EXPECT_EQ(s.error().code, ErrorCode::kNotFound);
+  EXPECT_NE(s.error().message.find("dgx-z900"), std::string::npos);
+  EXPECT_NE(s.error().message.find("dgx-h100"), std::string::npos);
+}
+
+TEST(SystemTest, DgxA100Layout) {
+  // 8 GPUs, 2 per PCIe switch, 4 per socket: GPU 5 is on switch 2 and socket 1.
+  const System s = *find_system("dgx-a100-80gb");
+  EXPECT_EQ(s.gpus_per_socket(), 4);
+  EXPECT_EQ(s.pcie_switch_of(5), 2);
+  EXPECT_EQ(s.socket_of(5), 1);
+  const System four = s.with_nodes(4);
+  EXPECT_EQ(four.gpu_count(), 32);
+  EXPECT_EQ(four.node_of(17), 2);
+  EXPECT_EQ(four.local_gpu(17), 1);
+  EXPECT_TRUE(four.same_nvlink_domain(8, 15));
+  EXPECT_FALSE(four.same_nvlink_domain(7, 8));
+}
+
+TEST(SystemTest, Nvl72DomainSpansTrays) {
+  const System s = *find_system("gb200-nvl72");
+  EXPECT_EQ(s.gpu_count(), 72);
+  EXPECT_TRUE(s.same_nvlink_domain(0, 71));  // tray 0 and tray 17, one NVLink domain
+  EXPECT_NE(s.node_of(0), s.node_of(71));
+}
+
+TEST(SystemTest, ValidateRejectsInconsistentLayouts) {
+  System s = *find_system("dgx-a100-80gb");
+  s.gpus_per_pcie_switch = 3;  // 4 GPUs per socket do not split into switches of 3
+  EXPECT_FALSE(validate(s).has_value());
+  s = *find_system("dgx-a100-80gb");
+  s.gpu = "tpu-v5p";
+  auto st = validate(s);
+  ASSERT_FALSE(st.has_value());
+  EXPECT_NE(st.error().message.find("tpu-v5p"), std::string::npos);
+}
+
+TEST(TopologyTest, DgxA100HostToDeviceCrossesLinkUplinkRootComplexAndDram) {
+  const System s = *find_system("dgx-a100-80gb");
+  const auto profile = *builtin_profile(s.gpu);
+  const Topology t = Topology::build(s, profile);
+  // GPU 3 hangs off switch 1 (GPUs 2 and 3) on socket 0 (GPUs 0-3).
+  auto r = t.route(t.dram(0, 0), t.gpu(0, 3));
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(resources(*r), (std::vector<std::string>{"node0.socket0.dram", "node0.socket0.rc",
+                                                     "node0.pcie_sw1.up.h2d", "node0.gpu3.pcie.h2d",
+                                                     "node0.gpu3.pcie.duplex"}));
+  // Capacities from the profile: 25 GB/s link and uplink, 2 × 25 GB/s root complex.
+  EXPECT_DOUBLE_EQ(r->hops[3].bytes_per_s, 25e9);
+  EXPECT_DOUBLE_EQ(r->hops[2].bytes_per_s, 25e9);
+  EXPECT_DOUBLE_EQ(r->hops[1].bytes_per_s, 50e9);
+
+  auto back = t.route(t.gpu(0, 3), t.dram(0, 0));
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(resources(*back),
+            (std::vector<std::string>{"node0.gpu3.pcie.d2h", "node0.gpu3.pcie.duplex",
+                                      "node0.pcie_sw1.up.d2h", "node0.socket0.rc",
+                                      "node0.socket0.dram"}));
+}
+
+TEST(TopologyTest, TwoGpusShareASwitchUplink) {
+  const System s = *find_system("dgx-a100-80gb");
+  const Topology t = Topology::build(s, *builtin_profile(s.gpu));
+  auto a = t.route(t.dram(0, 0), t.gpu(0, 2));
+  auto b = t.route(t.dram(0, 0), t.gpu(0, 3));
+  auto c = t.route(t.dram(0, 0), t.gpu(0, 1));
+  ASSERT_TRUE(a && b && c);
+  EXPECT_EQ(a->hops[2].resource, b->hops[2].resource);  // node0.pcie_sw1.up.h2d
+  EXPECT_NE(a->hops[2].resource, c->hops[2].resource);  // GPU 1 is on switch 0
+}
+
+TEST(TopologyTest, Gh200CopiesCrossC2cToGrace) {
+  const System s = *find_system("gh200");
+  const Topology t = Topology::build(s, *builtin_profile(s.gpu));
+  auto r = t.route(t.dram(0, 0), t.gpu(0, 0));
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(resources(*r),
+            (std::vector<std::string>{"node0.socket0.dram", "node0.socket0.rc",
+                                      "node0.gpu0.c2c.h2d", "node0.gpu0.c2c.duplex"}));
+  EXPECT_DOUBLE_EQ(r->hops[2].bytes_per_s, 360e9);
+}
+
+TEST(TopologyTest, GpusTalkOverNvSwitchInsideANodeAndNicsAcrossNodes) {
+  const System s = find_system("dgx-h100")->with_nodes(2);
+  const Topology t = Topology::build(s, *builtin_profile(s.gpu));
+  auto same = t.route(t.gpu(0, 1), t.gpu(0, 6));
+  ASSERT_TRUE(same.has_value());
+  EXPECT_EQ(resources(*same),
+            (std::vector<std::string>{"node0.gpu1.nvlink.tx", "node0.gpu6.nvlink.rx"}));
+  auto across = t.route(t.gpu(0, 1), t.gpu(1, 1));
+  ASSERT_TRUE(across.has_value());
+  const auto names = resources(*across);
+  EXPECT_NE(std::find(names.begin(), names.end(), "node0.nic1.tx"), names.end());
+  EXPECT_NE(std::find(names.begin(), names.end(), "node1.nic1.rx"), names.end());
+}
+
+TEST(ProfileTest, InterpolatesOnLogSize) {
+  const std::vector<CurveKnot> knots = {{.size = 1e9, .efficiency = {.value = 0.6}},
+                                        {.size = 16e9, .efficiency = {.value = 0.9}}};
+  // 4 GFLOP lies at log(4)/log(16) = 1/2 of the way: 0.6 + 0.3 / 2 = 0.75.
+  EXPECT_NEAR(interpolate_log(knots, 4e9), 0.75, 1e-12);
+  EXPECT_DOUBLE_EQ(interpolate_log(knots, 1e6), 0.6);   // clamped below
+  EXPECT_DOUBLE_EQ(interpolate_log(knots, 1e15), 0.9);  // clamped above
+}
+
+TEST(ProfileTest, GemmEfficiencyPenalisesPartialTilesAndMisalignment) {
+  const auto p = *builtin_profile("h100-sxm");
+  const double best = 795.0 / 989.0;
+  // 8192^3 = 1.1 TFLOP, above the top knot (128 GFLOP): the measured best GEMM fraction.
+  EXPECT_NEAR(p.gemm.efficiency({.m = 8192, .n = 8192, .k = 8192}), best, 1e-12);
+  // m = 8256 = 64.5 tiles of 128: 8256 / (65 · 128) = 0.99231 of the tiles hold real rows.
+  EXPECT_NEAR(p.gemm.efficiency({.m = 8256, .n = 8192, .k = 8192}), best * 8256.0 / 8320.0, 1e-12);
+  // k = 8191 is not a multiple of 8: × 0.7.
+  EXPECT_NEAR(p.gemm.efficiency({.m = 8192, .n = 8192, .k = 8191}), best * 0.7, 1e-12);
+}
+
+TEST(ProfileTest, MeasuredGemmPointsOverrideTheCurve) {
+  auto p = *builtin_profile("h200");
+  // The built-in H200 profile carries the published 8192^3 point.
+  ASSERT_EQ(p.gemm.points.size(), 1u);
+  p.gemm.points[0].efficiency.value = 0.5;
+  EXPECT_DOUBLE_EQ(p.gemm.efficiency({.m = 8192, .n = 8192, .k = 8192}), 0.5);
+  // Elsewhere the model is scaled by the measured/model ratio of the (only) point: 0.5 / model.
+  const GemmShape other{.m = 4096, .n = 4096, .k = 4096};
+  const double ratio = 0.5 / p.gemm.model_efficiency({.m = 8192, .n = 8192, .k = 8192});
+  EXPECT_NEAR(p.gemm.efficiency(other), p.gemm.model_efficiency(other) * ratio, 1e-12);
+  // Points of another dtype do not apply.
+  const GemmShape fp8{.m = 8192, .n = 8192, .k = 8192, .dtype = DType::kFp8};
+  EXPECT_DOUBLE_EQ(p.gemm.efficiency(fp8), p.gemm.model_efficiency(fp8));
+}
+
+TEST(ProfileTest, EveryBuiltinFigureHasASource) {
+  for (const std::string& kind : known_gpu_kinds()) {
+    auto p = builtin_profile(kind);
+    ASSERT_TRUE(p.has_value()) << kind;
+    const json j = profile_to_json(*p);
+    // Walk the JSON: every object with a "value" is a figure and must name its source.
+    std::vector<std::pair<std::string, const json*>> stack = {{"$", &j}};
+    int figures = 0;
+    while (!stack.empty()) {
+      auto [path, node] = stack.back();
+      stack.pop_back();
+      if (node->is_object() && node->contains("value")) {
+        ++figures;
+        EXPECT_FALSE((*node)["source"].get<std::string>().empty()) << kind << " " << path;
+        continue;
+      }
+      if (node->is_object()) {
+        for (auto it = node->begin(); it != node->end(); ++it) {
+          stack.push_back({path + "." + it.key(), &*it});
+        }
+      } else if (node->is_array()) {
+        for (std::size_t i = 0; i < node->size(); ++i) {
+          stack.push_back({path + "[" + std::to_string(i) + "]", &(*node)[i]});
+        }
+      }
+    }
+    EXPECT_GT(figures, 40) << kind;
+  }
+}
+
+TEST(ProfileTest, JsonRoundTripForEveryBuiltin) {
+  for (const std::string& kind : known_gpu_kinds()) {
+    const auto p = *builtin_profile(kind);
+    const std::string text = profile_to_json(p).dump(2);
+    auto back = profile_from_json_text(text, kind + ".json");
+    ASSERT_TRUE(back.has_value()) << back.error().message;
+    EXPECT_EQ(*back, p) << kind;
+  }
+}
+
+class ProfileErrorTest : public ::testing::Test {
+ protected:
+  json base_ = profile_to_json(*builtin_profile("a100-80gb"));
+  std::string parse_error(const json& j) {
+    auto r = profile_from_json(j, "a100.json");
+    EXPECT_FALSE(r.has_value());
+    return r.has_value() ? std::string() : r.error().message;
+  }
+};
+
+TEST_F(ProfileErrorTest, UnknownKeysAreRejected) {
+  json j = base_;
+  j["host_link"]["h2d_bandwidth"] = j["host_link"]["h2d_bytes_per_s"];
+  const std::string m = parse_error(j);
+  EXPECT_NE(m.find("a100.json"), std::string::npos) << m;
+  EXPECT_NE(m.find("$.host_link"), std::string::npos) << m;
+  EXPECT_NE(m.find("unknown key 'h2d_bandwidth'"), std::string::npos) << m;
+
+  j = base_;
+  j["gpu"]["hbm_usable_bytes"]["unit"] = "bytes";
+  EXPECT_NE(parse_error(j).find("$.gpu.hbm_usable_bytes: unknown key 'unit'"), std::string::npos);
+
+  j = base_;
+  j["extra"] = 1;
+  EXPECT_NE(parse_error(j).find("unknown key 'extra'"), std::string::npos);
+}
+
+TEST_F(ProfileErrorTest, WrongTypesAreRejected) {
+  json j = base_;
+  j["nvlink"]["latency_s"]["value"] = "20us";
+  const std::string m = parse_error(j);
+  EXPECT_NE(m.find("a100.json: $.nvlink.latency_s.value: expected a number, got string"),
+            std::string::npos)
+      << m;
+  j = base_;
+  j["gemm"]["curve"] = json::object();
+  EXPECT_NE(parse_error(j).find("$.gemm.curve: expected an array"), std::string::npos);
+}
+
+TEST_F(ProfileErrorTest, NegativeBandwidthIsRejected) {
+  json j = base_;
+  j["host_link"]["d2h_bytes_per_s"]["value"] = -25e9;
+  const std::string m = parse_error(j);
+  EXPECT_NE(m.find("$.host_link.d2h_bytes_per_s.value: expected a value >= 0"), std::string::npos)
+      << m;
+  j = base_;
+  j["host_link"]["d2h_bytes_per_s"]["value"] = 0.0;  // a divisor must be positive
+  EXPECT_NE(parse_error(j).find("$.host_link.d2h_bytes_per_s.value: expected a value > 0"),
+            std::string::npos);
+}
+
+TEST_F(ProfileErrorTest, BadCurvesOriginsAndMissingKeysAreRejected) {
+  json j = base_;
+  std::swap(j["gemm"]["curve"][0], j["gemm"]["curve"][1]);
+  EXPECT_NE(parse_error(j).find("$.gemm.curve[1].size: expected sizes in increasing order"),
+            std::string::npos);
+  j = base_;
+  j["attention"]["flash_fwd"]["value"] = 1.5;
+  EXPECT_NE(parse_error(j).find("expected a fraction in [0, 1]"), std::string::npos);
+  j = base_;
+  j["host"]["cores_per_socket"]["origin"] = "guess";
+  EXPECT_NE(parse_error(j).find("unknown origin 'guess'"), std::string::npos);
+  j = base_;
+  j["interference"].erase("nccl_compute_slowdown");
+  EXPECT_NE(parse_error(j).find("$.interference: missing key 'nccl_compute_slowdown'"),
+            std::string::npos);
+  j = base_;
+  j["format_version"] = 99;
+  EXPECT_NE(parse_error(j).find("$.format_version: expected 1, got 99"), std::string::npos);
+}
+
+TEST(ProfileFileTest, DefaultProfilePrefersAMeasuredFile) {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("offsim_profile_test_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  auto measured = *builtin_profile("h100-sxm");
+  measured.host_link.h2d_bytes_per_s = {
+      .value = 52.5e9, .origin = Origin::kMeasured, .source = "offsim calibrate copy sweep"};
+  measured.provenance.measured = {"host_link.h2d_bytes_per_s"};
+  ASSERT_TRUE(write_profile_file((dir / "h100-sxm.json").string(), measured).has_value());
+  ::setenv("OFFSIM_PROFILE_DIR", dir.string().c_str(), 1);
+  auto loaded = default_profile("h100-sxm");
+  ASSERT_TRUE(loaded.has_value()) << loaded.error().message;
+  EXPECT_EQ(*loaded, measured);
+
+  // A file whose provenance names another GPU is refused rather than silently used.
+  measured.provenance.profile_name = "h200";
+  ASSERT_TRUE(write_profile_file((dir / "h100-sxm.json").string(), measured).has_value());
+  auto wrong = default_profile("h100-sxm");
+  ASSERT_FALSE(wrong.has_value());
+  EXPECT_NE(wrong.error().message.find("profile_name"), std::string::npos);
+
+  ::unsetenv("OFFSIM_PROFILE_DIR");
+  std::filesystem::remove_all(dir);
+  EXPECT_FALSE(default_profile("tpu-v5p").has_value());
+}
+
+// The shipped calibrate/profiles/*.json must parse, match their file name and, when nothing in
+// them was measured, equal the built-in defaults (so the two never drift apart). Set
+// OFFSIM_WRITE_PROFILES=1 to regenerate them from the built-ins.
+TEST(ProfileFileTest, ShippedProfilesMatchTheBuiltins) {
+  const std::filesystem::path dir =
+      std::filesystem::path(OFFSIM_SOURCE_DIR) / "calibrate" / "profiles";
+  const char* write = std::getenv("OFFSIM_WRITE_PROFILES");
+  if (write != nullptr && std::string(write) == "1") {
+    std::filesystem::create_directories(dir);
+    for (const std::string& kind : known_gpu_kinds()) {
+      ASSERT_TRUE(write_profile_file((dir / (kind + ".json")).string(), *builtin_profile(kind)));
+    }
+  }
+  int checked = 0;
+  for (const std::string& kind : known_gpu_kinds()) {
+    const auto path = dir / (kind + ".json");
+    if (!std::filesystem::exists(path)) continue;
+    auto p = read_profile_file(path.string());
+    ASSERT_TRUE(p.has_value()) << p.error().message;
+    EXPECT_EQ(p->provenance.profile_name, kind);
+    if (p->provenance.measured.empty()) {
+      EXPECT_EQ(*p, *builtin_profile(kind)) << path;
+    }
+    ++checked;
+  }
+  EXPECT_EQ(checked, static_cast<int>(known_gpu_kinds().size()));
+}
+
+}  // namespace
+}  // namespace offsim::sim::platform
