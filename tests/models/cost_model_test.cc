@@ -1,0 +1,306 @@
+// Tests of the cost model: every expected figure is computed by hand from the built-in profile
+// (shared/reference/hardware.md) in the comment next to it.
+#include "models/cost_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "sim/engine/simulator.h"
+#include "sim/platform/profile.h"
+#include "sim/platform/system.h"
+
+namespace offsim::models {
+namespace {
+
+using sim::platform::builtin_profile;
+using sim::platform::find_system;
+
+struct Fixture {
+  sim::platform::System system;
+  sim::platform::CalibrationProfile profile;
+  sim::PlanBuilder builder;
+  CostModel cm;
+};
+
+Fixture make(const std::string& system_name, std::vector<SimRank> ranks, int nodes = 1) {
+  auto system = *find_system(system_name);
+  if (nodes != 1) system = system.with_nodes(nodes);
+  auto profile = *builtin_profile(system.gpu);
+  sim::PlanBuilder b;
+  auto cm = CostModel::create(system, profile, ranks, b);
+  OFFSIM_CHECK_MSG(cm.has_value(), "{}", cm.has_value() ? "" : cm.error().message);
+  return Fixture{system, profile, std::move(b), std::move(*cm)};
+}
+
+double capacity(const Fixture& f, const std::string& name) {
+  auto id = f.builder.find_resource(name);
+  OFFSIM_CHECK_MSG(id.has_value(), "no resource {}", name);
+  return f.builder.peek().resources[id->index()].capacity;
+}
+
+std::vector<std::string> names(const Fixture& f, const sim::OpCost& c) {
+  std::vector<std::string> out;
+  for (const auto& u : c.uses) out.push_back(f.builder.peek().resources[u.resource.index()].name);
+  return out;
+}
+
+double seconds(sim::Duration d) { return sim::to_seconds(d); }
+
+TEST(CostModelTest, GemmTimeIsFlopsOverPeakTimesEfficiency) {
+  auto f = make("dgx-h100", {{.rank = 0}});
+  const sim::GemmShape shape{.m = 8192, .n = 8192, .k = 8192};
+  const sim::OpCost c = f.cm.gemm(0, shape);
+  // 2 · 8192^3 = 1.0995e12 FLOPs; 1.1 TFLOP is past the top knot (128 GFLOP), aligned, full
+  // tiles: efficiency = 795 / 989 and the rate 795 TFLOP/s.
+  const double flops = 2.0 * 8192.0 * 8192.0 * 8192.0;
+  EXPECT_DOUBLE_EQ(c.work, flops);
+  EXPECT_NEAR(c.max_rate, 795e12, 1e3);
+  // 1.0995e12 / 795e12 = 1.38303 ms, plus the 2 µs launch gap.
+  EXPECT_NEAR(seconds(f.cm.alone(c)), flops / 795e12 + 2e-6, 2e-9);
+  EXPECT_EQ(names(f, c), (std::vector<std::string>{"rank0.sm", "rank0.hbm_bw"}));
+  // HBM: A, B and C of 8192^2 bf16 each = 3 · 134,217,728 bytes per 1.0995e12 FLOPs.
+  EXPECT_NEAR(c.uses[1].per_unit, 3.0 * 8192 * 8192 * 2 / flops, 1e-18);
+  EXPECT_DOUBLE_EQ(f.cm.peak_flops(sim::DType::kBf16), 989e12);
+}
+
+TEST(CostModelTest, SmallGemmFollowsTheCurve) {
+  auto f = make("dgx-a100-80gb", {{.rank = 0}});
+  // 1024 × 1024 × 512 = 1.07 GFLOP (2·m·n·k): between the 1 and 16 GFLOP knots of the A100
+  // curve, whose values are Calculon's 0.60 and 0.90 scaled by (271/312)/0.95.
+  const sim::GemmShape shape{.m = 1024, .n = 1024, .k = 512};
+  const double flops = 2.0 * 1024 * 1024 * 512;
+  const double scale = (271.0 / 312.0) / 0.95;
+  const double eff = scale * (0.60 + 0.30 * std::log(flops / 1e9) / std::log(16.0));
+  const sim::OpCost c = f.cm.gemm(0, shape);
+  EXPECT_NEAR(c.max_rate, eff * 312e12, 1e3);
+}
+
+TEST(CostModelTest, AttentionFlopsAndRoofline) {
+  // Causal forward, 1 × 32 heads × 4096 × 4096 × 128: 4 · 32 · 4096² · 128 / 2 = 1.374e11.
+  const sim::AttentionShape fwd{
+      .batch = 1, .heads = 32, .kv_heads = 8, .seq_q = 4096, .seq_kv = 4096, .head_dim = 128};
+  EXPECT_DOUBLE_EQ(CostModel::attention_flops(fwd), 4.0 * 32 * 4096.0 * 4096.0 * 128 / 2);
+  sim::AttentionShape bwd = fwd;
+  bwd.backward = true;
+  EXPECT_DOUBLE_EQ(CostModel::attention_flops(bwd), 2.5 * CostModel::attention_flops(fwd));
+
+  auto f = make("dgx-h100", {{.rank = 0}});
+  // Flash forward at 75% of 989 TFLOP/s.
+  EXPECT_NEAR(f.cm.attention(0, fwd, true).max_rate, 0.75 * 989e12, 1e3);
+  // The classic form moves the 32 × 4096² bf16 score matrix 4 times through HBM: 4.29 GB of
+  // traffic, which at 3350 · 4.3/4.8 = 3001 GB/s takes 1.43 ms — longer than its FLOPs.
+  const sim::OpCost classic = f.cm.attention(0, fwd, false);
+  const double hbm = 3350e9 * 4.3 / 4.8;
+  const double scores = 32.0 * 4096 * 4096 * 2;
+  const double qkvo = (2.0 * 32 * 4096 * 128 + 2.0 * 8 * 4096 * 128) * 2;
+  EXPECT_NEAR(seconds(f.cm.alone(classic)), (4 * scores + qkvo) / hbm + 2e-6, 2e-9);
+}
+
+TEST(CostModelTest, MemoryBoundKernelOnHbm) {
+  auto f = make("hgx-h200", {{.rank = 0}});
+  // 1 GB at Calculon's 0.90 of 4.8 TB/s = 4.32 TB/s, capped by the measured 4.3 TB/s resource.
+  const sim::OpCost c = f.cm.memory_bound(0, 1'000'000'000, 0.0);
+  EXPECT_NEAR(c.max_rate, 0.90 * 4800e9, 1e3);
+  EXPECT_NEAR(seconds(f.cm.alone(c)), 1e9 / 4300e9 + 2e-6, 2e-9);
+  // 1 MB: the 0.60 knot, 2.88 TB/s.
+  EXPECT_NEAR(f.cm.memory_bound(0, 1'000'000, 0.0).max_rate, 0.60 * 4800e9, 1e3);
+}
+
+TEST(CostModelTest, HostToDeviceCopyUsesTheRoutedLinks) {
+  auto f = make("dgx-a100-80gb", {{.rank = 3}});
+  const sim::OpCost c = f.cm.copy(3, sim::CopyDirection::kH2D, 1'000'000'000);
+  EXPECT_EQ(names(f, c), (std::vector<std::string>{"node0.socket0.dram", "node0.socket0.rc",
+                                                   "node0.pcie_sw1.up.h2d", "node0.gpu3.pcie.h2d",
+                                                   "node0.gpu3.pcie.duplex", "rank3.hbm_bw"}));
+  // 1 GB at 25 GB/s = 40 ms, after the 6 µs submit.
+  EXPECT_NEAR(seconds(f.cm.alone(c)), 0.040 + 6e-6, 2e-9);
+  // Pageable memory: 2.7 GB/s.
+  EXPECT_NEAR(seconds(f.cm.alone(f.cm.copy(3, sim::CopyDirection::kH2D, 1'000'000'000, false))),
+              1e9 / 2.7e9 + 6e-6, 2e-9);
+  const sim::OpCost d = f.cm.copy(3, sim::CopyDirection::kD2H, 1'000'000'000);
+  EXPECT_EQ(names(f, d).front(), "node0.gpu3.pcie.d2h");
+}
+
+TEST(CostModelTest, MultiplicityScalesPerRankAndSharedResources) {
+  // Rank 0 standing for all 8 GPUs of a DGX A100: per-GPU resources × 8, the 4 switch uplinks
+  // × 4, the 2 sockets' root complexes and DRAM × 2.
+  auto f = make("dgx-a100-80gb", {{.rank = 0, .multiplicity = 8, .stride = 1}});
+  EXPECT_DOUBLE_EQ(capacity(f, "rank0.sm"), 8.0);
+  EXPECT_DOUBLE_EQ(capacity(f, "node0.gpu0.pcie.h2d"), 8 * 25e9);
+  EXPECT_DOUBLE_EQ(capacity(f, "node0.pcie_sw0.up.h2d"), 4 * 25e9);
+  EXPECT_DOUBLE_EQ(capacity(f, "node0.socket0.rc"), 2 * 50e9);
+  EXPECT_DOUBLE_EQ(capacity(f, "node0.socket0.dram"), 2 * 190e9);
+  // A copy of 1 GB by each of the 8: every uplink carries 2 of them, 12.5 GB/s each: 80 ms.
+  const sim::OpCost c = f.cm.copy(0, sim::CopyDirection::kH2D, 1'000'000'000);
+  EXPECT_EQ(c.multiplicity, 8);
+  EXPECT_NEAR(seconds(f.cm.alone(c)), 0.080 + 6e-6, 2e-9);
+  // Pools: HBM per GPU; the node's 2 TB of host memory shared by the 8 the rank stands for.
+  EXPECT_EQ(f.builder.peek().pools[f.cm.hbm_pool(0).index()].capacity_bytes,
+            std::int64_t{81920} * 1024 * 1024);
+  EXPECT_EQ(f.builder.peek().pools[f.cm.host_pool(0).index()].capacity_bytes,
+            (std::int64_t{2048} << 30) / 8);
+}
+
+TEST(CostModelTest, SpreadRepresentativesDoNotShareASwitch) {
+  // Ranks 0 and 2 (stride 2) sit behind different switches: each keeps a full 25 GB/s uplink.
+  auto f = make("dgx-a100-80gb", {{.rank = 0, .multiplicity = 2, .stride = 2}});
+  EXPECT_DOUBLE_EQ(capacity(f, "node0.pcie_sw0.up.h2d"), 2 * 25e9);
+  EXPECT_NEAR(seconds(f.cm.alone(f.cm.copy(0, sim::CopyDirection::kH2D, 1'000'000'000))),
+              0.040 + 6e-6, 2e-9);
+}
+
+// Simulates one copy per listed rank, all at once, and returns the makespan in seconds.
+double simulate_copies(const std::string& system, const std::vector<SimRank>& ranks,
+                       std::int64_t bytes) {
+  auto sys = *find_system(system);
+  sim::PlanBuilder b;
+  auto cm = CostModel::create(sys, *builtin_profile(sys.gpu), ranks, b);
+  OFFSIM_CHECK(cm.has_value());
+  for (const SimRank& r : ranks) {
+    sim::Op op;
+    op.name = "h2d";
+    op.lane = b.lane("rank" + std::to_string(r.rank) + ".h2d");
+    op.kind = sim::OpKind::kCopy;
+    op.sizes.bytes = bytes;
+    op.sizes.copy_direction = sim::CopyDirection::kH2D;
+    op.cost = cm->copy(r.rank, sim::CopyDirection::kH2D, bytes);
+    b.op(std::move(op));
+  }
+  auto result = sim::simulate(std::move(b).build());
+  OFFSIM_CHECK_MSG(result.has_value(), "{}", result.has_value() ? "" : result.error().message);
+  return sim::to_seconds(result->timeline.makespan);
+}
+
+TEST(CostModelTest, TwoGpusBehindOneSwitchHalveEachOthersCopies) {
+  // GPUs 2 and 3 share switch 1's 25 GB/s uplink: each 1 GB copy gets 12.5 GB/s, both end at
+  // 6 µs + 80 ms. GPUs 1 and 2 are behind different switches: 40 ms each.
+  const std::int64_t gb = 1'000'000'000;
+  EXPECT_NEAR(simulate_copies("dgx-a100-80gb", {{.rank = 2}, {.rank = 3}}, gb), 0.080006, 2e-9);
+  EXPECT_NEAR(simulate_copies("dgx-a100-80gb", {{.rank = 1}, {.rank = 2}}, gb), 0.040006, 2e-9);
+  // The same as one representative of multiplicity 2.
+  EXPECT_NEAR(simulate_copies("dgx-a100-80gb", {{.rank = 2, .multiplicity = 2, .stride = 1}}, gb),
+              0.080006, 2e-9);
+}
+
+TEST(CostModelTest, CopiesSlowAConcurrentMemoryBoundKernel) {
+  // H200: a 4.3 GB memory-bound kernel alone takes 4.3e9 / 4.3e12 = 1 ms. A concurrent 1 GB H2D
+  // copy takes 1 byte of HBM per byte: the HBM resource (4.3 TB/s) is shared, so the kernel ends
+  // later than alone.
+  auto sys = *find_system("h200-1gpu");
+  sim::PlanBuilder b;
+  auto cm = *CostModel::create(sys, *builtin_profile(sys.gpu), {{.rank = 0}}, b);
+  sim::Op k{.name = "k", .lane = b.lane("rank0.compute"), .kind = sim::OpKind::kElementwise};
+  k.cost = cm.memory_bound(0, 4'300'000'000, 0.0);
+  const sim::OpId kid = b.op(k);
+  sim::Op c{.name = "c", .lane = b.lane("rank0.h2d"), .kind = sim::OpKind::kCopy};
+  c.cost = cm.copy(0, sim::CopyDirection::kH2D, 1'000'000'000);
+  b.op(c);
+  auto r = sim::simulate(std::move(b).build());
+  ASSERT_TRUE(r.has_value());
+  const double alone = sim::to_seconds(cm.alone(k.cost));
+  double end = 0.0;
+  for (const auto& s : r->timeline.spans) {
+    if (s.op == kid) end = sim::to_seconds(s.end - sim::kTimeZero);
+  }
+  EXPECT_GT(end, alone * 1.005);
+}
+
+TEST(CostModelTest, RingCollectivesFollowTheBusBandwidthFormula) {
+  auto f = make("dgx-a100-80gb", {{.rank = 0, .multiplicity = 8, .stride = 1}});
+  const std::vector<int> group = {0, 1, 2, 3, 4, 5, 6, 7};
+  const std::int64_t bytes = std::int64_t{1} << 30;
+  // All-reduce ring: algbw = busbw · n / (2(n-1)) = 230 GB/s · 8/14 = 131.43 GB/s.
+  const sim::OpCost ar = f.cm.collective(0, sim::CollectiveKind::kAllReduce, group, bytes);
+  EXPECT_NEAR(ar.max_rate, 230e9 * 8 / 14, 1.0);
+  EXPECT_NEAR(seconds(f.cm.alone(ar)), 20e-6 + bytes / (230e9 * 8 / 14), 2e-9);
+  EXPECT_EQ(f.cm.plan_collective(sim::CollectiveKind::kAllReduce, group, bytes).algorithm,
+            CollectiveAlgorithm::kRing);
+  // Each rank sends 2(n-1)/n = 1.75 bytes per buffer byte on its NVLink.
+  EXPECT_DOUBLE_EQ(ar.uses[0].per_unit, 1.75);
+  // All-gather and reduce-scatter: algbw = busbw · n / (n-1) = 262.86 GB/s.
+  EXPECT_NEAR(f.cm.collective(0, sim::CollectiveKind::kAllGather, group, bytes).max_rate,
+              230e9 * 8 / 7, 1.0);
+  EXPECT_NEAR(f.cm.collective(0, sim::CollectiveKind::kReduceScatter, group, bytes).max_rate,
+              230e9 * 8 / 7, 1.0);
+  // A group of one does nothing.
+  EXPECT_EQ(f.cm.collective(0, sim::CollectiveKind::kAllReduce, {0}, bytes).work, 0.0);
+}
+
+TEST(CostModelTest, NvlinkSharpAllReduceOnHopper) {
+  auto f = make("dgx-h100", {{.rank = 0, .multiplicity = 8, .stride = 1}});
+  const std::vector<int> group = {0, 1, 2, 3, 4, 5, 6, 7};
+  const std::int64_t bytes = std::int64_t{1} << 30;
+  const CollectivePlan p = f.cm.plan_collective(sim::CollectiveKind::kAllReduce, group, bytes);
+  EXPECT_EQ(p.algorithm, CollectiveAlgorithm::kNvls);
+  // NVLS busbw 477.5 GB/s → algbw 477.5 · 8/14 = 272.86 GB/s.
+  EXPECT_NEAR(p.alg_bytes_per_s, 477.5e9 * 8 / 14, 1.0);
+  // 2 ranks: ring (NVLS needs more than 2).
+  EXPECT_EQ(f.cm.plan_collective(sim::CollectiveKind::kAllReduce, {0, 1}, bytes).algorithm,
+            CollectiveAlgorithm::kRing);
+}
+
+TEST(CostModelTest, CollectivesAcrossNodesAreNicBound) {
+  auto f = make("dgx-h100", {{.rank = 0, .multiplicity = 32, .stride = 1}}, 4);
+  std::vector<int> group(32);
+  for (int i = 0; i < 32; ++i) group[i] = i;
+  const std::int64_t bytes = std::int64_t{1} << 30;
+  const CollectivePlan ar = f.cm.plan_collective(sim::CollectiveKind::kAllReduce, group, bytes);
+  // busbw = 50 GB/s NIC · 0.74 = 37 GB/s; algbw = 37 · 32 / 62 = 19.10 GB/s.
+  EXPECT_TRUE(ar.crosses_nodes);
+  EXPECT_NEAR(ar.alg_bytes_per_s, 37e9 * 32 / 62, 1.0);
+  // 4 nodes: a ring takes 2·3 = 6 network steps, a tree 2·log2(4) = 4: tree, 20 + 4·5 µs.
+  EXPECT_EQ(ar.algorithm, CollectiveAlgorithm::kTree);
+  EXPECT_EQ(ar.latency, sim::duration_from_seconds(20e-6 + 4 * 5e-6));
+  // Data-parallel all-gather across nodes (ranks 0, 8, 16, 24): ring, 3 steps.
+  const CollectivePlan ag =
+      f.cm.plan_collective(sim::CollectiveKind::kAllGather, {0, 8, 16, 24}, bytes);
+  EXPECT_EQ(ag.algorithm, CollectiveAlgorithm::kRing);
+  EXPECT_EQ(ag.latency, sim::duration_from_seconds(20e-6 + 3 * 5e-6));
+  const sim::OpCost c = f.cm.collective(0, sim::CollectiveKind::kAllGather, {0, 8, 16, 24}, bytes);
+  const auto used = names(f, c);
+  EXPECT_NE(std::find(used.begin(), used.end(), "node0.nic0.tx"), used.end());
+}
+
+TEST(CostModelTest, P2pInsideAndAcrossNodes) {
+  auto f = make("dgx-h100", {{.rank = 0}, {.rank = 1}, {.rank = 8}}, 2);
+  const std::int64_t bytes = 100'000'000;
+  // NVLink: 100 MB at the 365 GB/s ring bus bandwidth, after 20 µs.
+  EXPECT_NEAR(seconds(f.cm.alone(f.cm.p2p(0, 1, bytes))), 20e-6 + 1e8 / 365e9, 2e-9);
+  // InfiniBand: 37 GB/s, after 20 + 5 µs.
+  const sim::OpCost ib = f.cm.p2p(0, 8, bytes);
+  EXPECT_NEAR(seconds(f.cm.alone(ib)), 25e-6 + 1e8 / 37e9, 2e-9);
+  EXPECT_EQ(names(f, ib), (std::vector<std::string>{"node0.nic0.tx", "node1.nic0.rx"}));
+}
+
+TEST(CostModelTest, CpuAdamIsBoundByCoresThenByDram) {
+  // DGX H100 socket: 56 cores for 4 GPUs = 14 cores per rank at 8 GB/s = 112 GB/s.
+  auto one = make("dgx-h100", {{.rank = 0}});
+  const std::int64_t bytes = 16'000'000'000;  // 1B parameters of fp32 Adam state
+  EXPECT_NEAR(seconds(one.cm.alone(one.cm.host_compute(0, bytes, 0.0))), 16e9 / 112e9, 2e-9);
+  // All 8 GPUs at once: the 2 sockets' DRAM (2 × 290 GB/s) shared by 8 = 72.5 GB/s each.
+  auto all = make("dgx-h100", {{.rank = 0, .multiplicity = 8, .stride = 1}});
+  EXPECT_NEAR(seconds(all.cm.alone(all.cm.host_compute(0, bytes, 0.0))), 16e9 / 72.5e9, 2e-9);
+  // Arithmetic-heavy host work: 14 cores × 32 GFLOP/s = 448 GFLOP/s bounds 1e12 FLOPs over
+  // 1 GB at 1e12 / 448e9 = 2.23 s.
+  EXPECT_NEAR(seconds(one.cm.alone(one.cm.host_compute(0, 1'000'000'000, 1e12))), 1e12 / 448e9,
+              2e-9);
+}
+
+TEST(CostModelTest, RejectsBadRanks) {
+  auto sys = *find_system("dgx-h100");
+  auto profile = *builtin_profile(sys.gpu);
+  sim::PlanBuilder b;
+  EXPECT_FALSE(CostModel::create(sys, profile, {{.rank = 8}}, b).has_value());
+  EXPECT_FALSE(CostModel::create(sys, profile, {{.rank = 0}, {.rank = 0}}, b).has_value());
+  EXPECT_FALSE(CostModel::create(sys, profile, {}, b).has_value());
+  auto beyond = CostModel::create(sys, profile, {{.rank = 4, .multiplicity = 8, .stride = 1}}, b);
+  ASSERT_FALSE(beyond.has_value());
+  EXPECT_NE(beyond.error().message.find("beyond"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace offsim::models
