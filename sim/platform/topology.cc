@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include <fmt/format.h>
-#include <boost/graph/breadth_first_search.hpp>
 
 namespace offsim::sim::platform {
 
@@ -120,13 +119,14 @@ Topology Topology::build(const System& system, const CalibrationProfile& profile
       add_vertex(g, VertexKind::kDram, fmt::format("node{}.dram{}", n, s), n, s);
     }
   }
+  std::vector<std::vector<VertexId>> all_switches(static_cast<std::size_t>(system.nodes));
   for (int n = 0; n < system.nodes; ++n) {
     for (int s = 0; s < system.sockets_per_node; ++s) {
       add_shared_link(g, t.socket(n, s), t.dram(n, s), LinkKind::kMemory,
                       fmt::format("node{}.socket{}.dram", n, s),
                       profile.host.dram_bytes_per_s_per_socket.value);
     }
-    std::vector<VertexId> switches;
+    std::vector<VertexId>& switches = all_switches[static_cast<std::size_t>(n)];
     if (!c2c) {
       const int count = gpn / system.gpus_per_pcie_switch;
       for (int w = 0; w < count; ++w) {
@@ -183,9 +183,10 @@ Topology Topology::build(const System& system, const CalibrationProfile& profile
           add_link(g, nic, t.socket(n, first_gpu / per_socket), LinkKind::kNicAttach, attach, "in",
                    "out", bw, bw, 0.0);
         } else {
-          const std::string sw =
-              fmt::format("node{}.pcie_sw{}", n, first_gpu / system.gpus_per_pcie_switch);
-          add_link(g, nic, *t.find(sw), LinkKind::kNicAttach, attach, "in", "out", bw, bw, 0.0);
+          const auto& node_switches = all_switches[static_cast<std::size_t>(n)];
+          add_link(g, nic,
+                   node_switches[static_cast<std::size_t>(first_gpu / system.gpus_per_pcie_switch)],
+                   LinkKind::kNicAttach, attach, "in", "out", bw, bw, 0.0);
         }
         add_link(g, nic, fabric, LinkKind::kInfiniband, name, "rx", "tx", bw, bw, 0.0);
       }
@@ -226,11 +227,17 @@ std::optional<VertexId> Topology::find(const std::string& name) const {
 Result<Route> Topology::route(VertexId from, VertexId to) const {
   const std::size_t n = boost::num_vertices(graph_);
   OFFSIM_CHECK(from < n && to < n);
+  // Breadth-first search that stops at the destination: routes stay local even in big systems.
   std::vector<VertexId> pred(n, n);
   pred[from] = from;
-  boost::breadth_first_search(graph_, from,
-                              boost::visitor(boost::make_bfs_visitor(
-                                  boost::record_predecessors(pred.data(), boost::on_tree_edge()))));
+  std::vector<VertexId> queue = {from};
+  for (std::size_t head = 0; head < queue.size() && pred[to] == n; ++head) {
+    for (auto [it, end] = boost::adjacent_vertices(queue[head], graph_); it != end; ++it) {
+      if (pred[*it] != n) continue;
+      pred[*it] = queue[head];
+      queue.push_back(*it);
+    }
+  }
   if (pred[to] == n) {
     return fail(ErrorCode::kNotFound, "{}: no path from {} to {}", system_.name, graph_[from].name,
                 graph_[to].name);
