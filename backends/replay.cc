@@ -65,14 +65,19 @@ struct LanePlan {
   Buffer x, y, z, pinned, pageable;
 };
 
+// Attention operands are sized for at least 2-byte elements: the CUDA kernel is bf16.
+std::int64_t attention_element_bytes(const sim::AttentionShape& a) {
+  return std::max<std::int64_t>(sim::dtype_bytes(a.dtype), 2);
+}
+
 std::int64_t attention_qkv_bytes(const sim::AttentionShape& a) {
   const std::int64_t kv_heads = a.kv_heads > 0 ? a.kv_heads : a.heads;
   return (a.batch * a.heads * a.seq_q + 2 * a.batch * kv_heads * a.seq_kv) * a.head_dim *
-         sim::dtype_bytes(a.dtype);
+         attention_element_bytes(a);
 }
 
 std::int64_t attention_out_bytes(const sim::AttentionShape& a) {
-  return a.batch * a.heads * a.seq_q * a.head_dim * sim::dtype_bytes(a.dtype);
+  return a.batch * a.heads * a.seq_q * a.head_dim * attention_element_bytes(a);
 }
 
 void add_needs(const sim::Op& op, LaneNeeds& n) {
@@ -259,7 +264,7 @@ class Replayer {
       if (global >= 0) pool_local_[p] = local_of(global);
     }
     classify_tensors();
-    return sim::ok();
+    return create_communicators();
   }
 
   bool on_device(sim::TensorId t, int local_rank) const {
@@ -300,6 +305,43 @@ class Replayer {
     return sim::ok();
   }
 
+  // The local ranks a collective or p2p op runs among; empty when it runs locally (fewer than
+  // two members run, or the op's own rank is not in its group).
+  std::vector<int> comm_members(const sim::Op& op, const LanePlan& lp) const {
+    std::vector<int> locals;
+    if (op.kind == sim::OpKind::kP2P) {
+      const int peer = local_of(op.sizes.peer);
+      if (peer < 0 || peer == lp.local_rank) return {};
+      return {std::min(lp.local_rank, peer), std::max(lp.local_rank, peer)};
+    }
+    std::vector<int> group = op.sizes.collective.group;
+    if (group.empty()) group = ranks_;
+    for (int g : group) {
+      const int l = local_of(g);
+      if (l >= 0 && std::find(locals.begin(), locals.end(), l) == locals.end()) locals.push_back(l);
+    }
+    if (locals.size() < 2 ||
+        std::find(locals.begin(), locals.end(), lp.local_rank) == locals.end()) {
+      return {};
+    }
+    return locals;
+  }
+
+  // Communicators are made before the first step (NCCL's set-up must not land in a step).
+  sim::Status create_communicators() {
+    for (std::size_t i = 0; i < plan_.ops.size(); ++i) {
+      const sim::Op& op = plan_.ops[i];
+      if (!run_op_[i] || (op.kind != sim::OpKind::kCollective && op.kind != sim::OpKind::kP2P)) {
+        continue;
+      }
+      const std::vector<int> members = comm_members(op, lanes_[op.lane.index()]);
+      if (members.empty()) continue;
+      sim::Result<CommId> comm = comm_for(members);
+      if (!comm) return sim::fail(comm.error());
+    }
+    return sim::ok();
+  }
+
   sim::Result<CommId> comm_for(std::vector<int> locals) {
     auto it = comms_.find(locals);
     if (it != comms_.end()) return it->second;
@@ -331,30 +373,19 @@ class Replayer {
         }
         return sim::ok();
       case sim::OpKind::kCollective: {
-        std::vector<int> locals;
-        std::vector<int> group = op.sizes.collective.group;
-        if (group.empty()) group = ranks_;
-        for (int g : group) {
-          const int l = local_of(g);
-          if (l >= 0 && std::find(locals.begin(), locals.end(), l) == locals.end()) {
-            locals.push_back(l);
-          }
-        }
-        if (locals.size() < 2 ||
-            std::find(locals.begin(), locals.end(), lp.local_rank) == locals.end()) {
-          return dev_.elementwise(s, 2 * bytes, lp.x, lp.z);  // local pass: read + write
-        }
-        OFFSIM_ASSIGN_OR_RETURN(CommId c, comm_for(locals));
+        const std::vector<int> members = comm_members(op, lp);
+        if (members.empty()) return dev_.elementwise(s, 2 * bytes, lp.x, lp.z);  // read + write
+        OFFSIM_ASSIGN_OR_RETURN(CommId c, comm_for(members));
         return dev_.collective(s, c, op.sizes.collective.kind, lp.x, bytes, op.name);
       }
       case sim::OpKind::kP2P: {
+        const std::vector<int> members = comm_members(op, lp);
+        if (members.empty()) return dev_.copy(s, lp.z, lp.x, bytes);  // the peer does not run
         const int peer = local_of(op.sizes.peer);
-        if (peer < 0 || peer == lp.local_rank) return dev_.copy(s, lp.z, lp.x, bytes);
-        const int me = lp.local_rank;
-        bool send = ranks_[static_cast<std::size_t>(me)] < op.sizes.peer;
+        bool send = ranks_[static_cast<std::size_t>(lp.local_rank)] < op.sizes.peer;
         if (contains(op.name, "send")) send = true;
         if (contains(op.name, "recv")) send = false;
-        OFFSIM_ASSIGN_OR_RETURN(CommId c, comm_for({std::min(me, peer), std::max(me, peer)}));
+        OFFSIM_ASSIGN_OR_RETURN(CommId c, comm_for(members));
         return dev_.p2p(s, c, peer, send, lp.x, bytes, op.name);
       }
       case sim::OpKind::kHostCompute:

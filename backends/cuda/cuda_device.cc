@@ -1,0 +1,1061 @@
+#include "backends/cuda/cuda_device.h"
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+#if OFFSIM_HAVE_NCCL
+#include <nccl.h>
+#endif
+
+#include <algorithm>
+#include <cmath>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <tuple>
+#include <unordered_map>
+
+#include <fmt/format.h>
+
+#include "backends/cuda/cuda_check.h"
+#include "backends/cuda/kernels.h"
+
+namespace offsim::backends {
+namespace {
+
+using cuda::cublas_error;
+using cuda::cuda_error;
+
+constexpr std::size_t kWorkspaceBytes = std::size_t{32} << 20;  // cuBLASLt, per stream
+constexpr std::int64_t kMinScratchBytes = 256;
+
+// --- RAII owners ------------------------------------------------------------------------------
+
+struct StreamDestroy {
+  void operator()(CUstream_st* s) const { cudaStreamDestroy(s); }
+};
+struct EventDestroy {
+  void operator()(CUevent_st* e) const { cudaEventDestroy(e); }
+};
+struct DeviceFree {
+  void operator()(void* p) const { cudaFree(p); }
+};
+struct PinnedFree {
+  void operator()(void* p) const { cudaFreeHost(p); }
+};
+struct PageableFree {
+  void operator()(void* p) const { std::free(p); }
+};
+using UniqueStream = std::unique_ptr<CUstream_st, StreamDestroy>;
+using UniqueEvent = std::unique_ptr<CUevent_st, EventDestroy>;
+
+// A buffer with the deleter of its memory kind.
+class OwnedBuffer {
+ public:
+  OwnedBuffer(MemoryKind kind, void* ptr, std::int64_t bytes)
+      : kind_(kind), ptr_(ptr), bytes_(bytes) {}
+  OwnedBuffer(const OwnedBuffer&) = delete;
+  OwnedBuffer& operator=(const OwnedBuffer&) = delete;
+  ~OwnedBuffer() {
+    switch (kind_) {
+      case MemoryKind::kDevice:
+        DeviceFree{}(ptr_);
+        break;
+      case MemoryKind::kHostPinned:
+        PinnedFree{}(ptr_);
+        break;
+      case MemoryKind::kHostPageable:
+        PageableFree{}(ptr_);
+        break;
+    }
+  }
+  void* get() const { return ptr_; }
+  std::int64_t bytes() const { return bytes_; }
+
+ private:
+  MemoryKind kind_;
+  void* ptr_;
+  std::int64_t bytes_;
+};
+
+// cuBLASLt descriptors of one GEMM shape, destroyed with it.
+class GemmPlan {
+ public:
+  GemmPlan() = default;
+  GemmPlan(const GemmPlan&) = delete;
+  GemmPlan& operator=(const GemmPlan&) = delete;
+  ~GemmPlan() {
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (c) cublasLtMatrixLayoutDestroy(c);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (op) cublasLtMatmulDescDestroy(op);
+  }
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulPreference_t pref = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  sim::DType ran_as = sim::DType::kBf16;  // fp8 falls back to bf16 when no algorithm exists
+};
+
+struct Task {
+  std::string label;
+  std::function<sim::Status()> run;
+};
+
+struct StreamState {
+  int rank = 0;
+  std::string name;
+  UniqueStream stream;
+  std::unique_ptr<void, DeviceFree> workspace;
+};
+
+struct EventState {
+  int rank = 0;
+  UniqueEvent event;
+  std::uint64_t requested = 0;  // records asked for (caller thread), guarded by mu_
+  std::uint64_t enqueued = 0;   // records made on the GPU's stream (worker), guarded by mu_
+};
+
+struct BufferState {
+  int rank = 0;
+  MemoryKind kind = MemoryKind::kDevice;
+  std::unique_ptr<OwnedBuffer> memory;
+};
+
+struct PoolAllocation {
+  void* ptr = nullptr;
+  std::int64_t bytes = 0;
+};
+
+struct RankState {
+  int gpu = 0;
+  cudaMemPool_t pool = nullptr;
+  cublasLtHandle_t lt = nullptr;
+  // Touched only by this rank's worker thread.
+  std::unordered_map<std::uint64_t, PoolAllocation> allocations;
+  std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, int>,
+           std::unique_ptr<GemmPlan>>
+      gemms;
+  // Worker queue, guarded by CudaDevice::mu_.
+  std::deque<Task> queue;
+  bool busy = false;
+  std::string current;
+  std::thread thread;
+};
+
+struct CommState {
+  std::vector<int> ranks;  // local ranks, member index = position
+#if OFFSIM_HAVE_NCCL
+  std::vector<ncclComm_t> comms;  // by member index
+#endif
+};
+
+struct HostPass {
+  float* data;
+  std::size_t count;
+};
+
+void CUDART_CB run_host_pass(void* arg) {
+  auto* pass = static_cast<HostPass*>(arg);
+  for (std::size_t i = 0; i < pass->count; ++i) pass->data[i] = pass->data[i] * 0.999f + 0.001f;
+  delete pass;
+}
+
+std::string version_string(int v) {  // CUDA's 1000·major + 10·minor
+  return fmt::format("{}.{}", v / 1000, (v % 1000) / 10);
+}
+
+std::string cublas_version() {
+  const std::size_t v = cublasLtGetVersion();
+  return fmt::format("{}.{}.{}", v / 10000, (v / 100) % 100, v % 100);
+}
+
+std::string nccl_version() {
+#if OFFSIM_HAVE_NCCL
+  int v = 0;
+  if (ncclGetVersion(&v) != ncclSuccess) return "";
+  return fmt::format("{}.{}.{}", v / 10000, (v / 100) % 100, v % 100);
+#else
+  return "";
+#endif
+}
+
+DeviceInfo gpu_info(int gpu, int ranks) {
+  DeviceInfo info;
+  info.kind = DeviceKind::kCuda;
+  info.ranks = ranks;
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, gpu) == cudaSuccess) {
+    info.name = prop.name;
+    info.memory_bytes = static_cast<std::int64_t>(prop.totalGlobalMem);
+  }
+  int v = 0;
+  if (cudaDriverGetVersion(&v) == cudaSuccess) info.driver_version = version_string(v);
+  if (cudaRuntimeGetVersion(&v) == cudaSuccess) info.runtime_version = version_string(v);
+  info.blas_version = cublas_version();
+  info.comm_version = nccl_version();
+  return info;
+}
+
+cudaDataType_t cuda_type(sim::DType d) {
+  switch (d) {
+    case sim::DType::kFp32:
+      return CUDA_R_32F;
+    case sim::DType::kBf16:
+      return CUDA_R_16BF;
+    case sim::DType::kFp16:
+      return CUDA_R_16F;
+    case sim::DType::kFp8:
+      return CUDA_R_8F_E4M3;
+  }
+  return CUDA_R_16BF;
+}
+
+class CudaDevice final : public Device {
+ public:
+  CudaDevice(int first_gpu, int ranks) : first_gpu_(first_gpu) {
+    ranks_.resize(static_cast<std::size_t>(ranks));
+    for (int r = 0; r < ranks; ++r)
+      ranks_[static_cast<std::size_t>(r)] = std::make_unique<RankState>();
+  }
+
+  ~CudaDevice() override {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+      aborted_ = true;
+    }
+    cv_.notify_all();
+    for (auto& r : ranks_) {
+      if (r->thread.joinable()) r->thread.join();
+    }
+    abort_comms(/*destroy=*/!hung_);
+    if (!hung_) {
+      for (auto& r : ranks_) {
+        cudaSetDevice(r->gpu);
+        cudaDeviceSynchronize();
+      }
+    }
+    // Pool allocations still live go back before the pools.
+    for (auto& s : streams_) {
+      RankState& r = *ranks_[static_cast<std::size_t>(s->rank)];
+      for (auto& [key, a] : r.allocations) {
+        if (a.ptr) cudaFreeAsync(a.ptr, s->stream.get());
+      }
+      r.allocations.clear();
+    }
+    for (auto& r : ranks_) {
+      cudaSetDevice(r->gpu);
+      if (!hung_) cudaDeviceSynchronize();
+      r->gemms.clear();
+    }
+    buffers_.clear();
+    events_.clear();
+    streams_.clear();
+    for (auto& r : ranks_) {
+      if (r->lt) cublasLtDestroy(r->lt);
+      if (r->pool) cudaMemPoolDestroy(r->pool);
+    }
+  }
+
+  sim::Status init() {
+    for (std::size_t i = 0; i < ranks_.size(); ++i) {
+      RankState& r = *ranks_[i];
+      r.gpu = first_gpu_ + static_cast<int>(i);
+      OFFSIM_CUDA_CHECK(cudaSetDevice(r.gpu));
+      OFFSIM_CUDA_CHECK(cudaFree(nullptr));  // creates the context; a busy GPU fails here
+      cudaMemPoolProps props{};
+      props.allocType = cudaMemAllocationTypePinned;
+      props.handleTypes = cudaMemHandleTypeNone;
+      props.location.type = cudaMemLocationTypeDevice;
+      props.location.id = r.gpu;
+      OFFSIM_CUDA_CHECK(cudaMemPoolCreate(&r.pool, &props));
+      std::uint64_t keep = ~std::uint64_t{0};  // never shrink between steps
+      OFFSIM_CUDA_CHECK(cudaMemPoolSetAttribute(r.pool, cudaMemPoolAttrReleaseThreshold, &keep));
+      int no = 0;  // reuse must not add hidden cross-stream dependencies
+      OFFSIM_CUDA_CHECK(
+          cudaMemPoolSetAttribute(r.pool, cudaMemPoolReuseAllowInternalDependencies, &no));
+      OFFSIM_CUBLAS_CHECK(cublasLtCreate(&r.lt));
+    }
+    info_ = gpu_info(first_gpu_, static_cast<int>(ranks_.size()));
+    info_.note = fmt::format(
+        "GPUs {}..{}; attention runs the backend's bf16 kernel (backward: "
+        "two forward passes); host compute is one host thread",
+        first_gpu_, first_gpu_ + static_cast<int>(ranks_.size()) - 1);
+    for (std::size_t i = 0; i < ranks_.size(); ++i) {
+      RankState* r = ranks_[i].get();
+      r->thread = std::thread([this, r] { run_worker(*r); });
+    }
+    return sim::ok();
+  }
+
+  const DeviceInfo& info() const override { return info_; }
+
+  sim::Result<StreamId> create_stream(int rank, const std::string& name) override {
+    OFFSIM_ASSIGN_OR_RETURN(RankState * r, rank_state(rank));
+    OFFSIM_CUDA_CHECK(cudaSetDevice(r->gpu));
+    auto s = std::make_unique<StreamState>();
+    s->rank = rank;
+    s->name = name;
+    cudaStream_t raw = nullptr;
+    OFFSIM_CUDA_CHECK(cudaStreamCreateWithFlags(&raw, cudaStreamNonBlocking));
+    s->stream.reset(raw);
+    void* ws = nullptr;
+    OFFSIM_CUDA_CHECK(cudaMalloc(&ws, kWorkspaceBytes));
+    s->workspace.reset(ws);
+    std::lock_guard lock(mu_);
+    streams_.push_back(std::move(s));
+    return StreamId{static_cast<std::uint32_t>(streams_.size() - 1)};
+  }
+
+  sim::Result<EventId> create_event(int rank) override {
+    OFFSIM_ASSIGN_OR_RETURN(RankState * r, rank_state(rank));
+    OFFSIM_CUDA_CHECK(cudaSetDevice(r->gpu));
+    auto e = std::make_unique<EventState>();
+    e->rank = rank;
+    cudaEvent_t raw = nullptr;
+    OFFSIM_CUDA_CHECK(cudaEventCreate(&raw));
+    e->event.reset(raw);
+    std::lock_guard lock(mu_);
+    events_.push_back(std::move(e));
+    return EventId{static_cast<std::uint32_t>(events_.size() - 1)};
+  }
+
+  sim::Status record(StreamId stream, EventId event) override {
+    std::lock_guard lock(mu_);
+    OFFSIM_ASSIGN_OR_RETURN(StreamState * s, stream_locked(stream));
+    OFFSIM_ASSIGN_OR_RETURN(EventState * e, event_locked(event));
+    if (e->rank != s->rank) {
+      return sim::fail(sim::ErrorCode::kInvalidInput,
+                       "record: event of rank {} on stream '{}' of rank {}", e->rank, s->name,
+                       s->rank);
+    }
+    const std::uint64_t target = ++e->requested;
+    push_locked(s->rank, "record", [this, s, e, target]() -> sim::Status {
+      OFFSIM_CUDA_CHECK(cudaEventRecord(e->event.get(), s->stream.get()));
+      std::lock_guard l(mu_);
+      e->enqueued = std::max(e->enqueued, target);
+      cv_.notify_all();
+      return sim::ok();
+    });
+    return sim::ok();
+  }
+
+  sim::Status wait(StreamId stream, EventId event) override {
+    std::lock_guard lock(mu_);
+    OFFSIM_ASSIGN_OR_RETURN(StreamState * s, stream_locked(stream));
+    OFFSIM_ASSIGN_OR_RETURN(EventState * e, event_locked(event));
+    const std::uint64_t target = e->requested;
+    if (target == 0) return sim::ok();  // never recorded: nothing to wait for
+    push_locked(s->rank, "wait for an event", [this, s, e, target]() -> sim::Status {
+      {
+        // The record may belong to another GPU's worker: wait until it has been made.
+        std::unique_lock l(mu_);
+        cv_.wait(l, [&] { return aborted_ || e->enqueued >= target; });
+        if (e->enqueued < target) return aborted_error();
+      }
+      OFFSIM_CUDA_CHECK(cudaStreamWaitEvent(s->stream.get(), e->event.get(), 0));
+      return sim::ok();
+    });
+    return sim::ok();
+  }
+
+  sim::Status allocate(StreamId stream, std::uint64_t key, std::int64_t size_bytes,
+                       std::string_view op_name) override {
+    if (size_bytes < 0) {
+      return sim::fail(sim::ErrorCode::kInvalidInput, "op '{}': negative allocation {} bytes",
+                       op_name, size_bytes);
+    }
+    std::lock_guard lock(mu_);
+    OFFSIM_ASSIGN_OR_RETURN(StreamState * s, stream_locked(stream));
+    RankState* r = ranks_[static_cast<std::size_t>(s->rank)].get();
+    push_locked(s->rank, fmt::format("allocate for '{}'", op_name),
+                [r, s, key, size_bytes, name = std::string(op_name)]() -> sim::Status {
+                  if (r->allocations.count(key)) {
+                    return sim::fail(sim::ErrorCode::kInternal,
+                                     "op '{}': allocation key {} is already in use", name, key);
+                  }
+                  void* p = nullptr;
+                  if (size_bytes > 0) {
+                    const cudaError_t err = cudaMallocFromPoolAsync(
+                        &p, static_cast<std::size_t>(size_bytes), r->pool, s->stream.get());
+                    if (err != cudaSuccess) {
+                      cudaGetLastError();
+                      std::uint64_t used = 0;
+                      cudaMemPoolGetAttribute(r->pool, cudaMemPoolAttrUsedMemCurrent, &used);
+                      std::size_t free_b = 0, total_b = 0;
+                      cudaMemGetInfo(&free_b, &total_b);
+                      sim::Error e = cuda_error(err, "cudaMallocFromPoolAsync");
+                      return sim::fail(
+                          e.code,
+                          "out of memory on GPU {}: op '{}' requested {} bytes with {} bytes in "
+                          "use in the replay pool ({} of {} bytes free on the device): {}",
+                          r->gpu, name, size_bytes, used, free_b, total_b, e.message);
+                    }
+                  }
+                  r->allocations[key] = PoolAllocation{p, size_bytes};
+                  return sim::ok();
+                });
+    return sim::ok();
+  }
+
+  sim::Status release(StreamId stream, std::uint64_t key) override {
+    std::lock_guard lock(mu_);
+    OFFSIM_ASSIGN_OR_RETURN(StreamState * s, stream_locked(stream));
+    RankState* r = ranks_[static_cast<std::size_t>(s->rank)].get();
+    push_locked(s->rank, "release", [r, s, key]() -> sim::Status {
+      auto it = r->allocations.find(key);
+      if (it == r->allocations.end()) {
+        return sim::fail(sim::ErrorCode::kInternal, "release of allocation key {}, not allocated",
+                         key);
+      }
+      if (it->second.ptr) OFFSIM_CUDA_CHECK(cudaFreeAsync(it->second.ptr, s->stream.get()));
+      r->allocations.erase(it);
+      return sim::ok();
+    });
+    return sim::ok();
+  }
+
+  sim::Result<PoolUsage> pool_usage(int rank) override {
+    OFFSIM_ASSIGN_OR_RETURN(RankState * r, rank_state(rank));
+    std::uint64_t cur = 0, high = 0, reserved_high = 0;
+    OFFSIM_CUDA_CHECK(cudaMemPoolGetAttribute(r->pool, cudaMemPoolAttrUsedMemCurrent, &cur));
+    OFFSIM_CUDA_CHECK(cudaMemPoolGetAttribute(r->pool, cudaMemPoolAttrUsedMemHigh, &high));
+    OFFSIM_CUDA_CHECK(
+        cudaMemPoolGetAttribute(r->pool, cudaMemPoolAttrReservedMemHigh, &reserved_high));
+    return PoolUsage{static_cast<std::int64_t>(cur), static_cast<std::int64_t>(high),
+                     static_cast<std::int64_t>(reserved_high)};
+  }
+
+  sim::Status reset_pool_high_water(int rank) override {
+    OFFSIM_ASSIGN_OR_RETURN(RankState * r, rank_state(rank));
+    std::uint64_t zero = 0;  // the only value allowed: resets the mark to the current value
+    OFFSIM_CUDA_CHECK(cudaMemPoolSetAttribute(r->pool, cudaMemPoolAttrUsedMemHigh, &zero));
+    OFFSIM_CUDA_CHECK(cudaMemPoolSetAttribute(r->pool, cudaMemPoolAttrReservedMemHigh, &zero));
+    return sim::ok();
+  }
+
+  sim::Result<Buffer> scratch(int rank, MemoryKind kind, std::int64_t size_bytes) override {
+    OFFSIM_ASSIGN_OR_RETURN(RankState * r, rank_state(rank));
+    if (size_bytes < 0) {
+      return sim::fail(sim::ErrorCode::kInvalidInput, "scratch buffer of negative size {} bytes",
+                       size_bytes);
+    }
+    const std::int64_t bytes = std::max(size_bytes, kMinScratchBytes);
+    const std::size_t n = static_cast<std::size_t>(bytes);
+    OFFSIM_CUDA_CHECK(cudaSetDevice(r->gpu));
+    void* p = nullptr;
+    switch (kind) {
+      case MemoryKind::kDevice: {
+        const cudaError_t err = cudaMalloc(&p, n);
+        if (err != cudaSuccess) {
+          cudaGetLastError();
+          std::size_t free_b = 0, total_b = 0;
+          cudaMemGetInfo(&free_b, &total_b);
+          return sim::fail(sim::ErrorCode::kLimitExceeded,
+                           "out of memory on GPU {}: replay scratch operand of {} bytes ({} of {} "
+                           "bytes free): {}",
+                           r->gpu, bytes, free_b, total_b, cuda_error(err, "cudaMalloc").message);
+        }
+        OFFSIM_CUDA_CHECK(
+            cuda::launch_fill(p, bytes, static_cast<std::uint32_t>(buffers_.size()), nullptr));
+        OFFSIM_CUDA_CHECK(cudaDeviceSynchronize());
+        break;
+      }
+      case MemoryKind::kHostPinned:
+        OFFSIM_CUDA_CHECK(cudaHostAlloc(&p, n, cudaHostAllocPortable));
+        std::memset(p, 0x3C, n);
+        break;
+      case MemoryKind::kHostPageable:
+        p = std::malloc(n);
+        if (!p) {
+          return sim::fail(sim::ErrorCode::kLimitExceeded,
+                           "out of host memory: pageable scratch of {} bytes", bytes);
+        }
+        std::memset(p, 0x3C, n);  // touch every page now, not during a measured step
+        break;
+    }
+    auto b = std::make_unique<BufferState>();
+    b->rank = rank;
+    b->kind = kind;
+    b->memory = std::make_unique<OwnedBuffer>(kind, p, bytes);
+    std::lock_guard lock(mu_);
+    buffers_.push_back(std::move(b));
+    return Buffer{static_cast<std::uint32_t>(buffers_.size() - 1), kind, rank, size_bytes};
+  }
+
+  sim::Status copy(StreamId stream, Buffer dst, Buffer src, std::int64_t size_bytes) override {
+    std::lock_guard lock(mu_);
+    OFFSIM_ASSIGN_OR_RETURN(StreamState * s, stream_locked(stream));
+    OFFSIM_ASSIGN_OR_RETURN(BufferState * d, buffer_locked(dst));
+    OFFSIM_ASSIGN_OR_RETURN(BufferState * f, buffer_locked(src));
+    const std::int64_t n =
+        std::min({std::max<std::int64_t>(size_bytes, 0), d->memory->bytes(), f->memory->bytes()});
+    void* dp = d->memory->get();
+    const void* sp = f->memory->get();
+    push_locked(s->rank, "copy", [s, dp, sp, n]() -> sim::Status {
+      if (n > 0) {
+        OFFSIM_CUDA_CHECK(cudaMemcpyAsync(dp, sp, static_cast<std::size_t>(n), cudaMemcpyDefault,
+                                          s->stream.get()));
+      }
+      return sim::ok();
+    });
+    return sim::ok();
+  }
+
+  sim::Status gemm(StreamId stream, const sim::GemmShape& shape, Buffer a, Buffer b,
+                   Buffer c) override {
+    if (shape.m <= 0 || shape.n <= 0 || shape.k <= 0 || shape.batch <= 0) {
+      return sim::fail(sim::ErrorCode::kInvalidInput, "GEMM shape {}x{}x{} (batch {}) not positive",
+                       shape.m, shape.n, shape.k, shape.batch);
+    }
+    std::lock_guard lock(mu_);
+    OFFSIM_ASSIGN_OR_RETURN(StreamState * s, stream_locked(stream));
+    OFFSIM_ASSIGN_OR_RETURN(BufferState * ba, buffer_locked(a));
+    OFFSIM_ASSIGN_OR_RETURN(BufferState * bb, buffer_locked(b));
+    OFFSIM_ASSIGN_OR_RETURN(BufferState * bc, buffer_locked(c));
+    const std::int64_t in_e = sim::dtype_bytes(shape.dtype);
+    const std::int64_t out_e = shape.dtype == sim::DType::kFp8 ? 2 : in_e;
+    if (ba->memory->bytes() < shape.m * shape.k * in_e * shape.batch ||
+        bb->memory->bytes() < shape.k * shape.n * in_e * shape.batch ||
+        bc->memory->bytes() < shape.m * shape.n * out_e * shape.batch) {
+      return sim::fail(sim::ErrorCode::kInvalidInput,
+                       "GEMM {}x{}x{} ({}, batch {}): operand buffers too small", shape.m, shape.n,
+                       shape.k, sim::to_string(shape.dtype), shape.batch);
+    }
+    RankState* r = ranks_[static_cast<std::size_t>(s->rank)].get();
+    const void* pa = ba->memory->get();
+    const void* pb = bb->memory->get();
+    void* pc = bc->memory->get();
+    push_locked(s->rank, "gemm", [this, r, s, shape, pa, pb, pc]() -> sim::Status {
+      OFFSIM_ASSIGN_OR_RETURN(GemmPlan * plan, gemm_plan(*r, shape));
+      const float alpha = 1.0f, beta = 0.0f;
+      // Row-major C[m×n] = A[m×k]·B[k×n] is column-major C^T = B^T·A^T: cuBLAS's "A" is our B
+      // (transposed, TN layout) and its "B" is our A.
+      OFFSIM_CUBLAS_CHECK(cublasLtMatmul(r->lt, plan->op, &alpha, pb, plan->a, pa, plan->b, &beta,
+                                         pc, plan->c, pc, plan->c, &plan->algo, s->workspace.get(),
+                                         kWorkspaceBytes, s->stream.get()));
+      return sim::ok();
+    });
+    return sim::ok();
+  }
+
+  sim::Status attention(StreamId stream, const sim::AttentionShape& shape, Buffer qkv,
+                        Buffer out) override {
+    std::lock_guard lock(mu_);
+    OFFSIM_ASSIGN_OR_RETURN(StreamState * s, stream_locked(stream));
+    OFFSIM_ASSIGN_OR_RETURN(BufferState * in, buffer_locked(qkv));
+    OFFSIM_ASSIGN_OR_RETURN(BufferState * o, buffer_locked(out));
+    const std::int64_t kv_heads =
+        shape.kv_heads > 0 && shape.heads % shape.kv_heads == 0 ? shape.kv_heads : shape.heads;
+    cuda::AttentionLaunch l{shape.batch * shape.heads,
+                            shape.heads / std::max<std::int64_t>(kv_heads, 1),
+                            shape.seq_q,
+                            shape.seq_kv,
+                            shape.head_dim,
+                            shape.causal};
+    const std::int64_t need_in =
+        (shape.batch * shape.heads * shape.seq_q + 2 * shape.batch * kv_heads * shape.seq_kv) *
+        shape.head_dim * 2;
+    const std::int64_t need_out = shape.batch * shape.heads * shape.seq_q * shape.head_dim * 2;
+    if (in->memory->bytes() < need_in || o->memory->bytes() < need_out) {
+      return sim::fail(sim::ErrorCode::kInvalidInput, "attention: operand buffers too small");
+    }
+    const void* pin = in->memory->get();
+    void* pout = o->memory->get();
+    const int passes = shape.backward ? 2 : 1;
+    push_locked(s->rank, "attention", [s, l, pin, pout, passes]() -> sim::Status {
+      for (int i = 0; i < passes; ++i) {
+        OFFSIM_CUDA_CHECK(cuda::launch_attention(pin, pout, l, s->stream.get()));
+      }
+      return sim::ok();
+    });
+    return sim::ok();
+  }
+
+  sim::Status elementwise(StreamId stream, std::int64_t size_bytes, Buffer in,
+                          Buffer out) override {
+    std::lock_guard lock(mu_);
+    OFFSIM_ASSIGN_OR_RETURN(StreamState * s, stream_locked(stream));
+    OFFSIM_ASSIGN_OR_RETURN(BufferState * bi, buffer_locked(in));
+    OFFSIM_ASSIGN_OR_RETURN(BufferState * bo, buffer_locked(out));
+    const std::int64_t each = std::min(
+        {std::max<std::int64_t>(size_bytes, 0) / 2, bi->memory->bytes(), bo->memory->bytes()});
+    const void* pi = bi->memory->get();
+    void* po = bo->memory->get();
+    push_locked(s->rank, "elementwise", [s, pi, po, each]() -> sim::Status {
+      OFFSIM_CUDA_CHECK(cuda::launch_elementwise(pi, po, each, s->stream.get()));
+      return sim::ok();
+    });
+    return sim::ok();
+  }
+
+  sim::Status host_compute(StreamId stream, std::int64_t size_bytes, Buffer host) override {
+    std::lock_guard lock(mu_);
+    OFFSIM_ASSIGN_OR_RETURN(StreamState * s, stream_locked(stream));
+    OFFSIM_ASSIGN_OR_RETURN(BufferState * h, buffer_locked(host));
+    if (h->kind == MemoryKind::kDevice) {
+      return sim::fail(sim::ErrorCode::kInvalidInput, "host compute on a device buffer");
+    }
+    const std::size_t count = static_cast<std::size_t>(
+        std::min(std::max<std::int64_t>(size_bytes, 0), h->memory->bytes()) / 4);
+    float* data = static_cast<float*>(h->memory->get());
+    push_locked(s->rank, "host compute", [s, data, count]() -> sim::Status {
+      auto* pass = new HostPass{data, count};
+      const cudaError_t err = cudaLaunchHostFunc(s->stream.get(), run_host_pass, pass);
+      if (err != cudaSuccess) {
+        delete pass;
+        return sim::fail(cuda_error(err, "cudaLaunchHostFunc"));
+      }
+      return sim::ok();
+    });
+    return sim::ok();
+  }
+
+  sim::Result<CommId> create_communicator(const std::vector<int>& ranks) override {
+    if (ranks.empty())
+      return sim::fail(sim::ErrorCode::kInvalidInput, "communicator with no ranks");
+    for (int r : ranks) {
+      auto known = rank_state(r);
+      if (!known) return sim::fail(known.error());
+    }
+    auto c = std::make_unique<CommState>();
+    c->ranks = ranks;
+#if OFFSIM_HAVE_NCCL
+    std::vector<int> devs;
+    for (int r : ranks) devs.push_back(ranks_[static_cast<std::size_t>(r)]->gpu);
+    c->comms.resize(ranks.size());
+    OFFSIM_NCCL_CHECK(
+        ncclCommInitAll(c->comms.data(), static_cast<int>(ranks.size()), devs.data()));
+#else
+    if (ranks.size() > 1) {
+      return sim::fail(sim::ErrorCode::kUnsupported,
+                       "collectives between {} GPUs: offsim was built without NCCL", ranks.size());
+    }
+#endif
+    std::lock_guard lock(mu_);
+    comms_.push_back(std::move(c));
+    return CommId{static_cast<std::uint32_t>(comms_.size() - 1)};
+  }
+
+  sim::Status collective(StreamId stream, CommId comm, sim::CollectiveKind kind, Buffer buffer,
+                         std::int64_t size_bytes, std::string_view op_name) override {
+    std::lock_guard lock(mu_);
+    OFFSIM_ASSIGN_OR_RETURN(StreamState * s, stream_locked(stream));
+    OFFSIM_ASSIGN_OR_RETURN(CommState * c, comm_locked(comm));
+    OFFSIM_ASSIGN_OR_RETURN(BufferState * b, buffer_locked(buffer));
+    OFFSIM_ASSIGN_OR_RETURN(int member, member_of(*c, s->rank, op_name));
+    const std::int64_t bytes = std::min(std::max<std::int64_t>(size_bytes, 0), b->memory->bytes());
+    char* p = static_cast<char*>(b->memory->get());
+#if OFFSIM_HAVE_NCCL
+    ncclComm_t nc = c->comms[static_cast<std::size_t>(member)];
+    const int n = static_cast<int>(c->ranks.size());
+    push_locked(
+        s->rank, fmt::format("collective '{}'", op_name),
+        [s, nc, n, member, kind, bytes, p]() -> sim::Status {
+          cudaStream_t st = s->stream.get();
+          const std::size_t floats = static_cast<std::size_t>(bytes / 4);
+          const std::size_t chunk = static_cast<std::size_t>(bytes / n);
+          switch (kind) {
+            case sim::CollectiveKind::kAllReduce:
+              OFFSIM_NCCL_CHECK(ncclAllReduce(p, p, floats, ncclFloat, ncclSum, nc, st));
+              break;
+            case sim::CollectiveKind::kAllGather:  // in place: our chunk at our offset
+              OFFSIM_NCCL_CHECK(ncclAllGather(p + member * chunk, p, chunk, ncclInt8, nc, st));
+              break;
+            case sim::CollectiveKind::kReduceScatter:
+              OFFSIM_NCCL_CHECK(ncclReduceScatter(p, p + member * (floats / n) * 4, floats / n,
+                                                  ncclFloat, ncclSum, nc, st));
+              break;
+            case sim::CollectiveKind::kBroadcast:
+              OFFSIM_NCCL_CHECK(
+                  ncclBroadcast(p, p, static_cast<std::size_t>(bytes), ncclInt8, 0, nc, st));
+              break;
+            case sim::CollectiveKind::kAllToAll: {
+              // Sends from the buffer's first half, receives into its second half.
+              const std::size_t part = static_cast<std::size_t>(bytes / 2 / n);
+              OFFSIM_NCCL_CHECK(ncclGroupStart());
+              for (int peer = 0; peer < n; ++peer) {
+                OFFSIM_NCCL_CHECK(ncclSend(p + peer * part, part, ncclInt8, peer, nc, st));
+                OFFSIM_NCCL_CHECK(
+                    ncclRecv(p + bytes / 2 + peer * part, part, ncclInt8, peer, nc, st));
+              }
+              OFFSIM_NCCL_CHECK(ncclGroupEnd());
+              break;
+            }
+          }
+          return sim::ok();
+        });
+    return sim::ok();
+#else
+    (void)kind;
+    (void)p;
+    (void)bytes;
+    return sim::fail(sim::ErrorCode::kUnsupported, "collective '{}': offsim was built without NCCL",
+                     op_name);
+#endif
+  }
+
+  sim::Status p2p(StreamId stream, CommId comm, int peer, bool send, Buffer buffer,
+                  std::int64_t size_bytes, std::string_view op_name) override {
+    std::lock_guard lock(mu_);
+    OFFSIM_ASSIGN_OR_RETURN(StreamState * s, stream_locked(stream));
+    OFFSIM_ASSIGN_OR_RETURN(CommState * c, comm_locked(comm));
+    OFFSIM_ASSIGN_OR_RETURN(BufferState * b, buffer_locked(buffer));
+    OFFSIM_ASSIGN_OR_RETURN(int member, member_of(*c, s->rank, op_name));
+    OFFSIM_ASSIGN_OR_RETURN(int other, member_of(*c, peer, op_name));
+    const std::size_t bytes = static_cast<std::size_t>(
+        std::min(std::max<std::int64_t>(size_bytes, 0), b->memory->bytes()));
+    void* p = b->memory->get();
+#if OFFSIM_HAVE_NCCL
+    ncclComm_t nc = c->comms[static_cast<std::size_t>(member)];
+    push_locked(s->rank, fmt::format("p2p '{}'", op_name),
+                [s, nc, other, send, bytes, p]() -> sim::Status {
+                  if (send) {
+                    OFFSIM_NCCL_CHECK(ncclSend(p, bytes, ncclInt8, other, nc, s->stream.get()));
+                  } else {
+                    OFFSIM_NCCL_CHECK(ncclRecv(p, bytes, ncclInt8, other, nc, s->stream.get()));
+                  }
+                  return sim::ok();
+                });
+    return sim::ok();
+#else
+    (void)member;
+    (void)other;
+    (void)send;
+    (void)bytes;
+    (void)p;
+    return sim::fail(sim::ErrorCode::kUnsupported, "p2p '{}': offsim was built without NCCL",
+                     op_name);
+#endif
+  }
+
+  sim::Status synchronize(std::chrono::milliseconds timeout) override {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    bool timed_out = false;
+    {
+      std::unique_lock lock(mu_);
+      // Every call made on the workers (or a failure that makes waiting pointless).
+      timed_out =
+          !cv_.wait_until(lock, deadline, [&] { return all_idle_locked() || first_error_; });
+    }
+    // Then the GPUs, polled so that a hang cannot outlast the deadline.
+    while (!timed_out) {
+      bool all_done = true;
+      {
+        std::lock_guard lock(mu_);
+        if (first_error_) break;
+        for (const auto& s : streams_) {
+          const cudaError_t q = cudaStreamQuery(s->stream.get());
+          if (q == cudaErrorNotReady) {
+            all_done = false;
+          } else if (q != cudaSuccess) {
+            set_error_locked(cuda_error(q, fmt::format("stream '{}'", s->name)));
+            break;
+          }
+        }
+        if (first_error_) break;
+      }
+      if (std::optional<sim::Error> e = nccl_async_error()) {
+        std::lock_guard lock(mu_);
+        set_error_locked(*e);
+        break;
+      }
+      if (all_done) break;
+      if (std::chrono::steady_clock::now() >= deadline) {
+        timed_out = true;
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+    std::unique_lock lock(mu_);
+    if (timed_out || first_error_) {
+      if (timed_out) {
+        std::string pending;
+        for (const auto& r : ranks_) {
+          if (!r->busy && r->queue.empty()) continue;
+          pending += fmt::format("{}GPU {}: {} ({} more queued)", pending.empty() ? "" : "; ",
+                                 r->gpu, r->busy ? r->current : "not started", r->queue.size());
+        }
+        set_error_locked(sim::Error{
+            sim::ErrorCode::kDevice,
+            fmt::format("watchdog: work did not finish within {} ms; NCCL communicators "
+                        "aborted. Pending: {}",
+                        timeout.count(), pending.empty() ? "kernels on the GPU" : pending)});
+        hung_ = true;
+      }
+      aborted_ = true;
+      cv_.notify_all();
+      lock.unlock();
+      abort_comms(/*destroy=*/false);
+      lock.lock();
+      cv_.wait_for(lock, std::chrono::seconds(10), [&] { return all_idle_locked(); });
+    }
+    if (first_error_) return sim::fail(*first_error_);
+    return sim::ok();
+  }
+
+  sim::Result<sim::Duration> elapsed(EventId from, EventId to) override {
+    std::lock_guard lock(mu_);
+    OFFSIM_ASSIGN_OR_RETURN(EventState * a, event_locked(from));
+    OFFSIM_ASSIGN_OR_RETURN(EventState * b, event_locked(to));
+    if (a->rank != b->rank) {
+      return sim::fail(sim::ErrorCode::kInvalidInput,
+                       "elapsed(): events of ranks {} and {} (different GPUs)", a->rank, b->rank);
+    }
+    float ms = 0.0f;
+    OFFSIM_CUDA_CHECK(cudaEventElapsedTime(&ms, a->event.get(), b->event.get()));
+    return sim::Duration{static_cast<std::int64_t>(std::llround(static_cast<double>(ms) * 1e6))};
+  }
+
+ private:
+  static sim::Status aborted_error() {
+    return sim::fail(sim::ErrorCode::kCancelled, "aborted after an earlier error");
+  }
+
+  sim::Result<RankState*> rank_state(int rank) {
+    if (rank < 0 || static_cast<std::size_t>(rank) >= ranks_.size()) {
+      return sim::fail(sim::ErrorCode::kInvalidInput, "rank {} is not in [0, {})", rank,
+                       ranks_.size());
+    }
+    return ranks_[static_cast<std::size_t>(rank)].get();
+  }
+  sim::Result<StreamState*> stream_locked(StreamId id) {
+    if (id.index >= streams_.size()) {
+      return sim::fail(sim::ErrorCode::kInvalidInput, "unknown stream {}", id.index);
+    }
+    return streams_[id.index].get();
+  }
+  sim::Result<EventState*> event_locked(EventId id) {
+    if (id.index >= events_.size()) {
+      return sim::fail(sim::ErrorCode::kInvalidInput, "unknown event {}", id.index);
+    }
+    return events_[id.index].get();
+  }
+  sim::Result<BufferState*> buffer_locked(Buffer b) {
+    if (b.index >= buffers_.size()) {
+      return sim::fail(sim::ErrorCode::kInvalidInput, "unknown buffer {}", b.index);
+    }
+    return buffers_[b.index].get();
+  }
+  sim::Result<CommState*> comm_locked(CommId id) {
+    if (id.index >= comms_.size()) {
+      return sim::fail(sim::ErrorCode::kInvalidInput, "unknown communicator {}", id.index);
+    }
+    return comms_[id.index].get();
+  }
+  static sim::Result<int> member_of(const CommState& c, int rank, std::string_view op_name) {
+    auto it = std::find(c.ranks.begin(), c.ranks.end(), rank);
+    if (it == c.ranks.end()) {
+      return sim::fail(sim::ErrorCode::kInvalidInput, "op '{}': rank {} is not in the communicator",
+                       op_name, rank);
+    }
+    return static_cast<int>(it - c.ranks.begin());
+  }
+
+  void push_locked(int rank, std::string label, std::function<sim::Status()> run) {
+    ranks_[static_cast<std::size_t>(rank)]->queue.push_back(Task{std::move(label), std::move(run)});
+    cv_.notify_all();
+  }
+
+  bool all_idle_locked() const {
+    return std::all_of(ranks_.begin(), ranks_.end(),
+                       [](const auto& r) { return !r->busy && r->queue.empty(); });
+  }
+
+  void set_error_locked(sim::Error error) {
+    if (!first_error_) first_error_ = std::move(error);
+  }
+
+  std::optional<sim::Error> nccl_async_error() {
+#if OFFSIM_HAVE_NCCL
+    std::lock_guard lock(mu_);
+    for (const auto& c : comms_) {
+      for (ncclComm_t nc : c->comms) {
+        ncclResult_t async = ncclSuccess;
+        if (ncclCommGetAsyncError(nc, &async) == ncclSuccess && async != ncclSuccess &&
+            async != ncclInProgress) {
+          return cuda::nccl_error(static_cast<int>(async), ncclGetErrorString(async),
+                                  "a collective (ncclCommGetAsyncError)");
+        }
+      }
+    }
+#endif
+    return std::nullopt;
+  }
+
+  // ncclCommAbort unblocks kernels and host calls waiting on peers; destroy=true is the orderly
+  // end of a healthy device.
+  void abort_comms(bool destroy) {
+#if OFFSIM_HAVE_NCCL
+    std::vector<std::unique_ptr<CommState>> comms;
+    {
+      std::lock_guard lock(mu_);
+      if (destroy) {
+        comms = std::move(comms_);
+        comms_.clear();
+      }
+    }
+    if (destroy) {
+      for (auto& c : comms) {
+        for (ncclComm_t nc : c->comms) {
+          if (nc) ncclCommDestroy(nc);
+        }
+      }
+      return;
+    }
+    std::lock_guard lock(mu_);
+    for (auto& c : comms_) {
+      for (ncclComm_t& nc : c->comms) {
+        if (nc) ncclCommAbort(nc);
+        nc = nullptr;
+      }
+    }
+#else
+    (void)destroy;
+#endif
+  }
+
+  sim::Result<GemmPlan*> gemm_plan(RankState& r, const sim::GemmShape& g) {
+    const auto key = std::make_tuple(g.m, g.n, g.k, g.batch, static_cast<int>(g.dtype));
+    auto it = r.gemms.find(key);
+    if (it != r.gemms.end()) return it->second.get();
+    auto plan = std::make_unique<GemmPlan>();
+    sim::Status made = make_gemm_plan(r, g, g.dtype, *plan);
+    if (!made && g.dtype == sim::DType::kFp8) {
+      plan = std::make_unique<GemmPlan>();  // no fp8 kernel on this GPU: run it as bf16
+      made = make_gemm_plan(r, g, sim::DType::kBf16, *plan);
+    }
+    if (!made) return sim::fail(made.error());
+    GemmPlan* raw = plan.get();
+    r.gemms.emplace(key, std::move(plan));
+    return raw;
+  }
+
+  static sim::Status make_gemm_plan(RankState& r, const sim::GemmShape& g, sim::DType dtype,
+                                    GemmPlan& p) {
+    p.ran_as = dtype;
+    const cudaDataType_t in_t = cuda_type(dtype);
+    const cudaDataType_t out_t = dtype == sim::DType::kFp8 ? CUDA_R_16BF : in_t;
+    OFFSIM_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t t = CUBLAS_OP_T, n = CUBLAS_OP_N;
+    OFFSIM_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof t));
+    OFFSIM_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &n, sizeof n));
+    // cuBLAS A = our B stored k×n (ld k, transposed), B = our A stored k×m, C = n×m (ld n).
+    const auto u = [](std::int64_t x) { return static_cast<std::uint64_t>(x); };
+    OFFSIM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, in_t, u(g.k), u(g.n), g.k));
+    OFFSIM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, in_t, u(g.k), u(g.m), g.k));
+    OFFSIM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.c, out_t, u(g.n), u(g.m), g.n));
+    if (g.batch > 1) {
+      const int count = static_cast<int>(g.batch);
+      const std::int64_t sa = g.k * g.n, sb = g.k * g.m, sc = g.n * g.m;
+      for (auto [layout, stride] : {std::pair{p.a, sa}, {p.b, sb}, {p.c, sc}}) {
+        OFFSIM_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(
+            layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count));
+        OFFSIM_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(
+            layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride));
+      }
+    }
+    OFFSIM_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&p.pref));
+    const std::uint64_t ws = kWorkspaceBytes;
+    OFFSIM_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        p.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    OFFSIM_CUBLAS_CHECK(
+        cublasLtMatmulAlgoGetHeuristic(r.lt, p.op, p.a, p.b, p.c, p.c, p.pref, 1, &result, &found));
+    if (found == 0) {
+      return sim::fail(sim::ErrorCode::kUnsupported,
+                       "cuBLASLt has no algorithm for a {} GEMM {}x{}x{} (batch {}) on GPU {}",
+                       sim::to_string(dtype), g.m, g.n, g.k, g.batch, r.gpu);
+    }
+    p.algo = result.algo;
+    return sim::ok();
+  }
+
+  void run_worker(RankState& r) {
+    cudaSetDevice(r.gpu);
+    std::unique_lock lock(mu_);
+    for (;;) {
+      cv_.wait(lock, [&] { return stop_ || !r.queue.empty(); });
+      if (r.queue.empty()) return;
+      Task task = std::move(r.queue.front());
+      r.queue.pop_front();
+      r.busy = true;
+      r.current = task.label;
+      const bool skip = aborted_ || first_error_.has_value();
+      lock.unlock();
+      sim::Status status = skip ? sim::ok() : task.run();
+      lock.lock();
+      if (!status) {
+        set_error_locked(sim::Error{status.error().code,
+                                    fmt::format("GPU {}: {}", r.gpu, status.error().message)});
+        aborted_ = true;
+      }
+      r.busy = false;
+      r.current.clear();
+      cv_.notify_all();
+    }
+  }
+
+  int first_gpu_;
+  DeviceInfo info_;
+  std::vector<std::unique_ptr<RankState>> ranks_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  bool aborted_ = false;
+  bool hung_ = false;  // a watchdog fired: skip calls that could block on the GPU at teardown
+  std::optional<sim::Error> first_error_;
+  std::vector<std::unique_ptr<StreamState>> streams_;
+  std::vector<std::unique_ptr<EventState>> events_;
+  std::vector<std::unique_ptr<BufferState>> buffers_;
+  std::vector<std::unique_ptr<CommState>> comms_;
+};
+
+}  // namespace
+
+sim::Result<std::unique_ptr<Device>> make_cuda_device(int first_gpu, int ranks) {
+  int count = 0;
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    return sim::fail(cuda_error(err, "cudaGetDeviceCount"));
+  }
+  if (count == 0) {
+    return sim::fail(sim::ErrorCode::kNoDevice, "no GPU: the CUDA driver sees no device");
+  }
+  if (first_gpu < 0 || ranks < 1 || first_gpu + ranks > count) {
+    return sim::fail(sim::ErrorCode::kNoDevice,
+                     "no GPU: {} GPU(s) needed from GPU {} on, but {} visible", ranks, first_gpu,
+                     count);
+  }
+  auto device = std::make_unique<CudaDevice>(first_gpu, ranks);
+  OFFSIM_RETURN_IF_ERROR(device->init());
+  return std::unique_ptr<Device>(std::move(device));
+}
+
+std::vector<DeviceInfo> list_cuda_devices() {
+  std::vector<DeviceInfo> out;
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();
+    return out;
+  }
+  for (int i = 0; i < count; ++i) {
+    DeviceInfo info = gpu_info(i, 1);
+    info.note = fmt::format("GPU {}", i);
+    out.push_back(std::move(info));
+  }
+  return out;
+}
+
+}  // namespace offsim::backends

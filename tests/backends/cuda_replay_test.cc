@@ -1,0 +1,165 @@
+// The replay on the CUDA device (ctest label "gpu"). Every test skips cleanly without a GPU.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "backends/cuda/cuda_device.h"
+#include "backends/replay.h"
+
+namespace offsim::backends {
+namespace {
+
+using ::testing::HasSubstr;
+using namespace std::chrono_literals;
+
+constexpr std::int64_t kMiB = std::int64_t{1} << 20;
+
+// Skips the test unless a GPU can be opened; returns the device otherwise.
+#define OFFSIM_REQUIRE_GPU(dev, ranks)                              \
+  auto dev##_result = make_cuda_device(0, ranks);                   \
+  if (!dev##_result) {                                              \
+    ASSERT_EQ(dev##_result.error().code, sim::ErrorCode::kNoDevice) \
+        << dev##_result.error().message;                            \
+    GTEST_SKIP() << dev##_result.error().message;                   \
+  }                                                                 \
+  std::unique_ptr<Device> dev = std::move(dev##_result).value()
+
+// rank0: g0 (bf16 GEMM 4096³, allocs act 64 MiB) → d2h copy of act (frees it) → g1 → h2d
+// prefetch (allocs act.back) → g2 (frees act.back); plus attention and an elementwise pass.
+sim::Plan gpu_plan() {
+  sim::PlanBuilder b;
+  sim::LaneId compute = b.lane("rank0.compute");
+  sim::LaneId d2h = b.lane("rank0.d2h");
+  sim::LaneId h2d = b.lane("rank0.h2d");
+  sim::PoolId hbm = b.pool("rank0.hbm", std::int64_t{140} << 30);
+  sim::PoolId pinned = b.pool("host0.pinned", std::int64_t{1} << 40);
+  sim::TensorId w = b.tensor("weights", hbm, 256 * kMiB, "params");
+  sim::TensorId act = b.tensor("act", hbm, 64 * kMiB, "activations");
+  sim::TensorId act_host = b.tensor("act.host", pinned, 64 * kMiB, "activations");
+  sim::TensorId act_back = b.tensor("act.back", hbm, 64 * kMiB, "activations");
+  b.initial(w);
+  auto gemm = [&](const char* name) {
+    sim::Op op{.name = name, .lane = compute, .kind = sim::OpKind::kGemm};
+    op.sizes.gemm = {.m = 4096, .n = 4096, .k = 4096, .dtype = sim::DType::kBf16};
+    return op;
+  };
+  sim::Op g0 = gemm("g0");
+  g0.allocs = {act};
+  sim::OpId g0_id = b.op(g0);
+  sim::Op off{.name = "offload", .lane = d2h, .kind = sim::OpKind::kCopy};
+  off.sizes.bytes = 64 * kMiB;
+  off.sizes.copy_direction = sim::CopyDirection::kD2H;
+  off.deps = {g0_id};
+  off.allocs = {act_host};
+  off.frees = {act};
+  sim::OpId off_id = b.op(off);
+  sim::Op attn{.name = "attn", .lane = compute, .kind = sim::OpKind::kAttention};
+  attn.sizes.attention = {.batch = 1,
+                          .heads = 32,
+                          .kv_heads = 8,
+                          .seq_q = 2048,
+                          .seq_kv = 2048,
+                          .head_dim = 128,
+                          .causal = true};
+  b.op(attn);
+  sim::Op ew{.name = "ew", .lane = compute, .kind = sim::OpKind::kElementwise};
+  ew.sizes.bytes = 256 * kMiB;
+  sim::OpId ew_id = b.op(ew);
+  sim::Op pre{.name = "prefetch", .lane = h2d, .kind = sim::OpKind::kCopy};
+  pre.sizes.bytes = 64 * kMiB;
+  pre.sizes.copy_direction = sim::CopyDirection::kH2D;
+  pre.deps = {off_id, ew_id};
+  pre.allocs = {act_back};
+  sim::OpId pre_id = b.op(pre);
+  sim::Op g2 = gemm("g2");
+  g2.deps = {pre_id};
+  g2.frees = {act_back};
+  b.op(g2);
+  return std::move(b).build();
+}
+
+TEST(CudaReplayTest, ListsGpusOrNothing) {
+  std::vector<DeviceInfo> gpus = list_cuda_devices();
+  for (const DeviceInfo& d : gpus) {
+    EXPECT_EQ(d.kind, DeviceKind::kCuda);
+    EXPECT_FALSE(d.name.empty());
+    EXPECT_GT(d.memory_bytes, 0);
+  }
+}
+
+TEST(CudaReplayTest, NoGpuIsReportedNotCrashed) {
+  auto dev = make_cuda_device(0, 1);
+  if (dev) GTEST_SKIP() << "a GPU is present";
+  EXPECT_EQ(dev.error().code, sim::ErrorCode::kNoDevice);
+  EXPECT_THAT(dev.error().message, HasSubstr("no GPU"));
+}
+
+TEST(CudaReplayTest, EventsTimeAGemm) {
+  OFFSIM_REQUIRE_GPU(dev, 1);
+  StreamId s = *dev->create_stream(0, "rank0.compute");
+  EventId a = *dev->create_event(0), b = *dev->create_event(0);
+  const std::int64_t bytes = 4096 * 4096 * 2;
+  Buffer x = *dev->scratch(0, MemoryKind::kDevice, bytes);
+  Buffer y = *dev->scratch(0, MemoryKind::kDevice, bytes);
+  Buffer z = *dev->scratch(0, MemoryKind::kDevice, bytes);
+  const sim::GemmShape g{.m = 4096, .n = 4096, .k = 4096, .dtype = sim::DType::kBf16};
+  ASSERT_TRUE(dev->gemm(s, g, x, y, z));  // warm-up: algorithm choice
+  ASSERT_TRUE(dev->record(s, a));
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(dev->gemm(s, g, x, y, z));
+  ASSERT_TRUE(dev->record(s, b));
+  sim::Status st = dev->synchronize(60s);
+  ASSERT_TRUE(st) << st.error().message;
+  sim::Duration d = *dev->elapsed(a, b);
+  // 10 × 2·4096³ = 1.37e12 FLOP; any GPU this runs on does that in 10 µs .. 10 s.
+  EXPECT_GT(d.count(), 10'000);
+  EXPECT_LT(d.count(), 10'000'000'000);
+}
+
+TEST(CudaReplayTest, ReplayKeepsOrderAndMeasuresThePool) {
+  OFFSIM_REQUIRE_GPU(probe, 1);
+  probe.reset();
+  sim::Plan plan = gpu_plan();
+  ReplayOptions o;
+  o.device = DeviceKind::kCuda;
+  o.warmup_steps = 1;
+  o.measured_steps = 3;
+  sim::Result<ReplayResult> r = replay(plan, o);
+  ASSERT_TRUE(r) << r.error().message;
+  const sim::Timeline& t = r->timeline;
+  ASSERT_EQ(t.spans.size(), plan.ops.size());
+  std::vector<sim::Span> by_op(plan.ops.size());
+  for (const sim::Span& s : t.spans) by_op[s.op.index()] = s;
+  for (std::size_t i = 0; i < plan.ops.size(); ++i) {
+    EXPECT_LE(by_op[i].start, by_op[i].end);
+    for (sim::OpId dep : plan.ops[i].deps) EXPECT_GE(by_op[i].start, by_op[dep.index()].end);
+  }
+  ASSERT_EQ(r->pools.size(), 1u);
+  // Planned peak: weights 256 MiB + act 64 MiB (act.back comes after act is freed) = 320 MiB;
+  // the allocator's high-water is at least that.
+  EXPECT_EQ(r->pools[0].planned_peak_bytes, 320 * kMiB);
+  EXPECT_GE(r->pools[0].used_high_bytes, 320 * kMiB);
+  EXPECT_LT(r->pools[0].used_high_bytes, 400 * kMiB);
+}
+
+TEST(CudaReplayTest, AllocationFailureNamesRequestInUseAndOp) {
+  OFFSIM_REQUIRE_GPU(probe, 1);
+  const std::int64_t too_much = probe->info().memory_bytes * 2;
+  probe.reset();
+  sim::PlanBuilder b;
+  sim::LaneId compute = b.lane("rank0.compute");
+  sim::PoolId hbm = b.pool("rank0.hbm", too_much * 2);
+  sim::TensorId big = b.tensor("huge", hbm, too_much, "activations");
+  sim::Op op{.name = "fwd.huge", .lane = compute, .kind = sim::OpKind::kMarker};
+  op.allocs = {big};
+  op.frees = {big};
+  b.op(op);
+  ReplayOptions o;
+  o.device = DeviceKind::kCuda;
+  sim::Result<ReplayResult> r = replay(std::move(b).build(), o);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, sim::ErrorCode::kLimitExceeded) << r.error().message;
+  EXPECT_THAT(r.error().message, HasSubstr("op 'fwd.huge' requested"));
+  EXPECT_THAT(r.error().message, HasSubstr("bytes in use"));
+}
+
+}  // namespace
+}  // namespace offsim::backends
