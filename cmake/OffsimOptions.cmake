@@ -30,6 +30,14 @@ if(OFFSIM_SANITIZE)
     -fno-sanitize-recover=all>)
   target_link_options(offsim_build_options INTERFACE -fsanitize=${OFFSIM_SANITIZE})
 endif()
+if(OFFSIM_BUILD_FUZZERS)
+  if(NOT CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
+    message(FATAL_ERROR "OFFSIM_BUILD_FUZZERS needs clang (libFuzzer); use the 'fuzz' preset")
+  endif()
+  # Coverage instrumentation everywhere, so the fuzzers see inside the parsers' libraries.
+  target_compile_options(offsim_build_options INTERFACE
+    $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=fuzzer-no-link>)
+endif()
 target_include_directories(offsim_build_options INTERFACE ${PROJECT_SOURCE_DIR})
 target_compile_definitions(offsim_build_options INTERFACE
   OFFSIM_VERSION="${PROJECT_VERSION}" OFFSIM_SOURCE_DIR="${PROJECT_SOURCE_DIR}")

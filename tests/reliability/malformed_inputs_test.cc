@@ -1,0 +1,146 @@
+// The malformed and hostile input catalogue: every case in cases.tsv runs the real `offsim`
+// binary on a bad input and must end with exit status 2, a first error line that names the
+// input (and what was expected), no crash or hang, and no output file left behind.
+//
+// cases.tsv: one case per line, tab-separated: name, a substring the error must contain, then the
+// command's arguments separated by spaces. `{in}` is tests/reliability/inputs, `{out}` a fresh
+// empty folder whose contents are checked after the run.
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+extern char** environ;
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Case {
+  std::string name;
+  std::string expected;
+  std::vector<std::string> args;
+};
+
+std::vector<Case> load_cases() {
+  std::ifstream in(fs::path(OFFSIM_SOURCE_DIR) / "tests/reliability/cases.tsv");
+  std::vector<Case> cases;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream fields(line);
+    Case c;
+    std::string args;
+    std::getline(fields, c.name, '\t');
+    std::getline(fields, c.expected, '\t');
+    std::getline(fields, args);
+    std::istringstream words(args);
+    for (std::string w; words >> w;) c.args.push_back(w);
+    cases.push_back(std::move(c));
+  }
+  return cases;
+}
+
+std::string replace_all(std::string s, const std::string& from, const std::string& to) {
+  for (std::size_t pos = 0; (pos = s.find(from, pos)) != std::string::npos; pos += to.size()) {
+    s.replace(pos, from.size(), to);
+  }
+  return s;
+}
+
+struct RunResult {
+  int exit_code = -1;  // -1: killed by a signal or timed out
+  int signal = 0;
+  bool timed_out = false;
+  std::string output;
+};
+
+RunResult run(const std::vector<std::string>& args, const fs::path& log) {
+  std::vector<char*> argv;
+  std::string binary = OFFSIM_BINARY;
+  argv.push_back(binary.data());
+  std::vector<std::string> copy = args;
+  for (std::string& a : copy) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&actions, 1, 2);
+  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  pid_t pid = 0;
+  RunResult r;
+  if (posix_spawn(&pid, binary.c_str(), &actions, nullptr, argv.data(), environ) != 0) {
+    posix_spawn_file_actions_destroy(&actions);
+    r.output = "posix_spawn failed";
+    return r;
+  }
+  posix_spawn_file_actions_destroy(&actions);
+  int status = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (waitpid(pid, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      r.timed_out = true;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  if (!r.timed_out && WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) r.signal = WTERMSIG(status);
+  std::ifstream in(log);
+  std::ostringstream text;
+  text << in.rdbuf();
+  r.output = text.str();
+  return r;
+}
+
+class MalformedInput : public ::testing::TestWithParam<Case> {};
+
+TEST_P(MalformedInput, FailsCleanlyWithStatus2) {
+  const Case& c = GetParam();
+  const fs::path inputs = fs::path(OFFSIM_SOURCE_DIR) / "tests/reliability/inputs";
+  const fs::path out =
+      fs::temp_directory_path() / ("offsim-malformed-" + c.name + "-" + std::to_string(::getpid()));
+  fs::remove_all(out);
+  fs::create_directories(out);
+  std::vector<std::string> args;
+  for (const std::string& a : c.args) {
+    args.push_back(replace_all(replace_all(a, "{in}", inputs.string()), "{out}", out.string()));
+  }
+  const fs::path log = fs::temp_directory_path() / ("offsim-malformed-" + c.name + ".log");
+  const RunResult r = run(args, log);
+  fs::remove(log);
+  EXPECT_FALSE(r.timed_out) << c.name << ": hung for 60 s";
+  EXPECT_EQ(r.signal, 0) << c.name << ": killed by signal " << r.signal << "\n" << r.output;
+  EXPECT_EQ(r.exit_code, 2) << c.name << ": output was\n" << r.output;
+  EXPECT_NE(r.output.find(c.expected), std::string::npos)
+      << c.name << ": expected the error to mention '" << c.expected << "', got\n"
+      << r.output;
+  EXPECT_LT(r.output.size(), 20000u) << c.name << ": error output is not a clear message";
+  std::vector<std::string> left;
+  for (const auto& entry : fs::directory_iterator(out)) left.push_back(entry.path().string());
+  EXPECT_TRUE(left.empty()) << c.name << ": left " << left.size() << " file(s), e.g. "
+                            << (left.empty() ? "" : left[0]);
+  fs::remove_all(out);
+}
+
+TEST(MalformedInputCatalogue, HasAtLeastFiftyCases) { EXPECT_GE(load_cases().size(), 50u); }
+
+INSTANTIATE_TEST_SUITE_P(Catalogue, MalformedInput, ::testing::ValuesIn(load_cases()),
+                         [](const ::testing::TestParamInfo<Case>& info) {
+                           return info.param.name;
+                         });
+
+}  // namespace
