@@ -87,21 +87,50 @@ TimeSplit split_time(const sim::Plan& plan, const sim::Timeline& t, const std::s
     }
     cursor = std::max(cursor, s.end);
   }
-  // The tail after the last compute op: whatever of this rank ends last.
+  // The tail after the last compute op: in each piece of it, the most telling op of this rank
+  // still running (CPU optimizer, then copies, then collectives); nothing running = waiting on
+  // another pipeline stage.
   if (t.makespan > cursor) {
-    const sim::Op* last = nullptr;
-    sim::TimePoint latest = cursor;
+    std::vector<std::size_t> active;
+    std::vector<sim::TimePoint> cuts = {cursor, t.makespan};
     for (std::size_t i = 0; i < plan.ops.size(); ++i) {
-      if (by_op[i] == nullptr || by_op[i]->end < latest) continue;
+      if (by_op[i] == nullptr || by_op[i]->end <= cursor) continue;
       if (plan.lanes[plan.ops[i].lane.index()].name.rfind(rank_prefix, 0) != 0) continue;
-      latest = by_op[i]->end;
-      last = &plan.ops[i];
+      active.push_back(i);
+      cuts.push_back(std::max(cursor, by_op[i]->start));
+      cuts.push_back(by_op[i]->end);
     }
-    const double gap = sim::to_seconds(t.makespan - cursor);
-    if (last != nullptr) {
-      idle_bucket(*last) += gap;
-    } else {
-      split.bubble_s += gap;  // waiting on another stage
+    std::sort(cuts.begin(), cuts.end());
+    cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+    const auto rank_of = [](sim::OpKind k) {
+      switch (k) {
+        case sim::OpKind::kHostCompute:
+          return 4;
+        case sim::OpKind::kCopy:
+          return 3;
+        case sim::OpKind::kCollective:
+          return 2;
+        case sim::OpKind::kP2P:
+          return 1;
+        default:
+          return 0;
+      }
+    };
+    for (std::size_t c = 0; c + 1 < cuts.size(); ++c) {
+      const double piece = sim::to_seconds(cuts[c + 1] - cuts[c]);
+      const sim::Op* best = nullptr;
+      for (std::size_t i : active) {
+        const sim::Span& s = *by_op[i];
+        if (s.start <= cuts[c] && s.end >= cuts[c + 1] &&
+            (best == nullptr || rank_of(plan.ops[i].kind) > rank_of(best->kind))) {
+          best = &plan.ops[i];
+        }
+      }
+      if (best != nullptr) {
+        idle_bucket(*best) += piece;
+      } else {
+        split.bubble_s += piece;
+      }
     }
   }
   return split;

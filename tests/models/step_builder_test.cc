@@ -1,0 +1,232 @@
+// The lowering (build_step) and evaluate(): plans are valid, static memory in the plan equals
+// the closed forms, and offload behaves as it physically should on the default profiles.
+#include <gtest/gtest.h>
+
+#include "models/evaluate.h"
+#include "models/formulas.h"
+#include "models/step_builder.h"
+
+namespace offsim::models {
+namespace {
+
+using Mode = RecomputeConfig::Mode;
+using Schedule = ParallelConfig::PipelineSchedule;
+
+Scenario base(const std::string& model, const std::string& system) {
+  Scenario s;
+  s.name = "test";
+  s.model = *find_model(model);
+  s.hardware.system = system;
+  s.training = {.global_batch = 8, .micro_batch = 1, .seq_len = 2048};
+  return s;
+}
+
+std::int64_t initial_bytes(const sim::Plan& plan, const std::string& pool,
+                           const std::string& category) {
+  std::int64_t total = 0;
+  for (sim::TensorId id : plan.initial_tensors) {
+    const sim::Tensor& t = plan.tensors[id.index()];
+    if (plan.pools[t.pool.index()].name == pool && t.category == category) total += t.bytes;
+  }
+  return total;
+}
+
+TEST(BuildStep, PlansValidateAcrossLayouts) {
+  struct Case {
+    ParallelConfig p;
+    Mode mode;
+    std::string preset;
+  };
+  std::vector<Case> cases = {
+      {{.dp = 8}, Mode::kNone, "none"},
+      {{.dp = 2, .tp = 4, .sequence_parallel = true, .zero_stage = 1},
+       Mode::kSelective,
+       "megatron_activation_offload"},
+      {{.dp = 1, .tp = 2, .pp = 4, .schedule = Schedule::k1F1B}, Mode::kFull, "none"},
+      {{.dp = 1, .tp = 2, .pp = 4, .schedule = Schedule::kInterleaved1F1B, .virtual_stages = 2},
+       Mode::kSelective,
+       "megatron_activation_offload"},
+      {{.dp = 8, .fsdp = true}, Mode::kFull, "jax_offload_dot_with_no_batch_dims"},
+      {{.dp = 8, .zero_stage = 2}, Mode::kNone, "zero_offload"},
+      {{.dp = 8, .fsdp = true}, Mode::kNone, "fsdp_cpu_offload"},
+  };
+  for (const Case& c : cases) {
+    Scenario s = base("llama3-8b", "dgx-h100");
+    s.parallelism = c.p;
+    s.recompute.mode = c.mode;
+    s.offload = *offload_preset(c.preset, {});
+    auto step = build_step(s);
+    ASSERT_TRUE(step) << c.preset << ": " << step.error().message;
+    auto v = sim::validate(step->plan);
+    EXPECT_TRUE(v) << c.preset << ": " << (v ? "" : v.error().message);
+    EXPECT_EQ(static_cast<int>(step->ranks.size()), c.p.pp);
+    EXPECT_EQ(step->ranks.front().multiplicity, c.p.dp * c.p.tp);
+  }
+}
+
+TEST(BuildStep, StaticMemoryPerZeroStageMatchesClosedForms) {
+  // Llama 3 8B, one stage, dp = 8: every parameter group divides by 8, so the plan's initial
+  // tensors must be exactly params 2Ψ, grads 2Ψ, optimizer 12Ψ, each /8 from its ZeRO stage on.
+  const std::int64_t psi = parameter_count(*find_model("llama3-8b"));
+  ASSERT_EQ(psi % 8, 0);
+  struct Case {
+    int stage;
+    bool fsdp;
+    std::int64_t params, grads, opt;
+  } cases[] = {{0, false, 2 * psi, 2 * psi, 12 * psi},
+               {1, false, 2 * psi, 2 * psi, 12 * psi / 8},
+               {2, false, 2 * psi, 2 * psi / 8, 12 * psi / 8},
+               {3, false, 2 * psi / 8, 2 * psi / 8, 12 * psi / 8},
+               {0, true, 2 * psi / 8, 2 * psi / 8, 12 * psi / 8}};
+  for (const Case& c : cases) {
+    Scenario s = base("llama3-8b", "dgx-h100");
+    s.parallelism = {.dp = 8, .zero_stage = c.stage, .fsdp = c.fsdp};
+    auto step = build_step(s);
+    ASSERT_TRUE(step) << step.error().message;
+    const std::string pool = step->ranks.front().hbm_pool;
+    EXPECT_EQ(initial_bytes(step->plan, pool, "params"), c.params) << c.stage;
+    EXPECT_EQ(initial_bytes(step->plan, pool, "grads"), c.grads) << c.stage;
+    EXPECT_EQ(initial_bytes(step->plan, pool, "optimizer"), c.opt) << c.stage;
+  }
+}
+
+TEST(BuildStep, ZeroOffloadMovesOptimizerStateToHost) {
+  Scenario s = base("llama3-8b", "dgx-h100");
+  s.parallelism = {.dp = 8, .zero_stage = 2};
+  s.offload = *offload_preset("zero_offload", {});
+  auto step = build_step(s);
+  ASSERT_TRUE(step);
+  const std::int64_t psi = parameter_count(s.model);
+  EXPECT_EQ(initial_bytes(step->plan, step->ranks.front().hbm_pool, "optimizer"), 0);
+  EXPECT_EQ(initial_bytes(step->plan, step->ranks.front().host_pool, "optimizer"), 12 * psi / 8);
+  int cpu_ops = 0;
+  for (const sim::Op& op : step->plan.ops) cpu_ops += op.category == "cpu_optimizer";
+  EXPECT_EQ(cpu_ops, s.model.layers + 2);  // every layer, the embedding and the head
+}
+
+TEST(BuildStep, SavedActivationsInPlanMatchFormula) {
+  // One micro-batch, no offload: the activation tensors of layer 0 total the formula's bytes.
+  Scenario s = base("llama3-8b", "dgx-h100");
+  s.parallelism = {.dp = 8};
+  s.recompute.mode = Mode::kSelective;
+  auto step = build_step(s);
+  ASSERT_TRUE(step);
+  const LayerDims d = layer_dims(s);
+  const std::int64_t expected = layer_activations(d, Mode::kSelective, {}).saved_bytes(d);
+  std::int64_t got = 0;
+  for (const sim::Tensor& t : step->plan.tensors) {
+    if (t.name == "mb0.l0.act") got += t.bytes;
+  }
+  EXPECT_EQ(got, expected);
+}
+
+TEST(BuildStep, PipelineFlagForMegatronActivationOffload) {
+  Scenario s = base("llama3-8b", "dgx-h100");
+  s.parallelism = {.dp = 2, .tp = 1, .pp = 4};
+  s.offload = *offload_preset("megatron_activation_offload", {});
+  auto step = build_step(s);
+  ASSERT_TRUE(step);
+  ASSERT_FALSE(step->flags.empty());
+  EXPECT_NE(step->flags[0].find("megatron cannot offload activations with pp>1"),
+            std::string::npos);
+}
+
+Report run(const Scenario& s) {
+  auto e = evaluate(s, {});
+  EXPECT_TRUE(e) << (e ? "" : e.error().message);
+  return e ? e->report : Report{};
+}
+
+TEST(Evaluate, TimeSplitAddsUpToStepTime) {
+  Scenario s = base("llama3-8b", "dgx-h100");
+  s.parallelism = {.dp = 2, .tp = 2, .pp = 2, .sequence_parallel = true, .zero_stage = 1};
+  s.recompute.mode = Mode::kSelective;
+  const Report r = run(s);
+  ASSERT_TRUE(r.fits) << r.outcome;
+  const TimeSplit& t = r.time;
+  const double sum = t.compute_s + t.recompute_s + t.exposed_comm_s + t.exposed_offload_s +
+                     t.bubble_s + t.cpu_optimizer_s + t.other_s;
+  EXPECT_NEAR(sum, r.step_time_s, 1e-6);
+  EXPECT_GT(t.bubble_s, 0.0);  // two pipeline stages
+  EXPECT_GT(r.mfu, 0.05);
+  EXPECT_LT(r.mfu, 1.0);
+  EXPECT_NEAR(r.tokens_per_s * r.step_time_s, 8.0 * 2048, 1e-3);
+}
+
+TEST(Evaluate, ActivationOffloadLowersPeakAndHidesBehindBigLayers) {
+  // Llama 3 70B layer shapes on 8 H100s (FSDP, optimizer on the CPU so it fits at all), seq 4096:
+  // a layer's forward is ~10 ms of GEMMs while its ~1.1 GB of saved activations need ~20 ms at
+  // ~55 GB/s... so use selective recompute with a partial offload that the link can carry.
+  Scenario s = base("llama3-70b", "dgx-h100");
+  s.training = {.global_batch = 8, .micro_batch = 1, .seq_len = 4096};
+  s.parallelism = {.dp = 8, .fsdp = true};
+  s.recompute.mode = Mode::kFull;
+  s.offload = *offload_preset("zero_offload", {});
+  const Report keep = run(s);
+  s.offload.rules.push_back({.cls = TensorClass::kNamedActivation, .name = "decoder_layer_input"});
+  const Report off = run(s);
+  ASSERT_TRUE(keep.fits);
+  ASSERT_TRUE(off.fits);
+  // Full recompute keeps 2·s·h bytes per layer; offloaded, at most a few layers stay on HBM.
+  const std::int64_t per_layer = 2 * 4096 * 8192;
+  EXPECT_LE(off.memory.activations_bytes, keep.memory.activations_bytes - 60 * per_layer);
+  EXPECT_LT(off.step_time_s, keep.step_time_s * 1.02);
+}
+
+TEST(Evaluate, SlowLinkExposesOffload) {
+  // Same offload on the A100 (PCIe Gen4, 2 GPUs per switch): the copies of every saved
+  // activation do not fit behind the compute.
+  Scenario s = base("llama3-8b", "dgx-a100-80gb");
+  s.parallelism = {.dp = 8, .zero_stage = 1};
+  s.offload = *offload_preset("megatron_activation_offload", {});
+  const Report off = run(s);
+  s.offload = {};
+  const Report keep = run(s);
+  ASSERT_TRUE(off.fits);
+  ASSERT_TRUE(keep.fits);
+  EXPECT_GT(off.step_time_s, keep.step_time_s * 1.05);
+  EXPECT_GT(off.time.exposed_offload_s, 0.0);
+}
+
+TEST(Evaluate, PrefetchDepthTradesMemoryForExposedTime) {
+  Scenario s = base("llama3-8b", "dgx-h100");
+  s.parallelism = {.dp = 8, .zero_stage = 1};
+  s.recompute.mode = Mode::kSelective;
+  s.offload = *offload_preset("megatron_activation_offload", {.prefetch_layers = 1});
+  const Report k1 = run(s);
+  s.offload = *offload_preset("megatron_activation_offload", {.prefetch_layers = 4});
+  const Report k4 = run(s);
+  ASSERT_TRUE(k1.fits);
+  ASSERT_TRUE(k4.fits);
+  EXPECT_LE(k4.time.exposed_offload_s, k1.time.exposed_offload_s);
+  EXPECT_GE(k4.hbm_peak_bytes, k1.hbm_peak_bytes);
+}
+
+TEST(Evaluate, CpuOptimizerDominatesZeroOffload) {
+  Scenario s = base("llama3-8b", "dgx-h100");
+  s.parallelism = {.dp = 8, .zero_stage = 2};
+  const Report gpu = run(s);
+  s.offload = *offload_preset("zero_offload", {});
+  const Report cpu = run(s);
+  ASSERT_TRUE(gpu.fits);
+  ASSERT_TRUE(cpu.fits);
+  EXPECT_GT(cpu.step_time_s, gpu.step_time_s);
+  EXPECT_GT(cpu.time.cpu_optimizer_s, 0.0);
+  EXPECT_LT(cpu.hbm_peak_bytes, gpu.hbm_peak_bytes);
+}
+
+TEST(Evaluate, OutOfMemoryIsReported) {
+  // 70B with plain data parallelism on 80 GB GPUs: 16 bytes per parameter never fit.
+  Scenario s = base("llama3-70b", "dgx-h100");
+  s.parallelism = {.dp = 8};
+  const Report r = run(s);
+  EXPECT_FALSE(r.fits);
+  ASSERT_TRUE(r.oom.has_value());
+  EXPECT_GT(r.oom->requested_bytes + r.oom->in_use_bytes, r.oom->capacity_bytes);
+  const auto j = report_to_json(r);
+  EXPECT_FALSE(j["fits"].get<bool>());
+  EXPECT_TRUE(j.contains("memory"));
+}
+
+}  // namespace
+}  // namespace offsim::models
