@@ -4,7 +4,8 @@
 //
 // cases.tsv: one case per line, tab-separated: name, a substring the error must contain, then the
 // command's arguments separated by spaces. `{in}` is tests/reliability/inputs, `{out}` a fresh
-// empty folder whose contents are checked after the run.
+// empty folder whose contents are checked after the run, `{copy:NAME}` a private copy of
+// inputs/NAME.
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -115,8 +116,19 @@ TEST_P(MalformedInput, FailsCleanlyWithStatus2) {
       fs::temp_directory_path() / ("offsim-malformed-" + c.name + "-" + std::to_string(::getpid()));
   fs::remove_all(out);
   fs::create_directories(out);
+  // {copy:NAME} stands for a private copy of inputs/NAME, for commands that may rewrite a file.
+  const fs::path scratch = out.string() + ".scratch";
+  fs::remove_all(scratch);
+  fs::create_directories(scratch);
   std::vector<std::string> args;
-  for (const std::string& a : c.args) {
+  for (std::string a : c.args) {
+    const std::size_t at = a.find("{copy:");
+    if (at != std::string::npos) {
+      const std::size_t end = a.find('}', at);
+      const std::string name = a.substr(at + 6, end - at - 6);
+      fs::copy_file(inputs / name, scratch / name);
+      a.replace(at, end - at + 1, (scratch / name).string());
+    }
     args.push_back(replace_all(replace_all(a, "{in}", inputs.string()), "{out}", out.string()));
   }
   const fs::path log = fs::temp_directory_path() / ("offsim-malformed-" + c.name + ".log");
@@ -134,6 +146,7 @@ TEST_P(MalformedInput, FailsCleanlyWithStatus2) {
   EXPECT_TRUE(left.empty()) << c.name << ": left " << left.size() << " file(s), e.g. "
                             << (left.empty() ? "" : left[0]);
   fs::remove_all(out);
+  fs::remove_all(scratch);
 }
 
 TEST(MalformedInputCatalogue, HasAtLeastFiftyCases) { EXPECT_GE(load_cases().size(), 50u); }
