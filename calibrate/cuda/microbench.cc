@@ -1,0 +1,453 @@
+#include "calibrate/cuda/microbench.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include <fmt/format.h>
+
+#include "backends/cuda/cuda_device.h"
+#include "calibrate/timing.h"
+
+namespace offsim::calibrate {
+
+using backends::MemoryKind;
+
+namespace {
+
+constexpr std::chrono::milliseconds kWatchdog{60000};
+
+std::int64_t gemm_bytes(const sim::GemmShape& g) {
+  const std::int64_t e = sim::dtype_bytes(g.dtype) * std::max<std::int64_t>(g.batch, 1);
+  const std::int64_t out = (g.dtype == sim::DType::kFp8 ? 2 : sim::dtype_bytes(g.dtype)) *
+                           std::max<std::int64_t>(g.batch, 1);
+  return std::max({g.m * g.k * e, g.k * g.n * e, g.m * g.n * out});
+}
+
+}  // namespace
+
+sim::Result<MicroBench> MicroBench::open(int first_gpu, int gpus) {
+  MicroBench b;
+  OFFSIM_ASSIGN_OR_RETURN(b.device_, backends::make_cuda_device(first_gpu, gpus));
+  b.gpus_ = gpus;
+  std::size_t free_b = 0, total_b = 0;
+  if (cudaSetDevice(first_gpu) == cudaSuccess && cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) {
+    b.context_bytes_ = static_cast<std::int64_t>(total_b - free_b);
+  }
+  for (int r = 0; r < gpus; ++r) {
+    for (auto* lanes : {&b.compute_, &b.copy_in_, &b.copy_out_}) {
+      Lane lane;
+      OFFSIM_ASSIGN_OR_RETURN(lane.stream, b.device_->create_stream(r, fmt::format("bench{}", r)));
+      OFFSIM_ASSIGN_OR_RETURN(lane.start, b.device_->create_event(r));
+      OFFSIM_ASSIGN_OR_RETURN(lane.end, b.device_->create_event(r));
+      lanes->push_back(lane);
+    }
+  }
+  b.device_scratch_.resize(static_cast<std::size_t>(gpus));
+  b.pinned_scratch_.resize(static_cast<std::size_t>(gpus));
+  b.pageable_scratch_.resize(static_cast<std::size_t>(gpus));
+  return b;
+}
+
+sim::Status MicroBench::sync() { return device_->synchronize(kWatchdog); }
+
+sim::Result<double> MicroBench::elapsed_s(const Lane& lane) {
+  OFFSIM_ASSIGN_OR_RETURN(sim::Duration d, device_->elapsed(lane.start, lane.end));
+  return sim::to_seconds(d);
+}
+
+namespace {
+
+// Three buffers of at least `bytes` each in `s`, replaced by larger ones when needed.
+template <class Scratch>
+sim::Status ensure(backends::Device& dev, Scratch& s, int rank, MemoryKind kind,
+                   std::int64_t bytes) {
+  if (s.bytes >= bytes) return sim::ok();
+  OFFSIM_ASSIGN_OR_RETURN(s.a, dev.scratch(rank, kind, bytes));
+  OFFSIM_ASSIGN_OR_RETURN(s.b, dev.scratch(rank, kind, bytes));
+  OFFSIM_ASSIGN_OR_RETURN(s.c, dev.scratch(rank, kind, bytes));
+  s.bytes = bytes;
+  return sim::ok();
+}
+
+}  // namespace
+
+sim::Result<double> MicroBench::gemm(const sim::GemmShape& shape, int reps) {
+  OFFSIM_RETURN_IF_ERROR(
+      ensure(*device_, device_scratch_[0], 0, MemoryKind::kDevice, gemm_bytes(shape)));
+  const Lane& l = compute_[0];
+  const Scratch& s = device_scratch_[0];
+  OFFSIM_RETURN_IF_ERROR(device_->record(l.stream, l.start));
+  for (int i = 0; i < reps; ++i)
+    OFFSIM_RETURN_IF_ERROR(device_->gemm(l.stream, shape, s.a, s.b, s.c));
+  OFFSIM_RETURN_IF_ERROR(device_->record(l.stream, l.end));
+  OFFSIM_RETURN_IF_ERROR(sync());
+  OFFSIM_ASSIGN_OR_RETURN(double t, elapsed_s(l));
+  return t / reps;
+}
+
+sim::Result<double> MicroBench::attention(const sim::AttentionShape& a, int reps) {
+  const std::int64_t kv = a.kv_heads > 0 ? a.kv_heads : a.heads;
+  const std::int64_t bytes =
+      (a.batch * a.heads * a.seq_q + 2 * a.batch * kv * a.seq_kv) * a.head_dim * 2;
+  OFFSIM_RETURN_IF_ERROR(ensure(*device_, device_scratch_[0], 0, MemoryKind::kDevice, bytes));
+  const Lane& l = compute_[0];
+  const Scratch& s = device_scratch_[0];
+  OFFSIM_RETURN_IF_ERROR(device_->record(l.stream, l.start));
+  for (int i = 0; i < reps; ++i) OFFSIM_RETURN_IF_ERROR(device_->attention(l.stream, a, s.a, s.c));
+  OFFSIM_RETURN_IF_ERROR(device_->record(l.stream, l.end));
+  OFFSIM_RETURN_IF_ERROR(sync());
+  OFFSIM_ASSIGN_OR_RETURN(double t, elapsed_s(l));
+  return t / reps;
+}
+
+sim::Result<double> MicroBench::memory_kernel(std::int64_t bytes, int reps) {
+  OFFSIM_RETURN_IF_ERROR(ensure(*device_, device_scratch_[0], 0, MemoryKind::kDevice, bytes / 2));
+  const Lane& l = compute_[0];
+  const Scratch& s = device_scratch_[0];
+  OFFSIM_RETURN_IF_ERROR(device_->record(l.stream, l.start));
+  for (int i = 0; i < reps; ++i)
+    OFFSIM_RETURN_IF_ERROR(device_->elementwise(l.stream, bytes, s.a, s.c));
+  OFFSIM_RETURN_IF_ERROR(device_->record(l.stream, l.end));
+  OFFSIM_RETURN_IF_ERROR(sync());
+  OFFSIM_ASSIGN_OR_RETURN(double t, elapsed_s(l));
+  return t / reps;
+}
+
+sim::Result<double> MicroBench::copy(CopyLink link, bool pinned, std::int64_t bytes, int gpus) {
+  gpus = std::clamp(gpus, 1, gpus_);
+  const MemoryKind host = pinned ? MemoryKind::kHostPinned : MemoryKind::kHostPageable;
+  for (int r = 0; r < gpus; ++r) {
+    const auto i = static_cast<std::size_t>(r);
+    OFFSIM_RETURN_IF_ERROR(ensure(*device_, device_scratch_[i], r, MemoryKind::kDevice, bytes));
+    OFFSIM_RETURN_IF_ERROR(
+        ensure(*device_, pinned ? pinned_scratch_[i] : pageable_scratch_[i], r, host, bytes));
+  }
+  if (link == CopyLink::kBidirectional) {
+    const Lane& in = copy_in_[0];
+    const Lane& out = copy_out_[0];
+    const Scratch& d = device_scratch_[0];
+    const Scratch& h = pinned ? pinned_scratch_[0] : pageable_scratch_[0];
+    OFFSIM_RETURN_IF_ERROR(device_->record(in.stream, in.start));
+    OFFSIM_RETURN_IF_ERROR(device_->wait(out.stream, in.start));
+    OFFSIM_RETURN_IF_ERROR(device_->copy(in.stream, d.a, h.a, bytes));
+    OFFSIM_RETURN_IF_ERROR(device_->copy(out.stream, h.b, d.b, bytes));
+    OFFSIM_RETURN_IF_ERROR(device_->record(out.stream, out.end));
+    OFFSIM_RETURN_IF_ERROR(device_->wait(in.stream, out.end));
+    OFFSIM_RETURN_IF_ERROR(device_->record(in.stream, in.end));
+    OFFSIM_RETURN_IF_ERROR(sync());
+    return elapsed_s(in);
+  }
+  for (int r = 0; r < gpus; ++r) {
+    const auto i = static_cast<std::size_t>(r);
+    const Lane& l = link == CopyLink::kD2H ? copy_out_[i] : copy_in_[i];
+    const Scratch& d = device_scratch_[i];
+    const Scratch& h = pinned ? pinned_scratch_[i] : pageable_scratch_[i];
+    OFFSIM_RETURN_IF_ERROR(device_->record(l.stream, l.start));
+    switch (link) {
+      case CopyLink::kH2D:
+        OFFSIM_RETURN_IF_ERROR(device_->copy(l.stream, d.a, h.a, bytes));
+        break;
+      case CopyLink::kD2H:
+        OFFSIM_RETURN_IF_ERROR(device_->copy(l.stream, h.a, d.a, bytes));
+        break;
+      default:
+        OFFSIM_RETURN_IF_ERROR(device_->copy(l.stream, d.c, d.a, bytes));
+        break;
+    }
+    OFFSIM_RETURN_IF_ERROR(device_->record(l.stream, l.end));
+  }
+  OFFSIM_RETURN_IF_ERROR(sync());
+  double slowest = 0.0;
+  for (int r = 0; r < gpus; ++r) {
+    const auto i = static_cast<std::size_t>(r);
+    OFFSIM_ASSIGN_OR_RETURN(double t,
+                            elapsed_s(link == CopyLink::kD2H ? copy_out_[i] : copy_in_[i]));
+    slowest = std::max(slowest, t);
+  }
+  return slowest;
+}
+
+sim::Result<double> MicroBench::collective(sim::CollectiveKind kind, std::int64_t bytes) {
+  if (gpus_ < 2) {
+    return sim::fail(sim::ErrorCode::kUnsupported, "collectives need 2 or more GPUs, have {}",
+                     gpus_);
+  }
+  std::vector<int> all;
+  for (int r = 0; r < gpus_; ++r) all.push_back(r);
+  if (!comm_) {
+    OFFSIM_ASSIGN_OR_RETURN(backends::CommId made, device_->create_communicator(all));
+    comm_ = made;
+  }
+  const backends::CommId comm = *comm_;
+  for (int r = 0; r < gpus_; ++r) {
+    OFFSIM_RETURN_IF_ERROR(ensure(*device_, device_scratch_[static_cast<std::size_t>(r)], r,
+                                  MemoryKind::kDevice, bytes));
+  }
+  for (int r = 0; r < gpus_; ++r) {
+    const auto i = static_cast<std::size_t>(r);
+    const Lane& l = compute_[i];
+    OFFSIM_RETURN_IF_ERROR(device_->record(l.stream, l.start));
+    OFFSIM_RETURN_IF_ERROR(
+        device_->collective(l.stream, comm, kind, device_scratch_[i].a, bytes, "calibrate"));
+    OFFSIM_RETURN_IF_ERROR(device_->record(l.stream, l.end));
+  }
+  OFFSIM_RETURN_IF_ERROR(sync());
+  double slowest = 0.0;
+  for (const Lane& l : compute_) {
+    OFFSIM_ASSIGN_OR_RETURN(double t, elapsed_s(l));
+    slowest = std::max(slowest, t);
+  }
+  return slowest;
+}
+
+sim::Result<double> MicroBench::launch_gap(int launches) {
+  OFFSIM_RETURN_IF_ERROR(ensure(*device_, device_scratch_[0], 0, MemoryKind::kDevice, 4096));
+  const Lane& l = compute_[0];
+  const Scratch& s = device_scratch_[0];
+  OFFSIM_RETURN_IF_ERROR(device_->record(l.stream, l.start));
+  for (int i = 0; i < launches; ++i)
+    OFFSIM_RETURN_IF_ERROR(device_->elementwise(l.stream, 64, s.a, s.c));
+  OFFSIM_RETURN_IF_ERROR(device_->record(l.stream, l.end));
+  OFFSIM_RETURN_IF_ERROR(sync());
+  OFFSIM_ASSIGN_OR_RETURN(double t, elapsed_s(l));
+  return t / launches;
+}
+
+sim::Result<double> MicroBench::copy_submit_gap(int copies) {
+  OFFSIM_RETURN_IF_ERROR(ensure(*device_, device_scratch_[0], 0, MemoryKind::kDevice, 4096));
+  OFFSIM_RETURN_IF_ERROR(ensure(*device_, pinned_scratch_[0], 0, MemoryKind::kHostPinned, 4096));
+  const Lane& l = copy_in_[0];
+  OFFSIM_RETURN_IF_ERROR(device_->record(l.stream, l.start));
+  for (int i = 0; i < copies; ++i) {
+    OFFSIM_RETURN_IF_ERROR(device_->copy(l.stream, device_scratch_[0].a, pinned_scratch_[0].a, 4));
+  }
+  OFFSIM_RETURN_IF_ERROR(device_->record(l.stream, l.end));
+  OFFSIM_RETURN_IF_ERROR(sync());
+  OFFSIM_ASSIGN_OR_RETURN(double t, elapsed_s(l));
+  return t / copies;
+}
+
+sim::Result<InterferenceSample> MicroBench::interference(bool with_gemm, std::int64_t copy_bytes) {
+  InterferenceSample out;
+  out.what = with_gemm ? "h2d+gemm" : "h2d+memory_kernel";
+  out.copy_bytes = static_cast<double>(copy_bytes);
+  const sim::GemmShape g{.m = 8192, .n = 8192, .k = 8192, .dtype = sim::DType::kBf16};
+  // A memory-bound pass a few times shorter than the copy, so the copy covers it whole.
+  const std::int64_t kernel_bytes = std::int64_t{4} << 30;
+  OFFSIM_RETURN_IF_ERROR(ensure(*device_, device_scratch_[0], 0, MemoryKind::kDevice,
+                                std::max({copy_bytes, gemm_bytes(g), kernel_bytes / 2})));
+  OFFSIM_RETURN_IF_ERROR(
+      ensure(*device_, pinned_scratch_[0], 0, MemoryKind::kHostPinned, copy_bytes));
+  const Scratch& d = device_scratch_[0];
+  const Lane& k = compute_[0];
+  const Lane& c = copy_in_[0];
+  auto kernel = [&]() -> sim::Status {
+    if (with_gemm) {
+      for (int i = 0; i < 3; ++i) OFFSIM_RETURN_IF_ERROR(device_->gemm(k.stream, g, d.a, d.b, d.c));
+      return sim::ok();
+    }
+    return device_->elementwise(k.stream, kernel_bytes, d.b, d.c);
+  };
+  OFFSIM_ASSIGN_OR_RETURN(out.copy_alone_s, copy(CopyLink::kH2D, true, copy_bytes));
+  OFFSIM_RETURN_IF_ERROR(device_->record(k.stream, k.start));
+  OFFSIM_RETURN_IF_ERROR(kernel());
+  OFFSIM_RETURN_IF_ERROR(device_->record(k.stream, k.end));
+  OFFSIM_RETURN_IF_ERROR(sync());
+  OFFSIM_ASSIGN_OR_RETURN(out.kernel_alone_s, elapsed_s(k));
+  // Together: both start from the kernel stream's start event.
+  OFFSIM_RETURN_IF_ERROR(device_->record(k.stream, k.start));
+  OFFSIM_RETURN_IF_ERROR(device_->wait(c.stream, k.start));
+  OFFSIM_RETURN_IF_ERROR(device_->record(c.stream, c.start));
+  OFFSIM_RETURN_IF_ERROR(device_->copy(c.stream, d.a, pinned_scratch_[0].a, copy_bytes));
+  OFFSIM_RETURN_IF_ERROR(kernel());
+  OFFSIM_RETURN_IF_ERROR(device_->record(k.stream, k.end));
+  OFFSIM_RETURN_IF_ERROR(device_->record(c.stream, c.end));
+  OFFSIM_RETURN_IF_ERROR(sync());
+  OFFSIM_ASSIGN_OR_RETURN(out.kernel_together_s, elapsed_s(k));
+  OFFSIM_ASSIGN_OR_RETURN(out.copy_together_s, elapsed_s(c));
+  out.kernel_bytes = with_gemm ? 0.0 : static_cast<double>(kernel_bytes);
+  return out;
+}
+
+sim::Result<AllocatorSample> MicroBench::allocator_sample() {
+  OFFSIM_RETURN_IF_ERROR(device_->reset_pool_high_water(0));
+  OFFSIM_ASSIGN_OR_RETURN(backends::PoolUsage before, device_->pool_usage(0));
+  const Lane& l = compute_[0];
+  AllocatorSample s;
+  std::uint32_t x = 12345;
+  std::vector<std::uint64_t> keys;
+  for (int i = 0; i < 64; ++i) {
+    x = x * 1664525u + 1013904223u;
+    const std::int64_t bytes = std::int64_t{1024} << (x >> 28);  // 1 KiB .. 32 MiB
+    const std::uint64_t key = next_key_++;
+    OFFSIM_RETURN_IF_ERROR(device_->allocate(l.stream, key, bytes, "calibrate allocator"));
+    keys.push_back(key);
+    s.requested_bytes += bytes;
+  }
+  for (std::uint64_t key : keys) OFFSIM_RETURN_IF_ERROR(device_->release(l.stream, key));
+  OFFSIM_RETURN_IF_ERROR(sync());
+  OFFSIM_ASSIGN_OR_RETURN(backends::PoolUsage after, device_->pool_usage(0));
+  s.reserved_bytes = after.reserved_high_bytes - before.in_use_bytes;
+  return s;
+}
+
+sim::Result<Samples> measure_machine(const CalibrateOptions& options) {
+  int gpus = options.gpus;
+  if (gpus <= 0) {
+    gpus = static_cast<int>(backends::list_cuda_devices().size()) - options.first_gpu;
+    if (gpus <= 0) gpus = 1;  // make_cuda_device below says what is missing
+  }
+  OFFSIM_ASSIGN_OR_RETURN(MicroBench bench, MicroBench::open(options.first_gpu, gpus));
+  const bool quick = options.quick;
+  const StopRule rule = quick ? StopRule{.warmup = 1,
+                                         .min_samples = 3,
+                                         .max_samples = 10,
+                                         .max_noise = 0.02,
+                                         .max_total_s = 0.25}
+                              : StopRule{.warmup = 2,
+                                         .min_samples = 5,
+                                         .max_samples = 50,
+                                         .max_noise = 0.005,
+                                         .max_total_s = 2.0};
+  std::optional<sim::Error> failure;
+  auto stable = [&](auto&& one) -> double {
+    StableTiming t = measure_stable(
+        [&]() -> double {
+          if (failure) return -1.0;
+          sim::Result<double> r = one();
+          if (!r) {
+            failure = r.error();
+            return -1.0;
+          }
+          return *r;
+        },
+        rule);
+    return t.median_s;
+  };
+#define OFFSIM_STOP_ON_FAILURE() \
+  if (failure) return sim::fail(*failure)
+
+  Samples s;
+  const backends::DeviceInfo& info = bench.info();
+  s.machine.gpu_name = info.name;
+  s.machine.gpu_count = gpus;
+  s.machine.driver_version = info.driver_version;
+  s.machine.cuda_version = info.runtime_version;
+  s.machine.cublas_version = info.blas_version;
+  s.machine.nccl_version = info.comm_version;
+  s.machine.context_bytes = bench.context_bytes();
+  int sm_khz = 0, mem_khz = 0;
+  if (cudaDeviceGetAttribute(&sm_khz, cudaDevAttrClockRate, options.first_gpu) == cudaSuccess &&
+      cudaDeviceGetAttribute(&mem_khz, cudaDevAttrMemoryClockRate, options.first_gpu) ==
+          cudaSuccess) {
+    s.machine.clocks = fmt::format("sm max {} MHz, mem {} MHz (as reported, not changed)",
+                                   sm_khz / 1000, mem_khz / 1000);
+  }
+
+  // Copies: 4 KiB .. 1 GiB (quick: every 16x; full: every 4x).
+  std::vector<std::int64_t> sizes;
+  for (std::int64_t b = 4096; b <= (std::int64_t{1} << 30); b *= quick ? 16 : 4) sizes.push_back(b);
+  if (sizes.back() != (std::int64_t{1} << 30)) sizes.push_back(std::int64_t{1} << 30);
+  for (CopyLink link : {CopyLink::kH2D, CopyLink::kD2H, CopyLink::kBidirectional, CopyLink::kD2D}) {
+    for (std::int64_t b : sizes) {
+      const double t = stable([&] { return bench.copy(link, true, b); });
+      OFFSIM_STOP_ON_FAILURE();
+      s.copies.push_back({link, true, b, t, 1});
+    }
+  }
+  for (CopyLink link : {CopyLink::kH2D, CopyLink::kD2H}) {
+    for (std::int64_t b : sizes) {
+      if (quick && b < (std::int64_t{1} << 20)) continue;
+      const double t = stable([&] { return bench.copy(link, false, b); });
+      OFFSIM_STOP_ON_FAILURE();
+      s.copies.push_back({link, false, b, t, 1});
+    }
+  }
+  if (gpus > 1) {
+    const std::int64_t b = std::int64_t{256} << 20;
+    const double t = stable([&] { return bench.copy(CopyLink::kH2D, true, b, gpus); });
+    OFFSIM_STOP_ON_FAILURE();
+    s.copies.push_back({CopyLink::kH2D, true, b, t, gpus});
+  }
+  s.copy_submit_s.push_back(stable([&] { return bench.copy_submit_gap(); }));
+  OFFSIM_STOP_ON_FAILURE();
+  s.kernel_launch_s.push_back(stable([&] { return bench.launch_gap(); }));
+  OFFSIM_STOP_ON_FAILURE();
+
+  // GEMMs: the catalogue's layer shapes (Llama-3 8B/70B projections at 4096 and 8192 tokens)
+  // and a cube grid; fp16 and fp8 on two of them.
+  std::vector<sim::GemmShape> shapes;
+  for (std::int64_t d : quick ? std::vector<std::int64_t>{1024, 2048, 4096, 8192}
+                              : std::vector<std::int64_t>{512, 1024, 2048, 4096, 8192, 16384}) {
+    shapes.push_back({.m = d, .n = d, .k = d, .dtype = sim::DType::kBf16});
+  }
+  for (auto [m, n, k] : {std::tuple<std::int64_t, std::int64_t, std::int64_t>{4096, 6144, 4096},
+                         {4096, 28672, 4096},
+                         {4096, 4096, 14336},
+                         {8192, 10240, 8192},
+                         {8192, 57344, 8192},
+                         {8192, 8192, 28672}}) {
+    shapes.push_back({.m = m, .n = n, .k = k, .dtype = sim::DType::kBf16});
+  }
+  for (sim::DType dt : {sim::DType::kFp16, sim::DType::kFp8}) {
+    for (std::int64_t d : {4096, 8192}) shapes.push_back({.m = d, .n = d, .k = d, .dtype = dt});
+  }
+  for (const sim::GemmShape& g : shapes) {
+    const double t = stable([&] { return bench.gemm(g); });
+    OFFSIM_STOP_ON_FAILURE();
+    s.gemms.push_back({g, t});
+  }
+
+  // Memory-bound kernel: 1 MiB .. 4 GiB moved (read + written).
+  for (std::int64_t b = std::int64_t{1} << 20; b <= (std::int64_t{4} << 30); b *= quick ? 16 : 4) {
+    const double t = stable([&] { return bench.memory_kernel(b); });
+    OFFSIM_STOP_ON_FAILURE();
+    s.memory_kernels.push_back({b, t});
+  }
+
+  // Attention (GQA 32/8 heads, head_dim 128), forward and backward.
+  for (std::int64_t seq :
+       quick ? std::vector<std::int64_t>{2048} : std::vector<std::int64_t>{1024, 2048, 4096}) {
+    for (bool bwd : {false, true}) {
+      sim::AttentionShape a{.batch = 1,
+                            .heads = 32,
+                            .kv_heads = 8,
+                            .seq_q = seq,
+                            .seq_kv = seq,
+                            .head_dim = 128,
+                            .causal = true,
+                            .backward = bwd};
+      const double t = stable([&] { return bench.attention(a); });
+      OFFSIM_STOP_ON_FAILURE();
+      (bwd ? s.attention_bwd : s.attention_fwd).push_back({a, attention_flops(a), t});
+    }
+  }
+
+  // Interference, once each (the copy dominates: 1 GiB).
+  for (bool with_gemm : {true, false}) {
+    auto r = bench.interference(with_gemm, std::int64_t{1} << 30);
+    if (!r) return sim::fail(r.error());
+    s.interference.push_back(*r);
+  }
+  auto alloc = bench.allocator_sample();
+  if (!alloc) return sim::fail(alloc.error());
+  s.allocator.push_back(*alloc);
+
+  if (gpus > 1) {
+    for (auto kind : {sim::CollectiveKind::kAllReduce, sim::CollectiveKind::kAllGather,
+                      sim::CollectiveKind::kReduceScatter}) {
+      for (std::int64_t b = std::int64_t{1} << 20; b <= (std::int64_t{1} << 30);
+           b *= quick ? 32 : 4) {
+        const double t = stable([&] { return bench.collective(kind, b); });
+        OFFSIM_STOP_ON_FAILURE();
+        s.collectives.push_back({kind, gpus, b, t});
+      }
+    }
+  }
+#undef OFFSIM_STOP_ON_FAILURE
+  return s;
+}
+
+}  // namespace offsim::calibrate
