@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <set>
+#include <string_view>
 #include <unordered_map>
 
 #include <fmt/format.h>
@@ -69,6 +70,19 @@ sim::Result<CostModel> CostModel::create(const System& system, const Calibration
   const bool nvlink = system.nvlink_domain_gpus > 1 && profile.nvlink.bytes_per_s_per_gpu.value > 0;
   const bool multi_node = system.nodes > 1;
   const double adam_per_core = profile.host.adam_bytes_per_s_per_core.value;
+  // Host-link routes of each local GPU in node 0: [0] DRAM to GPU, [1] GPU to DRAM.
+  std::vector<std::vector<sim::platform::RouteHop>> local_routes[2];
+  for (int g = 0; g < system.gpus_per_node; ++g) {
+    const auto& topo = cm.topology_;
+    const auto gpu = topo.gpu(0, g);
+    const auto dram = topo.dram(0, system.socket_of(g));
+    for (int d = 0; d < 2; ++d) {
+      auto route = d == 0 ? topo.route(dram, gpu) : topo.route(gpu, dram);
+      OFFSIM_CHECK_MSG(route.has_value(), "{}", route.has_value() ? "" : route.error().message);
+      for (const auto& hop : route->hops) OFFSIM_CHECK(hop.resource.starts_with("node0."));
+      local_routes[d].push_back(std::move(route->hops));
+    }
+  }
 
   // Capacities of every resource name, merged over ranks (the largest wins when two
   // representatives name the same instance).
@@ -116,49 +130,54 @@ sim::Result<CostModel> CostModel::create(const System& system, const Calibration
     std::vector<int> represented;
     for (int i = 0; i < k; ++i) represented.push_back(sr.rank + i * stride);
 
-    // Routed host-link families: hop j of every represented rank's route.
-    const auto& topo = cm.topology_;
-    auto routes_of = [&](int r, bool h2d) {
-      const auto gpu = topo.gpu(system.node_of(r), system.local_gpu(r));
-      const auto dram = topo.dram(system.node_of(r), system.socket_of(r));
-      auto route = h2d ? topo.route(dram, gpu) : topo.route(gpu, dram);
-      OFFSIM_CHECK_MSG(route.has_value(), "{}", route.has_value() ? "" : route.error().message);
-      return route->hops;
-    };
+    // Routed host-link families: hop j of every represented rank's route. Nodes are identical,
+    // so a rank's route is its local GPU's route in node 0 with the node index changed.
     Pending p{.rank = {.rank = sr.rank, .multiplicity = k, .stride = stride}};
     for (const bool h2d : {true, false}) {
-      const auto mine = routes_of(sr.rank, h2d);
-      std::vector<std::set<std::string>> instances(mine.size());
+      const auto& mine =
+          local_routes[h2d ? 0 : 1][static_cast<std::size_t>(system.local_gpu(sr.rank))];
+      std::vector<std::set<std::pair<int, std::string_view>>> instances(mine.size());
       for (int r : represented) {
-        const auto hops = routes_of(r, h2d);
+        const auto& hops = local_routes[h2d ? 0 : 1][static_cast<std::size_t>(system.local_gpu(r))];
         OFFSIM_CHECK(hops.size() == mine.size());
-        for (std::size_t j = 0; j < hops.size(); ++j) instances[j].insert(hops[j].resource);
+        for (std::size_t j = 0; j < hops.size(); ++j) {
+          instances[j].emplace(system.node_of(r), hops[j].resource);
+        }
       }
+      const std::string node = fmt::format("node{}.", system.node_of(sr.rank));
       for (std::size_t j = 0; j < mine.size(); ++j) {
-        want(mine[j].resource, mine[j].bytes_per_s * static_cast<double>(instances[j].size()));
-        (h2d ? p.h2d : p.d2h).push_back(mine[j].resource);
+        const std::string name = node + mine[j].resource.substr(std::string_view("node0.").size());
+        want(name, mine[j].bytes_per_s * static_cast<double>(instances[j].size()));
+        (h2d ? p.h2d : p.d2h).push_back(name);
       }
     }
-    auto family = [&](auto name_of, double cap) {
-      std::set<std::string> inst;
-      for (int r : represented) inst.insert(name_of(r));
-      want(name_of(sr.rank), cap * static_cast<double>(inst.size()));
+    // A resource family with one instance per key (node, index): capacity × distinct instances.
+    auto family = [&](const std::string& name, auto key_of, double cap) {
+      std::set<std::pair<int, int>> inst;
+      for (int r : represented) inst.insert(key_of(r));
+      want(name, cap * static_cast<double>(inst.size()));
     };
     const std::string rp = fmt::format("rank{}", sr.rank);
     want(rp + ".sm", 1.0 * k);
     want(rp + ".hbm_bw", profile.gpu.hbm_achievable_bytes_per_s.value * k);
-    family([&](int r) { return socket_prefix(system, r) + ".cpu"; },
-           profile.host.cores_per_socket.value * adam_per_core);
+    family(
+        socket_prefix(system, sr.rank) + ".cpu",
+        [&](int r) { return std::pair(system.node_of(r), system.socket_of(r)); },
+        profile.host.cores_per_socket.value * adam_per_core);
     if (nvlink) {
       const double bw = profile.nvlink.bytes_per_s_per_gpu.value;
-      family([&](int r) { return gpu_prefix(system, r) + ".nvlink.tx"; }, bw);
-      family([&](int r) { return gpu_prefix(system, r) + ".nvlink.rx"; }, bw);
+      want(gpu_prefix(system, sr.rank) + ".nvlink.tx", bw * k);
+      want(gpu_prefix(system, sr.rank) + ".nvlink.rx", bw * k);
     }
     if (multi_node) {
       const double bw = profile.inter_node.nic_bytes_per_s_per_gpu.value *
                         static_cast<double>(system.gpus_per_node) / system.nics_per_node;
-      family([&](int r) { return nic_prefix(system, r) + ".tx"; }, bw);
-      family([&](int r) { return nic_prefix(system, r) + ".rx"; }, bw);
+      auto nic_of = [&](int r) {
+        return std::pair(system.node_of(r),
+                         system.local_gpu(r) * system.nics_per_node / system.gpus_per_node);
+      };
+      family(nic_prefix(system, sr.rank) + ".tx", nic_of, bw);
+      family(nic_prefix(system, sr.rank) + ".rx", nic_of, bw);
     }
     auto& hp = host_pools[fmt::format("node{}.pinned", system.node_of(sr.rank))];
     hp.first += k;

@@ -1,6 +1,7 @@
 #include "sim/platform/topology.h"
 
 #include <algorithm>
+#include <unordered_map>
 
 #include <fmt/format.h>
 
@@ -95,7 +96,9 @@ Topology Topology::build(const System& system, const CalibrationProfile& profile
   OFFSIM_CHECK_MSG(validate(system).has_value(), "invalid system {}", system.name);
   Topology t;
   t.system_ = system;
-  TopoGraph& g = t.graph_;
+  auto graph = std::make_shared<TopoGraph>();
+  TopoGraph& g = *graph;
+  t.graph_ = graph;
   const HostLinkFigures& hl = profile.host_link;
   const bool c2c = system.host_link == HostLinkKind::kNvlinkC2c;
   const bool nvlink =
@@ -218,32 +221,29 @@ std::optional<VertexId> Topology::nic(int node, int index) const {
 }
 
 std::optional<VertexId> Topology::find(const std::string& name) const {
-  for (VertexId v = 0; v < boost::num_vertices(graph_); ++v) {
-    if (graph_[v].name == name) return v;
+  for (VertexId v = 0; v < boost::num_vertices(*graph_); ++v) {
+    if ((*graph_)[v].name == name) return v;
   }
   return std::nullopt;
 }
 
 Result<Route> Topology::route(VertexId from, VertexId to) const {
-  const std::size_t n = boost::num_vertices(graph_);
+  const std::size_t n = boost::num_vertices(*graph_);
   OFFSIM_CHECK(from < n && to < n);
   // Breadth-first search that stops at the destination: routes stay local even in big systems.
-  std::vector<VertexId> pred(n, n);
-  pred[from] = from;
+  std::unordered_map<VertexId, VertexId> pred = {{from, from}};
   std::vector<VertexId> queue = {from};
-  for (std::size_t head = 0; head < queue.size() && pred[to] == n; ++head) {
-    for (auto [it, end] = boost::adjacent_vertices(queue[head], graph_); it != end; ++it) {
-      if (pred[*it] != n) continue;
-      pred[*it] = queue[head];
-      queue.push_back(*it);
+  for (std::size_t head = 0; head < queue.size() && !pred.contains(to); ++head) {
+    for (auto [it, end] = boost::adjacent_vertices(queue[head], *graph_); it != end; ++it) {
+      if (pred.emplace(*it, queue[head]).second) queue.push_back(*it);
     }
   }
-  if (pred[to] == n) {
-    return fail(ErrorCode::kNotFound, "{}: no path from {} to {}", system_.name, graph_[from].name,
-                graph_[to].name);
+  if (!pred.contains(to)) {
+    return fail(ErrorCode::kNotFound, "{}: no path from {} to {}", system_.name,
+                (*graph_)[from].name, (*graph_)[to].name);
   }
   Route r;
-  for (VertexId v = to;; v = pred[v]) {
+  for (VertexId v = to;; v = pred.at(v)) {
     r.vertices.push_back(v);
     if (v == from) break;
   }
@@ -251,12 +251,12 @@ Result<Route> Topology::route(VertexId from, VertexId to) const {
   for (std::size_t i = 0; i + 1 < r.vertices.size(); ++i) {
     const VertexId u = r.vertices[i];
     const VertexId v = r.vertices[i + 1];
-    if (i > 0 && !graph_[u].resource.empty()) {
-      r.hops.push_back({graph_[u].resource, graph_[u].bytes_per_s});
+    if (i > 0 && !(*graph_)[u].resource.empty()) {
+      r.hops.push_back({(*graph_)[u].resource, (*graph_)[u].bytes_per_s});
     }
-    const auto [edge, found] = boost::edge(u, v, graph_);
+    const auto [edge, found] = boost::edge(u, v, *graph_);
     OFFSIM_CHECK(found);
-    const TopoLink& link = graph_[edge];
+    const TopoLink& link = (*graph_)[edge];
     const bool toward_near = link.near_vertex == v;  // moving toward the GPU end: "down"
     if (toward_near) {
       r.hops.push_back({link.down_resource, link.down_bytes_per_s});

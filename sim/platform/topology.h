@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -75,7 +76,7 @@ class Topology {
   // The system must pass validate(); nodes > 1 adds one NIC per GPU and an InfiniBand fabric.
   static Topology build(const System& system, const CalibrationProfile& profile);
 
-  const TopoGraph& graph() const { return graph_; }
+  const TopoGraph& graph() const { return *graph_; }
   const System& system() const { return system_; }
 
   VertexId gpu(int node, int local_gpu) const;
@@ -89,7 +90,8 @@ class Topology {
 
  private:
   System system_;
-  TopoGraph graph_;
+  // Immutable once built and shared by copies (Boost 1.74's adjacency_list has no move).
+  std::shared_ptr<const TopoGraph> graph_;
 };
 
 }  // namespace offsim::sim::platform
