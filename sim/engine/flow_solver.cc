@@ -157,7 +157,7 @@ void FlowSolver::collect_component(std::uint32_t seed_flow, std::uint32_t seed_r
   }
 }
 
-void FlowSolver::fix_flow(std::uint32_t flow, double rate) {
+[[gnu::always_inline]] inline void FlowSolver::fix_flow(std::uint32_t flow, double rate) {
   Flow& f = flows_[flow];
   f.fixed = true;
   f.rate = rate;
@@ -166,6 +166,10 @@ void FlowSolver::fix_flow(std::uint32_t flow, double rate) {
     r.remaining -= u.weight * rate;
     r.weight_sum -= u.weight;
     if (--r.unfixed == 0) r.weight_sum = 0.0;
+    if (!r.stale) {
+      r.stale = true;
+      stale_.push_back(u.resource);
+    }
   }
 }
 
@@ -195,13 +199,28 @@ void FlowSolver::fill_component(std::size_t flow_begin) {
     const double rb = flows_[b].max_rate;
     return ra < rb || (ra == rb && a < b);
   });
-  active_resources_.assign(comp_resources_.begin(), comp_resources_.end());
+  active_resources_.clear();
+  for (std::uint32_t r : comp_resources_) {
+    Resource& res = resources_[r];
+    res.stale = false;
+    if (res.unfixed == 0) continue;
+    res.level = res.remaining / res.weight_sum;
+    active_resources_.push_back(r);
+  }
+  stale_.clear();
 
   std::size_t unfixed = flows.size();
   std::size_t next_bounded = 0;
   double level = 0.0;  // never decreases, which keeps rounding from lowering later levels
   while (unfixed > 0) {
-    // The resource that saturates first if every unfixed rate rises together.
+    // The resource that saturates first if every unfixed rate rises together. Only the
+    // resources that fixed flows touched since the last round need a new level.
+    for (std::uint32_t r : stale_) {
+      Resource& res = resources_[r];
+      res.stale = false;
+      if (res.unfixed != 0) res.level = res.remaining / res.weight_sum;
+    }
+    stale_.clear();
     double best = kNoBound;
     std::uint32_t best_resource = kNone;
     for (std::size_t i = 0; i < active_resources_.size();) {
@@ -211,7 +230,7 @@ void FlowSolver::fill_component(std::size_t flow_begin) {
         active_resources_.pop_back();
         continue;
       }
-      const double candidate = res.remaining / res.weight_sum;
+      const double candidate = res.level;
       if (candidate < best) {
         best = candidate;
         best_resource = active_resources_[i];

@@ -105,7 +105,9 @@ class FlowSolver {
     // Progressive-filling scratch.
     double remaining = 0.0;
     double weight_sum = 0.0;
+    double level = 0.0;  // remaining / weight_sum, refreshed when a fixed flow touched it
     std::uint32_t unfixed = 0;
+    bool stale = false;
     std::uint32_t visited = 0;  // BFS epoch
     bool dirty = false;
   };
@@ -129,6 +131,7 @@ class FlowSolver {
   std::vector<std::uint32_t> comp_resources_;
   std::vector<std::uint32_t> active_resources_;
   std::vector<std::uint32_t> bounded_;
+  std::vector<std::uint32_t> stale_;
 
   std::int64_t solves_ = 0;
   std::int64_t flows_resolved_ = 0;

@@ -129,13 +129,18 @@ struct OpState {
   std::int64_t start_ns;
   std::uint32_t lane;
   std::uint32_t pending_deps;
+  std::uint32_t use_begin;  // the op's resource uses: Engine::uses_[use_begin, next op's)
+  std::int32_t multiplicity;
   Phase phase;
   bool uses_resources;  // some use has a positive per_unit
+  bool has_allocs;
+  bool has_frees;
 };
 
 // A flow in the solver, and how far it got.
 struct FlowState {
-  std::uint32_t op = kNone;
+  std::uint32_t op = kNone;      // kNone once the op ended (the slot may still be taken over)
+  std::uint32_t sig_op = kNone;  // the op whose bound, multiplicity and uses the solver holds
   std::uint32_t group = kNone;
   double remaining = 0.0;  // work units
   double rate = 0.0;       // work units per second, as of last_ns
@@ -177,6 +182,12 @@ class Engine {
   void end_op(std::uint32_t op);
   void handle_event(const Event& e);
   void apply_solve();
+  bool same_flow(std::uint32_t a, std::uint32_t b) const;
+  void remove_released();
+  std::span<const ResourceUse> uses_of(std::uint32_t op) const {
+    const std::uint32_t end = op + 1 < ops_.size() ? ops_[op + 1].use_begin : op_use_end_;
+    return {uses_.data() + ops_[op].use_begin, end - ops_[op].use_begin};
+  }
   std::uint32_t new_group();
   void release_group(std::uint32_t group);
   bool alloc_tensor(TensorId tensor, std::uint32_t op);
@@ -201,6 +212,8 @@ class Engine {
   detail::EngineProbe* probe_;
 
   std::vector<OpState> ops_;
+  std::vector<ResourceUse> uses_;  // all ops' resource uses, flat, in op order
+  std::uint32_t op_use_end_ = 0;
   std::vector<std::uint32_t> dependent_offsets_;  // CSR: ops waiting on op i
   std::vector<std::uint32_t> dependents_;
   std::vector<std::uint32_t> lane_offsets_;  // CSR: ops of lane l in issue order
@@ -218,7 +231,8 @@ class Engine {
   std::vector<FlowState> flows_;  // by FlowId slot
   std::vector<Group> groups_;
   std::vector<std::uint32_t> free_groups_;
-  std::vector<std::uint32_t> ending_;  // scratch
+  std::vector<std::uint32_t> ending_;    // scratch
+  std::vector<std::uint32_t> released_;  // slots of flows that ended in this instant
 
   std::vector<PoolState> pools_;
   std::vector<std::uint8_t> live_;      // by tensor
@@ -238,6 +252,7 @@ class Engine {
 void Engine::setup() {
   const std::size_t n = plan_.ops.size();
   ops_.resize(n);
+  uses_.clear();
   std::vector<std::uint32_t> lane_count(plan_.lanes.size() + 1, 0);
   std::vector<std::uint32_t> dependent_count(n + 1, 0);
   std::vector<std::pair<std::uint32_t, std::uint32_t>> edges;  // (dep, op)
@@ -252,7 +267,14 @@ void Engine::setup() {
     s.pending_deps = static_cast<std::uint32_t>(op.deps.size());
     s.phase = Phase::kWaiting;
     s.uses_resources = false;
-    for (const ResourceUse& u : op.cost.uses) s.uses_resources |= u.per_unit > 0.0;
+    s.use_begin = static_cast<std::uint32_t>(uses_.size());
+    for (const ResourceUse& u : op.cost.uses) {
+      s.uses_resources |= u.per_unit > 0.0;
+      uses_.push_back(u);
+    }
+    s.multiplicity = op.cost.multiplicity;
+    s.has_allocs = !op.allocs.empty();
+    s.has_frees = !op.frees.empty();
     ++lane_count[s.lane];
     for (OpId d : op.deps) {
       ++dependent_count[d.index()];
@@ -287,6 +309,7 @@ void Engine::setup() {
     pool_tensors_[tensor_count[plan_.tensors[t].pool.index()]++] = static_cast<std::uint32_t>(t);
   }
 
+  op_use_end_ = static_cast<std::uint32_t>(uses_.size());
   pools_.resize(plan_.pools.size());
   for (std::size_t p = 0; p < pools_.size(); ++p)
     pools_[p].capacity = plan_.pools[p].capacity_bytes;
@@ -333,12 +356,12 @@ std::vector<LiveTensor> Engine::live_tensors(std::uint32_t pool) const {
 
 bool Engine::alloc_tensor(TensorId tensor, std::uint32_t op) {
   const Tensor& t = plan_.tensors[tensor.index()];
-  const std::string who = op == kNone ? std::string("initial_tensors") : plan_.ops[op].name;
+  auto who = [&] { return op == kNone ? std::string("initial_tensors") : plan_.ops[op].name; };
   if (live_[tensor.index()]) {
     stop_with_error(Error{ErrorCode::kInvalidInput,
                           fmt::format("op '{}' allocates tensor '{}', which is already live at {} "
                                       "(double alloc; validate the plan)",
-                                      who, t.name, format_ms(now_))});
+                                      who(), t.name, format_ms(now_))});
     return false;
   }
   const std::uint32_t pool = t.pool.value();
@@ -346,7 +369,7 @@ bool Engine::alloc_tensor(TensorId tensor, std::uint32_t op) {
   if (t.bytes > p.capacity - p.in_use) {
     OutOfMemory oom;
     oom.op = op == kNone ? OpId{} : OpId{op};
-    oom.op_name = who;
+    oom.op_name = who();
     oom.pool = plan_.pools[pool].name;
     oom.time = TimePoint{Duration{now_}};
     oom.requested_bytes = t.bytes;
@@ -384,8 +407,10 @@ void Engine::start_op(std::uint32_t op) {
   OpState& s = ops_[op];
   s.phase = Phase::kLatency;
   s.start_ns = now_;
-  for (TensorId t : plan_.ops[op].allocs) {
-    if (!alloc_tensor(t, op)) return;
+  if (s.has_allocs) {
+    for (TensorId t : plan_.ops[op].allocs) {
+      if (!alloc_tensor(t, op)) return;
+    }
   }
   if (s.latency_ns > 0) {
     push_event(now_ + s.latency_ns, EventKind::kOpTimer, op, 0);
@@ -412,11 +437,27 @@ void Engine::begin_flow(std::uint32_t op) {
     }
     return;
   }
-  const OpCost& c = plan_.ops[op].cost;
-  const FlowId f = solver_.add_flow(s.max_rate, c.multiplicity, c.uses);
+  // A flow that ended in this instant with the same bound, multiplicity and uses leaves the
+  // sharing problem unchanged when this one takes its place: every rate stays as solved.
+  for (std::size_t i = 0; i < released_.size(); ++i) {
+    const std::uint32_t slot = released_[i];
+    FlowState& fs = flows_[slot];
+    if (!same_flow(fs.sig_op, op)) continue;
+    released_[i] = released_.back();
+    released_.pop_back();
+    fs.op = op;
+    fs.remaining = s.work;
+    fs.last_ns = now_;
+    fs.completion_ns = now_ + flow_duration_ns(s.work, fs.rate);
+    push_event(fs.completion_ns, EventKind::kGroup, fs.group, groups_[fs.group].generation);
+    if (probe_) probe_->on_rate(TimePoint{Duration{now_}}, OpId{op}, fs.rate);
+    return;
+  }
+  const FlowId f = solver_.add_flow(s.max_rate, s.multiplicity, uses_of(op));
   if (f.index() >= flows_.size()) flows_.resize(f.index() + 1);
   FlowState& fs = flows_[f.index()];
   fs.op = op;
+  fs.sig_op = op;
   fs.group = kNone;
   fs.remaining = s.work;
   fs.rate = 0.0;
@@ -433,9 +474,11 @@ void Engine::end_op(std::uint32_t op) {
         Span{OpId{op}, LaneId{s.lane}, TimePoint{Duration{s.start_ns}}, TimePoint{Duration{now_}}});
   }
   makespan_ = std::max(makespan_, now_);
-  for (TensorId t : plan_.ops[op].frees) {
-    free_tensor(t, op);
-    if (stopped_) return;
+  if (s.has_frees) {
+    for (TensorId t : plan_.ops[op].frees) {
+      free_tensor(t, op);
+      if (stopped_) return;
+    }
   }
   const std::uint32_t lane = s.lane;
   const std::uint32_t next = lane_offsets_[lane] + ++lane_head_[lane];
@@ -481,22 +524,48 @@ void Engine::handle_event(const Event& e) {
   }
   const Group& g = groups_[e.index];
   if (g.generation != e.generation) return;  // superseded by a later solve
+  const std::uint32_t generation = g.generation;
   ending_.clear();
+  std::int64_t next = kNeverNs;
   for (std::uint32_t f : g.members) {
     const FlowState& fs = flows_[f];
-    if (fs.group == e.index && fs.completion_ns == now_) ending_.push_back(f);
+    if (fs.group != e.index || fs.op == kNone) continue;
+    if (fs.completion_ns == now_) {
+      ending_.push_back(f);
+    } else {
+      next = std::min(next, fs.completion_ns);
+    }
   }
+  // Unless a solve supersedes the group, its next completion needs an event of its own.
+  if (next != kNeverNs) push_event(next, EventKind::kGroup, e.index, generation);
   for (std::uint32_t f : ending_) {
     FlowState& fs = flows_[f];
     const std::uint32_t op = fs.op;
-    solver_.remove_flow(FlowId{f});
-    release_group(fs.group);
-    fs.group = kNone;
     fs.op = kNone;
+    released_.push_back(f);  // removed from the solver at the end of the instant
     if (probe_) probe_->on_flow_end(TimePoint{Duration{now_}}, OpId{op});
     end_op(op);
     if (stopped_) return;
   }
+}
+
+bool Engine::same_flow(std::uint32_t a, std::uint32_t b) const {
+  const OpState& x = ops_[a];
+  const OpState& y = ops_[b];
+  if (x.max_rate != y.max_rate || x.multiplicity != y.multiplicity) return false;
+  const std::span<const ResourceUse> ux = uses_of(a);
+  const std::span<const ResourceUse> uy = uses_of(b);
+  return std::equal(ux.begin(), ux.end(), uy.begin(), uy.end());
+}
+
+void Engine::remove_released() {
+  for (std::uint32_t f : released_) {
+    FlowState& fs = flows_[f];
+    solver_.remove_flow(FlowId{f});
+    release_group(fs.group);
+    fs.group = kNone;
+  }
+  released_.clear();
 }
 
 void Engine::apply_solve() {
@@ -649,6 +718,7 @@ Result<SimResult> Engine::run() {
       }
     }
     if (stopped_) break;
+    remove_released();
     if (solver_.dirty()) apply_solve();
     if (heap_.empty()) break;
     now_ = heap_.front().time;

@@ -349,14 +349,38 @@ TEST(SimulatorTest, CancelStopsWithAnError) {
   EXPECT_TRUE(simulate(chain_plan(100), options).has_value());
 }
 
-TEST(SimulatorTest, ChainMakespanAndStats) {
-  // 100 ops of 1e3 bytes at 1e9 bytes/s = 1 µs each: 100 µs in all, one solve per op start.
+TEST(SimulatorTest, ChainOfIdenticalFlowsIsSolvedOnce) {
+  // 100 ops of 1e3 bytes at 1e9 bytes/s = 1 µs each: 100 µs in all. Each op's flow takes the
+  // place of an identical one that ended in the same instant, so only the first is solved.
   Result<SimResult> r = simulate(chain_plan(100));
   ASSERT_TRUE(r.has_value());
   EXPECT_EQ(ns(r->timeline.makespan), 100'000);
   EXPECT_EQ(r->stats.ops_executed, 100);
-  EXPECT_EQ(r->stats.flow_solves, 100);
-  EXPECT_EQ(r->stats.flows_resolved, 100);
+  EXPECT_EQ(r->stats.flow_solves, 1);
+  EXPECT_EQ(r->stats.flows_resolved, 1);
+}
+
+TEST(SimulatorTest, TakingOverAFlowKeepsOthersRates) {
+  // Link of 10 GB/s. l0: a (1 GB) then b (1 GB, same uses); l1: c (2 GB). a and c share:
+  // 5 GB/s each, a ends at 200 ms; c has 1 GB left. b takes a's place in the same instant, so
+  // both stay at 5 GB/s: b and c end at 400 ms. Then d (2 GB, 1 ns latency) runs alone on l0:
+  // 400 ms + 1 ns + 2e9 / 10e9 s = 600,000,001 ns.
+  PlanBuilder b;
+  ResourceId link = b.resource("link", 10 * kGB);
+  LaneId l0 = b.lane("l0");
+  OpId a = b.op(copy_op("a", l0, 1 * kGB, {link}));
+  OpId x = b.op(copy_op("b", l0, 1 * kGB, {link}));
+  OpId c = b.op(copy_op("c", b.lane("l1"), 2 * kGB, {link}));
+  Op last = copy_op("d", l0, 2 * kGB, {link});
+  last.cost.latency = Duration{1};
+  OpId d = b.op(last);
+  SimResult r = run_ok(std::move(b).build());
+  EXPECT_EQ(ns(span_of(r.timeline, a).end), 200'000'000);
+  EXPECT_EQ(ns(span_of(r.timeline, x).end), 400'000'000);
+  EXPECT_EQ(ns(span_of(r.timeline, c).end), 400'000'000);
+  EXPECT_EQ(ns(span_of(r.timeline, d).end), 600'000'001);
+  // Solves: {a, c} at 0; none when b takes a's place; d alone at 400 ms + 1 ns.
+  EXPECT_EQ(r.stats.flow_solves, 2);
 }
 
 TEST(SimulatorTest, InvalidPlanIsAnError) {
