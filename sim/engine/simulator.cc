@@ -407,6 +407,9 @@ void Engine::start_op(std::uint32_t op) {
   OpState& s = ops_[op];
   s.phase = Phase::kLatency;
   s.start_ns = now_;
+  // The lane's next op is read when this one ends; ops of a lane are far apart in memory.
+  const std::uint32_t after = lane_offsets_[s.lane] + lane_head_[s.lane] + 1;
+  if (after < lane_offsets_[s.lane + 1]) __builtin_prefetch(&ops_[lane_ops_[after]]);
   if (s.has_allocs) {
     for (TensorId t : plan_.ops[op].allocs) {
       if (!alloc_tensor(t, op)) return;
@@ -446,6 +449,7 @@ void Engine::begin_flow(std::uint32_t op) {
     released_[i] = released_.back();
     released_.pop_back();
     fs.op = op;
+    fs.sig_op = op;  // same shape; the newest op's data is the likeliest to be in cache
     fs.remaining = s.work;
     fs.last_ns = now_;
     fs.completion_ns = now_ + flow_duration_ns(s.work, fs.rate);
@@ -482,8 +486,10 @@ void Engine::end_op(std::uint32_t op) {
   }
   const std::uint32_t lane = s.lane;
   const std::uint32_t next = lane_offsets_[lane] + ++lane_head_[lane];
-  if (next < lane_offsets_[lane + 1] && ops_[lane_ops_[next]].pending_deps == 0) {
-    make_ready(lane_ops_[next]);
+  if (next < lane_offsets_[lane + 1]) {
+    const OpState& n = ops_[lane_ops_[next]];
+    __builtin_prefetch(uses_.data() + n.use_begin);
+    if (n.pending_deps == 0) make_ready(lane_ops_[next]);
   }
   for (std::uint32_t i = dependent_offsets_[op]; i < dependent_offsets_[op + 1]; ++i) {
     const std::uint32_t d = dependents_[i];
