@@ -73,6 +73,9 @@ struct ParallelConfig {
   bool fsdp = false;
   PipelineSchedule schedule = PipelineSchedule::k1F1B;
   int virtual_stages = 1;  // model chunks per pipeline stage (interleaved 1F1B)
+  // Data-parallel gradient reduction overlapped with the backward, bucket by bucket (DDP,
+  // Megatron --overlap-grad-reduce). false: reduced after the whole backward (Megatron-LM 2021).
+  bool overlap_grad_reduce = true;
 };
 
 struct RecomputeConfig {

@@ -236,8 +236,10 @@ class StepBuilder {
     op.sizes = std::move(sizes);
     op.cost = std::move(cost);
     op.deps = std::move(deps);
-    (void)r;
-    return b_.op(std::move(op));
+    const bool on_compute = lane == r.compute;
+    const OpId id = b_.op(std::move(op));
+    if (on_compute) last_compute_ = id;
+    return id;
   }
 
   OpId gemm(Rank& r, const std::string& name, const std::string& cat, int layer, std::int64_t m,
@@ -843,6 +845,11 @@ class StepBuilder {
     const bool last_mb = mb == micro_batches_ - 1;
     const std::int64_t full = gp->params * (gdtype_ == sim::DType::kFp32 ? 4 : 2);
     OpId after = last;
+    if (!s_.parallelism.overlap_grad_reduce) {
+      // Reduced once the whole backward is done: the collective waits for the rank's last
+      // backward op, which is only known at the end (patched in optimizer()).
+      deferred_reduce_.push_back(b_.peek().ops.size());
+    }
     if (dp() > 1 && (shard_grads() || last_mb)) {
       std::optional<TensorId> buf;
       if (shard_grads()) {
@@ -872,6 +879,20 @@ class StepBuilder {
   // --- optimizer ----------------------------------------------------------------------------
 
   void optimizer(Rank& r) {
+    if (!deferred_reduce_.empty()) {
+      const OpId last_backward = last_compute_;
+      for (std::size_t first : deferred_reduce_) {
+        for (std::size_t i = first; i < b_.peek().ops.size(); ++i) {
+          sim::Op& op = b_.op_at(OpId(i));
+          if (op.lane == r.comm && op.kind == OpKind::kCollective && op.category == "comm" &&
+              op.name.find(".grad_") != std::string::npos) {
+            op.deps.push_back(last_backward);
+            break;
+          }
+        }
+      }
+      deferred_reduce_.clear();
+    }
     for (ParamGroup& g : r.groups) {
       const int key = g.layer >= 0 ? g.layer : (g.name == "embed" ? -1 : -2);
       auto it = r.reduce_op.find(key);
@@ -938,6 +959,9 @@ class StepBuilder {
   std::vector<LayerPolicy> policies_;
   std::map<SendKey, OpId> sends_;
   std::vector<std::pair<OpId, SendKey>> pending_recv_;
+  std::vector<std::size_t> deferred_reduce_;
+  OpId last_compute_;  // the latest op emitted on the current rank's compute lane  // op count when
+                       // a non-overlapped reduce was due
 };
 
 std::vector<std::string> scenario_flags(const Scenario& s) {

@@ -230,3 +230,27 @@ TEST(Evaluate, OutOfMemoryIsReported) {
 
 }  // namespace
 }  // namespace offsim::models
+
+namespace offsim::models {
+namespace {
+
+TEST(Evaluate, GradientReduceAfterBackwardIsExposed) {
+  // Megatron-LM 2021 reduced gradients after the backward; overlapping hides part of it.
+  Scenario s = base("llama3-8b", "dgx-a100-80gb");
+  s.hardware.nodes = 2;
+  s.parallelism = {.dp = 16, .zero_stage = 1};
+  s.training.global_batch = 16;
+  const Report overlapped = run(s);
+  s.parallelism.overlap_grad_reduce = false;
+  auto step = build_step(s);
+  ASSERT_TRUE(step);
+  EXPECT_TRUE(sim::validate(step->plan));
+  const Report after = run(s);
+  ASSERT_TRUE(overlapped.fits);
+  ASSERT_TRUE(after.fits);
+  EXPECT_GT(after.step_time_s, overlapped.step_time_s);
+  EXPECT_GT(after.time.exposed_comm_s, overlapped.time.exposed_comm_s);
+}
+
+}  // namespace
+}  // namespace offsim::models
