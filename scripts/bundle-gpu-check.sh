@@ -22,7 +22,7 @@ targets=(offsim backends_cuda_replay_test calibrate_gpu_test calibrate_gpu_bench
 
 cd "$root"
 cmake --preset release -B "$build" -DOFFSIM_WITH_CUDA=ON -DOFFSIM_WITH_NCCL=ON \
-  -DOFFSIM_WITH_QT=OFF -DOFFSIM_BUILD_TESTS=ON -DOFFSIM_BUILD_BENCHMARKS=ON >/dev/null
+  -DOFFSIM_WITH_QT=OFF -DOFFSIM_WITH_MPI=OFF -DOFFSIM_BUILD_TESTS=ON -DOFFSIM_BUILD_BENCHMARKS=ON >/dev/null
 cmake --build "$build" --target "${targets[@]}" -j"$jobs"
 
 rm -rf "$bundle"

@@ -92,8 +92,19 @@ for entry in "${scenarios[@]}"; do
   sets=(--set "hardware.system=$system")
   [[ -n "$extra" ]] && sets+=(--set "$extra")
   say "  $name: $file ${extra:+($extra)}"
-  if timeout 100 "$offsim" replay "$root/$file" "${sets[@]}" "${profile_args[@]}" \
-       --layers "$layers" --warmup 1 --steps 3 --device cuda \
+  # Scale to $layers layers: a catalogue model `model: NAME` becomes {base: NAME, layers: N}
+  # (every layer shape kept); a scenario with a model map gets --layers instead.
+  scaled=$work/$name.yaml
+  layer_args=()
+  if grep -Eq '^model:[[:space:]]*[A-Za-z0-9._-]+[[:space:]]*(#.*)?$' "$root/$file"; then
+    sed -E "s/^model:[[:space:]]*([A-Za-z0-9._-]+).*$/model:\n  base: \1\n  layers: $layers/" \
+      "$root/$file" >"$scaled"
+  else
+    cp "$root/$file" "$scaled"
+    layer_args=(--layers "$layers")
+  fi
+  if timeout 100 "$offsim" replay "$scaled" "${sets[@]}" "${profile_args[@]}" "${layer_args[@]}" \
+       --warmup 1 --steps 3 --device cuda \
        --out "$work/measured-$name.json" --predicted-out "$work/predicted-$name.json" \
        >>"$log" 2>&1 &&
      "$offsim" compare "$work/predicted-$name.json" "$work/measured-$name.json" --format json \

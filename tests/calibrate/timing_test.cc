@@ -37,8 +37,8 @@ TEST(TimingTest, NoisySamplesRunToTheSampleBudget) {
 
 TEST(TimingTest, TimeBudgetStopsEarly) {
   int i = 0;
-  // Noisy 1 s samples with a 3 s budget: stops once 3 s are summed (after the 3rd... but the
-  // minimum is 5 samples, so at the 5th).
+  // Noisy 1 s / 1.5 s samples with a 3 s budget: the budget is checked only once the minimum of
+  // 5 samples is reached, so it stops at the 5th (6.0 s summed).
   StableTiming t =
       measure_stable([&] { return (i++ % 2) ? 1.5 : 1.0; }, StopRule{.warmup = 0,
                                                                      .min_samples = 5,
