@@ -64,13 +64,19 @@ void SweepView::set_table(std::shared_ptr<const SweepTable> table) {
   colour_box_->clear();
   colour_box_->addItem("(none)");
   int policy = -1;
+  bool preferred_is_policy = false;
   if (table_) {
     for (const std::string& axis : table_->axes) {
       colour_box_->addItem(QString::fromStdString(axis));
-      if (policy < 0 && axis.find("policy") != std::string::npos) policy = colour_box_->count() - 1;
+      if (axis.find("policy") != std::string::npos) {
+        if (policy < 0 || !preferred_is_policy) policy = colour_box_->count() - 1;
+        preferred_is_policy = true;
+      } else if (policy < 0 && axis.starts_with("offload.")) {
+        policy = colour_box_->count() - 1;
+      }
     }
   }
-  // Colour by an offload policy axis when there is one, else by the first axis.
+  // Colour by an offload policy axis (else any offload axis) when there is one, else the first.
   colour_box_->setCurrentIndex(policy >= 0 ? policy : (colour_box_->count() > 1 ? 1 : 0));
   colour_box_->blockSignals(false);
   rebuild();
@@ -88,7 +94,7 @@ void SweepView::rebuild() {
   chart->legend()->setAlignment(Qt::AlignBottom);
   auto* axis_x = new QValueAxis;
   axis_x->setTitleText("peak HBM per GPU (GB)");
-  axis_x->setLabelFormat("%.1f");
+  axis_x->setLabelFormat("%.2f");
   auto* axis_y = new QValueAxis;
   const int which = metric_box_->currentIndex() < 0 ? 0 : metric_box_->currentIndex();
   axis_y->setTitleText(metric_box_->itemText(which));
@@ -140,7 +146,7 @@ void SweepView::rebuild() {
         const double lo = colouring.min + (colouring.max - colouring.min) * g / kNumericBuckets;
         const double hi =
             colouring.min + (colouring.max - colouring.min) * (g + 1) / kNumericBuckets;
-        s->setName(QString::fromStdString(fmt::format("{} {:g}–{:g}", axis, lo, hi)));
+        s->setName(QString::fromStdString(fmt::format("{} {:.3g}–{:.3g}", axis, lo, hi)));
         s->setColor(gradient_colour((g + 0.5) / kNumericBuckets));
       } else {
         s->setName(QString::fromStdString(colouring.categories[static_cast<std::size_t>(g)]));
@@ -202,7 +208,7 @@ void SweepView::rebuild() {
     y_min = 0;
     y_max = 1;
   }
-  const double x_pad = std::max((x_max - x_min) * 0.06, 0.5);
+  const double x_pad = std::max((x_max - x_min) * 0.06, std::fabs(x_max) * 0.02 + 1e-9);
   const double y_pad = std::max((y_max - y_min) * 0.08, std::fabs(y_max) * 0.02 + 1e-9);
   axis_x->setRange(std::max(0.0, x_min - x_pad), x_max + x_pad);
   axis_y->setRange(std::max(0.0, y_min - y_pad), y_max + y_pad);

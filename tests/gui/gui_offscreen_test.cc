@@ -64,7 +64,7 @@ class GuiOffscreen : public ::testing::Test {
   static void SetUpTestSuite() {
     dir_ = std::filesystem::path(::testing::TempDir()) / "offsim_gui_offscreen";
     std::filesystem::create_directories(dir_);
-    auto result = sim::simulate(testing::sample_offload_plan(8));
+    auto result = sim::simulate(testing::sample_offload_plan({.layers = 8}));
     ASSERT_TRUE(result) << result.error().message;
     spans_ = result->timeline.spans.size();
     ASSERT_TRUE(sim::write_text_file_atomic(timeline_path(),

@@ -2,8 +2,11 @@
 // weights over PCIe (h2d), run the layer's GEMM, and offload its activation (d2h), with a CPU
 // optimizer step at the end. Both ranks' copies share one host DRAM resource.
 //
-//   sim::Plan plan = gui::testing::sample_offload_plan(/*layers=*/8);
+//   sim::Plan plan = gui::testing::sample_offload_plan({.layers = 8});
 //   auto result = sim::simulate(plan);   // 7 lanes, 2 * 3 * layers + 1 spans
+//
+// `prefetch_depth` k > 0 lets layer l's weights start copying only once layer l - k's GEMM has
+// ended (at most k layers of weights in flight): less HBM, more exposed copy time.
 #pragma once
 
 #include <fmt/format.h>
@@ -12,10 +15,18 @@
 
 namespace offsim::gui::testing {
 
-inline sim::Plan sample_offload_plan(int layers) {
+struct SamplePlanOptions {
+  int layers = 8;
+  int prefetch_depth = 0;          // 0: unlimited
+  double pcie_bytes_per_s = 25e9;  // per direction, per GPU
+  std::int64_t hbm_capacity_bytes = 4'000'000'000;
+};
+
+inline sim::Plan sample_offload_plan(const SamplePlanOptions& options) {
+  const int layers = options.layers;
   using sim::OpKind;
   sim::PlanBuilder b;
-  const sim::ResourceId dram = b.resource("socket0.dram", 40e9);  // bytes/s, shared by both ranks
+  const sim::ResourceId dram = b.resource("socket0.dram", 60e9);  // bytes/s, shared by both ranks
   const sim::ResourceId cpu = b.resource("host0.cpu", 2e12);      // FLOP/s
   const sim::PoolId pinned = b.pool("host0.pinned", 512'000'000'000);
   std::vector<sim::OpId> last_offloads;
@@ -24,14 +35,17 @@ inline sim::Plan sample_offload_plan(int layers) {
     const sim::LaneId h2d = b.lane(fmt::format("rank{}.h2d", r));
     const sim::LaneId d2h = b.lane(fmt::format("rank{}.d2h", r));
     const sim::ResourceId sm = b.resource(fmt::format("rank{}.sm", r), 400e12);
-    const sim::ResourceId up = b.resource(fmt::format("rank{}.pcie.h2d", r), 25e9);
-    const sim::ResourceId down = b.resource(fmt::format("rank{}.pcie.d2h", r), 25e9);
-    const sim::PoolId hbm = b.pool(fmt::format("rank{}.hbm", r), 4'000'000'000);
+    const sim::ResourceId up =
+        b.resource(fmt::format("rank{}.pcie.h2d", r), options.pcie_bytes_per_s);
+    const sim::ResourceId down =
+        b.resource(fmt::format("rank{}.pcie.d2h", r), options.pcie_bytes_per_s);
+    const sim::PoolId hbm = b.pool(fmt::format("rank{}.hbm", r), options.hbm_capacity_bytes);
+    std::vector<sim::OpId> gemms;
     b.initial(b.tensor(fmt::format("rank{}.resident", r), hbm, 1'000'000'000, "params"));
     sim::OpId offload;
     for (int l = 0; l < layers; ++l) {
-      // Weights: 60 MB at 25 GB/s = 2.4 ms alone; activations 40 MB (1.6 ms alone).
-      const std::int64_t weight_bytes = 60'000'000;
+      // Weights: 40 MB at 25 GB/s = 1.6 ms alone; activations 40 MB (1.6 ms alone).
+      const std::int64_t weight_bytes = 40'000'000;
       const std::int64_t act_bytes = 40'000'000;
       const double flops = 2.0 * 4096 * 4096 * 16384;  // 5.5e11 FLOP = 1.37 ms at 400 TFLOP/s
       const sim::TensorId w = b.tensor(fmt::format("r{}.l{}.w", r, l), hbm, weight_bytes, "params");
@@ -48,6 +62,9 @@ inline sim::Plan sample_offload_plan(int layers) {
       copy_in.sizes.copy_direction = sim::CopyDirection::kH2D;
       copy_in.cost = {.work = double(weight_bytes), .uses = {{up, 1.0}, {dram, 1.0}}};
       copy_in.allocs = {w};
+      if (options.prefetch_depth > 0 && l >= options.prefetch_depth) {
+        copy_in.deps = {gemms[static_cast<std::size_t>(l - options.prefetch_depth)]};
+      }
       const sim::OpId in = b.op(copy_in);
       sim::Op gemm{.name = fmt::format("r{}.l{}.fwd_gemm", r, l),
                    .lane = compute,
@@ -61,6 +78,7 @@ inline sim::Plan sample_offload_plan(int layers) {
       gemm.allocs = {a};
       gemm.frees = {w};
       const sim::OpId g = b.op(gemm);
+      gemms.push_back(g);
       sim::Op copy_out{.name = fmt::format("r{}.l{}.offload_act", r, l),
                        .lane = d2h,
                        .kind = OpKind::kCopy,
