@@ -72,8 +72,11 @@ class CostModel {
   // CPU work on the rank's socket: streams `dram_bytes` through host DRAM, `flops` on its cores.
   sim::OpCost host_compute(int rank, std::int64_t dram_bytes, double flops) const;
 
-  sim::PoolId hbm_pool(int rank) const;   // "rank<r>.hbm", capacity = usable HBM
-  sim::PoolId host_pool(int rank) const;  // "node<n>.pinned", capacity = host memory of the node
+  sim::PoolId hbm_pool(int rank) const;  // "rank<r>.hbm", capacity = usable HBM
+  // "node<n>.pinned": the host memory of the node, scaled for representatives: an allocation of
+  // a rank of multiplicity k stands for k GPUs spread over m nodes, so the pool holds
+  // host memory × m / k per representative on it (exactly the node's memory when k = 1).
+  sim::PoolId host_pool(int rank) const;
   double peak_flops(sim::DType dtype) const;  // per GPU, for MFU
 
   // The time an op takes alone on idle resources (its multiplicity's k flows together).

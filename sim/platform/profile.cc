@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
+#include <mutex>
 #include <utility>
 
 #include <fmt/ranges.h>
@@ -520,6 +522,37 @@ Status write_profile_file(const std::string& path, const CalibrationProfile& pro
   return write_text_file_atomic(path, profile_to_json(profile).dump(2) + "\n");
 }
 
+namespace {
+
+// Sweeps ask for the same default profile thousands of times: keep parsed files, keyed by path
+// and re-read when the file's size or modification time changes.
+Result<CalibrationProfile> read_profile_cached(const std::filesystem::path& path) {
+  struct Entry {
+    std::filesystem::file_time_type mtime;
+    std::uintmax_t size = 0;
+    CalibrationProfile profile;
+  };
+  static std::mutex mutex;
+  static std::map<std::string, Entry> cache;
+  std::error_code ec;
+  const auto mtime = std::filesystem::last_write_time(path, ec);
+  const auto size = std::filesystem::file_size(path, ec);
+  if (ec) return read_profile_file(path.string());
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = cache.find(path.string());
+    if (it != cache.end() && it->second.mtime == mtime && it->second.size == size) {
+      return it->second.profile;
+    }
+  }
+  OFFSIM_ASSIGN_OR_RETURN(CalibrationProfile loaded, read_profile_file(path.string()));
+  std::lock_guard<std::mutex> lock(mutex);
+  cache[path.string()] = Entry{mtime, size, loaded};
+  return loaded;
+}
+
+}  // namespace
+
 Result<CalibrationProfile> default_profile(std::string_view gpu_kind) {
   OFFSIM_ASSIGN_OR_RETURN(CalibrationProfile builtin, builtin_profile(gpu_kind));
   std::vector<std::filesystem::path> dirs;
@@ -537,7 +570,7 @@ Result<CalibrationProfile> default_profile(std::string_view gpu_kind) {
     std::error_code ec;
     const auto path = dir / file;
     if (std::filesystem::is_regular_file(path, ec)) {
-      OFFSIM_ASSIGN_OR_RETURN(CalibrationProfile loaded, read_profile_file(path.string()));
+      OFFSIM_ASSIGN_OR_RETURN(CalibrationProfile loaded, read_profile_cached(path));
       if (loaded.provenance.profile_name != gpu_kind) {
         return fail(ErrorCode::kInvalidInput,
                     "{}: $.provenance.profile_name: expected \"{}\" (the file name), got \"{}\"",
