@@ -242,6 +242,7 @@ class Engine {
 
   std::int64_t now_ = 0;
   std::int64_t makespan_ = 0;
+  std::int64_t last_progress_ns_ = 0;  // last time an op started or ended (stale events skip it)
   std::int64_t ended_ = 0;
   std::int64_t events_ = 0;
   bool stopped_ = false;
@@ -407,6 +408,7 @@ void Engine::start_op(std::uint32_t op) {
   OpState& s = ops_[op];
   s.phase = Phase::kLatency;
   s.start_ns = now_;
+  last_progress_ns_ = now_;
   // The lane's next op is read when this one ends; ops of a lane are far apart in memory.
   const std::uint32_t after = lane_offsets_[s.lane] + lane_head_[s.lane] + 1;
   if (after < lane_offsets_[s.lane + 1]) __builtin_prefetch(&ops_[lane_ops_[after]]);
@@ -478,6 +480,7 @@ void Engine::end_op(std::uint32_t op) {
         Span{OpId{op}, LaneId{s.lane}, TimePoint{Duration{s.start_ns}}, TimePoint{Duration{now_}}});
   }
   makespan_ = std::max(makespan_, now_);
+  last_progress_ns_ = now_;
   if (s.has_frees) {
     for (TensorId t : plan_.ops[op].frees) {
       free_tensor(t, op);
@@ -637,7 +640,7 @@ void Engine::fill_live_at_peak(Timeline& timeline) const {
 
 void Engine::describe_deadlock(Timeline& timeline) const {
   Deadlock d;
-  d.time = TimePoint{Duration{now_}};
+  d.time = TimePoint{Duration{last_progress_ns_}};
   for (std::uint32_t lane = 0; lane < lane_head_.size(); ++lane) {
     const std::uint32_t pos = lane_offsets_[lane] + lane_head_[lane];
     if (pos >= lane_offsets_[lane + 1]) continue;
@@ -655,8 +658,8 @@ void Engine::describe_deadlock(Timeline& timeline) const {
   }
   timeline.outcome.kind = OutcomeKind::kDeadlock;
   timeline.outcome.message =
-      fmt::format("deadlock at {}: {} of {} ops ended, {} lane(s) blocked; {}", format_ms(now_),
-                  ended_, plan_.ops.size(), d.stuck_ops.size(),
+      fmt::format("deadlock at {}: {} of {} ops ended, {} lane(s) blocked; {}",
+                  format_ms(last_progress_ns_), ended_, plan_.ops.size(), d.stuck_ops.size(),
                   d.stuck_ops.empty() ? std::string() : d.stuck_ops.front());
   timeline.outcome.deadlock = std::move(d);
 }
