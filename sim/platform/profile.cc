@@ -565,6 +565,12 @@ Result<CalibrationProfile> default_profile(std::string_view gpu_kind) {
 #ifdef OFFSIM_INSTALL_PROFILE_DIR
   dirs.emplace_back(OFFSIM_INSTALL_PROFILE_DIR);
 #endif
+  // An installed tree: <prefix>/bin/offsim next to <prefix>/share/offsim/profiles.
+  {
+    std::error_code ec;
+    const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+    if (!ec) dirs.push_back(exe.parent_path().parent_path() / "share" / "offsim" / "profiles");
+  }
   const std::string file = std::string(gpu_kind) + ".json";
   for (const auto& dir : dirs) {
     std::error_code ec;

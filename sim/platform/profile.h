@@ -212,7 +212,8 @@ std::vector<std::string> known_gpu_kinds();
 Result<CalibrationProfile> builtin_profile(std::string_view gpu_kind);
 
 // The measured profile `calibrate/profiles/<gpu_kind>.json` when one exists (looked up under
-// $OFFSIM_PROFILE_DIR, then the source tree OFFSIM_SOURCE_DIR, then the installed share folder),
+// $OFFSIM_PROFILE_DIR, then the source tree OFFSIM_SOURCE_DIR, then <prefix>/share/offsim/profiles
+// beside the running executable's bin/ folder),
 // else builtin_profile(). A profile file that exists but does not parse is an error.
 Result<CalibrationProfile> default_profile(std::string_view gpu_kind);
 
