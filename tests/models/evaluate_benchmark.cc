@@ -30,7 +30,7 @@ void BM_BuildStep70B(benchmark::State& state) {
   }
   state.counters["ops"] = static_cast<double>(ops);
 }
-BENCHMARK(BM_BuildStep70B)->Arg(8)->Arg(32)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_BuildStep70B)->Arg(8)->Arg(32)->Arg(256)->Unit(benchmark::kMillisecond);
 
 void BM_Evaluate70B(benchmark::State& state) {
   const Scenario s = llama70b_offload(state.range(0));
@@ -42,7 +42,7 @@ void BM_Evaluate70B(benchmark::State& state) {
   }
   state.counters["simulated_step_s"] = step_s;
 }
-BENCHMARK(BM_Evaluate70B)->Arg(8)->Arg(32)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Evaluate70B)->Arg(8)->Arg(32)->Arg(256)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace offsim::models
