@@ -186,6 +186,44 @@ TEST(CostModelTest, TwoGpusBehindOneSwitchHalveEachOthersCopies) {
               0.080006, 2e-9);
 }
 
+// Simulates one CPU Adam step of `bytes` per listed rank, all at once; returns the makespan.
+double simulate_host_compute(const std::string& system, const std::vector<SimRank>& ranks,
+                             std::int64_t bytes) {
+  auto sys = *find_system(system);
+  sim::PlanBuilder b;
+  auto cm = CostModel::create(sys, *builtin_profile(sys.gpu), ranks, b);
+  OFFSIM_CHECK(cm.has_value());
+  for (const SimRank& r : ranks) {
+    sim::Op op{.name = "adam",
+               .lane = b.lane("rank" + std::to_string(r.rank) + ".host"),
+               .kind = sim::OpKind::kHostCompute};
+    op.cost = cm->host_compute(r.rank, bytes, 0.0);
+    b.op(std::move(op));
+  }
+  auto result = sim::simulate(std::move(b).build());
+  OFFSIM_CHECK(result.has_value());
+  return sim::to_seconds(result->timeline.makespan);
+}
+
+TEST(CostModelTest, OneRepresentativeEqualsEightRanks) {
+  // DGX A100, all 8 GPUs copy 1 GB at once: every switch uplink carries two copies (12.5 GB/s
+  // each), so all end at 80 ms + 6 µs — simulated rank by rank or as one rank standing for 8.
+  const std::int64_t gb = 1'000'000'000;
+  std::vector<SimRank> eight;
+  for (int r = 0; r < 8; ++r) eight.push_back({.rank = r});
+  EXPECT_NEAR(simulate_copies("dgx-a100-80gb", eight, gb), 0.080006, 2e-9);
+  EXPECT_NEAR(simulate_copies("dgx-a100-80gb", {{.rank = 0, .multiplicity = 8, .stride = 1}}, gb),
+              0.080006, 2e-9);
+  // DGX H100, CPU Adam over 16 GB per GPU on all 8 at once: 4 GPUs per socket share its
+  // 290 GB/s of DRAM (72.5 GB/s each, below the 14 cores' 112 GB/s): 16 / 72.5 = 0.2207 s.
+  const std::int64_t state = 16'000'000'000;
+  const double separate = simulate_host_compute("dgx-h100", eight, state);
+  const double together =
+      simulate_host_compute("dgx-h100", {{.rank = 0, .multiplicity = 8, .stride = 1}}, state);
+  EXPECT_NEAR(separate, 16e9 / 72.5e9, 2e-9);
+  EXPECT_NEAR(together, separate, 2e-9);
+}
+
 TEST(CostModelTest, CopiesSlowAConcurrentMemoryBoundKernel) {
   // H200: a 4.3 GB memory-bound kernel alone takes 4.3e9 / 4.3e12 = 1 ms. A concurrent 1 GB H2D
   // copy takes 1 byte of HBM per byte: the HBM resource (4.3 TB/s) is shared, so the kernel ends
