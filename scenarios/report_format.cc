@@ -1,0 +1,199 @@
+#include "scenarios/report_format.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "scenarios/results_file.h"
+#include "scenarios/sweep_runner.h"
+
+namespace offsim::scenarios {
+namespace {
+
+std::string percent(double part, double whole) {
+  return whole > 0 ? fmt::format("{:.1f}%", 100.0 * part / whole) : "-";
+}
+
+std::string seconds(double s) {
+  if (s >= 100) return fmt::format("{:.1f} s", s);
+  if (s >= 1) return fmt::format("{:.3f} s", s);
+  return fmt::format("{:.1f} ms", s * 1e3);
+}
+
+std::string with_thousands(double v) {
+  std::string digits = fmt::format("{:.0f}", v);
+  std::string out;
+  const std::size_t start = digits.front() == '-' ? 1 : 0;
+  for (std::size_t i = 0; i < digits.size(); ++i) {
+    if (i > start && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
+struct Row {
+  std::string label;
+  std::vector<std::string> cells;
+};
+
+}  // namespace
+
+std::string format_bytes(std::int64_t bytes) {
+  return fmt::format("{:.2f} GiB", static_cast<double>(bytes) / static_cast<double>(1LL << 30));
+}
+
+std::string limiting_factor(const models::Report& r) {
+  if (!r.fits) {
+    if (r.oom) return fmt::format("capacity: out of memory in {}", r.oom->pool);
+    return "capacity: does not fit";
+  }
+  struct Cause {
+    double seconds;
+    const char* name;
+  };
+  const Cause causes[] = {{r.time.exposed_offload_s, "exposed transfer"},
+                          {r.time.cpu_optimizer_s, "CPU update"},
+                          {r.time.exposed_comm_s, "communication"},
+                          {r.time.bubble_s, "pipeline bubble"}};
+  const Cause* worst =
+      std::max_element(std::begin(causes), std::end(causes),
+                       [](const Cause& a, const Cause& b) { return a.seconds < b.seconds; });
+  std::string out;
+  // Exposed time under 2% of the step is noise next to compute.
+  if (worst->seconds > 0.02 * r.step_time_s) {
+    out = fmt::format("{} {}", worst->name, seconds(worst->seconds));
+  } else {
+    out = "compute";
+  }
+  if (r.hbm_capacity_bytes > 0 &&
+      static_cast<double>(r.hbm_peak_bytes) > 0.95 * static_cast<double>(r.hbm_capacity_bytes)) {
+    out += fmt::format("; capacity (HBM {} of {})", format_bytes(r.hbm_peak_bytes),
+                       format_bytes(r.hbm_capacity_bytes));
+  }
+  return out;
+}
+
+std::string format_table(const std::vector<NamedReport>& reports) {
+  std::vector<Row> rows;
+  auto add = [&](const std::string& label, auto cell) {
+    Row row{label, {}};
+    for (const NamedReport& nr : reports) row.cells.push_back(cell(nr.report));
+    rows.push_back(std::move(row));
+  };
+  using R = models::Report;
+  if (reports.size() == 1) add("scenario", [&](const R& r) { return r.scenario; });
+  add("outcome", [](const R& r) {
+    return fmt::format("{}{}", r.outcome, r.fits ? ", fits" : ", DOES NOT FIT");
+  });
+  add("GPUs", [](const R& r) { return std::to_string(r.gpus); });
+  add("step time", [](const R& r) { return seconds(r.step_time_s); });
+  add("tokens/s", [](const R& r) {
+    return fmt::format("{} ({} per GPU)", with_thousands(r.tokens_per_s),
+                       with_thousands(r.tokens_per_s_per_gpu));
+  });
+  add("TFLOP/s per GPU", [](const R& r) {
+    return fmt::format("{:.1f} model, {:.1f} hw", r.tflops_per_gpu, r.hw_tflops_per_gpu);
+  });
+  add("MFU / HFU",
+      [](const R& r) { return fmt::format("{:.1f}% / {:.1f}%", 100 * r.mfu, 100 * r.hfu); });
+  add("HBM peak", [](const R& r) {
+    return fmt::format("{} of {} ({})", format_bytes(r.hbm_peak_bytes),
+                       format_bytes(r.hbm_capacity_bytes), r.worst_rank);
+  });
+  add("  params", [](const R& r) { return format_bytes(r.memory.params_bytes); });
+  add("  grads", [](const R& r) { return format_bytes(r.memory.grads_bytes); });
+  add("  optimizer", [](const R& r) { return format_bytes(r.memory.optimizer_bytes); });
+  add("  activations", [](const R& r) { return format_bytes(r.memory.activations_bytes); });
+  add("  buffers", [](const R& r) { return format_bytes(r.memory.buffers_bytes); });
+  add("  workspace", [](const R& r) { return format_bytes(r.memory.workspace_bytes); });
+  add("host pinned peak", [](const R& r) {
+    return fmt::format("{} of {}", format_bytes(r.host_peak_bytes),
+                       format_bytes(r.host_capacity_bytes));
+  });
+  add("time: compute", [](const R& r) {
+    return fmt::format("{} ({})", seconds(r.time.compute_s),
+                       percent(r.time.compute_s, r.step_time_s));
+  });
+  const std::pair<const char*, double models::TimeSplit::*> parts[] = {
+      {"  recompute", &models::TimeSplit::recompute_s},
+      {"  exposed comm", &models::TimeSplit::exposed_comm_s},
+      {"  exposed offload", &models::TimeSplit::exposed_offload_s},
+      {"  pipeline bubble", &models::TimeSplit::bubble_s},
+      {"  CPU optimizer", &models::TimeSplit::cpu_optimizer_s},
+      {"  other", &models::TimeSplit::other_s}};
+  for (const auto& [label, member] : parts) {
+    add(label, [member = member](const R& r) {
+      return fmt::format("{} ({})", seconds(r.time.*member),
+                         percent(r.time.*member, r.step_time_s));
+    });
+  }
+  add("limited by", [](const R& r) { return limiting_factor(r); });
+  std::size_t max_flags = 0;
+  for (const NamedReport& nr : reports) max_flags = std::max(max_flags, nr.report.flags.size());
+  for (std::size_t i = 0; i < max_flags; ++i) {
+    add(i == 0 ? "flags" : "",
+        [i](const R& r) { return i < r.flags.size() ? r.flags[i] : std::string(); });
+  }
+  bool any_oom = false;
+  for (const NamedReport& nr : reports) any_oom = any_oom || nr.report.oom.has_value();
+  if (any_oom) {
+    add("out of memory at", [](const R& r) {
+      if (!r.oom) return std::string("-");
+      return fmt::format("{} on {} at {}: +{} with {} of {} in use", r.oom->op, r.oom->pool,
+                         seconds(r.oom->time_s), format_bytes(r.oom->requested_bytes),
+                         format_bytes(r.oom->in_use_bytes), format_bytes(r.oom->capacity_bytes));
+    });
+  }
+
+  // Header line with each report's name, then aligned columns.
+  Row header{"", {}};
+  for (const NamedReport& nr : reports) header.cells.push_back(nr.name);
+  rows.insert(rows.begin(), header);
+  std::size_t label_width = 0;
+  std::vector<std::size_t> widths(reports.size(), 0);
+  for (const Row& row : rows) {
+    label_width = std::max(label_width, row.label.size());
+    for (std::size_t c = 0; c < row.cells.size(); ++c)
+      widths[c] = std::max(widths[c], row.cells[c].size());
+  }
+  std::string out;
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const Row& row = rows[i];
+    if (reports.size() == 1 && i == 0) continue;  // one report: its scenario row names it
+    std::string line = fmt::format("{:<{}}", row.label, label_width);
+    for (std::size_t c = 0; c < row.cells.size(); ++c) {
+      line += "  ";
+      line +=
+          c + 1 == row.cells.size() ? row.cells[c] : fmt::format("{:<{}}", row.cells[c], widths[c]);
+    }
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    out += line + "\n";
+    if (i == 0) {
+      std::size_t total = label_width;
+      for (std::size_t w : widths) total += 2 + w;
+      out += std::string(total, '-') + "\n";
+    }
+  }
+  return out;
+}
+
+nlohmann::json format_json(const std::vector<NamedReport>& reports) {
+  if (reports.size() == 1) return models::report_to_json(reports.front().report);
+  nlohmann::json all = nlohmann::json::array();
+  for (const NamedReport& nr : reports) all.push_back(models::report_to_json(nr.report));
+  return all;
+}
+
+std::string format_csv(const std::vector<NamedReport>& reports) {
+  std::string out = "scenario";
+  for (const std::string& c : csv_report_columns()) out += "," + c;
+  out += "\n";
+  for (const NamedReport& nr : reports) {
+    out += csv_field(nr.name);
+    for (const std::string& v : csv_report_values(nr.report)) out += "," + csv_field(v);
+    out += "\n";
+  }
+  return out;
+}
+
+}  // namespace offsim::scenarios

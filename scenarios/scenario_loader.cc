@@ -1,0 +1,753 @@
+#include "scenarios/scenario_loader.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <functional>
+#include <limits>
+#include <set>
+
+#include "sim/core/file_io.h"
+#include "sim/platform/profile.h"
+#include "sim/platform/system.h"
+
+namespace offsim::scenarios {
+namespace {
+
+using models::ModelArch;
+using models::OffloadPolicy;
+using models::OffloadRule;
+using models::ParallelConfig;
+using models::RecomputeConfig;
+using models::Scenario;
+using sim::ErrorCode;
+
+std::vector<std::string> system_names() {
+  std::vector<std::string> names;
+  for (const auto& system : sim::platform::list_systems()) names.push_back(system.name);
+  return names;
+}
+
+sim::Unexpected type_error(const Node& node, const std::string& path, const std::string& what) {
+  return sim::fail(ErrorCode::kInvalidInput, "{}: {}: expected {}, got {}", node.origin, path, what,
+                   node.describe());
+}
+
+std::string join_path(const std::string& parent, const std::string& key) {
+  return parent.empty() ? key : parent + "." + key;
+}
+
+// Reads the keys of one map and reports any key nobody asked for.
+class MapReader {
+ public:
+  MapReader(const Node& node, std::string path) : node_(node), path_(std::move(path)) {}
+
+  const Node* get(const std::string& key) {
+    known_.push_back(key);
+    return node_.find(key);
+  }
+  const std::string& path() const { return path_; }
+  std::string child(const std::string& key) const { return join_path(path_, key); }
+
+  sim::Status finish() const {
+    for (const auto& [key, value] : node_.entries) {
+      if (std::find(known_.begin(), known_.end(), key) == known_.end()) {
+        return sim::fail(ErrorCode::kInvalidInput, "{}: {}: unknown key; expected one of {}",
+                         value.origin, child(key), fmt::join(known_, ", "));
+      }
+    }
+    return sim::ok();
+  }
+
+ private:
+  const Node& node_;
+  std::string path_;
+  std::vector<std::string> known_;
+};
+
+sim::Status expect_map(const Node& node, const std::string& path) {
+  if (node.kind != NodeKind::kMap) return type_error(node, path, "a map");
+  return sim::ok();
+}
+
+template <class Int>
+sim::Status read_int(MapReader& r, const std::string& key, Int& out, std::int64_t min,
+                     std::int64_t max = std::numeric_limits<Int>::max()) {
+  const Node* node = r.get(key);
+  if (node == nullptr) return sim::ok();
+  const auto v = scalar_int(*node);
+  const std::string what = max == std::numeric_limits<Int>::max()
+                               ? fmt::format("an integer >= {}", min)
+                               : fmt::format("an integer in {}..{}", min, max);
+  if (!v || *v < min || *v > max) return type_error(*node, r.child(key), what);
+  out = static_cast<Int>(*v);
+  return sim::ok();
+}
+
+sim::Status read_double(MapReader& r, const std::string& key, double& out, double min, double max) {
+  const Node* node = r.get(key);
+  if (node == nullptr) return sim::ok();
+  const auto v = scalar_double(*node);
+  if (!v || *v < min || *v > max) {
+    return type_error(*node, r.child(key), fmt::format("a number in [{}, {}]", min, max));
+  }
+  out = *v;
+  return sim::ok();
+}
+
+sim::Status read_bool(MapReader& r, const std::string& key, bool& out) {
+  const Node* node = r.get(key);
+  if (node == nullptr) return sim::ok();
+  const auto v = scalar_bool(*node);
+  if (!v) return type_error(*node, r.child(key), "true or false");
+  out = *v;
+  return sim::ok();
+}
+
+sim::Result<std::string> string_of(const Node& node, const std::string& path) {
+  if (node.kind != NodeKind::kScalar || node.scalar.empty()) {
+    return type_error(node, path, "a non-empty string");
+  }
+  return node.scalar;
+}
+
+sim::Status read_string(MapReader& r, const std::string& key, std::string& out) {
+  const Node* node = r.get(key);
+  if (node == nullptr) return sim::ok();
+  OFFSIM_ASSIGN_OR_RETURN(out, string_of(*node, r.child(key)));
+  return sim::ok();
+}
+
+// An enum read through the models' from_string, listing every accepted spelling on error.
+template <class Enum, std::size_t N>
+sim::Result<Enum> enum_of(const Node& node, const std::string& path, const Enum (&all)[N],
+                          std::optional<Enum> (*parse)(std::string_view)) {
+  std::vector<std::string> names;
+  for (Enum e : all) names.emplace_back(models::to_string(e));
+  if (node.kind == NodeKind::kScalar) {
+    if (auto v = parse(node.scalar)) return *v;
+  }
+  return type_error(node, path, fmt::format("one of {}", fmt::join(names, ", ")));
+}
+
+template <class Enum, std::size_t N>
+sim::Status read_enum(MapReader& r, const std::string& key, Enum& out, const Enum (&all)[N],
+                      std::optional<Enum> (*parse)(std::string_view)) {
+  const Node* node = r.get(key);
+  if (node == nullptr) return sim::ok();
+  OFFSIM_ASSIGN_OR_RETURN(out, enum_of(*node, r.child(key), all, parse));
+  return sim::ok();
+}
+
+constexpr ModelArch::Activation kActivations[] = {ModelArch::Activation::kGelu,
+                                                  ModelArch::Activation::kSwiGlu};
+constexpr ModelArch::Norm kNorms[] = {ModelArch::Norm::kLayerNorm, ModelArch::Norm::kRmsNorm};
+constexpr ModelArch::AttentionImpl kAttentionImpls[] = {ModelArch::AttentionImpl::kFlash,
+                                                        ModelArch::AttentionImpl::kClassic};
+constexpr ParallelConfig::PipelineSchedule kSchedules[] = {
+    ParallelConfig::PipelineSchedule::k1F1B, ParallelConfig::PipelineSchedule::kInterleaved1F1B};
+constexpr RecomputeConfig::Mode kRecomputeModes[] = {
+    RecomputeConfig::Mode::kNone, RecomputeConfig::Mode::kSelective, RecomputeConfig::Mode::kFull};
+constexpr models::Placement kPlacements[] = {models::Placement::kHbm, models::Placement::kHost};
+
+std::string resolve_path(const Node& node, const std::string& value, const std::string& base_dir) {
+  namespace fs = std::filesystem;
+  if (fs::path(value).is_absolute()) return value;
+  if (node.origin.rfind("--set", 0) == 0 || base_dir.empty()) return value;
+  return (fs::path(base_dir) / value).lexically_normal().string();
+}
+
+constexpr std::int64_t kMaxDim = std::int64_t{1} << 24;  // hidden sizes, vocab
+constexpr std::int64_t kMaxLayers = 100'000;
+constexpr std::int64_t kMaxBatch = std::int64_t{1} << 30;
+
+sim::Status read_arch_fields(MapReader& r, ModelArch& m) {
+  OFFSIM_RETURN_IF_ERROR(read_string(r, "name", m.name));
+  OFFSIM_RETURN_IF_ERROR(read_int(r, "vocab_size", m.vocab_size, 1, kMaxDim));
+  OFFSIM_RETURN_IF_ERROR(read_int(r, "hidden", m.hidden, 1, kMaxDim));
+  OFFSIM_RETURN_IF_ERROR(read_int(r, "layers", m.layers, 1, kMaxLayers));
+  OFFSIM_RETURN_IF_ERROR(read_int(r, "heads", m.heads, 1, kMaxDim));
+  OFFSIM_RETURN_IF_ERROR(read_int(r, "kv_heads", m.kv_heads, 1, kMaxDim));
+  OFFSIM_RETURN_IF_ERROR(read_int(r, "head_dim", m.head_dim, 1, kMaxDim));
+  OFFSIM_RETURN_IF_ERROR(read_int(r, "ffn_hidden", m.ffn_hidden, 1, kMaxDim));
+  OFFSIM_RETURN_IF_ERROR(
+      read_enum(r, "activation", m.activation, kActivations, models::activation_from_string));
+  OFFSIM_RETURN_IF_ERROR(read_enum(r, "norm", m.norm, kNorms, models::norm_from_string));
+  OFFSIM_RETURN_IF_ERROR(read_bool(r, "tied_embeddings", m.tied_embeddings));
+  OFFSIM_RETURN_IF_ERROR(
+      read_enum(r, "attention", m.attention, kAttentionImpls, models::attention_impl_from_string));
+  OFFSIM_RETURN_IF_ERROR(read_bool(r, "linear_bias", m.linear_bias));
+  OFFSIM_RETURN_IF_ERROR(read_int(r, "max_positions", m.max_positions, 0, kMaxDim));
+  OFFSIM_RETURN_IF_ERROR(read_bool(r, "dropout", m.dropout));
+  return sim::ok();
+}
+
+sim::Result<ModelArch> catalogue_model(const Node& node, const std::string& path) {
+  OFFSIM_ASSIGN_OR_RETURN(std::string name, string_of(node, path));
+  auto m = models::find_model(name);
+  if (!m) {
+    std::vector<std::string> names;
+    for (const auto& e : models::list_models()) names.push_back(e.name);
+    return sim::fail(ErrorCode::kInvalidInput, "{}: {}: expected a catalogue model ({}), got {}",
+                     node.origin, path, fmt::join(names, ", "), node.describe());
+  }
+  return *m;
+}
+
+sim::Result<ModelArch> read_model(const Node& node, const std::string& base_dir) {
+  if (node.kind == NodeKind::kScalar) return catalogue_model(node, "model");
+  if (node.kind != NodeKind::kMap) {
+    return type_error(node, "model", "a catalogue name, an architecture map, or {hf_config: path}");
+  }
+  MapReader r(node, "model");
+  ModelArch m;
+  const Node* base = r.get("base");
+  const Node* hf = r.get("hf_config");
+  if (base != nullptr && hf != nullptr) {
+    return sim::fail(ErrorCode::kInvalidInput,
+                     "{}: model: expected either 'base' or 'hf_config', got both", hf->origin);
+  }
+  bool from_existing = false;
+  if (base != nullptr) {
+    OFFSIM_ASSIGN_OR_RETURN(m, catalogue_model(*base, "model.base"));
+    from_existing = true;
+  } else if (hf != nullptr) {
+    OFFSIM_ASSIGN_OR_RETURN(std::string rel, string_of(*hf, "model.hf_config"));
+    const std::string file = resolve_path(*hf, rel, base_dir);
+    auto text = sim::read_text_file(file, std::int64_t{16} << 20);
+    if (!text) {
+      return sim::fail(ErrorCode::kInvalidInput, "{}: model.hf_config: {}", hf->origin,
+                       text.error().message);
+    }
+    auto arch = models::model_from_hf_config(*text, file);
+    if (!arch) {
+      return sim::fail(ErrorCode::kInvalidInput, "{}: model.hf_config: {}", hf->origin,
+                       arch.error().message);
+    }
+    m = *arch;
+    from_existing = true;
+  }
+  // Inline fields: a whole architecture, or changes to the base / imported one.
+  OFFSIM_RETURN_IF_ERROR(read_arch_fields(r, m));
+  OFFSIM_RETURN_IF_ERROR(r.finish());
+  if (!from_existing) {
+    for (const char* required : {"name", "vocab_size", "hidden", "layers", "heads"}) {
+      if (node.find(required) == nullptr) {
+        return sim::fail(ErrorCode::kInvalidInput,
+                         "{}: model.{}: missing; an inline architecture needs name, vocab_size, "
+                         "hidden, layers, heads (kv_heads, head_dim, ffn_hidden may be derived)",
+                         node.origin, required);
+      }
+    }
+  }
+  // Derived defaults for inline architectures, printed by --print-effective.
+  if (m.kv_heads == 0) m.kv_heads = m.heads;
+  if (m.head_dim == 0 && m.heads > 0) m.head_dim = m.hidden / m.heads;
+  if (m.ffn_hidden == 0) m.ffn_hidden = 4 * m.hidden;
+  return m;
+}
+
+sim::Status read_hardware(const Node& node, const std::string& base_dir,
+                          models::HardwareConfig& h) {
+  OFFSIM_RETURN_IF_ERROR(expect_map(node, "hardware"));
+  MapReader r(node, "hardware");
+  const Node* system = r.get("system");
+  if (system == nullptr) {
+    return sim::fail(ErrorCode::kInvalidInput, "{}: hardware.system: missing; expected one of {}",
+                     node.origin, fmt::join(system_names(), ", "));
+  }
+  OFFSIM_ASSIGN_OR_RETURN(h.system, string_of(*system, "hardware.system"));
+  const auto known = system_names();
+  if (!known.empty() && std::find(known.begin(), known.end(), h.system) == known.end()) {
+    return type_error(*system, "hardware.system", fmt::format("one of {}", fmt::join(known, ", ")));
+  }
+  OFFSIM_RETURN_IF_ERROR(read_int(r, "nodes", h.nodes, 1, 100'000));
+  OFFSIM_RETURN_IF_ERROR(read_int(r, "gpus", h.gpus, 0, 10'000'000));
+  if (const Node* profile = r.get("profile")) {
+    if (!is_null_scalar(*profile)) {
+      OFFSIM_ASSIGN_OR_RETURN(std::string rel, string_of(*profile, "hardware.profile"));
+      h.profile_path = resolve_path(*profile, rel, base_dir);
+    }
+  }
+  return r.finish();
+}
+
+sim::Status read_training(const Node& node, models::TrainingConfig& t) {
+  OFFSIM_RETURN_IF_ERROR(expect_map(node, "training"));
+  MapReader r(node, "training");
+  for (const char* required : {"global_batch", "seq_len"}) {
+    if (node.find(required) == nullptr) {
+      return sim::fail(ErrorCode::kInvalidInput, "{}: training.{}: missing; expected an integer",
+                       node.origin, required);
+    }
+  }
+  OFFSIM_RETURN_IF_ERROR(read_int(r, "global_batch", t.global_batch, 1, kMaxBatch));
+  OFFSIM_RETURN_IF_ERROR(read_int(r, "micro_batch", t.micro_batch, 1, kMaxBatch));
+  OFFSIM_RETURN_IF_ERROR(read_int(r, "seq_len", t.seq_len, 1, kMaxDim));
+  if (const Node* p = r.get("precision")) {
+    auto d = p->kind == NodeKind::kScalar ? sim::dtype_from_string(p->scalar) : std::nullopt;
+    if (!d || *d == sim::DType::kFp32) {
+      return type_error(*p, "training.precision", "one of bf16, fp16, fp8");
+    }
+    t.compute_dtype = *d;
+  }
+  OFFSIM_RETURN_IF_ERROR(read_bool(r, "fp32_master_weights", t.fp32_master_weights));
+  if (const Node* o = r.get("optimizer")) {
+    if (o->kind != NodeKind::kScalar || o->scalar != "adamw") {
+      return type_error(*o, "training.optimizer", "adamw");
+    }
+  }
+  return r.finish();
+}
+
+sim::Status read_parallelism(const Node& node, ParallelConfig& p) {
+  OFFSIM_RETURN_IF_ERROR(expect_map(node, "parallelism"));
+  MapReader r(node, "parallelism");
+  OFFSIM_RETURN_IF_ERROR(read_int(r, "dp", p.dp, 1, 1'000'000));
+  OFFSIM_RETURN_IF_ERROR(read_int(r, "tp", p.tp, 1, 4096));
+  OFFSIM_RETURN_IF_ERROR(read_int(r, "pp", p.pp, 1, 4096));
+  OFFSIM_RETURN_IF_ERROR(read_bool(r, "sequence_parallel", p.sequence_parallel));
+  OFFSIM_RETURN_IF_ERROR(read_int(r, "zero_stage", p.zero_stage, 0, 3));
+  OFFSIM_RETURN_IF_ERROR(read_bool(r, "fsdp", p.fsdp));
+  OFFSIM_RETURN_IF_ERROR(
+      read_enum(r, "schedule", p.schedule, kSchedules, models::pipeline_schedule_from_string));
+  OFFSIM_RETURN_IF_ERROR(read_int(r, "virtual_stages", p.virtual_stages, 1, 1024));
+  return r.finish();
+}
+
+sim::Status read_recompute(const Node& node, RecomputeConfig& rc) {
+  if (node.kind == NodeKind::kScalar) {
+    OFFSIM_ASSIGN_OR_RETURN(
+        rc.mode, enum_of(node, "recompute", kRecomputeModes, models::recompute_mode_from_string));
+    return sim::ok();
+  }
+  if (node.kind != NodeKind::kMap) {
+    return type_error(node, "recompute", "a mode (none, selective, full) or a map");
+  }
+  MapReader r(node, "recompute");
+  OFFSIM_RETURN_IF_ERROR(
+      read_enum(r, "mode", rc.mode, kRecomputeModes, models::recompute_mode_from_string));
+  if (const Node* per = r.get("per_layer")) {
+    if (per->kind != NodeKind::kMap) {
+      return type_error(*per, "recompute.per_layer", "a map of layer index -> mode");
+    }
+    for (const auto& [key, value] : per->entries) {
+      const std::string path = "recompute.per_layer." + key;
+      const auto layer = scalar_int(make_scalar(key));
+      if (!layer || *layer < 0 || *layer > kMaxLayers) {
+        return sim::fail(ErrorCode::kInvalidInput, "{}: {}: expected a layer index, got \"{}\"",
+                         value.origin, path, key);
+      }
+      OFFSIM_ASSIGN_OR_RETURN(
+          auto mode, enum_of(value, path, kRecomputeModes, models::recompute_mode_from_string));
+      rc.per_layer[static_cast<int>(*layer)] = mode;
+    }
+  }
+  return r.finish();
+}
+
+sim::Result<models::LayerSelection> read_layers(const Node& node, const std::string& path) {
+  models::LayerSelection sel;
+  const std::string what = "all, a list of layer indices, {fraction: f} or {first: n}";
+  if (node.kind == NodeKind::kScalar && !node.quoted && node.scalar == "all") return sel;
+  if (node.kind == NodeKind::kSequence) {
+    sel.kind = models::LayerSelection::Kind::kList;
+    for (std::size_t i = 0; i < node.items.size(); ++i) {
+      const auto v = scalar_int(node.items[i]);
+      if (!v || *v < 0 || *v > kMaxLayers) {
+        return type_error(node.items[i], fmt::format("{}.{}", path, i), "a layer index >= 0");
+      }
+      sel.list.push_back(static_cast<int>(*v));
+    }
+    return sel;
+  }
+  if (node.kind == NodeKind::kMap && node.entries.size() == 1) {
+    MapReader r(node, path);
+    if (node.find("fraction") != nullptr) {
+      sel.kind = models::LayerSelection::Kind::kFraction;
+      OFFSIM_RETURN_IF_ERROR(read_double(r, "fraction", sel.fraction, 0.0, 1.0));
+      return sel;
+    }
+    if (node.find("first") != nullptr) {
+      sel.kind = models::LayerSelection::Kind::kFirst;
+      OFFSIM_RETURN_IF_ERROR(read_int(r, "first", sel.count, 0, kMaxLayers));
+      return sel;
+    }
+  }
+  return type_error(node, path, what);
+}
+
+sim::Result<OffloadRule> read_rule(const Node& node, const std::string& path) {
+  if (node.kind != NodeKind::kMap) return type_error(node, path, "a rule map");
+  MapReader r(node, path);
+  OffloadRule rule;
+  const Node* tensor = r.get("tensor");
+  if (tensor == nullptr) {
+    return sim::fail(ErrorCode::kInvalidInput, "{}: {}.tensor: missing", node.origin, path);
+  }
+  const auto& names = models::activation_names();
+  bool tensor_ok = false;
+  if (tensor->kind == NodeKind::kScalar) {
+    if (auto cls = models::tensor_class_from_string(tensor->scalar)) {
+      rule.cls = *cls;
+      tensor_ok = true;
+    } else if (std::find(names.begin(), names.end(), tensor->scalar) != names.end()) {
+      rule.cls = models::TensorClass::kNamedActivation;
+      rule.name = tensor->scalar;
+      tensor_ok = true;
+    }
+  }
+  if (!tensor_ok) {
+    return type_error(*tensor, path + ".tensor",
+                      fmt::format("params, grads, optimizer_states, master_weights, activations, "
+                                  "named_activation or an activation name ({})",
+                                  fmt::join(names, ", ")));
+  }
+  if (const Node* name = r.get("name")) {
+    if (rule.cls != models::TensorClass::kNamedActivation) {
+      return sim::fail(ErrorCode::kInvalidInput,
+                       "{}: {}.name: only allowed with tensor: named_activation", name->origin,
+                       path);
+    }
+    OFFSIM_ASSIGN_OR_RETURN(std::string n, string_of(*name, path + ".name"));
+    if (std::find(names.begin(), names.end(), n) == names.end()) {
+      return type_error(*name, path + ".name", fmt::format("one of {}", fmt::join(names, ", ")));
+    }
+    if (!rule.name.empty() && rule.name != n) {
+      return sim::fail(ErrorCode::kInvalidInput, "{}: {}.name: '{}' contradicts tensor '{}'",
+                       name->origin, path, n, rule.name);
+    }
+    rule.name = n;
+  }
+  if (rule.cls == models::TensorClass::kNamedActivation && rule.name.empty()) {
+    return sim::fail(ErrorCode::kInvalidInput,
+                     "{}: {}.name: missing; tensor named_activation needs one of {}", node.origin,
+                     path, fmt::join(names, ", "));
+  }
+  if (const Node* layers = r.get("layers")) {
+    OFFSIM_ASSIGN_OR_RETURN(rule.layers, read_layers(*layers, path + ".layers"));
+  }
+  OFFSIM_RETURN_IF_ERROR(
+      read_enum(r, "where", rule.where, kPlacements, models::placement_from_string));
+  OFFSIM_RETURN_IF_ERROR(read_int(r, "prefetch_layers", rule.prefetch_layers, 0, 1024));
+  OFFSIM_RETURN_IF_ERROR(
+      read_int(r, "chunk_bytes", rule.chunk_bytes, 0, std::numeric_limits<std::int64_t>::max()));
+  OFFSIM_RETURN_IF_ERROR(r.finish());
+  return rule;
+}
+
+sim::Result<OffloadPolicy> preset_of(const Node& name_node, const models::PresetOptions& options,
+                                     const std::string& path) {
+  OFFSIM_ASSIGN_OR_RETURN(std::string name, string_of(name_node, path));
+  auto policy = models::offload_preset(name, options);
+  if (!policy) {
+    std::vector<std::string> names;
+    for (const auto& p : models::list_presets()) names.push_back(p.name);
+    if (policy.error().code == ErrorCode::kNotFound ||
+        std::find(names.begin(), names.end(), name) == names.end()) {
+      return type_error(name_node, path, fmt::format("a preset ({})", fmt::join(names, ", ")));
+    }
+    return sim::fail(ErrorCode::kInvalidInput, "{}: {}: {}", name_node.origin, path,
+                     policy.error().message);
+  }
+  policy->preset = name;
+  return std::move(*policy);
+}
+
+sim::Result<OffloadPolicy> read_offload(const Node& node) {
+  if (node.kind == NodeKind::kScalar) return preset_of(node, {}, "offload");
+  if (node.kind != NodeKind::kMap) {
+    return type_error(node, "offload", "a preset name or a map with preset or rules");
+  }
+  MapReader r(node, "offload");
+  OffloadPolicy policy;
+  const Node* preset = r.get("preset");
+  const Node* rules = r.get("rules");
+  if (preset != nullptr && rules != nullptr) {
+    return sim::fail(ErrorCode::kInvalidInput,
+                     "{}: offload: expected either 'preset' (with its options) or 'rules', got "
+                     "both",
+                     rules->origin);
+  }
+  models::PresetOptions options;
+  OFFSIM_RETURN_IF_ERROR(read_int(r, "num_layers", options.num_layers, -1, kMaxLayers));
+  OFFSIM_RETURN_IF_ERROR(read_double(r, "fraction", options.fraction, 0.0, 1.0));
+  OFFSIM_RETURN_IF_ERROR(read_int(r, "prefetch_layers", options.prefetch_layers, 0, 1024));
+  if (const Node* names = r.get("names")) {
+    if (names->kind != NodeKind::kSequence) {
+      return type_error(*names, "offload.names", "a list of activation names");
+    }
+    for (std::size_t i = 0; i < names->items.size(); ++i) {
+      OFFSIM_ASSIGN_OR_RETURN(std::string n,
+                              string_of(names->items[i], fmt::format("offload.names.{}", i)));
+      options.names.push_back(std::move(n));
+    }
+  }
+  const bool has_options = node.find("num_layers") || node.find("fraction") ||
+                           node.find("prefetch_layers") || node.find("names");
+  if (preset != nullptr) {
+    OFFSIM_ASSIGN_OR_RETURN(policy, preset_of(*preset, options, "offload.preset"));
+  } else if (has_options) {
+    return sim::fail(ErrorCode::kInvalidInput,
+                     "{}: offload: num_layers, fraction, prefetch_layers and names are preset "
+                     "options; expected a 'preset' key with them",
+                     node.origin);
+  }
+  if (rules != nullptr) {
+    if (rules->kind != NodeKind::kSequence) {
+      return type_error(*rules, "offload.rules", "a list of rules");
+    }
+    for (std::size_t i = 0; i < rules->items.size(); ++i) {
+      OFFSIM_ASSIGN_OR_RETURN(OffloadRule rule,
+                              read_rule(rules->items[i], fmt::format("offload.rules.{}", i)));
+      policy.rules.push_back(std::move(rule));
+    }
+  }
+  if (const Node* opt = r.get("optimizer")) {
+    if (opt->kind != NodeKind::kScalar || (opt->scalar != "cpu" && opt->scalar != "gpu")) {
+      return type_error(*opt, "offload.optimizer", "cpu or gpu");
+    }
+    policy.optimizer_on_cpu = opt->scalar == "cpu";
+  }
+  if (const Node* label = r.get("label")) {
+    OFFSIM_ASSIGN_OR_RETURN(policy.preset, string_of(*label, "offload.label"));
+  }
+  OFFSIM_RETURN_IF_ERROR(r.finish());
+  return policy;
+}
+
+Node scalar_node(const std::string& s) { return make_scalar(s); }
+Node quoted_node(const std::string& s) { return make_scalar(s, {}, true); }
+template <class T>
+Node number_node(T v) {
+  return make_scalar(fmt::format("{}", v));
+}
+Node bool_node(bool b) { return make_scalar(b ? "true" : "false"); }
+
+void put(Node& map, const std::string& key, Node value) {
+  map.entries.emplace_back(key, std::move(value));
+}
+
+Node layers_node(const models::LayerSelection& sel) {
+  switch (sel.kind) {
+    case models::LayerSelection::Kind::kAll:
+      return scalar_node("all");
+    case models::LayerSelection::Kind::kList: {
+      Node seq = make_sequence();
+      for (int l : sel.list) seq.items.push_back(number_node(l));
+      return seq;
+    }
+    case models::LayerSelection::Kind::kFraction: {
+      Node m = make_map();
+      put(m, "fraction", number_node(sel.fraction));
+      return m;
+    }
+    case models::LayerSelection::Kind::kFirst: {
+      Node m = make_map();
+      put(m, "first", number_node(sel.count));
+      return m;
+    }
+  }
+  return scalar_node("all");
+}
+
+}  // namespace
+
+sim::Result<ScenarioFile> load_scenario_file(const std::string& path,
+                                             const std::vector<std::string>& overrides,
+                                             const LoadOptions& options) {
+  ScenarioFile file;
+  file.path = path;
+  file.base_dir = std::filesystem::path(path).parent_path().string();
+  OFFSIM_ASSIGN_OR_RETURN(Node doc, load_document_file(path, options.limits));
+  if (doc.kind != NodeKind::kMap) {
+    return sim::fail(ErrorCode::kInvalidInput,
+                     "{}: expected a map with model, hardware, training, ... at the top, got {}",
+                     doc.origin, doc.describe());
+  }
+  for (const std::string& assignment : overrides) {
+    OFFSIM_RETURN_IF_ERROR(apply_override(doc, assignment));
+  }
+  if (const Node* sweep = doc.find("sweep")) {
+    if (!is_null_scalar(*sweep)) {
+      OFFSIM_ASSIGN_OR_RETURN(file.sweep, parse_sweep(*sweep, options.max_sweep_points));
+      for (const std::string& assignment : overrides) {
+        const std::string key = assignment.substr(0, assignment.find('='));
+        for (const std::string& axis : file.sweep->axis_paths()) {
+          if (axis == key || axis.rfind(key + ".", 0) == 0 || key.rfind(axis + ".", 0) == 0) {
+            return sim::fail(ErrorCode::kInvalidInput,
+                             "--set {}: the sweep also varies '{}'; remove the axis or the "
+                             "override",
+                             assignment, axis);
+          }
+        }
+      }
+    }
+    std::erase_if(doc.entries, [](const auto& e) { return e.first == "sweep"; });
+  }
+  file.base = std::move(doc);
+  return file;
+}
+
+sim::Result<Scenario> scenario_from_document(const Node& doc, const std::string& base_dir) {
+  OFFSIM_RETURN_IF_ERROR(expect_map(doc, "(top level)"));
+  MapReader r(doc, "");
+  Scenario s;
+  for (const char* required : {"model", "hardware", "training"}) {
+    if (doc.find(required) == nullptr) {
+      return sim::fail(ErrorCode::kInvalidInput,
+                       "{}: {}: missing; a scenario needs model, "
+                       "hardware and training",
+                       doc.origin, required);
+    }
+  }
+  OFFSIM_RETURN_IF_ERROR(read_string(r, "name", s.name));
+  OFFSIM_ASSIGN_OR_RETURN(s.model, read_model(*r.get("model"), base_dir));
+  OFFSIM_RETURN_IF_ERROR(read_hardware(*r.get("hardware"), base_dir, s.hardware));
+  OFFSIM_RETURN_IF_ERROR(read_training(*r.get("training"), s.training));
+  if (const Node* p = r.get("parallelism"))
+    OFFSIM_RETURN_IF_ERROR(read_parallelism(*p, s.parallelism));
+  if (const Node* rc = r.get("recompute")) OFFSIM_RETURN_IF_ERROR(read_recompute(*rc, s.recompute));
+  if (const Node* o = r.get("offload")) {
+    OFFSIM_ASSIGN_OR_RETURN(s.offload, read_offload(*o));
+  } else {
+    s.offload.preset = "none";
+  }
+  r.get("sweep");  // split off by load_scenario_file; tolerated in documents built by hand
+  OFFSIM_RETURN_IF_ERROR(r.finish());
+  if (s.name.empty()) {
+    // The file name is the natural default; it is printed with the effective scenario.
+    const auto slash = doc.origin.find_last_of('/');
+    std::string stem = doc.origin.substr(slash == std::string::npos ? 0 : slash + 1);
+    stem = stem.substr(0, stem.find(':'));
+    s.name = stem.substr(0, stem.rfind('.'));
+  }
+  return s;
+}
+
+std::string locate_message(const std::string& message, const Node& doc) {
+  const auto colon = message.find(": ");
+  std::string path = message.substr(0, colon == std::string::npos ? message.size() : colon);
+  if (colon == std::string::npos || path.find(' ') != std::string::npos) {
+    return fmt::format("{}: {}", doc.origin, message);
+  }
+  // "offload.rules[2].layers" -> "offload.rules.2.layers"
+  std::string dotted;
+  for (char c : path) {
+    if (c == '[') {
+      dotted += '.';
+    } else if (c != ']') {
+      dotted += c;
+    }
+  }
+  // The YAML spells the CPU optimizer as offload.optimizer.
+  if (dotted == "offload.optimizer_on_cpu") dotted = "offload.optimizer";
+  std::string probe = dotted;
+  while (!probe.empty()) {
+    if (const Node* node = find_path(doc, probe))
+      return fmt::format("{}: {}", node->origin, message);
+    const auto dot = probe.rfind('.');
+    probe = dot == std::string::npos ? std::string() : probe.substr(0, dot);
+  }
+  return fmt::format("{}: {}", doc.origin, message);
+}
+
+sim::Status check_loaded(const Scenario& scenario, const Node& doc) {
+  sim::Status status = models::check_scenario(scenario);
+  if (status) {
+    if (auto system = sim::platform::find_system(scenario.hardware.system)) {
+      status = models::check_scenario(scenario, system->gpus_per_node);
+    }
+  }
+  if (status && !scenario.hardware.profile_path.empty()) {
+    if (auto profile = sim::platform::read_profile_file(scenario.hardware.profile_path); !profile) {
+      status = sim::fail(ErrorCode::kInvalidInput, "hardware.profile: {}", profile.error().message);
+    }
+  }
+  if (!status) {
+    return sim::fail(status.error().code, "{}", locate_message(status.error().message, doc));
+  }
+  return sim::ok();
+}
+
+Node scenario_to_document(const Scenario& s) {
+  Node root = make_map();
+  put(root, "name", quoted_node(s.name));
+
+  const ModelArch& m = s.model;
+  Node model = make_map();
+  put(model, "name", quoted_node(m.name));
+  put(model, "vocab_size", number_node(m.vocab_size));
+  put(model, "hidden", number_node(m.hidden));
+  put(model, "layers", number_node(m.layers));
+  put(model, "heads", number_node(m.heads));
+  put(model, "kv_heads", number_node(m.kv_heads));
+  put(model, "head_dim", number_node(m.head_dim));
+  put(model, "ffn_hidden", number_node(m.ffn_hidden));
+  put(model, "activation", scalar_node(models::to_string(m.activation)));
+  put(model, "norm", scalar_node(models::to_string(m.norm)));
+  put(model, "tied_embeddings", bool_node(m.tied_embeddings));
+  put(model, "attention", scalar_node(models::to_string(m.attention)));
+  put(model, "linear_bias", bool_node(m.linear_bias));
+  put(model, "max_positions", number_node(m.max_positions));
+  put(model, "dropout", bool_node(m.dropout));
+  put(root, "model", std::move(model));
+
+  Node hw = make_map();
+  put(hw, "system", quoted_node(s.hardware.system));
+  put(hw, "nodes", number_node(s.hardware.nodes));
+  put(hw, "gpus", number_node(s.hardware.gpus));
+  put(hw, "profile",
+      s.hardware.profile_path.empty() ? Node{} : quoted_node(s.hardware.profile_path));
+  put(root, "hardware", std::move(hw));
+
+  const models::TrainingConfig& t = s.training;
+  Node training = make_map();
+  put(training, "global_batch", number_node(t.global_batch));
+  put(training, "micro_batch", number_node(t.micro_batch));
+  put(training, "seq_len", number_node(t.seq_len));
+  put(training, "precision", scalar_node(sim::to_string(t.compute_dtype)));
+  put(training, "fp32_master_weights", bool_node(t.fp32_master_weights));
+  put(training, "optimizer", scalar_node("adamw"));
+  put(root, "training", std::move(training));
+
+  const ParallelConfig& p = s.parallelism;
+  Node par = make_map();
+  put(par, "dp", number_node(p.dp));
+  put(par, "tp", number_node(p.tp));
+  put(par, "pp", number_node(p.pp));
+  put(par, "sequence_parallel", bool_node(p.sequence_parallel));
+  put(par, "zero_stage", number_node(p.zero_stage));
+  put(par, "fsdp", bool_node(p.fsdp));
+  put(par, "schedule", scalar_node(models::to_string(p.schedule)));
+  put(par, "virtual_stages", number_node(p.virtual_stages));
+  put(root, "parallelism", std::move(par));
+
+  Node rc = make_map();
+  put(rc, "mode", scalar_node(models::to_string(s.recompute.mode)));
+  Node per = make_map();
+  for (const auto& [layer, mode] : s.recompute.per_layer) {
+    put(per, std::to_string(layer), scalar_node(models::to_string(mode)));
+  }
+  put(rc, "per_layer", std::move(per));
+  put(root, "recompute", std::move(rc));
+
+  Node off = make_map();
+  put(off, "label", quoted_node(s.offload.preset.empty() ? "custom" : s.offload.preset));
+  Node rules = make_sequence();
+  for (const OffloadRule& rule : s.offload.rules) {
+    Node rn = make_map();
+    put(rn, "tensor", scalar_node(models::to_string(rule.cls)));
+    if (rule.cls == models::TensorClass::kNamedActivation) put(rn, "name", scalar_node(rule.name));
+    put(rn, "layers", layers_node(rule.layers));
+    put(rn, "where", scalar_node(models::to_string(rule.where)));
+    put(rn, "prefetch_layers", number_node(rule.prefetch_layers));
+    put(rn, "chunk_bytes", number_node(rule.chunk_bytes));
+    rules.items.push_back(std::move(rn));
+  }
+  put(off, "rules", std::move(rules));
+  put(off, "optimizer", scalar_node(s.offload.optimizer_on_cpu ? "cpu" : "gpu"));
+  put(root, "offload", std::move(off));
+  return root;
+}
+
+}  // namespace offsim::scenarios

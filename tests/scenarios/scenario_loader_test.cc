@@ -1,0 +1,299 @@
+#include "scenarios/scenario_loader.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+namespace offsim::scenarios {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kBase =
+    "name: t\n"                                // line 1
+    "model: llama3-8b\n"                       // line 2
+    "hardware:\n"                              // line 3
+    "  system: h100-1gpu\n"                    // line 4
+    "training:\n"                              // line 5
+    "  global_batch: 8\n"                      // line 6
+    "  micro_batch: 2\n"                       // line 7
+    "  seq_len: 2048\n"                        // line 8
+    "parallelism:\n"                           // line 9
+    "  tp: 1\n"                                // line 10
+    "recompute: selective\n"                   // line 11
+    "offload: megatron_activation_offload\n";  // line 12
+
+class LoaderTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           fmt::format("offsim_loader_{}_{}", ::getpid(),
+                       ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string write(const std::string& name, const std::string& text) {
+    const std::string path = (dir_ / name).string();
+    std::ofstream(path) << text;
+    return path;
+  }
+
+  // Loads, maps and checks; returns the first error message or "".
+  std::string error_of(const std::string& text, const std::vector<std::string>& sets = {}) {
+    const std::string path = write("s.yaml", text);
+    auto file = load_scenario_file(path, sets);
+    if (!file) return file.error().message;
+    auto s = scenario_from_document(file->base, file->base_dir);
+    if (!s) return s.error().message;
+    auto st = check_loaded(*s, file->base);
+    if (!st) return st.error().message;
+    return "";
+  }
+
+  std::string replace(std::string text, const std::string& from, const std::string& to) {
+    const auto pos = text.find(from);
+    EXPECT_NE(pos, std::string::npos) << from;
+    return text.replace(pos, from.size(), to);
+  }
+
+  std::string p(const std::string& suffix) { return (dir_ / "s.yaml").string() + suffix; }
+
+  fs::path dir_;
+};
+
+TEST_F(LoaderTest, LoadsAValidScenario) {
+  const std::string path = write("s.yaml", kBase);
+  auto file = load_scenario_file(path);
+  ASSERT_TRUE(file) << file.error().message;
+  auto s = scenario_from_document(file->base, file->base_dir);
+  ASSERT_TRUE(s) << s.error().message;
+  EXPECT_EQ(s->name, "t");
+  EXPECT_EQ(s->model.name, "llama3-8b");
+  EXPECT_EQ(s->model.layers, 32);
+  EXPECT_EQ(s->training.micro_batch, 2);
+  EXPECT_EQ(s->recompute.mode, models::RecomputeConfig::Mode::kSelective);
+  ASSERT_EQ(s->offload.rules.size(), 1u);
+  EXPECT_EQ(s->offload.rules[0].cls, models::TensorClass::kActivations);
+  EXPECT_TRUE(check_loaded(*s, file->base));
+}
+
+TEST_F(LoaderTest, UnknownKeyNamesFileLineColumnAndPath) {
+  const std::string text =
+      replace(kBase, "  seq_len: 2048\n", "  seq_len: 2048\n  micro_bach: 1\n");
+  EXPECT_EQ(error_of(text),
+            p(":9:15: training.micro_bach: unknown key; expected one of global_batch, "
+              "micro_batch, seq_len, precision, fp32_master_weights, optimizer"));
+  EXPECT_EQ(error_of(std::string(kBase) + "colour: red\n"),
+            p(":13:9: colour: unknown key; expected one of name, model, hardware, training, "
+              "parallelism, recompute, offload, sweep"));
+}
+
+TEST_F(LoaderTest, WrongTypeSaysWhatWasExpectedAndGot) {
+  EXPECT_EQ(error_of(replace(kBase, "micro_batch: 2", "micro_batch: two")),
+            p(":7:16: training.micro_batch: expected an integer in 1..1073741824, got \"two\""));
+  EXPECT_EQ(
+      error_of(replace(kBase, "micro_batch: 2", "micro_batch: [2]")),
+      p(":7:16: training.micro_batch: expected an integer in 1..1073741824, got a list of 1"));
+  EXPECT_EQ(error_of(replace(kBase, "hardware:\n  system: h100-1gpu\n", "hardware: h100\n")),
+            p(":3:11: hardware: expected a map, got \"h100\""));
+  EXPECT_EQ(error_of(replace(kBase, "  tp: 1\n", "  sequence_parallel: yes\n")),
+            p(":10:22: parallelism.sequence_parallel: expected true or false, got \"yes\""));
+}
+
+TEST_F(LoaderTest, BadValuesAreErrors) {
+  EXPECT_EQ(error_of(replace(kBase, "micro_batch: 2", "micro_batch: 0")),
+            p(":7:16: training.micro_batch: expected an integer in 1..1073741824, got 0"));
+  EXPECT_EQ(error_of(replace(kBase, "recompute: selective", "recompute: partial")),
+            p(":11:12: recompute: expected one of none, selective, full, got \"partial\""));
+  const std::string model_error = error_of(replace(kBase, "model: llama3-8b", "model: llama9"));
+  EXPECT_EQ(model_error.rfind(p(":2:8: model: expected a catalogue model ("), 0), 0u)
+      << model_error;
+  const std::string system_error = error_of(replace(kBase, "system: h100-1gpu", "system: tpu"));
+  EXPECT_EQ(system_error.rfind(p(":4:11: hardware.system: expected one of "), 0), 0u)
+      << system_error;
+  const std::string preset_error =
+      error_of(replace(kBase, "offload: megatron_activation_offload", "offload: everything"));
+  EXPECT_EQ(preset_error.rfind(p(":12:10: offload: expected a preset ("), 0), 0u) << preset_error;
+}
+
+TEST_F(LoaderTest, ImpossibleConfigurationsPointAtTheKey) {
+  // Llama 3 8B has 32 heads; TP 3 does not divide them.
+  EXPECT_EQ(error_of(replace(kBase, "  tp: 1\n", "  tp: 3\n")),
+            p(":10:7: parallelism.tp: 3 does not divide model.heads 32"));
+  // 8 sequences do not split into micro-batches of 3.
+  EXPECT_EQ(error_of(replace(kBase, "micro_batch: 2", "micro_batch: 3")),
+            p(":6:17: training.global_batch: 8 is not divisible by training.micro_batch × "
+              "parallelism.dp = 3"));
+  // Two GPUs on a one-GPU system; a map's position is that of its first key.
+  const std::string gpus = error_of(replace(kBase, "  tp: 1\n", "  tp: 2\n"));
+  EXPECT_EQ(gpus.rfind(p(":10:3: parallelism: dp × tp × pp = 2 does not equal the 1 GPUs"), 0), 0u)
+      << gpus;
+}
+
+TEST_F(LoaderTest, MissingRequiredSectionsAreErrors) {
+  EXPECT_EQ(error_of("model: llama3-8b\nhardware: {system: h100-1gpu}\n"),
+            p(":1:1: training: missing; a scenario needs model, hardware and training"));
+  EXPECT_EQ(error_of(replace(kBase, "  seq_len: 2048\n", "")),
+            p(":6:3: training.seq_len: missing; expected an integer"));
+  EXPECT_EQ(error_of("- 1\n- 2\n"),
+            p(":1:1: expected a map with model, hardware, training, ... at the top, got a list "
+              "of 2"));
+}
+
+TEST_F(LoaderTest, OverridesApplyAndNameThemselvesInErrors) {
+  const std::string path = write("s.yaml", kBase);
+  auto file = load_scenario_file(path, {"training.micro_batch=4", "parallelism={tp: 1, dp: 1}"});
+  ASSERT_TRUE(file) << file.error().message;
+  auto s = scenario_from_document(file->base, file->base_dir);
+  ASSERT_TRUE(s) << s.error().message;
+  EXPECT_EQ(s->training.micro_batch, 4);
+
+  EXPECT_EQ(error_of(kBase, {"training.micro_bach=4"}),
+            "--set training.micro_bach=4: training.micro_bach: unknown key; expected one of "
+            "global_batch, micro_batch, seq_len, precision, fp32_master_weights, optimizer");
+  EXPECT_EQ(error_of(kBase, {"training.micro_batch=-1"}),
+            "--set training.micro_batch=-1: training.micro_batch: expected an integer in "
+            "1..1073741824, got -1");
+  EXPECT_EQ(error_of(kBase, {"parallelism.tp=3"}),
+            "--set parallelism.tp=3: parallelism.tp: 3 does not divide model.heads 32");
+}
+
+TEST_F(LoaderTest, InlineAndBaseModels) {
+  const std::string inline_model =
+      replace(kBase, "model: llama3-8b\n",
+              "model:\n  name: tiny\n  vocab_size: 1000\n  hidden: 256\n  layers: 2\n  heads: 4\n"
+              "  activation: swiglu\n  norm: rmsnorm\n");
+  const std::string path = write("s.yaml", inline_model);
+  auto file = load_scenario_file(path);
+  ASSERT_TRUE(file);
+  auto s = scenario_from_document(file->base, file->base_dir);
+  ASSERT_TRUE(s) << s.error().message;
+  // Derived defaults: kv_heads = heads, head_dim = hidden / heads = 64, ffn_hidden = 4 × 256.
+  EXPECT_EQ(s->model.kv_heads, 4);
+  EXPECT_EQ(s->model.head_dim, 64);
+  EXPECT_EQ(s->model.ffn_hidden, 1024);
+
+  auto based = load_scenario_file(path, {"model={base: llama3-8b, layers: 4}"});
+  ASSERT_TRUE(based);
+  auto b = scenario_from_document(based->base, based->base_dir);
+  ASSERT_TRUE(b) << b.error().message;
+  EXPECT_EQ(b->model.layers, 4);
+  EXPECT_EQ(b->model.hidden, 4096);
+
+  EXPECT_NE(error_of(replace(kBase, "model: llama3-8b\n", "model:\n  hidden: 256\n"))
+                .find("model.name: missing"),
+            std::string::npos);
+}
+
+TEST_F(LoaderTest, HfConfigResolvesRelativeToTheScenario) {
+  fs::create_directories(dir_ / "cfg");
+  std::ofstream(dir_ / "cfg" / "config.json")
+      << R"({"model_type": "llama", "vocab_size": 32000, "hidden_size": 1024,
+             "num_hidden_layers": 4, "num_attention_heads": 16, "num_key_value_heads": 4,
+             "intermediate_size": 2816, "max_position_embeddings": 4096})";
+  const std::string path = write(
+      "s.yaml", replace(kBase, "model: llama3-8b\n", "model: {hf_config: cfg/config.json}\n"));
+  auto file = load_scenario_file(path);
+  ASSERT_TRUE(file);
+  auto s = scenario_from_document(file->base, file->base_dir);
+  ASSERT_TRUE(s) << s.error().message;
+  EXPECT_EQ(s->model.layers, 4);
+  EXPECT_EQ(s->model.kv_heads, 4);
+
+  const std::string missing =
+      error_of(replace(kBase, "model: llama3-8b\n", "model: {hf_config: nope.json}\n"));
+  EXPECT_EQ(missing.rfind(p(":2:20: model.hf_config: "), 0), 0u) << missing;
+}
+
+TEST_F(LoaderTest, OffloadRulesAndOptimizer) {
+  const std::string text = replace(
+      kBase, "offload: megatron_activation_offload\n",
+      "offload:\n  rules:\n    - {tensor: mlpwi, layers: {fraction: 0.5}, prefetch_layers: 2}\n"
+      "    - {tensor: optimizer_states, layers: [0, 1, 2]}\n  optimizer: cpu\n");
+  const std::string path = write("s.yaml", text);
+  auto file = load_scenario_file(path);
+  ASSERT_TRUE(file);
+  auto s = scenario_from_document(file->base, file->base_dir);
+  ASSERT_TRUE(s) << s.error().message;
+  ASSERT_EQ(s->offload.rules.size(), 2u);
+  EXPECT_EQ(s->offload.rules[0].cls, models::TensorClass::kNamedActivation);
+  EXPECT_EQ(s->offload.rules[0].name, "mlpwi");
+  EXPECT_EQ(s->offload.rules[0].layers.kind, models::LayerSelection::Kind::kFraction);
+  EXPECT_EQ(s->offload.rules[0].prefetch_layers, 2);
+  EXPECT_EQ(s->offload.rules[1].layers.list, (std::vector<int>{0, 1, 2}));
+  EXPECT_TRUE(s->offload.optimizer_on_cpu);
+  EXPECT_TRUE(check_loaded(*s, file->base));
+
+  EXPECT_EQ(error_of(replace(text, "layers: [0, 1, 2]", "layers: [0, 99]")),
+            p(":15:42: offload.rules[1].layers: layer 99 is outside 0..31 (model.layers 32)"));
+  EXPECT_EQ(error_of(replace(text, "tensor: mlpwi", "tensor: weights")).substr(0, 60),
+            p(":14:21: offload.rules.0.tensor: expected params, grads, ").substr(0, 60));
+}
+
+TEST_F(LoaderTest, EffectiveScenarioRoundTrips) {
+  const std::string path = write("s.yaml", kBase);
+  auto file = load_scenario_file(path, {"training.micro_batch=4"});
+  ASSERT_TRUE(file);
+  auto s = scenario_from_document(file->base, file->base_dir);
+  ASSERT_TRUE(s);
+  const std::string effective = emit_yaml(scenario_to_document(*s));
+  EXPECT_NE(effective.find("  micro_batch: 4\n"), std::string::npos) << effective;
+  EXPECT_NE(effective.find("  kv_heads: 8\n"), std::string::npos) << effective;
+  EXPECT_NE(effective.find("  zero_stage: 0\n"), std::string::npos) << effective;
+  // Loading the effective scenario gives the same effective scenario.
+  const std::string again_path = write("effective.yaml", effective);
+  auto again = load_scenario_file(again_path);
+  ASSERT_TRUE(again) << again.error().message;
+  auto s2 = scenario_from_document(again->base, again->base_dir);
+  ASSERT_TRUE(s2) << s2.error().message << "\n" << effective;
+  EXPECT_EQ(emit_yaml(scenario_to_document(*s2)), effective);
+}
+
+TEST_F(LoaderTest, SweepIsSplitOffAndOverridesMayNotFightIt) {
+  const std::string text = std::string(kBase) + "sweep:\n  training.micro_batch: [1, 2]\n";
+  const std::string path = write("s.yaml", text);
+  auto file = load_scenario_file(path);
+  ASSERT_TRUE(file);
+  ASSERT_TRUE(file->sweep);
+  EXPECT_EQ(file->sweep->size(), 2);
+  EXPECT_EQ(file->base.find("sweep"), nullptr);
+  auto conflict = load_scenario_file(path, {"training.micro_batch=4"});
+  ASSERT_FALSE(conflict);
+  EXPECT_NE(conflict.error().message.find("the sweep also varies 'training.micro_batch'"),
+            std::string::npos);
+}
+
+TEST_F(LoaderTest, JsonScenariosGiveJsonErrors) {
+  const std::string good = write("s.json",
+                                 R"({"model": "llama3-8b", "hardware": {"system": "h100-1gpu"},
+          "training": {"global_batch": 8, "micro_batch": 1, "seq_len": 2048}})");
+  auto file = load_scenario_file(good);
+  ASSERT_TRUE(file) << file.error().message;
+  ASSERT_TRUE(scenario_from_document(file->base, file->base_dir));
+  const std::string bad = write("b.json", "{\"model\": \"llama3-8b\",\n \"hardware\": }\n");
+  auto e = load_scenario_file(bad);
+  ASSERT_FALSE(e);
+  EXPECT_NE(e.error().message.find("JSON syntax error"), std::string::npos) << e.error().message;
+  EXPECT_NE(e.error().message.find("line 2"), std::string::npos) << e.error().message;
+}
+
+TEST(Examples, EveryExampleScenarioLoadsAndChecks) {
+  int count = 0;
+  for (const auto& entry :
+       fs::directory_iterator(fs::path(OFFSIM_SOURCE_DIR) / "scenarios" / "examples")) {
+    if (entry.path().extension() != ".yaml") continue;
+    ++count;
+    auto file = load_scenario_file(entry.path().string());
+    ASSERT_TRUE(file) << file.error().message;
+    auto s = scenario_from_document(file->base, file->base_dir);
+    ASSERT_TRUE(s) << s.error().message;
+    EXPECT_TRUE(check_loaded(*s, file->base)) << entry.path();
+  }
+  EXPECT_GE(count, 8);
+}
+
+}  // namespace
+}  // namespace offsim::scenarios
