@@ -254,9 +254,11 @@ void Engine::setup() {
   const std::size_t n = plan_.ops.size();
   ops_.resize(n);
   uses_.clear();
+  uses_.reserve(2 * n);  // typical: a kernel uses SM and HBM, a copy a route of a few links
   std::vector<std::uint32_t> lane_count(plan_.lanes.size() + 1, 0);
   std::vector<std::uint32_t> dependent_count(n + 1, 0);
   std::vector<std::pair<std::uint32_t, std::uint32_t>> edges;  // (dep, op)
+  edges.reserve(n);
   for (std::size_t i = 0; i < n; ++i) {
     const Op& op = plan_.ops[i];
     OpState& s = ops_[i];
