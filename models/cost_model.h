@@ -59,11 +59,24 @@ class CostModel {
                                        const std::vector<SimRank>& ranks,
                                        sim::PlanBuilder& builder);
 
+  // Kernels are rooflines: FLOPs at efficiency × dense peak on "rank<r>.sm" (capacity 1 = the
+  // whole GPU) and their bytes through "rank<r>.hbm_bw", after the launch gap. GEMM efficiency
+  // comes from the profile's surface; A, B and C cross HBM once.
   sim::OpCost gemm(int rank, const sim::GemmShape& shape) const;
+  // Flash: Q, K, V, O (and gradients) cross HBM once; classic adds the score matrix (4 passes
+  // forward, 6 backward).
   sim::OpCost attention(int rank, const sim::AttentionShape& shape, bool flash) const;
+  // Bytes at the profile's memory-bound efficiency (by size) of HBM peak; FLOPs at the fp32 rate.
   sim::OpCost memory_bound(int rank, std::int64_t hbm_bytes, double flops) const;
+  // H2D/D2H: every link direction of the route, the link's duplex cap, the socket's root complex
+  // and DRAM, plus HBM (the interference figure per byte); pageable copies at the pageable rate.
   sim::OpCost copy(int rank, sim::CopyDirection dir, std::int64_t bytes, bool pinned = true) const;
-  // `bytes` = the full (unsharded) buffer; `group` = global ranks in ring order.
+  // `bytes` = the full (unsharded) buffer; `group` = global ranks in ring order. Inside one
+  // NVLink domain: ring at the profile's bus bandwidth (algbw = busbw / (2(n-1)/n) for
+  // all-reduce, / ((n-1)/n) for all-gather and reduce-scatter), or NVLink SHARP for all-reduce
+  // of more than 2 ranks when the profile has it. Across domains: NIC-bound bus bandwidth and
+  // the lower-latency of ring (2(m-1) steps for m domains) and tree (2·ceil(log2 m)). Loads the
+  // NVLink (or PCIe) and NIC directions and a share of the SMs (the NCCL slowdown figure).
   sim::OpCost collective(int rank, sim::CollectiveKind kind, const std::vector<int>& group,
                          std::int64_t bytes) const;
   CollectivePlan plan_collective(sim::CollectiveKind kind, const std::vector<int>& group,
