@@ -4,6 +4,7 @@
 #include <string>
 
 #include <benchmark/benchmark.h>
+#include <fmt/format.h>
 
 #include "sim/engine/simulator.h"
 
@@ -16,7 +17,7 @@ Plan chain_plan(std::int64_t ops) {
   ResourceId link = b.resource("link", 25e9);
   LaneId lane = b.lane("rank0.compute");
   for (std::int64_t i = 0; i < ops; ++i) {
-    Op op{.name = "op" + std::to_string(i), .lane = lane, .kind = OpKind::kCopy};
+    Op op{.name = fmt::format("op{}", i), .lane = lane, .kind = OpKind::kCopy};
     op.cost.work = 1e6 + static_cast<double>(i % 7) * 1e5;
     op.cost.uses = {{link, 1.0}};
     op.cost.latency = Duration{1'000};
@@ -39,14 +40,14 @@ Plan contended_plan(std::int64_t ops, int lanes, int resources, int groups, std:
   PlanBuilder b;
   std::vector<ResourceId> res;
   for (int r = 0; r < resources; ++r) {
-    res.push_back(b.resource("res" + std::to_string(r), (10.0 + r) * 1e9));
+    res.push_back(b.resource(fmt::format("res{}", r), (10.0 + r) * 1e9));
   }
   std::vector<LaneId> lane_ids;
-  for (int l = 0; l < lanes; ++l) lane_ids.push_back(b.lane("lane" + std::to_string(l)));
+  for (int l = 0; l < lanes; ++l) lane_ids.push_back(b.lane(fmt::format("lane{}", l)));
   for (std::int64_t i = 0; i < ops; ++i) {
     const int lane = static_cast<int>(i % lanes);
     const int base = (lane % groups) * per_group;
-    Op op{.name = "op" + std::to_string(i),
+    Op op{.name = fmt::format("op{}", i),
           .lane = lane_ids[static_cast<std::size_t>(lane)],
           .kind = OpKind::kCopy};
     op.cost.work = static_cast<double>(size(rng)) * 1e6;

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "sim/engine/engine_probe.h"
@@ -37,13 +38,13 @@ Plan random_plan(std::uint64_t seed, int op_count, bool repeat_flows) {
   const int lanes = uniform(1, 6);
   const int resources = uniform(1, 5);
   const int pools = uniform(1, 2);
-  for (int l = 0; l < lanes; ++l) b.lane("lane" + std::to_string(l));
-  for (int r = 0; r < resources; ++r) b.resource("res" + std::to_string(r), uniform(1, 20) * 1e9);
-  for (int p = 0; p < pools; ++p) b.pool("pool" + std::to_string(p), std::int64_t{1} << 50);
+  for (int l = 0; l < lanes; ++l) b.lane(fmt::format("lane{}", l));
+  for (int r = 0; r < resources; ++r) b.resource(fmt::format("res{}", r), uniform(1, 20) * 1e9);
+  for (int p = 0; p < pools; ++p) b.pool(fmt::format("pool{}", p), std::int64_t{1} << 50);
   int tensor_count = 0;
   auto new_tensor = [&]() {
     const PoolId pool{uniform(0, pools - 1)};
-    return b.tensor("t" + std::to_string(tensor_count++), pool, uniform(1, 1'000'000),
+    return b.tensor(fmt::format("t{}", tensor_count++), pool, uniform(1, 1'000'000),
                     chance(0.5) ? "activations" : "params");
   };
   std::vector<TensorId> initial;
@@ -56,7 +57,7 @@ Plan random_plan(std::uint64_t seed, int op_count, bool repeat_flows) {
   std::vector<int> last_on_lane(static_cast<std::size_t>(lanes), -1);
   for (int i = 0; i < op_count; ++i) {
     Op op;
-    op.name = "op" + std::to_string(i);
+    op.name = fmt::format("op{}", i);
     op.lane = LaneId{uniform(0, lanes - 1)};
     op.kind = OpKind::kCopy;
     if (i > 0 && chance(0.5)) {
@@ -159,8 +160,8 @@ class Recorder : public detail::EngineProbe {
     for (std::size_t i = 0; i < plan_.ops.size(); ++i) {
       const int expected = plan_.ops[i].cost.work > 0.0 ? 1 : 0;
       if (starts_[i] != expected || ends_[i] != expected) {
-        fail(plan_.ops[i].name + ": flow started/ended " + std::to_string(starts_[i]) + "/" +
-             std::to_string(ends_[i]) + " times");
+        fail(fmt::format("{}: flow started/ended {}/{} times", plan_.ops[i].name, starts_[i],
+                         ends_[i]));
       }
     }
   }
@@ -273,8 +274,8 @@ std::string check_memory(const Plan& plan, const Timeline& t) {
     for (const LiveTensor& l : trace.live_at_peak) live += l.bytes;
     if (live != trace.peak_bytes) problems += "pool " + trace.name + ": live set != peak\n";
     if (trace.peak_bytes < max_value || trace.peak_bytes > upper) {
-      problems += "pool " + trace.name + ": peak " + std::to_string(trace.peak_bytes) +
-                  " outside [" + std::to_string(max_value) + ", " + std::to_string(upper) + "]\n";
+      problems += fmt::format("pool {}: peak {} outside [{}, {}]\n", trace.name, trace.peak_bytes,
+                              max_value, upper);
     }
   }
   return problems;

@@ -3,6 +3,7 @@
 
 #include <atomic>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 namespace offsim::sim {
@@ -324,7 +325,7 @@ Plan chain_plan(int n) {
   PlanBuilder b;
   ResourceId link = b.resource("link", 1e9);
   LaneId lane = b.lane("l");
-  for (int i = 0; i < n; ++i) b.op(copy_op("op" + std::to_string(i), lane, 1e3, {link}));
+  for (int i = 0; i < n; ++i) b.op(copy_op(fmt::format("op{}", i), lane, 1e3, {link}));
   return std::move(b).build();
 }
 
