@@ -1,0 +1,67 @@
+// Sweep speed: points evaluated per second on one core over the example sweeps, and the cost of
+// one full scenario (the 70B on 8×H100 examples). Each point is a complete simulation of one
+// training step (plan built, every op simulated), as `offsim sweep` does it.
+#include <benchmark/benchmark.h>
+
+#include <string>
+
+#include "scenarios/scenario_loader.h"
+#include "scenarios/sweep_runner.h"
+
+namespace offsim::scenarios {
+namespace {
+
+std::string example(const std::string& name) {
+  return std::string(OFFSIM_SOURCE_DIR) + "/scenarios/examples/" + name;
+}
+
+// items_per_second = sweep points per second on one thread.
+void BM_SweepPoints(benchmark::State& state, const std::string& file_name) {
+  auto file = load_scenario_file(example(file_name));
+  if (!file || !file->sweep) {
+    state.SkipWithError("cannot load the example sweep");
+    return;
+  }
+  std::vector<Node> docs;
+  for (std::int64_t i = 0; i < file->sweep->size(); ++i) {
+    docs.push_back(*apply_point(file->base, file->sweep->point(i)));
+  }
+  std::size_t next = 0;
+  std::int64_t errors = 0;
+  for (auto _ : state) {
+    PointOutcome outcome = evaluate_document(docs[next], file->base_dir);
+    errors += outcome.report ? 0 : 1;
+    benchmark::DoNotOptimize(outcome);
+    next = (next + 1) % docs.size();
+  }
+  state.SetItemsProcessed(state.iterations());
+  state.counters["points"] = static_cast<double>(docs.size());
+  state.counters["error_points"] = static_cast<double>(errors);
+}
+BENCHMARK_CAPTURE(BM_SweepPoints, two_b_a100_sweep, std::string("2b-1xa100-sweep.yaml"))
+    ->Unit(benchmark::kMillisecond);
+
+// One evaluation of a full example scenario (loading and checking included).
+void BM_RunScenario(benchmark::State& state, const std::string& file_name) {
+  auto file = load_scenario_file(example(file_name));
+  if (!file) {
+    state.SkipWithError("cannot load the example");
+    return;
+  }
+  for (auto _ : state) {
+    PointOutcome outcome = evaluate_document(file->base, file->base_dir);
+    benchmark::DoNotOptimize(outcome);
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK_CAPTURE(BM_RunScenario, llama70b_8xh100_offload,
+                  std::string("llama70b-8xh100-offload.yaml"))
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_RunScenario, llama3_70b_8xh200_activation_offload,
+                  std::string("llama3-70b-8xh200-activation-offload.yaml"))
+    ->Unit(benchmark::kMillisecond);
+
+}  // namespace
+}  // namespace offsim::scenarios
+
+BENCHMARK_MAIN();
