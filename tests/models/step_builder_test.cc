@@ -254,3 +254,30 @@ TEST(Evaluate, GradientReduceAfterBackwardIsExposed) {
 
 }  // namespace
 }  // namespace offsim::models
+
+namespace offsim::models {
+namespace {
+
+TEST(Evaluate, GpusSharingAPcieSwitchSlowEachOthersOffload) {
+  // DGX A100 puts 2 GPUs behind each PCIe Gen4 switch: with all 8 GPUs offloading (one
+  // representative of multiplicity 8) each gets less host bandwidth than a GPU offloading
+  // alone, so the same per-GPU work exposes more transfer time.
+  Scenario s = base("llama3-8b", "dgx-a100-80gb");
+  s.recompute.mode = Mode::kSelective;
+  s.offload = *offload_preset("megatron_activation_offload", {});
+  s.hardware.gpus = 1;
+  s.parallelism = {.dp = 1, .zero_stage = 1};
+  s.training.global_batch = 2;
+  s.model.layers = 8;  // keep a single GPU's static memory small
+  const Report alone = run(s);
+  s.hardware.gpus = 8;
+  s.parallelism = {.dp = 8, .zero_stage = 1};
+  s.training.global_batch = 16;
+  const Report shared = run(s);
+  ASSERT_TRUE(alone.fits);
+  ASSERT_TRUE(shared.fits);
+  EXPECT_GT(shared.time.exposed_offload_s, alone.time.exposed_offload_s);
+}
+
+}  // namespace
+}  // namespace offsim::models
