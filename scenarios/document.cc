@@ -302,6 +302,13 @@ const char* to_string(NodeKind kind) {
   return "?";
 }
 
+Node::Node() = default;
+Node::Node(const Node&) = default;
+Node::Node(Node&&) noexcept = default;
+Node& Node::operator=(const Node&) = default;
+Node& Node::operator=(Node&&) noexcept = default;
+Node::~Node() = default;
+
 const Node* Node::find(std::string_view key) const {
   for (const auto& entry : entries)
     if (entry.first == key) return &entry.second;
@@ -440,7 +447,9 @@ sim::Status set_path(Node& root, std::string_view path, Node value) {
     } else if (node->kind == NodeKind::kMap) {
       Node* child = node->find(part);
       if (child == nullptr) {
-        node->entries.emplace_back(part, Node{.origin = value.origin});
+        Node created;
+        created.origin = value.origin;
+        node->entries.emplace_back(part, std::move(created));
         child = &node->entries.back().second;
       }
       node = child;

@@ -26,6 +26,14 @@ enum class NodeKind { kNull, kScalar, kSequence, kMap };
 const char* to_string(NodeKind kind);
 
 struct Node {
+  // Out of line: `entries` holds pairs with Node, complete only after this definition.
+  Node();
+  Node(const Node&);
+  Node(Node&&) noexcept;
+  Node& operator=(const Node&);
+  Node& operator=(Node&&) noexcept;
+  ~Node();
+
   NodeKind kind = NodeKind::kNull;
   std::string scalar;       // kScalar: the text as written (without quotes)
   bool quoted = false;      // kScalar: written in quotes, so always a string

@@ -229,8 +229,11 @@ TEST_F(LoaderTest, OffloadRulesAndOptimizer) {
 
   EXPECT_EQ(error_of(replace(text, "layers: [0, 1, 2]", "layers: [0, 99]")),
             p(":15:42: offload.rules[1].layers: layer 99 is outside 0..31 (model.layers 32)"));
-  EXPECT_EQ(error_of(replace(text, "tensor: mlpwi", "tensor: weights")).substr(0, 60),
-            p(":14:21: offload.rules.0.tensor: expected params, grads, ").substr(0, 60));
+  // "    - {tensor: weights, ...": the value starts at column 16.
+  const std::string tensor_error = error_of(replace(text, "tensor: mlpwi", "tensor: weights"));
+  EXPECT_EQ(tensor_error.rfind(p(":14:16: offload.rules.0.tensor: expected params, grads, "), 0),
+            0u)
+      << tensor_error;
 }
 
 TEST_F(LoaderTest, EffectiveScenarioRoundTrips) {
