@@ -1,5 +1,7 @@
 #include "scenarios/document.h"
 
+#include <algorithm>
+
 #include <yaml-cpp/depthguard.h>
 #include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/exceptions.h>
@@ -338,11 +340,56 @@ std::string Node::describe() const {
   return "?";
 }
 
+// Offset of the first byte that is not part of well-formed UTF-8, or npos.
+static std::size_t first_invalid_utf8(std::string_view text) {
+  std::size_t i = 0;
+  while (i < text.size()) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    std::size_t len = 0;
+    std::uint32_t min = 0;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if ((c & 0xE0) == 0xC0) {
+      len = 2;
+      min = 0x80;
+    } else if ((c & 0xF0) == 0xE0) {
+      len = 3;
+      min = 0x800;
+    } else if ((c & 0xF8) == 0xF0) {
+      len = 4;
+      min = 0x10000;
+    } else {
+      return i;
+    }
+    if (i + len > text.size()) return i;
+    std::uint32_t code = c & (0x7F >> len);
+    for (std::size_t k = 1; k < len; ++k) {
+      const auto cc = static_cast<unsigned char>(text[i + k]);
+      if ((cc & 0xC0) != 0x80) return i;
+      code = (code << 6) | (cc & 0x3F);
+    }
+    if (code < min || code > 0x10FFFF || (code >= 0xD800 && code <= 0xDFFF)) return i;
+    i += len;
+  }
+  return std::string_view::npos;
+}
+
 sim::Result<Node> parse_document(std::string_view text, const std::string& source,
                                  const DocumentLimits& limits) {
   if (static_cast<std::int64_t>(text.size()) > limits.max_bytes) {
     return sim::fail(ErrorCode::kLimitExceeded, "{}: {} bytes, more than the limit of {} bytes",
                      source, text.size(), limits.max_bytes);
+  }
+  if (const std::size_t bad = first_invalid_utf8(text); bad != std::string_view::npos) {
+    const std::string_view before = text.substr(0, bad);
+    const std::size_t line =
+        static_cast<std::size_t>(std::count(before.begin(), before.end(), '\n'));
+    const std::size_t line_start = before.rfind('\n');
+    const std::size_t column = line_start == std::string_view::npos ? bad : bad - line_start - 1;
+    return sim::fail(
+        ErrorCode::kInvalidInput, "{}:{}:{}: byte 0x{:02x} is not valid UTF-8; expected UTF-8 text",
+        source, line + 1, column + 1, static_cast<unsigned>(static_cast<unsigned char>(text[bad])));
   }
   std::istringstream stream{std::string(text)};
   TreeBuilder builder(source, limits);

@@ -36,6 +36,36 @@ std::string join_path(const std::string& parent, const std::string& key) {
   return parent.empty() ? key : parent + "." + key;
 }
 
+// Edit distance between two short keys (typos such as "global_bach" or "modle").
+std::size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diagonal = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// The error for a required key that is absent from `map`. When the map holds a key that looks
+// like a misspelling of it, that key is the real mistake and the error points at it.
+sim::Unexpected missing_key(const Node& map, const std::string& path, const std::string& key,
+                            const std::string& expected) {
+  for (const auto& [name, value] : map.entries) {
+    if (name != key && edit_distance(name, key) <= 2) {
+      return sim::fail(ErrorCode::kInvalidInput, "{}: {}: unknown key; did you mean '{}'?",
+                       value.origin, join_path(path, name), key);
+    }
+  }
+  return sim::fail(ErrorCode::kInvalidInput, "{}: {}: missing; {}", map.origin,
+                   join_path(path, key), expected);
+}
+
 // Reads the keys of one map and reports any key nobody asked for.
 class MapReader {
  public:
@@ -232,10 +262,9 @@ sim::Result<ModelArch> read_model(const Node& node, const std::string& base_dir)
   if (!from_existing) {
     for (const char* required : {"name", "vocab_size", "hidden", "layers", "heads"}) {
       if (node.find(required) == nullptr) {
-        return sim::fail(ErrorCode::kInvalidInput,
-                         "{}: model.{}: missing; an inline architecture needs name, vocab_size, "
-                         "hidden, layers, heads (kv_heads, head_dim, ffn_hidden may be derived)",
-                         node.origin, required);
+        return missing_key(node, "model", required,
+                           "an inline architecture needs name, vocab_size, hidden, layers, heads "
+                           "(kv_heads, head_dim, ffn_hidden may be derived)");
       }
     }
   }
@@ -252,8 +281,8 @@ sim::Status read_hardware(const Node& node, const std::string& base_dir,
   MapReader r(node, "hardware");
   const Node* system = r.get("system");
   if (system == nullptr) {
-    return sim::fail(ErrorCode::kInvalidInput, "{}: hardware.system: missing; expected one of {}",
-                     node.origin, fmt::join(system_names(), ", "));
+    return missing_key(node, "hardware", "system",
+                       fmt::format("expected one of {}", fmt::join(system_names(), ", ")));
   }
   OFFSIM_ASSIGN_OR_RETURN(h.system, string_of(*system, "hardware.system"));
   const auto known = system_names();
@@ -276,8 +305,7 @@ sim::Status read_training(const Node& node, models::TrainingConfig& t) {
   MapReader r(node, "training");
   for (const char* required : {"global_batch", "seq_len"}) {
     if (node.find(required) == nullptr) {
-      return sim::fail(ErrorCode::kInvalidInput, "{}: training.{}: missing; expected an integer",
-                       node.origin, required);
+      return missing_key(node, "training", required, "expected an integer");
     }
   }
   OFFSIM_RETURN_IF_ERROR(read_int(r, "global_batch", t.global_batch, 1, kMaxBatch));
@@ -382,7 +410,7 @@ sim::Result<OffloadRule> read_rule(const Node& node, const std::string& path) {
   OffloadRule rule;
   const Node* tensor = r.get("tensor");
   if (tensor == nullptr) {
-    return sim::fail(ErrorCode::kInvalidInput, "{}: {}.tensor: missing", node.origin, path);
+    return missing_key(node, path, "tensor", "expected a tensor class");
   }
   const auto& names = models::activation_names();
   bool tensor_ok = false;
@@ -564,6 +592,20 @@ sim::Result<ScenarioFile> load_scenario_file(const std::string& path,
                      "{}: expected a map with model, hardware, training, ... at the top, got {}",
                      doc.origin, doc.describe());
   }
+  // `model: NAME` is shorthand for `model: {base: NAME}`; expand it when an override changes a
+  // field of the model (e.g. --set model.layers=4 for a scaled replay).
+  const bool overrides_model = std::any_of(overrides.begin(), overrides.end(), [](const auto& a) {
+    return a.rfind("model.", 0) == 0 && a.rfind("model.base=", 0) != 0;
+  });
+  if (Node* model = doc.find("model");
+      overrides_model && model != nullptr && model->kind == NodeKind::kScalar) {
+    Node base = *model;
+    model->kind = NodeKind::kMap;
+    model->entries.clear();
+    model->scalar.clear();
+    model->quoted = false;
+    model->entries.emplace_back("base", std::move(base));
+  }
   for (const std::string& assignment : overrides) {
     OFFSIM_RETURN_IF_ERROR(apply_override(doc, assignment));
   }
@@ -594,10 +636,7 @@ sim::Result<Scenario> scenario_from_document(const Node& doc, const std::string&
   Scenario s;
   for (const char* required : {"model", "hardware", "training"}) {
     if (doc.find(required) == nullptr) {
-      return sim::fail(ErrorCode::kInvalidInput,
-                       "{}: {}: missing; a scenario needs model, "
-                       "hardware and training",
-                       doc.origin, required);
+      return missing_key(doc, "", required, "a scenario needs model, hardware and training");
     }
   }
   OFFSIM_RETURN_IF_ERROR(read_string(r, "name", s.name));
