@@ -81,21 +81,26 @@ std::string format_table(const std::vector<NamedReport>& reports) {
     rows.push_back(std::move(row));
   };
   using R = models::Report;
+  // Rates and time splits exist only for a step that ran to the end; an out-of-memory run stops
+  // part-way, so its partial figures would mislead.
+  auto timed = [](auto cell) {
+    return [cell](const R& r) { return r.fits ? cell(r) : std::string("-"); };
+  };
   if (reports.size() == 1) add("scenario", [&](const R& r) { return r.scenario; });
   add("outcome", [](const R& r) {
     return fmt::format("{}{}", r.outcome, r.fits ? ", fits" : ", DOES NOT FIT");
   });
   add("GPUs", [](const R& r) { return std::to_string(r.gpus); });
-  add("step time", [](const R& r) { return seconds(r.step_time_s); });
-  add("tokens/s", [](const R& r) {
-    return fmt::format("{} ({} per GPU)", with_thousands(r.tokens_per_s),
-                       with_thousands(r.tokens_per_s_per_gpu));
-  });
-  add("TFLOP/s per GPU", [](const R& r) {
-    return fmt::format("{:.1f} model, {:.1f} hw", r.tflops_per_gpu, r.hw_tflops_per_gpu);
-  });
+  add("step time", timed([](const R& r) { return seconds(r.step_time_s); }));
+  add("tokens/s", timed([](const R& r) {
+        return fmt::format("{} ({} per GPU)", with_thousands(r.tokens_per_s),
+                           with_thousands(r.tokens_per_s_per_gpu));
+      }));
+  add("TFLOP/s per GPU", timed([](const R& r) {
+        return fmt::format("{:.1f} model, {:.1f} hw", r.tflops_per_gpu, r.hw_tflops_per_gpu);
+      }));
   add("MFU / HFU",
-      [](const R& r) { return fmt::format("{:.1f}% / {:.1f}%", 100 * r.mfu, 100 * r.hfu); });
+      timed([](const R& r) { return fmt::format("{:.1f}% / {:.1f}%", 100 * r.mfu, 100 * r.hfu); }));
   add("HBM peak", [](const R& r) {
     return fmt::format("{} of {} ({})", format_bytes(r.hbm_peak_bytes),
                        format_bytes(r.hbm_capacity_bytes), r.worst_rank);
@@ -110,10 +115,10 @@ std::string format_table(const std::vector<NamedReport>& reports) {
     return fmt::format("{} of {}", format_bytes(r.host_peak_bytes),
                        format_bytes(r.host_capacity_bytes));
   });
-  add("time: compute", [](const R& r) {
-    return fmt::format("{} ({})", seconds(r.time.compute_s),
-                       percent(r.time.compute_s, r.step_time_s));
-  });
+  add("time: compute", timed([](const R& r) {
+        return fmt::format("{} ({})", seconds(r.time.compute_s),
+                           percent(r.time.compute_s, r.step_time_s));
+      }));
   const std::pair<const char*, double models::TimeSplit::*> parts[] = {
       {"  recompute", &models::TimeSplit::recompute_s},
       {"  exposed comm", &models::TimeSplit::exposed_comm_s},
@@ -122,10 +127,10 @@ std::string format_table(const std::vector<NamedReport>& reports) {
       {"  CPU optimizer", &models::TimeSplit::cpu_optimizer_s},
       {"  other", &models::TimeSplit::other_s}};
   for (const auto& [label, member] : parts) {
-    add(label, [member = member](const R& r) {
-      return fmt::format("{} ({})", seconds(r.time.*member),
-                         percent(r.time.*member, r.step_time_s));
-    });
+    add(label, timed([member = member](const R& r) {
+          return fmt::format("{} ({})", seconds(r.time.*member),
+                             percent(r.time.*member, r.step_time_s));
+        }));
   }
   add("limited by", [](const R& r) { return limiting_factor(r); });
   std::size_t max_flags = 0;
