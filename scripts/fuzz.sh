@@ -7,7 +7,9 @@ set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
 seconds=${1:-60}
 cmake --preset fuzz >/dev/null
-cmake --build build/fuzz -j "$(nproc)"
+targets=(plan_json_fuzzer timeline_json_fuzzer profile_fuzzer hf_config_fuzzer scenario_fuzzer
+         sweep_file_fuzzer)
+cmake --build build/fuzz -j "$(nproc)" --target "${targets[@]}"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 status=0
