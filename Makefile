@@ -3,9 +3,10 @@
 #               with and without host offload) and print the comparison
 #   make test   same set-up, then the test suite (without GPU-labelled tests)
 #   make bench  engine, sweep and GUI benchmarks (Release)
-# PRESET selects the CMake preset (release by default; CI uses PRESET=ci).
+# PRESET selects the CMake preset: `ci` (Release, warnings as errors) by default, so that `make run`
+# and `make test` share one build and CI runs exactly what a user runs.
 
-PRESET ?= release
+PRESET ?= ci
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 BUILD := build/$(PRESET)
 OFFSIM := $(BUILD)/scenarios/offsim

@@ -37,7 +37,7 @@ if(OFFSIM_SANITIZE)
 endif()
 if(OFFSIM_BUILD_FUZZERS)
   if(NOT CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
-    message(FATAL_ERROR "OFFSIM_BUILD_FUZZERS needs clang (libFuzzer); use the 'fuzz' preset")
+    message(FATAL_ERROR "OFFSIM_BUILD_FUZZERS needs clang (libFuzzer); use the 'asan' preset")
   endif()
   # Coverage instrumentation everywhere, so the fuzzers see inside the parsers' libraries.
   target_compile_options(offsim_build_options INTERFACE
