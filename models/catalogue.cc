@@ -1,6 +1,7 @@
 // The model catalogue, Hugging Face config import, parameter counts and offload presets.
 #include <algorithm>
 #include <cctype>
+#include <limits>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -157,10 +158,12 @@ std::int64_t parameter_count(const ModelArch& m) {
   layer += h * mlp_in + m.ffn_hidden * h;
   if (m.linear_bias) layer += q + 2 * kv + h + mlp_in + h;
   layer += 2 * norm;
-  std::int64_t total = m.layers * layer + norm;  // + final norm
-  total += m.vocab_size * h + m.max_positions * h;
-  if (!m.tied_embeddings) total += m.vocab_size * h;
-  return total;
+  // Summed in 128 bits and saturated: unchecked architectures (fuzzed input) must not overflow.
+  __int128 total = static_cast<__int128>(m.layers) * layer + norm;  // + final norm
+  total += static_cast<__int128>(m.vocab_size) * h + static_cast<__int128>(m.max_positions) * h;
+  if (!m.tied_embeddings) total += static_cast<__int128>(m.vocab_size) * h;
+  constexpr auto kMax = static_cast<__int128>(std::numeric_limits<std::int64_t>::max());
+  return static_cast<std::int64_t>(total > kMax ? kMax : total);
 }
 
 sim::Result<ModelArch> model_from_hf_config(const std::string& json_text,
@@ -179,12 +182,22 @@ sim::Result<ModelArch> model_from_hf_config(const std::string& json_text,
       }
       return fallback;
     }
-    if (!it->is_number_integer() || it->get<std::int64_t>() <= 0) {
-      return sim::fail(sim::ErrorCode::kInvalidInput, "{}: '{}' must be a positive integer", source,
-                       key);
+    // Bounded so that parameter and byte counts stay in 64-bit integers.
+    constexpr std::int64_t kMax = std::int64_t{1} << 24;
+    if (!it->is_number_integer() || it->get<std::int64_t>() <= 0 ||
+        (it->is_number_unsigned() && it->get<std::uint64_t>() > static_cast<std::uint64_t>(kMax)) ||
+        it->get<std::int64_t>() > kMax) {
+      return sim::fail(sim::ErrorCode::kInvalidInput,
+                       "{}: '{}' must be a positive integer of at most {}", source, key, kMax);
     }
     return it->get<std::int64_t>();
   };
+  for (const char* key : {"model_type", "_name_or_path"}) {
+    auto it = j.find(key);
+    if (it != j.end() && !it->is_string()) {
+      return sim::fail(sim::ErrorCode::kInvalidInput, "{}: '{}' must be a string", source, key);
+    }
+  }
   std::string type = j.value("model_type", std::string{});
   static const std::vector<std::string> kTypes = {"llama", "mistral", "qwen2", "gemma"};
   if (std::find(kTypes.begin(), kTypes.end(), type) == kTypes.end()) {

@@ -216,6 +216,28 @@ sim::Status check_scenario(const Scenario& s) {
   OFFSIM_RETURN_IF_ERROR(positive(m.kv_heads, "model.kv_heads"));
   OFFSIM_RETURN_IF_ERROR(positive(m.head_dim, "model.head_dim"));
   OFFSIM_RETURN_IF_ERROR(positive(m.ffn_hidden, "model.ffn_hidden"));
+  // Bounds that keep every byte and FLOP count of the model in 64-bit integers (the largest
+  // published dense models are far inside them).
+  const auto at_most = [](std::int64_t v, std::int64_t limit, const char* path) -> sim::Status {
+    if (v > limit) {
+      return invalid(fmt::format("{}: {} is above offsim's limit of {}", path, v, limit));
+    }
+    return sim::ok();
+  };
+  OFFSIM_RETURN_IF_ERROR(at_most(m.hidden, std::int64_t{1} << 20, "model.hidden"));
+  OFFSIM_RETURN_IF_ERROR(at_most(m.ffn_hidden, std::int64_t{1} << 22, "model.ffn_hidden"));
+  OFFSIM_RETURN_IF_ERROR(at_most(m.vocab_size, std::int64_t{1} << 24, "model.vocab_size"));
+  OFFSIM_RETURN_IF_ERROR(at_most(m.layers, std::int64_t{1} << 16, "model.layers"));
+  OFFSIM_RETURN_IF_ERROR(at_most(m.heads, std::int64_t{1} << 16, "model.heads"));
+  OFFSIM_RETURN_IF_ERROR(at_most(m.head_dim, std::int64_t{1} << 16, "model.head_dim"));
+  OFFSIM_RETURN_IF_ERROR(
+      at_most(m.heads * m.head_dim, std::int64_t{1} << 20, "model.heads × model.head_dim"));
+  OFFSIM_RETURN_IF_ERROR(at_most(m.max_positions, std::int64_t{1} << 24, "model.max_positions"));
+  OFFSIM_RETURN_IF_ERROR(at_most(s.training.seq_len, std::int64_t{1} << 24, "training.seq_len"));
+  OFFSIM_RETURN_IF_ERROR(at_most(s.training.micro_batch * s.training.seq_len, std::int64_t{1} << 28,
+                                 "training.micro_batch × training.seq_len"));
+  OFFSIM_RETURN_IF_ERROR(
+      at_most(s.training.global_batch, std::int64_t{1} << 24, "training.global_batch"));
   if (m.heads % m.kv_heads != 0) {
     return invalid(
         fmt::format("model.kv_heads: {} does not divide model.heads {}", m.kv_heads, m.heads));

@@ -26,6 +26,41 @@ std::string format_mark(const std::string& source, const YAML::Mark& mark) {
 }
 
 // Thrown inside the event handler and caught in parse_document; never leaves this file.
+// Offset of the first byte that is not part of well-formed UTF-8, or npos.
+std::size_t first_invalid_utf8(std::string_view text) {
+  std::size_t i = 0;
+  while (i < text.size()) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    std::size_t len = 0;
+    std::uint32_t min = 0;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if ((c & 0xE0) == 0xC0) {
+      len = 2;
+      min = 0x80;
+    } else if ((c & 0xF0) == 0xE0) {
+      len = 3;
+      min = 0x800;
+    } else if ((c & 0xF8) == 0xF0) {
+      len = 4;
+      min = 0x10000;
+    } else {
+      return i;
+    }
+    if (i + len > text.size()) return i;
+    std::uint32_t code = c & (0x7F >> len);
+    for (std::size_t k = 1; k < len; ++k) {
+      const auto cc = static_cast<unsigned char>(text[i + k]);
+      if ((cc & 0xC0) != 0x80) return i;
+      code = (code << 6) | (cc & 0x3F);
+    }
+    if (code < min || code > 0x10FFFF || (code >= 0xD800 && code <= 0xDFFF)) return i;
+    i += len;
+  }
+  return std::string_view::npos;
+}
+
 struct BuildError {
   ErrorCode code;
   std::string message;
@@ -69,6 +104,14 @@ class TreeBuilder : public YAML::EventHandler {
     node.kind = NodeKind::kScalar;
     node.scalar = value;
     node.origin = format_mark(source_, mark);
+    // Escapes such as "\xff" can decode to bytes that are not UTF-8; refuse them here so every
+    // string downstream (names in reports, JSON output) is valid text.
+    if (first_invalid_utf8(value) != std::string_view::npos) {
+      throw BuildError{ErrorCode::kInvalidInput,
+                       fmt::format("{}: the string decodes to bytes that are not UTF-8; expected "
+                                   "UTF-8 text",
+                                   node.origin)};
+    }
     if (tag == "!" || tag == "tag:yaml.org,2002:str") {
       node.quoted = true;
     } else if (tag != "?") {
@@ -221,7 +264,12 @@ bool needs_quotes(std::string_view s) {
   return false;
 }
 
-std::string quote(std::string_view s) { return nlohmann::json(std::string(s)).dump(); }
+// JSON string quoting; bytes that are not UTF-8 (from YAML escapes such as "\xff") print as
+// U+FFFD instead of throwing.
+std::string quote(std::string_view s) {
+  return nlohmann::json(std::string(s))
+      .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
 
 std::string emit_scalar(const Node& node) {
   if (node.kind == NodeKind::kNull) return "null";
@@ -338,41 +386,6 @@ std::string Node::describe() const {
     }
   }
   return "?";
-}
-
-// Offset of the first byte that is not part of well-formed UTF-8, or npos.
-static std::size_t first_invalid_utf8(std::string_view text) {
-  std::size_t i = 0;
-  while (i < text.size()) {
-    const auto c = static_cast<unsigned char>(text[i]);
-    std::size_t len = 0;
-    std::uint32_t min = 0;
-    if (c < 0x80) {
-      ++i;
-      continue;
-    } else if ((c & 0xE0) == 0xC0) {
-      len = 2;
-      min = 0x80;
-    } else if ((c & 0xF0) == 0xE0) {
-      len = 3;
-      min = 0x800;
-    } else if ((c & 0xF8) == 0xF0) {
-      len = 4;
-      min = 0x10000;
-    } else {
-      return i;
-    }
-    if (i + len > text.size()) return i;
-    std::uint32_t code = c & (0x7F >> len);
-    for (std::size_t k = 1; k < len; ++k) {
-      const auto cc = static_cast<unsigned char>(text[i + k]);
-      if ((cc & 0xC0) != 0x80) return i;
-      code = (code << 6) | (cc & 0x3F);
-    }
-    if (code < min || code > 0x10FFFF || (code >= 0xD800 && code <= 0xDFFF)) return i;
-    i += len;
-  }
-  return std::string_view::npos;
 }
 
 sim::Result<Node> parse_document(std::string_view text, const std::string& source,

@@ -147,8 +147,11 @@ RowFormat row_format_for(const std::string& path) {
 std::string format_row(RowFormat format, std::int64_t index, const std::string& scenario_path,
                        const std::vector<SweepAssignment>& axes, const PointOutcome& outcome) {
   if (format == RowFormat::kJsonl) {
-    std::string row = fmt::format("{{\"index\":{},\"scenario\":{},\"axes\":{},", index,
-                                  nlohmann::json(scenario_path).dump(), axes_json(axes));
+    std::string row =
+        fmt::format("{{\"index\":{},\"scenario\":{},\"axes\":{},", index,
+                    nlohmann::json(scenario_path)
+                        .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
+                    axes_json(axes));
     if (outcome.report) {
       row += "\"report\":" + models::report_to_json(*outcome.report).dump() + "}";
     } else {

@@ -165,6 +165,9 @@ Result<nlohmann::json> parse_json_text(const std::string& text, const std::strin
     } catch (const nlohmann::json::parse_error& e) {
       return fail(ErrorCode::kInvalidInput, "{}: not valid JSON at byte {}: {}", source, e.byte,
                   e.what());
+    } catch (const nlohmann::json::exception& e) {
+      // e.g. out_of_range 406: a number too large for a double.
+      return fail(ErrorCode::kInvalidInput, "{}: not valid JSON: {}", source, e.what());
     }
     return fail(ErrorCode::kInvalidInput, "{}: not valid JSON", source);
   }
