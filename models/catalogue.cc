@@ -148,22 +148,35 @@ sim::Result<ModelArch> find_model(std::string_view name) {
                    fmt::join(names, ", "));
 }
 
-std::int64_t parameter_count(const ModelArch& m) {
-  const std::int64_t h = m.hidden;
-  const std::int64_t q = m.heads * m.head_dim;
-  const std::int64_t kv = m.kv_heads * m.head_dim;
-  const std::int64_t norm = m.norm == Norm::kLayerNorm ? 2 * h : h;  // gain (+ bias)
-  std::int64_t layer = h * q + 2 * h * kv + q * h;                   // Wq, Wk, Wv, Wo
-  const std::int64_t mlp_in = m.activation == Act::kSwiGlu ? 2 * m.ffn_hidden : m.ffn_hidden;
-  layer += h * mlp_in + m.ffn_hidden * h;
+namespace {
+
+// The parameter count, generic over the arithmetic type so that it can first be estimated in
+// double: unchecked architectures (fuzzed input) must never overflow 64-bit integers.
+template <class T>
+T parameter_count_as(const ModelArch& m) {
+  const T h = static_cast<T>(m.hidden);
+  const T q = static_cast<T>(m.heads) * static_cast<T>(m.head_dim);
+  const T kv = static_cast<T>(m.kv_heads) * static_cast<T>(m.head_dim);
+  const T ffn = static_cast<T>(m.ffn_hidden);
+  const T norm = m.norm == Norm::kLayerNorm ? 2 * h : h;  // gain (+ bias)
+  T layer = h * q + 2 * h * kv + q * h;                   // Wq, Wk, Wv, Wo
+  const T mlp_in = m.activation == Act::kSwiGlu ? 2 * ffn : ffn;
+  layer += h * mlp_in + ffn * h;
   if (m.linear_bias) layer += q + 2 * kv + h + mlp_in + h;
   layer += 2 * norm;
-  // Summed in 128 bits and saturated: unchecked architectures (fuzzed input) must not overflow.
-  __int128 total = static_cast<__int128>(m.layers) * layer + norm;  // + final norm
-  total += static_cast<__int128>(m.vocab_size) * h + static_cast<__int128>(m.max_positions) * h;
-  if (!m.tied_embeddings) total += static_cast<__int128>(m.vocab_size) * h;
-  constexpr auto kMax = static_cast<__int128>(std::numeric_limits<std::int64_t>::max());
-  return static_cast<std::int64_t>(total > kMax ? kMax : total);
+  T total = static_cast<T>(m.layers) * layer + norm;  // + final norm
+  total += static_cast<T>(m.vocab_size) * h + static_cast<T>(m.max_positions) * h;
+  if (!m.tied_embeddings) total += static_cast<T>(m.vocab_size) * h;
+  return total;
+}
+
+}  // namespace
+
+std::int64_t parameter_count(const ModelArch& m) {
+  // Below the threshold every partial sum of the exact computation fits in 64 bits.
+  const double estimate = parameter_count_as<double>(m);
+  if (!(estimate >= 0.0 && estimate < 1.0e18)) return std::numeric_limits<std::int64_t>::max();
+  return parameter_count_as<std::int64_t>(m);
 }
 
 sim::Result<ModelArch> model_from_hf_config(const std::string& json_text,
