@@ -1,4 +1,5 @@
 #include "backends/cpu_device.h"
+#include "backends/device_tables.h"
 
 #include <algorithm>
 #include <cmath>
@@ -523,36 +524,17 @@ class CpuDevice final : public Device {
   }
 
   sim::Result<Stream*> stream_locked(StreamId id) {
-    if (id.index >= streams_.size()) {
-      return sim::fail(sim::ErrorCode::kInvalidInput, "unknown stream {}", id.index);
-    }
-    return streams_[id.index].get();
+    return table_entry(streams_, id.index, "stream");
   }
-  sim::Result<Event*> event_locked(EventId id) {
-    if (id.index >= events_.size()) {
-      return sim::fail(sim::ErrorCode::kInvalidInput, "unknown event {}", id.index);
-    }
-    return events_[id.index].get();
-  }
+  sim::Result<Event*> event_locked(EventId id) { return table_entry(events_, id.index, "event"); }
   sim::Result<Storage*> storage_locked(Buffer b) {
-    if (b.index >= storages_.size()) {
-      return sim::fail(sim::ErrorCode::kInvalidInput, "unknown buffer {}", b.index);
-    }
-    return storages_[b.index].get();
+    return table_entry(storages_, b.index, "buffer");
   }
   sim::Result<Comm*> comm_locked(CommId id) {
-    if (id.index >= comms_.size()) {
-      return sim::fail(sim::ErrorCode::kInvalidInput, "unknown communicator {}", id.index);
-    }
-    return comms_[id.index].get();
+    return table_entry(comms_, id.index, "communicator");
   }
   static sim::Result<int> member_locked(const Comm& c, int rank, std::string_view op_name) {
-    auto it = std::find(c.ranks.begin(), c.ranks.end(), rank);
-    if (it == c.ranks.end()) {
-      return sim::fail(sim::ErrorCode::kInvalidInput, "op '{}': rank {} is not in the communicator",
-                       op_name, rank);
-    }
-    return static_cast<int>(it - c.ranks.begin());
+    return comm_member(c.ranks, rank, op_name);
   }
 
   void push_locked(Stream& s, std::string label, std::function<sim::Status()> run) {
