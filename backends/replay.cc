@@ -8,9 +8,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#if OFFSIM_HAVE_CUDA
-#include "backends/cuda/cuda_device.h"
-#endif
+#include "backends/gpu_plugin.h"
 
 namespace offsim::backends {
 
@@ -631,15 +629,15 @@ sim::Result<ReplayResult> replay(const sim::Plan& plan, const ReplayOptions& opt
       return replay_on(*device, plan, options);
     }
     case DeviceKind::kCuda: {
-#if OFFSIM_HAVE_CUDA
+      if (!gpu_plugin_built()) {
+        return sim::fail(sim::ErrorCode::kUnsupported,
+                         "replay on cuda: offsim was built without CUDA (configure with nvcc "
+                         "available, OFFSIM_WITH_CUDA=AUTO or ON); use the cpu device instead");
+      }
+      OFFSIM_ASSIGN_OR_RETURN(const GpuPlugin* gpu, load_gpu_plugin());
       OFFSIM_ASSIGN_OR_RETURN(std::unique_ptr<Device> device,
-                              make_cuda_device(options.first_gpu, std::max(ranks, 1)));
+                              gpu->make_cuda_device(options.first_gpu, std::max(ranks, 1)));
       return replay_on(*device, plan, options);
-#else
-      return sim::fail(sim::ErrorCode::kUnsupported,
-                       "replay on cuda: offsim was built without CUDA (configure with nvcc "
-                       "available, OFFSIM_WITH_CUDA=AUTO or ON); use the cpu device instead");
-#endif
     }
   }
   return sim::fail(sim::ErrorCode::kInvalidInput, "replay: unknown device kind");
@@ -649,9 +647,12 @@ std::vector<DeviceInfo> list_devices() {
   std::vector<DeviceInfo> out;
   CpuDeviceOptions cpu;
   out.push_back(make_cpu_device(cpu)->info());
-#if OFFSIM_HAVE_CUDA
-  for (DeviceInfo& info : list_cuda_devices()) out.push_back(std::move(info));
-#endif
+  if (gpu_plugin_built()) {
+    // A module that does not load lists no GPU here; replay and calibrate say why.
+    if (auto gpu = load_gpu_plugin()) {
+      for (DeviceInfo& info : (*gpu)->list_cuda_devices()) out.push_back(std::move(info));
+    }
+  }
   return out;
 }
 

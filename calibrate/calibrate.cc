@@ -5,14 +5,13 @@
 
 #include <fmt/format.h>
 
-#if OFFSIM_HAVE_CUDA
-#include "calibrate/cuda/microbench.h"
-#endif
+#include "backends/gpu_plugin.h"
+#include "calibrate/microbench.h"
 
 namespace offsim::calibrate {
 namespace {
 
-[[maybe_unused]] std::string utc_now() {
+std::string utc_now() {
   const std::time_t t = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
   std::tm tm{};
   gmtime_r(&t, &tm);
@@ -23,16 +22,15 @@ namespace {
 
 }  // namespace
 
-bool calibration_available() {
-#if OFFSIM_HAVE_CUDA
-  return true;
-#else
-  return false;
-#endif
-}
+bool calibration_available() { return backends::gpu_plugin_built(); }
 
 sim::Result<CalibrationRun> run_calibration(const CalibrateOptions& options) {
-#if OFFSIM_HAVE_CUDA
+  if (!backends::gpu_plugin_built()) {
+    return sim::fail(sim::ErrorCode::kUnsupported,
+                     "calibrate: offsim was built without CUDA, so it cannot measure a GPU "
+                     "(rebuild with nvcc available and OFFSIM_WITH_CUDA=AUTO or ON); the built-in "
+                     "profiles from published figures are used instead");
+  }
   CalibrationRun run;
   OFFSIM_ASSIGN_OR_RETURN(run.samples, measure_machine(options));
   std::string kind = options.gpu_kind;
@@ -45,13 +43,6 @@ sim::Result<CalibrationRun> run_calibration(const CalibrateOptions& options) {
                           fit_profile(run.samples, base, options.command_line,
                                       options.date.empty() ? utc_now() : options.date));
   return run;
-#else
-  (void)options;
-  return sim::fail(sim::ErrorCode::kUnsupported,
-                   "calibrate: offsim was built without CUDA, so it cannot measure a GPU "
-                   "(rebuild with nvcc available and OFFSIM_WITH_CUDA=AUTO or ON); the built-in "
-                   "profiles from published figures are used instead");
-#endif
 }
 
 }  // namespace offsim::calibrate

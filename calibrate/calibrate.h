@@ -1,6 +1,6 @@
 // run_calibration(): measures this machine's GPUs into a CalibrationProfile.
 //
-// Runs the microbenchmarks (calibrate/cuda/microbench.h: GEMMs, attention and memory-bound
+// Runs the microbenchmarks (calibrate/microbench.h: GEMMs, attention and memory-bound
 // kernels, copies over sizes and directions, interference, NCCL collectives, launch overheads)
 // with CUDA-event timing and the stopping rule of timing.h, then fits them (fit.h) over the
 // built-in profile of the GPU kind. Without CUDA in the build it returns kUnsupported; without a

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds offsim with CUDA here (release preset) and gathers what scripts/gpu-check.sh needs on an
-# offline GPU machine into .bundle/ (git-ignored): the offsim CLI, the GPU test binaries, the
+# offline GPU machine into .bundle/ (git-ignored): the offsim CLI, the GPU module
+# liboffsim_gpu.so (next to the binaries, where offsim looks for it), the GPU test binaries, the
 # calibration benchmark, and the non-system shared libraries they load (found with ldd).
 #
 #   scripts/bundle-gpu-check.sh            # then carry .bundle to the GPU machine
@@ -23,7 +24,7 @@ targets=(offsim backends_cuda_replay_test calibrate_gpu_test calibrate_gpu_bench
 cd "$root"
 cmake --preset release -B "$build" -DOFFSIM_WITH_CUDA=ON -DOFFSIM_WITH_NCCL=ON \
   -DOFFSIM_WITH_QT=OFF -DOFFSIM_WITH_MPI=OFF -DOFFSIM_BUILD_TESTS=ON -DOFFSIM_BUILD_BENCHMARKS=ON >/dev/null
-cmake --build "$build" --target "${targets[@]}" -j"$jobs"
+cmake --build "$build" --target "${targets[@]}" offsim_gpu -j"$jobs"
 
 rm -rf "$bundle"
 mkdir -p "$bundle/bin" "$bundle/lib" "$bundle/lib-compat"
@@ -39,6 +40,9 @@ for t in "${targets[@]}"; do
   strip --strip-unneeded "$bundle/bin/$t"
   binaries+=("$bundle/bin/$t")
 done
+cp "$build/lib/liboffsim_gpu.so" "$bundle/bin/liboffsim_gpu.so"
+strip --strip-unneeded "$bundle/bin/liboffsim_gpu.so"
+binaries+=("$bundle/bin/liboffsim_gpu.so")
 
 # Libraries that every Linux has, or that come with the driver or the CUDA toolkit there.
 skip='^(linux-vdso|ld-linux|libc\.so|libm\.so|libdl\.so|librt\.so|libpthread\.so|libgcc_s\.so|libcuda\.so|libnvidia-|libcudart\.so|libcublas\.so|libcublasLt\.so|libnccl\.so)'
@@ -61,7 +65,7 @@ done
   echo "offsim GPU check bundle"
   echo "built: $(date -u +%Y-%m-%dT%H:%M:%SZ) from $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')"
   echo "nvcc: $(nvcc --version 2>/dev/null | tail -n1)"
-  echo "binaries: ${targets[*]}"
+  echo "binaries: ${targets[*]} liboffsim_gpu.so"
   echo "libraries:"; ls -1 "$bundle/lib" "$bundle/lib-compat"
 } >"$bundle/MANIFEST"
 

@@ -55,6 +55,8 @@ if [[ -z "$sys_stdcxx" ]] || ! grep -q GLIBCXX_3.4.30 "$sys_stdcxx" 2>/dev/null;
 fi
 export LD_LIBRARY_PATH=$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 offsim=$bundle/bin/offsim
+# The CUDA device is the module next to the binaries; naming it spares the search.
+export OFFSIM_GPU_PLUGIN=$bundle/bin/liboffsim_gpu.so
 
 say "GPU state (read only)"
 { nvidia-smi -L; nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem,clocks.max.sm,power.limit,persistence_mode --format=csv; } \

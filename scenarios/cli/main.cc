@@ -9,6 +9,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 #include <string>
 #include <thread>
 #include <vector>
@@ -399,8 +400,11 @@ int cmd_list(const std::string& what) {
         fmt::join(models::activation_names(), ", "));
   } else if (what == "devices") {
     for (const auto& d : backends::list_devices()) {
-      fmt::print("{:<5} {}  {} rank(s), {} each{}\n", backends::to_string(d.kind), d.name, d.ranks,
-                 scenarios::format_bytes(d.memory_bytes), d.note.empty() ? "" : "  " + d.note);
+      const bool unbounded = d.memory_bytes == std::numeric_limits<std::int64_t>::max();
+      fmt::print(
+          "{:<5} {}  {} rank(s), {} each{}\n", backends::to_string(d.kind), d.name, d.ranks,
+          unbounded ? std::string("unbounded memory") : scenarios::format_bytes(d.memory_bytes),
+          d.note.empty() ? "" : "  " + d.note);
     }
   } else {
     return usage_error(

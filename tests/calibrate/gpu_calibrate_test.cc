@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "calibrate/calibrate.h"
-#include "calibrate/cuda/microbench.h"
+#include "calibrate/microbench.h"
 
 namespace offsim::calibrate {
 namespace {

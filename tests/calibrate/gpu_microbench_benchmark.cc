@@ -6,7 +6,7 @@
 
 #include <memory>
 
-#include "calibrate/cuda/microbench.h"
+#include "calibrate/microbench.h"
 
 namespace offsim::calibrate {
 namespace {

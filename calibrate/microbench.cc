@@ -1,13 +1,11 @@
-#include "calibrate/cuda/microbench.h"
-
-#include <cuda_runtime_api.h>
+#include "calibrate/microbench.h"
 
 #include <algorithm>
 #include <chrono>
 
 #include <fmt/format.h>
 
-#include "backends/cuda/cuda_device.h"
+#include "backends/gpu_plugin.h"
 #include "calibrate/timing.h"
 
 namespace offsim::calibrate {
@@ -29,12 +27,10 @@ std::int64_t gemm_bytes(const sim::GemmShape& g) {
 
 sim::Result<MicroBench> MicroBench::open(int first_gpu, int gpus) {
   MicroBench b;
-  OFFSIM_ASSIGN_OR_RETURN(b.device_, backends::make_cuda_device(first_gpu, gpus));
+  OFFSIM_ASSIGN_OR_RETURN(const backends::GpuPlugin* gpu, backends::load_gpu_plugin());
+  OFFSIM_ASSIGN_OR_RETURN(b.device_, gpu->make_cuda_device(first_gpu, gpus));
   b.gpus_ = gpus;
-  std::size_t free_b = 0, total_b = 0;
-  if (cudaSetDevice(first_gpu) == cudaSuccess && cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) {
-    b.context_bytes_ = static_cast<std::int64_t>(total_b - free_b);
-  }
+  b.context_bytes_ = std::max<std::int64_t>(gpu->memory_in_use_bytes(first_gpu), 0);
   for (int r = 0; r < gpus; ++r) {
     for (auto* lanes : {&b.compute_, &b.copy_in_, &b.copy_out_}) {
       Lane lane;
@@ -294,9 +290,10 @@ sim::Result<AllocatorSample> MicroBench::allocator_sample() {
 }
 
 sim::Result<Samples> measure_machine(const CalibrateOptions& options) {
+  OFFSIM_ASSIGN_OR_RETURN(const backends::GpuPlugin* gpu, backends::load_gpu_plugin());
   int gpus = options.gpus;
   if (gpus <= 0) {
-    gpus = static_cast<int>(backends::list_cuda_devices().size()) - options.first_gpu;
+    gpus = static_cast<int>(gpu->list_cuda_devices().size()) - options.first_gpu;
     if (gpus <= 0) gpus = 1;  // make_cuda_device below says what is missing
   }
   OFFSIM_ASSIGN_OR_RETURN(MicroBench bench, MicroBench::open(options.first_gpu, gpus));
@@ -338,13 +335,7 @@ sim::Result<Samples> measure_machine(const CalibrateOptions& options) {
   s.machine.cublas_version = info.blas_version;
   s.machine.nccl_version = info.comm_version;
   s.machine.context_bytes = bench.context_bytes();
-  int sm_khz = 0, mem_khz = 0;
-  if (cudaDeviceGetAttribute(&sm_khz, cudaDevAttrClockRate, options.first_gpu) == cudaSuccess &&
-      cudaDeviceGetAttribute(&mem_khz, cudaDevAttrMemoryClockRate, options.first_gpu) ==
-          cudaSuccess) {
-    s.machine.clocks = fmt::format("sm max {} MHz, mem {} MHz (as reported, not changed)",
-                                   sm_khz / 1000, mem_khz / 1000);
-  }
+  s.machine.clocks = gpu->clock_summary(options.first_gpu);
 
   // Copies: 4 KiB .. 1 GiB (quick: every 16x; full: every 4x).
   std::vector<std::int64_t> sizes;

@@ -1,0 +1,48 @@
+// The entry point of liboffsim_gpu.so (see backends/gpu_plugin.h): the CUDA device and the
+// few device queries calibrate/ needs, behind plain function pointers.
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "backends/cuda/cuda_device.h"
+#include "backends/gpu_plugin.h"
+
+namespace offsim::backends {
+namespace {
+
+std::int64_t memory_in_use_bytes(int gpu) {
+  std::size_t free_b = 0, total_b = 0;
+  if (cudaSetDevice(gpu) != cudaSuccess || cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+    return -1;
+  }
+  return static_cast<std::int64_t>(total_b - free_b);
+}
+
+std::string clock_summary(int gpu) {
+  int sm_khz = 0, mem_khz = 0;
+  if (cudaDeviceGetAttribute(&sm_khz, cudaDevAttrClockRate, gpu) != cudaSuccess ||
+      cudaDeviceGetAttribute(&mem_khz, cudaDevAttrMemoryClockRate, gpu) != cudaSuccess) {
+    return {};
+  }
+  return fmt::format("sm max {} MHz, mem {} MHz (as reported, not changed)", sm_khz / 1000,
+                     mem_khz / 1000);
+}
+
+}  // namespace
+}  // namespace offsim::backends
+
+extern "C" __attribute__((visibility("default"))) const offsim::backends::GpuPlugin*
+offsim_gpu_plugin_v1() {
+  static const offsim::backends::GpuPlugin plugin{
+      .build_tag = offsim::backends::gpu_plugin_build_tag(),
+      .make_cuda_device = &offsim::backends::make_cuda_device,
+      .list_cuda_devices = &offsim::backends::list_cuda_devices,
+      .memory_in_use_bytes = &offsim::backends::memory_in_use_bytes,
+      .clock_summary = &offsim::backends::clock_summary,
+  };
+  return &plugin;
+}
