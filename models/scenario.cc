@@ -254,6 +254,13 @@ sim::Status check_scenario(const Scenario& s) {
     return invalid(fmt::format("training.seq_len: {} exceeds model.max_positions {}", t.seq_len,
                                m.max_positions));
   }
+  OFFSIM_RETURN_IF_ERROR(positive(t.loss_chunks, "training.loss_chunks"));
+  if (t.loss_chunks > t.micro_batch * t.seq_len) {
+    return invalid(fmt::format(
+        "training.loss_chunks: {} chunks exceed the {} tokens of a micro-batch (micro_batch × "
+        "seq_len); expected at most one chunk per token",
+        t.loss_chunks, t.micro_batch * t.seq_len));
+  }
 
   const ParallelConfig& p = s.parallelism;
   OFFSIM_RETURN_IF_ERROR(positive(p.dp, "parallelism.dp"));

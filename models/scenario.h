@@ -58,6 +58,13 @@ struct TrainingConfig {
   sim::DType compute_dtype = sim::DType::kBf16;  // GEMM precision; kFp8 = fp8 GEMMs, bf16 rest
   bool fp32_master_weights = true;
   Optimizer optimizer = Optimizer::kAdamW;
+  // The LM head and cross entropy over the micro-batch's tokens in this many chunks. 1: the
+  // fp32 logits of the whole micro-batch are materialised and kept for the backward (Megatron,
+  // plain PyTorch). N > 1: chunked/fused linear cross entropy (Liger-Kernel, torchtune, MaxText
+  // vocabulary tiling): each chunk's logits are made, turned into the loss and its gradients in
+  // the forward, and freed, so only one chunk's logits is ever live; the backward only scales the
+  // saved gradient of the head's input.
+  std::int64_t loss_chunks = 1;
 };
 
 struct ParallelConfig {

@@ -74,6 +74,10 @@ std::vector<Task> pipeline_schedule(int stage, int pp, int v, int m, bool interl
   return tasks;
 }
 
+// How many layers' offloaded activations may still be on their way to the host while a layer's
+// forward starts (see forward_task).
+constexpr std::size_t kOffloadWindowLayers = 2;
+
 struct LayerPolicy {
   LayerActivations acts;
   std::array<bool, kNumActs> on_host{};
@@ -522,6 +526,17 @@ class StepBuilder {
       Fetch f = fetch_params(r, l, fmt::format("mb{}.fwd", t.mb), after);
       const OpId op = layer_forward(r, t.mb, l, f);
       firsts.push_back(r.layer_first_fwd.at({t.mb, l}));
+      // Offload back-pressure: the forward of a layer waits until the D2H copies of the layer
+      // kOffloadWindowLayers earlier have finished, so offloaded activations never pile up on
+      // HBM behind a slow link (Transformer Engine's CPU offload makes the compute stream wait
+      // for the D2H stream at each offload-window boundary; XLA's scheduler bounds live memory
+      // the same way). The cost shows up as exposed offload time instead of HBM.
+      if (i >= kOffloadWindowLayers) {
+        const auto earlier = r.saved.find({t.mb, layers[i - kOffloadWindowLayers]});
+        if (earlier != r.saved.end()) {
+          for (const OpId d2h : earlier->second.d2h) b_.op_at(firsts.back()).deps.push_back(d2h);
+        }
+      }
       note_first(firsts.back());
       last = op;
     }
@@ -621,6 +636,8 @@ class StepBuilder {
 
   OpId head_forward(Rank& r, int mb) {
     const std::string p = fmt::format("mb{}.head", mb);
+    const std::int64_t chunks = s_.training.loss_chunks;
+    if (chunks > 1) return head_forward_chunked(r, mb, chunks);
     // Saved until the head's backward: the final-norm input and output and the fp32 logits'
     // softmax the vocabulary-parallel cross entropy keeps.
     const std::int64_t bytes = 2 * residual_bytes() + d_.tokens() * d_.v * 4;
@@ -633,6 +650,40 @@ class StepBuilder {
     r.head_saved[mb] = t;
     return elementwise(r, p + ".loss.fwd", "compute", -1, d_.tokens() * d_.v * (d_.e + 4),
                        static_cast<double>(5 * d_.tokens() * d_.v));
+  }
+
+  // Chunked (fused linear) cross entropy: per chunk of tokens, the logits GEMM, the loss and its
+  // gradient, the data-gradient GEMM into the saved gradient of the head's input and the
+  // weight-gradient GEMM, then the chunk's fp32 logits are freed. The same GEMM and elementwise
+  // work as the unchunked head, moved from the backward into the forward; the live logits shrink
+  // from tokens × vocab to one chunk's. Saved for the backward: the final-norm input and output
+  // and the gradient of the head's input (tokens × hidden each, like the residual).
+  OpId head_forward_chunked(Rank& r, int mb, std::int64_t chunks) {
+    const std::string p = fmt::format("mb{}.head", mb);
+    const TensorId t = tensor(r.hbm, p + ".act", 3 * residual_bytes(), "activations");
+    const OpId norm =
+        elementwise(r, p + ".final_norm.fwd", "compute", -1, 2 * residual_bytes(), norm_flops());
+    b_.op_at(norm).allocs.push_back(t);
+    tp_gather(r, p + ".tp_allgather", "comm", -1);
+    const std::int64_t tokens = d_.tokens();
+    OpId last = norm;
+    for (std::int64_t c = 0; c < chunks; ++c) {
+      // Tokens [c·tokens/chunks, (c+1)·tokens/chunks): the chunks differ by at most one token.
+      const std::int64_t n = (c + 1) * tokens / chunks - c * tokens / chunks;
+      const std::string q = fmt::format("{}.chunk{}", p, c);
+      const TensorId logits = tensor(r.hbm, q + ".logits", n * d_.v * 4, "activations");
+      const OpId fwd = gemm(r, q + ".lm_head.fwd", "compute", -1, n, d_.v, d_.h);
+      b_.op_at(fwd).allocs.push_back(logits);
+      elementwise(r, q + ".loss.fwd", "compute", -1, n * d_.v * (d_.e + 4),
+                  static_cast<double>(5 * n * d_.v));
+      elementwise(r, q + ".loss.bwd", "compute", -1, n * d_.v * (d_.e + 4),
+                  static_cast<double>(3 * n * d_.v));
+      gemm(r, q + ".lm_head.dgrad", "compute", -1, n, d_.h, d_.v);
+      last = gemm(r, q + ".lm_head.wgrad", "compute", -1, d_.h, d_.v, n);
+      b_.op_at(last).frees.push_back(logits);
+    }
+    r.head_saved[mb] = t;
+    return last;
   }
 
   // --- backward -----------------------------------------------------------------------------
@@ -698,16 +749,22 @@ class StepBuilder {
 
   OpId head_backward(Rank& r, int mb) {
     const std::string p = fmt::format("mb{}.head", mb);
-    const OpId first =
-        elementwise(r, p + ".loss.bwd", "compute", -1, d_.tokens() * d_.v * (d_.e + 4),
-                    static_cast<double>(3 * d_.tokens() * d_.v));
-    gemm(r, p + ".lm_head.dgrad", "compute", -1, d_.tokens(), d_.h, d_.v);
-    const OpId wg = gemm(r, p + ".lm_head.wgrad", "compute", -1, d_.h, d_.v, d_.tokens());
+    OpId first{};
+    if (s_.training.loss_chunks > 1) {
+      // The head's gradients were made in the forward: scale the saved input gradient by the
+      // loss gradient (one pass over tokens × hidden).
+      first = elementwise(r, p + ".loss.bwd", "compute", -1, 2 * residual_bytes(),
+                          static_cast<double>(residual_bytes() / d_.e));
+    } else {
+      first = elementwise(r, p + ".loss.bwd", "compute", -1, d_.tokens() * d_.v * (d_.e + 4),
+                          static_cast<double>(3 * d_.tokens() * d_.v));
+      gemm(r, p + ".lm_head.dgrad", "compute", -1, d_.tokens(), d_.h, d_.v);
+      gemm(r, p + ".lm_head.wgrad", "compute", -1, d_.h, d_.v, d_.tokens());
+    }
     tp_reduce(r, p + ".tp_reduce", "comm", -1);
     const OpId last = elementwise(r, p + ".final_norm.bwd", "compute", -1, 3 * residual_bytes(),
                                   2 * norm_flops());
     b_.op_at(last).frees.push_back(r.head_saved.at(mb));
-    (void)wg;
     grads_done(r, -2, mb, last);
     return first;
   }

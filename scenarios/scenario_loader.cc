@@ -319,6 +319,7 @@ sim::Status read_training(const Node& node, models::TrainingConfig& t) {
     t.compute_dtype = *d;
   }
   OFFSIM_RETURN_IF_ERROR(read_bool(r, "fp32_master_weights", t.fp32_master_weights));
+  OFFSIM_RETURN_IF_ERROR(read_int(r, "loss_chunks", t.loss_chunks, 1, kMaxDim));
   if (const Node* o = r.get("optimizer")) {
     if (o->kind != NodeKind::kScalar || o->scalar != "adamw") {
       return type_error(*o, "training.optimizer", "adamw");
@@ -746,6 +747,7 @@ Node scenario_to_document(const Scenario& s) {
   put(training, "seq_len", number_node(t.seq_len));
   put(training, "precision", scalar_node(sim::to_string(t.compute_dtype)));
   put(training, "fp32_master_weights", bool_node(t.fp32_master_weights));
+  put(training, "loss_chunks", number_node(t.loss_chunks));
   put(training, "optimizer", scalar_node("adamw"));
   put(root, "training", std::move(training));
 
