@@ -15,11 +15,14 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
+#include <system_error>
 #include <thread>
 #include <tuple>
 #include <unordered_map>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -167,10 +170,53 @@ struct HostPass {
   std::size_t count;
 };
 
+// The host pass stands for a CPU optimizer step (DeepSpeed's CPU Adam streams the optimizer
+// state with one thread per core), so it is split over the machine's cores: one thread would
+// measure a single core against a forecast made for the whole socket. Threads without CUDA
+// calls may be started from a host function; each element is updated once, so the result is
+// the same for any thread count.
+constexpr std::size_t kMinFloatsPerHostThread = std::size_t{1} << 20;
+constexpr unsigned kMaxHostThreads = 64;
+
+void host_pass_range(float* data, std::size_t begin, std::size_t end) {
+  for (std::size_t i = begin; i < end; ++i) data[i] = data[i] * 0.999f + 0.001f;
+}
+
 void CUDART_CB run_host_pass(void* arg) {
-  auto* pass = static_cast<HostPass*>(arg);
-  for (std::size_t i = 0; i < pass->count; ++i) pass->data[i] = pass->data[i] * 0.999f + 0.001f;
-  delete pass;
+  std::unique_ptr<HostPass> pass(static_cast<HostPass*>(arg));
+  const unsigned cores =
+      std::max(1u, std::min(std::thread::hardware_concurrency(), kMaxHostThreads));
+  const std::size_t threads =
+      std::min<std::size_t>(cores, std::max<std::size_t>(1, pass->count / kMinFloatsPerHostThread));
+  const std::size_t chunk = (pass->count + threads - 1) / threads;
+  std::vector<std::thread> helpers;
+  for (std::size_t t = 1; t < threads; ++t) {
+    const std::size_t begin = std::min(pass->count, t * chunk);
+    const std::size_t end = std::min(pass->count, begin + chunk);
+    try {
+      helpers.emplace_back(host_pass_range, pass->data, begin, end);
+    } catch (const std::system_error&) {
+      host_pass_range(pass->data, begin, end);  // no thread to be had: do this part here
+    }
+  }
+  host_pass_range(pass->data, 0, std::min(pass->count, chunk));
+  for (std::thread& h : helpers) h.join();
+}
+
+// A host-to-host copy, ordered in its stream. cudaMemcpyAsync between two host buffers is fully
+// synchronous for the calling thread (CUDA runtime API, "API synchronization behavior"): made
+// on a rank's submission thread it would hold back every other stream of that rank until the
+// stream's earlier work had finished. A host function keeps the order without the wait.
+struct HostCopy {
+  void* dst;
+  const void* src;
+  std::size_t bytes;
+};
+
+void CUDART_CB run_host_copy(void* arg) {
+  auto* copy = static_cast<HostCopy*>(arg);
+  std::memcpy(copy->dst, copy->src, copy->bytes);
+  delete copy;
 }
 
 std::string version_string(int v) {  // CUDA's 1000·major + 10·minor
@@ -316,7 +362,7 @@ class CudaDevice final : public Device {
     info_ = gpu_info(first_gpu_, static_cast<int>(ranks_.size()));
     info_.note = fmt::format(
         "GPUs {}..{}; attention runs the backend's bf16 kernel (backward: "
-        "two forward passes); host compute is one host thread",
+        "two forward passes); host compute runs on all host cores",
         first_gpu_, first_gpu_ + static_cast<int>(ranks_.size()) - 1);
     for (std::size_t i = 0; i < ranks_.size(); ++i) {
       RankState* r = ranks_[i].get();
@@ -559,6 +605,19 @@ class CudaDevice final : public Device {
         std::min({std::max<std::int64_t>(size_bytes, 0), d->memory->bytes(), f->memory->bytes()});
     void* dp = d->memory->get();
     const void* sp = f->memory->get();
+    if (d->kind != MemoryKind::kDevice && f->kind != MemoryKind::kDevice) {
+      push_locked(s->rank, "host-to-host copy", [s, dp, sp, n]() -> sim::Status {
+        if (n <= 0) return sim::ok();
+        auto* copy = new HostCopy{dp, sp, static_cast<std::size_t>(n)};
+        const cudaError_t err = cudaLaunchHostFunc(s->stream.get(), run_host_copy, copy);
+        if (err != cudaSuccess) {
+          delete copy;
+          return sim::fail(cuda_error(err, "cudaLaunchHostFunc (host-to-host copy)"));
+        }
+        return sim::ok();
+      });
+      return sim::ok();
+    }
     push_locked(s->rank, "copy", [s, dp, sp, n]() -> sim::Status {
       if (n > 0) {
         OFFSIM_CUDA_CHECK(cudaMemcpyAsync(dp, sp, static_cast<std::size_t>(n), cudaMemcpyDefault,
