@@ -92,6 +92,10 @@ search_dirs=(/usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x
 for d in /usr/local/cuda-13*/lib64 /usr/local/cuda-13*/targets/x86_64-linux/lib; do
   [[ -d "$d" ]] && search_dirs+=("$d")
 done
+for d in /opt/*/.venv/lib/python3*/site-packages/nvidia /usr/local/lib/python3*/dist-packages/nvidia \
+  /usr/lib/python3/dist-packages/nvidia; do
+  [[ -d "$d" ]] && search_dirs+=("$d")
+done
 if command -v python3 >/dev/null; then
   while IFS= read -r sp; do
     [[ -d "$sp/nvidia" ]] && search_dirs+=("$sp/nvidia")
