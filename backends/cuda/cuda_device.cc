@@ -1073,8 +1073,11 @@ class CudaDevice final : public Device {
     const cudaDataType_t in_t = cuda_type(l.input);
     const cudaDataType_t out_t = cuda_type(l.output);
     // fp32 accumulation and fp32 alpha/beta for every input type (the only scale type cuBLASLt
-    // accepts with fp8 inputs, and the one training frameworks use for bf16/fp16).
-    OFFSIM_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    // accepts with fp8 inputs, and the one training frameworks use for bf16/fp16); fp32 inputs
+    // on TF32 tensor cores (see gemm_layout.h).
+    const cublasComputeType_t compute =
+        l.fast_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    OFFSIM_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.op, compute, CUDA_R_32F));
     const cublasOperation_t ta = l.transa ? CUBLAS_OP_T : CUBLAS_OP_N;
     const cublasOperation_t tb = l.transb ? CUBLAS_OP_T : CUBLAS_OP_N;
     OFFSIM_CUBLAS_CHECK(

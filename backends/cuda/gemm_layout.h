@@ -34,6 +34,10 @@ struct GemmLayout {
   std::int32_t batch_count = 1;
   sim::DType input = sim::DType::kBf16;   // A and B element type
   sim::DType output = sim::DType::kBf16;  // C and D element type: bf16 for fp8 inputs
+  // fp32 GEMMs use TF32 tensor cores (CUBLAS_COMPUTE_32F_FAST_TF32), as the cost model assumes
+  // (sim/platform: fp32 dense rate = half the bf16 rate); plain fp32 would run ~8x slower than
+  // forecast. Every other type accumulates in fp32 (CUBLAS_COMPUTE_32F).
+  bool fast_tf32 = false;
   // Bytes the caller's buffers must hold, batches included (our A, B and C).
   std::int64_t our_a_bytes = 0;
   std::int64_t our_b_bytes = 0;
@@ -53,6 +57,7 @@ inline GemmLayout gemm_layout(const sim::GemmShape& shape, sim::DType run_as) {
   const std::int64_t batch = shape.batch > 1 ? shape.batch : 1;
   l.input = run_as;
   l.output = gemm_output_dtype(run_as);
+  l.fast_tf32 = run_as == sim::DType::kFp32;
   l.a = LtMatrix{u(shape.k), u(shape.n), shape.k, shape.k * shape.n};
   l.b = LtMatrix{u(shape.k), u(shape.m), shape.k, shape.k * shape.m};
   l.c = LtMatrix{u(shape.n), u(shape.m), shape.n, shape.n * shape.m};

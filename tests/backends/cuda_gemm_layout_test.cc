@@ -35,6 +35,7 @@ TEST(CudaGemmLayout, RectangularBf16IsTnWithLeadingDimensionsKAndN) {
   EXPECT_EQ(l.batch_count, 1);
   EXPECT_EQ(l.input, sim::DType::kBf16);
   EXPECT_EQ(l.output, sim::DType::kBf16);
+  EXPECT_FALSE(l.fast_tf32);
   // Bytes: A 4096·512·2 = 4 MiB, B 512·1024·2 = 1 MiB, C 4096·1024·2 = 8 MiB.
   EXPECT_EQ(l.our_a_bytes, 4096 * 512 * 2);
   EXPECT_EQ(l.our_b_bytes, 512 * 1024 * 2);
@@ -92,6 +93,7 @@ TEST(CudaGemmLayout, BatchedStridesAreOneMatrixApart) {
   EXPECT_EQ(l.our_a_bytes, 128 * 64 * 4 * 6);
   EXPECT_EQ(l.our_b_bytes, 64 * 256 * 4 * 6);
   EXPECT_EQ(l.our_c_bytes, 128 * 256 * 4 * 6);
+  EXPECT_TRUE(l.fast_tf32);  // fp32 runs on TF32 tensor cores, as the cost model assumes
 }
 
 TEST(CudaGemmLayout, Fp8ReadsOneByteAndWritesBf16) {
