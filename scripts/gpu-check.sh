@@ -15,7 +15,7 @@
 # leaves them. It only reads the GPU's state (nvidia-smi queries); it never changes clocks,
 # power, persistence, compute mode or MIG, and never resets the GPU.
 #
-#   scripts/gpu-check.sh [OUTDIR]        # default: $OUT, else ./gpu-check-out
+#   scripts/gpu-check.sh [OUTDIR]        # default: $OUT, else build/gpu-check-out (ignored)
 #   REPLAY_DEVICE=cpu scripts/gpu-check.sh /tmp/rehearsal   # no GPU: rehearse every stage,
 #                                                           # replaying on the CPU device
 #
@@ -25,7 +25,7 @@
 set -uo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
-out=${1:-${OUT:-$root/gpu-check-out}}
+out=${1:-${OUT:-$root/build/gpu-check-out}}
 bundle=${BUNDLE:-$root/.bundle}
 layers=${LAYERS:-4}
 system=${SYSTEM:-h200-1gpu}
