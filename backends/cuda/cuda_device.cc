@@ -346,6 +346,15 @@ class CudaDevice final : public Device {
       r.gpu = first_gpu_ + static_cast<int>(i);
       OFFSIM_CUDA_CHECK(cudaSetDevice(r.gpu));
       OFFSIM_CUDA_CHECK(cudaFree(nullptr));  // creates the context; a busy GPU fails here
+      int pools = 0;  // some virtualized GPUs have no stream-ordered allocator
+      OFFSIM_CUDA_CHECK(cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, r.gpu));
+      if (!pools) {
+        return sim::fail(
+            sim::ErrorCode::kUnsupported,
+            "GPU {} has no stream-ordered memory pools "
+            "(cudaDevAttrMemoryPoolsSupported is 0); the replay allocates through them",
+            r.gpu);
+      }
       cudaMemPoolProps props{};
       props.allocType = cudaMemAllocationTypePinned;
       props.handleTypes = cudaMemHandleTypeNone;
