@@ -7,6 +7,9 @@
 #   scripts/bundle-gpu-check.sh            # then carry .bundle to the GPU machine
 #   JOBS=2 BUILD_DIR=build/gpu-bundle scripts/bundle-gpu-check.sh
 #
+# Through this workplace's device tool the bundle travels with `carry: [".bundle"]` (it is
+# git-ignored); see docs/validation-gpu.md. A dirty tree is marked "-dirty" in MANIFEST.
+#
 # Left out on purpose: the C library and loader, libgcc_s, the driver (libcuda, libnvidia-*) and
 # the CUDA 13 libraries (cudart, cuBLAS/cuBLASLt, NCCL: hundreds of MiB, and present on a GPU
 # machine with the same CUDA; gpu-check.sh finds them). Debian 12's libstdc++ goes into
@@ -63,7 +66,7 @@ done
 
 {
   echo "offsim GPU check bundle"
-  echo "built: $(date -u +%Y-%m-%dT%H:%M:%SZ) from $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')"
+  echo "built: $(date -u +%Y-%m-%dT%H:%M:%SZ) from $(git -C "$root" describe --always --dirty 2>/dev/null || echo '?')"
   echo "nvcc: $(nvcc --version 2>/dev/null | tail -n1)"
   echo "binaries: ${targets[*]} liboffsim_gpu.so"
   echo "libraries:"; ls -1 "$bundle/lib" "$bundle/lib-compat"

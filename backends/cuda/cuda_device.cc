@@ -15,15 +15,19 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
+#include <system_error>
 #include <thread>
 #include <tuple>
 #include <unordered_map>
+#include <vector>
 
 #include <fmt/format.h>
 
 #include "backends/cuda/cuda_check.h"
+#include "backends/cuda/gemm_layout.h"
 #include "backends/cuda/kernels.h"
 
 namespace offsim::backends {
@@ -63,6 +67,7 @@ class OwnedBuffer {
   OwnedBuffer(const OwnedBuffer&) = delete;
   OwnedBuffer& operator=(const OwnedBuffer&) = delete;
   ~OwnedBuffer() {
+    if (!ptr_) return;
     switch (kind_) {
       case MemoryKind::kDevice:
         DeviceFree{}(ptr_);
@@ -77,6 +82,9 @@ class OwnedBuffer {
   }
   void* get() const { return ptr_; }
   std::int64_t bytes() const { return bytes_; }
+  // Forgets the memory without freeing it: cudaFree and cudaFreeHost synchronize the device,
+  // which would block forever behind a hung kernel. Only the teardown after a watchdog uses it.
+  void leak() { ptr_ = nullptr; }
 
  private:
   MemoryKind kind_;
@@ -162,10 +170,53 @@ struct HostPass {
   std::size_t count;
 };
 
+// The host pass stands for a CPU optimizer step (DeepSpeed's CPU Adam streams the optimizer
+// state with one thread per core), so it is split over the machine's cores: one thread would
+// measure a single core against a forecast made for the whole socket. Threads without CUDA
+// calls may be started from a host function; each element is updated once, so the result is
+// the same for any thread count.
+constexpr std::size_t kMinFloatsPerHostThread = std::size_t{1} << 20;
+constexpr unsigned kMaxHostThreads = 64;
+
+void host_pass_range(float* data, std::size_t begin, std::size_t end) {
+  for (std::size_t i = begin; i < end; ++i) data[i] = data[i] * 0.999f + 0.001f;
+}
+
 void CUDART_CB run_host_pass(void* arg) {
-  auto* pass = static_cast<HostPass*>(arg);
-  for (std::size_t i = 0; i < pass->count; ++i) pass->data[i] = pass->data[i] * 0.999f + 0.001f;
-  delete pass;
+  std::unique_ptr<HostPass> pass(static_cast<HostPass*>(arg));
+  const unsigned cores =
+      std::max(1u, std::min(std::thread::hardware_concurrency(), kMaxHostThreads));
+  const std::size_t threads =
+      std::min<std::size_t>(cores, std::max<std::size_t>(1, pass->count / kMinFloatsPerHostThread));
+  const std::size_t chunk = (pass->count + threads - 1) / threads;
+  std::vector<std::thread> helpers;
+  for (std::size_t t = 1; t < threads; ++t) {
+    const std::size_t begin = std::min(pass->count, t * chunk);
+    const std::size_t end = std::min(pass->count, begin + chunk);
+    try {
+      helpers.emplace_back(host_pass_range, pass->data, begin, end);
+    } catch (const std::system_error&) {
+      host_pass_range(pass->data, begin, end);  // no thread to be had: do this part here
+    }
+  }
+  host_pass_range(pass->data, 0, std::min(pass->count, chunk));
+  for (std::thread& h : helpers) h.join();
+}
+
+// A host-to-host copy, ordered in its stream. cudaMemcpyAsync between two host buffers is fully
+// synchronous for the calling thread (CUDA runtime API, "API synchronization behavior"): made
+// on a rank's submission thread it would hold back every other stream of that rank until the
+// stream's earlier work had finished. A host function keeps the order without the wait.
+struct HostCopy {
+  void* dst;
+  const void* src;
+  std::size_t bytes;
+};
+
+void CUDART_CB run_host_copy(void* arg) {
+  auto* copy = static_cast<HostCopy*>(arg);
+  std::memcpy(copy->dst, copy->src, copy->bytes);
+  delete copy;
 }
 
 std::string version_string(int v) {  // CUDA's 1000·major + 10·minor
@@ -218,6 +269,24 @@ cudaDataType_t cuda_type(sim::DType d) {
   return CUDA_R_16BF;
 }
 
+struct OperandBytes {
+  std::int64_t a = 0, b = 0, c = 0;
+};
+
+// The buffers behind a GEMM hold its operands when run with `run_as` inputs.
+sim::Status check_gemm_operands(const sim::GemmShape& g, sim::DType run_as,
+                                const OperandBytes& have) {
+  const cuda::GemmLayout l = cuda::gemm_layout(g, run_as);
+  if (have.a < l.our_a_bytes || have.b < l.our_b_bytes || have.c < l.our_c_bytes) {
+    return sim::fail(sim::ErrorCode::kInvalidInput,
+                     "GEMM {}x{}x{} (batch {}) run as {}: operand buffers of {}, {} and {} bytes, "
+                     "expected at least {}, {} and {}",
+                     g.m, g.n, g.k, g.batch, sim::to_string(run_as), have.a, have.b, have.c,
+                     l.our_a_bytes, l.our_b_bytes, l.our_c_bytes);
+  }
+  return sim::ok();
+}
+
 class CudaDevice final : public Device {
  public:
   CudaDevice(int first_gpu, int ranks) : first_gpu_(first_gpu) {
@@ -237,7 +306,13 @@ class CudaDevice final : public Device {
       if (r->thread.joinable()) r->thread.join();
     }
     abort_comms(/*destroy=*/!hung_);
-    if (!hung_) {
+    if (hung_) {
+      // cudaFree and cudaFreeHost synchronize the device; behind a kernel that never ends they
+      // would never return. The process is about to report the watchdog error: leave the
+      // memory to the driver, which reclaims it when the process exits.
+      for (auto& b : buffers_) b->memory->leak();
+      for (auto& s : streams_) static_cast<void>(s->workspace.release());
+    } else {
       for (auto& r : ranks_) {
         cudaSetDevice(r->gpu);
         cudaDeviceSynchronize();
@@ -271,6 +346,15 @@ class CudaDevice final : public Device {
       r.gpu = first_gpu_ + static_cast<int>(i);
       OFFSIM_CUDA_CHECK(cudaSetDevice(r.gpu));
       OFFSIM_CUDA_CHECK(cudaFree(nullptr));  // creates the context; a busy GPU fails here
+      int pools = 0;  // some virtualized GPUs have no stream-ordered allocator
+      OFFSIM_CUDA_CHECK(cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, r.gpu));
+      if (!pools) {
+        return sim::fail(
+            sim::ErrorCode::kUnsupported,
+            "GPU {} has no stream-ordered memory pools "
+            "(cudaDevAttrMemoryPoolsSupported is 0); the replay allocates through them",
+            r.gpu);
+      }
       cudaMemPoolProps props{};
       props.allocType = cudaMemAllocationTypePinned;
       props.handleTypes = cudaMemHandleTypeNone;
@@ -287,7 +371,7 @@ class CudaDevice final : public Device {
     info_ = gpu_info(first_gpu_, static_cast<int>(ranks_.size()));
     info_.note = fmt::format(
         "GPUs {}..{}; attention runs the backend's bf16 kernel (backward: "
-        "two forward passes); host compute is one host thread",
+        "two forward passes); host compute runs on all host cores",
         first_gpu_, first_gpu_ + static_cast<int>(ranks_.size()) - 1);
     for (std::size_t i = 0; i < ranks_.size(); ++i) {
       RankState* r = ranks_[i].get();
@@ -436,9 +520,16 @@ class CudaDevice final : public Device {
 
   sim::Status reset_pool_high_water(int rank) override {
     OFFSIM_ASSIGN_OR_RETURN(RankState * r, rank_state(rank));
-    std::uint64_t zero = 0;  // the only value allowed: resets the mark to the current value
-    OFFSIM_CUDA_CHECK(cudaMemPoolSetAttribute(r->pool, cudaMemPoolAttrUsedMemHigh, &zero));
-    OFFSIM_CUDA_CHECK(cudaMemPoolSetAttribute(r->pool, cudaMemPoolAttrReservedMemHigh, &zero));
+    // The pool's counters move when the worker makes its cudaMallocFromPoolAsync calls, so the
+    // reset goes through the same queue: allocations queued before it (warm-up) stay out of
+    // the new period even when the worker is behind the caller.
+    std::lock_guard lock(mu_);
+    push_locked(rank, "reset the pool's high-water marks", [r]() -> sim::Status {
+      std::uint64_t zero = 0;  // the only value allowed: resets each mark to the current value
+      OFFSIM_CUDA_CHECK(cudaMemPoolSetAttribute(r->pool, cudaMemPoolAttrUsedMemHigh, &zero));
+      OFFSIM_CUDA_CHECK(cudaMemPoolSetAttribute(r->pool, cudaMemPoolAttrReservedMemHigh, &zero));
+      return sim::ok();
+    });
     return sim::ok();
   }
 
@@ -451,6 +542,20 @@ class CudaDevice final : public Device {
     const std::int64_t bytes = std::max(size_bytes, kMinScratchBytes);
     const std::size_t n = static_cast<std::size_t>(bytes);
     OFFSIM_CUDA_CHECK(cudaSetDevice(r->gpu));
+    std::int64_t in_use = 0;  // scratch bytes of this kind already held, for the messages
+    std::uint32_t seed = 0;
+    {
+      std::lock_guard lock(mu_);
+      seed = static_cast<std::uint32_t>(buffers_.size());
+      for (const auto& b : buffers_) {
+        if (b->kind == kind && (kind != MemoryKind::kDevice || b->rank == rank)) {
+          in_use += b->memory->bytes();
+        }
+      }
+    }
+    auto b = std::make_unique<BufferState>();
+    b->rank = rank;
+    b->kind = kind;
     void* p = nullptr;
     switch (kind) {
       case MemoryKind::kDevice: {
@@ -459,33 +564,42 @@ class CudaDevice final : public Device {
           cudaGetLastError();
           std::size_t free_b = 0, total_b = 0;
           cudaMemGetInfo(&free_b, &total_b);
-          return sim::fail(sim::ErrorCode::kLimitExceeded,
-                           "out of memory on GPU {}: replay scratch operand of {} bytes ({} of {} "
-                           "bytes free): {}",
-                           r->gpu, bytes, free_b, total_b, cuda_error(err, "cudaMalloc").message);
+          return sim::fail(
+              sim::ErrorCode::kLimitExceeded,
+              "out of memory on GPU {}: replay scratch operand requested {} bytes with "
+              "{} bytes of scratch in use ({} of {} bytes free on the device): {}",
+              r->gpu, bytes, in_use, free_b, total_b, cuda_error(err, "cudaMalloc").message);
         }
-        OFFSIM_CUDA_CHECK(
-            cuda::launch_fill(p, bytes, static_cast<std::uint32_t>(buffers_.size()), nullptr));
+        b->memory = std::make_unique<OwnedBuffer>(kind, p, bytes);  // freed on any error below
+        OFFSIM_CUDA_CHECK(cuda::launch_fill(p, bytes, seed, nullptr));
         OFFSIM_CUDA_CHECK(cudaDeviceSynchronize());
         break;
       }
-      case MemoryKind::kHostPinned:
-        OFFSIM_CUDA_CHECK(cudaHostAlloc(&p, n, cudaHostAllocPortable));
-        std::memset(p, 0x3C, n);
+      case MemoryKind::kHostPinned: {
+        const cudaError_t err = cudaHostAlloc(&p, n, cudaHostAllocPortable);
+        if (err != cudaSuccess) {
+          cudaGetLastError();
+          return sim::fail(sim::ErrorCode::kLimitExceeded,
+                           "out of pinned host memory: replay scratch buffer requested {} bytes "
+                           "with {} bytes pinned already: {}",
+                           bytes, in_use, cuda_error(err, "cudaHostAlloc").message);
+        }
+        b->memory = std::make_unique<OwnedBuffer>(kind, p, bytes);
+        std::memset(p, 0x3C, n);  // touch every page now, not during a measured step
         break;
+      }
       case MemoryKind::kHostPageable:
         p = std::malloc(n);
         if (!p) {
           return sim::fail(sim::ErrorCode::kLimitExceeded,
-                           "out of host memory: pageable scratch of {} bytes", bytes);
+                           "out of host memory: pageable replay scratch buffer requested {} bytes "
+                           "with {} bytes of pageable scratch in use",
+                           bytes, in_use);
         }
+        b->memory = std::make_unique<OwnedBuffer>(kind, p, bytes);
         std::memset(p, 0x3C, n);  // touch every page now, not during a measured step
         break;
     }
-    auto b = std::make_unique<BufferState>();
-    b->rank = rank;
-    b->kind = kind;
-    b->memory = std::make_unique<OwnedBuffer>(kind, p, bytes);
     std::lock_guard lock(mu_);
     buffers_.push_back(std::move(b));
     return Buffer{static_cast<std::uint32_t>(buffers_.size() - 1), kind, rank, size_bytes};
@@ -500,6 +614,19 @@ class CudaDevice final : public Device {
         std::min({std::max<std::int64_t>(size_bytes, 0), d->memory->bytes(), f->memory->bytes()});
     void* dp = d->memory->get();
     const void* sp = f->memory->get();
+    if (d->kind != MemoryKind::kDevice && f->kind != MemoryKind::kDevice) {
+      push_locked(s->rank, "host-to-host copy", [s, dp, sp, n]() -> sim::Status {
+        if (n <= 0) return sim::ok();
+        auto* copy = new HostCopy{dp, sp, static_cast<std::size_t>(n)};
+        const cudaError_t err = cudaLaunchHostFunc(s->stream.get(), run_host_copy, copy);
+        if (err != cudaSuccess) {
+          delete copy;
+          return sim::fail(cuda_error(err, "cudaLaunchHostFunc (host-to-host copy)"));
+        }
+        return sim::ok();
+      });
+      return sim::ok();
+    }
     push_locked(s->rank, "copy", [s, dp, sp, n]() -> sim::Status {
       if (n > 0) {
         OFFSIM_CUDA_CHECK(cudaMemcpyAsync(dp, sp, static_cast<std::size_t>(n), cudaMemcpyDefault,
@@ -521,21 +648,18 @@ class CudaDevice final : public Device {
     OFFSIM_ASSIGN_OR_RETURN(BufferState * ba, buffer_locked(a));
     OFFSIM_ASSIGN_OR_RETURN(BufferState * bb, buffer_locked(b));
     OFFSIM_ASSIGN_OR_RETURN(BufferState * bc, buffer_locked(c));
-    const std::int64_t in_e = sim::dtype_bytes(shape.dtype);
-    const std::int64_t out_e = shape.dtype == sim::DType::kFp8 ? 2 : in_e;
-    if (ba->memory->bytes() < shape.m * shape.k * in_e * shape.batch ||
-        bb->memory->bytes() < shape.k * shape.n * in_e * shape.batch ||
-        bc->memory->bytes() < shape.m * shape.n * out_e * shape.batch) {
-      return sim::fail(sim::ErrorCode::kInvalidInput,
-                       "GEMM {}x{}x{} ({}, batch {}): operand buffers too small", shape.m, shape.n,
-                       shape.k, sim::to_string(shape.dtype), shape.batch);
-    }
+    const OperandBytes have{ba->memory->bytes(), bb->memory->bytes(), bc->memory->bytes()};
+    OFFSIM_RETURN_IF_ERROR(check_gemm_operands(shape, shape.dtype, have));
     RankState* r = ranks_[static_cast<std::size_t>(s->rank)].get();
     const void* pa = ba->memory->get();
     const void* pb = bb->memory->get();
     void* pc = bc->memory->get();
-    push_locked(s->rank, "gemm", [this, r, s, shape, pa, pb, pc]() -> sim::Status {
+    push_locked(s->rank, "gemm", [this, r, s, shape, pa, pb, pc, have]() -> sim::Status {
       OFFSIM_ASSIGN_OR_RETURN(GemmPlan * plan, gemm_plan(*r, shape));
+      // An fp8 GEMM without an fp8 kernel runs as bf16: twice the input bytes, so the buffers
+      // sized for fp8 must be checked again (else cuBLASLt would read past them).
+      if (plan->ran_as != shape.dtype)
+        OFFSIM_RETURN_IF_ERROR(check_gemm_operands(shape, plan->ran_as, have));
       const float alpha = 1.0f, beta = 0.0f;
       // Row-major C[m×n] = A[m×k]·B[k×n] is column-major C^T = B^T·A^T: cuBLAS's "A" is our B
       // (transposed, TN layout) and its "B" is our A.
@@ -549,6 +673,14 @@ class CudaDevice final : public Device {
 
   sim::Status attention(StreamId stream, const sim::AttentionShape& shape, Buffer qkv,
                         Buffer out) override {
+    if (shape.batch < 0 || shape.heads < 0 || shape.seq_q < 0 || shape.seq_kv < 0 ||
+        shape.head_dim < 0 || shape.head_dim > cuda::kMaxAttentionHeadDim) {
+      return sim::fail(sim::ErrorCode::kUnsupported,
+                       "attention batch {} heads {} seq {}x{} head_dim {}: the backend's kernel "
+                       "takes head_dim 1..{} and no negative size",
+                       shape.batch, shape.heads, shape.seq_q, shape.seq_kv, shape.head_dim,
+                       cuda::kMaxAttentionHeadDim);
+    }
     std::lock_guard lock(mu_);
     OFFSIM_ASSIGN_OR_RETURN(StreamState * s, stream_locked(stream));
     OFFSIM_ASSIGN_OR_RETURN(BufferState * in, buffer_locked(qkv));
@@ -682,12 +814,25 @@ class CudaDevice final : public Device {
               // Sends from the buffer's first half, receives into its second half.
               const std::size_t part = static_cast<std::size_t>(bytes / 2 / n);
               OFFSIM_NCCL_CHECK(ncclGroupStart());
-              for (int peer = 0; peer < n; ++peer) {
-                OFFSIM_NCCL_CHECK(ncclSend(p + peer * part, part, ncclInt8, peer, nc, st));
-                OFFSIM_NCCL_CHECK(
-                    ncclRecv(p + bytes / 2 + peer * part, part, ncclInt8, peer, nc, st));
+              // The group is closed on every path: a thread left inside a group would defer
+              // (and so lose) every later NCCL call it makes.
+              ncclResult_t first = ncclSuccess;
+              const char* failed = "";
+              for (int peer = 0; peer < n && first == ncclSuccess; ++peer) {
+                first = ncclSend(p + peer * part, part, ncclInt8, peer, nc, st);
+                if (first != ncclSuccess) {
+                  failed = "ncclSend (all-to-all)";
+                  break;
+                }
+                first = ncclRecv(p + bytes / 2 + peer * part, part, ncclInt8, peer, nc, st);
+                if (first != ncclSuccess) failed = "ncclRecv (all-to-all)";
               }
-              OFFSIM_NCCL_CHECK(ncclGroupEnd());
+              const ncclResult_t ended = ncclGroupEnd();
+              if (first != ncclSuccess) {
+                return sim::fail(
+                    cuda::nccl_error(static_cast<int>(first), ncclGetErrorString(first), failed));
+              }
+              OFFSIM_NCCL_CHECK(ended);
               break;
             }
           }
@@ -862,6 +1007,7 @@ class CudaDevice final : public Device {
     std::lock_guard lock(mu_);
     for (const auto& c : comms_) {
       for (ncclComm_t nc : c->comms) {
+        if (!nc) continue;  // aborted
         ncclResult_t async = ncclSuccess;
         if (ncclCommGetAsyncError(nc, &async) == ncclSuccess && async != ncclSuccess &&
             async != ncclInProgress) {
@@ -887,7 +1033,14 @@ class CudaDevice final : public Device {
       }
     }
     if (destroy) {
+      // All members of a communicator live in this process and are finalized together: one
+      // thread finalizing them one by one could wait on a peer it has not finalized yet.
       for (auto& c : comms) {
+        ncclGroupStart();
+        for (ncclComm_t nc : c->comms) {
+          if (nc) ncclCommFinalize(nc);
+        }
+        ncclGroupEnd();
         for (ncclComm_t nc : c->comms) {
           if (nc) ncclCommDestroy(nc);
         }
@@ -925,23 +1078,31 @@ class CudaDevice final : public Device {
   static sim::Status make_gemm_plan(RankState& r, const sim::GemmShape& g, sim::DType dtype,
                                     GemmPlan& p) {
     p.ran_as = dtype;
-    const cudaDataType_t in_t = cuda_type(dtype);
-    const cudaDataType_t out_t = dtype == sim::DType::kFp8 ? CUDA_R_16BF : in_t;
-    OFFSIM_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    const cublasOperation_t t = CUBLAS_OP_T, n = CUBLAS_OP_N;
+    const cuda::GemmLayout l = cuda::gemm_layout(g, dtype);
+    const cudaDataType_t in_t = cuda_type(l.input);
+    const cudaDataType_t out_t = cuda_type(l.output);
+    // fp32 accumulation and fp32 alpha/beta for every input type (the only scale type cuBLASLt
+    // accepts with fp8 inputs, and the one training frameworks use for bf16/fp16); fp32 inputs
+    // on TF32 tensor cores (see gemm_layout.h).
+    const cublasComputeType_t compute =
+        l.fast_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    OFFSIM_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.op, compute, CUDA_R_32F));
+    const cublasOperation_t ta = l.transa ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t tb = l.transb ? CUBLAS_OP_T : CUBLAS_OP_N;
     OFFSIM_CUBLAS_CHECK(
-        cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof t));
+        cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
     OFFSIM_CUBLAS_CHECK(
-        cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &n, sizeof n));
-    // cuBLAS A = our B stored k×n (ld k, transposed), B = our A stored k×m, C = n×m (ld n).
-    const auto u = [](std::int64_t x) { return static_cast<std::uint64_t>(x); };
-    OFFSIM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, in_t, u(g.k), u(g.n), g.k));
-    OFFSIM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, in_t, u(g.k), u(g.m), g.k));
-    OFFSIM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.c, out_t, u(g.n), u(g.m), g.n));
-    if (g.batch > 1) {
-      const int count = static_cast<int>(g.batch);
-      const std::int64_t sa = g.k * g.n, sb = g.k * g.m, sc = g.n * g.m;
-      for (auto [layout, stride] : {std::pair{p.a, sa}, {p.b, sb}, {p.c, sc}}) {
+        cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    // See gemm_layout.h: cuBLAS A = our B (k×n, ld k), B = our A (k×m, ld k), C = n×m (ld n).
+    OFFSIM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, in_t, l.a.rows, l.a.cols, l.a.ld));
+    OFFSIM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, in_t, l.b.rows, l.b.cols, l.b.ld));
+    OFFSIM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.c, out_t, l.c.rows, l.c.cols, l.c.ld));
+    if (l.batch_count > 1) {
+      // BATCH_COUNT is int32_t, STRIDED_BATCH_OFFSET int64_t (elements), per cublasLt.h.
+      const std::int32_t count = l.batch_count;
+      for (auto [layout, stride] :
+           {std::pair{p.a, l.a.batch_stride}, std::pair{p.b, l.b.batch_stride},
+            std::pair{p.c, l.c.batch_stride}}) {
         OFFSIM_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(
             layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count));
         OFFSIM_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(
@@ -954,12 +1115,19 @@ class CudaDevice final : public Device {
         p.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
-    OFFSIM_CUBLAS_CHECK(
-        cublasLtMatmulAlgoGetHeuristic(r.lt, p.op, p.a, p.b, p.c, p.c, p.pref, 1, &result, &found));
-    if (found == 0) {
+    // No algorithm is reported either as found == 0 or as CUBLAS_STATUS_NOT_SUPPORTED.
+    const cublasStatus_t st =
+        cublasLtMatmulAlgoGetHeuristic(r.lt, p.op, p.a, p.b, p.c, p.c, p.pref, 1, &result, &found);
+    if (st != CUBLAS_STATUS_SUCCESS && st != CUBLAS_STATUS_NOT_SUPPORTED) {
+      return sim::fail(cublas_error(static_cast<int>(st), "cublasLtMatmulAlgoGetHeuristic"));
+    }
+    if (st == CUBLAS_STATUS_NOT_SUPPORTED || found == 0) {
       return sim::fail(sim::ErrorCode::kUnsupported,
-                       "cuBLASLt has no algorithm for a {} GEMM {}x{}x{} (batch {}) on GPU {}",
-                       sim::to_string(dtype), g.m, g.n, g.k, g.batch, r.gpu);
+                       "cuBLASLt has no algorithm for a {} GEMM {}x{}x{} (batch {}) on GPU {}{}",
+                       sim::to_string(dtype), g.m, g.n, g.k, g.batch, r.gpu,
+                       dtype == sim::DType::kFp8 && !cuda::fp8_shape_supported(g)
+                           ? " (fp8 needs k % 16 == 0 and n % 8 == 0)"
+                           : "");
     }
     p.algo = result.algo;
     return sim::ok();

@@ -42,17 +42,19 @@ __global__ void elementwise_kernel(const float4* in, float4* out, std::int64_t n
 
 constexpr int kAttnWarps = 8;   // query rows per block, one warp each
 constexpr int kAttnTile = 32;   // keys per shared-memory tile
-constexpr int kMaxPerLane = 8;  // head_dim <= 32 * 8
+constexpr int kMaxPerLane = 8;  // head_dim <= 32 * 8 = kMaxAttentionHeadDim
+static_assert(32 * kMaxPerLane == kMaxAttentionHeadDim);
 
 __global__ void attention_kernel(const __nv_bfloat16* q, const __nv_bfloat16* k,
-                                 const __nv_bfloat16* v, __nv_bfloat16* out, AttentionLaunch a) {
+                                 const __nv_bfloat16* v, __nv_bfloat16* out, AttentionLaunch a,
+                                 std::int64_t bh_first) {
   extern __shared__ __nv_bfloat16 smem[];
   const int hd = static_cast<int>(a.head_dim);
   __nv_bfloat16* ks = smem;
   __nv_bfloat16* vs = smem + kAttnTile * hd;
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
-  const std::int64_t bh = blockIdx.y;
+  const std::int64_t bh = bh_first + blockIdx.y;  // grid.y is at most 65535: launched in chunks
   const std::int64_t kvh = bh / a.kv_group;
   const std::int64_t qi = static_cast<std::int64_t>(blockIdx.x) * kAttnWarps + warp;
   const bool active = qi < a.seq_q;
@@ -119,10 +121,14 @@ __global__ void attention_kernel(const __nv_bfloat16* q, const __nv_bfloat16* k,
 
 __global__ void empty_kernel() {}
 
+// Blocks for a grid-stride loop over n > 0 items: enough to fill any GPU (65536 blocks of 256
+// threads), never 0; the loops index in 64 bits, so n may exceed 2^31.
 int grid_for(std::int64_t n) {
   const std::int64_t blocks = (n + kThreads - 1) / kThreads;
   return static_cast<int>(blocks < 1 ? 1 : (blocks > 65536 ? 65536 : blocks));
 }
+
+constexpr std::int64_t kMaxGridY = 65535;
 
 }  // namespace
 
@@ -145,21 +151,29 @@ cudaError_t launch_elementwise(const void* in, void* out, std::int64_t bytes_eac
 cudaError_t launch_attention(const void* qkv, void* out, const AttentionLaunch& a,
                              cudaStream_t stream) {
   if (a.batch_heads <= 0 || a.seq_q <= 0 || a.seq_kv <= 0 || a.head_dim <= 0) return cudaSuccess;
-  if (a.head_dim > 32 * kMaxPerLane || a.kv_group < 1 || a.batch_heads % a.kv_group != 0 ||
-      a.batch_heads > 65535) {
-    return cudaErrorInvalidValue;
+  if (a.head_dim > 32 * kMaxPerLane || a.kv_group < 1 || a.batch_heads % a.kv_group != 0) {
+    return cudaErrorInvalidValue;  // the device checks these first and names the shape
   }
   const auto* q = static_cast<const __nv_bfloat16*>(qkv);
   const std::int64_t kv_heads = a.batch_heads / a.kv_group;
   const __nv_bfloat16* k = q + a.batch_heads * a.seq_q * a.head_dim;
   const __nv_bfloat16* v = k + kv_heads * a.seq_kv * a.head_dim;
-  const dim3 grid(static_cast<unsigned>((a.seq_q + kAttnWarps - 1) / kAttnWarps),
-                  static_cast<unsigned>(a.batch_heads));
+  const std::int64_t row_blocks = (a.seq_q + kAttnWarps - 1) / kAttnWarps;
+  if (row_blocks > 0x7fffffff) return cudaErrorInvalidValue;  // grid.x limit
+  // K and V tiles: 2 · 32 · head_dim · 2 bytes, at most 32 KiB (head_dim 256), under the 48 KiB
+  // every GPU gives without opting in.
   const std::size_t smem =
       2 * kAttnTile * static_cast<std::size_t>(a.head_dim) * sizeof(__nv_bfloat16);
-  attention_kernel<<<grid, kAttnWarps * 32, smem, stream>>>(q, k, v,
-                                                            static_cast<__nv_bfloat16*>(out), a);
-  return cudaGetLastError();
+  for (std::int64_t first = 0; first < a.batch_heads; first += kMaxGridY) {
+    const std::int64_t count =
+        a.batch_heads - first < kMaxGridY ? a.batch_heads - first : kMaxGridY;
+    const dim3 grid(static_cast<unsigned>(row_blocks), static_cast<unsigned>(count));
+    attention_kernel<<<grid, kAttnWarps * 32, smem, stream>>>(
+        q, k, v, static_cast<__nv_bfloat16*>(out), a, first);
+    const cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
+  }
+  return cudaSuccess;
 }
 
 cudaError_t launch_empty(cudaStream_t stream) {

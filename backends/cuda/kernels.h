@@ -26,6 +26,7 @@ cudaError_t launch_elementwise(const void* in, void* out, std::int64_t bytes_eac
 // bf16 attention: q is [batch_heads][seq_q][head_dim], k and v are
 // [batch_heads / kv_group][seq_kv][head_dim], packed one after the other in `qkv`; out is laid
 // out like q. fp32 accumulation with an online softmax; head_dim <= 256.
+constexpr std::int64_t kMaxAttentionHeadDim = 256;
 struct AttentionLaunch {
   std::int64_t batch_heads = 0;  // batch × query heads
   std::int64_t kv_group = 1;     // query heads per key/value head (GQA)
