@@ -9,7 +9,7 @@
 namespace offsim::sim {
 namespace {
 
-constexpr int kBlocks = 4;
+constexpr int kBlocks = 5;
 
 // Block i: a 1 ms kernel ("c<i>", 1e9 flop on a 1e12 flop/s SM) that allocates an activation
 // of `bytes`, then its D2H copy ("d<i>", `bytes` over a 25 GB/s link) that frees it.
@@ -39,10 +39,12 @@ Plan blocks(double bytes) {
   return std::move(b).build();
 }
 
-// Ops 2i, 2i + 1 and tensor 1 + i belong to block i; blocks 0..2 are the periodic region.
-detail::PeriodProbe probe_blocks_1_and_2() {
-  detail::PeriodProbe probe{.op_lo = 0, .op_hi = 6, .tensor_lo = 1, .tensor_hi = 4};
-  for (std::uint32_t i = 1; i <= 2; ++i) {
+// Ops 2i, 2i + 1 and tensor 1 + i belong to block i; blocks 0..3 are the periodic region.
+// Block 1 is the first whose start can look like a later one's (at block 0's start the copy
+// lane has no finished op yet).
+detail::PeriodProbe probe_blocks_2_and_3() {
+  detail::PeriodProbe probe{.op_lo = 0, .op_hi = 8, .tensor_lo = 1, .tensor_hi = 5};
+  for (std::uint32_t i = 2; i <= 3; ++i) {
     probe.boundaries.push_back({.first_op = 2 * i,
                                 .first_tensor = 1 + i,
                                 .prev_first_op = 2 * (i - 1),
@@ -53,9 +55,9 @@ detail::PeriodProbe probe_blocks_1_and_2() {
 
 TEST(PeriodProbeTest, EqualStatesWhenTheCopyKeepsUp) {
   // 10 MB at 25 GB/s = 0.4 ms < 1 ms of compute: when c<i> starts at i ms, d<i-1> has just
-  // started with all its 10 MB left, in both periods.
+  // started with all its 10 MB left and d<i-2> ended 0.6 ms ago, in both periods.
   const Plan plan = blocks(10e6);
-  detail::PeriodProbe probe = probe_blocks_1_and_2();
+  detail::PeriodProbe probe = probe_blocks_2_and_3();
   auto r = detail::simulate_with_periods(plan, {}, &probe);
   ASSERT_TRUE(r) << r.error().message;
   ASSERT_EQ(probe.snapshots.size(), 2u);
@@ -63,8 +65,8 @@ TEST(PeriodProbeTest, EqualStatesWhenTheCopyKeepsUp) {
     EXPECT_TRUE(s.taken);
     EXPECT_TRUE(s.quiet);
   }
-  EXPECT_EQ(probe.snapshots[0].time_ns, 1'000'000);
-  EXPECT_EQ(probe.snapshots[1].time_ns, 2'000'000);
+  EXPECT_EQ(probe.snapshots[0].time_ns, 2'000'000);
+  EXPECT_EQ(probe.snapshots[1].time_ns, 3'000'000);
   EXPECT_EQ(probe.snapshots[0].state, probe.snapshots[1].state);
   // The probe does not change the run: same timeline as sim::simulate.
   auto plain = simulate(plan, {});
@@ -77,14 +79,16 @@ TEST(PeriodProbeTest, EqualStatesWhenTheCopyKeepsUp) {
 }
 
 TEST(PeriodProbeTest, NoPeriodWhenTheCopyFallsBehind) {
-  // 50 MB at 25 GB/s = 2 ms > 1 ms: d0 runs from 1 to 3 ms, so when c2 starts at 2 ms an op of
-  // block 0 is still running (more than one period back) and the copy queue keeps growing.
+  // 50 MB at 25 GB/s = 2 ms > 1 ms: d0 runs from 1 to 3 ms and d1 from 3 to 5 ms, so when c2
+  // starts at 2 ms and c3 at 3 ms an op two blocks back is still running: the copy queue
+  // grows by one op every period.
   const Plan plan = blocks(50e6);
-  detail::PeriodProbe probe = probe_blocks_1_and_2();
+  detail::PeriodProbe probe = probe_blocks_2_and_3();
   auto r = detail::simulate_with_periods(plan, {}, &probe);
   ASSERT_TRUE(r) << r.error().message;
+  ASSERT_TRUE(probe.snapshots[0].taken);
   ASSERT_TRUE(probe.snapshots[1].taken);
-  EXPECT_TRUE(probe.snapshots[0].quiet);
+  EXPECT_FALSE(probe.snapshots[0].quiet);
   EXPECT_FALSE(probe.snapshots[1].quiet);
   EXPECT_NE(probe.snapshots[0].state, probe.snapshots[1].state);
 }
