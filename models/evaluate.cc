@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "sim/engine/engine_probe.h"
 #include "sim/engine/simulator.h"
 
 namespace offsim::models {
@@ -34,11 +35,49 @@ const sim::PoolTrace* find_pool(const sim::Timeline& t, const std::string& name)
   return nullptr;
 }
 
+// TimeSplit's buckets in integer nanoseconds: sums are exact, so a steady-state step's split is
+// the reduced step's plus whole periods (see evaluate()), bit for bit.
+struct SplitNs {
+  std::int64_t compute = 0;
+  std::int64_t recompute = 0;
+  std::int64_t exposed_comm = 0;
+  std::int64_t exposed_offload = 0;
+  std::int64_t bubble = 0;
+  std::int64_t cpu_optimizer = 0;
+  std::int64_t other = 0;
+
+  void add(const SplitNs& o, std::int64_t times) {
+    compute += times * o.compute;
+    recompute += times * o.recompute;
+    exposed_comm += times * o.exposed_comm;
+    exposed_offload += times * o.exposed_offload;
+    bubble += times * o.bubble;
+    cpu_optimizer += times * o.cpu_optimizer;
+    other += times * o.other;
+  }
+  TimeSplit seconds() const {
+    const auto s = [](std::int64_t ns) { return sim::to_seconds(sim::Duration{ns}); };
+    return TimeSplit{.compute_s = s(compute),
+                     .recompute_s = s(recompute),
+                     .exposed_comm_s = s(exposed_comm),
+                     .exposed_offload_s = s(exposed_offload),
+                     .bubble_s = s(bubble),
+                     .cpu_optimizer_s = s(cpu_optimizer),
+                     .other_s = s(other)};
+  }
+};
+
+// A time window (after, upto]: only compute ops starting in it count, and not the tail.
+struct StartWindow {
+  sim::TimePoint after;
+  sim::TimePoint upto;
+};
+
 // Attributes the compute lane's time of one rank: busy time by the running op's category, idle
 // time by the kind of the dependency that ended last before the next op could start.
-TimeSplit split_time(const sim::Plan& plan, const sim::Timeline& t, const std::string& lane_name,
-                     const std::string& rank_prefix) {
-  TimeSplit split;
+SplitNs split_time(const sim::Plan& plan, const sim::Timeline& t, const std::string& lane_name,
+                   const std::string& rank_prefix, std::optional<StartWindow> window = {}) {
+  SplitNs split;
   std::vector<const sim::Span*> by_op(plan.ops.size(), nullptr);
   for (const sim::Span& s : t.spans) {
     if (s.op.index() < by_op.size()) by_op[s.op.index()] = &s;
@@ -48,18 +87,22 @@ TimeSplit split_time(const sim::Plan& plan, const sim::Timeline& t, const std::s
     if (plan.lanes[i].name == lane_name) lane = sim::LaneId(i);
   }
   if (!lane) return split;
-  const auto idle_bucket = [&](const sim::Op& op) -> double& {
-    if (op.kind == sim::OpKind::kCopy) return split.exposed_offload_s;
-    if (op.kind == sim::OpKind::kHostCompute) return split.cpu_optimizer_s;
-    if (op.kind == sim::OpKind::kP2P) return split.bubble_s;
-    if (op.kind == sim::OpKind::kCollective) return split.exposed_comm_s;
-    return split.other_s;
+  const auto idle_bucket = [&](const sim::Op& op) -> std::int64_t& {
+    if (op.kind == sim::OpKind::kCopy) return split.exposed_offload;
+    if (op.kind == sim::OpKind::kHostCompute) return split.cpu_optimizer;
+    if (op.kind == sim::OpKind::kP2P) return split.bubble;
+    if (op.kind == sim::OpKind::kCollective) return split.exposed_comm;
+    return split.other;
   };
   sim::TimePoint cursor = sim::kTimeZero;
   for (std::size_t i = 0; i < plan.ops.size(); ++i) {
     const sim::Op& op = plan.ops[i];
     if (op.lane != *lane || by_op[i] == nullptr) continue;
     const sim::Span& s = *by_op[i];
+    if (window && !(s.start > window->after && s.start <= window->upto)) {
+      cursor = std::max(cursor, s.end);
+      continue;
+    }
     if (s.start > cursor) {
       const sim::Op* blocker = nullptr;
       sim::TimePoint latest = sim::kTimeZero;
@@ -70,27 +113,27 @@ TimeSplit split_time(const sim::Plan& plan, const sim::Timeline& t, const std::s
           blocker = &plan.ops[dep.index()];
         }
       }
-      const double gap = sim::to_seconds(s.start - cursor);
+      const std::int64_t gap = (s.start - cursor).count();
       if (blocker != nullptr) {
         idle_bucket(*blocker) += gap;
       } else {
-        split.other_s += gap;
+        split.other += gap;
       }
     }
-    const double busy = sim::to_seconds(s.end - std::max(s.start, cursor));
+    const std::int64_t busy = (s.end - std::max(s.start, cursor)).count();
     if (op.category == "recompute") {
-      split.recompute_s += busy;
+      split.recompute += busy;
     } else if (op.category == "comm") {
-      split.exposed_comm_s += busy;
+      split.exposed_comm += busy;
     } else {
-      split.compute_s += busy;
+      split.compute += busy;
     }
     cursor = std::max(cursor, s.end);
   }
   // The tail after the last compute op: in each piece of it, the most telling op of this rank
   // still running (CPU optimizer, then copies, then collectives); nothing running = waiting on
   // another pipeline stage.
-  if (t.makespan > cursor) {
+  if (!window && t.makespan > cursor) {
     std::vector<std::size_t> active;
     std::vector<sim::TimePoint> cuts = {cursor, t.makespan};
     for (std::size_t i = 0; i < plan.ops.size(); ++i) {
@@ -117,7 +160,7 @@ TimeSplit split_time(const sim::Plan& plan, const sim::Timeline& t, const std::s
       }
     };
     for (std::size_t c = 0; c + 1 < cuts.size(); ++c) {
-      const double piece = sim::to_seconds(cuts[c + 1] - cuts[c]);
+      const std::int64_t piece = (cuts[c + 1] - cuts[c]).count();
       const sim::Op* best = nullptr;
       for (std::size_t i : active) {
         const sim::Span& s = *by_op[i];
@@ -129,25 +172,31 @@ TimeSplit split_time(const sim::Plan& plan, const sim::Timeline& t, const std::s
       if (best != nullptr) {
         idle_bucket(*best) += piece;
       } else {
-        split.bubble_s += piece;
+        split.bubble += piece;
       }
     }
   }
   return split;
 }
 
-}  // namespace
+// What a steady-state extrapolation changes in a reduced step's report (see evaluate()).
+struct Extrapolation {
+  sim::TimePoint makespan;
+  std::int64_t plan_ops = 0;
+  SplitNs split;
+};
 
-Report make_report(const Scenario& scenario, const BuiltStep& step, const sim::Timeline& t) {
+Report report_of(const Scenario& scenario, const BuiltStep& step, const sim::Timeline& t,
+                 const Extrapolation* x) {
   Report r;
   r.scenario = scenario.name;
   r.outcome = sim::to_string(t.outcome.kind);
   r.fits = t.outcome.kind == sim::OutcomeKind::kCompleted;
   r.gpus = step.gpus;
-  r.step_time_s = sim::to_seconds(t.makespan);
+  r.step_time_s = sim::to_seconds(x != nullptr ? x->makespan : t.makespan);
   r.flags = step.flags;
   r.metadata = t.metadata;
-  r.plan_ops = static_cast<std::int64_t>(step.plan.ops.size());
+  r.plan_ops = x != nullptr ? x->plan_ops : static_cast<std::int64_t>(step.plan.ops.size());
   r.hbm_capacity_bytes = step.hbm_capacity_bytes;
   r.host_capacity_bytes = step.host_capacity_bytes;
   if (r.fits && r.step_time_s > 0.0) {
@@ -188,7 +237,10 @@ Report make_report(const Scenario& scenario, const BuiltStep& step, const sim::T
     // The first stage: in 1F1B every stage sees the same bubble; stage 0 also waits longest on
     // the gradients flowing back.
     const SimRankInfo& crit = step.ranks.front();
-    r.time = split_time(step.plan, t, crit.compute_lane, fmt::format("rank{}.", crit.rank));
+    r.time = x != nullptr
+                 ? x->split.seconds()
+                 : split_time(step.plan, t, crit.compute_lane, fmt::format("rank{}.", crit.rank))
+                       .seconds();
   }
   if (t.outcome.oom) {
     const sim::OutOfMemory& o = *t.outcome.oom;
@@ -204,7 +256,187 @@ Report make_report(const Scenario& scenario, const BuiltStep& step, const sim::T
   return r;
 }
 
+// The steady-state fast path. A step of M identical micro-batches (one pipeline stage) is
+// simulated with K = kReducedMicroBatches of them instead: micro-batches 0..K-2 are built as in
+// the full step and the last one as the full step's last (same names, same gradient reduction).
+// The engine fingerprints its complete state when micro-batches 1 and 2 start (the period
+// boundaries b1, b2; see sim::detail::PeriodProbe). If micro-batches 0..K-2 are identical op for
+// op, nothing older than the previous micro-batch is still running and nothing newer than the
+// current one has started at b1 and b2, and the two fingerprints are equal, then the engine,
+// being deterministic, evolves after b2 exactly as after b1 shifted by Δ = t(b2) - t(b1) and by
+// one micro-batch; the full step is therefore the reduced one with M - K more copies of the
+// window (b1, b2] inserted at b2. So: makespan + (M - K)·Δ; time split + (M - K)·(the window's
+// share, in integer ns); plan ops + (M - K)·(ops per micro-batch); pool peaks and live sets as
+// in the reduced run (a peak after b2 moves by (M - K)·Δ, and its live tensors must be static
+// or of the last micro-batch or the optimizer, whose names are the full step's). Anything else
+// returns nullopt and evaluate() runs the full step.
+constexpr int kReducedMicroBatches = 4;
+
+bool same_block_op(const sim::Op& a, const sim::Op& b, std::size_t shift_ops,
+                   std::size_t shift_tensors, const MicroBatchStart& lo,
+                   const MicroBatchStart& hi) {
+  if (a.lane != b.lane || a.kind != b.kind || a.category != b.category || a.layer != b.layer ||
+      !(a.cost == b.cost) || a.deps.size() != b.deps.size() || a.allocs.size() != b.allocs.size() ||
+      a.frees.size() != b.frees.size()) {
+    return false;
+  }
+  // Ids inside the periodic region move with the block; others (static tensors, the last
+  // micro-batch, the optimizer) must be the same.
+  const auto same_op = [&](sim::OpId x, sim::OpId y) {
+    const bool in = x.index() >= lo.op && x.index() < hi.op;
+    return in ? y.index() == x.index() + shift_ops : y == x;
+  };
+  const auto same_tensor = [&](sim::TensorId x, sim::TensorId y) {
+    const bool in = x.index() >= lo.tensor && x.index() < hi.tensor;
+    return in ? y.index() == x.index() + shift_tensors : y == x;
+  };
+  for (std::size_t i = 0; i < a.deps.size(); ++i) {
+    if (!same_op(a.deps[i], b.deps[i])) return false;
+  }
+  for (std::size_t i = 0; i < a.allocs.size(); ++i) {
+    if (!same_tensor(a.allocs[i], b.allocs[i])) return false;
+  }
+  for (std::size_t i = 0; i < a.frees.size(); ++i) {
+    if (!same_tensor(a.frees[i], b.frees[i])) return false;
+  }
+  return true;
+}
+
+std::optional<Report> steady_state_report(const Scenario& scenario, const EvalOptions& options,
+                                          std::string& why) {
+  constexpr int kK = kReducedMicroBatches;
+  if (scenario.parallelism.pp != 1) {
+    why = "pipeline parallelism";
+    return std::nullopt;
+  }
+  const std::int64_t m = grad_accum_steps(scenario.training, scenario.parallelism);
+  if (m <= kK || m > std::int64_t{1} << 30) {
+    why = fmt::format("{} micro-batches (the fast path needs more than {})", m, kK);
+    return std::nullopt;
+  }
+  BuildOptions reduced = options.build;
+  reduced.micro_batches = kK;
+  reduced.last_micro_batch_label = static_cast<int>(m - 1);
+  sim::Result<BuiltStep> built = build_step(scenario, reduced);
+  if (!built) {
+    why = "the reduced step does not build";
+    return std::nullopt;
+  }
+  const BuiltStep& step = *built;
+  const sim::Plan& plan = step.plan;
+  const std::vector<MicroBatchStart>& mb = step.micro_batch_starts;
+  if (mb.size() != kK) {
+    why = "no micro-batch structure";
+    return std::nullopt;
+  }
+  // Micro-batches 0..K-2 (the periodic region) must be the same ops and tensors, shifted.
+  const std::size_t block_ops = mb[1].op - mb[0].op;
+  const std::size_t block_tensors = mb[1].tensor - mb[0].tensor;
+  for (int i = 1; i + 1 < kK; ++i) {
+    if (mb[i + 1].op - mb[i].op != block_ops || mb[i + 1].tensor - mb[i].tensor != block_tensors) {
+      why = "micro-batches of different sizes";
+      return std::nullopt;
+    }
+    const std::size_t shift_ops = mb[i].op - mb[0].op;
+    const std::size_t shift_tensors = mb[i].tensor - mb[0].tensor;
+    for (std::size_t k = 0; k < block_ops; ++k) {
+      if (!same_block_op(plan.ops[mb[0].op + k], plan.ops[mb[i].op + k], shift_ops, shift_tensors,
+                         mb[0], mb[kK - 1])) {
+        why = "micro-batches with different ops";
+        return std::nullopt;
+      }
+    }
+    for (std::size_t k = 0; k < block_tensors; ++k) {
+      const sim::Tensor& a = plan.tensors[mb[0].tensor + k];
+      const sim::Tensor& b = plan.tensors[mb[i].tensor + k];
+      if (a.pool != b.pool || a.bytes != b.bytes || a.category != b.category) {
+        why = "micro-batches with different tensors";
+        return std::nullopt;
+      }
+    }
+  }
+
+  sim::detail::PeriodProbe probe;
+  probe.op_lo = static_cast<std::uint32_t>(mb[0].op);
+  probe.op_hi = static_cast<std::uint32_t>(mb[kK - 1].op);
+  probe.tensor_lo = static_cast<std::uint32_t>(mb[0].tensor);
+  probe.tensor_hi = static_cast<std::uint32_t>(mb[kK - 1].tensor);
+  for (int i = 1; i <= 2; ++i) {
+    probe.boundaries.push_back({.first_op = static_cast<std::uint32_t>(mb[i].op),
+                                .first_tensor = static_cast<std::uint32_t>(mb[i].tensor),
+                                .prev_first_op = static_cast<std::uint32_t>(mb[i - 1].op),
+                                .next_first_op = static_cast<std::uint32_t>(mb[i + 1].op)});
+  }
+  sim::SimOptions sim_options;
+  sim_options.record_spans = true;
+  sim_options.record_memory = false;
+  sim_options.validate_plan = false;
+  sim::Result<sim::SimResult> result =
+      sim::detail::simulate_with_periods(plan, sim_options, &probe);
+  if (!result) {
+    why = "the reduced step does not simulate";
+    return std::nullopt;
+  }
+  const sim::Timeline& t = result->timeline;
+  if (t.outcome.kind != sim::OutcomeKind::kCompleted) {
+    why = "the reduced step does not complete";
+    return std::nullopt;
+  }
+  const auto& s1 = probe.snapshots[0];
+  const auto& s2 = probe.snapshots[1];
+  if (!s1.taken || !s2.taken || !s1.quiet || !s2.quiet) {
+    why = "micro-batches overlap more than one period";
+    return std::nullopt;
+  }
+  if (s1.state != s2.state || s2.time_ns <= s1.time_ns) {
+    why = "no periodic state";
+    return std::nullopt;
+  }
+  const std::int64_t extra = m - kK;
+  const std::int64_t period_ns = s2.time_ns - s1.time_ns;
+  const sim::TimePoint b1{sim::Duration{s1.time_ns}};
+  const sim::TimePoint b2{sim::Duration{s2.time_ns}};
+  for (std::size_t p = 0; p < t.pools.size(); ++p) {
+    if (t.pools[p].peak_bytes == 0) continue;
+    const bool before = t.pools[p].peak_time <= b2;
+    for (std::uint32_t id : probe.live_at_peak[p]) {
+      const bool periodic = id >= probe.tensor_lo && id < probe.tensor_hi;
+      const bool static_tensor = id < probe.tensor_lo;
+      if (before ? !(periodic || static_tensor) : periodic) {
+        why = "a pool's peak holds tensors whose names move";
+        return std::nullopt;
+      }
+    }
+  }
+  Extrapolation x;
+  x.makespan = t.makespan + sim::Duration{extra * period_ns};
+  x.plan_ops =
+      static_cast<std::int64_t>(plan.ops.size()) + extra * static_cast<std::int64_t>(block_ops);
+  if (!step.ranks.empty()) {
+    const SimRankInfo& crit = step.ranks.front();
+    const std::string prefix = fmt::format("rank{}.", crit.rank);
+    x.split = split_time(plan, t, crit.compute_lane, prefix);
+    x.split.add(split_time(plan, t, crit.compute_lane, prefix, StartWindow{b1, b2}), extra);
+  }
+  return report_of(scenario, step, t, &x);
+}
+
+}  // namespace
+
+Report make_report(const Scenario& scenario, const BuiltStep& step, const sim::Timeline& t) {
+  return report_of(scenario, step, t, nullptr);
+}
+
 sim::Result<Evaluation> evaluate(const Scenario& scenario, const EvalOptions& options) {
+  std::string why = "disabled";
+  if (options.steady_state && !options.keep_timeline && !options.keep_plan) {
+    if (std::optional<Report> report = steady_state_report(scenario, options, why)) {
+      Evaluation e;
+      e.report = std::move(*report);
+      e.steady_state = true;
+      return e;
+    }
+  }
   OFFSIM_ASSIGN_OR_RETURN(BuiltStep step, build_step(scenario, options.build));
   sim::SimOptions sim_options;
   sim_options.record_spans = true;
@@ -213,6 +445,7 @@ sim::Result<Evaluation> evaluate(const Scenario& scenario, const EvalOptions& op
   OFFSIM_ASSIGN_OR_RETURN(sim::SimResult result, sim::simulate(step.plan, sim_options));
   Evaluation e;
   e.report = make_report(scenario, step, result.timeline);
+  e.full_path_reason = std::move(why);
   if (options.keep_timeline) e.timeline = std::move(result.timeline);
   if (options.keep_plan) e.plan = std::move(step.plan);
   return e;

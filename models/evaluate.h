@@ -8,6 +8,7 @@
 #pragma once
 
 #include <optional>
+#include <string>
 
 #include "models/report.h"
 #include "models/scenario.h"
@@ -21,6 +22,10 @@ namespace offsim::models {
 struct EvalOptions {
   bool keep_timeline = false;  // return the predicted Timeline (spans and memory samples)
   bool keep_plan = false;      // return the Plan
+  // Simulate only a few micro-batches and extrapolate exactly when the step provably reaches a
+  // periodic steady state (see models/README.md); the report is bit-identical to the full
+  // simulation's. Never with keep_timeline or keep_plan.
+  bool steady_state = true;
   BuildOptions build;
 };
 
@@ -28,6 +33,8 @@ struct Evaluation {
   Report report;
   std::optional<sim::Timeline> timeline;
   std::optional<sim::Plan> plan;
+  bool steady_state = false;     // the report came from the steady-state fast path
+  std::string full_path_reason;  // otherwise, why the full step was simulated
 };
 
 sim::Result<Evaluation> evaluate(const Scenario& scenario, const EvalOptions& options = {});

@@ -107,11 +107,15 @@ using SendKey = std::tuple<bool, int, int, int>;  // forward?, mb, destination s
 
 class StepBuilder {
  public:
-  StepBuilder(const Scenario& s, const CostModel& cm, sim::PlanBuilder& b, BuiltStep& out)
+  StepBuilder(const Scenario& s, const CostModel& cm, sim::PlanBuilder& b, BuiltStep& out,
+              const BuildOptions& options)
       : s_(s), cm_(cm), b_(b), out_(out), d_(layer_dims(s)) {
     const ParallelConfig& p = s.parallelism;
     layers_per_chunk_ = static_cast<int>(s.model.layers / (p.pp * p.virtual_stages));
-    micro_batches_ = static_cast<int>(grad_accum_steps(s.training, p));
+    micro_batches_ = options.micro_batches > 0 ? options.micro_batches
+                                               : static_cast<int>(grad_accum_steps(s.training, p));
+    last_label_ =
+        options.last_micro_batch_label >= 0 ? options.last_micro_batch_label : micro_batches_ - 1;
     gdtype_ = s.training.compute_dtype;
     adtype_ = gdtype_ == sim::DType::kFp8 ? sim::DType::kBf16 : gdtype_;
     for (int l = 0; l < s.model.layers; ++l) policies_.push_back(layer_policy(l));
@@ -330,7 +334,9 @@ class StepBuilder {
   bool shard_grads() const { return s_.parallelism.fsdp || s_.parallelism.zero_stage >= 2; }
   int dp() const { return s_.parallelism.dp; }
 
-  std::string pfx(int mb, int layer) const { return fmt::format("mb{}.l{}", mb, layer); }
+  // The micro-batch number in names (a reduced step names its last one as the full step does).
+  int lbl(int mb) const { return mb == micro_batches_ - 1 ? last_label_ : mb; }
+  std::string pfx(int mb, int layer) const { return fmt::format("mb{}.l{}", lbl(mb), layer); }
 
   // --- the rank -----------------------------------------------------------------------------
 
@@ -366,6 +372,10 @@ class StepBuilder {
     const bool interleaved = p.schedule == ParallelConfig::PipelineSchedule::kInterleaved1F1B;
     for (const Task& t :
          pipeline_schedule(stage, p.pp, p.virtual_stages, micro_batches_, interleaved)) {
+      if (t.forward && p.pp == 1) {
+        out_.micro_batch_starts.push_back(
+            {.op = b_.peek().ops.size(), .tensor = b_.peek().tensors.size()});
+      }
       if (t.forward) {
         forward_task(r, t);
       } else {
@@ -510,7 +520,7 @@ class StepBuilder {
       first = false;
     };
     if (has_embedding(r.stage, t.chunk)) {
-      last = elementwise(r, fmt::format("mb{}.embed.fwd", t.mb), "compute", -1,
+      last = elementwise(r, fmt::format("mb{}.embed.fwd", lbl(t.mb)), "compute", -1,
                          2 * residual_bytes(), 0.0);
       note_first(last);
     }
@@ -523,7 +533,7 @@ class StepBuilder {
         after = firsts[i - k];
       else if (i > 0)
         after = firsts[0];
-      Fetch f = fetch_params(r, l, fmt::format("mb{}.fwd", t.mb), after);
+      Fetch f = fetch_params(r, l, fmt::format("mb{}.fwd", lbl(t.mb)), after);
       const OpId op = layer_forward(r, t.mb, l, f);
       firsts.push_back(r.layer_first_fwd.at({t.mb, l}));
       // Offload back-pressure: the forward of a layer waits until the D2H copies of the layer
@@ -548,8 +558,9 @@ class StepBuilder {
       sim::OpSizes sz;
       sz.bytes = residual_bytes();
       sz.peer = dst;
-      const OpId send = add(r, r.p2p, fmt::format("mb{}.c{}.fwd.send", t.mb, t.chunk), OpKind::kP2P,
-                            "comm", -1, cm_.p2p(r.rank, dst, residual_bytes()), sz, {last});
+      const OpId send =
+          add(r, r.p2p, fmt::format("mb{}.c{}.fwd.send", lbl(t.mb), t.chunk), OpKind::kP2P, "comm",
+              -1, cm_.p2p(r.rank, dst, residual_bytes()), sz, {last});
       sends_[SendKey{true, t.mb, dst_stage, dst_chunk}] = send;
     }
   }
@@ -635,7 +646,7 @@ class StepBuilder {
   }
 
   OpId head_forward(Rank& r, int mb) {
-    const std::string p = fmt::format("mb{}.head", mb);
+    const std::string p = fmt::format("mb{}.head", lbl(mb));
     const std::int64_t chunks = s_.training.loss_chunks;
     if (chunks > 1) return head_forward_chunked(r, mb, chunks);
     // Saved until the head's backward: the final-norm input and output and the fp32 logits'
@@ -659,7 +670,7 @@ class StepBuilder {
   // from tokens × vocab to one chunk's. Saved for the backward: the final-norm input and output
   // and the gradient of the head's input (tokens × hidden each, like the residual).
   OpId head_forward_chunked(Rank& r, int mb, std::int64_t chunks) {
-    const std::string p = fmt::format("mb{}.head", mb);
+    const std::string p = fmt::format("mb{}.head", lbl(mb));
     const TensorId t = tensor(r.hbm, p + ".act", 3 * residual_bytes(), "activations");
     const OpId norm =
         elementwise(r, p + ".final_norm.fwd", "compute", -1, 2 * residual_bytes(), norm_flops());
@@ -714,7 +725,7 @@ class StepBuilder {
         after = firsts[i - k];
       else if (i > 0)
         after = firsts[0];
-      Fetch f = fetch_params(r, l, fmt::format("mb{}.bwd", t.mb), after);
+      Fetch f = fetch_params(r, l, fmt::format("mb{}.bwd", lbl(t.mb)), after);
       // Activation prefetch: H2D of this layer's offloaded tensors once the backward of the
       // layer `prefetch` steps earlier has started.
       const int ka = std::max(1, policies_[l].prefetch);
@@ -732,7 +743,7 @@ class StepBuilder {
       if (!task_first) task_first = firsts.front();
     }
     if (has_embedding(r.stage, t.chunk)) {
-      last = elementwise(r, fmt::format("mb{}.embed.bwd", t.mb), "compute", -1,
+      last = elementwise(r, fmt::format("mb{}.embed.bwd", lbl(t.mb)), "compute", -1,
                          2 * residual_bytes(), 0.0);
       grads_done(r, -1, t.mb, last);
     } else {
@@ -741,14 +752,15 @@ class StepBuilder {
       sim::OpSizes sz;
       sz.bytes = residual_bytes();
       sz.peer = dst;
-      const OpId send = add(r, r.p2p, fmt::format("mb{}.c{}.bwd.send", t.mb, t.chunk), OpKind::kP2P,
-                            "comm", -1, cm_.p2p(r.rank, dst, residual_bytes()), sz, {last});
+      const OpId send =
+          add(r, r.p2p, fmt::format("mb{}.c{}.bwd.send", lbl(t.mb), t.chunk), OpKind::kP2P, "comm",
+              -1, cm_.p2p(r.rank, dst, residual_bytes()), sz, {last});
       sends_[SendKey{false, t.mb, dst_stage, dst_chunk}] = send;
     }
   }
 
   OpId head_backward(Rank& r, int mb) {
-    const std::string p = fmt::format("mb{}.head", mb);
+    const std::string p = fmt::format("mb{}.head", lbl(mb));
     OpId first{};
     if (s_.training.loss_chunks > 1) {
       // The head's gradients were made in the forward: scale the saved input gradient by the
@@ -911,7 +923,7 @@ class StepBuilder {
       std::optional<TensorId> buf;
       if (shard_grads()) {
         // The layer's full gradient exists until its reduce-scatter is done.
-        buf = tensor(r.hbm, fmt::format("mb{}.{}.grad_bucket", mb, gp->name), full, "buffers");
+        buf = tensor(r.hbm, fmt::format("mb{}.{}.grad_bucket", lbl(mb), gp->name), full, "buffers");
         b_.op_at(r.layer_first_bwd.count({mb, gp->layer}) ? r.layer_first_bwd.at({mb, gp->layer})
                                                           : last)
             .allocs.push_back(*buf);
@@ -919,7 +931,7 @@ class StepBuilder {
       const bool reduce_scatter = s_.parallelism.zero_stage >= 1 || s_.parallelism.fsdp;
       after = collective(
           r, r.comm,
-          fmt::format("mb{}.{}.grad_{}", mb, gp->name,
+          fmt::format("mb{}.{}.grad_{}", lbl(mb), gp->name,
                       reduce_scatter ? "reducescatter" : "allreduce"),
           "comm", gp->layer,
           reduce_scatter ? sim::CollectiveKind::kReduceScatter : sim::CollectiveKind::kAllReduce,
@@ -927,7 +939,7 @@ class StepBuilder {
       if (buf) b_.op_at(after).frees.push_back(*buf);
     }
     if (gp->grads_on_host && (shard_grads() || last_mb)) {
-      after = copy(r, sim::CopyDirection::kD2H, fmt::format("mb{}.{}.grads_d2h", mb, gp->name),
+      after = copy(r, sim::CopyDirection::kD2H, fmt::format("mb{}.{}.grads_d2h", lbl(mb), gp->name),
                    "offload", gp->layer, gp->mem.grads_bytes, {after});
     }
     if (last_mb) r.reduce_op[key] = after;
@@ -1011,6 +1023,7 @@ class StepBuilder {
   LayerDims d_;
   int layers_per_chunk_ = 1;
   int micro_batches_ = 1;
+  int last_label_ = 0;
   sim::DType gdtype_ = sim::DType::kBf16;
   sim::DType adtype_ = sim::DType::kBf16;
   std::vector<LayerPolicy> policies_;
@@ -1053,7 +1066,6 @@ std::vector<std::string> scenario_flags(const Scenario& s) {
 }  // namespace
 
 sim::Result<BuiltStep> build_step(const Scenario& s, const BuildOptions& options) {
-  (void)options;
   OFFSIM_RETURN_IF_ERROR(check_scenario(s));
   OFFSIM_ASSIGN_OR_RETURN(sim::platform::System system,
                           sim::platform::find_system(s.hardware.system));
@@ -1100,7 +1112,7 @@ sim::Result<BuiltStep> build_step(const Scenario& s, const BuildOptions& options
   out.peak_flops_per_gpu = cm.peak_flops(s.training.compute_dtype);
   out.flags = scenario_flags(s);
 
-  StepBuilder builder(s, cm, b, out);
+  StepBuilder builder(s, cm, b, out, options);
   OFFSIM_RETURN_IF_ERROR(builder.build());
 
   b.metadata("scenario", s.name);

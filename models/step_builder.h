@@ -21,8 +21,20 @@
 
 namespace offsim::models {
 
-// Options of the lowering; none yet beyond the scenario itself (kept for API stability).
-struct BuildOptions {};
+// Options of the lowering.
+struct BuildOptions {
+  // A reduced step (the steady-state fast path of evaluate()): only this many micro-batches
+  // (0: the scenario's), the last one named as micro-batch `last_micro_batch_label` (-1: by its
+  // own index), so that its names are those the full step gives its last micro-batch.
+  int micro_batches = 0;
+  int last_micro_batch_label = -1;
+};
+
+// Where one micro-batch's ops and tensors begin in the plan (ids of its first ones).
+struct MicroBatchStart {
+  std::size_t op = 0;
+  std::size_t tensor = 0;
+};
 
 // One simulated (representative) rank.
 struct SimRankInfo {
@@ -45,6 +57,9 @@ struct BuiltStep {
   std::int64_t hbm_capacity_bytes = 0;
   std::int64_t host_capacity_bytes = 0;
   std::vector<std::string> flags;
+  // With one pipeline stage, micro-batch i's forward and backward ops are the plan's ops from
+  // micro_batch_starts[i].op on (its tensors likewise); empty with pipeline parallelism.
+  std::vector<MicroBatchStart> micro_batch_starts;
 };
 
 sim::Result<BuiltStep> build_step(const Scenario& scenario, const BuildOptions& options = {});

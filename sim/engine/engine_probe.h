@@ -8,6 +8,9 @@
 //   auto result = sim::detail::simulate_with_probe(plan, {}, &recorder);
 #pragma once
 
+#include <cstdint>
+#include <vector>
+
 #include "sim/core/ids.h"
 #include "sim/core/time.h"
 #include "sim/engine/simulator.h"
@@ -27,5 +30,50 @@ class EngineProbe {
 // sim::simulate with a probe (nullptr: exactly sim::simulate).
 Result<SimResult> simulate_with_probe(const Plan& plan, const SimOptions& options,
                                       EngineProbe* probe);
+
+// PeriodProbe: fingerprints of the complete engine state at chosen boundaries, for proving that
+// a run is periodic (models/evaluate.cc extrapolates steps of identical micro-batches with it).
+//
+// A boundary is the end of the instant at which op `first_op` (the first op of a period) starts.
+// Ops in [op_lo, op_hi) and tensors in [tensor_lo, tensor_hi) (the periodic region) are written
+// relative to the boundary's `first_op` / `first_tensor`; others by their absolute id. Two
+// boundaries whose `state` vectors are equal have equal engine states up to the shift in time
+// and in period: lane positions, running ops and their flows (remaining work, rates, completion
+// times), the sharing solver, pending events, pool levels and live tensors, and the end times of
+// finished ops that unstarted ops still depend on or follow on their lane.
+//
+//   sim::detail::PeriodProbe probe{.op_lo = 0, .op_hi = n, .tensor_lo = t0, .tensor_hi = t1};
+//   probe.boundaries = {{.first_op = a1, .first_tensor = b1, .prev_first_op = a0,
+//                        .next_first_op = a2}, ...};
+//   auto r = sim::detail::simulate_with_periods(plan, {}, &probe);
+//   bool periodic = probe.snapshots[0].quiet && probe.snapshots[0].state ==
+//   probe.snapshots[1].state;
+struct PeriodProbe {
+  std::uint32_t op_lo = 0;
+  std::uint32_t op_hi = 0;
+  std::uint32_t tensor_lo = 0;
+  std::uint32_t tensor_hi = 0;
+  struct Boundary {
+    std::uint32_t first_op = 0;
+    std::uint32_t first_tensor = 0;
+    std::uint32_t prev_first_op = 0;  // every op before it must have ended at the boundary
+    std::uint32_t next_first_op = 0;  // no op from it on may have started at the boundary
+  };
+  std::vector<Boundary> boundaries;  // in the order their first ops start
+
+  struct Snapshot {
+    bool taken = false;
+    bool quiet = false;  // the prev/next conditions above held
+    std::int64_t time_ns = 0;
+    std::vector<std::uint64_t> state;
+  };
+  std::vector<Snapshot> snapshots;  // filled by the engine, one per boundary
+  // Per pool: the tensors live at its peak (ids, in pool order), as in Timeline::live_at_peak.
+  std::vector<std::vector<std::uint32_t>> live_at_peak;
+};
+
+// sim::simulate, filling `probe` (nullptr: exactly sim::simulate).
+Result<SimResult> simulate_with_periods(const Plan& plan, const SimOptions& options,
+                                        PeriodProbe* probe);
 
 }  // namespace offsim::sim::detail

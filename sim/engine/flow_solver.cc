@@ -1,7 +1,9 @@
 #include "sim/engine/flow_solver.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <functional>
 
 #include "sim/core/check.h"
 
@@ -70,6 +72,9 @@ void FlowSolver::remove_flow(FlowId flow) {
   f.rate = 0.0;
   free_slots_.push_back(flow.value());
   --active_count_;
+  // An empty solver forgets the order its slots were freed in (the lowest is reused first), so
+  // its state no longer depends on history; see append_state().
+  if (active_count_ == 0) std::sort(free_slots_.begin(), free_slots_.end(), std::greater<>());
 }
 
 void FlowSolver::mark_dirty(std::uint32_t resource) {
@@ -84,6 +89,34 @@ double FlowSolver::usage(ResourceId r) const {
   double sum = 0.0;
   for (const Element& e : resources_[r.index()].elements) sum += e.weight * flows_[e.flow].rate;
   return sum;
+}
+
+void FlowSolver::append_state(std::vector<std::uint64_t>& out) const {
+  const auto bits = [](double x) { return std::bit_cast<std::uint64_t>(x); };
+  out.push_back(flows_.size());
+  for (const Flow& f : flows_) {
+    out.push_back(f.active ? 1 : 0);
+    if (!f.active) continue;
+    out.push_back(bits(f.max_rate));
+    out.push_back(bits(f.rate));
+    out.push_back(f.uses.size());
+    for (const Use& u : f.uses) {
+      out.push_back(u.resource);
+      out.push_back(u.position);
+      out.push_back(bits(u.weight));
+    }
+  }
+  for (const Resource& r : resources_) {
+    out.push_back(r.elements.size());
+    for (const Element& e : r.elements) {
+      out.push_back(e.flow);
+      out.push_back(e.use);
+    }
+  }
+  out.push_back(free_slots_.size());
+  for (std::uint32_t s : free_slots_) out.push_back(s);
+  out.push_back(dirty_resources_.size());
+  out.push_back(dirty_flows_.size());
 }
 
 FlowSolver::Components FlowSolver::solve() {

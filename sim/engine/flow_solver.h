@@ -77,6 +77,10 @@ class FlowSolver {
   // Sum of k_f * w_fr * x_f over the active flows on r, with the current rates.
   double usage(ResourceId r) const;
 
+  // Appends what later solves depend on (flow slots with their bounds, rates and uses, each
+  // resource's flow list in order, the free slots) to `out`: equal outputs, equal futures.
+  void append_state(std::vector<std::uint64_t>& out) const;
+
   // solve() calls that re-solved at least one flow, and the flows they re-solved.
   std::int64_t solves() const { return solves_; }
   std::int64_t flows_resolved() const { return flows_resolved_; }

@@ -1,6 +1,7 @@
 #include "sim/engine/simulator.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <span>
@@ -127,6 +128,7 @@ struct OpState {
   double max_rate;
   std::int64_t latency_ns;
   std::int64_t start_ns;
+  std::int64_t end_ns;
   std::uint32_t lane;
   std::uint32_t pending_deps;
   std::uint32_t use_begin;  // the op's resource uses: Engine::uses_[use_begin, next op's)
@@ -166,8 +168,9 @@ struct PoolState {
 
 class Engine {
  public:
-  Engine(const Plan& plan, const SimOptions& options, detail::EngineProbe* probe)
-      : plan_(plan), options_(options), probe_(probe) {}
+  Engine(const Plan& plan, const SimOptions& options, detail::EngineProbe* probe,
+         detail::PeriodProbe* periods = nullptr)
+      : plan_(plan), options_(options), probe_(probe), periods_(periods) {}
 
   Result<SimResult> run();
 
@@ -196,6 +199,7 @@ class Engine {
   std::vector<LiveTensor> live_tensors(std::uint32_t pool) const;
   void fill_live_at_peak(Timeline& timeline) const;
   void describe_deadlock(Timeline& timeline) const;
+  void take_snapshot(std::size_t boundary);
   bool is_lane_head(std::uint32_t op) const {
     const std::uint32_t lane = ops_[op].lane;
     const std::uint32_t pos = lane_offsets_[lane] + lane_head_[lane];
@@ -210,6 +214,9 @@ class Engine {
   const Plan& plan_;
   const SimOptions& options_;
   detail::EngineProbe* probe_;
+  detail::PeriodProbe* periods_;
+  std::size_t next_boundary_ = 0;
+  bool snapshot_due_ = false;
 
   std::vector<OpState> ops_;
   std::vector<ResourceUse> uses_;  // all ops' resource uses, flat, in op order
@@ -266,6 +273,7 @@ void Engine::setup() {
     s.max_rate = op.cost.max_rate;
     s.latency_ns = op.cost.latency.count();
     s.start_ns = 0;
+    s.end_ns = 0;
     s.lane = op.lane.value();
     s.pending_deps = static_cast<std::uint32_t>(op.deps.size());
     s.phase = Phase::kWaiting;
@@ -411,6 +419,10 @@ void Engine::start_op(std::uint32_t op) {
   s.phase = Phase::kLatency;
   s.start_ns = now_;
   last_progress_ns_ = now_;
+  if (periods_ != nullptr && next_boundary_ < periods_->boundaries.size() &&
+      periods_->boundaries[next_boundary_].first_op == op) {
+    snapshot_due_ = true;
+  }
   // The lane's next op is read when this one ends; ops of a lane are far apart in memory.
   const std::uint32_t after = lane_offsets_[s.lane] + lane_head_[s.lane] + 1;
   if (after < lane_offsets_[s.lane + 1]) __builtin_prefetch(&ops_[lane_ops_[after]]);
@@ -476,6 +488,7 @@ void Engine::begin_flow(std::uint32_t op) {
 void Engine::end_op(std::uint32_t op) {
   OpState& s = ops_[op];
   s.phase = Phase::kDone;
+  s.end_ns = now_;
   ++ended_;
   if (options_.record_spans) {
     spans_.push_back(
@@ -634,6 +647,7 @@ void Engine::fill_live_at_peak(Timeline& timeline) const {
       if (!live[t]) continue;
       const Tensor& tensor = plan_.tensors[t];
       out.push_back(LiveTensor{tensor.name, tensor.category, tensor.bytes});
+      if (periods_ != nullptr) periods_->live_at_peak[p].push_back(t);
     }
     std::stable_sort(out.begin(), out.end(),
                      [](const LiveTensor& a, const LiveTensor& b) { return a.bytes > b.bytes; });
@@ -666,6 +680,129 @@ void Engine::describe_deadlock(Timeline& timeline) const {
   timeline.outcome.deadlock = std::move(d);
 }
 
+// The state at the end of an instant (nothing left to do at now_), written relative to the
+// boundary: see detail::PeriodProbe. Everything the engine reads later is here; what it only
+// records (spans, samples, peaks, counters) is not.
+void Engine::take_snapshot(std::size_t boundary) {
+  const detail::PeriodProbe::Boundary& b = periods_->boundaries[boundary];
+  detail::PeriodProbe::Snapshot& snap = periods_->snapshots[boundary];
+  snap.taken = true;
+  snap.time_ns = now_;
+  std::vector<std::uint64_t>& out = snap.state;
+  out.clear();
+  const auto rel = [&](std::int64_t ns) { return static_cast<std::uint64_t>(ns - now_); };
+  const auto op_id = [&](std::uint32_t x) {
+    if (x == kNone) {
+      out.push_back(2);
+      out.push_back(0);
+    } else if (x >= periods_->op_lo && x < periods_->op_hi) {
+      out.push_back(1);
+      out.push_back(static_cast<std::uint64_t>(std::int64_t{x} - std::int64_t{b.first_op}));
+    } else {
+      out.push_back(0);
+      out.push_back(x);
+    }
+  };
+  bool quiet = true;
+  out.push_back(rel(makespan_));
+  out.push_back(ready_.size() - ready_next_);
+  out.push_back(released_.size());
+  for (std::uint32_t lane = 0; lane < lane_head_.size(); ++lane) {
+    const std::uint32_t lo = lane_offsets_[lane];
+    const std::uint32_t hi = lane_offsets_[lane + 1];
+    const std::uint32_t pos = lo + lane_head_[lane];
+    out.push_back(0xA1A1000000000000u | lane);
+    if (pos > lo) {
+      const std::uint32_t prev = lane_ops_[pos - 1];
+      if (prev >= b.next_first_op) quiet = false;
+      out.push_back(rel(ops_[prev].end_ns));
+    }
+    if (pos >= hi) {
+      op_id(kNone);
+      continue;
+    }
+    const std::uint32_t head = lane_ops_[pos];
+    if (head < b.prev_first_op) quiet = false;
+    const OpState& h = ops_[head];
+    if (h.phase != Phase::kWaiting && head >= b.next_first_op) quiet = false;
+    op_id(head);
+    out.push_back(static_cast<std::uint64_t>(h.phase));
+    out.push_back(h.phase == Phase::kWaiting ? h.pending_deps : rel(h.start_ns));
+    // Unstarted ops of the lane and the finished ops they wait on (when those ended).
+    for (std::uint32_t i = pos; i < hi; ++i) {
+      const std::uint32_t x = lane_ops_[i];
+      for (OpId d : plan_.ops[x].deps) {
+        const OpState& ds = ops_[d.index()];
+        if (ds.phase != Phase::kDone) continue;
+        op_id(x);
+        op_id(d.value());
+        out.push_back(rel(ds.end_ns));
+      }
+    }
+  }
+  // Group ids are names only (which free slot a new group takes changes nothing else): they
+  // are written in order of first use, so equal states with permuted group ids compare equal.
+  std::vector<std::uint32_t> group_name(groups_.size(), kNone);
+  std::uint32_t groups_named = 0;
+  const auto group_id = [&](std::uint32_t g) {
+    if (g == kNone) return std::uint64_t{kNone};
+    if (group_name[g] == kNone) group_name[g] = groups_named++;
+    return std::uint64_t{group_name[g]};
+  };
+  out.push_back(0xA2A2000000000000u | flows_.size());
+  for (const FlowState& fs : flows_) {
+    if (fs.op == kNone) {
+      out.push_back(0);
+      continue;
+    }
+    out.push_back(1);
+    op_id(fs.op);
+    op_id(fs.sig_op);
+    out.push_back(group_id(fs.group));
+    out.push_back(std::bit_cast<std::uint64_t>(fs.remaining));
+    out.push_back(std::bit_cast<std::uint64_t>(fs.rate));
+    out.push_back(rel(fs.last_ns));
+    out.push_back(fs.completion_ns == kNeverNs ? ~std::uint64_t{0} : rel(fs.completion_ns));
+  }
+  out.push_back(0xA3A3000000000000u);
+  for (std::uint32_t g = 0; g < groups_.size(); ++g) {
+    if (groups_[g].live == 0) continue;
+    out.push_back(group_id(g));
+    out.push_back(groups_[g].live);
+    out.push_back(groups_[g].members.size());
+    for (std::uint32_t f : groups_[g].members) out.push_back(f);
+  }
+  std::vector<Event> events = heap_;
+  std::sort(events.begin(), events.end(), [](const Event& x, const Event& y) {
+    return x.time < y.time || (x.time == y.time && x.seq < y.seq);
+  });
+  for (const Event& e : events) {
+    if (e.kind == EventKind::kGroup && groups_[e.index].generation != e.generation) continue;
+    out.push_back(rel(e.time));
+    out.push_back(static_cast<std::uint64_t>(e.kind));
+    if (e.kind == EventKind::kOpTimer) {
+      op_id(e.index);
+    } else {
+      out.push_back(group_id(e.index));
+    }
+  }
+  out.push_back(0xA4A4000000000000u);
+  solver_.append_state(out);
+  out.push_back(0xA5A5000000000000u);
+  for (const PoolState& p : pools_) out.push_back(static_cast<std::uint64_t>(p.in_use));
+  for (std::uint32_t t = 0; t < live_.size(); ++t) {
+    if (!live_[t]) continue;
+    if (t >= periods_->tensor_lo && t < periods_->tensor_hi) {
+      out.push_back(1);
+      out.push_back(static_cast<std::uint64_t>(std::int64_t{t} - std::int64_t{b.first_tensor}));
+    } else {
+      out.push_back(0);
+      out.push_back(t);
+    }
+  }
+  snap.quiet = quiet;
+}
+
 Result<SimResult> Engine::run() {
   if (options_.validate_plan) {
     OFFSIM_RETURN_IF_ERROR(validate(plan_));
@@ -681,6 +818,10 @@ Result<SimResult> Engine::run() {
   result.timeline.source = "predicted";
   timeline_ = &result.timeline;
   setup();
+  if (periods_ != nullptr) {
+    periods_->snapshots.assign(periods_->boundaries.size(), {});
+    periods_->live_at_peak.assign(plan_.pools.size(), {});
+  }
 
   for (std::uint32_t p = 0; p < pools_.size(); ++p) {
     if (options_.record_memory) timeline_->pools[p].samples.push_back(MemorySample{kTimeZero, 0});
@@ -731,6 +872,10 @@ Result<SimResult> Engine::run() {
     if (stopped_) break;
     remove_released();
     if (solver_.dirty()) apply_solve();
+    if (snapshot_due_ && (heap_.empty() || heap_.front().time > now_)) {
+      snapshot_due_ = false;
+      take_snapshot(next_boundary_++);
+    }
     if (heap_.empty()) break;
     now_ = heap_.front().time;
     if (options_.cancel != nullptr && events_ >= next_poll) {
@@ -795,6 +940,12 @@ namespace detail {
 Result<SimResult> simulate_with_probe(const Plan& plan, const SimOptions& options,
                                       EngineProbe* probe) {
   Engine engine(plan, options, probe);
+  return engine.run();
+}
+
+Result<SimResult> simulate_with_periods(const Plan& plan, const SimOptions& options,
+                                        PeriodProbe* probe) {
+  Engine engine(plan, options, nullptr, probe);
   return engine.run();
 }
 
