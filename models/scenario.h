@@ -58,6 +58,10 @@ struct TrainingConfig {
   sim::DType compute_dtype = sim::DType::kBf16;  // GEMM precision; kFp8 = fp8 GEMMs, bf16 rest
   bool fp32_master_weights = true;
   Optimizer optimizer = Optimizer::kAdamW;
+  // Weight gradients accumulate over micro-batches inside the wgrad GEMM (Megatron
+  // --gradient-accumulation-fusion, Transformer Engine). false: a separate add per layer and
+  // micro-batch reads and writes the accumulated gradient (Megatron-LM 2021's main_grad hook).
+  bool gradient_accumulation_fusion = true;
 };
 
 struct ParallelConfig {
@@ -76,6 +80,10 @@ struct ParallelConfig {
   // Data-parallel gradient reduction overlapped with the backward, bucket by bucket (DDP,
   // Megatron --overlap-grad-reduce). false: reduced after the whole backward (Megatron-LM 2021).
   bool overlap_grad_reduce = true;
+  // Pipeline point-to-point transfers overlapped with compute (their own stream). false: every
+  // transfer blocks the compute stream (Megatron-LM 2021 synchronized the device after each
+  // batch_isend_irecv), with its scatter-gather of tensor-parallel slices.
+  bool overlap_p2p_comm = true;
 };
 
 struct RecomputeConfig {
