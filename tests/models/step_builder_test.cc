@@ -252,6 +252,58 @@ TEST(Evaluate, GradientReduceAfterBackwardIsExposed) {
   EXPECT_GT(after.time.exposed_comm_s, overlapped.time.exposed_comm_s);
 }
 
+TEST(BuildStep, Megatron2021OptionsAddTheirOps) {
+  // megatron-1.7b on 2 stages of TP 2: blocking pipeline sends go on the compute lane and carry
+  // the TP rank's half of the b·s·h fp16 activation (1 · 2048 · 2304 · 2 / 2 = 4,718,592 bytes);
+  // unfused accumulation adds one add per layer and micro-batch over its 3 · params · 2 bytes.
+  Scenario s = base("megatron-1.7b", "dgx-a100-80gb");
+  s.model.attention = ModelArch::AttentionImpl::kClassic;
+  s.training.compute_dtype = sim::DType::kFp16;
+  s.parallelism = {.dp = 2, .tp = 2, .pp = 2};
+  auto overlapped = build_step(s);
+  ASSERT_TRUE(overlapped);
+  s.parallelism.overlap_p2p_comm = false;
+  s.training.gradient_accumulation_fusion = false;
+  auto blocking = build_step(s);
+  ASSERT_TRUE(blocking) << blocking.error().message;
+  EXPECT_TRUE(sim::validate(blocking->plan));
+  const auto count = [](const sim::Plan& plan, const std::string& suffix, bool on_compute,
+                        std::int64_t bytes) {
+    int n = 0;
+    for (const sim::Op& op : plan.ops) {
+      if (!op.name.ends_with(suffix)) continue;
+      const bool compute = plan.lanes[op.lane.index()].name.ends_with(".compute");
+      if (compute == on_compute && op.sizes.bytes == bytes) ++n;
+    }
+    return n;
+  };
+  const std::int64_t full = 2048 * 2304 * 2;
+  // Global batch 8 over dp 2: 4 micro-batches, one forward send (stage 0) and one backward send
+  // (stage 1) each.
+  EXPECT_EQ(count(overlapped->plan, ".send", false, full), 8);
+  EXPECT_EQ(count(blocking->plan, ".send", true, full / 2), 8);
+  // The accumulation reads the accumulated and the new fp16 gradient and writes the sum: 3 · 2
+  // bytes per parameter of the layer on its TP-2 rank (about 12h²/2 = 31.9M parameters).
+  const std::int64_t per_layer = 6 * layer_parameter_count_per_rank(s.model, 2);
+  EXPECT_NEAR(static_cast<double>(per_layer), 6.0 * 12 * 2304 * 2304 / 2, 0.01 * per_layer);
+  int accum = 0;
+  for (const sim::Op& op : blocking->plan.ops) {
+    if (!op.name.ends_with(".grad_accum")) continue;
+    ++accum;
+    EXPECT_EQ(op.sizes.bytes, per_layer) << op.name;
+  }
+  // 24 layers over 2 stages, 4 micro-batches: 12 layers · 4 per stage, 2 stages.
+  EXPECT_EQ(accum, 24 * 4);
+  for (const sim::Op& op : overlapped->plan.ops) EXPECT_FALSE(op.name.ends_with(".grad_accum"));
+  // Both cost time: the blocking, unfused step is slower.
+  EXPECT_GT(run(s).step_time_s, [&] {
+    Scenario o = s;
+    o.parallelism.overlap_p2p_comm = true;
+    o.training.gradient_accumulation_fusion = true;
+    return run(o).step_time_s;
+  }());
+}
+
 }  // namespace
 }  // namespace offsim::models
 
