@@ -245,6 +245,12 @@ class StepBuilder {
   OpId gemm(Rank& r, const std::string& name, const std::string& cat, int layer, std::int64_t m,
             std::int64_t n, std::int64_t k) {
     sim::GemmShape shape{.m = m, .n = n, .k = k, .batch = 1, .dtype = gdtype_};
+    if (gdtype_ == sim::DType::kFp8 && !name.ends_with(".wgrad")) {
+      // Transformer Engine casts the GEMM's bf16 activation input (forward) or output gradient
+      // (dgrad), m × k elements, to FP8 and its transpose in one pass: read 2 bytes, write 1 + 1;
+      // the wgrad GEMM reuses those transposes.
+      elementwise(r, name + ".fp8_cast", cat, layer, 4 * m * k, static_cast<double>(m * k));
+    }
     sim::OpSizes sz;
     sz.gemm = shape;
     sz.flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);

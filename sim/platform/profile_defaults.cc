@@ -345,6 +345,17 @@ CalibrationProfile h100_sxm() {
   p.gpu.dense_flops_bf16 = fig(989 * kTFLOP, Origin::kDatasheet, kSrcGpuTable);
   derived_peaks(p, true);
   set_gemm(p, 795, Origin::kPublished, std::string(kSrcMamf) + ": ~795 of 989 TFLOP/s", 132);
+  // hardware.md has no FP8 GEMM measurement; without one, FP8 GEMMs would run at the bf16
+  // best-GEMM fraction of twice the bf16 peak.
+  p.gemm.points.push_back(
+      {.m = 4096,
+       .n = 7168,
+       .k = 16384,
+       .dtype = DType::kFp8,
+       .efficiency = fig(1470 * kTFLOP / p.gpu.dense_flops_fp8.value, Origin::kPublished,
+                         "deepseek-ai/DeepGEMM PR #74: 1470 TFLOP/s for a 4096x7168x16384 FP8 "
+                         "GEMM (128x160 tiles, block scaling) on H800 SXM, whose SMs and tensor "
+                         "cores are the H100 SXM's")});
   attention_hopper(p, 795.0 / 989.0);
   host_link_gen5(p, 55.5 * kGB, 56 * kGB, Origin::kPublished,
                  std::string(kSrcHostLink) + ": ~55-56 H2D, ~55-57 D2H, midpoints");

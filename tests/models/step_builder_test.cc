@@ -252,6 +252,38 @@ TEST(Evaluate, GradientReduceAfterBackwardIsExposed) {
   EXPECT_GT(after.time.exposed_comm_s, overlapped.time.exposed_comm_s);
 }
 
+TEST(BuildStep, Fp8GemmsCastTheirInputs) {
+  // Every FP8 forward and dgrad GEMM is preceded by Transformer Engine's cast-transpose of its
+  // m × k input (4 bytes per element: read bf16, write FP8 and its transpose); wgrad GEMMs are
+  // not, and bf16 steps have no casts.
+  Scenario s = base("llama3-8b", "dgx-h100");
+  s.parallelism = {.dp = 8};
+  s.training.compute_dtype = sim::DType::kFp8;
+  auto step = build_step(s);
+  ASSERT_TRUE(step) << step.error().message;
+  const auto& ops = step->plan.ops;
+  int casts = 0;
+  for (std::size_t i = 0; i + 1 < ops.size(); ++i) {
+    if (!ops[i].name.ends_with(".fp8_cast")) continue;
+    ++casts;
+    const sim::Op& g = ops[i + 1];
+    ASSERT_EQ(g.kind, sim::OpKind::kGemm) << ops[i].name;
+    EXPECT_EQ(ops[i].name, g.name + ".fp8_cast");
+    EXPECT_FALSE(g.name.ends_with(".wgrad"));
+    EXPECT_EQ(ops[i].sizes.bytes, 4 * g.sizes.gemm.m * g.sizes.gemm.k) << g.name;
+  }
+  int fp8_gemms = 0;
+  for (const sim::Op& op : ops) {
+    if (op.kind == sim::OpKind::kGemm && !op.name.ends_with(".wgrad")) ++fp8_gemms;
+  }
+  EXPECT_EQ(casts, fp8_gemms);
+  EXPECT_GT(casts, 0);
+  s.training.compute_dtype = sim::DType::kBf16;
+  auto bf16 = build_step(s);
+  ASSERT_TRUE(bf16);
+  for (const sim::Op& op : bf16->plan.ops) EXPECT_FALSE(op.name.ends_with(".fp8_cast"));
+}
+
 TEST(BuildStep, Megatron2021OptionsAddTheirOps) {
   // megatron-1.7b on 2 stages of TP 2: blocking pipeline sends go on the compute lane and carry
   // the TP rank's half of the b·s·h fp16 activation (1 · 2048 · 2304 · 2 / 2 = 4,718,592 bytes);
