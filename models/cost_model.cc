@@ -302,28 +302,91 @@ double CostModel::attention_flops(const sim::AttentionShape& a) {
   return a.backward ? 2.5 * fwd : fwd;
 }
 
-OpCost CostModel::attention(int rank, const sim::AttentionShape& a, bool flash) const {
+OpCost CostModel::attention(int rank, const sim::AttentionShape& a, bool flash,
+                            bool dropout) const {
   const RankResources& rr = at(rank);
+  if (!flash) return classic_attention(rr, a, dropout);
   const auto& e = profile_.attention;
-  const double eff = flash ? (a.backward ? e.flash_bwd.value : e.flash_fwd.value)
-                           : (a.backward ? e.classic_bwd.value : e.classic_fwd.value);
+  const double eff = a.backward ? e.flash_bwd.value : e.flash_fwd.value;
   const double rate = eff * peak_flops(a.dtype);
   const double esize = static_cast<double>(sim::dtype_bytes(a.dtype));
   const double b = static_cast<double>(a.batch);
   const double q_elems = b * static_cast<double>(a.heads * a.seq_q * a.head_dim);
   const double kv_elems = b * static_cast<double>(a.kv_heads * a.seq_kv * a.head_dim);
   // Forward reads Q, K, V and writes O; backward reads Q, K, V, O, dO and writes dQ, dK, dV.
-  double bytes = a.backward ? (4.0 * q_elems + 4.0 * kv_elems) * esize
-                            : (2.0 * q_elems + 2.0 * kv_elems) * esize;
-  if (!flash) {
-    // The classic form materializes the score matrix: forward writes S, reads it for softmax,
-    // writes P and reads it for PV (4 passes); backward reads P, writes and reads dP, writes and
-    // reads dS twice (6 passes).
-    const double scores = b * static_cast<double>(a.heads) * static_cast<double>(a.seq_q) *
-                          static_cast<double>(a.seq_kv) * esize;
-    bytes += (a.backward ? 6.0 : 4.0) * scores;
-  }
+  const double bytes = a.backward ? (4.0 * q_elems + 4.0 * kv_elems) * esize
+                                  : (2.0 * q_elems + 2.0 * kv_elems) * esize;
   return kernel(*this, rr.multiplicity, rr.sm, rr.hbm_bw, attention_flops(a), rate, bytes);
+}
+
+ClassicAttentionTime CostModel::classic_attention_time(const sim::AttentionShape& a,
+                                                       bool dropout) const {
+  ClassicAttentionTime out;
+  const double esize = static_cast<double>(sim::dtype_bytes(a.dtype));
+  const double peak = peak_flops(a.dtype);
+  const double hbm = profile_.gpu.hbm_peak_bytes_per_s.value;
+  const std::int64_t bh = std::max<std::int64_t>(a.batch, 1) * a.heads;
+  const double cap =
+      a.backward ? profile_.attention.classic_bwd.value : profile_.attention.classic_fwd.value;
+  // One batched GEMM (torch.baddbmm / bmm over batch·heads): at the GEMM surface's efficiency for
+  // its shape (capped by the profile's classic-attention figure), or at the memory-bound rate of
+  // its operands when they dominate.
+  const auto bmm = [&](std::int64_t m, std::int64_t n, std::int64_t k) {
+    const sim::GemmShape g{.m = m, .n = n, .k = k, .batch = bh, .dtype = a.dtype};
+    const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) *
+                         static_cast<double>(k) * static_cast<double>(bh);
+    const double io = static_cast<double>(m * k + k * n + m * n) * static_cast<double>(bh) * esize;
+    const double eff = std::min(cap, profile_.gemm.efficiency(g));
+    out.flops += flops;
+    out.bytes += io;
+    out.seconds +=
+        std::max(flops / (eff * peak), io / (profile_.memory_bound_efficiency(io) * hbm));
+    ++out.kernels;
+  };
+  // One memory-bound pass over the score matrix (or another tensor) of `bytes`.
+  const auto pass = [&](double bytes) {
+    out.bytes += bytes;
+    out.seconds += bytes / (profile_.memory_bound_efficiency(bytes) * hbm);
+    ++out.kernels;
+  };
+  const std::int64_t sq = a.seq_q;
+  const std::int64_t skv = a.seq_kv;
+  const std::int64_t d = a.head_dim;
+  // The whole s_q × s_kv product is computed: the causal mask is applied to the scores, nothing
+  // is skipped.
+  const double scores =
+      static_cast<double>(bh) * static_cast<double>(sq) * static_cast<double>(skv) * esize;
+  const double mask = scores / esize;  // one byte per score
+  // The context's [b·heads, s, d] -> [s, b, heads·d] copy (permute + contiguous), and its
+  // gradient's in the backward: read and written once.
+  const double context = 2.0 * static_cast<double>(bh * sq * d) * esize;
+  if (!a.backward) {
+    bmm(sq, skv, d);                         // S = Q K^T
+    pass(2.0 * scores);                      // fused scale + mask + softmax: read S, write P
+    if (dropout) pass(2.0 * scores + mask);  // read P, write dropped P and its mask
+    bmm(sq, d, skv);                         // O = P V
+    pass(context);
+  } else {
+    pass(context);
+    bmm(skv, d, sq);                         // dV = P^T dO
+    bmm(sq, skv, d);                         // dP = dO V^T
+    if (dropout) pass(2.0 * scores + mask);  // read dP and the mask, write the gradient
+    pass(3.0 * scores);                      // softmax backward: read dP and P, write dS
+    bmm(sq, d, skv);                         // dQ = dS K
+    bmm(skv, d, sq);                         // dK = dS^T Q
+  }
+  return out;
+}
+
+OpCost CostModel::classic_attention(const RankResources& rr, const sim::AttentionShape& a,
+                                    bool dropout) const {
+  const ClassicAttentionTime t = classic_attention_time(a, dropout);
+  // The kernels run one after another: one flow at the average rate, holding the SMs throughout
+  // and moving all the bytes through HBM; each kernel after the first adds a launch gap.
+  OpCost c =
+      kernel(*this, rr.multiplicity, rr.sm, rr.hbm_bw, t.flops, t.flops / t.seconds, t.bytes);
+  c.latency += seconds(profile_.gpu.kernel_launch_s.value * (t.kernels - 1));
+  return c;
 }
 
 OpCost CostModel::memory_bound(int rank, std::int64_t hbm_bytes, double flops) const {

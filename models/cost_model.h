@@ -50,6 +50,15 @@ struct CollectivePlan {
   bool crosses_nodes = false;
 };
 
+// The classic attention of one layer (forward or backward) as the kernels it runs: FLOPs of its
+// batched GEMMs (the full s_q × s_kv product), HBM bytes of all its kernels, and the time alone.
+struct ClassicAttentionTime {
+  double flops = 0.0;
+  double bytes = 0.0;
+  double seconds = 0.0;
+  int kernels = 0;
+};
+
 class CostModel {
  public:
   // Registers resources and pools for the simulated ranks in `builder`. Fails when a rank is out
@@ -63,9 +72,14 @@ class CostModel {
   // whole GPU) and their bytes through "rank<r>.hbm_bw", after the launch gap. GEMM efficiency
   // comes from the profile's surface; A, B and C cross HBM once.
   sim::OpCost gemm(int rank, const sim::GemmShape& shape) const;
-  // Flash: Q, K, V, O (and gradients) cross HBM once; classic adds the score matrix (4 passes
-  // forward, 6 backward).
-  sim::OpCost attention(int rank, const sim::AttentionShape& shape, bool flash) const;
+  // Flash: one fused kernel at the profile's flash efficiency; Q, K, V, O (and gradients) cross
+  // HBM once. Classic (Megatron 2021): the kernels it really runs, one after another (see
+  // classic_attention_time): batched GEMMs over the full s×s product at the GEMM surface's
+  // efficiency for their shapes, and memory-bound passes over the score matrix (softmax, and
+  // with `dropout` the attention-dropout kernel and its one-byte mask).
+  sim::OpCost attention(int rank, const sim::AttentionShape& shape, bool flash,
+                        bool dropout = false) const;
+  ClassicAttentionTime classic_attention_time(const sim::AttentionShape& shape, bool dropout) const;
   // Bytes at the profile's memory-bound efficiency (by size) of HBM peak; FLOPs at the fp32 rate.
   sim::OpCost memory_bound(int rank, std::int64_t hbm_bytes, double flops) const;
   // H2D/D2H: every link direction of the route, the link's duplex cap, the socket's root complex
@@ -127,6 +141,8 @@ class CostModel {
             sim::platform::Topology topology)
       : system_(std::move(system)), profile_(std::move(profile)), topology_(std::move(topology)) {}
   const RankResources& at(int rank) const;
+  sim::OpCost classic_attention(const RankResources& rr, const sim::AttentionShape& shape,
+                                bool dropout) const;
 
   sim::platform::System system_;
   sim::platform::CalibrationProfile profile_;

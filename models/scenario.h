@@ -65,6 +65,10 @@ struct TrainingConfig {
   // the forward, and freed, so only one chunk's logits is ever live; the backward only scales the
   // saved gradient of the head's input.
   std::int64_t loss_chunks = 1;
+  // Weight gradients accumulate over micro-batches inside the wgrad GEMM (Megatron
+  // --gradient-accumulation-fusion, Transformer Engine). false: a separate add per layer and
+  // micro-batch reads and writes the accumulated gradient (Megatron-LM 2021's main_grad hook).
+  bool gradient_accumulation_fusion = true;
 };
 
 struct ParallelConfig {
@@ -83,6 +87,10 @@ struct ParallelConfig {
   // Data-parallel gradient reduction overlapped with the backward, bucket by bucket (DDP,
   // Megatron --overlap-grad-reduce). false: reduced after the whole backward (Megatron-LM 2021).
   bool overlap_grad_reduce = true;
+  // Pipeline point-to-point transfers overlapped with compute (their own stream). false: every
+  // transfer blocks the compute stream (Megatron-LM 2021 synchronized the device after each
+  // batch_isend_irecv), with its scatter-gather of tensor-parallel slices.
+  bool overlap_p2p_comm = true;
 };
 
 struct RecomputeConfig {

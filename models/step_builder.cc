@@ -253,6 +253,12 @@ class StepBuilder {
   OpId gemm(Rank& r, const std::string& name, const std::string& cat, int layer, std::int64_t m,
             std::int64_t n, std::int64_t k) {
     sim::GemmShape shape{.m = m, .n = n, .k = k, .batch = 1, .dtype = gdtype_};
+    if (gdtype_ == sim::DType::kFp8 && !name.ends_with(".wgrad")) {
+      // Transformer Engine casts the GEMM's bf16 activation input (forward) or output gradient
+      // (dgrad), m × k elements, to FP8 and its transpose in one pass: read 2 bytes, write 1 + 1;
+      // the wgrad GEMM reuses those transposes.
+      elementwise(r, name + ".fp8_cast", cat, layer, 4 * m * k, static_cast<double>(m * k));
+    }
     sim::OpSizes sz;
     sz.gemm = shape;
     sz.flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
@@ -283,7 +289,7 @@ class StepBuilder {
     sz.attention = shape;
     sz.flops = CostModel::attention_flops(shape);
     return add(r, r.compute, name, OpKind::kAttention, cat, layer,
-               cm_.attention(r.rank, shape, d_.flash), sz);
+               cm_.attention(r.rank, shape, d_.flash, d_.dropout), sz);
   }
 
   OpId collective(Rank& r, LaneId lane, const std::string& name, const std::string& cat, int layer,
@@ -328,6 +334,31 @@ class StepBuilder {
   }
 
   std::int64_t residual_bytes() const { return d_.tokens() * d_.h * d_.e / d_.sp; }
+  // Pipeline sends. Overlapped: on their own lane. Blocking (Megatron-LM 2021, which
+  // synchronized the device after every batch_isend_irecv): on the compute lane, and each
+  // tensor-parallel rank sends only its 1/tp slice of the replicated activation (its
+  // scatter-gather optimization; the NVLink all-gather that rebuilds it is not charged).
+  LaneId p2p_lane(const Rank& r) const {
+    return s_.parallelism.overlap_p2p_comm ? r.p2p : r.compute;
+  }
+  std::int64_t p2p_bytes() const {
+    const bool scatter = !s_.parallelism.overlap_p2p_comm && d_.t > 1 && d_.sp == 1;
+    return scatter ? ceil_div(residual_bytes(), d_.t) : residual_bytes();
+  }
+  // With dropout (GPT / Megatron): bias + dropout + residual add is one fused kernel that also
+  // writes (forward) or reads (backward) a one-byte mask, and the next norm reads the sum again.
+  std::int64_t dropout_mask_bytes() const { return d_.dropout ? d_.tokens() * d_.h / d_.sp : 0; }
+  std::int64_t res1_ln2_fwd_bytes() const {
+    return (d_.dropout ? 5 : 4) * residual_bytes() + dropout_mask_bytes();
+  }
+  std::int64_t res2_fwd_bytes() const { return 3 * residual_bytes() + dropout_mask_bytes(); }
+  // Megatron-LM 2021 accumulated each micro-batch's weight gradients into param.main_grad with a
+  // separate add (read main_grad and grad, write main_grad); gradient-accumulation fusion (the
+  // wgrad GEMM accumulating in place) removed that pass.
+  void grad_accumulation(Rank& r, const std::string& name, int layer, std::int64_t params) {
+    const std::int64_t bytes = 3 * params * (gdtype_ == sim::DType::kFp32 ? 4 : 2);
+    elementwise(r, name, "compute", layer, bytes, static_cast<double>(params));
+  }
   std::int64_t norm_flops() const { return 5 * d_.tokens() * d_.h / d_.sp; }
 
   bool shard_params() const { return s_.parallelism.fsdp || s_.parallelism.zero_stage >= 3; }
@@ -556,11 +587,11 @@ class StepBuilder {
       const auto [dst_stage, dst_chunk] = next_stage(r.stage, t.chunk);
       const int dst = dst_stage * s_.parallelism.tp * s_.parallelism.dp;
       sim::OpSizes sz;
-      sz.bytes = residual_bytes();
+      sz.bytes = p2p_bytes();
       sz.peer = dst;
       const OpId send =
-          add(r, r.p2p, fmt::format("mb{}.c{}.fwd.send", lbl(t.mb), t.chunk), OpKind::kP2P, "comm",
-              -1, cm_.p2p(r.rank, dst, residual_bytes()), sz, {last});
+          add(r, p2p_lane(r), fmt::format("mb{}.c{}.fwd.send", lbl(t.mb), t.chunk), OpKind::kP2P,
+              "comm", -1, cm_.p2p(r.rank, dst, p2p_bytes()), sz, {last});
       sends_[SendKey{true, t.mb, dst_stage, dst_chunk}] = send;
     }
   }
@@ -618,7 +649,7 @@ class StepBuilder {
     push(attention(r, p + ".attn.fwd", cat, l, false));
     push(gemm(r, p + ".out_proj.fwd", cat, l, d_.tokens(), d_.h, d_.q()));
     tp_reduce(r, p + ".out_proj.tp_reduce", "comm", l);
-    push(elementwise(r, p + ".res1_ln2.fwd", cat, l, 4 * residual_bytes(), 2 * norm_flops()));
+    push(elementwise(r, p + ".res1_ln2.fwd", cat, l, res1_ln2_fwd_bytes(), 2 * norm_flops()));
     tp_gather(r, p + ".mlp.tp_allgather", "comm", l);
     const std::int64_t g = d_.gated ? 2 : 1;
     push(gemm(r, p + ".mlpwi.fwd", cat, l, d_.tokens(), d_.f * g, d_.h));
@@ -626,7 +657,7 @@ class StepBuilder {
                      static_cast<double>(8 * d_.tokens() * d_.f)));
     push(gemm(r, p + ".mlpwo.fwd", cat, l, d_.tokens(), d_.h, d_.f));
     tp_reduce(r, p + ".mlpwo.tp_reduce", "comm", l);
-    const OpId last = push(elementwise(r, p + ".res2.fwd", cat, l, 3 * residual_bytes(),
+    const OpId last = push(elementwise(r, p + ".res2.fwd", cat, l, res2_fwd_bytes(),
                                        static_cast<double>(d_.tokens() * d_.h / d_.sp)));
     for (TensorId buf : fetch.buffers) b_.op_at(last).frees.push_back(buf);
 
@@ -750,11 +781,11 @@ class StepBuilder {
       const auto [dst_stage, dst_chunk] = prev_stage(r.stage, t.chunk);
       const int dst = dst_stage * s_.parallelism.tp * s_.parallelism.dp;
       sim::OpSizes sz;
-      sz.bytes = residual_bytes();
+      sz.bytes = p2p_bytes();
       sz.peer = dst;
       const OpId send =
-          add(r, r.p2p, fmt::format("mb{}.c{}.bwd.send", lbl(t.mb), t.chunk), OpKind::kP2P, "comm",
-              -1, cm_.p2p(r.rank, dst, residual_bytes()), sz, {last});
+          add(r, p2p_lane(r), fmt::format("mb{}.c{}.bwd.send", lbl(t.mb), t.chunk), OpKind::kP2P,
+              "comm", -1, cm_.p2p(r.rank, dst, p2p_bytes()), sz, {last});
       sends_[SendKey{false, t.mb, dst_stage, dst_chunk}] = send;
     }
   }
@@ -851,7 +882,7 @@ class StepBuilder {
       }
     }
     if (rc[idx(FwdOp::kRes1)] || rc[idx(FwdOp::kLn2)]) {
-      rc_op(elementwise(r, p + ".res1_ln2.recompute", rcat, l, 4 * residual_bytes(),
+      rc_op(elementwise(r, p + ".res1_ln2.recompute", rcat, l, res1_ln2_fwd_bytes(),
                         2 * norm_flops()));
     }
     if (rc[idx(FwdOp::kMlpWi)]) {
@@ -870,7 +901,7 @@ class StepBuilder {
     }
 
     const std::string cat = "compute";
-    first_op(elementwise(r, p + ".res2.bwd", cat, l, 2 * residual_bytes(),
+    first_op(elementwise(r, p + ".res2.bwd", cat, l, 2 * residual_bytes() + dropout_mask_bytes(),
                          static_cast<double>(d_.tokens() * d_.h / d_.sp)));
     tp_gather(r, p + ".mlpwo.bwd.tp_allgather", "comm", l);
     gemm(r, p + ".mlpwo.dgrad", cat, l, d_.tokens(), d_.f, d_.h);
@@ -880,7 +911,8 @@ class StepBuilder {
     gemm(r, p + ".mlpwi.dgrad", cat, l, d_.tokens(), d_.h, d_.f * g);
     gemm(r, p + ".mlpwi.wgrad", cat, l, d_.h, d_.f * g, d_.tokens());
     tp_reduce(r, p + ".mlpwi.bwd.tp_reduce", "comm", l);
-    elementwise(r, p + ".res1_ln2.bwd", cat, l, 6 * residual_bytes(), 4 * norm_flops());
+    elementwise(r, p + ".res1_ln2.bwd", cat, l, 6 * residual_bytes() + dropout_mask_bytes(),
+                4 * norm_flops());
     tp_gather(r, p + ".out_proj.bwd.tp_allgather", "comm", l);
     gemm(r, p + ".out_proj.dgrad", cat, l, d_.tokens(), d_.q(), d_.h);
     gemm(r, p + ".out_proj.wgrad", cat, l, d_.q(), d_.h, d_.tokens());
@@ -895,6 +927,11 @@ class StepBuilder {
     for (TensorId t : reloaded) lo.frees.push_back(t);
     if (recomp_t) lo.frees.push_back(*recomp_t);
     for (TensorId buf : fetch.buffers) lo.frees.push_back(buf);
+    if (!s_.training.gradient_accumulation_fusion) {
+      grad_accumulation(r, p + ".grad_accum", l, group(r, l).params);
+      grads_done(r, l, mb, last_compute_);
+      return last_compute_;
+    }
     grads_done(r, l, mb, last);
     return last;
   }

@@ -80,11 +80,52 @@ double log_distance(const GemmShape& a, const GemmPoint& b) {
   return std::sqrt(term(a.m, b.m) + term(a.n, b.n) + term(a.k, b.k));
 }
 
+// Tile and wave quantization: useful output over the tile slots of the waves it occupies, for
+// the better of the two tile orientations.
+double wave_fill(std::int64_t m, std::int64_t n, std::int64_t batch, double sms, double tile_m,
+                 double tile_n) {
+  if (m <= 0 || n <= 0) return 1.0;
+  const double useful = static_cast<double>(m) * static_cast<double>(n) *
+                        static_cast<double>(std::max<std::int64_t>(batch, 1));
+  double best = 0.0;
+  for (const auto& [tm, tn] : {std::pair(tile_m, tile_n), std::pair(tile_n, tile_m)}) {
+    const double tiles = std::ceil(static_cast<double>(m) / tm) *
+                         std::ceil(static_cast<double>(n) / tn) *
+                         static_cast<double>(std::max<std::int64_t>(batch, 1));
+    const double waves = std::ceil(tiles / sms);
+    best = std::max(best, useful / (waves * sms * tm * tn));
+  }
+  return best;
+}
+
 }  // namespace
+
+double GemmEfficiency::shape_factor(const GemmShape& shape) const {
+  double f = 1.0;
+  const double sms = std::floor(sm_count.value);
+  const double tm = std::floor(wave_tile_m.value);
+  const double tn = std::floor(wave_tile_n.value);
+  if (sms >= 1.0 && tm >= 1.0 && tn >= 1.0) {
+    f = wave_fill(shape.m, shape.n, shape.batch, sms, tm, tn);
+  } else {
+    f = tile_fill(shape.m, tile_size.value) * tile_fill(shape.n, tile_size.value);
+  }
+  const double k0 = k_overhead_elements.value;
+  if (k0 > 0.0 && shape.k > 0) {
+    const double k = static_cast<double>(shape.k);
+    f *= k / (k + k0);
+  }
+  return f;
+}
 
 double GemmEfficiency::model_efficiency(const GemmShape& shape) const {
   double e = curve.empty() ? 1.0 : interpolate_log(curve, gemm_flops(shape));
-  e *= tile_fill(shape.m, tile_size.value) * tile_fill(shape.n, tile_size.value);
+  e *= shape_factor(shape);
+  const auto r = static_cast<std::int64_t>(reference_dim.value);
+  if (r >= 1) {
+    const double ref = shape_factor({.m = r, .n = r, .k = r, .batch = 1, .dtype = shape.dtype});
+    if (ref > 0.0) e /= ref;
+  }
   const auto align = static_cast<std::int64_t>(alignment_elements.value);
   if (align > 1 && (shape.m % align != 0 || shape.n % align != 0 || shape.k % align != 0)) {
     e *= misaligned_factor.value;
@@ -233,8 +274,9 @@ class ProfileReader {
  public:
   explicit ProfileReader(const std::string& source) : r_(source) {}
 
-  Status keys(const json& object, const std::vector<std::string>& allowed,
-              const std::string& path) const {
+  // Every key of `allowed` is required except those in `optional`.
+  Status keys(const json& object, const std::vector<std::string>& allowed, const std::string& path,
+              const std::vector<std::string>& optional = {}) const {
     if (!object.is_object()) {
       return r_.error(path, fmt::format("expected an object, got {}", json_type_name(object)));
     }
@@ -245,7 +287,11 @@ class ProfileReader {
       }
     }
     for (const std::string& key : allowed) {
-      if (!object.contains(key)) return r_.error(path, fmt::format("missing key '{}'", key));
+      if (object.contains(key) ||
+          std::find(optional.begin(), optional.end(), key) != optional.end()) {
+        continue;
+      }
+      return r_.error(path, fmt::format("missing key '{}'", key));
     }
     return ok();
   }
@@ -400,7 +446,12 @@ json profile_to_json(const CalibrationProfile& profile) {
                    {"curve", knots_to_json(p.gemm.curve)},
                    {"tile_size", figure_to_json(p.gemm.tile_size)},
                    {"alignment_elements", figure_to_json(p.gemm.alignment_elements)},
-                   {"misaligned_factor", figure_to_json(p.gemm.misaligned_factor)}};
+                   {"misaligned_factor", figure_to_json(p.gemm.misaligned_factor)},
+                   {"sm_count", figure_to_json(p.gemm.sm_count)},
+                   {"wave_tile_m", figure_to_json(p.gemm.wave_tile_m)},
+                   {"wave_tile_n", figure_to_json(p.gemm.wave_tile_n)},
+                   {"k_overhead_elements", figure_to_json(p.gemm.k_overhead_elements)},
+                   {"reference_dim", figure_to_json(p.gemm.reference_dim)}};
   j["memory_bound"] = knots_to_json(p.memory_bound);
   return j;
 }
@@ -453,8 +504,11 @@ Result<CalibrationProfile> profile_from_json(const json& root, const std::string
 
   OFFSIM_ASSIGN_OR_RETURN(const json* gemm, r.object(root, "gemm", "$"));
   OFFSIM_RETURN_IF_ERROR(
-      pr.keys(*gemm, {"points", "curve", "tile_size", "alignment_elements", "misaligned_factor"},
-              "$.gemm"));
+      pr.keys(*gemm,
+              {"points", "curve", "tile_size", "alignment_elements", "misaligned_factor",
+               "sm_count", "wave_tile_m", "wave_tile_n", "k_overhead_elements", "reference_dim"},
+              "$.gemm",
+              {"sm_count", "wave_tile_m", "wave_tile_n", "k_overhead_elements", "reference_dim"}));
   OFFSIM_ASSIGN_OR_RETURN(out.gemm.points, pr.points(*gemm, "$.gemm"));
   OFFSIM_ASSIGN_OR_RETURN(out.gemm.curve, pr.knots(*gemm, "curve", "$.gemm"));
   OFFSIM_ASSIGN_OR_RETURN(out.gemm.tile_size, pr.figure(*gemm, "tile_size", "$.gemm", false));
@@ -467,6 +521,19 @@ Result<CalibrationProfile> profile_from_json(const json& root, const std::string
                           pr.figure(*gemm, "misaligned_factor", "$.gemm", true));
   if (!(out.gemm.misaligned_factor.value > 0.0)) {
     return r.error("$.gemm.misaligned_factor.value", "expected a factor in (0, 1]");
+  }
+  // Added after format 1 was first written: optional, 0 (the older model) when absent.
+  for (const auto& [key, figure] :
+       {std::pair("sm_count", &out.gemm.sm_count), std::pair("wave_tile_m", &out.gemm.wave_tile_m),
+        std::pair("wave_tile_n", &out.gemm.wave_tile_n),
+        std::pair("k_overhead_elements", &out.gemm.k_overhead_elements),
+        std::pair("reference_dim", &out.gemm.reference_dim)}) {
+    if (!gemm->contains(key)) continue;
+    OFFSIM_ASSIGN_OR_RETURN(*figure, pr.figure(*gemm, key, "$.gemm", false));
+    // Counts and tile sides are converted to integers: keep them in a sane range.
+    if (!(figure->value <= 1e6)) {
+      return r.error(fmt::format("$.gemm.{}.value", key), "expected a value <= 1e6");
+    }
   }
   OFFSIM_ASSIGN_OR_RETURN(out.memory_bound, pr.knots(root, "memory_bound", "$"));
 

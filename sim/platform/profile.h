@@ -76,12 +76,22 @@ double interpolate_log(const std::vector<CurveKnot>& knots, double size);
 
 // GEMM efficiency surface (fraction of the dtype's dense peak).
 //
-// Model: e(shape) = curve(flops) · tile(m) · tile(n) · align(m, n, k), where
+// Model: e(shape) = curve(flops) · shape(m, n, k, batch) / shape(r, r, r, 1) · align(m, n, k):
 //  * curve is the fallback curve, piecewise linear in log(2·m·n·k·batch);
-//  * tile(d) = d / (ceil(d / tile_size) · tile_size): the tile-quantization loss of a GEMM whose
-//    output dimension d does not fill its last tile (applied to m and n only);
+//  * shape = fill(m, n, batch) · depth(k), divided by its value at the cube of side
+//    `reference_dim` where the curve's top was measured (1 when reference_dim is 0);
+//  * fill, without an SM count: tile(m) · tile(n) with tile(d) = d / (ceil(d / tile_size) ·
+//    tile_size), the tile-quantization loss of an output dimension that does not fill its last
+//    tile. With `sm_count` > 0, tile and wave quantization together: output tiles of
+//    wave_tile_m × wave_tile_n (or transposed, whichever fills better) run in waves of sm_count
+//    tiles, fill = m·n·batch / (ceil(tiles / sm_count) · sm_count · tile area);
+//  * depth(k) = k / (k + k_overhead_elements): a tile's epilogue (writing its C tile) and
+//    prologue cost about as much as k_overhead_elements steps of its main loop, so shallow
+//    products (attention's head_dim 64-128) run well below deep ones; 1 when the figure is 0;
 //  * align = misaligned_factor when any of m, n, k is not a multiple of `alignment_elements`
 //    (tensor cores then fall back to slower paths), else 1.
+// The wave and depth figures are optional in profile JSON (0 when absent: the curve-and-tile
+// model of format 1 profiles written before they existed).
 // Measured points of the same dtype correct the model: an exact shape match returns the measured
 // value; otherwise the model is scaled by the inverse-distance-weighted (in log m, log n, log k)
 // mean of measured/model ratios of the points.
@@ -91,8 +101,14 @@ struct GemmEfficiency {
   Figure tile_size;              // elements
   Figure alignment_elements;     // elements
   Figure misaligned_factor;      // multiplier (0, 1]
+  Figure sm_count;               // SMs of the GPU; 0: no wave quantization
+  Figure wave_tile_m;            // output tile of the wave model, elements
+  Figure wave_tile_n;
+  Figure k_overhead_elements;  // depth-equivalent of a tile's prologue/epilogue; 0: none
+  Figure reference_dim;        // cube side of the curve's top measurement; 0: no normalisation
   double efficiency(const GemmShape& shape) const;
   double model_efficiency(const GemmShape& shape) const;  // curve and penalties, no points
+  double shape_factor(const GemmShape& shape) const;      // fill · depth, not normalised
   bool operator==(const GemmEfficiency&) const = default;
 };
 

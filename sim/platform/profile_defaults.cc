@@ -68,6 +68,13 @@ constexpr const char* kSrcCpuFlops =
 constexpr const char* kSrcAlign =
     "assumption: tensor-core GEMMs want every dimension a multiple of 8 elements (16 bytes in "
     "bf16); misaligned shapes take slower kernels, factor 0.7 until calibrate fits it";
+constexpr const char* kSrcWaveTile =
+    "NVIDIA Deep Learning Performance Guide, Matrix Multiplication Background (wave "
+    "quantization): large fp16/bf16 cuBLAS GEMMs run 256x128 output tiles, one per SM at a time";
+constexpr const char* kSrcSms = "NVIDIA architecture whitepapers / datasheets: SMs per GPU";
+constexpr const char* kSrcReferenceDim =
+    "assumption: the best-GEMM figure (MAMF) is reached on large square shapes; taken at 8192^3 "
+    "as hardware.md's H200 figure states";
 constexpr const char* kSrcTile =
     "assumption: output tiles of 128 elements per dimension, the common cuBLAS/CUTLASS tile";
 
@@ -291,9 +298,25 @@ void no_nvlink(CalibrationProfile& p, double pcie_bytes_per_s, const char* why) 
   p.nvlink.nvls_all_reduce_bus_bytes_per_s = fig(0.0, Origin::kAssumption, why);
 }
 
-void set_gemm(CalibrationProfile& p, double best_tflops, Origin origin, const std::string& src) {
+// `sms`: the GPU's SM count (datasheet). The depth overhead k0 is derived, not fitted: a tile of
+// tm x tn outputs spends 2·tm·tn·k/P on its main loop (P = the SM's share of the dense peak)
+// and about tm·tn·e/B writing its C tile (B = the SM's share of HBM bandwidth, e bytes per
+// element), so efficiency ~ k / (k + e·P/(2·B)); with e·P the same for bf16, fp16 and fp8 on
+// these GPUs, k0 = 2 · bf16 peak / (2 · HBM peak).
+void set_gemm(CalibrationProfile& p, double best_tflops, Origin origin, const std::string& src,
+              int sms) {
   const double best = best_tflops * kTFLOP / p.gpu.dense_flops_bf16.value;
   p.gemm.curve = calculon_gemm_curve(best, origin, src);
+  p.gemm.sm_count = fig(sms, Origin::kDatasheet, kSrcSms);
+  p.gemm.wave_tile_m = fig(256, Origin::kPublished, kSrcWaveTile);
+  p.gemm.wave_tile_n = fig(128, Origin::kPublished, kSrcWaveTile);
+  const double k0 = 2.0 * p.gpu.dense_flops_bf16.value / (2.0 * p.gpu.hbm_peak_bytes_per_s.value);
+  p.gemm.k_overhead_elements =
+      fig(std::round(k0), Origin::kAssumption,
+          "derived: a tile's C write (e bytes per output at its SM's share of HBM peak) not "
+          "overlapped with its main loop (2 FLOPs per output per k at its share of the dense "
+          "peak): k0 = e · peak / (2 · HBM peak) with the bf16 peak and e = 2");
+  p.gemm.reference_dim = fig(8192, Origin::kAssumption, kSrcReferenceDim);
 }
 
 CalibrationProfile a100(bool big) {
@@ -307,7 +330,7 @@ CalibrationProfile a100(bool big) {
   p.gpu.hbm_achievable_bytes_per_s = achievable_from_h200_ratio(peak_bw);
   p.gpu.dense_flops_bf16 = fig(312 * kTFLOP, Origin::kDatasheet, kSrcGpuTable);
   derived_peaks(p, /*has_fp8=*/false);
-  set_gemm(p, 271, Origin::kPublished, std::string(kSrcMamf) + ": ~271 of 312 TFLOP/s");
+  set_gemm(p, 271, Origin::kPublished, std::string(kSrcMamf) + ": ~271 of 312 TFLOP/s", 108);
   attention_ampere(p, 271.0 / 312.0);
   host_link_gen4(p);
   nvlink_a100(p);
@@ -321,7 +344,18 @@ CalibrationProfile h100_sxm() {
   p.gpu.hbm_achievable_bytes_per_s = achievable_from_h200_ratio(3350 * kGB);
   p.gpu.dense_flops_bf16 = fig(989 * kTFLOP, Origin::kDatasheet, kSrcGpuTable);
   derived_peaks(p, true);
-  set_gemm(p, 795, Origin::kPublished, std::string(kSrcMamf) + ": ~795 of 989 TFLOP/s");
+  set_gemm(p, 795, Origin::kPublished, std::string(kSrcMamf) + ": ~795 of 989 TFLOP/s", 132);
+  // hardware.md has no FP8 GEMM measurement; without one, FP8 GEMMs would run at the bf16
+  // best-GEMM fraction of twice the bf16 peak.
+  p.gemm.points.push_back(
+      {.m = 4096,
+       .n = 7168,
+       .k = 16384,
+       .dtype = DType::kFp8,
+       .efficiency = fig(1470 * kTFLOP / p.gpu.dense_flops_fp8.value, Origin::kPublished,
+                         "deepseek-ai/DeepGEMM PR #74: 1470 TFLOP/s for a 4096x7168x16384 FP8 "
+                         "GEMM (128x160 tiles, block scaling) on H800 SXM, whose SMs and tensor "
+                         "cores are the H100 SXM's")});
   attention_hopper(p, 795.0 / 989.0);
   host_link_gen5(p, 55.5 * kGB, 56 * kGB, Origin::kPublished,
                  std::string(kSrcHostLink) + ": ~55-56 H2D, ~55-57 D2H, midpoints");
@@ -339,7 +373,7 @@ CalibrationProfile h100_pcie() {
   p.gpu.hbm_achievable_bytes_per_s = achievable_from_h200_ratio(2000 * kGB);
   p.gpu.dense_flops_bf16 = fig(756 * kTFLOP, Origin::kDatasheet, kSrcGpuTable);
   derived_peaks(p, true);
-  set_gemm(p, 600, Origin::kAssumption, "hardware.md GPUs table: ~600 (assumed 80%)");
+  set_gemm(p, 600, Origin::kAssumption, "hardware.md GPUs table: ~600 (assumed 80%)", 114);
   attention_hopper(p, 600.0 / 756.0);
   host_link_gen5(p, 55.5 * kGB, 56 * kGB, Origin::kAssumption,
                  std::string(kSrcHostLink) + ": the H100 SXM Gen5 x16 measurement applied");
@@ -359,7 +393,7 @@ CalibrationProfile h200() {
   p.gpu.dense_flops_bf16 = fig(989 * kTFLOP, Origin::kDatasheet, kSrcGpuTable);
   derived_peaks(p, true);
   const std::string src = std::string(kSrcMamf) + ": ~790 of 989 TFLOP/s at 8192^3";
-  set_gemm(p, 790, Origin::kPublished, src);
+  set_gemm(p, 790, Origin::kPublished, src, 132);
   p.gemm.points.push_back({.m = 8192,
                            .n = 8192,
                            .k = 8192,
@@ -384,7 +418,7 @@ CalibrationProfile gh200() {
       fig(3400 * kGB, Origin::kPublished, "hardware.md: STREAM ~3.4 TB/s on the 96 GB part");
   p.gpu.dense_flops_bf16 = fig(989 * kTFLOP, Origin::kDatasheet, kSrcGpuTable);
   derived_peaks(p, true);
-  set_gemm(p, 829, Origin::kPublished, std::string(kSrcMamf) + ": ~829 of 989 TFLOP/s");
+  set_gemm(p, 829, Origin::kPublished, std::string(kSrcMamf) + ": ~829 of 989 TFLOP/s", 132);
   attention_hopper(p, 829.0 / 989.0);
   host_link_c2c(p, Origin::kPublished, "");
   no_nvlink(p, 0.0, "one superchip per node: no NVLink peers");
@@ -409,7 +443,7 @@ CalibrationProfile blackwell(bool grace) {
       fig(2250 * kTFLOP, grace ? Origin::kAssumption : Origin::kDatasheet, kSrcGpuTable + note);
   derived_peaks(p, true);
   set_gemm(p, 1745, grace ? Origin::kAssumption : Origin::kPublished,
-           std::string(kSrcMamf) + ": ~1,745 of 2,250 TFLOP/s" + note);
+           std::string(kSrcMamf) + ": ~1,745 of 2,250 TFLOP/s" + note, 148);
   p.attention.flash_fwd =
       fig(0.75, Origin::kAssumption,
           "assumption: FlashAttention-class kernels reach the Hopper FA3 fraction (~75%) forward");

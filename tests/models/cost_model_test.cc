@@ -71,12 +71,22 @@ TEST(CostModelTest, SmallGemmFollowsTheCurve) {
   auto f = make("dgx-a100-80gb", {{.rank = 0}});
   // 1024 × 1024 × 512 = 1.07 GFLOP (2·m·n·k): between the 1 and 16 GFLOP knots of the A100
   // curve, whose values are Calculon's 0.60 and 0.90 scaled by (271/312)/0.95.
+  // Shape terms (A100: 108 SMs, 256x128 tiles, k0 = 2 · 312e12 / (2 · 2039e9) = 153): the
+  // 1024² output is 4 x 8 = 32 tiles, one wave of 108 slots, fill 1024² / (108 · 256 · 128) =
+  // 0.2963; depth 512 / (512 + 153) = 0.7699. Both relative to the reference 8192³: 2048 tiles
+  // in 19 waves, fill 8192² / (19 · 108 · 32768) = 0.99805, depth 8192 / 8345.
   const sim::GemmShape shape{.m = 1024, .n = 1024, .k = 512};
   const double flops = 2.0 * 1024 * 1024 * 512;
   const double scale = (271.0 / 312.0) / 0.95;
-  const double eff = scale * (0.60 + 0.30 * std::log(flops / 1e9) / std::log(16.0));
+  const double curve = scale * (0.60 + 0.30 * std::log(flops / 1e9) / std::log(16.0));
+  const double fill = 1024.0 * 1024.0 / (108.0 * 256 * 128);
+  const double ref = 8192.0 * 8192.0 / (19.0 * 108 * 256 * 128) * (8192.0 / 8345.0);
+  const double eff = curve * fill * (512.0 / 665.0) / ref;
   const sim::OpCost c = f.cm.gemm(0, shape);
   EXPECT_NEAR(c.max_rate, eff * 312e12, 1e3);
+  // About 0.13 of peak (curve 0.56 · fill 0.30 · depth 0.77 / 0.98): a small GEMM fills less
+  // than a third of one wave.
+  EXPECT_NEAR(eff, 0.129, 0.001);
 }
 
 TEST(CostModelTest, AttentionFlopsAndRoofline) {
@@ -91,13 +101,52 @@ TEST(CostModelTest, AttentionFlopsAndRoofline) {
   auto f = make("dgx-h100", {{.rank = 0}});
   // Flash forward at 75% of 989 TFLOP/s.
   EXPECT_NEAR(f.cm.attention(0, fwd, true).max_rate, 0.75 * 989e12, 1e3);
-  // The classic form moves the 32 × 4096² bf16 score matrix 4 times through HBM: 4.29 GB of
-  // traffic, which at 3350 · 4.3/4.8 = 3001 GB/s takes 1.43 ms — longer than its FLOPs.
-  const sim::OpCost classic = f.cm.attention(0, fwd, false);
-  const double hbm = 3350e9 * 4.3 / 4.8;
-  const double scores = 32.0 * 4096 * 4096 * 2;
-  const double qkvo = (2.0 * 32 * 4096 * 128 + 2.0 * 8 * 4096 * 128) * 2;
-  EXPECT_NEAR(seconds(f.cm.alone(classic)), (4 * scores + qkvo) / hbm + 2e-6, 2e-9);
+}
+
+TEST(CostModelTest, ClassicAttentionIsItsKernelsInSequence) {
+  auto f = make("dgx-h100", {{.rank = 0}});
+  const auto& p = f.profile;
+  const sim::AttentionShape fwd{
+      .batch = 1, .heads = 32, .kv_heads = 32, .seq_q = 4096, .seq_kv = 4096, .head_dim = 128};
+  const double peak = 989e12;
+  const double hbm = 3350e9;
+  // One batched GEMM over the 32 heads: FLOPs at the GEMM surface's efficiency, or its A, B, C
+  // bytes at the memory-bound efficiency when slower.
+  const auto bmm = [&](std::int64_t m, std::int64_t n, std::int64_t k) {
+    const double flops = 2.0 * m * n * k * 32;
+    const double io = (m * k + k * n + m * n) * 32.0 * 2;
+    const double eff = p.gemm.efficiency({.m = m, .n = n, .k = k, .batch = 32});
+    return std::max(flops / (eff * peak), io / (p.memory_bound_efficiency(io) * hbm));
+  };
+  const auto pass = [&](double bytes) { return bytes / (p.memory_bound_efficiency(bytes) * hbm); };
+  // QK^T has depth 128 against k0 = 295: 128 / 423 of a deep GEMM's efficiency, and the
+  // 125 waves of 132 tiles are 99.3% full: 0.804 · 0.993 · (128/423) / (0.9697 · 8192/8487) =
+  // 0.258 of peak.
+  EXPECT_NEAR(p.gemm.efficiency({.m = 4096, .n = 4096, .k = 128, .batch = 32}), 0.258, 0.001);
+  const double scores = 32.0 * 4096 * 4096 * 2;  // 1.07 GB of bf16 scores
+  const double context = 2.0 * 32 * 4096 * 128 * 2;
+  // Forward: S = QK^T, softmax (read S, write P), O = PV, the context's permute copy.
+  const double t_fwd =
+      bmm(4096, 4096, 128) + pass(2 * scores) + bmm(4096, 128, 4096) + pass(context);
+  const ClassicAttentionTime t = f.cm.classic_attention_time(fwd, false);
+  EXPECT_NEAR(t.seconds, t_fwd, 1e-12);
+  EXPECT_EQ(t.kernels, 4);
+  // The whole 4096² product is computed (the causal mask does not skip work): twice the causal
+  // FLOPs of attention_flops.
+  EXPECT_DOUBLE_EQ(t.flops, 2.0 * CostModel::attention_flops(fwd));
+  // Alone on idle resources: the kernels' time plus four launch gaps (2 µs each); the total
+  // traffic at the achievable 3001 GB/s is faster than the sum.
+  EXPECT_NEAR(seconds(f.cm.alone(f.cm.attention(0, fwd, false))), t_fwd + 4 * 2e-6, 2e-9);
+  // Dropout adds one pass: read P, write the dropped P and its one-byte mask.
+  const ClassicAttentionTime td = f.cm.classic_attention_time(fwd, true);
+  EXPECT_NEAR(td.seconds - t.seconds, pass(2 * scores + scores / 2), 1e-12);
+  // Backward: 4 batched GEMMs, the softmax backward (read dP and P, write dS) and the context
+  // gradient's copy.
+  sim::AttentionShape bwd = fwd;
+  bwd.backward = true;
+  const double t_bwd = pass(context) + bmm(4096, 128, 4096) + bmm(4096, 4096, 128) +
+                       pass(3 * scores) + bmm(4096, 128, 4096) + bmm(4096, 128, 4096);
+  EXPECT_NEAR(f.cm.classic_attention_time(bwd, false).seconds, t_bwd, 1e-12);
 }
 
 TEST(CostModelTest, MemoryBoundKernelOnHbm) {

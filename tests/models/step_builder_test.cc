@@ -252,6 +252,90 @@ TEST(Evaluate, GradientReduceAfterBackwardIsExposed) {
   EXPECT_GT(after.time.exposed_comm_s, overlapped.time.exposed_comm_s);
 }
 
+TEST(BuildStep, Fp8GemmsCastTheirInputs) {
+  // Every FP8 forward and dgrad GEMM is preceded by Transformer Engine's cast-transpose of its
+  // m × k input (4 bytes per element: read bf16, write FP8 and its transpose); wgrad GEMMs are
+  // not, and bf16 steps have no casts.
+  Scenario s = base("llama3-8b", "dgx-h100");
+  s.parallelism = {.dp = 8};
+  s.training.compute_dtype = sim::DType::kFp8;
+  auto step = build_step(s);
+  ASSERT_TRUE(step) << step.error().message;
+  const auto& ops = step->plan.ops;
+  int casts = 0;
+  for (std::size_t i = 0; i + 1 < ops.size(); ++i) {
+    if (!ops[i].name.ends_with(".fp8_cast")) continue;
+    ++casts;
+    const sim::Op& g = ops[i + 1];
+    ASSERT_EQ(g.kind, sim::OpKind::kGemm) << ops[i].name;
+    EXPECT_EQ(ops[i].name, g.name + ".fp8_cast");
+    EXPECT_FALSE(g.name.ends_with(".wgrad"));
+    EXPECT_EQ(ops[i].sizes.bytes, 4 * g.sizes.gemm.m * g.sizes.gemm.k) << g.name;
+  }
+  int fp8_gemms = 0;
+  for (const sim::Op& op : ops) {
+    if (op.kind == sim::OpKind::kGemm && !op.name.ends_with(".wgrad")) ++fp8_gemms;
+  }
+  EXPECT_EQ(casts, fp8_gemms);
+  EXPECT_GT(casts, 0);
+  s.training.compute_dtype = sim::DType::kBf16;
+  auto bf16 = build_step(s);
+  ASSERT_TRUE(bf16);
+  for (const sim::Op& op : bf16->plan.ops) EXPECT_FALSE(op.name.ends_with(".fp8_cast"));
+}
+
+TEST(BuildStep, Megatron2021OptionsAddTheirOps) {
+  // megatron-1.7b on 2 stages of TP 2: blocking pipeline sends go on the compute lane and carry
+  // the TP rank's half of the b·s·h fp16 activation (1 · 2048 · 2304 · 2 / 2 = 4,718,592 bytes);
+  // unfused accumulation adds one add per layer and micro-batch over its 3 · params · 2 bytes.
+  Scenario s = base("megatron-1.7b", "dgx-a100-80gb");
+  s.model.attention = ModelArch::AttentionImpl::kClassic;
+  s.training.compute_dtype = sim::DType::kFp16;
+  s.parallelism = {.dp = 2, .tp = 2, .pp = 2};
+  auto overlapped = build_step(s);
+  ASSERT_TRUE(overlapped);
+  s.parallelism.overlap_p2p_comm = false;
+  s.training.gradient_accumulation_fusion = false;
+  auto blocking = build_step(s);
+  ASSERT_TRUE(blocking) << blocking.error().message;
+  EXPECT_TRUE(sim::validate(blocking->plan));
+  const auto count = [](const sim::Plan& plan, const std::string& suffix, bool on_compute,
+                        std::int64_t bytes) {
+    int n = 0;
+    for (const sim::Op& op : plan.ops) {
+      if (!op.name.ends_with(suffix)) continue;
+      const bool compute = plan.lanes[op.lane.index()].name.ends_with(".compute");
+      if (compute == on_compute && op.sizes.bytes == bytes) ++n;
+    }
+    return n;
+  };
+  const std::int64_t full = 2048 * 2304 * 2;
+  // Global batch 8 over dp 2: 4 micro-batches, one forward send (stage 0) and one backward send
+  // (stage 1) each.
+  EXPECT_EQ(count(overlapped->plan, ".send", false, full), 8);
+  EXPECT_EQ(count(blocking->plan, ".send", true, full / 2), 8);
+  // The accumulation reads the accumulated and the new fp16 gradient and writes the sum: 3 · 2
+  // bytes per parameter of the layer on its TP-2 rank (about 12h²/2 = 31.9M parameters).
+  const std::int64_t per_layer = 6 * layer_parameter_count_per_rank(s.model, 2);
+  EXPECT_NEAR(static_cast<double>(per_layer), 6.0 * 12 * 2304 * 2304 / 2, 0.01 * per_layer);
+  int accum = 0;
+  for (const sim::Op& op : blocking->plan.ops) {
+    if (!op.name.ends_with(".grad_accum")) continue;
+    ++accum;
+    EXPECT_EQ(op.sizes.bytes, per_layer) << op.name;
+  }
+  // 24 layers over 2 stages, 4 micro-batches: 12 layers · 4 per stage, 2 stages.
+  EXPECT_EQ(accum, 24 * 4);
+  for (const sim::Op& op : overlapped->plan.ops) EXPECT_FALSE(op.name.ends_with(".grad_accum"));
+  // Both cost time: the blocking, unfused step is slower.
+  EXPECT_GT(run(s).step_time_s, [&] {
+    Scenario o = s;
+    o.parallelism.overlap_p2p_comm = true;
+    o.training.gradient_accumulation_fusion = true;
+    return run(o).step_time_s;
+  }());
+}
+
 }  // namespace
 }  // namespace offsim::models
 

@@ -75,17 +75,21 @@ models::Scenario read_scenario(const YAML::Node& n, const std::string& where) {
   s.hardware.system = get<std::string>(h, "system", where);
   s.hardware.nodes = h["nodes"] ? h["nodes"].as<int>() : 1;
   const YAML::Node t = n["training"];
-  check_keys(t, {"global_batch", "micro_batch", "seq_len", "dtype"}, where + ".training");
+  check_keys(t, {"global_batch", "micro_batch", "seq_len", "dtype", "gradient_accumulation_fusion"},
+             where + ".training");
   s.training.global_batch = get<std::int64_t>(t, "global_batch", where);
   s.training.micro_batch = get<std::int64_t>(t, "micro_batch", where);
   s.training.seq_len = get<std::int64_t>(t, "seq_len", where);
   auto dt = sim::dtype_from_string(get<std::string>(t, "dtype", where));
   if (!dt) die(where + ": training.dtype: expected fp32, bf16, fp16 or fp8");
   s.training.compute_dtype = *dt;
+  if (t["gradient_accumulation_fusion"]) {
+    s.training.gradient_accumulation_fusion = t["gradient_accumulation_fusion"].as<bool>();
+  }
   const YAML::Node p = n["parallelism"];
   check_keys(p,
              {"dp", "tp", "pp", "sequence_parallel", "zero_stage", "fsdp", "schedule",
-              "virtual_stages", "overlap_grad_reduce"},
+              "virtual_stages", "overlap_grad_reduce", "overlap_p2p_comm"},
              where + ".parallelism");
   s.parallelism.dp = get<int>(p, "dp", where);
   s.parallelism.tp = get<int>(p, "tp", where);
@@ -97,6 +101,7 @@ models::Scenario read_scenario(const YAML::Node& n, const std::string& where) {
   if (p["overlap_grad_reduce"]) {
     s.parallelism.overlap_grad_reduce = p["overlap_grad_reduce"].as<bool>();
   }
+  if (p["overlap_p2p_comm"]) s.parallelism.overlap_p2p_comm = p["overlap_p2p_comm"].as<bool>();
   if (p["schedule"]) {
     auto sc = models::pipeline_schedule_from_string(p["schedule"].as<std::string>());
     if (!sc) die(where + ": parallelism.schedule: expected 1f1b or interleaved_1f1b");

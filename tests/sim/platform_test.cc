@@ -149,7 +149,12 @@ TEST(ProfileTest, InterpolatesOnLogSize) {
 }
 
 TEST(ProfileTest, GemmEfficiencyPenalisesPartialTilesAndMisalignment) {
-  const auto p = *builtin_profile("h100-sxm");
+  // The model of profiles without the wave and depth figures (format 1 files written before
+  // they existed): curve × tile fill of 128-element tiles × alignment.
+  auto p = *builtin_profile("h100-sxm");
+  p.gemm.sm_count.value = 0;
+  p.gemm.k_overhead_elements.value = 0;
+  p.gemm.reference_dim.value = 0;
   const double best = 795.0 / 989.0;
   // 8192^3 = 1.1 TFLOP, above the top knot (128 GFLOP): the measured best GEMM fraction.
   EXPECT_NEAR(p.gemm.efficiency({.m = 8192, .n = 8192, .k = 8192}), best, 1e-12);
@@ -157,6 +162,50 @@ TEST(ProfileTest, GemmEfficiencyPenalisesPartialTilesAndMisalignment) {
   EXPECT_NEAR(p.gemm.efficiency({.m = 8256, .n = 8192, .k = 8192}), best * 8256.0 / 8320.0, 1e-12);
   // k = 8191 is not a multiple of 8: × 0.7.
   EXPECT_NEAR(p.gemm.efficiency({.m = 8192, .n = 8192, .k = 8191}), best * 0.7, 1e-12);
+}
+
+TEST(ProfileTest, GemmEfficiencyHasWaveAndDepthTerms) {
+  const auto p = *builtin_profile("h100-sxm");
+  const double best = 795.0 / 989.0;
+  // H100: 132 SMs, 256x128 tiles; k0 = 2 · 989e12 / (2 · 3350e9) = 295.2 -> 295 elements.
+  EXPECT_EQ(p.gemm.sm_count.value, 132);
+  EXPECT_EQ(p.gemm.k_overhead_elements.value, 295);
+  // The reference shape 8192^3 gets the measured best exactly (the shape factor is normalised).
+  EXPECT_NEAR(p.gemm.efficiency({.m = 8192, .n = 8192, .k = 8192}), best, 1e-12);
+  // Wave quantization: 256 x 16896 = 1 x 132 tiles of 256x128 (or 2 x 66 of 128x256): one full
+  // wave. 264 rows need 2 x 132 (or 3 x 66 = 198) tiles: two waves of 132 tile slots for
+  // 264/256 of the work, fill 264 / 512. k = 16384 keeps both above the curve's top knot
+  // (2 · 256 · 16896 · 16384 = 142 GFLOP), and 264 is a multiple of 8 (aligned).
+  const double full = p.gemm.efficiency({.m = 256, .n = 16896, .k = 16384});
+  const double over = p.gemm.efficiency({.m = 264, .n = 16896, .k = 16384});
+  EXPECT_NEAR(over / full, 264.0 / 512.0, 1e-12);
+  // Depth: k = 128 against k = 8192 on the same output: (128 / 423) / (8192 / 8487).
+  EXPECT_NEAR(p.gemm.shape_factor({.m = 8192, .n = 8192, .k = 128}) /
+                  p.gemm.shape_factor({.m = 8192, .n = 8192, .k = 8192}),
+              (128.0 / 423.0) / (8192.0 / 8487.0), 1e-12);
+  // k = 8191 is not a multiple of 8: × 0.7, and its depth term (8191 / 8486) against the
+  // reference's (8192 / 8487).
+  EXPECT_NEAR(p.gemm.efficiency({.m = 8192, .n = 8192, .k = 8191}),
+              best * 0.7 * (8191.0 / 8486.0) / (8192.0 / 8487.0), 1e-12);
+}
+
+TEST(ProfileTest, ProfilesWithoutTheWaveFiguresStillLoad) {
+  json j = profile_to_json(*builtin_profile("a100-80gb"));
+  for (const char* key :
+       {"sm_count", "wave_tile_m", "wave_tile_n", "k_overhead_elements", "reference_dim"}) {
+    j["gemm"].erase(key);
+  }
+  auto p = profile_from_json(j, "old.json");
+  ASSERT_TRUE(p.has_value()) << p.error().message;
+  EXPECT_EQ(p->gemm.sm_count.value, 0.0);
+  EXPECT_EQ(p->gemm.k_overhead_elements.value, 0.0);
+  // Without them, the curve and 128-element tile model: 8256 rows fill 8256 / 8320 of 65 tiles.
+  EXPECT_NEAR(p->gemm.efficiency({.m = 8256, .n = 8192, .k = 8192}),
+              271.0 / 312.0 * 8256.0 / 8320.0, 1e-12);
+  j["gemm"]["sm_count"] = json{{"value", 1e9}, {"origin", "measured"}, {"source", "x"}};
+  auto bad = profile_from_json(j, "old.json");
+  ASSERT_FALSE(bad.has_value());
+  EXPECT_NE(bad.error().message.find("$.gemm.sm_count.value"), std::string::npos);
 }
 
 TEST(ProfileTest, MeasuredGemmPointsOverrideTheCurve) {
