@@ -7,6 +7,7 @@
 //   if (e.timeline) write_chrome_trace(*e.timeline, "step.json");
 #pragma once
 
+#include <atomic>
 #include <optional>
 
 #include "models/report.h"
@@ -22,6 +23,7 @@ struct EvalOptions {
   bool keep_timeline = false;  // return the predicted Timeline (spans and memory samples)
   bool keep_plan = false;      // return the Plan
   BuildOptions build;
+  const std::atomic<bool>* cancel = nullptr;  // polled by the engine; set: fails with kCancelled
 };
 
 struct Evaluation {
