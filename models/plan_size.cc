@@ -252,8 +252,9 @@ std::string describe(const PlanSize& size) {
   const double gib = size.bytes / static_cast<double>(std::int64_t{1} << 30);
   return fmt::format("{} ops, {} tensors, {} deps, about {} of plan and timeline", count(size.ops),
                      count(size.tensors), count(size.deps),
-                     gib >= 1.0 ? fmt::format("{:.1f} GiB", gib)
-                                : fmt::format("{:.0f} MiB", size.bytes / (1 << 20)));
+                     gib >= 1024.0 ? fmt::format("{:.1f} TiB", gib / 1024.0)
+                     : gib >= 1.0  ? fmt::format("{:.1f} GiB", gib)
+                                   : fmt::format("{:.0f} MiB", size.bytes / (1 << 20)));
 }
 
 }  // namespace offsim::models
