@@ -442,6 +442,7 @@ sim::Result<Evaluation> evaluate(const Scenario& scenario, const EvalOptions& op
   sim_options.record_spans = true;
   sim_options.record_memory = options.keep_timeline;
   sim_options.validate_plan = false;  // build_step's plans are valid by construction (tested)
+  sim_options.cancel = options.cancel;
   OFFSIM_ASSIGN_OR_RETURN(sim::SimResult result, sim::simulate(step.plan, sim_options));
   Evaluation e;
   e.report = make_report(scenario, step, result.timeline);

@@ -7,6 +7,7 @@
 //   if (e.timeline) write_chrome_trace(*e.timeline, "step.json");
 #pragma once
 
+#include <atomic>
 #include <optional>
 #include <string>
 
@@ -27,6 +28,7 @@ struct EvalOptions {
   // simulation's. Never with keep_timeline or keep_plan.
   bool steady_state = true;
   BuildOptions build;
+  const std::atomic<bool>* cancel = nullptr;  // polled by the engine; set: fails with kCancelled
 };
 
 struct Evaluation {

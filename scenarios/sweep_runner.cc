@@ -65,7 +65,7 @@ std::string number(double v) { return fmt::format("{}", v); }
 }  // namespace
 
 PointOutcome evaluate_document(const Node& doc, const std::string& base_dir,
-                               const models::EvalOptions& options) {
+                               const models::EvalOptions& options, const ResourceLimits& limits) {
   PointOutcome out;
   auto scenario = scenario_from_document(doc, base_dir);
   if (!scenario) {
@@ -74,6 +74,12 @@ PointOutcome evaluate_document(const Node& doc, const std::string& base_dir,
     return out;
   }
   if (auto status = check_loaded(*scenario, doc); !status) {
+    out.error = status.error().message;
+    return out;
+  }
+  if (auto status =
+          check_plan_size(*scenario, limits, {.with_memory_samples = options.keep_timeline});
+      !status) {
     out.error = status.error().message;
     return out;
   }
@@ -250,7 +256,7 @@ std::string PreparedSweep::row(std::int64_t k, bool* error) const {
   if (!doc) {
     outcome.error = doc.error().message;
   } else {
-    outcome = evaluate_document(*doc, file->base_dir, eval);
+    outcome = evaluate_document(*doc, file->base_dir, eval, limits);
   }
   if (error != nullptr) *error = !outcome.report.has_value();
   return format_row(format, index, file->path, axes, outcome);
@@ -265,6 +271,7 @@ sim::Result<PreparedSweep> prepare_sweep(const ScenarioFile& file, const SweepRu
   PreparedSweep p;
   p.file = &file;
   p.eval = options.eval;
+  p.limits = options.limits;
   p.spec = file.sweep.value_or(SweepSpec{});
   for (std::int64_t i = options.shard_index; i < p.spec.size(); i += options.shard_count)
     p.points.push_back(i);
@@ -333,22 +340,46 @@ sim::Result<SweepSummary> run_sweep(const ScenarioFile& file, const SweepRunOpti
 
   const std::int64_t first = summary.resumed;
   const std::int64_t todo = summary.shard_points - first;
+  // The whole sweep's time limit: the watchdog cancels the evaluations in flight, and no row
+  // produced after it fired is written (it may come from a cancelled evaluation).
+  std::atomic<bool> cancel{false};
+  if (options.limits.time_limit_s > 0.0) p.eval.cancel = &cancel;
+  Watchdog watchdog(options.limits.time_limit_s, cancel);
+  std::int64_t written = 0;
   std::atomic<std::int64_t> errors{0};
   auto work = [&](std::int64_t k) {
+    if (cancel.load()) return std::string();
     bool error = false;
     std::string row = p.row(first + k, &error);
     if (error) errors.fetch_add(1, std::memory_order_relaxed);
     return row;
   };
   auto sink = [&](std::int64_t, std::vector<std::string>& rows) -> sim::Status {
-    if (out) return out->append(rows);
+    if (cancel.load()) {
+      const std::int64_t done = first + written;
+      return sim::fail(time_limit_error(
+          options.limits.time_limit_s,
+          fmt::format("sweeping: {} of {} points done{}", done, summary.shard_points,
+                      out ? fmt::format(" and kept in {}; rerun with --resume to continue",
+                                        options.out_path)
+                          : "")));
+    }
+    if (out) {
+      OFFSIM_RETURN_IF_ERROR(out->append(rows));
+      written += static_cast<std::int64_t>(rows.size());
+      return sim::ok();
+    }
+    written += static_cast<std::int64_t>(rows.size());
     for (const std::string& row : rows) std::fputs((row + "\n").c_str(), stdout);
     std::fflush(stdout);
     return sim::ok();
   };
   Progress progress(todo, options.progress, options.progress_interval_s);
   auto tick = [&](std::int64_t done) { progress.update(done); };
-  OFFSIM_RETURN_IF_ERROR(run_ordered(todo, options.jobs, work, sink, tick));
+  if (sim::Status st = run_ordered(todo, options.jobs, work, sink, tick); !st) {
+    progress.finish(written);
+    return sim::fail(st.error());
+  }
   progress.finish(todo);
 
   summary.evaluated = todo;

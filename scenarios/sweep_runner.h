@@ -20,6 +20,7 @@
 
 #include "models/evaluate.h"
 #include "scenarios/document.h"
+#include "scenarios/resource_limits.h"
 #include "scenarios/results_file.h"
 #include "scenarios/scenario_loader.h"
 #include "sim/core/result.h"
@@ -34,8 +35,10 @@ struct PointOutcome {
   bool input_error = false;  // a schema error: the sweep itself is wrong, not this point
 };
 
+// A point whose estimated plan exceeds `limits` (check_plan_size) is an error row.
 PointOutcome evaluate_document(const Node& doc, const std::string& base_dir,
-                               const models::EvalOptions& options = {});
+                               const models::EvalOptions& options = {},
+                               const ResourceLimits& limits = {});
 
 enum class RowFormat { kCsv, kJsonl };
 
@@ -53,6 +56,9 @@ struct SweepRunOptions {
   bool progress = true;  // on stderr: a bar on a terminal, a line every few s otherwise
   double progress_interval_s = 5.0;
   models::EvalOptions eval;
+  // Plan-size limits per point (over them: an error row); time_limit_s bounds the whole sweep:
+  // rows finished by then stay in the file and run_sweep fails with kLimitExceeded.
+  ResourceLimits limits;
 };
 
 struct SweepSummary {
@@ -84,6 +90,7 @@ struct PreparedSweep {
   ResultsFile::Spec file_spec;
   OpenMode mode = OpenMode::kCreate;
   models::EvalOptions eval;
+  ResourceLimits limits;
 
   // Evaluates the k-th point of this shard and formats its row; `error` tells whether the row
   // is an error row.

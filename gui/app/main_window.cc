@@ -12,15 +12,16 @@
 #include <QPushButton>
 #include <QStatusBar>
 #include <QTabWidget>
-#include <QThread>
 #include <QToolBar>
 #include <QVBoxLayout>
+#include <algorithm>
+#include <optional>
 
 #include "gui/app/colours.h"
 #include "gui/app/memory_view.h"
-#include "gui/app/scenario_runner.h"
 #include "gui/app/sweep_view.h"
 #include "gui/app/timeline_view.h"
+#include "gui/model/scenario_runner.h"
 
 namespace offsim::gui {
 namespace {
@@ -140,9 +141,7 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
 
 MainWindow::~MainWindow() {
   cancel_background();
-  for (const QPointer<QThread>& t : threads_) {
-    if (t) t->wait();
-  }
+  tasks_.clear();  // each task cancels and joins its thread
 }
 
 template <class T>
@@ -150,41 +149,50 @@ void MainWindow::run_in_background(
     const QString& what, std::function<T(const std::atomic<bool>*, const ProgressFn&)> work,
     std::function<void(T)> done) {
   cancel_background();
-  auto cancel = std::make_shared<std::atomic<bool>>(false);
-  cancel_ = cancel;
+  tasks_.erase(std::remove_if(tasks_.begin(), tasks_.end(),
+                              [](const std::unique_ptr<BackgroundTask>& t) { return t->done(); }),
+               tasks_.end());
   set_busy(what);
+  const std::uint64_t generation = ++generation_;
   QPointer<MainWindow> self(this);
-  QThread* thread = QThread::create([self, cancel, work = std::move(work), done = std::move(done)] {
-    ProgressFn progress = [self, cancel](double f) {
-      QMetaObject::invokeMethod(
-          qApp,
-          [self, cancel, f] {
-            if (self && !cancel->load()) self->progress_->setValue(static_cast<int>(f * 1000));
-          },
-          Qt::QueuedConnection);
-    };
-    auto result = std::make_shared<T>(work(cancel.get(), progress));
+  auto result = std::make_shared<std::optional<T>>();
+  // Progress and the result travel to the GUI thread as queued calls; there only the current
+  // generation's arrive.
+  ProgressFn progress = [self, generation](double f) {
     QMetaObject::invokeMethod(
         qApp,
-        [self, cancel, result, done] {
-          if (!self || cancel->load()) return;
-          self->set_idle({});
-          done(std::move(*result));
+        [self, generation, f] {
+          if (self && self->generation_ == generation && self->current_ != nullptr) {
+            self->progress_->setValue(static_cast<int>(f * 1000));
+          }
         },
         Qt::QueuedConnection);
-  });
-  connect(thread, &QThread::finished, thread, &QObject::deleteLater);
-  threads_.erase(std::remove_if(threads_.begin(), threads_.end(),
-                                [](const QPointer<QThread>& t) { return t.isNull(); }),
-                 threads_.end());
-  threads_.push_back(thread);
-  thread->start();
+  };
+  BackgroundTask::Finished finished = [self, generation, result, done](bool cancelled) {
+    if (cancelled) return;
+    QMetaObject::invokeMethod(
+        qApp,
+        [self, generation, result, done] {
+          if (!self || self->generation_ != generation || self->current_ == nullptr) return;
+          self->current_ = nullptr;
+          self->set_idle({});
+          done(std::move(**result));
+        },
+        Qt::QueuedConnection);
+  };
+  tasks_.push_back(std::make_unique<BackgroundTask>(
+      [result, work = std::move(work)](const std::atomic<bool>* cancel, const ProgressFn& report) {
+        result->emplace(work(cancel, report));
+      },
+      std::move(progress), std::move(finished)));
+  current_ = tasks_.back().get();
 }
 
 void MainWindow::cancel_background() {
-  if (cancel_) {
-    cancel_->store(true);
-    cancel_.reset();
+  if (current_ != nullptr) {
+    current_->cancel();
+    current_ = nullptr;
+    ++generation_;
     set_idle("cancelled");
   }
 }
@@ -310,8 +318,9 @@ void MainWindow::run_scenario_clicked() {
   run_in_background<Out>(
       QString("running %1…").arg(QFileInfo(scenario_path_->text()).fileName()),
       [path, overrides](const std::atomic<bool>* cancel, const ProgressFn& progress) -> Out {
-        OFFSIM_ASSIGN_OR_RETURN(ScenarioRun run, run_scenario(path, overrides));
-        progress(0.5);
+        OFFSIM_ASSIGN_OR_RETURN(ScenarioRun run,
+                                run_scenario(path, overrides, std::nullopt, cancel,
+                                             [&progress](double f) { progress(0.8 * f); }));
         std::vector<sim::Timeline> timelines;
         if (run.timeline) timelines.push_back(std::move(*run.timeline));
         run.timeline.reset();
@@ -351,7 +360,7 @@ void MainWindow::run_sweep_point(int row) {
   run_in_background<Out>(
       QString("simulating sweep point %1…").arg(index),
       [path, index](const std::atomic<bool>* cancel, const ProgressFn& progress) -> Out {
-        OFFSIM_ASSIGN_OR_RETURN(ScenarioRun run, run_scenario(path, {}, index));
+        OFFSIM_ASSIGN_OR_RETURN(ScenarioRun run, run_scenario(path, {}, index, cancel));
         std::vector<sim::Timeline> timelines;
         if (run.timeline) timelines.push_back(std::move(*run.timeline));
         return data_set_from_timelines(std::move(timelines), cancel, progress);

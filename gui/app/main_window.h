@@ -12,10 +12,12 @@
 #include <QPointer>
 #include <QStringList>
 #include <atomic>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <vector>
 
+#include "gui/model/background_task.h"
 #include "gui/model/data_set.h"
 
 class QLabel;
@@ -82,8 +84,11 @@ class MainWindow : public QMainWindow {
   QStringList timeline_paths_;
   QString sweep_path_;
   std::shared_ptr<const SweepTable> sweep_;
-  std::shared_ptr<std::atomic<bool>> cancel_;
-  std::vector<QPointer<QThread>> threads_;
+  // Worker tasks (gui/model/background_task.h): the current one and cancelled ones still
+  // finishing. A result reaches the window only from the task of the current generation.
+  std::vector<std::unique_ptr<BackgroundTask>> tasks_;
+  BackgroundTask* current_ = nullptr;
+  std::uint64_t generation_ = 0;
 };
 
 }  // namespace offsim::gui

@@ -7,6 +7,9 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
+#include <atomic>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <limits>
@@ -22,6 +25,7 @@
 #include "scenarios/cli/sweep_mpi.h"
 #include "scenarios/policy_search.h"
 #include "scenarios/report_format.h"
+#include "scenarios/resource_limits.h"
 #include "scenarios/scenario_loader.h"
 #include "scenarios/sweep_runner.h"
 #include "sim/core/file_io.h"
@@ -35,6 +39,7 @@ namespace offsim::cli {
 namespace {
 
 using scenarios::NamedReport;
+using scenarios::ResourceLimits;
 using scenarios::ScenarioFile;
 
 int exit_code(const sim::Error& error) {
@@ -78,6 +83,54 @@ sim::Error eval_error(const sim::Error& error, const std::string& path) {
   return sim::Error{error.code, fmt::format("{}: {}", path, error.message)};
 }
 
+// The plan-size and memory flags of run, sweep, plan, replay and validate; --time-limit where
+// `time_help` is given.
+// A number above zero, with a one-line message naming the flag otherwise.
+const CLI::Validator kAboveZero(
+    [](std::string& text) -> std::string {
+      try {
+        std::size_t used = 0;
+        const double v = std::stod(text, &used);
+        if (used == text.size() && v > 0.0 && std::isfinite(v)) return {};
+      } catch (const std::exception&) {
+      }
+      return "expected a number above 0, got " + text;
+    },
+    "NUMBER > 0");
+
+void add_limit_options(CLI::App* cmd, ResourceLimits& limits, const char* time_help) {
+  cmd->add_option("--max-plan-ops", limits.max_plan_ops,
+                  fmt::format("refuse scenarios whose step has more ops than this, estimated "
+                              "before building it (default {})",
+                              scenarios::kDefaultMaxPlanOps))
+      ->check(kAboveZero);
+  cmd->add_option("--max-memory", limits.max_memory_bytes,
+                  "refuse scenarios whose plan and timeline would take more bytes than this, "
+                  "estimated before building (default: half of physical memory)")
+      ->check(kAboveZero);
+  if (time_help != nullptr) {
+    cmd->add_option("--time-limit", limits.time_limit_s, time_help)->check(kAboveZero);
+  }
+}
+
+// Evaluates under the time limit of `limits` (a watchdog cancels the engine).
+sim::Result<models::Evaluation> evaluate_limited(const models::Scenario& scenario,
+                                                 models::EvalOptions options,
+                                                 const ResourceLimits& limits,
+                                                 const std::string& path) {
+  std::atomic<bool> cancel{false};
+  scenarios::Watchdog watchdog(limits.time_limit_s, cancel);
+  options.cancel = &cancel;
+  auto eval = models::evaluate(scenario, options);
+  if (!eval) {
+    if (watchdog.fired()) {
+      return sim::fail(scenarios::time_limit_error(limits.time_limit_s, "simulating " + path));
+    }
+    return sim::fail(eval_error(eval.error(), path));
+  }
+  return eval;
+}
+
 // ---------------------------------------------------------------------------------------- run
 
 struct RunArgs {
@@ -88,6 +141,7 @@ struct RunArgs {
   std::string plan_out;
   std::string timeline_out;
   bool print_effective = false;
+  ResourceLimits limits;
 };
 
 int cmd_run(const RunArgs& a) {
@@ -124,8 +178,13 @@ int cmd_run(const RunArgs& a) {
     models::EvalOptions options;
     options.keep_timeline = !a.trace.empty() || !a.timeline_out.empty();
     options.keep_plan = !a.plan_out.empty();
-    auto eval = models::evaluate(l.scenario, options);
-    if (!eval) return report(eval_error(eval.error(), l.file.path));
+    if (auto st = scenarios::check_plan_size(l.scenario, a.limits,
+                                             {.with_memory_samples = options.keep_timeline});
+        !st) {
+      return report(eval_error(st.error(), l.file.path));
+    }
+    auto eval = evaluate_limited(l.scenario, options, a.limits, l.file.path);
+    if (!eval) return report(eval.error());
     if (!a.trace.empty()) {
       const std::vector<const sim::Timeline*> timelines = {&*eval->timeline};
       auto st = sim::write_text_file_atomic(a.trace, sim::chrome_trace_json(timelines));
@@ -166,6 +225,7 @@ struct SweepArgs {
   bool mpi = false;
   bool quiet = false;
   std::int64_t max_points = 1'000'000;
+  ResourceLimits limits;
 };
 
 sim::Status parse_shard(const std::string& text, int& index, int& count) {
@@ -197,6 +257,7 @@ int cmd_sweep(const SweepArgs& a) {
   o.resume = a.resume;
   o.overwrite = a.overwrite;
   o.progress = !a.quiet;
+  o.limits = a.limits;
   if (!a.shard.empty()) {
     auto st = parse_shard(a.shard, o.shard_index, o.shard_count);
     if (!st) return report(st.error());
@@ -237,6 +298,7 @@ struct PlanArgs {
   std::vector<std::int64_t> micro_batches;
   int jobs = 0;
   std::string format = "table";
+  ResourceLimits limits;
 };
 
 int cmd_plan(const PlanArgs& a) {
@@ -283,7 +345,25 @@ int cmd_plan(const PlanArgs& a) {
       return usage_error(fmt::format("--joint {}: expected micro_batch and/or recompute", j));
     }
   }
+  // The largest plan of the search: the smallest micro-batch (most micro-batches), full
+  // recompute when recompute is searched.
+  models::Scenario largest = l->scenario;
+  if (!o.space.micro_batches.empty()) {
+    largest.training.micro_batch =
+        *std::min_element(o.space.micro_batches.begin(), o.space.micro_batches.end());
+  }
+  if (!o.space.recompute.empty()) largest.recompute.mode = models::RecomputeConfig::Mode::kFull;
+  if (auto st = scenarios::check_plan_size(largest, a.limits); !st) {
+    return report(eval_error(st.error(), a.scenario));
+  }
+  std::atomic<bool> cancel{false};
+  scenarios::Watchdog watchdog(a.limits.time_limit_s, cancel);
+  if (a.limits.time_limit_s > 0.0) o.eval.cancel = &cancel;
   auto r = scenarios::search_policies(l->scenario, o);
+  if (watchdog.fired()) {
+    return report(
+        scenarios::time_limit_error(a.limits.time_limit_s, "searching policies for " + a.scenario));
+  }
   if (!r) return report(r.error());
   const double share =
       r->valid > 0 ? 100.0 * static_cast<double>(r->evaluated) / static_cast<double>(r->valid)
@@ -339,16 +419,21 @@ int cmd_plan(const PlanArgs& a) {
 
 // ----------------------------------------------------------------------------------- validate
 
-int cmd_validate(const std::string& path, const std::vector<std::string>& sets) {
+int cmd_validate(const std::string& path, const std::vector<std::string>& sets,
+                 const ResourceLimits& limits) {
   auto l = load_checked(path, sets);
   if (!l) return report(l.error());
   const models::Scenario& s = l->scenario;
+  if (auto st = scenarios::check_plan_size(s, limits); !st) {
+    return report(eval_error(st.error(), path));
+  }
   fmt::print(
       "{}: ok: {} ({} layers, {:.1f}B parameters) on {} × {}, dp {} tp {} pp {}, "
       "offload {}\n",
       path, s.name, s.model.layers, static_cast<double>(models::parameter_count(s.model)) / 1e9,
       s.hardware.nodes, s.hardware.system, s.parallelism.dp, s.parallelism.tp, s.parallelism.pp,
       s.offload.preset.empty() ? "custom" : s.offload.preset);
+  fmt::print("{}: step size: {}\n", path, models::describe(models::estimate_plan_size(s)));
   if (!l->file.sweep) return 0;
   const auto& spec = *l->file.sweep;
   std::int64_t impossible = 0;
@@ -359,7 +444,9 @@ int cmd_validate(const std::string& path, const std::vector<std::string>& sets) 
     if (!point)
       return report(sim::Error{point.error().code,
                                fmt::format("sweep point {}: {}", i, point.error().message)});
-    if (auto st = scenarios::check_loaded(*point, *doc); !st) {
+    sim::Status st = scenarios::check_loaded(*point, *doc);
+    if (st) st = scenarios::check_plan_size(*point, limits);
+    if (!st) {
       if (impossible < 5) fmt::print("  point {}: {}\n", i, st.error().message);
       ++impossible;
     }
@@ -426,6 +513,7 @@ struct ReplayArgs {
   std::string out;
   std::string predicted_out;
   std::string trace;
+  ResourceLimits limits;
 };
 
 int cmd_replay(const ReplayArgs& a) {
@@ -437,6 +525,10 @@ int cmd_replay(const ReplayArgs& a) {
   models::EvalOptions eo;
   eo.keep_plan = true;
   eo.keep_timeline = true;
+  if (auto st = scenarios::check_plan_size(l->scenario, a.limits, {.with_memory_samples = true});
+      !st) {
+    return report(eval_error(st.error(), a.scenario));
+  }
   auto eval = models::evaluate(l->scenario, eo);
   if (!eval) return report(eval_error(eval.error(), a.scenario));
   backends::ReplayOptions ro;
@@ -537,7 +629,8 @@ int main(int argc, char** argv) {
       "  offsim run ex.yaml --set training.micro_batch=2 --format json\n"
       "  offsim run no-offload.yaml offload.yaml          # side-by-side comparison\n"
       "  offsim run ex.yaml --trace step.json             # open in ui.perfetto.dev\n"
-      "  offsim run ex.yaml --print-effective             # every field, defaults applied");
+      "  offsim run ex.yaml --print-effective             # every field, defaults applied\n"
+      "  offsim run big.yaml --max-plan-ops 50000000 --time-limit 600");
   run_cmd->add_option("scenario", run.scenarios, "scenario files (YAML or JSON)")
       ->required()
       ->check(CLI::ExistingFile);
@@ -549,6 +642,8 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--timeline-out", run.timeline_out, "write the Timeline JSON here");
   run_cmd->add_flag("--print-effective", run.print_effective,
                     "print the effective scenario (defaults and overrides applied) as YAML");
+  add_limit_options(run_cmd, run.limits,
+                    "stop each scenario's simulation after this many seconds (exit 2)");
 
   // sweep
   SweepArgs sweep;
@@ -559,6 +654,7 @@ int main(int argc, char** argv) {
       "  offsim sweep sweep.yaml --out results.csv\n"
       "  offsim sweep sweep.yaml --out results.jsonl --jobs 8 --resume\n"
       "  offsim sweep sweep.yaml --out part0.csv --shard 0/4\n"
+      "  offsim sweep sweep.yaml --out results.csv --time-limit 3600   # then --resume\n"
       "  mpirun -n 4 offsim sweep sweep.yaml --out results.csv --mpi");
   sweep_cmd->add_option("scenario", sweep.scenario, "scenario file with a sweep block")
       ->required()
@@ -575,6 +671,9 @@ int main(int argc, char** argv) {
   sweep_cmd->add_flag("--quiet,-q", sweep.quiet, "no progress on stderr");
   sweep_cmd->add_option("--max-points", sweep.max_points, "refuse sweeps larger than this")
       ->check(CLI::PositiveNumber);
+  add_limit_options(sweep_cmd, sweep.limits,
+                    "stop the whole sweep after this many seconds; finished rows stay in --out "
+                    "and --resume continues (exit 2)");
 
   // plan
   PlanArgs plan;
@@ -616,6 +715,7 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   plan_cmd->add_option("--format", plan.format, "table or json")
       ->check(CLI::IsMember({"table", "json"}));
+  add_limit_options(plan_cmd, plan.limits, "stop the search after this many seconds (exit 2)");
 
   // validate
   std::string validate_path;
@@ -628,6 +728,8 @@ int main(int argc, char** argv) {
       ->required()
       ->check(CLI::ExistingFile);
   validate_cmd->add_option("--set", validate_sets, "override a key: key.path=value (repeatable)");
+  ResourceLimits validate_limits;
+  add_limit_options(validate_cmd, validate_limits, nullptr);
 
   // list
   std::string list_what;
@@ -661,6 +763,7 @@ int main(int argc, char** argv) {
   replay_cmd->add_option("--predicted-out", replay.predicted_out,
                          "write the predicted Timeline JSON here");
   replay_cmd->add_option("--trace", replay.trace, "Chrome trace with predicted and measured");
+  add_limit_options(replay_cmd, replay.limits, nullptr);
 
   // compare
   std::string cmp_predicted, cmp_measured, cmp_format = "text";
@@ -710,7 +813,7 @@ int main(int argc, char** argv) {
   if (run_cmd->parsed()) return cmd_run(run);
   if (sweep_cmd->parsed()) return cmd_sweep(sweep);
   if (plan_cmd->parsed()) return cmd_plan(plan);
-  if (validate_cmd->parsed()) return cmd_validate(validate_path, validate_sets);
+  if (validate_cmd->parsed()) return cmd_validate(validate_path, validate_sets, validate_limits);
   if (list_cmd->parsed()) return cmd_list(list_what);
   if (replay_cmd->parsed()) return cmd_replay(replay);
   if (compare_cmd->parsed()) return cmd_compare(cmp_predicted, cmp_measured, cmp_format);

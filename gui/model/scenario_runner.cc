@@ -1,8 +1,9 @@
-#include "gui/app/scenario_runner.h"
+#include "gui/model/scenario_runner.h"
 
 #if OFFSIM_GUI_HAVE_SCENARIOS
 #include "models/evaluate.h"
 #include "models/report.h"
+#include "scenarios/resource_limits.h"
 #include "scenarios/scenario_loader.h"
 #include "scenarios/sweep.h"
 #endif
@@ -15,7 +16,9 @@ bool scenarios_available() { return true; }
 
 sim::Result<ScenarioRun> run_scenario(const std::string& path,
                                       const std::vector<std::string>& overrides,
-                                      std::optional<std::int64_t> sweep_point) {
+                                      std::optional<std::int64_t> sweep_point,
+                                      const std::atomic<bool>* cancel, const ProgressFn& progress) {
+  if (progress) progress(0.0);
   OFFSIM_ASSIGN_OR_RETURN(scenarios::ScenarioFile file,
                           scenarios::load_scenario_file(path, overrides));
   scenarios::Node doc = file.base;
@@ -34,9 +37,13 @@ sim::Result<ScenarioRun> run_scenario(const std::string& path,
   OFFSIM_ASSIGN_OR_RETURN(models::Scenario scenario,
                           scenarios::scenario_from_document(doc, file.base_dir));
   OFFSIM_RETURN_IF_ERROR(scenarios::check_loaded(scenario, doc));
+  OFFSIM_RETURN_IF_ERROR(scenarios::check_plan_size(scenario, {}, {.with_memory_samples = true}));
+  if (progress) progress(0.1);
   models::EvalOptions options;
   options.keep_timeline = true;
+  options.cancel = cancel;
   OFFSIM_ASSIGN_OR_RETURN(models::Evaluation evaluation, models::evaluate(scenario, options));
+  if (progress) progress(1.0);
   ScenarioRun run;
   run.report_json = models::report_to_json(evaluation.report).dump(2);
   run.timeline = std::move(evaluation.timeline);
@@ -48,7 +55,8 @@ sim::Result<ScenarioRun> run_scenario(const std::string& path,
 bool scenarios_available() { return false; }
 
 sim::Result<ScenarioRun> run_scenario(const std::string& path, const std::vector<std::string>&,
-                                      std::optional<std::int64_t>) {
+                                      std::optional<std::int64_t>, const std::atomic<bool>*,
+                                      const ProgressFn&) {
   return sim::fail(sim::ErrorCode::kUnsupported,
                    "{}: offsim-gui was built without the scenarios library (offsim_scenarios); "
                    "run it with `offsim run {} --timeline-out t.json` and open t.json",

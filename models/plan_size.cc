@@ -1,0 +1,260 @@
+#include "models/plan_size.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "models/formulas.h"
+#include "sim/plan/plan.h"
+#include "sim/trace/timeline.h"
+
+namespace offsim::models {
+
+namespace {
+
+// Heap blocks behind an op besides its struct: the name (most names, "mb12.l31.mlpwi.fwd", pass
+// the 15-character small-string buffer, and malloc rounds the block to 32 bytes), once in the
+// Plan and once in the Timeline's OpInfo; the cost's resource uses (one to three); the deps
+// vector's block. Checked against the real allocations in tests/models/plan_size_test.cc.
+constexpr double kNameHeapBytes = 32.0;
+constexpr double kResourceUsesPerOp = 2.0;
+constexpr double kVectorBlockBytes = 16.0;
+
+// Where one layer's tensors live, as StepBuilder::layer_policy() decides it.
+struct LayerShape {
+  double host_chunks = 0;  // offloaded activation chunks (one D2H and one H2D each)
+  bool hbm_saved = false;  // some activation stays on HBM
+  bool recomputed = false;
+  double recompute_ops = 0;
+  double recompute_collectives = 0;  // of those, tensor-parallel collectives
+  bool params_on_host = false;
+  bool grads_on_host = false;
+  bool opt_on_host = false;
+  bool master_on_host = false;
+};
+
+LayerShape layer_shape(const Scenario& s, const LayerDims& d, int layer) {
+  LayerShape out;
+  std::set<std::string> named;
+  std::array<bool, kNumActs> host{};
+  std::int64_t chunk_bytes = 0;
+  for (const OffloadRule& r : s.offload.rules) {
+    if (!r.layers.contains(layer, s.model.layers)) continue;
+    const bool to_host = r.where == Placement::kHost;
+    switch (r.cls) {
+      case TensorClass::kActivations:
+        host.fill(to_host);
+        break;
+      case TensorClass::kNamedActivation:
+        named.insert(r.name);
+        for (int a = 0; a < kNumActs; ++a) {
+          if (r.name == maxtext_name(static_cast<Act>(a))) host[a] = to_host;
+        }
+        break;
+      case TensorClass::kParams:
+        out.params_on_host = to_host;
+        break;
+      case TensorClass::kGrads:
+        out.grads_on_host = to_host;
+        break;
+      case TensorClass::kOptimizerStates:
+        out.opt_on_host = to_host;
+        break;
+      case TensorClass::kMasterWeights:
+        out.master_on_host = to_host;
+        break;
+    }
+    if (to_host && (r.cls == TensorClass::kActivations || r.cls == TensorClass::kNamedActivation)) {
+      chunk_bytes = r.chunk_bytes;
+    }
+  }
+  const LayerActivations acts = layer_activations(d, recompute_mode(s.recompute, layer), named);
+  double host_bytes = 0;
+  for (int a = 0; a < kNumActs; ++a) {
+    if (!acts.saved[a]) continue;
+    if (host[a]) {
+      host_bytes += static_cast<double>(act_bytes(d, static_cast<Act>(a)));
+    } else if (act_bytes(d, static_cast<Act>(a)) > 0) {
+      out.hbm_saved = true;
+    }
+  }
+  if (host_bytes > 0) {
+    out.host_chunks =
+        chunk_bytes > 0 ? std::ceil(host_bytes / static_cast<double>(chunk_bytes)) : 1.0;
+  }
+  out.recomputed = acts.recomputed_bytes(d) > 0;
+  // The recompute ops of StepBuilder::layer_backward, with their tensor-parallel collectives.
+  const auto rc = [&](FwdOp op) { return acts.recompute[static_cast<int>(op)]; };
+  const double sp_gather = d.t > 1 && d.sp > 1 ? 1 : 0;
+  const double tp_reduce = d.t > 1 ? 1 : 0;
+  double n = 0;
+  if (rc(FwdOp::kLn1)) n += 1;
+  if (rc(FwdOp::kQkv)) n += 1 + sp_gather;
+  if (rc(FwdOp::kCore)) n += 1;
+  if (rc(FwdOp::kOutProj)) n += 1 + tp_reduce;
+  if (rc(FwdOp::kRes1) || rc(FwdOp::kLn2)) n += 1;
+  if (rc(FwdOp::kMlpWi)) n += 1 + sp_gather;
+  if (rc(FwdOp::kAct)) n += 1;
+  if (rc(FwdOp::kMlpWo)) n += 1;
+  out.recompute_ops = n;
+  out.recompute_collectives = (rc(FwdOp::kQkv) ? sp_gather : 0) +
+                              (rc(FwdOp::kOutProj) ? tp_reduce : 0) +
+                              (rc(FwdOp::kMlpWi) ? sp_gather : 0);
+  return out;
+}
+
+struct Counts {
+  double ops = 0;
+  double tensors = 0;
+  double deps = 0;
+  double samples = 0;      // memory samples: one per alloc and one per free
+  double group_ranks = 0;  // collective groups: one int per member rank per collective
+};
+
+// Optimizer ops and static tensors of one parameter group (StepBuilder::optimizer and
+// make_static_tensors).
+void add_group(const Scenario& s, bool params_on_host, bool grads_on_host, bool opt_on_host,
+               Counts& c) {
+  const ParallelConfig& p = s.parallelism;
+  const bool shard_params = p.fsdp || p.zero_stage >= 3;
+  double ops = 0;
+  if (opt_on_host && s.offload.optimizer_on_cpu) {
+    ops += (grads_on_host ? 0 : 1) + 1 + (params_on_host ? 0 : 1);
+  } else if (opt_on_host) {
+    ops += 3;  // states in, update, states out
+    c.tensors += 1;
+    c.samples += 2;
+  } else {
+    ops += 1;
+  }
+  if (p.dp > 1 && !shard_params && p.zero_stage >= 1) {
+    ops += 1;
+    c.group_ranks += p.dp;
+  }
+  c.ops += ops;
+  c.deps += ops;  // each waits for the previous step of the chain
+  c.tensors += s.training.fp32_master_weights ? 4 : 3;
+}
+
+// Gradient reduction and offload of one group over all micro-batches (StepBuilder::grads_done).
+void add_grads(const Scenario& s, double micro_batches, bool grads_on_host, Counts& c) {
+  const ParallelConfig& p = s.parallelism;
+  const bool shard_grads = p.fsdp || p.zero_stage >= 2;
+  const double times = shard_grads ? micro_batches : 1;
+  if (p.dp > 1) {
+    c.ops += times;
+    c.deps += times;
+    c.group_ranks += times * p.dp;
+    if (shard_grads) {
+      c.tensors += times;  // the gradient bucket
+      c.samples += 2 * times;
+    }
+  }
+  if (grads_on_host) {
+    c.ops += times;
+    c.deps += times;
+  }
+}
+
+}  // namespace
+
+PlanSize estimate_plan_size(const Scenario& s, const PlanSizeOptions& options) {
+  const ParallelConfig& p = s.parallelism;
+  const LayerDims d = layer_dims(s);
+  const double m = static_cast<double>(std::max<std::int64_t>(1, grad_accum_steps(s.training, p)));
+  const double pp = std::max(1, p.pp);
+  const double v = std::max(1, p.virtual_stages);
+  const bool shard_params = p.fsdp || p.zero_stage >= 3;
+  const double tp_colls = d.t > 1 ? (d.sp > 1 ? 4 : 2) : 0;
+
+  Counts c;
+  // Every layer is held by exactly one stage; one pass per micro-batch.
+  for (int l = 0; l < s.model.layers; ++l) {
+    const LayerShape ls = layer_shape(s, d, l);
+    const double fetch_ops = (ls.params_on_host ? 1 : 0) + (shard_params && p.dp > 1 ? 1 : 0);
+    const double fwd = 9 + tp_colls + fetch_ops + ls.host_chunks;
+    const double bwd = 13 + tp_colls + fetch_ops + ls.host_chunks + ls.recompute_ops;
+    c.ops += m * (fwd + bwd);
+    // Members of the tensor-parallel collectives (forward, backward, recomputed) and of the
+    // data-parallel parameter gathers.
+    const double rc_colls = ls.recompute_collectives;
+    c.group_ranks += m * ((2 * tp_colls + rc_colls) * static_cast<double>(d.t) +
+                          (shard_params && p.dp > 1 ? 2 * p.dp : 0));
+    // Tensors: saved on HBM; per chunk a staging buffer, a host copy and a reload; the
+    // recompute buffer; fetched parameters, forward and backward.
+    const double tensors =
+        (ls.hbm_saved ? 1 : 0) + 3 * ls.host_chunks + (ls.recomputed ? 1 : 0) + 2 * fetch_ops;
+    c.tensors += m * tensors;
+    c.samples += m * 2 * tensors;
+    // Deps: each copy waits for its producer (D2H) or for its producer and prefetch point
+    // (H2D); fetches wait for the prefetch point and the layer's first ops for them.
+    c.deps += m * (ls.host_chunks * 3 + 2 * fetch_ops * 2);
+    add_grads(s, m, ls.grads_on_host, c);
+    add_group(s, ls.params_on_host, ls.grads_on_host, ls.opt_on_host, c);
+  }
+  // Embedding (stage 0) and head (last stage), placed by the rules that select every layer.
+  bool params_on_host = false;
+  bool grads_on_host = false;
+  bool opt_on_host = false;
+  for (const OffloadRule& r : s.offload.rules) {
+    if (r.layers.kind != LayerSelection::Kind::kAll) continue;
+    const bool to_host = r.where == Placement::kHost;
+    if (r.cls == TensorClass::kParams) params_on_host = to_host;
+    if (r.cls == TensorClass::kGrads) grads_on_host = to_host;
+    if (r.cls == TensorClass::kOptimizerStates) opt_on_host = to_host;
+  }
+  c.ops += m * 2;  // embedding forward and backward
+  add_grads(s, m, grads_on_host, c);
+  add_group(s, params_on_host, grads_on_host, opt_on_host, c);
+  const double sp_gather = d.t > 1 && d.sp > 1 ? 1 : 0;
+  c.ops += m * (3 + sp_gather + 4 + (d.t > 1 ? 1 : 0));  // head forward and backward
+  c.group_ranks += m * (sp_gather + (d.t > 1 ? 1 : 0)) * static_cast<double>(d.t);
+  c.tensors += m;  // logits and norm input
+  c.samples += 2 * m;
+  add_grads(s, m, grads_on_host, c);
+  add_group(s, params_on_host, grads_on_host, opt_on_host, c);
+  // Pipeline: every forward and backward task sends to its neighbour except at the ends; each
+  // send has its producer and its receiver's first op (sometimes also a reload) waits for it.
+  const double sends = 2 * m * (pp * v - 1);
+  c.ops += sends;
+  c.deps += sends * 2.5;
+  // Per stage: the workspace tensor.
+  c.tensors += pp;
+
+  PlanSize size;
+  size.ops = c.ops;
+  size.tensors = c.tensors;
+  size.deps = c.deps;
+  const double per_op =
+      static_cast<double>(sizeof(sim::Op) + sizeof(sim::OpInfo) + sizeof(sim::Span)) +
+      2 * kNameHeapBytes + kResourceUsesPerOp * static_cast<double>(sizeof(sim::ResourceUse)) +
+      kVectorBlockBytes;
+  const double per_tensor = static_cast<double>(sizeof(sim::Tensor)) + kNameHeapBytes;
+  size.bytes = size.ops * per_op + size.tensors * per_tensor +
+               size.deps * static_cast<double>(sizeof(sim::OpId)) +
+               c.group_ranks * static_cast<double>(sizeof(int));
+  if (options.with_memory_samples) {
+    size.bytes += c.samples * static_cast<double>(sizeof(sim::MemorySample));
+  }
+  return size;
+}
+
+std::string describe(const PlanSize& size) {
+  const auto count = [](double n) {
+    if (n >= 1e9) return fmt::format("{:.1f}G", n / 1e9);
+    if (n >= 1e6) return fmt::format("{:.1f}M", n / 1e6);
+    if (n >= 1e4) return fmt::format("{:.0f}k", n / 1e3);
+    return fmt::format("{:.0f}", n);
+  };
+  const double gib = size.bytes / static_cast<double>(std::int64_t{1} << 30);
+  return fmt::format("{} ops, {} tensors, {} deps, about {} of plan and timeline", count(size.ops),
+                     count(size.tensors), count(size.deps),
+                     gib >= 1024.0 ? fmt::format("{:.1f} TiB", gib / 1024.0)
+                     : gib >= 1.0  ? fmt::format("{:.1f} GiB", gib)
+                                   : fmt::format("{:.0f} MiB", size.bytes / (1 << 20)));
+}
+
+}  // namespace offsim::models

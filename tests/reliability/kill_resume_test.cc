@@ -1,0 +1,235 @@
+// Repeated kill -9 of a running sweep: the real `offsim sweep --out FILE --resume` is started,
+// SIGKILLed after a pseudo-random delay (fixed seed), and started again, many times, for CSV and
+// JSON lines. After every kill the file must be a byte prefix of the uninterrupted run's file (a
+// partial last line allowed); whenever a run completes it, the file must equal that run's file
+// byte for byte (then it is deleted and the next cycle starts from nothing).
+//
+// Each kill waits until the run has appended to the file (so start-up time, long when CUDA
+// libraries load, does not matter), then a random delay drawn over the length of one
+// uninterrupted sweep: kills land anywhere while rows are being evaluated and appended. Each append
+// is one write(2) of whole rows, which SIGKILL does not split, so a torn last line (as a crash of
+// the machine or a full disk could leave) is also made by hand after every third kill: a random
+// prefix of the next row is appended, and --resume must cut it.
+//
+// Also: --jobs 1 and --jobs 2 give identical files, and --time-limit ends a sweep with its
+// finished rows kept and a message pointing at --resume.
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+extern char** environ;
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// 4 × 5 × 3 × 2 = 120 points of a two-layer model, each well under a millisecond: the writer
+// appends many small batches.
+constexpr const char* kFastSweep =
+    "name: kill\n"
+    "model: {name: tiny, vocab_size: 512, hidden: 128, layers: 2, heads: 4, activation: swiglu,"
+    " norm: rmsnorm}\n"
+    "hardware: {system: h100-1gpu}\n"
+    "training: {global_batch: 8, micro_batch: 1, seq_len: 128}\n"
+    "sweep:\n"
+    "  training.micro_batch: [1, 2, 4, 8]\n"
+    "  training.seq_len: [64, 128, 256, 512, 1024]\n"
+    "  recompute: [none, selective, full]\n"
+    "  offload: [none, megatron_activation_offload]\n";
+
+// Kills that must land mid-sweep, per format, and a bound on the runs it may take.
+constexpr int kKills = 12;
+constexpr int kMaxRuns = 5 * kKills;
+
+class KillResumeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           fmt::format("offsim_kill_{}_{}", ::getpid(),
+                       ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+    scenario_ = path("sweep.yaml");
+    std::ofstream(scenario_) << kFastSweep;
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  static std::string read(const std::string& file) {
+    std::ifstream in(file, std::ios::binary);
+    std::stringstream s;
+    s << in.rdbuf();
+    return s.str();
+  }
+
+  pid_t spawn(const std::vector<std::string>& args) {
+    std::vector<std::string> argv_s = {OFFSIM_BINARY};
+    argv_s.insert(argv_s.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (std::string& a : argv_s) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    const std::string out = path("stdout.txt");
+    const std::string err = path("stderr.txt");
+    posix_spawn_file_actions_addopen(&actions, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_addopen(&actions, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    pid_t pid = 0;
+    const int rc = posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&actions);
+    EXPECT_EQ(rc, 0) << "cannot start " << OFFSIM_BINARY;
+    return pid;
+  }
+  static int wait_exit(pid_t pid) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+  int run(const std::vector<std::string>& args) { return wait_exit(spawn(args)); }
+  // Waits until `file` is larger than `size_before` bytes, the process ended (not reaped), or
+  // 60 s passed.
+  static void wait_for_append(pid_t pid, const std::string& file, std::uintmax_t size_before) {
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (std::chrono::steady_clock::now() < give_up) {
+      std::error_code ec;
+      const auto size = fs::file_size(file, ec);
+      if (!ec && size > size_before) return;
+      siginfo_t info{};
+      if (::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+          info.si_pid == pid) {
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+  std::string err() const { return read(path("stderr.txt")); }
+
+  fs::path dir_;
+  std::string scenario_;
+};
+
+long elapsed_us(std::chrono::steady_clock::time_point since) {
+  return static_cast<long>(std::chrono::duration_cast<std::chrono::microseconds>(
+                               std::chrono::steady_clock::now() - since)
+                               .count());
+}
+
+TEST_F(KillResumeTest, RepeatedKillsResumeToTheBytesOfAnUninterruptedRun) {
+  std::mt19937 rng(20261129);
+  for (const char* ext : {"csv", "jsonl"}) {
+    SCOPED_TRACE(ext);
+    const std::string reference = path(fmt::format("reference.{}", ext));
+    // The uninterrupted run, timed from its first append to its end.
+    const pid_t ref = spawn({"sweep", scenario_, "--jobs", "1", "--out", reference, "--quiet"});
+    wait_for_append(ref, reference, 0);
+    const auto t0 = std::chrono::steady_clock::now();
+    ASSERT_EQ(wait_exit(ref), 0) << err();
+    const long window_us = elapsed_us(t0);
+    const std::string expected = read(reference);
+    ASSERT_FALSE(expected.empty());
+
+    const std::string target = path(fmt::format("killed.{}", ext));
+    // After the first append, within the first 40% of what the uninterrupted --jobs 1 run
+    // still took then (the killed runs use 2 threads, and a resumed run has less left to do).
+    std::uniform_int_distribution<long> delay_us(0, std::max(200L, window_us * 2 / 5));
+    int kills_mid_sweep = 0;
+    int completed = 0;
+    int torn = 0;
+    for (int r = 0; r < kMaxRuns && kills_mid_sweep < kKills; ++r) {
+      const auto size_before = fs::exists(target) ? fs::file_size(target) : 0;
+      const pid_t pid =
+          spawn({"sweep", scenario_, "--jobs", "2", "--out", target, "--resume", "--quiet"});
+      wait_for_append(pid, target, size_before);
+      std::this_thread::sleep_for(std::chrono::microseconds(delay_us(rng)));
+      ::kill(pid, SIGKILL);
+      const int code = wait_exit(pid);
+      if (code != 128 + SIGKILL) {
+        ASSERT_EQ(code, 0) << err();
+        ASSERT_EQ(read(target), expected) << "run " << r << " completed the file";
+        ++completed;
+        fs::remove(target);
+        continue;
+      }
+      if (!fs::exists(target)) continue;  // killed before the file was created
+      std::string now = read(target);
+      ASSERT_LE(now.size(), expected.size()) << "after run " << r;
+      ASSERT_EQ(now, expected.substr(0, now.size())) << "after run " << r << ": not a prefix";
+      if (now.size() == expected.size()) continue;  // killed after the last row
+      const bool has_rows = std::count(now.begin(), now.end(), '\n') > (ext[0] == 'c' ? 1 : 0);
+      if (has_rows) ++kills_mid_sweep;
+      if (has_rows && kills_mid_sweep % 3 == 0 && !now.empty() && now.back() == '\n') {
+        // A torn write: part of the next row, without its newline.
+        const std::size_t next_len = expected.find('\n', now.size()) - now.size();
+        std::uniform_int_distribution<std::size_t> cut(1, next_len - 1);
+        std::ofstream(target, std::ios::app | std::ios::binary)
+            << expected.substr(now.size(), cut(rng));
+        ++torn;
+      }
+    }
+    ASSERT_EQ(run({"sweep", scenario_, "--jobs", "2", "--out", target, "--resume", "--quiet"}), 0)
+        << err();
+    EXPECT_EQ(read(target), expected);
+    EXPECT_GE(kills_mid_sweep, kKills) << "too few kills landed while rows were being written";
+    std::printf(
+        "%s: %d kills mid-sweep (%d with a torn last line added), %d runs completed the "
+        "file; an uninterrupted run takes %ld us from its first append to its end\n",
+        ext, kills_mid_sweep, torn, completed, window_us);
+  }
+}
+
+TEST_F(KillResumeTest, JobsOneAndTwoWriteTheSameBytes) {
+  for (const char* ext : {"csv", "jsonl"}) {
+    const std::string one = path(fmt::format("one.{}", ext));
+    const std::string two = path(fmt::format("two.{}", ext));
+    ASSERT_EQ(run({"sweep", scenario_, "--jobs", "1", "--out", one, "--quiet"}), 0) << err();
+    ASSERT_EQ(run({"sweep", scenario_, "--jobs", "2", "--out", two, "--quiet"}), 0) << err();
+    EXPECT_EQ(read(one), read(two)) << ext;
+  }
+}
+
+// Points of about 20 000 ops each (16 layers, 64 micro-batches): far slower than the 1 ms limit,
+// so the limit ends the sweep before it completes.
+TEST_F(KillResumeTest, TimeLimitKeepsFinishedRowsAndResumeCompletes) {
+  const std::string slow = path("slow.yaml");
+  std::ofstream(slow) << "name: slow\n"
+                         "model: {base: llama3-8b, layers: 16}\n"
+                         "hardware: {system: h100-1gpu}\n"
+                         "training: {global_batch: 64, micro_batch: 1, seq_len: 1024}\n"
+                         "sweep:\n"
+                         "  recompute: [none, selective, full]\n"
+                         "  offload: [none, megatron_activation_offload]\n";
+  const std::string reference = path("slow_reference.csv");
+  ASSERT_EQ(run({"sweep", slow, "--jobs", "1", "--out", reference, "--quiet"}), 0) << err();
+  const std::string target = path("slow.csv");
+  EXPECT_EQ(
+      run({"sweep", slow, "--jobs", "1", "--out", target, "--quiet", "--time-limit", "0.001"}), 2);
+  EXPECT_NE(err().find("time limit of 0.001 s (--time-limit) reached while sweeping: "),
+            std::string::npos)
+      << err();
+  EXPECT_NE(
+      err().find("of 6 points done and kept in " + target + "; rerun with --resume to continue"),
+      std::string::npos)
+      << err();
+  const std::string partial = read(target);
+  EXPECT_EQ(partial, read(reference).substr(0, partial.size()));
+  ASSERT_EQ(run({"sweep", slow, "--jobs", "2", "--out", target, "--quiet", "--resume"}), 0)
+      << err();
+  EXPECT_EQ(read(target), read(reference));
+}
+
+}  // namespace
