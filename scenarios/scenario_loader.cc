@@ -320,6 +320,8 @@ sim::Status read_training(const Node& node, models::TrainingConfig& t) {
   }
   OFFSIM_RETURN_IF_ERROR(read_bool(r, "fp32_master_weights", t.fp32_master_weights));
   OFFSIM_RETURN_IF_ERROR(read_int(r, "loss_chunks", t.loss_chunks, 1, kMaxDim));
+  OFFSIM_RETURN_IF_ERROR(
+      read_bool(r, "gradient_accumulation_fusion", t.gradient_accumulation_fusion));
   if (const Node* o = r.get("optimizer")) {
     if (o->kind != NodeKind::kScalar || o->scalar != "adamw") {
       return type_error(*o, "training.optimizer", "adamw");
@@ -340,6 +342,8 @@ sim::Status read_parallelism(const Node& node, ParallelConfig& p) {
   OFFSIM_RETURN_IF_ERROR(
       read_enum(r, "schedule", p.schedule, kSchedules, models::pipeline_schedule_from_string));
   OFFSIM_RETURN_IF_ERROR(read_int(r, "virtual_stages", p.virtual_stages, 1, 1024));
+  OFFSIM_RETURN_IF_ERROR(read_bool(r, "overlap_grad_reduce", p.overlap_grad_reduce));
+  OFFSIM_RETURN_IF_ERROR(read_bool(r, "overlap_p2p_comm", p.overlap_p2p_comm));
   return r.finish();
 }
 
@@ -748,6 +752,7 @@ Node scenario_to_document(const Scenario& s) {
   put(training, "precision", scalar_node(sim::to_string(t.compute_dtype)));
   put(training, "fp32_master_weights", bool_node(t.fp32_master_weights));
   put(training, "loss_chunks", number_node(t.loss_chunks));
+  put(training, "gradient_accumulation_fusion", bool_node(t.gradient_accumulation_fusion));
   put(training, "optimizer", scalar_node("adamw"));
   put(root, "training", std::move(training));
 
@@ -761,6 +766,8 @@ Node scenario_to_document(const Scenario& s) {
   put(par, "fsdp", bool_node(p.fsdp));
   put(par, "schedule", scalar_node(models::to_string(p.schedule)));
   put(par, "virtual_stages", number_node(p.virtual_stages));
+  put(par, "overlap_grad_reduce", bool_node(p.overlap_grad_reduce));
+  put(par, "overlap_p2p_comm", bool_node(p.overlap_p2p_comm));
   put(root, "parallelism", std::move(par));
 
   Node rc = make_map();

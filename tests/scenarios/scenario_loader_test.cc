@@ -85,7 +85,8 @@ TEST_F(LoaderTest, UnknownKeyNamesFileLineColumnAndPath) {
       replace(kBase, "  seq_len: 2048\n", "  seq_len: 2048\n  micro_bach: 1\n");
   EXPECT_EQ(error_of(text),
             p(":9:15: training.micro_bach: unknown key; expected one of global_batch, "
-              "micro_batch, seq_len, precision, fp32_master_weights, loss_chunks, optimizer"));
+              "micro_batch, seq_len, precision, fp32_master_weights, loss_chunks, "
+              "gradient_accumulation_fusion, optimizer"));
   EXPECT_EQ(error_of(std::string(kBase) + "colour: red\n"),
             p(":13:9: colour: unknown key; expected one of name, model, hardware, training, "
               "parallelism, recompute, offload, sweep"));
@@ -154,7 +155,7 @@ TEST_F(LoaderTest, OverridesApplyAndNameThemselvesInErrors) {
   EXPECT_EQ(error_of(kBase, {"training.micro_bach=4"}),
             "--set training.micro_bach=4: training.micro_bach: unknown key; expected one of "
             "global_batch, micro_batch, seq_len, precision, fp32_master_weights, loss_chunks, "
-            "optimizer");
+            "gradient_accumulation_fusion, optimizer");
   EXPECT_EQ(error_of(kBase, {"training.micro_batch=-1"}),
             "--set training.micro_batch=-1: training.micro_batch: expected an integer in "
             "1..1073741824, got -1");
