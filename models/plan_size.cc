@@ -99,6 +99,12 @@ LayerShape layer_shape(const Scenario& s, const LayerDims& d, int layer) {
   if (rc(FwdOp::kMlpWi)) n += 1 + sp_gather;
   if (rc(FwdOp::kAct)) n += 1;
   if (rc(FwdOp::kMlpWo)) n += 1;
+  // Transformer Engine's FP8 input casts (StepBuilder::gemm): one per recomputed GEMM.
+  if (s.training.compute_dtype == sim::DType::kFp8) {
+    for (FwdOp op : {FwdOp::kQkv, FwdOp::kOutProj, FwdOp::kMlpWi, FwdOp::kMlpWo}) {
+      if (rc(op)) n += 1;
+    }
+  }
   out.recompute_ops = n;
   out.recompute_collectives = (rc(FwdOp::kQkv) ? sp_gather : 0) +
                               (rc(FwdOp::kOutProj) ? tp_reduce : 0) +
@@ -146,7 +152,7 @@ void add_grads(const Scenario& s, double micro_batches, bool grads_on_host, Coun
   const double times = shard_grads ? micro_batches : 1;
   if (p.dp > 1) {
     c.ops += times;
-    c.deps += times;
+    c.deps += times * (p.overlap_grad_reduce ? 1 : 2);  // not overlapped: also the last backward op
     c.group_ranks += times * p.dp;
     if (shard_grads) {
       c.tensors += times;  // the gradient bucket
@@ -175,8 +181,13 @@ PlanSize estimate_plan_size(const Scenario& s, const PlanSizeOptions& options) {
   for (int l = 0; l < s.model.layers; ++l) {
     const LayerShape ls = layer_shape(s, d, l);
     const double fetch_ops = (ls.params_on_host ? 1 : 0) + (shard_params && p.dp > 1 ? 1 : 0);
-    const double fwd = 9 + tp_colls + fetch_ops + ls.host_chunks;
-    const double bwd = 13 + tp_colls + fetch_ops + ls.host_chunks + ls.recompute_ops;
+    // FP8: a cast before each forward and data-gradient GEMM (4 each); without gradient-
+    // accumulation fusion, one accumulation pass per layer in the backward.
+    const double casts = s.training.compute_dtype == sim::DType::kFp8 ? 4 : 0;
+    const double accum = s.training.gradient_accumulation_fusion ? 0 : 1;
+    const double fwd = 9 + tp_colls + fetch_ops + ls.host_chunks + casts;
+    const double bwd =
+        13 + tp_colls + fetch_ops + ls.host_chunks + ls.recompute_ops + casts + accum;
     c.ops += m * (fwd + bwd);
     // Members of the tensor-parallel collectives (forward, backward, recomputed) and of the
     // data-parallel parameter gathers.
@@ -192,6 +203,9 @@ PlanSize estimate_plan_size(const Scenario& s, const PlanSizeOptions& options) {
     // Deps: each copy waits for its producer (D2H) or for its producer and prefetch point
     // (H2D); fetches wait for the prefetch point and the layer's first ops for them.
     c.deps += m * (ls.host_chunks * 3 + 2 * fetch_ops * 2);
+    // Offload back-pressure: a layer's first forward op waits for the D2H copies of the layer
+    // kOffloadWindowLayers before it on the same stage (approximated over the whole model).
+    if (l >= 2) c.deps += m * layer_shape(s, d, l - 2).host_chunks;
     add_grads(s, m, ls.grads_on_host, c);
     add_group(s, ls.params_on_host, ls.grads_on_host, ls.opt_on_host, c);
   }
@@ -210,8 +224,20 @@ PlanSize estimate_plan_size(const Scenario& s, const PlanSizeOptions& options) {
   add_grads(s, m, grads_on_host, c);
   add_group(s, params_on_host, grads_on_host, opt_on_host, c);
   const double sp_gather = d.t > 1 && d.sp > 1 ? 1 : 0;
-  c.ops += m * (3 + sp_gather + 4 + (d.t > 1 ? 1 : 0));  // head forward and backward
-  c.group_ranks += m * (sp_gather + (d.t > 1 ? 1 : 0)) * static_cast<double>(d.t);
+  // Head forward and backward. Unchunked: norm, [gather], logits GEMM, loss; loss gradient,
+  // two GEMMs, [reduce], norm. Chunked in C: norm, [gather], C × (GEMM, loss, loss gradient,
+  // two GEMMs); scaling, [reduce], norm. FP8 casts before each logits and data-gradient GEMM.
+  const double chunks = static_cast<double>(std::max<std::int64_t>(1, s.training.loss_chunks));
+  const double fp8 = s.training.compute_dtype == sim::DType::kFp8 ? 1 : 0;
+  const double tp_reduce = d.t > 1 ? 1 : 0;
+  if (chunks > 1) {
+    c.ops += m * (1 + sp_gather + chunks * (5 + 2 * fp8) + 2 + tp_reduce);
+    c.tensors += m * chunks;  // one tensor of logits per chunk
+    c.samples += 2 * m * chunks;
+  } else {
+    c.ops += m * (3 + sp_gather + 2 * fp8 + 4 + tp_reduce);
+  }
+  c.group_ranks += m * (sp_gather + tp_reduce) * static_cast<double>(d.t);
   c.tensors += m;  // logits and norm input
   c.samples += 2 * m;
   add_grads(s, m, grads_on_host, c);

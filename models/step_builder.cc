@@ -951,11 +951,6 @@ class StepBuilder {
     const bool last_mb = mb == micro_batches_ - 1;
     const std::int64_t full = gp->params * (gdtype_ == sim::DType::kFp32 ? 4 : 2);
     OpId after = last;
-    if (!s_.parallelism.overlap_grad_reduce) {
-      // Reduced once the whole backward is done: the collective waits for the rank's last
-      // backward op, which is only known at the end (patched in optimizer()).
-      deferred_reduce_.push_back(b_.peek().ops.size());
-    }
     if (dp() > 1 && (shard_grads() || last_mb)) {
       std::optional<TensorId> buf;
       if (shard_grads()) {
@@ -974,6 +969,9 @@ class StepBuilder {
           reduce_scatter ? sim::CollectiveKind::kReduceScatter : sim::CollectiveKind::kAllReduce,
           r.dp_group, full, {last});
       if (buf) b_.op_at(after).frees.push_back(*buf);
+      // Not overlapped: reduced once the whole backward is done, so the collective also waits
+      // for the rank's last backward op, known only at the end (patched in optimizer()).
+      if (!s_.parallelism.overlap_grad_reduce) deferred_reduce_.push_back(after);
     }
     if (gp->grads_on_host && (shard_grads() || last_mb)) {
       after = copy(r, sim::CopyDirection::kD2H, fmt::format("mb{}.{}.grads_d2h", lbl(mb), gp->name),
@@ -985,20 +983,8 @@ class StepBuilder {
   // --- optimizer ----------------------------------------------------------------------------
 
   void optimizer(Rank& r) {
-    if (!deferred_reduce_.empty()) {
-      const OpId last_backward = last_compute_;
-      for (std::size_t first : deferred_reduce_) {
-        for (std::size_t i = first; i < b_.peek().ops.size(); ++i) {
-          sim::Op& op = b_.op_at(OpId(i));
-          if (op.lane == r.comm && op.kind == OpKind::kCollective && op.category == "comm" &&
-              op.name.find(".grad_") != std::string::npos) {
-            op.deps.push_back(last_backward);
-            break;
-          }
-        }
-      }
-      deferred_reduce_.clear();
-    }
+    for (OpId reduce : deferred_reduce_) b_.op_at(reduce).deps.push_back(last_compute_);
+    deferred_reduce_.clear();
     for (ParamGroup& g : r.groups) {
       const int key = g.layer >= 0 ? g.layer : (g.name == "embed" ? -1 : -2);
       auto it = r.reduce_op.find(key);
@@ -1066,9 +1052,8 @@ class StepBuilder {
   std::vector<LayerPolicy> policies_;
   std::map<SendKey, OpId> sends_;
   std::vector<std::pair<OpId, SendKey>> pending_recv_;
-  std::vector<std::size_t> deferred_reduce_;
-  OpId last_compute_;  // the latest op emitted on the current rank's compute lane  // op count when
-                       // a non-overlapped reduce was due
+  std::vector<OpId> deferred_reduce_;  // gradient reductions that wait for the whole backward
+  OpId last_compute_;                  // the latest op emitted on the current rank's compute lane
 };
 
 std::vector<std::string> scenario_flags(const Scenario& s) {
