@@ -1,6 +1,8 @@
 // Sweep speed: points evaluated per second on one core over the example sweeps, and the cost of
-// one full scenario (the 70B on 8×H100 examples). Each point is a complete simulation of one
-// training step (plan built, every op simulated), as `offsim sweep` does it.
+// one full scenario (the 70B on 8×H100 examples). Each point is evaluated as `offsim sweep` does
+// it: steps that provably reach a periodic steady state are simulated for 4 micro-batches and
+// extrapolated exactly (models/README.md), the others in full; the _full_path variant simulates
+// every micro-batch of every point, for comparison.
 #include <benchmark/benchmark.h>
 
 #include <string>
