@@ -3,11 +3,11 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
-#include <set>
 
 #include <fmt/format.h>
 
 #include "models/formulas.h"
+#include "models/step_builder.h"
 #include "sim/plan/plan.h"
 #include "sim/trace/timeline.h"
 
@@ -23,7 +23,7 @@ constexpr double kNameHeapBytes = 32.0;
 constexpr double kResourceUsesPerOp = 2.0;
 constexpr double kVectorBlockBytes = 16.0;
 
-// Where one layer's tensors live, as StepBuilder::layer_policy() decides it.
+// What one layer adds to the step, from its layer_policy() (step_builder.h).
 struct LayerShape {
   double host_chunks = 0;  // offloaded activation chunks (one D2H and one H2D each)
   bool hbm_saved = false;  // some activation stays on HBM
@@ -38,52 +38,25 @@ struct LayerShape {
 
 LayerShape layer_shape(const Scenario& s, const LayerDims& d, int layer) {
   LayerShape out;
-  std::set<std::string> named;
-  std::array<bool, kNumActs> host{};
-  std::int64_t chunk_bytes = 0;
-  for (const OffloadRule& r : s.offload.rules) {
-    if (!r.layers.contains(layer, s.model.layers)) continue;
-    const bool to_host = r.where == Placement::kHost;
-    switch (r.cls) {
-      case TensorClass::kActivations:
-        host.fill(to_host);
-        break;
-      case TensorClass::kNamedActivation:
-        named.insert(r.name);
-        for (int a = 0; a < kNumActs; ++a) {
-          if (r.name == maxtext_name(static_cast<Act>(a))) host[a] = to_host;
-        }
-        break;
-      case TensorClass::kParams:
-        out.params_on_host = to_host;
-        break;
-      case TensorClass::kGrads:
-        out.grads_on_host = to_host;
-        break;
-      case TensorClass::kOptimizerStates:
-        out.opt_on_host = to_host;
-        break;
-      case TensorClass::kMasterWeights:
-        out.master_on_host = to_host;
-        break;
-    }
-    if (to_host && (r.cls == TensorClass::kActivations || r.cls == TensorClass::kNamedActivation)) {
-      chunk_bytes = r.chunk_bytes;
-    }
-  }
-  const LayerActivations acts = layer_activations(d, recompute_mode(s.recompute, layer), named);
+  const LayerPolicy policy = layer_policy(s, d, layer);
+  const LayerActivations& acts = policy.acts;
+  out.params_on_host = policy.params_on_host;
+  out.grads_on_host = policy.grads_on_host;
+  out.opt_on_host = policy.opt_on_host;
+  out.master_on_host = policy.master_on_host;
   double host_bytes = 0;
   for (int a = 0; a < kNumActs; ++a) {
     if (!acts.saved[a]) continue;
-    if (host[a]) {
+    if (policy.on_host[a]) {
       host_bytes += static_cast<double>(act_bytes(d, static_cast<Act>(a)));
     } else if (act_bytes(d, static_cast<Act>(a)) > 0) {
       out.hbm_saved = true;
     }
   }
   if (host_bytes > 0) {
-    out.host_chunks =
-        chunk_bytes > 0 ? std::ceil(host_bytes / static_cast<double>(chunk_bytes)) : 1.0;
+    out.host_chunks = policy.chunk_bytes > 0
+                          ? std::ceil(host_bytes / static_cast<double>(policy.chunk_bytes))
+                          : 1.0;
   }
   out.recomputed = acts.recomputed_bytes(d) > 0;
   // The recompute ops of StepBuilder::layer_backward, with their tensor-parallel collectives.
@@ -210,16 +183,10 @@ PlanSize estimate_plan_size(const Scenario& s, const PlanSizeOptions& options) {
     add_group(s, ls.params_on_host, ls.grads_on_host, ls.opt_on_host, c);
   }
   // Embedding (stage 0) and head (last stage), placed by the rules that select every layer.
-  bool params_on_host = false;
-  bool grads_on_host = false;
-  bool opt_on_host = false;
-  for (const OffloadRule& r : s.offload.rules) {
-    if (r.layers.kind != LayerSelection::Kind::kAll) continue;
-    const bool to_host = r.where == Placement::kHost;
-    if (r.cls == TensorClass::kParams) params_on_host = to_host;
-    if (r.cls == TensorClass::kGrads) grads_on_host = to_host;
-    if (r.cls == TensorClass::kOptimizerStates) opt_on_host = to_host;
-  }
+  const GroupPlacement outside = non_layer_placement(s);
+  const bool params_on_host = outside.params_on_host;
+  const bool grads_on_host = outside.grads_on_host;
+  const bool opt_on_host = outside.opt_on_host;
   c.ops += m * 2;  // embedding forward and backward
   add_grads(s, m, grads_on_host, c);
   add_group(s, params_on_host, grads_on_host, opt_on_host, c);

@@ -78,18 +78,6 @@ std::vector<Task> pipeline_schedule(int stage, int pp, int v, int m, bool interl
 // forward starts (see forward_task).
 constexpr std::size_t kOffloadWindowLayers = 2;
 
-struct LayerPolicy {
-  LayerActivations acts;
-  std::array<bool, kNumActs> on_host{};
-  int prefetch = 1;
-  std::int64_t chunk_bytes = 0;
-  bool params_on_host = false;
-  bool grads_on_host = false;
-  bool opt_on_host = false;
-  bool master_on_host = false;
-  int param_prefetch = 1;
-};
-
 // Where a piece of parameters lives and how its optimizer runs.
 struct ParamGroup {
   std::string name;         // "l3", "embed", "head"
@@ -163,72 +151,15 @@ class StepBuilder {
 
   // --- policy -------------------------------------------------------------------------------
 
-  LayerPolicy layer_policy(int layer) const {
-    LayerPolicy lp;
-    std::set<std::string> named;
-    std::array<bool, kNumActs> host{};
-    bool any_host_rule = false;
-    for (const OffloadRule& r : s_.offload.rules) {
-      if (!r.layers.contains(layer, s_.model.layers)) continue;
-      const bool to_host = r.where == Placement::kHost;
-      switch (r.cls) {
-        case TensorClass::kActivations:
-          host.fill(to_host);
-          break;
-        case TensorClass::kNamedActivation:
-          named.insert(r.name);
-          for (int a = 0; a < kNumActs; ++a) {
-            if (r.name == maxtext_name(static_cast<Act>(a))) host[a] = to_host;
-          }
-          break;
-        case TensorClass::kParams:
-          lp.params_on_host = to_host;
-          lp.param_prefetch = std::max(1, r.prefetch_layers);
-          break;
-        case TensorClass::kGrads:
-          lp.grads_on_host = to_host;
-          break;
-        case TensorClass::kOptimizerStates:
-          lp.opt_on_host = to_host;
-          break;
-        case TensorClass::kMasterWeights:
-          lp.master_on_host = to_host;
-          break;
-      }
-      if (to_host &&
-          (r.cls == TensorClass::kActivations || r.cls == TensorClass::kNamedActivation)) {
-        lp.prefetch = any_host_rule ? std::max(lp.prefetch, r.prefetch_layers) : r.prefetch_layers;
-        lp.chunk_bytes = r.chunk_bytes;
-        any_host_rule = true;
-      }
-    }
-    lp.acts = layer_activations(d_, recompute_mode(s_.recompute, layer), named);
-    for (int a = 0; a < kNumActs; ++a) lp.on_host[a] = lp.acts.saved[a] && host[a];
-    return lp;
-  }
+  LayerPolicy layer_policy(int layer) const { return models::layer_policy(s_, d_, layer); }
 
   // A non-layer parameter group (embedding, head) follows rules that select all layers.
   void non_layer_policy(ParamGroup& g) const {
-    for (const OffloadRule& r : s_.offload.rules) {
-      if (r.layers.kind != LayerSelection::Kind::kAll) continue;
-      const bool to_host = r.where == Placement::kHost;
-      switch (r.cls) {
-        case TensorClass::kParams:
-          g.params_on_host = to_host;
-          break;
-        case TensorClass::kGrads:
-          g.grads_on_host = to_host;
-          break;
-        case TensorClass::kOptimizerStates:
-          g.opt_on_host = to_host;
-          break;
-        case TensorClass::kMasterWeights:
-          g.master_on_host = to_host;
-          break;
-        default:
-          break;
-      }
-    }
+    const GroupPlacement p = non_layer_placement(s_);
+    g.params_on_host = p.params_on_host;
+    g.grads_on_host = p.grads_on_host;
+    g.opt_on_host = p.opt_on_host;
+    g.master_on_host = p.master_on_host;
   }
 
   // --- helpers ------------------------------------------------------------------------------
@@ -1086,6 +1017,73 @@ std::vector<std::string> scenario_flags(const Scenario& s) {
 }
 
 }  // namespace
+
+LayerPolicy layer_policy(const Scenario& s, const LayerDims& d, int layer) {
+  LayerPolicy lp;
+  std::set<std::string> named;
+  std::array<bool, kNumActs> host{};
+  bool any_host_rule = false;
+  for (const OffloadRule& r : s.offload.rules) {
+    if (!r.layers.contains(layer, s.model.layers)) continue;
+    const bool to_host = r.where == Placement::kHost;
+    switch (r.cls) {
+      case TensorClass::kActivations:
+        host.fill(to_host);
+        break;
+      case TensorClass::kNamedActivation:
+        named.insert(r.name);
+        for (int a = 0; a < kNumActs; ++a) {
+          if (r.name == maxtext_name(static_cast<Act>(a))) host[a] = to_host;
+        }
+        break;
+      case TensorClass::kParams:
+        lp.params_on_host = to_host;
+        lp.param_prefetch = std::max(1, r.prefetch_layers);
+        break;
+      case TensorClass::kGrads:
+        lp.grads_on_host = to_host;
+        break;
+      case TensorClass::kOptimizerStates:
+        lp.opt_on_host = to_host;
+        break;
+      case TensorClass::kMasterWeights:
+        lp.master_on_host = to_host;
+        break;
+    }
+    if (to_host && (r.cls == TensorClass::kActivations || r.cls == TensorClass::kNamedActivation)) {
+      lp.prefetch = any_host_rule ? std::max(lp.prefetch, r.prefetch_layers) : r.prefetch_layers;
+      lp.chunk_bytes = r.chunk_bytes;
+      any_host_rule = true;
+    }
+  }
+  lp.acts = layer_activations(d, recompute_mode(s.recompute, layer), named);
+  for (int a = 0; a < kNumActs; ++a) lp.on_host[a] = lp.acts.saved[a] && host[a];
+  return lp;
+}
+GroupPlacement non_layer_placement(const Scenario& s) {
+  GroupPlacement p;
+  for (const OffloadRule& r : s.offload.rules) {
+    if (r.layers.kind != LayerSelection::Kind::kAll) continue;
+    const bool to_host = r.where == Placement::kHost;
+    switch (r.cls) {
+      case TensorClass::kParams:
+        p.params_on_host = to_host;
+        break;
+      case TensorClass::kGrads:
+        p.grads_on_host = to_host;
+        break;
+      case TensorClass::kOptimizerStates:
+        p.opt_on_host = to_host;
+        break;
+      case TensorClass::kMasterWeights:
+        p.master_on_host = to_host;
+        break;
+      default:
+        break;
+    }
+  }
+  return p;
+}
 
 sim::Result<BuiltStep> build_step(const Scenario& s, const BuildOptions& options) {
   OFFSIM_RETURN_IF_ERROR(check_scenario(s));

@@ -11,10 +11,12 @@
 //   OFFSIM_ASSIGN_OR_RETURN(sim::SimResult r, sim::simulate(step.plan));
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "models/formulas.h"
 #include "models/scenario.h"
 #include "sim/core/result.h"
 #include "sim/plan/plan.h"
@@ -63,5 +65,30 @@ struct BuiltStep {
 };
 
 sim::Result<BuiltStep> build_step(const Scenario& scenario, const BuildOptions& options = {});
+
+// Where one layer's tensors live and how they move: the scenario's offload rules that select
+// the layer, applied in order (later rules win), and the activations its recompute mode saves.
+struct LayerPolicy {
+  LayerActivations acts;
+  std::array<bool, kNumActs> on_host{};  // saved activations that go to the host
+  int prefetch = 1;                      // activation reload, layers ahead of the backward
+  std::int64_t chunk_bytes = 0;          // activation copies split into chunks (0: whole)
+  bool params_on_host = false;
+  bool grads_on_host = false;
+  bool opt_on_host = false;
+  bool master_on_host = false;
+  int param_prefetch = 1;
+};
+LayerPolicy layer_policy(const Scenario& scenario, const LayerDims& dims, int layer);
+
+// Placement of the parameter groups outside the layers (embedding, head): the rules that select
+// all layers.
+struct GroupPlacement {
+  bool params_on_host = false;
+  bool grads_on_host = false;
+  bool opt_on_host = false;
+  bool master_on_host = false;
+};
+GroupPlacement non_layer_placement(const Scenario& scenario);
 
 }  // namespace offsim::models
