@@ -14,10 +14,7 @@
 //
 // Also: --jobs 1 and --jobs 2 give identical files, and --time-limit ends a sweep with its
 // finished rows kept and a message pointing at --resume.
-#include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -26,7 +23,6 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -34,7 +30,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-extern char** environ;
+#include "tests/common/process.h"
 
 namespace {
 
@@ -71,36 +67,17 @@ class KillResumeTest : public ::testing::Test {
   void TearDown() override { fs::remove_all(dir_); }
 
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
-  static std::string read(const std::string& file) {
-    std::ifstream in(file, std::ios::binary);
-    std::stringstream s;
-    s << in.rdbuf();
-    return s.str();
-  }
+  static std::string read(const std::string& file) { return offsim::testing::read_file(file); }
 
   pid_t spawn(const std::vector<std::string>& args) {
-    std::vector<std::string> argv_s = {OFFSIM_BINARY};
-    argv_s.insert(argv_s.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (std::string& a : argv_s) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    const std::string out = path("stdout.txt");
-    const std::string err = path("stderr.txt");
-    posix_spawn_file_actions_addopen(&actions, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_addopen(&actions, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    pid_t pid = 0;
-    const int rc = posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&actions);
-    EXPECT_EQ(rc, 0) << "cannot start " << OFFSIM_BINARY;
+    const pid_t pid =
+        offsim::testing::spawn_process(OFFSIM_BINARY, args, path("stdout.txt"), path("stderr.txt"));
+    EXPECT_GT(pid, 0) << "cannot start " << OFFSIM_BINARY;
     return pid;
   }
-  static int wait_exit(pid_t pid) {
-    int status = 0;
-    waitpid(pid, &status, 0);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  }
+
+  static int wait_exit(pid_t pid) { return offsim::testing::wait_exit(pid); }
+
   int run(const std::vector<std::string>& args) { return wait_exit(spawn(args)); }
   // Waits until `file` holds at least `size` bytes, the process ended (not reaped), or 60 s
   // passed.

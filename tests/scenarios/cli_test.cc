@@ -1,8 +1,6 @@
 // Runs the real `offsim` binary: exit codes, --jobs invariance, sharding and resume after kill -9.
-#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -17,7 +15,7 @@
 
 #include <fmt/format.h>
 
-extern char** environ;
+#include "tests/common/process.h"
 
 namespace {
 
@@ -57,12 +55,8 @@ class CliTest : public ::testing::Test {
     return path;
   }
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
-  static std::string read(const std::string& file) {
-    std::ifstream in(file);
-    std::stringstream s;
-    s << in.rdbuf();
-    return s.str();
-  }
+  static std::string read(const std::string& file) { return offsim::testing::read_file(file); }
+
   static int count_lines(const std::string& file) {
     const std::string text = read(file);
     return static_cast<int>(std::count(text.begin(), text.end(), '\n'));
@@ -70,28 +64,14 @@ class CliTest : public ::testing::Test {
 
   // Starts offsim with stdout/stderr to files in the test folder; returns the pid.
   pid_t spawn(const std::vector<std::string>& args) {
-    std::vector<std::string> argv_s = {OFFSIM_CLI_PATH};
-    argv_s.insert(argv_s.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (std::string& a : argv_s) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    const std::string out = path("stdout.txt");
-    const std::string err = path("stderr.txt");
-    posix_spawn_file_actions_addopen(&actions, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_addopen(&actions, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    pid_t pid = 0;
-    const int rc = posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&actions);
-    EXPECT_EQ(rc, 0) << "cannot start " << OFFSIM_CLI_PATH;
+    const pid_t pid = offsim::testing::spawn_process(OFFSIM_CLI_PATH, args, path("stdout.txt"),
+                                                     path("stderr.txt"));
+    EXPECT_GT(pid, 0) << "cannot start " << OFFSIM_CLI_PATH;
     return pid;
   }
-  static int wait_exit(pid_t pid) {
-    int status = 0;
-    waitpid(pid, &status, 0);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  }
+
+  static int wait_exit(pid_t pid) { return offsim::testing::wait_exit(pid); }
+
   int run(const std::vector<std::string>& args) { return wait_exit(spawn(args)); }
   std::string err() const { return read(path("stderr.txt")); }
   std::string out() const { return read(path("stdout.txt")); }
