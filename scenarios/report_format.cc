@@ -36,6 +36,16 @@ struct Row {
   std::vector<std::string> cells;
 };
 
+// The JSON of a report with every optional part present: where the flat columns come from.
+const nlohmann::json& report_schema() {
+  static const nlohmann::json kSchema = [] {
+    models::Report every_part;
+    every_part.oom = models::OomReport{};
+    return models::report_to_json(every_part);
+  }();
+  return kSchema;
+}
+
 }  // namespace
 
 std::string format_bytes(std::int64_t bytes) {
@@ -182,22 +192,53 @@ std::string format_table(const std::vector<NamedReport>& reports) {
   return out;
 }
 
-nlohmann::json format_json(const std::vector<NamedReport>& reports) {
-  if (reports.size() == 1) return models::report_to_json(reports.front().report);
-  nlohmann::json all = nlohmann::json::array();
-  for (const NamedReport& nr : reports) all.push_back(models::report_to_json(nr.report));
+const std::vector<std::string>& report_columns() {
+  static const std::vector<std::string> kColumns = [] {
+    const std::vector<std::string> flat = flat_columns(report_schema());
+    const std::vector<std::string> leading = {
+        "scenario", "outcome",       "fits",         "limited_by",
+        "gpus",     "step_time_s",   "tokens_per_s", "tokens_per_s_per_gpu",
+        "mfu",      "hbm_peak_bytes"};
+    std::vector<std::string> columns;
+    for (const std::string& c : leading) {
+      if (c == "limited_by" || std::find(flat.begin(), flat.end(), c) != flat.end()) {
+        columns.push_back(c);
+      }
+    }
+    for (const std::string& c : flat) {
+      if (std::find(columns.begin(), columns.end(), c) == columns.end()) columns.push_back(c);
+    }
+    return columns;
+  }();
+  return kColumns;
+}
+
+nlohmann::ordered_json flat_report(const models::Report& report) {
+  nlohmann::ordered_json flat = nlohmann::ordered_json::object();
+  flatten_json(report_schema(), models::report_to_json(report), "", flat);
+  flat["limited_by"] = limiting_factor(report);
+  nlohmann::ordered_json out = nlohmann::ordered_json::object();
+  for (const std::string& c : report_columns()) out[c] = flat[c];
+  return out;
+}
+
+nlohmann::ordered_json format_json(const std::vector<NamedReport>& reports) {
+  nlohmann::ordered_json all = nlohmann::ordered_json::array();
+  for (const NamedReport& nr : reports) all.push_back(flat_report(nr.report));
   return all;
 }
 
+std::string format_jsonl(const std::vector<NamedReport>& reports) {
+  std::string out;
+  for (const NamedReport& nr : reports) out += json_line(flat_report(nr.report)) + "\n";
+  return out;
+}
+
 std::string format_csv(const std::vector<NamedReport>& reports) {
-  std::string out = "scenario";
-  for (const std::string& c : csv_report_columns()) out += "," + c;
+  std::string out;
+  for (const std::string& c : report_columns()) out += (out.empty() ? "" : ",") + csv_field(c);
   out += "\n";
-  for (const NamedReport& nr : reports) {
-    out += csv_field(nr.name);
-    for (const std::string& v : csv_report_values(nr.report)) out += "," + csv_field(v);
-    out += "\n";
-  }
+  for (const NamedReport& nr : reports) out += csv_row(flat_report(nr.report)) + "\n";
   return out;
 }
 

@@ -178,9 +178,70 @@ std::function<std::string(const std::string&)> csv_row_key(std::size_t key_field
 std::function<std::string(const std::string&)> jsonl_row_key() {
   return [](const std::string& line) -> std::string {
     const auto j = nlohmann::ordered_json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (!j.is_object() || !j.contains("index") || !j.contains("axes")) return {};
-    return nlohmann::ordered_json{{"index", j["index"]}, {"axes", j["axes"]}}.dump();
+    if (!j.is_object() || !j.contains("index")) return {};
+    auto key = nlohmann::ordered_json::object();
+    for (auto it = j.begin(); it != j.end(); ++it) {
+      if (it.key() == "index" || it.key().rfind("axes.", 0) == 0) key[it.key()] = it.value();
+    }
+    return key.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
   };
+}
+
+std::vector<std::string> flat_columns(const nlohmann::json& schema, const std::string& prefix) {
+  std::vector<std::string> out;
+  if (!schema.is_object() || schema.empty()) return {prefix};
+  for (auto it = schema.begin(); it != schema.end(); ++it) {
+    const std::string name = prefix.empty() ? it.key() : prefix + "." + it.key();
+    for (std::string& c : flat_columns(it.value(), name)) out.push_back(std::move(c));
+  }
+  return out;
+}
+
+void flatten_json(const nlohmann::json& schema, const nlohmann::json& value,
+                  const std::string& prefix, nlohmann::ordered_json& out) {
+  if (!schema.is_object() || schema.empty()) {
+    if (value.is_array() || value.is_object()) {
+      out[prefix] = value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    } else {
+      out[prefix] = value;
+    }
+    return;
+  }
+  static const nlohmann::json kNull;
+  for (auto it = schema.begin(); it != schema.end(); ++it) {
+    const std::string name = prefix.empty() ? it.key() : prefix + "." + it.key();
+    const auto member = value.is_object() ? value.find(it.key()) : value.end();
+    flatten_json(it.value(), value.is_object() && member != value.end() ? *member : kNull, name,
+                 out);
+  }
+}
+
+std::string csv_cell(const nlohmann::ordered_json& cell) {
+  if (cell.is_null()) return {};
+  if (cell.is_string()) {
+    // Rows are lines: a line break inside a text cell becomes a space.
+    std::string text = cell.get<std::string>();
+    for (char& c : text) {
+      if (c == '\n' || c == '\r') c = ' ';
+    }
+    return csv_field(text);
+  }
+  return csv_field(cell.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
+}
+
+std::string csv_row(const nlohmann::ordered_json& record) {
+  std::string out;
+  bool first = true;
+  for (const auto& cell : record) {
+    if (!first) out += ',';
+    out += csv_cell(cell);
+    first = false;
+  }
+  return out;
+}
+
+std::string json_line(const nlohmann::ordered_json& record) {
+  return record.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
 std::string csv_field(const std::string& text) {

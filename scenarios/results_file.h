@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "sim/core/result.h"
 
 namespace offsim::scenarios {
@@ -63,10 +65,32 @@ class ResultsFile {
 // Key functions for the two row formats.
 // CSV: the first `key_fields` fields of a line, as written (quotes included).
 std::function<std::string(const std::string&)> csv_row_key(std::size_t key_fields);
-// JSONL: the "index" and "axes" members, re-serialised; "" when the line is not a JSON object.
+// JSONL: the "index" member and every "axes.*" member, in line order, re-serialised; "" when the
+// line is not a JSON object with an "index".
 std::function<std::string(const std::string&)> jsonl_row_key();
 
 // Quotes a CSV field when it holds a comma, quote, CR or LF (RFC 4180).
 std::string csv_field(const std::string& text);
+
+// Flat records: one level of dotted column names ("memory.params_bytes") for CSV, JSON lines and
+// pandas. `schema` says where the columns are: every member of a non-empty object in `schema` is
+// followed into, and anything else there (a scalar, null, a list, an empty object) is one column.
+//
+//   nlohmann::json schema = {{"fits", false}, {"time", {{"compute_s", 0.0}}}, {"flags", {}}};
+//   flat_columns(schema);                // {"fits", "flags", "time.compute_s"}
+//   nlohmann::ordered_json row;
+//   flatten_json(schema, value, "", row);  // row["time.compute_s"] = value["time"]["compute_s"]
+std::vector<std::string> flat_columns(const nlohmann::json& schema, const std::string& prefix = "");
+// Adds `value`'s cell for each column of `schema` to `out`, in flat_columns() order: null when
+// `value` lacks the path (or a step of it is not an object), a scalar as it is, a list or an
+// object as its JSON text (one cell, so per-rank entries and live sets stay in one row).
+void flatten_json(const nlohmann::json& schema, const nlohmann::json& value,
+                  const std::string& prefix, nlohmann::ordered_json& out);
+// A flat cell as CSV text: null -> "" (an empty cell), true/false, numbers as JSON writes them
+// (shortest round trip), strings quoted when needed (csv_field) with line breaks as spaces.
+std::string csv_cell(const nlohmann::ordered_json& cell);
+// A flat record as a CSV row and as one JSON line (invalid UTF-8 replaced, no newline).
+std::string csv_row(const nlohmann::ordered_json& record);
+std::string json_line(const nlohmann::ordered_json& record);
 
 }  // namespace offsim::scenarios

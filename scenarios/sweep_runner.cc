@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "scenarios/progress.h"
+#include "scenarios/report_format.h"
 
 namespace offsim::scenarios {
 namespace {
@@ -54,14 +55,6 @@ nlohmann::ordered_json node_json(const Node& node) {
   return nullptr;
 }
 
-std::string axes_json(const std::vector<SweepAssignment>& axes) {
-  auto o = nlohmann::ordered_json::object();
-  for (const SweepAssignment& a : axes) o[a.path] = node_json(a.value);
-  return o.dump();
-}
-
-std::string number(double v) { return fmt::format("{}", v); }
-
 }  // namespace
 
 PointOutcome evaluate_document(const Node& doc, const std::string& base_dir,
@@ -92,55 +85,12 @@ PointOutcome evaluate_document(const Node& doc, const std::string& base_dir,
   return out;
 }
 
-const std::vector<std::string>& csv_report_columns() {
-  static const std::vector<std::string> kColumns = {"step_time_s",
-                                                    "tokens_per_s",
-                                                    "tflops_per_gpu",
-                                                    "mfu",
-                                                    "fits",
-                                                    "hbm_peak_bytes",
-                                                    "host_peak_bytes",
-                                                    "memory.params_bytes",
-                                                    "memory.grads_bytes",
-                                                    "memory.optimizer_bytes",
-                                                    "memory.activations_bytes",
-                                                    "memory.buffers_bytes",
-                                                    "memory.workspace_bytes",
-                                                    "time.compute_s",
-                                                    "time.recompute_s",
-                                                    "time.exposed_comm_s",
-                                                    "time.exposed_offload_s",
-                                                    "time.bubble_s",
-                                                    "time.cpu_optimizer_s",
-                                                    "time.other_s",
-                                                    "outcome",
-                                                    "error"};
-  return kColumns;
-}
-
-std::vector<std::string> csv_report_values(const models::Report& r) {
-  return {number(r.step_time_s),
-          number(r.tokens_per_s),
-          number(r.tflops_per_gpu),
-          number(r.mfu),
-          r.fits ? "true" : "false",
-          std::to_string(r.hbm_peak_bytes),
-          std::to_string(r.host_peak_bytes),
-          std::to_string(r.memory.params_bytes),
-          std::to_string(r.memory.grads_bytes),
-          std::to_string(r.memory.optimizer_bytes),
-          std::to_string(r.memory.activations_bytes),
-          std::to_string(r.memory.buffers_bytes),
-          std::to_string(r.memory.workspace_bytes),
-          number(r.time.compute_s),
-          number(r.time.recompute_s),
-          number(r.time.exposed_comm_s),
-          number(r.time.exposed_offload_s),
-          number(r.time.bubble_s),
-          number(r.time.cpu_optimizer_s),
-          number(r.time.other_s),
-          r.outcome,
-          ""};
+std::vector<std::string> sweep_columns(const std::vector<std::string>& axis_paths) {
+  std::vector<std::string> columns = {"index"};
+  for (const std::string& path : axis_paths) columns.push_back("axes." + path);
+  for (const std::string& c : report_columns()) columns.push_back(c);
+  columns.push_back("error");
+  return columns;
 }
 
 RowFormat row_format_for(const std::string& path) {
@@ -150,28 +100,38 @@ RowFormat row_format_for(const std::string& path) {
   return ends_with(".jsonl") || ends_with(".ndjson") ? RowFormat::kJsonl : RowFormat::kCsv;
 }
 
-std::string format_row(RowFormat format, std::int64_t index, const std::string& scenario_path,
-                       const std::vector<SweepAssignment>& axes, const PointOutcome& outcome) {
-  if (format == RowFormat::kJsonl) {
-    std::string row =
-        fmt::format("{{\"index\":{},\"scenario\":{},\"axes\":{},", index,
-                    nlohmann::json(scenario_path)
-                        .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
-                    axes_json(axes));
-    if (outcome.report) {
-      row += "\"report\":" + models::report_to_json(*outcome.report).dump() + "}";
-    } else {
-      row += "\"error\":" + nlohmann::json(one_line(outcome.error)).dump() + "}";
+nlohmann::ordered_json point_record(std::int64_t index, const std::vector<SweepAssignment>& axes,
+                                    const PointOutcome& outcome) {
+  nlohmann::ordered_json record = nlohmann::ordered_json::object();
+  record["index"] = index;
+  for (const SweepAssignment& a : axes) {
+    nlohmann::ordered_json value = node_json(a.value);
+    if (value.is_array() || value.is_object()) {
+      value = value.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
     }
-    return row;
+    record["axes." + a.path] = std::move(value);
   }
+  if (outcome.report) {
+    const nlohmann::ordered_json flat = flat_report(*outcome.report);
+    for (auto it = flat.begin(); it != flat.end(); ++it) record[it.key()] = it.value();
+    record["error"] = nullptr;
+  } else {
+    for (const std::string& c : report_columns()) record[c] = nullptr;
+    record["error"] = one_line(outcome.error);
+  }
+  return record;
+}
+
+std::string format_row(RowFormat format, std::int64_t index,
+                       const std::vector<SweepAssignment>& axes, const PointOutcome& outcome) {
+  const nlohmann::ordered_json record = point_record(index, axes, outcome);
+  if (format == RowFormat::kJsonl) return json_line(record);
+  // CSV: the axes as written in the scenario (these cells are also the row's resume key).
   std::string row = std::to_string(index);
   for (const SweepAssignment& a : axes) row += "," + csv_field(emit_flow(a.value));
-  if (outcome.report) {
-    for (const std::string& v : csv_report_values(*outcome.report)) row += "," + csv_field(v);
-  } else {
-    for (std::size_t i = 0; i + 1 < csv_report_columns().size(); ++i) row += ",";
-    row += "," + csv_field(one_line(outcome.error));
+  for (auto it = record.begin(); it != record.end(); ++it) {
+    if (it.key() == "index" || it.key().rfind("axes.", 0) == 0) continue;
+    row += "," + csv_cell(it.value());
   }
   return row;
 }
@@ -259,7 +219,7 @@ std::string PreparedSweep::row(std::int64_t k, bool* error) const {
     outcome = evaluate_document(*doc, file->base_dir, eval, limits);
   }
   if (error != nullptr) *error = !outcome.report.has_value();
-  return format_row(format, index, file->path, axes, outcome);
+  return format_row(format, index, axes, outcome);
 }
 
 sim::Result<PreparedSweep> prepare_sweep(const ScenarioFile& file, const SweepRunOptions& options) {
@@ -289,9 +249,9 @@ sim::Result<PreparedSweep> prepare_sweep(const ScenarioFile& file, const SweepRu
   p.to_stdout = options.out_path.empty() || options.out_path == "-";
   p.format = p.to_stdout ? RowFormat::kCsv : row_format_for(options.out_path);
   if (p.format == RowFormat::kCsv) {
-    p.header = "index";
-    for (const std::string& path : axis_paths) p.header += "," + csv_field(path);
-    for (const std::string& c : csv_report_columns()) p.header += "," + c;
+    for (const std::string& c : sweep_columns(axis_paths)) {
+      p.header += (p.header.empty() ? "" : ",") + csv_field(c);
+    }
   }
   // The key function owns copies: PreparedSweep is returned by value.
   const SweepSpec spec = p.spec;
@@ -301,9 +261,13 @@ sim::Result<PreparedSweep> prepare_sweep(const ScenarioFile& file, const SweepRu
     const std::int64_t index = points[static_cast<std::size_t>(row)];
     const auto axes = spec.point(index);
     if (format == RowFormat::kJsonl) {
-      return nlohmann::ordered_json{{"index", index},
-                                    {"axes", nlohmann::ordered_json::parse(axes_json(axes))}}
-          .dump();
+      // The same members jsonl_row_key() takes from a written line.
+      const nlohmann::ordered_json record = point_record(index, axes, PointOutcome{});
+      auto key = nlohmann::ordered_json::object();
+      for (auto it = record.begin(); it != record.end(); ++it) {
+        if (it.key() == "index" || it.key().rfind("axes.", 0) == 0) key[it.key()] = it.value();
+      }
+      return key.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
     }
     std::string key = std::to_string(index);
     for (const SweepAssignment& a : axes) key += "," + csv_field(emit_flow(a.value));

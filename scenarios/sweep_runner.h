@@ -1,6 +1,11 @@
 // Sweep runner: evaluates every point of a scenario's sweep on a thread pool and writes one row
 // per point, in point order, to a crash-safe CSV or JSON-lines file (results_file.h).
 //
+// A row is a flat record (sweep_columns()): `index`, one `axes.<path>` column per sweep axis, the
+// report's columns (report_format.h: report_columns(), `limited_by` included) and `error`. CSV and
+// JSON lines carry the same columns in the same order; an error row has null report columns
+// (empty CSV cells) and the message in `error`, a row that ran has `error` null.
+//
 // Results do not depend on --jobs: rows are buffered until every earlier row is written, so the
 // file is byte-identical for any number of threads, and a sweep killed at any moment resumes to
 // exactly the rows of an uninterrupted run. `shard_index/shard_count` keep the points with
@@ -17,6 +22,8 @@
 #include <optional>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "models/evaluate.h"
 #include "scenarios/document.h"
@@ -42,9 +49,8 @@ PointOutcome evaluate_document(const Node& doc, const std::string& base_dir,
 
 enum class RowFormat { kCsv, kJsonl };
 
-// The report columns of a CSV row, after index and the axes.
-const std::vector<std::string>& csv_report_columns();
-std::vector<std::string> csv_report_values(const models::Report& report);
+// The columns of a sweep row: index, "axes.<path>" per axis path, report_columns(), error.
+std::vector<std::string> sweep_columns(const std::vector<std::string>& axis_paths);
 
 struct SweepRunOptions {
   std::string out_path;  // .csv or .jsonl (.ndjson); "-" writes CSV to stdout
@@ -72,8 +78,12 @@ struct SweepSummary {
 
 RowFormat row_format_for(const std::string& path);
 
-// The row a point produces (without '\n').
-std::string format_row(RowFormat format, std::int64_t index, const std::string& scenario_path,
+// The flat record of a point (keys: sweep_columns() of the axes' paths) and its row (without
+// '\n'). Axis values are typed in JSON (numbers, booleans, strings; a list or map as its JSON
+// text); in CSV they are written as in the scenario (YAML flow).
+nlohmann::ordered_json point_record(std::int64_t index, const std::vector<SweepAssignment>& axes,
+                                    const PointOutcome& outcome);
+std::string format_row(RowFormat format, std::int64_t index,
                        const std::vector<SweepAssignment>& axes, const PointOutcome& outcome);
 
 sim::Result<SweepSummary> run_sweep(const ScenarioFile& file, const SweepRunOptions& options);
@@ -86,7 +96,7 @@ struct PreparedSweep {
   std::vector<std::int64_t> points;  // point indices of this shard, ascending
   RowFormat format = RowFormat::kCsv;
   bool to_stdout = false;
-  std::string header;  // CSV header line; empty for JSONL
+  std::string header;  // CSV header line (sweep_columns()); empty for JSONL
   ResultsFile::Spec file_spec;
   OpenMode mode = OpenMode::kCreate;
   models::EvalOptions eval;

@@ -203,7 +203,10 @@ int cmd_run(const RunArgs& a) {
     reports.push_back({l.scenario.name, std::move(eval->report)});
   }
   if (a.format == "json") {
-    fmt::print("{}\n", scenarios::format_json(reports).dump(2));
+    fmt::print("{}\n", scenarios::format_json(reports).dump(
+                           2, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
+  } else if (a.format == "jsonl") {
+    fmt::print("{}", scenarios::format_jsonl(reports));
   } else if (a.format == "csv") {
     fmt::print("{}", scenarios::format_csv(reports));
   } else {
@@ -635,8 +638,10 @@ int main(int argc, char** argv) {
       ->required()
       ->check(CLI::ExistingFile);
   run_cmd->add_option("--set", run.sets, "override a key: key.path=value (repeatable)");
-  run_cmd->add_option("--format", run.format, "table, json or csv")
-      ->check(CLI::IsMember({"table", "json", "csv"}));
+  run_cmd
+      ->add_option("--format", run.format,
+                   "table, json (a list of flat records), jsonl (one record per line) or csv")
+      ->check(CLI::IsMember({"table", "json", "jsonl", "csv"}));
   run_cmd->add_option("--trace", run.trace, "write the Chrome/Perfetto trace JSON here");
   run_cmd->add_option("--plan-out", run.plan_out, "write the Plan JSON here");
   run_cmd->add_option("--timeline-out", run.timeline_out, "write the Timeline JSON here");

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "tests/common/process.h"
 
@@ -115,8 +116,9 @@ TEST_F(CliTest, RunFormatsAndOutputs) {
   const std::string json = out();
   for (const char* key :
        {"\"step_time_s\"", "\"tokens_per_s\"", "\"tflops_per_gpu\"", "\"mfu\"", "\"fits\"",
-        "\"hbm_peak_bytes\"", "\"host_peak_bytes\"", "\"params_bytes\"", "\"activations_bytes\"",
-        "\"buffers_bytes\"", "\"exposed_offload_s\"", "\"cpu_optimizer_s\"", "\"bubble_s\""}) {
+        "\"hbm_peak_bytes\"", "\"host_peak_bytes\"", "\"memory.params_bytes\"",
+        "\"memory.activations_bytes\"", "\"memory.buffers_bytes\"", "\"time.exposed_offload_s\"",
+        "\"time.cpu_optimizer_s\"", "\"time.bubble_s\""}) {
     EXPECT_NE(json.find(key), std::string::npos) << key;
   }
   EXPECT_GT(fs::file_size(path("trace.json")), 100u);
@@ -127,6 +129,189 @@ TEST_F(CliTest, RunFormatsAndOutputs) {
   EXPECT_NE(out().find("limited by"), std::string::npos);
   ASSERT_EQ(run({"run", single_, "--print-effective", "--set", "training.micro_batch=2"}), 0);
   EXPECT_NE(out().find("  micro_batch: 2\n"), std::string::npos) << out();
+}
+
+// Splits CSV text (RFC 4180 quoting) into records of fields.
+std::vector<std::vector<std::string>> parse_csv(const std::string& text) {
+  std::vector<std::vector<std::string>> records;
+  std::vector<std::string> fields;
+  std::string field;
+  bool quoted = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (quoted) {
+      if (c == '"' && i + 1 < text.size() && text[i + 1] == '"') {
+        field += '"';
+        ++i;
+      } else if (c == '"') {
+        quoted = false;
+      } else {
+        field += c;
+      }
+    } else if (c == '"') {
+      quoted = true;
+    } else if (c == ',') {
+      fields.push_back(std::move(field));
+      field.clear();
+    } else if (c == '\n') {
+      fields.push_back(std::move(field));
+      field.clear();
+      records.push_back(std::move(fields));
+      fields.clear();
+    } else {
+      field += c;
+    }
+  }
+  return records;
+}
+
+std::vector<std::string> keys_of(const nlohmann::ordered_json& record) {
+  std::vector<std::string> keys;
+  for (auto it = record.begin(); it != record.end(); ++it) keys.push_back(it.key());
+  return keys;
+}
+
+std::vector<nlohmann::ordered_json> parse_lines(const std::string& text) {
+  std::vector<nlohmann::ordered_json> rows;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);)
+    rows.push_back(nlohmann::ordered_json::parse(line));
+  return rows;
+}
+
+TEST_F(CliTest, RunGivesOneShapeOfFlatRecords) {
+  ASSERT_EQ(run({"run", single_, "--format", "json"}), 0) << err();
+  const auto one = nlohmann::ordered_json::parse(out());
+  ASSERT_TRUE(one.is_array()) << out();  // a list also for one scenario
+  ASSERT_EQ(one.size(), 1u);
+  const std::vector<std::string> columns = keys_of(one[0]);
+  for (const std::string& c : columns) {
+    EXPECT_FALSE(one[0][c].is_object() || one[0][c].is_array()) << c << " is not flat";
+  }
+  for (const char* c : {"scenario", "outcome", "fits", "limited_by", "gpus", "step_time_s",
+                        "tokens_per_s", "tokens_per_s_per_gpu", "memory.params_bytes",
+                        "time.compute_s", "ranks", "live_at_peak", "oom.pool"}) {
+    EXPECT_NE(std::find(columns.begin(), columns.end(), c), columns.end()) << c;
+  }
+  EXPECT_EQ(one[0]["gpus"], 1);
+  EXPECT_EQ(one[0]["fits"], true);
+  EXPECT_TRUE(one[0]["oom.pool"].is_null());  // fits: no out-of-memory details
+  EXPECT_TRUE(nlohmann::json::parse(one[0]["ranks"].get<std::string>()).is_array());
+  EXPECT_DOUBLE_EQ(one[0]["tokens_per_s_per_gpu"].get<double>(),
+                   one[0]["tokens_per_s"].get<double>());
+
+  const std::vector<std::string> two_args = {"run", single_, single_, "--set",
+                                             "offload=zero_offload"};
+  auto with_format = [&](const char* format) {
+    std::vector<std::string> args = two_args;
+    args.insert(args.end(), {"--format", format});
+    EXPECT_EQ(run(args), 0) << err();
+    return out();
+  };
+  const auto two = nlohmann::ordered_json::parse(with_format("json"));
+  ASSERT_TRUE(two.is_array());
+  ASSERT_EQ(two.size(), 2u);
+  for (const auto& record : two) EXPECT_EQ(keys_of(record), columns);
+
+  const std::vector<nlohmann::ordered_json> lines = parse_lines(with_format("jsonl"));
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[0], two[0]);
+  EXPECT_EQ(lines[1], two[1]);
+
+  const auto csv = parse_csv(with_format("csv"));
+  ASSERT_EQ(csv.size(), 3u);
+  EXPECT_EQ(csv[0], columns);
+  for (std::size_t c = 0; c < columns.size(); ++c) {
+    const auto& cell = two[1][columns[c]];
+    if (cell.is_null()) {
+      EXPECT_EQ(csv[2][c], "") << columns[c];
+    } else if (cell.is_string()) {
+      EXPECT_EQ(csv[2][c], cell.get<std::string>()) << columns[c];
+    } else {
+      EXPECT_EQ(csv[2][c], cell.dump()) << columns[c];
+    }
+  }
+}
+
+TEST_F(CliTest, SweepCsvAndJsonlHaveTheSameFlatColumns) {
+  ASSERT_EQ(run({"sweep", scenario_, "--out", path("s.csv"), "--quiet"}), 0) << err();
+  ASSERT_EQ(run({"sweep", scenario_, "--out", path("s.jsonl"), "--quiet"}), 0) << err();
+  const auto csv = parse_csv(read(path("s.csv")));
+  const auto rows = parse_lines(read(path("s.jsonl")));
+  ASSERT_EQ(csv.size(), static_cast<std::size_t>(kPoints) + 1);
+  ASSERT_EQ(rows.size(), static_cast<std::size_t>(kPoints));
+  const std::vector<std::string>& header = csv[0];
+  const std::vector<std::string> lead(header.begin(), header.begin() + 5);
+  EXPECT_EQ(lead,
+            (std::vector<std::string>{"index", "axes.training.micro_batch", "axes.training.seq_len",
+                                      "axes.recompute", "axes.offload"}));
+  EXPECT_EQ(header.back(), "error");
+  const auto step = static_cast<std::size_t>(
+      std::find(header.begin(), header.end(), "step_time_s") - header.begin());
+  ASSERT_LT(step, header.size());
+  int errors = 0;
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    EXPECT_EQ(keys_of(rows[i]), header) << i;
+    ASSERT_EQ(csv[i + 1].size(), header.size()) << i;
+    EXPECT_EQ(rows[i]["index"], i);
+    const bool error = !rows[i]["error"].is_null();
+    errors += error ? 1 : 0;
+    // An error row has null report columns (empty CSV cells); a row that ran has no error.
+    EXPECT_EQ(rows[i]["step_time_s"].is_null(), error) << i;
+    EXPECT_EQ(csv[i + 1][step].empty(), error) << i;
+    EXPECT_EQ(csv[i + 1].back().empty(), !error) << i;
+    if (error) {
+      EXPECT_EQ(rows[i]["axes.training.micro_batch"], 3) << i;
+    }
+  }
+  EXPECT_EQ(errors, 24);
+}
+
+// The README's pandas section names columns; each must exist in the files offsim writes.
+TEST_F(CliTest, ReadmeColumnsExistInTheOutputs) {
+  const std::string readme = read("README.md");
+  const std::size_t begin = readme.find("### Results as tables (pandas)");
+  ASSERT_NE(begin, std::string::npos);
+  const std::size_t end = readme.find("\n#", begin + 4);
+  std::vector<std::string> documented;
+  std::istringstream in(readme.substr(begin, end - begin));
+  bool in_code = false;
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("```", 0) == 0) in_code = !in_code;
+    if (line.rfind("| `", 0) == 0) {
+      documented.push_back(line.substr(3, line.find('`', 3) - 3));
+    } else if (in_code && line.find('#') == std::string::npos) {
+      // Quoted names in the code: columns, except file names.
+      for (std::size_t q = line.find('"'); q != std::string::npos; q = line.find('"', q + 1)) {
+        const std::size_t close = line.find('"', q + 1);
+        const std::string name = line.substr(q + 1, close - q - 1);
+        if (name.find(".json") == std::string::npos && name.find(".csv") == std::string::npos) {
+          documented.push_back(name);
+        }
+        q = close;
+      }
+    }
+  }
+  ASSERT_GE(documented.size(), 20u);
+
+  const std::string example = "scenarios/examples/2b-1xa100-sweep.yaml";
+  ASSERT_EQ(run({"sweep", example, "--out", path("p.csv"), "--quiet"}), 0) << err();
+  ASSERT_EQ(run({"sweep", example, "--out", path("p.jsonl"), "--quiet"}), 0) << err();
+  ASSERT_EQ(run({"run", example, "--format", "json"}), 0) << err();
+  const auto runs = nlohmann::ordered_json::parse(out());
+  const std::vector<std::string> header = parse_csv(read(path("p.csv")))[0];
+  EXPECT_EQ(keys_of(parse_lines(read(path("p.jsonl")))[0]), header);
+  for (const std::string& name : documented) {
+    const std::string prefix = name.substr(0, name.find('<'));
+    const bool found = std::any_of(header.begin(), header.end(), [&](const std::string& c) {
+      return name.find('<') != std::string::npos ? c.rfind(prefix, 0) == 0 : c == name;
+    });
+    EXPECT_TRUE(found) << "README column '" << name << "' is not in the sweep output";
+  }
+  // Every column of `run` is a column of a sweep row.
+  for (const std::string& c : keys_of(runs[0])) {
+    EXPECT_NE(std::find(header.begin(), header.end(), c), header.end()) << c;
+  }
 }
 
 TEST_F(CliTest, SweepRowsAreIdenticalForAnyJobs) {

@@ -7,6 +7,8 @@
 #include <fstream>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 namespace offsim::scenarios {
 namespace {
 
@@ -109,9 +111,50 @@ TEST(CsvField, QuotesOnlyWhenNeeded) {
 TEST(RowKeys, CsvAndJsonl) {
   EXPECT_EQ(csv_row_key(2)("3,\"[1, 2]\",x,y"), "3,\"[1, 2]\"");
   EXPECT_EQ(csv_row_key(2)("3"), "");
-  EXPECT_EQ(jsonl_row_key()(R"({"index":3,"scenario":"s","axes":{"a":1},"report":{}})"),
-            R"({"index":3,"axes":{"a":1}})");
+  EXPECT_EQ(jsonl_row_key()(R"({"index":3,"axes.a":1,"axes.b.c":"x","fits":true,"error":null})"),
+            R"({"index":3,"axes.a":1,"axes.b.c":"x"})");
+  EXPECT_EQ(jsonl_row_key()(R"({"axes.a":1})"), "");
   EXPECT_EQ(jsonl_row_key()("{not json"), "");
+}
+
+// A schema like a report's: scalars, a nested object, a list, an optional part and a map.
+const nlohmann::json kSchema = nlohmann::json::parse(R"({
+  "fits": false, "step_time_s": 0.0, "time": {"compute_s": 0.0, "bubble_s": 0.0},
+  "ranks": [], "oom": {"pool": "", "live": []}, "metadata": {}})");
+
+TEST(FlatRecords, ColumnsFollowNestedObjectsAndStopAtLeaves) {
+  EXPECT_EQ(flat_columns(kSchema),
+            (std::vector<std::string>{"fits", "metadata", "oom.live", "oom.pool", "ranks",
+                                      "step_time_s", "time.bubble_s", "time.compute_s"}));
+  EXPECT_EQ(flat_columns(nlohmann::json(1.0), "x"), std::vector<std::string>{"x"});
+}
+
+TEST(FlatRecords, ValuesAreScalarsNullsOrJsonText) {
+  const auto value = nlohmann::json::parse(R"({
+    "fits": true, "step_time_s": null, "time": {"compute_s": 1.5, "bubble_s": 0.25},
+    "ranks": [{"name": "rank0", "multiplicity": 8}], "oom": null,
+    "metadata": {"model": "m, \"x\""}, "not_in_schema": 7})");
+  nlohmann::ordered_json row;
+  flatten_json(kSchema, value, "", row);
+  std::vector<std::string> keys;
+  for (auto it = row.begin(); it != row.end(); ++it) keys.push_back(it.key());
+  EXPECT_EQ(keys, flat_columns(kSchema));  // same columns, same order; extra members dropped
+  EXPECT_EQ(row["fits"], true);
+  EXPECT_TRUE(row["step_time_s"].is_null());
+  EXPECT_EQ(row["time.compute_s"], 1.5);
+  EXPECT_EQ(row["ranks"], R"([{"multiplicity":8,"name":"rank0"}])");
+  EXPECT_TRUE(row["oom.pool"].is_null());  // a null part: every column under it is null
+  EXPECT_TRUE(row["oom.live"].is_null());
+  EXPECT_EQ(row["metadata"], R"({"model":"m, \"x\""})");
+
+  // CSV: null is an empty cell, text is quoted when needed, numbers as JSON writes them.
+  EXPECT_EQ(csv_row(row),
+            R"(true,"{""model"":""m, \""x\""""}",,,"[{""multiplicity"":8,""name"":""rank0""}]",)"
+            R"(,0.25,1.5)");
+  EXPECT_EQ(csv_cell(nlohmann::ordered_json("two\nlines")), "two lines");
+  EXPECT_EQ(csv_cell(nlohmann::ordered_json(1e-7)), "1e-07");
+  EXPECT_EQ(json_line(row).find('\n'), std::string::npos);
+  EXPECT_EQ(nlohmann::ordered_json::parse(json_line(row)), row);
 }
 
 }  // namespace
