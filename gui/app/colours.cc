@@ -29,6 +29,12 @@ QColor kind_colour(sim::OpKind kind) {
   return QColor(127, 127, 127);
 }
 
+QColor busy_shade(const QColor& colour, double busy) {
+  const double f = 0.15 + 0.85 * std::clamp(busy, 0.0, 1.0);
+  auto mix = [f](float c) { return static_cast<float>(1.0 - (1.0 - c) * f); };
+  return QColor::fromRgbF(mix(colour.redF()), mix(colour.greenF()), mix(colour.blueF()));
+}
+
 QColor category_colour(int index) {
   // Tableau 10.
   static constexpr std::array<QRgb, 10> kPalette = {0x4e79a7, 0xf28e2b, 0xe15759, 0x76b7b2,

@@ -19,7 +19,7 @@
 namespace offsim::gui {
 namespace {
 
-constexpr double kGB = 1e9;
+constexpr double kGiB = kBytesPerGiB;  // one unit with the CLI: GiB
 double to_ms(std::int64_t ns) { return static_cast<double>(ns) * 1e-6; }
 
 }  // namespace
@@ -91,7 +91,7 @@ void MemoryView::rebuild_chart() {
   axis_x_->setTitleText("time (ms)");
   axis_x_->setLabelFormat("%.3f");
   axis_y_ = new QValueAxis;
-  axis_y_->setTitleText("bytes in use (GB)");
+  axis_y_->setTitleText("bytes in use (GiB)");
   axis_y_->setLabelFormat("%.1f");
   chart->addAxis(axis_x_, Qt::AlignBottom);
   chart->addAxis(axis_y_, Qt::AlignLeft);
@@ -128,7 +128,7 @@ void MemoryView::rebuild_chart() {
       series->attachAxis(axis_y_);
       pools_.push_back({static_cast<int>(m), static_cast<int>(i), series});
       pool_box_->addItem(name);
-      peaks->append(to_ms(p.peak_time_ns), static_cast<double>(p.peak_bytes) / kGB);
+      peaks->append(to_ms(p.peak_time_ns), static_cast<double>(p.peak_bytes) / kGiB);
       // The capacity line, unless it is far above every peak (an "unbounded" host pool).
       if (p.capacity_bytes > 0 &&
           static_cast<double>(p.capacity_bytes) <= 4.0 * std::max(max_peak, 1.0)) {
@@ -139,7 +139,7 @@ void MemoryView::rebuild_chart() {
         cap_pen.setWidthF(1.2);
         cap->setPen(cap_pen);
         const TimeWindow extent = timelines_ ? timelines_->extent() : TimeWindow{0, 1};
-        const double c = static_cast<double>(p.capacity_bytes) / kGB;
+        const double c = static_cast<double>(p.capacity_bytes) / kGiB;
         cap->append(to_ms(std::min<std::int64_t>(extent.start_ns, 0)), c);
         cap->append(to_ms(std::max<std::int64_t>(extent.end_ns, 1)), c);
         chart->addSeries(cap);
@@ -153,7 +153,7 @@ void MemoryView::rebuild_chart() {
   chart->addSeries(peaks);
   peaks->attachAxis(axis_x_);
   peaks->attachAxis(axis_y_);
-  axis_y_->setRange(0.0, std::max(y_max * 1.08 / kGB, 1e-9));
+  axis_y_->setRange(0.0, std::max(y_max * 1.08 / kGiB, 1e-9));
   const TimeWindow extent = timelines_ ? timelines_->extent() : TimeWindow{0, 1};
   axis_x_->setRange(to_ms(extent.start_ns), to_ms(std::max(extent.end_ns, extent.start_ns + 1)));
   connect(axis_x_, &QValueAxis::rangeChanged, this, [this](double lo, double hi) {
@@ -196,7 +196,7 @@ void MemoryView::redecimate() {
     QList<QPointF> points;
     points.reserve(static_cast<qsizetype>(steps.size()));
     for (const StepPoint& s : steps)
-      points.append(QPointF(to_ms(s.time_ns), double(s.bytes) / kGB));
+      points.append(QPointF(to_ms(s.time_ns), double(s.bytes) / kGiB));
     points_drawn_ += steps.size();
     ref.series->replace(points);
   }

@@ -20,11 +20,11 @@
 namespace offsim::gui {
 namespace {
 
-constexpr double kGB = 1e9;
+constexpr double kGiB = kBytesPerGiB;  // one unit with the CLI: GiB
 constexpr int kNumericBuckets = 6;
 
-std::optional<double> y_value(const SweepRow& row, int which) {
-  return which == 0 ? row.step_time_s : row.tokens_per_s;
+SweepMetric metric_of(int which) {
+  return which == 0 ? SweepMetric::kStepTime : SweepMetric::kTokensPerS;
 }
 
 }  // namespace
@@ -93,7 +93,7 @@ void SweepView::rebuild() {
   chart->setBackgroundRoundness(0);
   chart->legend()->setAlignment(Qt::AlignBottom);
   auto* axis_x = new QValueAxis;
-  axis_x->setTitleText("peak HBM per GPU (GB)");
+  axis_x->setTitleText("peak HBM per GPU (GiB)");
   axis_x->setLabelFormat("%.2f");
   auto* axis_y = new QValueAxis;
   const int which = metric_box_->currentIndex() < 0 ? 0 : metric_box_->currentIndex();
@@ -155,21 +155,19 @@ void SweepView::rebuild() {
       series.push_back(s);
     }
     auto* infeasible = new QScatterSeries;
-    infeasible->setName("does not fit");
+    infeasible->setName("does not fit (no step time)");
     infeasible->setMarkerShape(QScatterSeries::MarkerShapeRectangle);
     infeasible->setMarkerSize(8);
     infeasible->setColor(QColor(190, 190, 190));
     infeasible->setBorderColor(QColor(200, 0, 0));
-    for (std::size_t i = 0; i < table_->rows.size(); ++i) {
-      const SweepRow& row = table_->rows[i];
-      const auto y = y_value(row, which);
-      if (!row.error.empty() || !y || !row.hbm_peak_bytes) continue;
-      const double x = static_cast<double>(*row.hbm_peak_bytes) / kGB;
-      (row.fits ? series[static_cast<std::size_t>(group_of(i))] : infeasible)->append(x, *y);
+    // Points that do not fit sit at the slow end (plot_points), never among the fast ones.
+    for (const PlotPoint& p : plot_points(*table_, metric_of(which))) {
+      const double x = p.hbm_peak_bytes / kGiB;
+      (p.fits ? series[static_cast<std::size_t>(group_of(p.row))] : infeasible)->append(x, p.y);
       x_min = std::min(x_min, x);
       x_max = std::max(x_max, x);
-      y_min = std::min(y_min, *y);
-      y_max = std::max(y_max, *y);
+      y_min = std::min(y_min, p.y);
+      y_max = std::max(y_max, p.y);
       ++points_drawn_;
     }
     for (QScatterSeries* s : series) {
@@ -195,7 +193,8 @@ void SweepView::rebuild() {
       line->setPen(pen);
       for (std::size_t i : front) {
         const SweepRow& row = table_->rows[i];
-        if (auto y = y_value(row, which)) line->append(double(*row.hbm_peak_bytes) / kGB, *y);
+        const auto y = which == 0 ? row.step_time_s : row.tokens_per_s;
+        if (y) line->append(double(*row.hbm_peak_bytes) / kGiB, *y);
       }
       chart->addSeries(line);
       line->attachAxis(axis_x);
@@ -223,17 +222,14 @@ void SweepView::point_clicked(const QPointF& value) {
   // The row nearest the clicked point, in axis-normalised distance.
   int best = -1;
   double best_d = std::numeric_limits<double>::infinity();
-  for (std::size_t i = 0; i < table_->rows.size(); ++i) {
-    const SweepRow& row = table_->rows[i];
-    const auto y = y_value(row, which);
-    if (!row.error.empty() || !y || !row.hbm_peak_bytes) continue;
-    const double dx = (double(*row.hbm_peak_bytes) / kGB - value.x()) /
-                      std::max(1e-12, std::fabs(value.x()) + 1e-9);
-    const double dy = (*y - value.y()) / std::max(1e-12, std::fabs(value.y()) + 1e-9);
+  for (const PlotPoint& p : plot_points(*table_, metric_of(which))) {
+    const double dx =
+        (p.hbm_peak_bytes / kGiB - value.x()) / std::max(1e-12, std::fabs(value.x()) + 1e-9);
+    const double dy = (p.y - value.y()) / std::max(1e-12, std::fabs(value.y()) + 1e-9);
     const double d = dx * dx + dy * dy;
     if (d < best_d) {
       best_d = d;
-      best = static_cast<int>(i);
+      best = static_cast<int>(p.row);
     }
   }
   if (best < 0) return;
@@ -243,8 +239,8 @@ void SweepView::point_clicked(const QPointF& value) {
     text += fmt::format("{} = {}<br>", table_->axes[a], row.axis_values[a]);
   }
   text += "<br>";
-  if (row.step_time_s) text += fmt::format("step time {:.4f} s<br>", *row.step_time_s);
-  if (row.tokens_per_s) text += fmt::format("{:.0f} tokens/s<br>", *row.tokens_per_s);
+  if (row.step_time_s && row.fits) text += fmt::format("step time {:.4f} s<br>", *row.step_time_s);
+  if (row.tokens_per_s && row.fits) text += fmt::format("{:.0f} tokens/s<br>", *row.tokens_per_s);
   if (row.hbm_peak_bytes) {
     text += fmt::format("peak HBM {}<br>", format_bytes(double(*row.hbm_peak_bytes)));
   }

@@ -72,8 +72,7 @@ void SpanItem::paint(QPainter* painter, const QStyleOptionGraphicsItem*, QWidget
     for (const DrawSpan& r : rects_) {
       const double x0 = std::max(x_of(r.start_ns), area_.left() - 1.0);
       const double x1 = std::min(x_of(r.end_ns), area_.right() + 1.0);
-      QColor c = kind_colour(r.kind);
-      if (r.count > 1) c = c.darker(115);
+      const QColor c = busy_shade(kind_colour(r.kind), r.busy);
       painter->fillRect(QRectF(x0, bar_top, std::max(x1 - x0, 1.0), bar_h), c);
       stats_.spans += r.count;
     }

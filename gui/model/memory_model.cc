@@ -46,6 +46,11 @@ MemoryModel MemoryModel::build(const sim::Timeline& timeline, int source) {
       series.steps.push_back({ns(s.time), s.bytes_in_use});
       previous = s.bytes_in_use;
     }
+    // Memory stays in use after the last change: hold the last value to the step's end.
+    const std::int64_t step_end = ns(timeline.makespan);
+    if (!series.steps.empty() && series.steps.back().time_ns < step_end) {
+      series.steps.push_back({step_end, previous});
+    }
     // A timeline recorded without samples still has its peak; show it as one point.
     if (series.steps.empty() && pool.peak_bytes > 0) {
       series.steps.push_back({series.peak_time_ns, pool.peak_bytes});

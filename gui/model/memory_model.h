@@ -31,7 +31,8 @@ struct PoolSeries {
   std::int64_t peak_bytes = 0;
   std::int64_t peak_time_ns = 0;
   // Corners of the step curve: each change at time t adds (t, old) then (t, new); samples at the
-  // same time collapse to the last one. Starts at (first sample time, 0).
+  // same time collapse to the last one. Starts at (first sample time, 0); the last value is held
+  // to the timeline's makespan (a final corner there when the last change is earlier).
   std::vector<StepPoint> steps;
 };
 

@@ -88,7 +88,7 @@ sim::Result<SweepRow> row_from_json(const nlohmann::json& line, SweepTable& tabl
                      "{}: 'index' missing or not a non-negative integer", where);
   }
   row.index = index->get<int>();
-  if (auto s = line.find("scenario"); s != line.end()) {
+  if (auto s = line.find("scenario"); s != line.end() && !s->is_null()) {
     if (!s->is_string()) {
       return sim::fail(sim::ErrorCode::kInvalidInput, "{}: 'scenario' is not a string", where);
     }
@@ -106,6 +106,38 @@ sim::Result<SweepRow> row_from_json(const nlohmann::json& line, SweepTable& tabl
   }
   auto error = line.find("error");
   auto report = line.find("report");
+  if (line.find("axes") == line.end() && report == line.end()) {
+    // A flat record: axes.<path> members, report columns, and error (null when it ran).
+    bool has_fits = false;
+    for (auto it = line.begin(); it != line.end(); ++it) {
+      const std::string& key = it.key();
+      if (key.rfind("axes.", 0) == 0) {
+        const std::size_t slot = axis_slot(table, key.substr(5));
+        if (row.axis_values.size() <= slot) row.axis_values.resize(slot + 1);
+        row.axis_values[slot] = scalar_text(it.value());
+      } else if (key == "error") {
+        if (!it.value().is_null()) {
+          row.error = it.value().is_string() ? it.value().get<std::string>() : it.value().dump();
+          if (row.error.empty()) row.error = "error";
+        }
+      } else if (key == "fits") {
+        if (it.value().is_null()) continue;
+        if (!it.value().is_boolean()) {
+          return sim::fail(sim::ErrorCode::kInvalidInput, "{}: 'fits' is not a boolean", where);
+        }
+        row.fits = it.value().get<bool>();
+        has_fits = true;
+      } else if (key != "index" && it.value().is_number()) {
+        OFFSIM_RETURN_IF_ERROR(set_report_field(row, where, key, it.value().get<double>()));
+      }
+    }
+    if (!has_fits && row.error.empty()) {
+      return sim::fail(sim::ErrorCode::kInvalidInput,
+                       "{}: expected 'fits' (a point that ran) or 'error' (one that failed)",
+                       where);
+    }
+    return row;
+  }
   if (error != line.end()) {
     row.error = error->is_string() ? error->get<std::string>() : error->dump();
     if (row.error.empty()) row.error = "error";
@@ -232,15 +264,24 @@ sim::Result<SweepTable> parse_sweep_csv(std::string_view text, const std::string
   const auto step_col = column("step_time_s");
   if (!index_col || !step_col || *step_col < *index_col) {
     return sim::fail(sim::ErrorCode::kInvalidInput,
-                     "{}:1: expected a header 'index,<axis paths>,step_time_s,...'", source);
+                     "{}:1: expected a header 'index,axes.<path>...,step_time_s,...'", source);
   }
   const auto scenario_col = column("scenario");
   const auto error_col = column("error");
   std::vector<std::size_t> axis_cols;
-  for (std::size_t c = *index_col + 1; c < *step_col; ++c) {
-    if (scenario_col && c == *scenario_col) continue;
-    axis_cols.push_back(c);
-    table.axes.push_back(header[c]);
+  std::vector<std::size_t> report_cols;
+  const bool flat = std::any_of(header.begin(), header.end(),
+                                [](const std::string& h) { return h.rfind("axes.", 0) == 0; });
+  for (std::size_t c = 0; c < header.size(); ++c) {
+    if (c == *index_col || (scenario_col && c == *scenario_col) || (error_col && c == *error_col)) {
+      continue;
+    }
+    if (flat ? header[c].rfind("axes.", 0) == 0 : (c > *index_col && c < *step_col)) {
+      axis_cols.push_back(c);
+      table.axes.push_back(flat ? header[c].substr(5) : header[c]);
+    } else if (flat || c >= *step_col) {
+      report_cols.push_back(c);
+    }
   }
   int line_number = 1;
   while (pos < text.size()) {
@@ -268,8 +309,7 @@ sim::Result<SweepTable> parse_sweep_csv(std::string_view text, const std::string
     if (scenario_col) row.scenario = fields[*scenario_col];
     for (std::size_t c : axis_cols) row.axis_values.push_back(fields[c]);
     if (error_col && !fields[*error_col].empty()) row.error = fields[*error_col];
-    for (std::size_t c = *step_col; c < header.size(); ++c) {
-      if (error_col && c == *error_col) continue;
+    for (std::size_t c : report_cols) {
       const std::string& field = fields[c];
       if (field.empty()) continue;
       if (header[c] == "fits") {
@@ -309,6 +349,33 @@ sim::Result<SweepTable> read_sweep_file(const std::string& path, const std::atom
     return parse_sweep_csv(text, path, cancel, progress);
   }
   return parse_sweep_jsonl(text, path, cancel, progress);
+}
+
+std::vector<PlotPoint> plot_points(const SweepTable& table, SweepMetric metric) {
+  auto figure = [metric](const SweepRow& row) {
+    return metric == SweepMetric::kStepTime ? row.step_time_s : row.tokens_per_s;
+  };
+  // The slow end of the step-time axis.
+  std::optional<double> slowest_fit;
+  std::optional<double> slowest_any;
+  for (const SweepRow& row : table.rows) {
+    if (!row.error.empty() || !row.step_time_s) continue;
+    slowest_any = std::max(slowest_any.value_or(0.0), *row.step_time_s);
+    if (row.fits) slowest_fit = std::max(slowest_fit.value_or(0.0), *row.step_time_s);
+  }
+  const double slow_end = 1.05 * slowest_fit.value_or(slowest_any.value_or(1.0 / 1.05));
+  std::vector<PlotPoint> out;
+  for (std::size_t i = 0; i < table.rows.size(); ++i) {
+    const SweepRow& row = table.rows[i];
+    if (!row.error.empty() || !row.hbm_peak_bytes) continue;
+    const auto hbm = static_cast<double>(*row.hbm_peak_bytes);
+    if (row.fits) {
+      if (auto y = figure(row)) out.push_back({i, hbm, *y, true});
+    } else {
+      out.push_back({i, hbm, metric == SweepMetric::kStepTime ? slow_end : 0.0, false});
+    }
+  }
+  return out;
 }
 
 std::vector<std::size_t> pareto_front(const SweepTable& table) {

@@ -6,10 +6,12 @@
 //   gui::AxisColouring colours = gui::colour_by_axis(*table, "offload.policy");
 //   for (std::size_t i = 0; i < table->rows.size(); ++i) plot(table->rows[i], colours.value[i]);
 //
-// JSONL line: {"index": i, "scenario": path, "axes": {...}, "report": {"step_time_s": ..,
-// "tokens_per_s": .., "fits": .., "hbm_peak_bytes": .., ...}} or with "error" instead of "report".
-// CSV: header `index,<axis paths>,step_time_s,...`; the axis columns are those between `index`
-// and `step_time_s`; an `error` column marks failed rows.
+// Rows are the flat records `offsim sweep` writes (README "Results as tables"): `index`,
+// `axes.<path>` per axis, report columns (`fits`, `step_time_s`, `tokens_per_s`,
+// `hbm_peak_bytes`, ...; null or an empty CSV cell where the report has none) and `error`
+// (null/empty unless the point failed). Older files are read too: JSONL lines with nested
+// {"axes": {...}, "report": {...}} and CSV whose axis columns lie between `index` and
+// `step_time_s`.
 #pragma once
 
 #include <atomic>
@@ -66,6 +68,21 @@ sim::Result<SweepTable> read_sweep_file(const std::string& path,
 // feasible row is at least as good in both and better in one. Sorted by peak HBM ascending (so
 // step time descends); duplicates of a front point are all kept.
 std::vector<std::size_t> pareto_front(const SweepTable& table);
+
+enum class SweepMetric { kStepTime, kTokensPerS };
+
+// One point of the plane (peak HBM, step time or tokens/s).
+struct PlotPoint {
+  std::size_t row = 0;  // index into SweepTable::rows
+  double hbm_peak_bytes = 0.0;
+  double y = 0.0;
+  bool fits = true;
+};
+// The rows to plot: every row with a peak HBM that did not fail. A row that fits sits at its
+// figure. A row that does not fit has no step time to compare (its run stopped at the
+// out-of-memory, or the figure is null), so it is kept out of the fast end: at 5% beyond the
+// slowest fitting row's step time (its own, when nothing fits, or 1 s), or at 0 tokens/s.
+std::vector<PlotPoint> plot_points(const SweepTable& table, SweepMetric metric);
 
 struct AxisColouring {
   bool numeric = false;                 // every present value parsed as a number

@@ -1,6 +1,7 @@
 #include "gui/model/timeline_model.h"
 
 #include <algorithm>
+#include <array>
 #include <charconv>
 #include <cmath>
 #include <numeric>
@@ -270,6 +271,18 @@ void TimelineModel::visible_spans(std::size_t row_index, TimeWindow window, doub
       std::upper_bound(row.max_end_ns.begin(), row.max_end_ns.end(), window.start_ns) -
       row.max_end_ns.begin());
   bool last_merged = false;
+  // Busy time per op kind and in all of the merged rectangle being built (out.back()).
+  constexpr std::size_t kKinds = static_cast<std::size_t>(sim::OpKind::kMarker) + 1;
+  std::array<std::int64_t, kKinds> tally{};
+  std::int64_t busy_ns = 0;
+  auto finish_merged = [&] {
+    DrawSpan& r = out.back();
+    const auto top = std::max_element(tally.begin(), tally.end());
+    if (*top > 0) r.kind = static_cast<sim::OpKind>(top - tally.begin());
+    const std::int64_t length = r.end_ns - r.start_ns;
+    r.busy = length > 0 ? std::min(1.0, static_cast<double>(busy_ns) / static_cast<double>(length))
+                        : 1.0;
+  };
   while (i < n && row.start_ns[i] < window.end_ns) {
     const sim::Span& span = t.spans[row.spans[i]];
     const std::int64_t start = row.start_ns[i];
@@ -281,7 +294,7 @@ void TimelineModel::visible_spans(std::size_t row_index, TimeWindow window, doub
     }
     const sim::OpKind kind = t.ops[span.op.index()].kind;
     if (static_cast<double>(end - start) >= ns_per_px) {
-      out.push_back({start, end, row.spans[i], 1, kind});
+      out.push_back({start, end, row.spans[i], 1, kind, 1.0});
       last_merged = false;
       ++i;
       continue;
@@ -307,8 +320,17 @@ void TimelineModel::visible_spans(std::size_t row_index, TimeWindow window, doub
       out.back().end_ns = std::max(out.back().end_ns, group_end);
       out.back().count += count;
     } else {
-      out.push_back({start, group_end, row.spans[i], count, kind});
+      out.push_back({start, group_end, row.spans[i], count, kind, 1.0});
+      tally.fill(0);
+      busy_ns = 0;
     }
+    for (std::size_t k = i; k < j; ++k) {
+      const sim::Span& s = t.spans[row.spans[k]];
+      const std::int64_t d = ns(s.end) - ns(s.start);
+      tally[static_cast<std::size_t>(t.ops[s.op.index()].kind)] += d;
+      busy_ns += d;
+    }
+    finish_merged();
     last_merged = true;
     i = j;
   }
@@ -452,10 +474,11 @@ std::vector<std::uint32_t> critical_path(const sim::Timeline& timeline,
 
 std::string format_bytes(double bytes) {
   const double a = std::fabs(bytes);
-  if (a >= 1e12) return fmt::format("{:.2f} TB", bytes / 1e12);
-  if (a >= 1e9) return fmt::format("{:.2f} GB", bytes / 1e9);
-  if (a >= 1e6) return fmt::format("{:.2f} MB", bytes / 1e6);
-  if (a >= 1e3) return fmt::format("{:.1f} kB", bytes / 1e3);
+  constexpr double kKiB = 1024.0;
+  if (a >= kKiB * kBytesPerGiB) return fmt::format("{:.2f} TiB", bytes / (kKiB * kBytesPerGiB));
+  if (a >= kBytesPerGiB) return fmt::format("{:.2f} GiB", bytes / kBytesPerGiB);
+  if (a >= kKiB * kKiB) return fmt::format("{:.2f} MiB", bytes / (kKiB * kKiB));
+  if (a >= kKiB) return fmt::format("{:.1f} KiB", bytes / kKiB);
   return fmt::format("{:.0f} B", bytes);
 }
 

@@ -58,9 +58,13 @@ struct LaneRow {
 struct DrawSpan {
   std::int64_t start_ns = 0;
   std::int64_t end_ns = 0;
-  std::uint32_t span = 0;                   // the first span's index into timeline.spans
-  std::uint32_t count = 1;                  // spans this rectangle stands for
-  sim::OpKind kind = sim::OpKind::kMarker;  // the first span's op kind
+  std::uint32_t span = 0;   // the first span's index into timeline.spans
+  std::uint32_t count = 1;  // spans this rectangle stands for
+  // The op kind with the most busy time in the rectangle (a single span: its kind; ties go to
+  // the kind first in sim::OpKind order; only zero-length spans: the first span's kind).
+  sim::OpKind kind = sim::OpKind::kMarker;
+  // Busy time of its spans / the rectangle's duration, in [0, 1]; 1 for a single span.
+  double busy = 1.0;
 };
 
 // Progress callback in [0, 1]; loading checks `cancel` between steps and returns kCancelled.
@@ -85,8 +89,10 @@ class TimelineModel {
 
   // Spans of `row` that intersect `window`, at most about one rectangle per pixel column of a
   // `width_px` wide view: a span narrower than a pixel is merged with every span that starts in
-  // the same column. Binary search finds the first visible span, so the cost is
-  // O(visible rectangles · log n). `out` is cleared first.
+  // the same column (and with the next columns' while they follow within a pixel). A merged
+  // rectangle carries its dominant op kind by busy time and its busy fraction. Binary search
+  // finds the first visible span; the cost is O(visible rectangles · log n + merged spans).
+  // `out` is cleared first.
   void visible_spans(std::size_t row, TimeWindow window, double width_px,
                      std::vector<DrawSpan>& out) const;
 
@@ -130,7 +136,9 @@ std::vector<std::uint32_t> critical_path(const sim::Timeline& timeline,
 // kinds, bytes otherwise), duration and the achieved rate.
 std::string span_tooltip(const sim::Timeline& timeline, std::uint32_t span);
 
-// "1.50 GB", "812 kB"; "1.10 TFLOP"; "1.571 ms", "12.0 µs", "2.000 s".
+// Bytes in binary units, as the CLI prints them: "1.50 GiB", "812.0 KiB"; "1.10 TFLOP";
+// "1.571 ms", "12.0 µs", "2.000 s".
+inline constexpr double kBytesPerGiB = 1024.0 * 1024.0 * 1024.0;
 std::string format_bytes(double bytes);
 std::string format_flops(double flops);
 std::string format_duration_ns(std::int64_t ns);

@@ -43,6 +43,18 @@ TEST(MemoryModel, StepCurveCollapsesSamplesAtOneTime) {
             (std::vector<StepPoint>{{0, 0}, {0, 100}, {10, 100}, {10, 250}, {20, 250}, {20, 50}}));
 }
 
+TEST(MemoryModel, StepCurveHoldsItsLastValueToTheStepsEnd) {
+  sim::Timeline t =
+      TimelineBuilder({"rank0.compute"}).span("fwd", 0, sim::OpKind::kGemm, 10, 20).build();
+  t.pools = pool_timeline().pools;
+  t.makespan = at(35);  // the step ends 15 ns after the last memory change
+  const MemoryModel model = MemoryModel::build(t, 0);
+  const PoolSeries& p = model.pools()[0];
+  ASSERT_FALSE(p.steps.empty());
+  EXPECT_EQ(p.steps.back(), (StepPoint{35, 50}));
+  EXPECT_EQ(p.steps[p.steps.size() - 2], (StepPoint{20, 50}));
+}
+
 TEST(MemoryModel, BytesAtIsTheLastSampleAtOrBefore) {
   MemoryModel model = MemoryModel::build(pool_timeline(), 0);
   EXPECT_EQ(model.bytes_at(0, -1), 0);

@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <tuple>
+
 namespace offsim::gui {
 namespace {
 
@@ -54,7 +57,83 @@ TEST(SweepJsonl, BadLinesNameTheLine) {
   EXPECT_NE(negative.error().message.find("step_time_s"), std::string::npos);
   auto neither = parse_sweep_jsonl("{\"index\": 0}\n", "s.jsonl");
   ASSERT_FALSE(neither);
-  EXPECT_NE(neither.error().message.find("'report' or 'error'"), std::string::npos);
+  EXPECT_NE(neither.error().message.find("'error'"), std::string::npos) << neither.error().message;
+}
+
+// Flat records as `offsim sweep` writes them: the same columns in JSONL and CSV; a point that
+// does not fit has null throughput figures, an error row null report columns.
+constexpr const char* kFlatJsonl =
+    R"({"index":0,"axes.offload":"none","axes.training.micro_batch":1,"scenario":"s","outcome":"completed","fits":true,"limited_by":"compute","step_time_s":1.5,"tokens_per_s":1000.0,"hbm_peak_bytes":70000000000,"memory.params_bytes":1000,"ranks":"[]","error":null}
+{"index":1,"axes.offload":"none","axes.training.micro_batch":8,"scenario":"s","outcome":"out_of_memory","fits":false,"limited_by":"capacity","step_time_s":null,"tokens_per_s":null,"hbm_peak_bytes":90000000000,"memory.params_bytes":1000,"ranks":"[]","error":null}
+{"index":2,"axes.offload":"all","axes.training.micro_batch":3,"scenario":null,"outcome":null,"fits":null,"limited_by":null,"step_time_s":null,"tokens_per_s":null,"hbm_peak_bytes":null,"memory.params_bytes":null,"ranks":null,"error":"3 does not divide 8"}
+)";
+constexpr const char* kFlatCsv =
+    "index,axes.offload,axes.training.micro_batch,scenario,outcome,fits,limited_by,step_time_s,"
+    "tokens_per_s,hbm_peak_bytes,memory.params_bytes,ranks,error\n"
+    "0,none,1,s,completed,true,compute,1.5,1000.0,70000000000,1000,[],\n"
+    "1,none,8,s,out_of_memory,false,capacity,,,90000000000,1000,[],\n"
+    "2,all,3,,,,,,,,,,3 does not divide 8\n";
+
+TEST(SweepFlat, JsonlAndCsvGiveTheSameTable) {
+  auto jsonl = parse_sweep_jsonl(kFlatJsonl, "s.jsonl");
+  auto csv = parse_sweep_csv(kFlatCsv, "s.csv");
+  ASSERT_TRUE(jsonl) << jsonl.error().message;
+  ASSERT_TRUE(csv) << csv.error().message;
+  for (const SweepTable* t : {&*jsonl, &*csv}) {
+    EXPECT_EQ(t->axes, (std::vector<std::string>{"offload", "training.micro_batch"}));
+    ASSERT_EQ(t->rows.size(), 3u);
+    EXPECT_EQ(t->rows[0].axis_values, (std::vector<std::string>{"none", "1"}));
+    EXPECT_DOUBLE_EQ(*t->rows[0].step_time_s, 1.5);
+    EXPECT_EQ(*t->rows[0].hbm_peak_bytes, 70'000'000'000);
+    EXPECT_TRUE(t->rows[0].feasible());
+    EXPECT_FALSE(t->rows[1].fits);
+    EXPECT_FALSE(t->rows[1].step_time_s.has_value());  // null: no step time
+    EXPECT_EQ(*t->rows[1].hbm_peak_bytes, 90'000'000'000);
+    EXPECT_EQ(t->rows[2].error, "3 does not divide 8");
+    EXPECT_EQ(t->rows[2].axis_values, (std::vector<std::string>{"all", "3"}));
+  }
+  auto a = jsonl->rows[0].metrics;
+  auto b = csv->rows[0].metrics;
+  std::sort(a.begin(), a.end());
+  std::sort(b.begin(), b.end());
+  EXPECT_EQ(a, b);
+}
+
+TEST(PlotPoints, PointsThatDoNotFitStayOutOfTheFastEnd) {
+  // (time, hbm, fits): the point that does not fit reports a partial 0.2 s (it stopped at the
+  // out-of-memory); it is drawn 5% beyond the slowest fitting point (3 s), not at 0.2 s.
+  SweepTable t;
+  for (auto [time, hbm, fits] : std::vector<std::tuple<double, std::int64_t, bool>>{
+           {1.0, 10, true}, {3.0, 5, true}, {0.2, 40, false}}) {
+    SweepRow r;
+    r.step_time_s = time;
+    r.tokens_per_s = 100.0 / time;
+    r.hbm_peak_bytes = hbm;
+    r.fits = fits;
+    t.rows.push_back(r);
+  }
+  SweepRow failed;
+  failed.error = "bad";
+  t.rows.push_back(failed);
+  const auto time = plot_points(t, SweepMetric::kStepTime);
+  ASSERT_EQ(time.size(), 3u);
+  EXPECT_DOUBLE_EQ(time[0].y, 1.0);
+  EXPECT_DOUBLE_EQ(time[1].y, 3.0);
+  EXPECT_EQ(time[2].row, 2u);
+  EXPECT_FALSE(time[2].fits);
+  EXPECT_DOUBLE_EQ(time[2].y, 3.15);
+  EXPECT_DOUBLE_EQ(time[2].hbm_peak_bytes, 40.0);
+  const auto rate = plot_points(t, SweepMetric::kTokensPerS);
+  ASSERT_EQ(rate.size(), 3u);
+  EXPECT_DOUBLE_EQ(rate[0].y, 100.0);
+  EXPECT_DOUBLE_EQ(rate[2].y, 0.0);  // not 500 tokens/s
+  // Without step times (null when nothing fits) the points still show, at 1 s.
+  SweepTable none;
+  SweepRow oom;
+  oom.hbm_peak_bytes = 7;
+  none.rows.push_back(oom);
+  ASSERT_EQ(plot_points(none, SweepMetric::kStepTime).size(), 1u);
+  EXPECT_DOUBLE_EQ(plot_points(none, SweepMetric::kStepTime)[0].y, 1.0);
 }
 
 TEST(SweepCsv, AxesAreTheColumnsBetweenIndexAndStepTime) {

@@ -96,6 +96,35 @@ TEST(VisibleSpans, ZoomedOutMergesSubPixelSpansIntoOneRectangle) {
   EXPECT_EQ(out[0].count, 1000u);
 }
 
+TEST(VisibleSpans, MergedRectangleTakesTheDominantKindAndItsBusyFraction) {
+  TimelineBuilder b({"rank0.compute"});
+  // Every 100 ns: a 5 ns elementwise op, then a 45 ns GEMM, then 50 ns idle. The first op of the
+  // lane is elementwise, but GEMMs take 90% of the busy time, and the lane is busy half the time.
+  for (int k = 0; k < 100; ++k) {
+    b.span("norm", 0, sim::OpKind::kElementwise, 100 * k, 100 * k + 5);
+    b.span("gemm", 0, sim::OpKind::kGemm, 100 * k + 5, 100 * k + 50);
+  }
+  auto model = TimelineModel::build({b.build()});
+  ASSERT_TRUE(model);
+  std::vector<DrawSpan> out;
+  model->visible_spans(0, {0, 10000}, 10.0, out);  // 1000 ns per pixel
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].count, 200u);
+  EXPECT_EQ(out[0].start_ns, 0);
+  EXPECT_EQ(out[0].end_ns, 9950);
+  EXPECT_EQ(out[0].kind, sim::OpKind::kGemm);
+  EXPECT_DOUBLE_EQ(out[0].busy, 5000.0 / 9950.0);
+
+  // A fully busy merged run and a single span are busy 1.
+  auto dense = TimelineModel::build({dense_lane()});
+  ASSERT_TRUE(dense);
+  dense->visible_spans(0, {0, 10000}, 100.0, out);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_DOUBLE_EQ(out[0].busy, 1.0);
+  dense->visible_spans(0, {95, 205}, 110.0, out);
+  for (const DrawSpan& r : out) EXPECT_DOUBLE_EQ(r.busy, 1.0);
+}
+
 TEST(VisibleSpans, ZoomedInDrawsEachSpanAlone) {
   auto model = TimelineModel::build({dense_lane()});
   ASSERT_TRUE(model);
@@ -227,13 +256,15 @@ TEST(SpanTooltip, GemmShowsFlopsDurationAndRate) {
 }
 
 TEST(SpanTooltip, CopyShowsBytesAndBandwidth) {
-  // 2.5e9 bytes in 100 ms = 25 GB/s.
+  // 2.5 GiB in 100 ms = 25 GiB/s: binary units, as the CLI prints them.
   auto t = TimelineBuilder({"rank0.h2d"})
-               .span("load", 0, sim::OpKind::kCopy, 0, 100'000'000, 0.0, 2'500'000'000)
+               .span("load", 0, sim::OpKind::kCopy, 0, 100'000'000, 0.0, 2'684'354'560)
                .build();
   const std::string tip = span_tooltip(t, 0);
-  EXPECT_NE(tip.find("2.50 GB"), std::string::npos) << tip;
-  EXPECT_NE(tip.find("25.00 GB/s"), std::string::npos) << tip;
+  EXPECT_NE(tip.find("2.50 GiB"), std::string::npos) << tip;
+  EXPECT_NE(tip.find("25.00 GiB/s"), std::string::npos) << tip;
+  EXPECT_EQ(format_bytes(1536.0), "1.5 KiB");
+  EXPECT_EQ(format_bytes(3.0 * 1024 * 1024), "3.00 MiB");
 }
 
 }  // namespace
