@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "gui/model/chrome_trace.h"
+#include "sim/core/file_io.h"
 #include "sim/trace/timeline_json.h"
 
 namespace offsim::gui {
@@ -67,8 +69,17 @@ sim::Result<DataSet> load_data_set(const std::vector<std::string>& paths,
         return sim::fail(sim::ErrorCode::kInvalidInput,
                          "{}: a scenario file; open it in the Scenario view to run it", path);
       case FileKind::kTimeline: {
-        OFFSIM_ASSIGN_OR_RETURN(sim::Timeline timeline, sim::read_timeline_file(path));
-        timelines.push_back(std::move(timeline));
+        OFFSIM_ASSIGN_OR_RETURN(std::string text, sim::read_text_file(path));
+        if (is_chrome_trace(text)) {
+          // `offsim run --trace` writes a Chrome trace: one timeline per process in it.
+          OFFSIM_ASSIGN_OR_RETURN(std::vector<sim::Timeline> traced,
+                                  timelines_from_chrome_trace(text, path));
+          for (sim::Timeline& t : traced) timelines.push_back(std::move(t));
+          warnings.push_back(trace_limits(path));
+        } else {
+          OFFSIM_ASSIGN_OR_RETURN(sim::Timeline timeline, sim::timeline_from_json_text(text, path));
+          timelines.push_back(std::move(timeline));
+        }
         break;
       }
     }

@@ -66,6 +66,21 @@ TEST_F(DataSetTest, LoadsPredictedMeasuredAndSweepTogether) {
   EXPECT_TRUE(std::is_sorted(progress.begin(), progress.end()));
 }
 
+TEST_F(DataSetTest, OpensTheChromeTraceOfRunTrace) {
+  auto t = TimelineBuilder({"rank0.compute", "rank0.h2d"})
+               .span("a", 0, sim::OpKind::kGemm, 0, 10'000)
+               .span("b", 1, sim::OpKind::kCopy, 0, 20'000)
+               .build();
+  const std::string trace = write("step.trace.json", sim::chrome_trace_json({&t}));
+  auto data = load_data_set({trace});
+  ASSERT_TRUE(data) << data.error().message;
+  ASSERT_TRUE(data->timeline);
+  EXPECT_EQ(data->timeline->rows().size(), 2u);
+  EXPECT_EQ(data->timeline->span_count(), 2u);
+  ASSERT_EQ(data->warnings.size(), 1u);  // says what a trace lacks and what to pass instead
+  EXPECT_NE(data->warnings[0].find("--timeline-out"), std::string::npos) << data->warnings[0];
+}
+
 TEST_F(DataSetTest, ErrorsNameTheFile) {
   auto missing = load_data_set({(dir_ / "nope.json").string()});
   ASSERT_FALSE(missing);

@@ -69,20 +69,23 @@ class GuiOffscreen : public ::testing::Test {
     spans_ = result->timeline.spans.size();
     ASSERT_TRUE(sim::write_text_file_atomic(timeline_path(),
                                             sim::timeline_to_json(result->timeline).dump()));
-    // Sweep rows as `offsim sweep` writes them. (time s, peak GB, fits): the front among the
-    // fitting points is 0 (1.0, 60), 1 (0.9, 70) and 3 (0.7, 75); 2 (1.1, 65) is beaten by 1;
-    // 4 does not fit; 5 failed.
+    ASSERT_TRUE(
+        sim::write_text_file_atomic(trace_path(), sim::chrome_trace_json({&result->timeline})));
+    // Sweep rows as `offsim sweep` writes them (flat records). (time s, peak GB, fits): the
+    // front among the fitting points is 0 (1.0, 60), 1 (0.9, 70) and 3 (0.7, 75); 2 (1.1, 65) is
+    // beaten by 1; 4 does not fit (no step time); 5 failed.
     const std::string sweep =
-        R"({"index": 0, "scenario": "s.yaml", "axes": {"offload.policy": "none"}, "report": {"step_time_s": 1.0, "tokens_per_s": 4000, "fits": true, "hbm_peak_bytes": 60000000000}}
-{"index": 1, "scenario": "s.yaml", "axes": {"offload.policy": "optimizer"}, "report": {"step_time_s": 0.9, "tokens_per_s": 4400, "fits": true, "hbm_peak_bytes": 70000000000}}
-{"index": 2, "scenario": "s.yaml", "axes": {"offload.policy": "optimizer"}, "report": {"step_time_s": 1.1, "tokens_per_s": 3600, "fits": true, "hbm_peak_bytes": 65000000000}}
-{"index": 3, "scenario": "s.yaml", "axes": {"offload.policy": "activations"}, "report": {"step_time_s": 0.7, "tokens_per_s": 5700, "fits": true, "hbm_peak_bytes": 75000000000}}
-{"index": 4, "scenario": "s.yaml", "axes": {"offload.policy": "none"}, "report": {"step_time_s": 0.6, "tokens_per_s": 6600, "fits": false, "hbm_peak_bytes": 90000000000}}
-{"index": 5, "scenario": "s.yaml", "axes": {"offload.policy": "all"}, "error": "does not build"}
+        R"({"index":0,"axes.offload.policy":"none","scenario":"s","fits":true,"step_time_s":1.0,"tokens_per_s":4000,"hbm_peak_bytes":60000000000,"error":null}
+{"index":1,"axes.offload.policy":"optimizer","scenario":"s","fits":true,"step_time_s":0.9,"tokens_per_s":4400,"hbm_peak_bytes":70000000000,"error":null}
+{"index":2,"axes.offload.policy":"optimizer","scenario":"s","fits":true,"step_time_s":1.1,"tokens_per_s":3600,"hbm_peak_bytes":65000000000,"error":null}
+{"index":3,"axes.offload.policy":"activations","scenario":"s","fits":true,"step_time_s":0.7,"tokens_per_s":5700,"hbm_peak_bytes":75000000000,"error":null}
+{"index":4,"axes.offload.policy":"none","scenario":"s","fits":false,"step_time_s":null,"tokens_per_s":null,"hbm_peak_bytes":90000000000,"error":null}
+{"index":5,"axes.offload.policy":"all","scenario":null,"fits":null,"step_time_s":null,"tokens_per_s":null,"hbm_peak_bytes":null,"error":"does not build"}
 )";
     ASSERT_TRUE(sim::write_text_file_atomic(sweep_path(), sweep));
   }
   static std::string timeline_path() { return (dir_ / "timeline.json").string(); }
+  static std::string trace_path() { return (dir_ / "step.trace.json").string(); }
   static std::string sweep_path() { return (dir_ / "sweep.jsonl").string(); }
   static std::string png(const std::string& name) { return (dir_ / name).string(); }
 
@@ -106,6 +109,20 @@ TEST_F(GuiOffscreen, TimelineDrawsEveryLaneAndSpan) {
   EXPECT_GT(distinct_colours(image), 20u);
   EXPECT_GT(count_colour(image, QColor(31, 119, 180)), 500);  // gemm spans
   EXPECT_GT(count_colour(image, QColor(44, 160, 44)), 500);   // copy spans
+}
+
+TEST_F(GuiOffscreen, OpensTheChromeTraceOfRunTrace) {
+  // The file of `offsim run --trace` shows the same lanes and spans as the Timeline JSON, and
+  // the app says what a trace lacks.
+  const RunResult r =
+      run_gui(fmt::format("--screenshot '{}' --view timeline '{}'", png("tt.png"), trace_path()));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("timeline: lanes=7 spans=49 "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--timeline-out"), std::string::npos) << r.out;
+  const RunResult m =
+      run_gui(fmt::format("--screenshot '{}' --view memory '{}'", png("tm.png"), trace_path()));
+  ASSERT_EQ(m.exit_code, 0) << m.out;
+  EXPECT_NE(m.out.find("memory: pools=3 "), std::string::npos) << m.out;
 }
 
 TEST_F(GuiOffscreen, MemoryDrawsEveryPool) {

@@ -1,0 +1,197 @@
+#include "gui/model/chrome_trace.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <tuple>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+namespace offsim::gui {
+namespace {
+
+using nlohmann::json;
+using sim::ErrorCode;
+
+// Time stamps in µs; ±9e12 µs keeps nanoseconds inside int64.
+constexpr double kMaxMicros = 9.0e12;
+
+struct Process {
+  std::string name;
+  std::map<std::int64_t, std::string> threads;  // tid -> thread_name
+  struct Slice {
+    std::int64_t tid;
+    std::int64_t start_ns;
+    std::int64_t end_ns;
+    sim::OpInfo op;
+  };
+  std::vector<Slice> slices;
+  std::map<std::string, std::vector<sim::MemorySample>> counters;  // pool -> samples, file order
+};
+
+sim::Result<std::int64_t> integer(const json& event, const char* key, const std::string& where) {
+  auto it = event.find(key);
+  if (it == event.end() || !it->is_number_integer()) {
+    return sim::fail(ErrorCode::kInvalidInput, "{}.{}: expected an integer", where, key);
+  }
+  return it->get<std::int64_t>();
+}
+
+sim::Result<double> micros(const json& event, const char* key, const std::string& where,
+                           double min) {
+  auto it = event.find(key);
+  if (it == event.end() || !it->is_number() || !std::isfinite(it->get<double>()) ||
+      it->get<double>() < min || std::fabs(it->get<double>()) > kMaxMicros) {
+    return sim::fail(ErrorCode::kInvalidInput, "{}.{}: expected a time in µs{}", where, key,
+                     min >= 0.0 ? " >= 0" : "");
+  }
+  return it->get<double>();
+}
+
+std::string text_of(const json& object, const char* key) {
+  auto it = object.find(key);
+  return it != object.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+double number_of(const json& object, const char* key) {
+  auto it = object.find(key);
+  return it != object.end() && it->is_number() && std::isfinite(it->get<double>())
+             ? it->get<double>()
+             : 0.0;
+}
+
+std::int64_t ns_of(double us) { return std::llround(us * 1000.0); }
+
+}  // namespace
+
+bool is_chrome_trace(std::string_view text) {
+  const std::size_t open = text.find_first_not_of(" \t\r\n");
+  if (open == std::string_view::npos) return false;
+  if (text[open] == '[') return true;  // the JSON Array Format: just the events
+  if (text[open] != '{') return false;
+  const std::size_t key = text.find_first_not_of(" \t\r\n", open + 1);
+  if (key == std::string_view::npos) return false;
+  const std::string_view rest = text.substr(key);
+  for (const char* first :
+       {"\"displayTimeUnit\"", "\"traceEvents\"", "\"otherData\"", "\"systemTraceEvents\""}) {
+    if (rest.rfind(first, 0) == 0) return true;
+  }
+  return false;
+}
+
+sim::Result<std::vector<sim::Timeline>> timelines_from_chrome_trace(std::string_view text,
+                                                                    const std::string& source) {
+  const json doc = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded()) {
+    return sim::fail(ErrorCode::kInvalidInput, "{}: not valid JSON (a Chrome trace was expected)",
+                     source);
+  }
+  auto events = doc.is_object() ? doc.find("traceEvents") : doc.end();
+  if (!doc.is_array() && (events == doc.end() || !events->is_array())) {
+    return sim::fail(ErrorCode::kInvalidInput,
+                     "{}: traceEvents: expected a list of trace events (a Chrome trace)", source);
+  }
+  const json& list = doc.is_array() ? doc : *events;
+  std::map<std::int64_t, Process> processes;
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    const json& e = list[i];
+    const std::string where = fmt::format("{}: traceEvents[{}]", source, i);
+    if (!e.is_object()) {
+      return sim::fail(ErrorCode::kInvalidInput, "{}: expected an object", where);
+    }
+    const std::string ph = text_of(e, "ph");
+    if (ph != "M" && ph != "X" && ph != "C") continue;  // flows, instants, ...: not drawn
+    OFFSIM_ASSIGN_OR_RETURN(const std::int64_t pid, integer(e, "pid", where));
+    Process& process = processes[pid];
+    const json empty = json::object();
+    auto args_it = e.find("args");
+    const json& args = args_it != e.end() && args_it->is_object() ? *args_it : empty;
+    if (ph == "M") {
+      const std::string name = text_of(e, "name");
+      if (name == "process_name") process.name = text_of(args, "name");
+      if (name == "thread_name") {
+        OFFSIM_ASSIGN_OR_RETURN(const std::int64_t tid, integer(e, "tid", where));
+        process.threads[tid] = text_of(args, "name");
+      }
+    } else if (ph == "X") {
+      OFFSIM_ASSIGN_OR_RETURN(const std::int64_t tid, integer(e, "tid", where));
+      OFFSIM_ASSIGN_OR_RETURN(const double ts, micros(e, "ts", where, -kMaxMicros));
+      OFFSIM_ASSIGN_OR_RETURN(const double dur, micros(e, "dur", where, 0.0));
+      sim::OpInfo op;
+      op.name = text_of(e, "name");
+      op.kind = sim::op_kind_from_string(text_of(args, "kind")).value_or(sim::OpKind::kMarker);
+      op.category = text_of(args, "category");
+      op.flops = std::max(0.0, number_of(args, "flops"));
+      op.bytes = static_cast<std::int64_t>(std::clamp(number_of(args, "bytes"), 0.0, 9.0e18));
+      const std::int64_t start = ns_of(ts);
+      process.slices.push_back({tid, start, start + ns_of(dur), std::move(op)});
+      if (!process.threads.count(tid)) process.threads[tid] = "";
+    } else {  // "C"
+      OFFSIM_ASSIGN_OR_RETURN(const double ts, micros(e, "ts", where, -kMaxMicros));
+      auto bytes = args.find("bytes_in_use");
+      if (bytes == args.end() || !bytes->is_number() || !std::isfinite(bytes->get<double>()) ||
+          bytes->get<double>() < 0.0 || bytes->get<double>() > 9.0e18) {
+        return sim::fail(ErrorCode::kInvalidInput,
+                         "{}.args.bytes_in_use: expected a byte count >= 0", where);
+      }
+      process.counters[text_of(e, "name")].push_back(
+          {sim::kTimeZero + sim::Duration{ns_of(ts)},
+           static_cast<std::int64_t>(std::llround(bytes->get<double>()))});
+    }
+  }
+  std::vector<sim::Timeline> out;
+  for (auto& [pid, process] : processes) {
+    if (process.slices.empty() && process.counters.empty()) continue;
+    sim::Timeline t;
+    t.source = process.name.empty() ? fmt::format("pid {}", pid) : process.name;
+    std::map<std::int64_t, std::size_t> lane_of;
+    for (const auto& [tid, name] : process.threads) {
+      lane_of[tid] = t.lanes.size();
+      t.lanes.push_back(name.empty() ? fmt::format("tid {}", tid) : name);
+    }
+    // Ops in file order; spans by end time, then op id (the Timeline's order).
+    for (auto& slice : process.slices) {
+      const sim::OpId op(t.ops.size());
+      t.ops.push_back(std::move(slice.op));
+      t.spans.push_back({op, sim::LaneId(lane_of.at(slice.tid)),
+                         sim::kTimeZero + sim::Duration{slice.start_ns},
+                         sim::kTimeZero + sim::Duration{slice.end_ns}});
+      t.makespan = std::max(t.makespan, t.spans.back().end);
+    }
+    std::stable_sort(t.spans.begin(), t.spans.end(), [](const sim::Span& a, const sim::Span& b) {
+      return std::tie(a.end, a.op) < std::tie(b.end, b.op);
+    });
+    for (auto& [name, samples] : process.counters) {
+      sim::PoolTrace pool;
+      pool.name = name;
+      std::stable_sort(
+          samples.begin(), samples.end(),
+          [](const sim::MemorySample& a, const sim::MemorySample& b) { return a.time < b.time; });
+      pool.samples = std::move(samples);
+      for (const sim::MemorySample& s : pool.samples) {
+        if (s.bytes_in_use > pool.peak_bytes) {
+          pool.peak_bytes = s.bytes_in_use;
+          pool.peak_time = s.time;
+        }
+      }
+      t.pools.push_back(std::move(pool));
+    }
+    t.metadata.emplace_back("format", "Chrome trace");
+    out.push_back(std::move(t));
+  }
+  if (out.empty()) {
+    return sim::fail(ErrorCode::kInvalidInput,
+                     "{}: traceEvents: no slices (ph X) or counters (ph C) to show", source);
+  }
+  return out;
+}
+
+std::string trace_limits(const std::string& source) {
+  return fmt::format(
+      "{}: a Chrome trace has no pool capacities, live sets or plan dependencies; open the "
+      "file of `offsim run --timeline-out` for them",
+      source);
+}
+
+}  // namespace offsim::gui
