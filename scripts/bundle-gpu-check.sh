@@ -7,8 +7,8 @@
 #   scripts/bundle-gpu-check.sh            # then carry .bundle to the GPU machine
 #   JOBS=2 BUILD_DIR=build/gpu-bundle scripts/bundle-gpu-check.sh
 #
-# Through this workplace's device tool the bundle travels with `carry: [".bundle"]` (it is
-# git-ignored); see docs/validation-gpu.md. A dirty tree is marked "-dirty" in MANIFEST.
+# .bundle/ is git-ignored: copy it beside the checkout on the GPU machine (see
+# docs/validation-gpu.md). A dirty tree is marked "-dirty" in MANIFEST.
 #
 # Left out on purpose: the C library and loader, libgcc_s, the driver (libcuda, libnvidia-*) and
 # the CUDA 13 libraries (cudart, cuBLAS/cuBLASLt, NCCL: hundreds of MiB, and present on a GPU
