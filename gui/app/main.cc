@@ -1,6 +1,6 @@
 // offsim-gui: timeline, memory and sweep explorer for offsim results.
 //
-//   offsim-gui [FILE...]                      timelines (.json), a sweep (.jsonl/.csv), a scenario
+//   offsim-gui [FILE...]      timelines or `offsim run --trace` files (.json), a sweep, a scenario
 //   offsim-gui --screenshot OUT.png [--view timeline|memory|sweep] [--size 1400x820] FILE...
 //
 // --screenshot renders the view offscreen (no display needed), saves it, prints what was drawn
@@ -41,9 +41,9 @@ int screenshot(offsim::gui::MainWindow& window, const QString& out, const QStrin
     return 2;
   }
   if ((view == View::kSweep && !data->sweep) || (view != View::kSweep && !data->timeline)) {
-    std::fprintf(stderr, "offsim-gui: --view %s needs %s among the files\n",
-                 view_name.toStdString().c_str(),
-                 view == View::kSweep ? "a sweep file (.jsonl or .csv)" : "a timeline (.json)");
+    std::fprintf(
+        stderr, "offsim-gui: --view %s needs %s among the files\n", view_name.toStdString().c_str(),
+        view == View::kSweep ? "a sweep file (.jsonl or .csv)" : "a timeline or trace (.json)");
     return 2;
   }
   window.resize(size);

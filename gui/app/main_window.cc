@@ -293,7 +293,7 @@ void MainWindow::open_dialog() {
 
 void MainWindow::add_timeline_dialog() {
   const QString path = QFileDialog::getOpenFileName(this, "Add a timeline (e.g. measured)", {},
-                                                    "Timelines (*.json);;All files (*)");
+                                                    "Timelines and traces (*.json);;All files (*)");
   if (path.isEmpty()) return;
   QStringList paths = timeline_paths_;
   paths << path;
