@@ -184,11 +184,15 @@ sim::Result<TimelineModel> TimelineModel::build(std::vector<sim::Timeline> timel
     });
     row.start_ns.reserve(row.spans.size());
     row.max_end_ns.reserve(row.spans.size());
+    row.kinds.reserve(row.spans.size());
+    row.duration_ns.reserve(row.spans.size());
     std::int64_t max_end = std::numeric_limits<std::int64_t>::min();
     for (std::uint32_t i : row.spans) {
       row.start_ns.push_back(ns(t.spans[i].start));
       max_end = std::max(max_end, ns(t.spans[i].end));
       row.max_end_ns.push_back(max_end);
+      row.kinds.push_back(static_cast<std::uint8_t>(t.ops[t.spans[i].op.index()].kind));
+      row.duration_ns.push_back(ns(t.spans[i].end) - ns(t.spans[i].start));
     }
     sorted += row.spans.size();
     if (cancelled(cancel)) return sim::fail(sim::ErrorCode::kCancelled, "loading cancelled");
@@ -325,10 +329,8 @@ void TimelineModel::visible_spans(std::size_t row_index, TimeWindow window, doub
       busy_ns = 0;
     }
     for (std::size_t k = i; k < j; ++k) {
-      const sim::Span& s = t.spans[row.spans[k]];
-      const std::int64_t d = ns(s.end) - ns(s.start);
-      tally[static_cast<std::size_t>(t.ops[s.op.index()].kind)] += d;
-      busy_ns += d;
+      tally[row.kinds[k]] += row.duration_ns[k];
+      busy_ns += row.duration_ns[k];
     }
     finish_merged();
     last_merged = true;

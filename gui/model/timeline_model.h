@@ -47,11 +47,13 @@ struct LaneRow {
   int source = 0;         // index into TimelineModel::timelines()
   sim::LaneId lane;
   LaneName parsed;
-  std::vector<std::uint32_t> spans;      // indices into timeline.spans, by start then op id
-  std::vector<std::int64_t> start_ns;    // start of spans[i]
-  std::vector<std::int64_t> max_end_ns;  // max end over spans[0..i], non-decreasing
-  std::vector<TimeWindow> exposed;       // copy time with the rank's compute lane idle (h2d/d2h)
-  std::vector<TimeWindow> critical;      // critical-path spans on this row, by start
+  std::vector<std::uint32_t> spans;       // indices into timeline.spans, by start then op id
+  std::vector<std::int64_t> start_ns;     // start of spans[i]
+  std::vector<std::int64_t> max_end_ns;   // max end over spans[0..i], non-decreasing
+  std::vector<std::uint8_t> kinds;        // sim::OpKind of spans[i] (merging reads these in a row)
+  std::vector<std::int64_t> duration_ns;  // end - start of spans[i]
+  std::vector<TimeWindow> exposed;        // copy time with the rank's compute lane idle (h2d/d2h)
+  std::vector<TimeWindow> critical;       // critical-path spans on this row, by start
 };
 
 // One rectangle to draw: a single span (count == 1) or several spans narrower than a pixel merged.
