@@ -3,10 +3,13 @@
 # the example scenarios with `offsim`, replays one on the CPU device, sweeps the ~2B example and
 # renders each view with `offsim-gui --screenshot` (offscreen, no display needed).
 #
-#   scripts/gui-screenshots.sh [BUILD_DIR]     # default build/ci; needs offsim and offsim-gui
+#   scripts/gui-screenshots.sh [BUILD_DIR [OUT_DIR]]   # build/ci, docs/images; needs offsim and
+#                                                     # offsim-gui built
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build="${1:-build/ci}"
+images="${2:-docs/images}"
+mkdir -p "$images"
 offsim="$build/scenarios/offsim"
 gui="$build/gui/offsim-gui"
 for exe in "$offsim" "$gui"; do
@@ -22,8 +25,11 @@ trap 'rm -rf "$work"' EXIT
   > /dev/null
 "$offsim" sweep scenarios/examples/2b-1xa100-sweep.yaml --out "$work/sweep.jsonl" --quiet
 
-"$gui" --screenshot docs/images/gui_timeline.png --view timeline "$work/l70.json"
-"$gui" --screenshot docs/images/gui_memory.png --view memory "$work/l70.json"
-"$gui" --screenshot docs/images/gui_timeline_predicted_measured.png --view timeline \
+"$gui" --screenshot "$images"/gui_timeline.png --view timeline "$work/l70.json"
+"$gui" --screenshot "$images"/gui_memory.png --view memory "$work/l70.json"
+"$gui" --screenshot "$images"/gui_timeline_predicted_measured.png --view timeline \
   "$work/predicted.json" "$work/measured.json"
-"$gui" --screenshot docs/images/gui_sweep.png --view sweep "$work/sweep.jsonl"
+"$gui" --screenshot "$images"/gui_sweep.png --view sweep "$work/sweep.jsonl"
+for name in timeline memory timeline_predicted_measured sweep; do
+  [[ -s "$images/gui_$name.png" ]] || { echo "gui-screenshots: no gui_$name.png" >&2; exit 1; }
+done
