@@ -23,6 +23,10 @@ void add_to(MemoryBreakdown& m, const std::string& category, std::int64_t bytes)
     m.activations_bytes += bytes;
   } else if (category == "buffers") {
     m.buffers_bytes += bytes;
+  } else if (category == "transients") {
+    m.transient_bytes += bytes;
+  } else if (category == "runtime") {
+    m.runtime_bytes += bytes;
   } else {
     m.workspace_bytes += bytes;
   }
@@ -214,6 +218,10 @@ Report report_of(const Scenario& scenario, const BuiltStep& step, const sim::Tim
   for (const SimRankInfo& info : step.ranks) {
     RankReport rr;
     rr.name = fmt::format("rank{} (stage {})", info.rank, info.stage);
+    rr.rank = info.rank;
+    rr.stage = info.stage;
+    rr.dp_rank = info.dp_rank;
+    rr.tp_rank = info.tp_rank;
     rr.multiplicity = info.multiplicity;
     if (const sim::PoolTrace* p = find_pool(t, info.hbm_pool)) {
       rr.hbm_peak_bytes = p->peak_bytes;
@@ -251,6 +259,23 @@ Report report_of(const Scenario& scenario, const BuiltStep& step, const sim::Tim
                       .in_use_bytes = o.in_use_bytes,
                       .capacity_bytes = o.capacity_bytes,
                       .live = o.live};
+  }
+  // Pools over capacity (the step ran to its end with them unbounded): demand = true peak.
+  for (const sim::OutOfMemory& o : t.outcome.over_capacity) {
+    PoolDemand d;
+    d.pool = o.pool;
+    d.capacity_bytes = o.capacity_bytes;
+    if (const sim::PoolTrace* p = find_pool(t, o.pool)) d.demand_bytes = p->peak_bytes;
+    d.overshoot_bytes = d.demand_bytes - d.capacity_bytes;
+    d.first_failure = OomReport{.op = o.op_name,
+                                .pool = o.pool,
+                                .time_s = sim::to_seconds(o.time),
+                                .requested_bytes = o.requested_bytes,
+                                .in_use_bytes = o.in_use_bytes,
+                                .capacity_bytes = o.capacity_bytes,
+                                .live = o.live};
+    if (d.first_failure.live.size() > 20) d.first_failure.live.resize(20);
+    r.over_capacity.push_back(std::move(d));
   }
   if (r.live_at_peak.size() > 20) r.live_at_peak.resize(20);
   return r;
@@ -443,6 +468,8 @@ sim::Result<Evaluation> evaluate(const Scenario& scenario, const EvalOptions& op
   sim_options.record_memory = options.keep_timeline;
   sim_options.validate_plan = false;  // build_step's plans are valid by construction (tested)
   sim_options.cancel = options.cancel;
+  // A step that does not fit still runs to its end, so the report gives each pool's demand.
+  sim_options.run_past_capacity = true;
   OFFSIM_ASSIGN_OR_RETURN(sim::SimResult result, sim::simulate(step.plan, sim_options));
   Evaluation e;
   e.report = make_report(scenario, step, result.timeline);

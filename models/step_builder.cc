@@ -30,7 +30,14 @@ using sim::PoolId;
 using sim::TensorId;
 using Mode = RecomputeConfig::Mode;
 
-constexpr std::int64_t kAdamBytesPerParam = 28;  // read p32, m, v, g16; write p32, m, v, p16
+// AdamW per parameter: read the gradient, read and write the master (or the weights themselves
+// when they are their own master) and both moments, and write the weights when they are a
+// separate copy. bf16 weights with fp32 master and moments: 2 + 2·4 + 2·4 + 2·4 + 2 = 28 bytes.
+std::int64_t adam_bytes_per_param(const ResolvedDtypes& d) {
+  const std::int64_t master = sim::dtype_bytes(d.master.value_or(d.params));
+  return sim::dtype_bytes(d.grads) + 2 * master + 2 * sim::dtype_bytes(d.first_moment) +
+         2 * sim::dtype_bytes(d.second_moment) + (d.master ? sim::dtype_bytes(d.params) : 0);
+}
 constexpr double kAdamFlopsPerParam = 12.0;
 
 struct Task {
@@ -106,6 +113,7 @@ class StepBuilder {
         options.last_micro_batch_label >= 0 ? options.last_micro_batch_label : micro_batches_ - 1;
     gdtype_ = s.training.compute_dtype;
     adtype_ = gdtype_ == sim::DType::kFp8 ? sim::DType::kBf16 : gdtype_;
+    dt_ = resolve_dtypes(s.training);
     for (int l = 0; l < s.model.layers; ++l) policies_.push_back(layer_policy(l));
   }
 
@@ -287,7 +295,7 @@ class StepBuilder {
   // separate add (read main_grad and grad, write main_grad); gradient-accumulation fusion (the
   // wgrad GEMM accumulating in place) removed that pass.
   void grad_accumulation(Rank& r, const std::string& name, int layer, std::int64_t params) {
-    const std::int64_t bytes = 3 * params * (gdtype_ == sim::DType::kFp32 ? 4 : 2);
+    const std::int64_t bytes = 3 * params * sim::dtype_bytes(dt_.grads);
     elementwise(r, name, "compute", layer, bytes, static_cast<double>(params));
   }
   std::int64_t norm_flops() const { return 5 * d_.tokens() * d_.h / d_.sp; }
@@ -322,6 +330,9 @@ class StepBuilder {
     SimRankInfo info;
     info.rank = r.rank;
     info.stage = stage;
+    // The representative is the stage's first rank: data- and tensor-parallel index 0.
+    info.dp_rank = 0;
+    info.tp_rank = 0;
     info.multiplicity = p.tp * p.dp;
     info.hbm_pool = b_.peek().pools[r.hbm.index()].name;
     info.host_pool = b_.peek().pools[r.host.index()].name;
@@ -364,7 +375,7 @@ class StepBuilder {
     const ParallelConfig& p = s_.parallelism;
     const ModelArch& m = s_.model;
     const auto finish = [&](ParamGroup g) {
-      g.mem = static_memory(g.params, p, s_.training.fp32_master_weights, gdtype_);
+      g.mem = static_memory(g.params, p, dt_);
       r.groups.push_back(std::move(g));
     };
     if (r.stage == 0) {
@@ -444,7 +455,7 @@ class StepBuilder {
     Fetch f;
     const ParamGroup& g = group(r, layer);
     if (!g.params_on_host && !shard_params()) return f;
-    const std::int64_t full = g.params * (gdtype_ == sim::DType::kFp32 ? 4 : 2);
+    const std::int64_t full = g.params * sim::dtype_bytes(dt_.all_gather);
     std::vector<OpId> deps;
     if (after) deps.push_back(*after);
     if (g.params_on_host) {
@@ -787,7 +798,8 @@ class StepBuilder {
     const auto rc_op = [&](OpId op) {
       first_op(op);
       if (!recomp_t && recomputed > 0) {
-        recomp_t = tensor(r.hbm, p + ".recomputed", recomputed, "activations");
+        // Re-created for this layer's backward only: a transient, not a saved activation.
+        recomp_t = tensor(r.hbm, p + ".recomputed", recomputed, "transients");
         b_.op_at(op).allocs.push_back(*recomp_t);
       }
     };
@@ -880,7 +892,9 @@ class StepBuilder {
     }
     if (gp == nullptr) return;
     const bool last_mb = mb == micro_batches_ - 1;
-    const std::int64_t full = gp->params * (gdtype_ == sim::DType::kFp32 ? 4 : 2);
+    // The layer's gradient as accumulated, and as it goes on the wire.
+    const std::int64_t full = gp->params * sim::dtype_bytes(dt_.grads);
+    const std::int64_t wire = gp->params * sim::dtype_bytes(dt_.reduce_scatter);
     OpId after = last;
     if (dp() > 1 && (shard_grads() || last_mb)) {
       std::optional<TensorId> buf;
@@ -898,7 +912,7 @@ class StepBuilder {
                       reduce_scatter ? "reducescatter" : "allreduce"),
           "comm", gp->layer,
           reduce_scatter ? sim::CollectiveKind::kReduceScatter : sim::CollectiveKind::kAllReduce,
-          r.dp_group, full, {last});
+          r.dp_group, wire, {last});
       if (buf) b_.op_at(after).frees.push_back(*buf);
       // Not overlapped: reduced once the whole backward is done, so the collective also waits
       // for the rank's last backward op, known only at the end (patched in optimizer()).
@@ -924,15 +938,16 @@ class StepBuilder {
       const std::int64_t shard = (s_.parallelism.fsdp || s_.parallelism.zero_stage >= 1)
                                      ? ceil_div(g.params, dp())
                                      : g.params;
-      const std::int64_t pbytes = gdtype_ == sim::DType::kFp32 ? 4 : 2;
+      const std::int64_t pbytes = sim::dtype_bytes(dt_.params);
+      const std::int64_t gbytes = sim::dtype_bytes(dt_.grads);
       OpId done{};
       if (g.opt_on_host && s_.offload.optimizer_on_cpu) {
         if (!g.grads_on_host) {
           deps = {copy(r, sim::CopyDirection::kD2H, g.name + ".grads_d2h", "offload", g.layer,
-                       shard * pbytes, deps)};
+                       shard * gbytes, deps)};
         }
         sim::OpSizes sz;
-        sz.bytes = kAdamBytesPerParam * shard;
+        sz.bytes = adam_bytes_per_param(dt_) * shard;
         sz.flops = kAdamFlopsPerParam * static_cast<double>(shard);
         done = add(r, r.cpu, g.name + ".adam.cpu", OpKind::kHostCompute, "cpu_optimizer", g.layer,
                    cm_.host_compute(r.rank, sz.bytes, sz.flops), sz, deps);
@@ -952,7 +967,7 @@ class StepBuilder {
           deps = {in};
         }
         sim::OpSizes sz;
-        sz.bytes = kAdamBytesPerParam * shard;
+        sz.bytes = adam_bytes_per_param(dt_) * shard;
         sz.flops = kAdamFlopsPerParam * static_cast<double>(shard);
         done = add(r, r.compute, g.name + ".adam", OpKind::kElementwise, "optimizer", g.layer,
                    cm_.memory_bound(r.rank, sz.bytes, sz.flops), sz, deps);
@@ -965,7 +980,8 @@ class StepBuilder {
       // ZeRO-1/2: updated parameter shards are all-gathered for the next step.
       if (dp() > 1 && !shard_params() && s_.parallelism.zero_stage >= 1) {
         collective(r, r.comm, g.name + ".params_allgather", "comm", g.layer,
-                   sim::CollectiveKind::kAllGather, r.dp_group, g.params * pbytes, {done});
+                   sim::CollectiveKind::kAllGather, r.dp_group,
+                   g.params * sim::dtype_bytes(dt_.all_gather), {done});
       }
     }
   }
@@ -980,6 +996,7 @@ class StepBuilder {
   int last_label_ = 0;
   sim::DType gdtype_ = sim::DType::kBf16;
   sim::DType adtype_ = sim::DType::kBf16;
+  ResolvedDtypes dt_;
   std::vector<LayerPolicy> policies_;
   std::map<SendKey, OpId> sends_;
   std::vector<std::pair<OpId, SendKey>> pending_recv_;
@@ -1012,6 +1029,35 @@ std::vector<std::string> scenario_flags(const Scenario& s) {
   }
   if (s.parallelism.fsdp && s.parallelism.pp > 1) {
     flags.push_back("FSDP with pipeline parallelism: most frameworks do not combine them");
+  }
+  // Host-resident training state that the data-parallel ranks do not shard is held whole by
+  // every rank's host. DeepSpeed's ZeRO-Offload partitions what it offloads over the
+  // data-parallel ranks (offload_optimizer needs ZeRO stage 1, 2 or 3; the ZeRO-Offload paper,
+  // Ren et al. ATC'21, runs it with stage 2), FSDP CPUOffload shards it too.
+  const ParallelConfig& p = s.parallelism;
+  if (p.dp > 1 && !p.fsdp) {
+    std::vector<std::string> replicated;
+    for (const OffloadRule& r : s.offload.rules) {
+      if (r.where != Placement::kHost) continue;
+      const bool sharded =
+          (r.cls == TensorClass::kOptimizerStates || r.cls == TensorClass::kMasterWeights)
+              ? p.zero_stage >= 1
+          : r.cls == TensorClass::kGrads  ? p.zero_stage >= 2
+          : r.cls == TensorClass::kParams ? p.zero_stage >= 3
+                                          : true;
+      const std::string name = to_string(r.cls);
+      if (!sharded && std::find(replicated.begin(), replicated.end(), name) == replicated.end()) {
+        replicated.push_back(name);
+      }
+    }
+    if (!replicated.empty()) {
+      flags.push_back(fmt::format(
+          "host state replicated over dp={} ranks: every rank keeps the whole {} on the host "
+          "(zero_stage {}); ZeRO-Offload partitions it over the data-parallel ranks: set "
+          "parallelism.zero_stage: {} (or parallelism.fsdp: true)",
+          p.dp, fmt::join(replicated, ", "), p.zero_stage,
+          std::find(replicated.begin(), replicated.end(), "params") != replicated.end() ? 3 : 2));
+    }
   }
   return flags;
 }

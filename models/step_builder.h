@@ -42,6 +42,8 @@ struct MicroBatchStart {
 struct SimRankInfo {
   int rank = 0;           // global rank of the representative
   int stage = 0;          // pipeline stage
+  int dp_rank = 0;        // the representative's data-parallel index
+  int tp_rank = 0;        // and tensor-parallel index
   int multiplicity = 1;   // identical ranks it stands for
   std::string hbm_pool;   // "rank0.hbm"
   std::string host_pool;  // "host0.pinned"
