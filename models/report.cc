@@ -53,6 +53,7 @@ nlohmann::json report_to_json(const Report& r) {
   j["hfu"] = if_fits(r, r.hfu);
   j["hbm_peak_bytes"] = r.hbm_peak_bytes;
   j["hbm_capacity_bytes"] = r.hbm_capacity_bytes;
+  j["hbm_reserved_bytes"] = r.hbm_reserved_bytes;
   j["host_peak_bytes"] = r.host_peak_bytes;
   j["host_capacity_bytes"] = r.host_capacity_bytes;
   j["worst_rank"] = r.worst_rank;
@@ -79,6 +80,7 @@ nlohmann::json report_to_json(const Report& r) {
                      {"multiplicity", k.multiplicity},
                      {"hbm_peak_bytes", k.hbm_peak_bytes},
                      {"hbm_capacity_bytes", k.hbm_capacity_bytes},
+                     {"hbm_reserved_bytes", k.hbm_reserved_bytes},
                      {"memory", memory_json(k.memory)}});
   }
   j["ranks"] = ranks;

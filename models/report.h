@@ -58,6 +58,9 @@ struct RankReport {
   int multiplicity = 1;
   std::int64_t hbm_peak_bytes = 0;
   std::int64_t hbm_capacity_bytes = 0;
+  // With hardware.runtime: what the framework holds from the driver at its largest (caching
+  // allocator's reserved memory or JAX's preallocated pool, plus context and NCCL buffers).
+  std::int64_t hbm_reserved_bytes = 0;
   MemoryBreakdown memory;  // at this rank's peak
   std::vector<sim::LiveTensor> live_at_peak;
 };
@@ -98,7 +101,8 @@ struct Report {
   double hfu = 0.0;
   std::int64_t hbm_peak_bytes = 0;  // largest over ranks
   std::int64_t hbm_capacity_bytes = 0;
-  std::int64_t host_peak_bytes = 0;  // pinned host memory, largest over hosts
+  std::int64_t hbm_reserved_bytes = 0;  // largest over ranks (RankReport::hbm_reserved_bytes)
+  std::int64_t host_peak_bytes = 0;     // pinned host memory, largest over hosts
   std::int64_t host_capacity_bytes = 0;
   std::string worst_rank;  // the rank with the largest HBM peak
   MemoryBreakdown memory;  // on worst_rank at its peak

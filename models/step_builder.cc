@@ -253,6 +253,12 @@ class StepBuilder {
 
   TensorId tensor(PoolId pool, const std::string& name, std::int64_t bytes,
                   const std::string& cat) {
+    // The framework's allocator rounds every block it hands out (runtime.h); what lives outside
+    // it (CUDA context, NCCL buffers) is not rounded.
+    if (cat != "runtime" &&
+        std::find(hbm_pools_.begin(), hbm_pools_.end(), pool) != hbm_pools_.end()) {
+      bytes = rounded_allocation(out_.runtime, bytes);
+    }
     return b_.tensor(name, pool, bytes, cat);
   }
 
@@ -324,6 +330,7 @@ class StepBuilder {
     r.cpu = b_.lane(rn + ".cpu");
     r.hbm = cm_.hbm_pool(r.rank);
     r.host = cm_.host_pool(r.rank);
+    hbm_pools_.push_back(r.hbm);
     for (int i = 0; i < p.tp; ++i) r.tp_group.push_back(r.rank + i);
     for (int i = 0; i < p.dp; ++i) r.dp_group.push_back(r.rank + i * p.tp);
 
@@ -437,9 +444,26 @@ class StepBuilder {
       if (!g.grads_on_host) hbm_static += g.mem.grads_bytes;
       if (!g.opt_on_host) hbm_static += g.mem.optimizer_bytes;
     }
-    const auto ws = static_cast<std::int64_t>(
-        alloc.fixed_bytes.value + alloc.overhead_fraction.value * static_cast<double>(hbm_static));
-    b_.initial(tensor(r.hbm, "workspace", ws, "workspace"));
+    const RuntimeModel& rt = out_.runtime;
+    if (rt.runtime == HardwareConfig::Runtime::kNone) {
+      const auto ws =
+          static_cast<std::int64_t>(alloc.fixed_bytes.value + alloc.overhead_fraction.value *
+                                                                  static_cast<double>(hbm_static));
+      b_.initial(tensor(r.hbm, "workspace", ws, "workspace"));
+      return;
+    }
+    // The runtime's own figures replace the profile's lump: the CUDA context and NCCL buffers
+    // on the device outside the allocator (JAX: outside its preallocated pool, so not here), the
+    // cuBLAS workspace through it.
+    if (!rt.preallocated) {
+      b_.initial(tensor(r.hbm, "runtime.cuda_context", rt.cuda_context_bytes, "runtime"));
+      if (rt.nccl_bytes > 0) {
+        b_.initial(tensor(r.hbm, "runtime.nccl_buffers", rt.nccl_bytes, "runtime"));
+      }
+    }
+    if (rt.cublas_workspace_bytes > 0) {
+      b_.initial(tensor(r.hbm, "cublas_workspace", rt.cublas_workspace_bytes, "workspace"));
+    }
   }
 
   ParamGroup& group(Rank& r, int layer) { return r.groups[r.group_of_layer.at(layer)]; }
@@ -997,6 +1021,7 @@ class StepBuilder {
   sim::DType gdtype_ = sim::DType::kBf16;
   sim::DType adtype_ = sim::DType::kBf16;
   ResolvedDtypes dt_;
+  std::vector<PoolId> hbm_pools_;
   std::vector<LayerPolicy> policies_;
   std::map<SendKey, OpId> sends_;
   std::vector<std::pair<OpId, SendKey>> pending_recv_;
@@ -1177,6 +1202,21 @@ sim::Result<BuiltStep> build_step(const Scenario& s, const BuildOptions& options
   out.hardware_flops_per_step = out.model_flops_per_step + recompute * sequences;
   out.peak_flops_per_gpu = cm.peak_flops(s.training.compute_dtype);
   out.flags = scenario_flags(s);
+  {
+    // The communicators every rank joins (a group of one rank needs none): data-parallel,
+    // tensor-parallel, and the pipeline's point-to-point pairs; in one NVLink domain when the
+    // group fits on a node of an NVLink system.
+    const bool nvlink = profile->nvlink.bytes_per_s_per_gpu.value > 0.0;
+    const int per_node = system.gpus_per_node;
+    const std::vector<NcclCommunicator> comms = {
+        {.ranks = p.dp, .nvlink = nvlink && p.dp * p.tp <= per_node},
+        {.ranks = p.tp, .nvlink = nvlink && p.tp <= per_node},
+        {.ranks = p.pp > 1 ? 2 : 1, .nvlink = nvlink && p.dp * p.tp * p.pp <= per_node}};
+    out.runtime =
+        runtime_model(s.hardware.runtime, profile->provenance.profile_name,
+                      static_cast<std::int64_t>(profile->gpu.hbm_usable_bytes.value), comms);
+    for (const std::string& note : out.runtime.notes) out.flags.push_back(note);
+  }
 
   StepBuilder builder(s, cm, b, out, options);
   OFFSIM_RETURN_IF_ERROR(builder.build());
@@ -1189,6 +1229,14 @@ sim::Result<BuiltStep> build_step(const Scenario& s, const BuildOptions& options
                          "identical ranks",
                          p.pp, p.dp * p.tp));
   out.plan = std::move(b).build();
+  if (out.runtime.preallocated) {
+    // JAX: tensors live in the preallocated pool, a fraction of the HBM.
+    for (const SimRankInfo& info : out.ranks) {
+      for (auto& pool : out.plan.pools) {
+        if (pool.name == info.hbm_pool) pool.capacity_bytes = out.runtime.allocator_limit_bytes;
+      }
+    }
+  }
   if (!out.ranks.empty()) {
     const auto& pools = out.plan.pools;
     for (const auto& pool : pools) {

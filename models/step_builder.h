@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "models/formulas.h"
+#include "models/runtime.h"
 #include "models/scenario.h"
 #include "sim/core/result.h"
 #include "sim/plan/plan.h"
@@ -61,6 +62,7 @@ struct BuiltStep {
   std::int64_t hbm_capacity_bytes = 0;
   std::int64_t host_capacity_bytes = 0;
   std::vector<std::string> flags;
+  RuntimeModel runtime;  // hardware.runtime's overheads (runtime.h)
   // With one pipeline stage, micro-batch i's forward and backward ops are the plan's ops from
   // micro_batch_starts[i].op on (its tensors likewise); empty with pipeline parallelism.
   std::vector<MicroBatchStart> micro_batch_starts;

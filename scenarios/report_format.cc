@@ -112,6 +112,13 @@ std::string format_table(const std::vector<NamedReport>& reports) {
   add("HBM peak", [&](const R& r) {
     return fmt::format("{} ({})", peak_of(r.hbm_peak_bytes, r.hbm_capacity_bytes), r.worst_rank);
   });
+  bool any_reserved = false;
+  for (const NamedReport& nr : reports) any_reserved |= nr.report.hbm_reserved_bytes > 0;
+  if (any_reserved) {
+    // hardware.runtime: what the framework holds from the driver (allocator cache, context).
+    add("HBM reserved",
+        [&](const R& r) { return peak_of(r.hbm_reserved_bytes, r.hbm_capacity_bytes); });
+  }
   add("  params", [](const R& r) { return format_bytes(r.memory.params_bytes); });
   add("  grads", [](const R& r) { return format_bytes(r.memory.grads_bytes); });
   add("  optimizer", [](const R& r) { return format_bytes(r.memory.optimizer_bytes); });
