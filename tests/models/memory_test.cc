@@ -7,6 +7,7 @@
 
 #include "models/evaluate.h"
 #include "models/formulas.h"
+#include "models/plan_size.h"
 #include "models/runtime.h"
 #include "models/step_builder.h"
 #include "sim/engine/simulator.h"
@@ -357,6 +358,24 @@ TEST(Runtime, EvaluateChargesTheFrameworkRuntime) {
   EXPECT_EQ(jax.hbm_capacity_bytes, jax.hbm_reserved_bytes);
   EXPECT_EQ(jax.memory.runtime_bytes, 0);
   EXPECT_LT(jax.hbm_capacity_bytes, torch.hbm_capacity_bytes);
+}
+
+TEST(Runtime, PlanSizeEstimateCountsTheNewTensors) {
+  // The closed-form estimate stays exact in tensors with runtimes and dtype presets (fp32 weights
+  // have no master tensor; JAX's context and NCCL live outside the pool: no tensors).
+  for (const auto runtime : {HardwareConfig::Runtime::kNone, HardwareConfig::Runtime::kPytorch,
+                             HardwareConfig::Runtime::kJax}) {
+    for (const char* preset : {"megatron_bf16", "maxtext_default"}) {
+      Scenario s = base("llama3-8b", "dgx-h100");
+      s.parallelism = {.dp = 4, .tp = 2, .zero_stage = 1};
+      s.hardware.runtime = runtime;
+      s.training.dtypes = *dtype_preset(preset);
+      auto step = build_step(s);
+      ASSERT_TRUE(step) << step.error().message;
+      EXPECT_EQ(estimate_plan_size(s).tensors, static_cast<double>(step->plan.tensors.size()))
+          << to_string(runtime) << " " << preset;
+    }
+  }
 }
 
 }  // namespace
