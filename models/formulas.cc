@@ -269,18 +269,10 @@ std::int64_t layer_parameter_count_per_rank(const ModelArch& m, int tp) {
 
 StaticMemory static_memory(std::int64_t params, const ParallelConfig& p, bool fp32_master,
                            sim::DType compute_dtype) {
-  const std::int64_t pbytes = compute_dtype == sim::DType::kFp32 ? 4 : 2;
-  const bool shard_params = p.fsdp || p.zero_stage >= 3;
-  const bool shard_grads = p.fsdp || p.zero_stage >= 2;
-  const bool shard_opt = p.fsdp || p.zero_stage >= 1;
-  const std::int64_t dp = p.dp;
-  StaticMemory m;
-  m.params_bytes = pbytes * (shard_params ? ceil_div(params, dp) : params);
-  m.grads_bytes = pbytes * (shard_grads ? ceil_div(params, dp) : params);
-  const std::int64_t opt_params = shard_opt ? ceil_div(params, dp) : params;
-  m.master_bytes = fp32_master ? 4 * opt_params : 0;
-  m.optimizer_bytes = 8 * opt_params + m.master_bytes;
-  return m;
+  TrainingConfig t;
+  t.compute_dtype = compute_dtype;
+  t.fp32_master_weights = fp32_master;
+  return static_memory(params, p, resolve_dtypes(t));
 }
 
 std::int64_t ResolvedDtypes::state_bytes_per_param() const {
