@@ -477,8 +477,14 @@ void apply_allocator(const BuiltStep& step, const sim::Timeline& t, Report& r) {
     };
     std::vector<Timed> timed;
     std::vector<AllocEvent> events;
+    // Initial tensors (weights, optimizer state) are allocated on the compute stream; an op's
+    // allocations on its lane's stream (a block returns to the pool it came from).
+    std::uint32_t compute = 0;
+    for (std::size_t l = 0; l < plan.lanes.size(); ++l) {
+      if (plan.lanes[l].name == info.compute_lane) compute = static_cast<std::uint32_t>(l);
+    }
     for (sim::TensorId id : plan.initial_tensors) {
-      if (mine(id)) events.push_back({id.value(), plan.tensors[id.index()].bytes, false});
+      if (mine(id)) events.push_back({id.value(), plan.tensors[id.index()].bytes, false, compute});
     }
     for (std::size_t i = 0; i < plan.ops.size(); ++i) {
       const sim::Span* s = by_op[i];
@@ -490,7 +496,8 @@ void apply_allocator(const BuiltStep& step, const sim::Timeline& t, Report& r) {
                          1,
                          i,
                          j,
-                         {op.allocs[j].value(), plan.tensors[op.allocs[j].index()].bytes, false}});
+                         {op.allocs[j].value(), plan.tensors[op.allocs[j].index()].bytes, false,
+                          op.lane.value()}});
       }
       for (std::size_t j = 0; j < op.frees.size(); ++j) {
         if (!mine(op.frees[j])) continue;

@@ -263,15 +263,23 @@ AllocatorReplay replay_allocator(const RuntimeModel& rt, const std::vector<Alloc
   AllocatorReplay out;
   const bool jax = rt.runtime == HardwareConfig::Runtime::kJax;
   const bool expandable = rt.runtime == HardwareConfig::Runtime::kPytorchExpandable;
+  // BFC inside the preallocated region: one region, best fit with coalescing; its high-water
+  // mark is what must fit in the pool. The caching allocator: a small and a large pool per
+  // stream.
   std::vector<BlockPool> pools;
-  if (jax) {
-    // BFC inside the preallocated region: one region, best fit with coalescing; its high-water
-    // mark is what must fit in the pool.
-    pools.emplace_back(false, true, kBfcMinAllocation);
-  } else {
-    pools.emplace_back(true, expandable, kSmallBuffer);
-    pools.emplace_back(false, expandable, kLargeBuffer);
-  }
+  std::map<std::pair<std::uint32_t, bool>, int> pool_of;  // (stream, small) -> pools index
+  const auto pool_for = [&](std::uint32_t stream, bool small) {
+    const auto key = jax ? std::make_pair(0u, false) : std::make_pair(stream, small);
+    auto [it, added] = pool_of.try_emplace(key, static_cast<int>(pools.size()));
+    if (added) {
+      if (jax) {
+        pools.emplace_back(false, true, kBfcMinAllocation);
+      } else {
+        pools.emplace_back(small, expandable, small ? kSmallBuffer : kLargeBuffer);
+      }
+    }
+    return it->second;
+  };
   const auto reserved = [&] {
     std::int64_t r = 0;
     for (const BlockPool& p : pools) r += p.reserved();
@@ -291,7 +299,7 @@ AllocatorReplay replay_allocator(const RuntimeModel& rt, const std::vector<Alloc
     }
     if (e.bytes <= 0) continue;
     const std::int64_t size = rounded_allocation(rt, e.bytes);
-    const int pool_index = jax ? 0 : (size <= kSmallSize ? 0 : 1);
+    const int pool_index = pool_for(e.stream, size <= kSmallSize);
     BlockPool& pool = pools[static_cast<std::size_t>(pool_index)];
     std::optional<BlockRef> p = pool.take(size);
     if (!p) {

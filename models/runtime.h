@@ -54,6 +54,9 @@ struct AllocEvent {
   std::uint32_t tensor = 0;  // any id, unique among live allocations
   std::int64_t bytes = 0;    // as requested (rounded by the replay)
   bool free = false;
+  // The stream (lane) that allocates: PyTorch caches freed blocks per stream, so blocks freed
+  // on one stream are not reused by another. BFC (JAX) shares one region.
+  std::uint32_t stream = 0;
 };
 
 struct AllocatorReplay {

@@ -328,6 +328,22 @@ TEST(Runtime, CachingAllocatorReservesSegments) {
   EXPECT_EQ(tight.reserved_peak_bytes, 52 * kMiB);  // the replay measures the demand
 }
 
+TEST(Runtime, CachedBlocksStayWithTheirStream) {
+  // A 1 MiB block freed on stream 0 is not reused by a 1 MiB request on stream 1: each stream's
+  // small pool takes its own 2 MiB segment (4 MiB reserved); on one stream the second request
+  // reuses the first block (2 MiB). BFC shares one region whatever the stream: 1 MiB.
+  const RuntimeModel rt =
+      runtime_model(HardwareConfig::Runtime::kPytorch, "h100-sxm", 80 * kGiB, {});
+  const std::vector<AllocEvent> two = {
+      {1, kMiB, false, 0}, {1, kMiB, true, 0}, {2, kMiB, false, 1}};
+  const std::vector<AllocEvent> one = {
+      {1, kMiB, false, 0}, {1, kMiB, true, 0}, {2, kMiB, false, 0}};
+  EXPECT_EQ(replay_allocator(rt, two, 80 * kGiB).reserved_peak_bytes, 4 * kMiB);
+  EXPECT_EQ(replay_allocator(rt, one, 80 * kGiB).reserved_peak_bytes, 2 * kMiB);
+  const RuntimeModel jax = runtime_model(HardwareConfig::Runtime::kJax, "h100-sxm", 80 * kGiB, {});
+  EXPECT_EQ(replay_allocator(jax, two, 80 * kGiB).reserved_peak_bytes, kMiB);
+}
+
 TEST(Runtime, ExpandableSegmentsAndBfc) {
   // Expandable: the small pool maps 2 MiB; the large pool maps 20 MiB pages: 20 MiB for B and
   // C (tail 3 MiB free), D needs 30 - 3 = 27 MiB more: two pages (40 MiB). 2 + 60 = 62 MiB.
