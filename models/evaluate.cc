@@ -23,6 +23,10 @@ void add_to(MemoryBreakdown& m, const std::string& category, std::int64_t bytes)
     m.activations_bytes += bytes;
   } else if (category == "buffers") {
     m.buffers_bytes += bytes;
+  } else if (category == "transients") {
+    m.transient_bytes += bytes;
+  } else if (category == "runtime") {
+    m.runtime_bytes += bytes;
   } else {
     m.workspace_bytes += bytes;
   }
@@ -214,6 +218,10 @@ Report report_of(const Scenario& scenario, const BuiltStep& step, const sim::Tim
   for (const SimRankInfo& info : step.ranks) {
     RankReport rr;
     rr.name = fmt::format("rank{} (stage {})", info.rank, info.stage);
+    rr.rank = info.rank;
+    rr.stage = info.stage;
+    rr.dp_rank = info.dp_rank;
+    rr.tp_rank = info.tp_rank;
     rr.multiplicity = info.multiplicity;
     if (const sim::PoolTrace* p = find_pool(t, info.hbm_pool)) {
       rr.hbm_peak_bytes = p->peak_bytes;
@@ -251,6 +259,23 @@ Report report_of(const Scenario& scenario, const BuiltStep& step, const sim::Tim
                       .in_use_bytes = o.in_use_bytes,
                       .capacity_bytes = o.capacity_bytes,
                       .live = o.live};
+  }
+  // Pools over capacity (the step ran to its end with them unbounded): demand = true peak.
+  for (const sim::OutOfMemory& o : t.outcome.over_capacity) {
+    PoolDemand d;
+    d.pool = o.pool;
+    d.capacity_bytes = o.capacity_bytes;
+    if (const sim::PoolTrace* p = find_pool(t, o.pool)) d.demand_bytes = p->peak_bytes;
+    d.overshoot_bytes = d.demand_bytes - d.capacity_bytes;
+    d.first_failure = OomReport{.op = o.op_name,
+                                .pool = o.pool,
+                                .time_s = sim::to_seconds(o.time),
+                                .requested_bytes = o.requested_bytes,
+                                .in_use_bytes = o.in_use_bytes,
+                                .capacity_bytes = o.capacity_bytes,
+                                .live = o.live};
+    if (d.first_failure.live.size() > 20) d.first_failure.live.resize(20);
+    r.over_capacity.push_back(std::move(d));
   }
   if (r.live_at_peak.size() > 20) r.live_at_peak.resize(20);
   return r;
@@ -421,6 +446,115 @@ std::optional<Report> steady_state_report(const Scenario& scenario, const EvalOp
   return report_of(scenario, step, t, &x);
 }
 
+// The framework's device allocator over each rank's HBM allocs and frees in simulated order
+// (runtime.h): reserved memory per rank, and a step that fits its tensors but not the
+// allocator's reserved memory (fragmentation, block rounding) does not fit.
+void apply_allocator(const BuiltStep& step, const sim::Timeline& t, Report& r) {
+  const RuntimeModel& rt = step.runtime;
+  if (rt.runtime == HardwareConfig::Runtime::kNone) return;
+  const sim::Plan& plan = step.plan;
+  std::vector<const sim::Span*> by_op(plan.ops.size(), nullptr);
+  for (const sim::Span& s : t.spans) by_op[s.op.index()] = &s;
+  const std::int64_t outside = rt.preallocated ? 0 : rt.cuda_context_bytes + rt.nccl_bytes;
+  for (std::size_t k = 0; k < step.ranks.size() && k < r.ranks.size(); ++k) {
+    const SimRankInfo& info = step.ranks[k];
+    std::optional<std::size_t> pool;
+    for (std::size_t p = 0; p < plan.pools.size(); ++p) {
+      if (plan.pools[p].name == info.hbm_pool) pool = p;
+    }
+    if (!pool) continue;
+    const auto mine = [&](sim::TensorId id) {
+      const sim::Tensor& x = plan.tensors[id.index()];
+      return x.pool.index() == *pool && x.category != "runtime";
+    };
+    // (time, frees before allocs as the engine orders an instant, op, position) -> event.
+    struct Timed {
+      std::int64_t time;
+      int phase;
+      std::size_t op;
+      std::size_t pos;
+      AllocEvent event;
+    };
+    std::vector<Timed> timed;
+    std::vector<AllocEvent> events;
+    // Initial tensors (weights, optimizer state) are allocated on the compute stream; an op's
+    // allocations on its lane's stream (a block returns to the pool it came from).
+    std::uint32_t compute = 0;
+    for (std::size_t l = 0; l < plan.lanes.size(); ++l) {
+      if (plan.lanes[l].name == info.compute_lane) compute = static_cast<std::uint32_t>(l);
+    }
+    for (sim::TensorId id : plan.initial_tensors) {
+      if (mine(id)) events.push_back({id.value(), plan.tensors[id.index()].bytes, false, compute});
+    }
+    for (std::size_t i = 0; i < plan.ops.size(); ++i) {
+      const sim::Span* s = by_op[i];
+      if (s == nullptr) continue;
+      const sim::Op& op = plan.ops[i];
+      for (std::size_t j = 0; j < op.allocs.size(); ++j) {
+        if (!mine(op.allocs[j])) continue;
+        timed.push_back({s->start.time_since_epoch().count(),
+                         1,
+                         i,
+                         j,
+                         {op.allocs[j].value(), plan.tensors[op.allocs[j].index()].bytes, false,
+                          op.lane.value()}});
+      }
+      for (std::size_t j = 0; j < op.frees.size(); ++j) {
+        if (!mine(op.frees[j])) continue;
+        timed.push_back({s->end.time_since_epoch().count(),
+                         0,
+                         i,
+                         j,
+                         {op.frees[j].value(), plan.tensors[op.frees[j].index()].bytes, true}});
+      }
+    }
+    std::sort(timed.begin(), timed.end(), [](const Timed& a, const Timed& b) {
+      return std::tie(a.time, a.phase, a.op, a.pos) < std::tie(b.time, b.phase, b.op, b.pos);
+    });
+    const std::size_t first_timed = events.size();
+    for (const Timed& x : timed) events.push_back(x.event);
+    const AllocatorReplay a = replay_allocator(rt, events, rt.allocator_limit_bytes);
+    RankReport& rr = r.ranks[k];
+    rr.hbm_reserved_bytes =
+        (rt.preallocated ? rt.allocator_limit_bytes : a.reserved_peak_bytes) + outside;
+    r.hbm_reserved_bytes = std::max(r.hbm_reserved_bytes, rr.hbm_reserved_bytes);
+    if (a.first_failure < 0) continue;
+    // Reserved memory went past what the allocator may hold: out of memory in this framework
+    // although the tensors alone fit (or a second reason when they did not).
+    const std::size_t at = static_cast<std::size_t>(a.first_failure);
+    OomReport o;
+    o.pool = info.hbm_pool;
+    o.requested_bytes = events[at].bytes;
+    o.in_use_bytes = a.reserved_at_failure_bytes + outside;
+    o.capacity_bytes = rt.allocator_limit_bytes + outside;
+    o.op = "initial_tensors";
+    if (at >= first_timed) {
+      const Timed& x = timed[at - first_timed];
+      o.op = plan.ops[x.op].name + " (allocator: reserved memory)";
+      o.time_s = sim::to_seconds(sim::Duration{x.time});
+    }
+    const bool already = std::any_of(r.over_capacity.begin(), r.over_capacity.end(),
+                                     [&](const PoolDemand& d) { return d.pool == o.pool; });
+    if (!already) {
+      PoolDemand d;
+      d.pool = o.pool;
+      d.capacity_bytes = o.capacity_bytes;
+      d.demand_bytes = a.reserved_peak_bytes + outside;
+      d.overshoot_bytes = d.demand_bytes - d.capacity_bytes;
+      d.first_failure = o;
+      r.over_capacity.push_back(d);
+    }
+    if (!r.oom) r.oom = o;
+    if (r.fits) {
+      r.fits = false;
+      r.outcome = sim::to_string(sim::OutcomeKind::kOutOfMemory);
+      r.tokens_per_s = r.tokens_per_s_per_gpu = r.tflops_per_gpu = r.hw_tflops_per_gpu = 0.0;
+      r.mfu = r.hfu = 0.0;
+      r.time = TimeSplit{};
+    }
+  }
+}
+
 }  // namespace
 
 Report make_report(const Scenario& scenario, const BuiltStep& step, const sim::Timeline& t) {
@@ -429,7 +563,9 @@ Report make_report(const Scenario& scenario, const BuiltStep& step, const sim::T
 
 sim::Result<Evaluation> evaluate(const Scenario& scenario, const EvalOptions& options) {
   std::string why = "disabled";
-  if (options.steady_state && !options.keep_timeline && !options.keep_plan) {
+  if (scenario.hardware.runtime != HardwareConfig::Runtime::kNone) {
+    why = "hardware.runtime: the allocator replay needs the whole step's allocation order";
+  } else if (options.steady_state && !options.keep_timeline && !options.keep_plan) {
     if (std::optional<Report> report = steady_state_report(scenario, options, why)) {
       Evaluation e;
       e.report = std::move(*report);
@@ -443,9 +579,12 @@ sim::Result<Evaluation> evaluate(const Scenario& scenario, const EvalOptions& op
   sim_options.record_memory = options.keep_timeline;
   sim_options.validate_plan = false;  // build_step's plans are valid by construction (tested)
   sim_options.cancel = options.cancel;
+  // A step that does not fit still runs to its end, so the report gives each pool's demand.
+  sim_options.run_past_capacity = true;
   OFFSIM_ASSIGN_OR_RETURN(sim::SimResult result, sim::simulate(step.plan, sim_options));
   Evaluation e;
   e.report = make_report(scenario, step, result.timeline);
+  apply_allocator(step, result.timeline, e.report);
   e.full_path_reason = std::move(why);
   if (options.keep_timeline) e.timeline = std::move(result.timeline);
   if (options.keep_plan) e.plan = std::move(step.plan);

@@ -269,17 +269,52 @@ std::int64_t layer_parameter_count_per_rank(const ModelArch& m, int tp) {
 
 StaticMemory static_memory(std::int64_t params, const ParallelConfig& p, bool fp32_master,
                            sim::DType compute_dtype) {
-  const std::int64_t pbytes = compute_dtype == sim::DType::kFp32 ? 4 : 2;
+  TrainingConfig t;
+  t.compute_dtype = compute_dtype;
+  t.fp32_master_weights = fp32_master;
+  return static_memory(params, p, resolve_dtypes(t));
+}
+
+std::int64_t ResolvedDtypes::state_bytes_per_param() const {
+  return sim::dtype_bytes(params) + sim::dtype_bytes(grads) +
+         (master ? sim::dtype_bytes(*master) : 0) + sim::dtype_bytes(first_moment) +
+         sim::dtype_bytes(second_moment);
+}
+
+ResolvedDtypes resolve_dtypes(const TrainingConfig& t) {
+  // fp8 GEMMs keep their weights in bf16 (Transformer Engine casts per GEMM).
+  const sim::DType storage =
+      t.compute_dtype == sim::DType::kFp8 ? sim::DType::kBf16 : t.compute_dtype;
+  const TensorDtypes& d = t.dtypes;
+  ResolvedDtypes r;
+  r.params = d.params.value_or(storage);
+  r.grads = d.grads.value_or(r.params);
+  if (d.master) {
+    r.master = *d.master;
+  } else if (t.fp32_master_weights && r.params != sim::DType::kFp32) {
+    r.master = sim::DType::kFp32;
+  }
+  if (r.master == r.params) r.master.reset();  // the weights are their own master
+  r.first_moment = d.first_moment.value_or(sim::DType::kFp32);
+  r.second_moment = d.second_moment.value_or(sim::DType::kFp32);
+  r.all_gather = d.all_gather.value_or(r.params);
+  r.reduce_scatter = d.reduce_scatter.value_or(r.grads);
+  return r;
+}
+
+StaticMemory static_memory(std::int64_t params, const ParallelConfig& p, const ResolvedDtypes& d) {
   const bool shard_params = p.fsdp || p.zero_stage >= 3;
   const bool shard_grads = p.fsdp || p.zero_stage >= 2;
   const bool shard_opt = p.fsdp || p.zero_stage >= 1;
   const std::int64_t dp = p.dp;
   StaticMemory m;
-  m.params_bytes = pbytes * (shard_params ? ceil_div(params, dp) : params);
-  m.grads_bytes = pbytes * (shard_grads ? ceil_div(params, dp) : params);
+  m.params_bytes = sim::dtype_bytes(d.params) * (shard_params ? ceil_div(params, dp) : params);
+  m.grads_bytes = sim::dtype_bytes(d.grads) * (shard_grads ? ceil_div(params, dp) : params);
   const std::int64_t opt_params = shard_opt ? ceil_div(params, dp) : params;
-  m.master_bytes = fp32_master ? 4 * opt_params : 0;
-  m.optimizer_bytes = 8 * opt_params + m.master_bytes;
+  m.master_bytes = d.master ? sim::dtype_bytes(*d.master) * opt_params : 0;
+  m.optimizer_bytes =
+      (sim::dtype_bytes(d.first_moment) + sim::dtype_bytes(d.second_moment)) * opt_params +
+      m.master_bytes;
   return m;
 }
 

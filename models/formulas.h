@@ -12,6 +12,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -116,6 +117,24 @@ struct StaticMemory {
 };
 StaticMemory static_memory(std::int64_t params, const ParallelConfig& p, bool fp32_master,
                            sim::DType compute_dtype);
+
+// The storage dtypes of the training state with the defaults filled in (TensorDtypes).
+struct ResolvedDtypes {
+  sim::DType params = sim::DType::kBf16;
+  sim::DType grads = sim::DType::kBf16;
+  std::optional<sim::DType> master;  // none: the optimizer updates `params` in place
+  sim::DType first_moment = sim::DType::kFp32;
+  sim::DType second_moment = sim::DType::kFp32;
+  sim::DType all_gather = sim::DType::kBf16;
+  sim::DType reduce_scatter = sim::DType::kBf16;
+  // Bytes per parameter of the unsharded state: params + grads + master + moments.
+  std::int64_t state_bytes_per_param() const;
+};
+ResolvedDtypes resolve_dtypes(const TrainingConfig& t);
+
+// The same with explicit dtypes: params dtype(params)·Ψ (ZeRO-3/FSDP: /dp), grads
+// dtype(grads)·Ψ (ZeRO-2+: /dp), optimizer (master + two moments)·Ψ (ZeRO-1+: /dp).
+StaticMemory static_memory(std::int64_t params, const ParallelConfig& p, const ResolvedDtypes& d);
 
 inline std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 

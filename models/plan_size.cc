@@ -115,7 +115,7 @@ void add_group(const Scenario& s, bool params_on_host, bool grads_on_host, bool 
   }
   c.ops += ops;
   c.deps += ops;  // each waits for the previous step of the chain
-  c.tensors += s.training.fp32_master_weights ? 4 : 3;
+  c.tensors += resolve_dtypes(s.training).master ? 4 : 3;
 }
 
 // Gradient reduction and offload of one group over all micro-batches (StepBuilder::grads_done).
@@ -214,8 +214,16 @@ PlanSize estimate_plan_size(const Scenario& s, const PlanSizeOptions& options) {
   const double sends = 2 * m * (pp * v - 1);
   c.ops += sends;
   c.deps += sends * 2.5;
-  // Per stage: the workspace tensor.
-  c.tensors += pp;
+  // Per stage: the workspace tensor; with hardware.runtime the CUDA context, NCCL buffers (when
+  // a group has more than one rank) and the cuBLAS workspace instead (JAX: none, outside its
+  // pool).
+  using Runtime = HardwareConfig::Runtime;
+  const ParallelConfig& par = s.parallelism;
+  const bool comms = par.dp > 1 || par.tp > 1 || par.pp > 1;
+  const double runtime_tensors = s.hardware.runtime == Runtime::kNone  ? 1
+                                 : s.hardware.runtime == Runtime::kJax ? 0
+                                                                       : (comms ? 3 : 2);
+  c.tensors += pp * runtime_tensors;
 
   PlanSize size;
   size.ops = c.ops;

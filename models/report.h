@@ -25,10 +25,16 @@ namespace offsim::models {
 struct MemoryBreakdown {
   std::int64_t params_bytes = 0;
   std::int64_t grads_bytes = 0;
-  std::int64_t optimizer_bytes = 0;  // moments and fp32 master weights
-  std::int64_t activations_bytes = 0;
-  std::int64_t buffers_bytes = 0;    // communication buffers (gathered params, p2p, buckets)
-  std::int64_t workspace_bytes = 0;  // kernel workspace (cuBLAS), allocator overhead
+  std::int64_t optimizer_bytes = 0;    // moments and fp32 master weights
+  std::int64_t activations_bytes = 0;  // saved for backward (forward to backward)
+  std::int64_t buffers_bytes = 0;      // communication buffers (gathered params, p2p, buckets)
+  std::int64_t workspace_bytes = 0;    // kernel workspace (cuBLAS), calibrated allocator term
+  // Alive only inside one op or one layer's backward: tensors a recompute re-creates (e.g.
+  // recomputed attention scores), staging copies of offloaded activations.
+  std::int64_t transient_bytes = 0;
+  // What the framework's runtime holds (runtime.h): CUDA context, NCCL buffers, library
+  // workspaces, the caching allocator's reserved-but-unallocated bytes.
+  std::int64_t runtime_bytes = 0;
 };
 
 // Where the step time went, on the critical rank. compute_s + recompute_s + exposed_comm_s +
@@ -45,9 +51,16 @@ struct TimeSplit {
 
 struct RankReport {
   std::string name;  // "rank0" (the representative), stage and role
+  int rank = 0;      // global rank of the representative
+  int stage = 0;     // pipeline stage
+  int dp_rank = 0;
+  int tp_rank = 0;
   int multiplicity = 1;
   std::int64_t hbm_peak_bytes = 0;
   std::int64_t hbm_capacity_bytes = 0;
+  // With hardware.runtime: what the framework holds from the driver at its largest (caching
+  // allocator's reserved memory or JAX's preallocated pool, plus context and NCCL buffers).
+  std::int64_t hbm_reserved_bytes = 0;
   MemoryBreakdown memory;  // at this rank's peak
   std::vector<sim::LiveTensor> live_at_peak;
 };
@@ -62,11 +75,23 @@ struct OomReport {
   std::vector<sim::LiveTensor> live;
 };
 
+// A pool that the step needs more of than it has (the step was run to its end with the pool
+// unbounded): demand = the pool's true peak; overshoot = demand - capacity.
+struct PoolDemand {
+  std::string pool;
+  std::int64_t demand_bytes = 0;
+  std::int64_t capacity_bytes = 0;
+  std::int64_t overshoot_bytes = 0;
+  OomReport first_failure;  // the pool's first allocation that did not fit
+};
+
 struct Report {
   std::string scenario;
   std::string outcome;  // "completed", "out_of_memory", ...
   bool fits = false;
   int gpus = 0;
+  // When !fits: the time of the step run to its end with unbounded memory (not a time the
+  // step can run in); JSON gives null for it and for the rates below.
   double step_time_s = 0.0;
   double tokens_per_s = 0.0;  // whole job
   double tokens_per_s_per_gpu = 0.0;
@@ -76,15 +101,17 @@ struct Report {
   double hfu = 0.0;
   std::int64_t hbm_peak_bytes = 0;  // largest over ranks
   std::int64_t hbm_capacity_bytes = 0;
-  std::int64_t host_peak_bytes = 0;  // pinned host memory, largest over hosts
+  std::int64_t hbm_reserved_bytes = 0;  // largest over ranks (RankReport::hbm_reserved_bytes)
+  std::int64_t host_peak_bytes = 0;     // pinned host memory, largest over hosts
   std::int64_t host_capacity_bytes = 0;
   std::string worst_rank;  // the rank with the largest HBM peak
   MemoryBreakdown memory;  // on worst_rank at its peak
   std::vector<sim::LiveTensor> live_at_peak;
   TimeSplit time;
   std::vector<RankReport> ranks;
-  std::vector<std::string> flags;  // e.g. "megatron cannot offload activations with pp>1"
-  std::optional<OomReport> oom;
+  std::vector<std::string> flags;         // e.g. "megatron cannot offload activations with pp>1"
+  std::optional<OomReport> oom;           // the first failing allocation over all pools
+  std::vector<PoolDemand> over_capacity;  // every pool over capacity, in order of failure
   std::vector<std::pair<std::string, std::string>> metadata;
   std::int64_t plan_ops = 0;
 };

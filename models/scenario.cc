@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include "models/formulas.h"
+
 namespace offsim::models {
 
 namespace {
@@ -130,6 +132,26 @@ std::optional<Placement> placement_from_string(std::string_view s) {
   return parse_enum(s, kAll);
 }
 
+const char* to_string(HardwareConfig::Runtime v) {
+  switch (v) {
+    case HardwareConfig::Runtime::kNone:
+      return "none";
+    case HardwareConfig::Runtime::kPytorch:
+      return "pytorch";
+    case HardwareConfig::Runtime::kPytorchExpandable:
+      return "pytorch_expandable";
+    case HardwareConfig::Runtime::kJax:
+      return "jax";
+  }
+  return "?";
+}
+std::optional<HardwareConfig::Runtime> runtime_from_string(std::string_view s) {
+  static constexpr HardwareConfig::Runtime kAll[] = {
+      HardwareConfig::Runtime::kNone, HardwareConfig::Runtime::kPytorch,
+      HardwareConfig::Runtime::kPytorchExpandable, HardwareConfig::Runtime::kJax};
+  return parse_enum(s, kAll);
+}
+
 const std::vector<std::string>& activation_names() {
   static const std::vector<std::string> kNames = {"decoder_layer_input",
                                                   "query_proj",
@@ -197,6 +219,64 @@ sim::Status check_selection(const LayerSelection& sel, std::int64_t layers,
                                    sel.count, layers));
       }
       break;
+  }
+  return sim::ok();
+}
+
+// Dtype combinations a framework can run (see dtype_preset() for the conventions).
+sim::Status check_dtypes(const TrainingConfig& t) {
+  const TensorDtypes& d = t.dtypes;
+  const auto storage = [](const std::optional<sim::DType>& v, const char* key) -> sim::Status {
+    if (v == sim::DType::kFp8) {
+      return invalid(fmt::format(
+          "training.dtypes.{}: fp8 storage is not modelled; expected fp32, bf16 or fp16", key));
+    }
+    return sim::ok();
+  };
+  OFFSIM_RETURN_IF_ERROR(storage(d.params, "params"));
+  OFFSIM_RETURN_IF_ERROR(storage(d.grads, "grads"));
+  OFFSIM_RETURN_IF_ERROR(storage(d.master, "master"));
+  OFFSIM_RETURN_IF_ERROR(storage(d.first_moment, "first_moment"));
+  OFFSIM_RETURN_IF_ERROR(storage(d.second_moment, "second_moment"));
+  OFFSIM_RETURN_IF_ERROR(storage(d.reduce_scatter, "reduce_scatter"));
+  const auto half = [](sim::DType x) { return x == sim::DType::kBf16 || x == sim::DType::kFp16; };
+  const auto moment = [](const std::optional<sim::DType>& v, const char* key) -> sim::Status {
+    if (v == sim::DType::kFp16) {
+      return invalid(fmt::format(
+          "training.dtypes.{}: fp16 Adam moments overflow (the second moment squares the "
+          "gradients); frameworks offer fp32 or bf16 (optax mu_dtype)",
+          key));
+    }
+    return sim::ok();
+  };
+  OFFSIM_RETURN_IF_ERROR(moment(d.first_moment, "first_moment"));
+  OFFSIM_RETURN_IF_ERROR(moment(d.second_moment, "second_moment"));
+  if (d.master && !t.fp32_master_weights) {
+    return invalid(
+        "training.dtypes.master: set, but training.fp32_master_weights is false (no master "
+        "copy); remove one of them");
+  }
+  const ResolvedDtypes r = resolve_dtypes(t);
+  if (half(r.params) && half(r.grads) && r.params != r.grads) {
+    return invalid(fmt::format(
+        "training.dtypes.grads: {} gradients with {} parameters: no framework mixes the two "
+        "16-bit formats; expected {} or fp32",
+        sim::to_string(r.grads), sim::to_string(r.params), sim::to_string(r.params)));
+  }
+  if (r.master && sim::dtype_bytes(*r.master) < sim::dtype_bytes(r.params)) {
+    return invalid(fmt::format(
+        "training.dtypes.master: a {} master copy of {} parameters is narrower than the weights "
+        "it updates; expected fp32 or none",
+        sim::to_string(*r.master), sim::to_string(r.params)));
+  }
+  const sim::DType compute =
+      t.compute_dtype == sim::DType::kFp8 ? sim::DType::kBf16 : t.compute_dtype;
+  const bool fp8_gather = r.all_gather == sim::DType::kFp8 && t.compute_dtype == sim::DType::kFp8;
+  if (r.all_gather != r.params && r.all_gather != compute && !fp8_gather) {
+    return invalid(fmt::format(
+        "training.dtypes.all_gather: {} is neither the parameters' dtype ({}) nor the compute "
+        "dtype ({}); frameworks gather weights as stored or cast to the compute dtype",
+        sim::to_string(r.all_gather), sim::to_string(r.params), sim::to_string(compute)));
   }
   return sim::ok();
 }
@@ -357,6 +437,8 @@ sim::Status check_scenario(const Scenario& s) {
     return invalid("offload.optimizer_on_cpu: true needs a rule placing optimizer_states on host");
   }
 
+  OFFSIM_RETURN_IF_ERROR(check_dtypes(s.training));
+
   const HardwareConfig& h = s.hardware;
   if (h.nodes < 1) return invalid(fmt::format("hardware.nodes: {} must be >= 1", h.nodes));
   if (h.gpus < 0) return invalid(fmt::format("hardware.gpus: {} must be >= 0", h.gpus));
@@ -386,6 +468,97 @@ sim::Status check_scenario(const Scenario& s, int gpus_per_node) {
         used, available, s.hardware.nodes, gpus_per_node));
   }
   return sim::ok();
+}
+
+namespace {
+
+struct DtypePreset {
+  const char* name;
+  const char* description;
+  TensorDtypes dtypes;
+};
+
+const std::vector<DtypePreset>& dtype_presets() {
+  using sim::DType;
+  const auto mixed = [](DType half, DType grads, DType reduce) {
+    return TensorDtypes{.params = half,
+                        .grads = grads,
+                        .master = DType::kFp32,
+                        .first_moment = DType::kFp32,
+                        .second_moment = DType::kFp32,
+                        .all_gather = half,
+                        .reduce_scatter = reduce};
+  };
+  const TensorDtypes fp32_weights{.params = DType::kFp32,
+                                  .grads = DType::kFp32,
+                                  .master = DType::kFp32,
+                                  .first_moment = DType::kFp32,
+                                  .second_moment = DType::kFp32,
+                                  .all_gather = DType::kFp32,
+                                  .reduce_scatter = DType::kFp32};
+  TensorDtypes fsdp2 = fp32_weights;
+  fsdp2.all_gather = DType::kBf16;
+  TensorDtypes maxtext_mu = fp32_weights;
+  maxtext_mu.first_moment = DType::kBf16;
+  static const std::vector<DtypePreset> kPresets = {
+      {"megatron_fp16",
+       "Megatron-LM --fp16: fp16 weights, fp32 main_grad buffer, fp32 master and Adam moments = "
+       "18 B/param without the distributed optimizer, 6 + 12/d with it (Megatron-Core "
+       "docs/distrib_optimizer.md, 'float16 param, fp32 grads'); params gathered in fp16, "
+       "gradients reduced in fp32",
+       mixed(DType::kFp16, DType::kFp32, DType::kFp32)},
+      {"megatron_bf16",
+       "Megatron-LM --bf16: bf16 weights; --bf16 turns on accumulate_allreduce_grads_in_fp32, so "
+       "main_grad and its reduction are fp32; fp32 master and moments = 18 B/param "
+       "(megatron/training/arguments.py; docs/distrib_optimizer.md)",
+       mixed(DType::kBf16, DType::kFp32, DType::kFp32)},
+      {"megatron_fp32",
+       "Megatron-LM without --fp16/--bf16: fp32 weights are their own master, fp32 grads and "
+       "moments = 16 B/param (docs/distrib_optimizer.md, 'fp32 param, fp32 grads')",
+       fp32_weights},
+      {"deepspeed_fp16",
+       "DeepSpeed fp16 (FP16_Optimizer / ZeRO): fp16 weights and gradients, fp32 master and "
+       "moments = 2 + 2 + 12 = 16 B/param (Rajbhandari et al., ZeRO, SC'20, K = 12)",
+       mixed(DType::kFp16, DType::kFp16, DType::kFp16)},
+      {"deepspeed_bf16",
+       "DeepSpeed bf16 (BF16_Optimizer): bf16 weights, gradients accumulated and reduced in fp32 "
+       "(data_types.grad_accum_dtype defaults to fp32 with bf16), fp32 master and moments = "
+       "18 B/param (DeepSpeed config docs, 'bf16' and 'data_types')",
+       mixed(DType::kBf16, DType::kFp32, DType::kFp32)},
+      {"fsdp2_mixed",
+       "PyTorch FSDP2 fully_shard with MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32): "
+       "sharded fp32 parameters are the optimizer's weights, all-gathered in bf16, gradients "
+       "reduce-scattered and kept in fp32, fp32 Adam moments = 16 B/param (torch.distributed.fsdp "
+       "docs)",
+       fsdp2},
+      {"maxtext_default",
+       "MaxText base.yml weight_dtype: float32: fp32 weights (their own master), fp32 gradients "
+       "and Adam moments = 16 B/param, weights all-gathered in fp32 and cast to bf16 for compute",
+       fp32_weights},
+      {"maxtext_bf16_mu",
+       "MaxText with mu_dtype: bfloat16 (optax.adamw mu_dtype): as maxtext_default with a bf16 "
+       "first moment = 14 B/param",
+       maxtext_mu},
+  };
+  return kPresets;
+}
+
+}  // namespace
+
+std::vector<PresetInfo> list_dtype_presets() {
+  std::vector<PresetInfo> out;
+  for (const DtypePreset& p : dtype_presets()) out.push_back({p.name, p.description});
+  return out;
+}
+
+sim::Result<TensorDtypes> dtype_preset(std::string_view name) {
+  std::vector<std::string> names;
+  for (const DtypePreset& p : dtype_presets()) {
+    if (name == p.name) return p.dtypes;
+    names.emplace_back(p.name);
+  }
+  return invalid(fmt::format("training.dtype_preset: unknown preset '{}'; expected one of {}", name,
+                             fmt::join(names, ", ")));
 }
 
 }  // namespace offsim::models

@@ -49,6 +49,24 @@ struct ModelArch {
   bool dropout = false;
 };
 
+// Storage dtypes of the training state, by tensor class (training.dtypes in a scenario). An unset
+// entry takes the default of the compute dtype (see resolve_dtypes in formulas.h): params and
+// grads in the compute dtype (bf16 under fp8), fp32 master weights (fp32_master_weights), fp32
+// moments, collectives in the dtype of what they move.
+struct TensorDtypes {
+  std::optional<sim::DType> params;  // model weights as stored (sharded under ZeRO-3/FSDP)
+  std::optional<sim::DType> grads;   // accumulated gradients (Megatron main_grad: fp32)
+  // The optimizer's own copy of the weights. Equal to params: no separate copy (fp32 weights
+  // are their own master, as in MaxText's default weight_dtype=float32 or FSDP2's sharded fp32
+  // parameters).
+  std::optional<sim::DType> master;
+  std::optional<sim::DType> first_moment;    // Adam m (optax mu_dtype)
+  std::optional<sim::DType> second_moment;   // Adam v
+  std::optional<sim::DType> all_gather;      // parameters on the wire and gathered (ZeRO-3/FSDP)
+  std::optional<sim::DType> reduce_scatter;  // gradients on the wire (all-reduce/reduce-scatter)
+  bool operator==(const TensorDtypes&) const = default;
+};
+
 struct TrainingConfig {
   enum class Optimizer { kAdamW };
 
@@ -69,6 +87,10 @@ struct TrainingConfig {
   // --gradient-accumulation-fusion, Transformer Engine). false: a separate add per layer and
   // micro-batch reads and writes the accumulated gradient (Megatron-LM 2021's main_grad hook).
   bool gradient_accumulation_fusion = true;
+  // Per-class storage dtypes; `dtype_preset` names the framework convention they came from
+  // (dtype_preset()), empty when set by hand or left at the defaults.
+  TensorDtypes dtypes;
+  std::string dtype_preset;
 };
 
 struct ParallelConfig {
@@ -148,6 +170,10 @@ struct HardwareConfig {
   int nodes = 1;
   int gpus = 0;              // 0 = every GPU of `nodes` nodes
   std::string profile_path;  // a calibration profile JSON; empty = the system's default
+  // What the training framework's runtime adds on each GPU (runtime.h): kNone keeps only the
+  // calibration profile's workspace/allocator term.
+  enum class Runtime { kNone, kPytorch, kPytorchExpandable, kJax };
+  Runtime runtime = Runtime::kNone;
 };
 
 struct Scenario {
@@ -174,6 +200,8 @@ std::optional<ParallelConfig::PipelineSchedule> pipeline_schedule_from_string(st
 std::optional<RecomputeConfig::Mode> recompute_mode_from_string(std::string_view s);
 std::optional<TensorClass> tensor_class_from_string(std::string_view s);
 std::optional<Placement> placement_from_string(std::string_view s);
+const char* to_string(HardwareConfig::Runtime v);
+std::optional<HardwareConfig::Runtime> runtime_from_string(std::string_view s);
 
 // The MaxText checkpoint names a kNamedActivation rule may use.
 const std::vector<std::string>& activation_names();
@@ -222,5 +250,13 @@ struct PresetOptions {
   std::vector<std::string> names;  // save_and_offload_only_these_names: names to offload
 };
 sim::Result<OffloadPolicy> offload_preset(std::string_view name, const PresetOptions& options);
+
+// --- Dtype presets ------------------------------------------------------------------------------
+
+// Framework conventions for training.dtypes (training.dtype_preset): megatron_fp16,
+// megatron_bf16, megatron_fp32, deepspeed_fp16, deepspeed_bf16, fsdp2_mixed, maxtext_default,
+// maxtext_bf16_mu; each description cites the framework's source.
+std::vector<PresetInfo> list_dtype_presets();
+sim::Result<TensorDtypes> dtype_preset(std::string_view name);
 
 }  // namespace offsim::models

@@ -30,7 +30,14 @@ using sim::PoolId;
 using sim::TensorId;
 using Mode = RecomputeConfig::Mode;
 
-constexpr std::int64_t kAdamBytesPerParam = 28;  // read p32, m, v, g16; write p32, m, v, p16
+// AdamW per parameter: read the gradient, read and write the master (or the weights themselves
+// when they are their own master) and both moments, and write the weights when they are a
+// separate copy. bf16 weights with fp32 master and moments: 2 + 2·4 + 2·4 + 2·4 + 2 = 28 bytes.
+std::int64_t adam_bytes_per_param(const ResolvedDtypes& d) {
+  const std::int64_t master = sim::dtype_bytes(d.master.value_or(d.params));
+  return sim::dtype_bytes(d.grads) + 2 * master + 2 * sim::dtype_bytes(d.first_moment) +
+         2 * sim::dtype_bytes(d.second_moment) + (d.master ? sim::dtype_bytes(d.params) : 0);
+}
 constexpr double kAdamFlopsPerParam = 12.0;
 
 struct Task {
@@ -106,6 +113,7 @@ class StepBuilder {
         options.last_micro_batch_label >= 0 ? options.last_micro_batch_label : micro_batches_ - 1;
     gdtype_ = s.training.compute_dtype;
     adtype_ = gdtype_ == sim::DType::kFp8 ? sim::DType::kBf16 : gdtype_;
+    dt_ = resolve_dtypes(s.training);
     for (int l = 0; l < s.model.layers; ++l) policies_.push_back(layer_policy(l));
   }
 
@@ -245,6 +253,12 @@ class StepBuilder {
 
   TensorId tensor(PoolId pool, const std::string& name, std::int64_t bytes,
                   const std::string& cat) {
+    // The framework's allocator rounds every block it hands out (runtime.h); what lives outside
+    // it (CUDA context, NCCL buffers) is not rounded.
+    if (cat != "runtime" &&
+        std::find(hbm_pools_.begin(), hbm_pools_.end(), pool) != hbm_pools_.end()) {
+      bytes = rounded_allocation(out_.runtime, bytes);
+    }
     return b_.tensor(name, pool, bytes, cat);
   }
 
@@ -287,7 +301,7 @@ class StepBuilder {
   // separate add (read main_grad and grad, write main_grad); gradient-accumulation fusion (the
   // wgrad GEMM accumulating in place) removed that pass.
   void grad_accumulation(Rank& r, const std::string& name, int layer, std::int64_t params) {
-    const std::int64_t bytes = 3 * params * (gdtype_ == sim::DType::kFp32 ? 4 : 2);
+    const std::int64_t bytes = 3 * params * sim::dtype_bytes(dt_.grads);
     elementwise(r, name, "compute", layer, bytes, static_cast<double>(params));
   }
   std::int64_t norm_flops() const { return 5 * d_.tokens() * d_.h / d_.sp; }
@@ -316,12 +330,16 @@ class StepBuilder {
     r.cpu = b_.lane(rn + ".cpu");
     r.hbm = cm_.hbm_pool(r.rank);
     r.host = cm_.host_pool(r.rank);
+    hbm_pools_.push_back(r.hbm);
     for (int i = 0; i < p.tp; ++i) r.tp_group.push_back(r.rank + i);
     for (int i = 0; i < p.dp; ++i) r.dp_group.push_back(r.rank + i * p.tp);
 
     SimRankInfo info;
     info.rank = r.rank;
     info.stage = stage;
+    // The representative is the stage's first rank: data- and tensor-parallel index 0.
+    info.dp_rank = 0;
+    info.tp_rank = 0;
     info.multiplicity = p.tp * p.dp;
     info.hbm_pool = b_.peek().pools[r.hbm.index()].name;
     info.host_pool = b_.peek().pools[r.host.index()].name;
@@ -364,7 +382,7 @@ class StepBuilder {
     const ParallelConfig& p = s_.parallelism;
     const ModelArch& m = s_.model;
     const auto finish = [&](ParamGroup g) {
-      g.mem = static_memory(g.params, p, s_.training.fp32_master_weights, gdtype_);
+      g.mem = static_memory(g.params, p, dt_);
       r.groups.push_back(std::move(g));
     };
     if (r.stage == 0) {
@@ -426,9 +444,26 @@ class StepBuilder {
       if (!g.grads_on_host) hbm_static += g.mem.grads_bytes;
       if (!g.opt_on_host) hbm_static += g.mem.optimizer_bytes;
     }
-    const auto ws = static_cast<std::int64_t>(
-        alloc.fixed_bytes.value + alloc.overhead_fraction.value * static_cast<double>(hbm_static));
-    b_.initial(tensor(r.hbm, "workspace", ws, "workspace"));
+    const RuntimeModel& rt = out_.runtime;
+    if (rt.runtime == HardwareConfig::Runtime::kNone) {
+      const auto ws =
+          static_cast<std::int64_t>(alloc.fixed_bytes.value + alloc.overhead_fraction.value *
+                                                                  static_cast<double>(hbm_static));
+      b_.initial(tensor(r.hbm, "workspace", ws, "workspace"));
+      return;
+    }
+    // The runtime's own figures replace the profile's lump: the CUDA context and NCCL buffers
+    // on the device outside the allocator (JAX: outside its preallocated pool, so not here), the
+    // cuBLAS workspace through it.
+    if (!rt.preallocated) {
+      b_.initial(tensor(r.hbm, "runtime.cuda_context", rt.cuda_context_bytes, "runtime"));
+      if (rt.nccl_bytes > 0) {
+        b_.initial(tensor(r.hbm, "runtime.nccl_buffers", rt.nccl_bytes, "runtime"));
+      }
+    }
+    if (rt.cublas_workspace_bytes > 0) {
+      b_.initial(tensor(r.hbm, "cublas_workspace", rt.cublas_workspace_bytes, "workspace"));
+    }
   }
 
   ParamGroup& group(Rank& r, int layer) { return r.groups[r.group_of_layer.at(layer)]; }
@@ -444,7 +479,7 @@ class StepBuilder {
     Fetch f;
     const ParamGroup& g = group(r, layer);
     if (!g.params_on_host && !shard_params()) return f;
-    const std::int64_t full = g.params * (gdtype_ == sim::DType::kFp32 ? 4 : 2);
+    const std::int64_t full = g.params * sim::dtype_bytes(dt_.all_gather);
     std::vector<OpId> deps;
     if (after) deps.push_back(*after);
     if (g.params_on_host) {
@@ -787,7 +822,8 @@ class StepBuilder {
     const auto rc_op = [&](OpId op) {
       first_op(op);
       if (!recomp_t && recomputed > 0) {
-        recomp_t = tensor(r.hbm, p + ".recomputed", recomputed, "activations");
+        // Re-created for this layer's backward only: a transient, not a saved activation.
+        recomp_t = tensor(r.hbm, p + ".recomputed", recomputed, "transients");
         b_.op_at(op).allocs.push_back(*recomp_t);
       }
     };
@@ -880,7 +916,9 @@ class StepBuilder {
     }
     if (gp == nullptr) return;
     const bool last_mb = mb == micro_batches_ - 1;
-    const std::int64_t full = gp->params * (gdtype_ == sim::DType::kFp32 ? 4 : 2);
+    // The layer's gradient as accumulated, and as it goes on the wire.
+    const std::int64_t full = gp->params * sim::dtype_bytes(dt_.grads);
+    const std::int64_t wire = gp->params * sim::dtype_bytes(dt_.reduce_scatter);
     OpId after = last;
     if (dp() > 1 && (shard_grads() || last_mb)) {
       std::optional<TensorId> buf;
@@ -898,7 +936,7 @@ class StepBuilder {
                       reduce_scatter ? "reducescatter" : "allreduce"),
           "comm", gp->layer,
           reduce_scatter ? sim::CollectiveKind::kReduceScatter : sim::CollectiveKind::kAllReduce,
-          r.dp_group, full, {last});
+          r.dp_group, wire, {last});
       if (buf) b_.op_at(after).frees.push_back(*buf);
       // Not overlapped: reduced once the whole backward is done, so the collective also waits
       // for the rank's last backward op, known only at the end (patched in optimizer()).
@@ -924,15 +962,16 @@ class StepBuilder {
       const std::int64_t shard = (s_.parallelism.fsdp || s_.parallelism.zero_stage >= 1)
                                      ? ceil_div(g.params, dp())
                                      : g.params;
-      const std::int64_t pbytes = gdtype_ == sim::DType::kFp32 ? 4 : 2;
+      const std::int64_t pbytes = sim::dtype_bytes(dt_.params);
+      const std::int64_t gbytes = sim::dtype_bytes(dt_.grads);
       OpId done{};
       if (g.opt_on_host && s_.offload.optimizer_on_cpu) {
         if (!g.grads_on_host) {
           deps = {copy(r, sim::CopyDirection::kD2H, g.name + ".grads_d2h", "offload", g.layer,
-                       shard * pbytes, deps)};
+                       shard * gbytes, deps)};
         }
         sim::OpSizes sz;
-        sz.bytes = kAdamBytesPerParam * shard;
+        sz.bytes = adam_bytes_per_param(dt_) * shard;
         sz.flops = kAdamFlopsPerParam * static_cast<double>(shard);
         done = add(r, r.cpu, g.name + ".adam.cpu", OpKind::kHostCompute, "cpu_optimizer", g.layer,
                    cm_.host_compute(r.rank, sz.bytes, sz.flops), sz, deps);
@@ -952,7 +991,7 @@ class StepBuilder {
           deps = {in};
         }
         sim::OpSizes sz;
-        sz.bytes = kAdamBytesPerParam * shard;
+        sz.bytes = adam_bytes_per_param(dt_) * shard;
         sz.flops = kAdamFlopsPerParam * static_cast<double>(shard);
         done = add(r, r.compute, g.name + ".adam", OpKind::kElementwise, "optimizer", g.layer,
                    cm_.memory_bound(r.rank, sz.bytes, sz.flops), sz, deps);
@@ -965,7 +1004,8 @@ class StepBuilder {
       // ZeRO-1/2: updated parameter shards are all-gathered for the next step.
       if (dp() > 1 && !shard_params() && s_.parallelism.zero_stage >= 1) {
         collective(r, r.comm, g.name + ".params_allgather", "comm", g.layer,
-                   sim::CollectiveKind::kAllGather, r.dp_group, g.params * pbytes, {done});
+                   sim::CollectiveKind::kAllGather, r.dp_group,
+                   g.params * sim::dtype_bytes(dt_.all_gather), {done});
       }
     }
   }
@@ -980,6 +1020,8 @@ class StepBuilder {
   int last_label_ = 0;
   sim::DType gdtype_ = sim::DType::kBf16;
   sim::DType adtype_ = sim::DType::kBf16;
+  ResolvedDtypes dt_;
+  std::vector<PoolId> hbm_pools_;
   std::vector<LayerPolicy> policies_;
   std::map<SendKey, OpId> sends_;
   std::vector<std::pair<OpId, SendKey>> pending_recv_;
@@ -1012,6 +1054,35 @@ std::vector<std::string> scenario_flags(const Scenario& s) {
   }
   if (s.parallelism.fsdp && s.parallelism.pp > 1) {
     flags.push_back("FSDP with pipeline parallelism: most frameworks do not combine them");
+  }
+  // Host-resident training state that the data-parallel ranks do not shard is held whole by
+  // every rank's host. DeepSpeed's ZeRO-Offload partitions what it offloads over the
+  // data-parallel ranks (offload_optimizer needs ZeRO stage 1, 2 or 3; the ZeRO-Offload paper,
+  // Ren et al. ATC'21, runs it with stage 2), FSDP CPUOffload shards it too.
+  const ParallelConfig& p = s.parallelism;
+  if (p.dp > 1 && !p.fsdp) {
+    std::vector<std::string> replicated;
+    for (const OffloadRule& r : s.offload.rules) {
+      if (r.where != Placement::kHost) continue;
+      const bool sharded =
+          (r.cls == TensorClass::kOptimizerStates || r.cls == TensorClass::kMasterWeights)
+              ? p.zero_stage >= 1
+          : r.cls == TensorClass::kGrads  ? p.zero_stage >= 2
+          : r.cls == TensorClass::kParams ? p.zero_stage >= 3
+                                          : true;
+      const std::string name = to_string(r.cls);
+      if (!sharded && std::find(replicated.begin(), replicated.end(), name) == replicated.end()) {
+        replicated.push_back(name);
+      }
+    }
+    if (!replicated.empty()) {
+      flags.push_back(fmt::format(
+          "host state replicated over dp={} ranks: every rank keeps the whole {} on the host "
+          "(zero_stage {}); ZeRO-Offload partitions it over the data-parallel ranks: set "
+          "parallelism.zero_stage: {} (or parallelism.fsdp: true)",
+          p.dp, fmt::join(replicated, ", "), p.zero_stage,
+          std::find(replicated.begin(), replicated.end(), "params") != replicated.end() ? 3 : 2));
+    }
   }
   return flags;
 }
@@ -1131,6 +1202,21 @@ sim::Result<BuiltStep> build_step(const Scenario& s, const BuildOptions& options
   out.hardware_flops_per_step = out.model_flops_per_step + recompute * sequences;
   out.peak_flops_per_gpu = cm.peak_flops(s.training.compute_dtype);
   out.flags = scenario_flags(s);
+  {
+    // The communicators every rank joins (a group of one rank needs none): data-parallel,
+    // tensor-parallel, and the pipeline's point-to-point pairs; in one NVLink domain when the
+    // group fits on a node of an NVLink system.
+    const bool nvlink = profile->nvlink.bytes_per_s_per_gpu.value > 0.0;
+    const int per_node = system.gpus_per_node;
+    const std::vector<NcclCommunicator> comms = {
+        {.ranks = p.dp, .nvlink = nvlink && p.dp * p.tp <= per_node},
+        {.ranks = p.tp, .nvlink = nvlink && p.tp <= per_node},
+        {.ranks = p.pp > 1 ? 2 : 1, .nvlink = nvlink && p.dp * p.tp * p.pp <= per_node}};
+    out.runtime =
+        runtime_model(s.hardware.runtime, profile->provenance.profile_name,
+                      static_cast<std::int64_t>(profile->gpu.hbm_usable_bytes.value), comms);
+    for (const std::string& note : out.runtime.notes) out.flags.push_back(note);
+  }
 
   StepBuilder builder(s, cm, b, out, options);
   OFFSIM_RETURN_IF_ERROR(builder.build());
@@ -1143,6 +1229,14 @@ sim::Result<BuiltStep> build_step(const Scenario& s, const BuildOptions& options
                          "identical ranks",
                          p.pp, p.dp * p.tp));
   out.plan = std::move(b).build();
+  if (out.runtime.preallocated) {
+    // JAX: tensors live in the preallocated pool, a fraction of the HBM.
+    for (const SimRankInfo& info : out.ranks) {
+      for (auto& pool : out.plan.pools) {
+        if (pool.name == info.hbm_pool) pool.capacity_bytes = out.runtime.allocator_limit_bytes;
+      }
+    }
+  }
   if (!out.ranks.empty()) {
     const auto& pools = out.plan.pools;
     for (const auto& pool : pools) {

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "models/formulas.h"
+#include "models/runtime.h"
 #include "models/scenario.h"
 #include "sim/core/result.h"
 #include "sim/plan/plan.h"
@@ -42,6 +43,8 @@ struct MicroBatchStart {
 struct SimRankInfo {
   int rank = 0;           // global rank of the representative
   int stage = 0;          // pipeline stage
+  int dp_rank = 0;        // the representative's data-parallel index
+  int tp_rank = 0;        // and tensor-parallel index
   int multiplicity = 1;   // identical ranks it stands for
   std::string hbm_pool;   // "rank0.hbm"
   std::string host_pool;  // "host0.pinned"
@@ -59,6 +62,7 @@ struct BuiltStep {
   std::int64_t hbm_capacity_bytes = 0;
   std::int64_t host_capacity_bytes = 0;
   std::vector<std::string> flags;
+  RuntimeModel runtime;  // hardware.runtime's overheads (runtime.h)
   // With one pipeline stage, micro-batch i's forward and backward ops are the plan's ops from
   // micro_batch_starts[i].op on (its tensors likewise); empty with pipeline parallelism.
   std::vector<MicroBatchStart> micro_batch_starts;

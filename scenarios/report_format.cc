@@ -111,20 +111,34 @@ std::string format_table(const std::vector<NamedReport>& reports) {
       }));
   add("MFU / HFU",
       timed([](const R& r) { return fmt::format("{:.1f}% / {:.1f}%", 100 * r.mfu, 100 * r.hfu); }));
-  add("HBM peak", [](const R& r) {
-    return fmt::format("{} of {} ({})", format_bytes(r.hbm_peak_bytes),
-                       format_bytes(r.hbm_capacity_bytes), r.worst_rank);
+  // A pool over capacity was run to the step's end unbounded: its peak is what the step needs.
+  const auto peak_of = [](std::int64_t peak, std::int64_t capacity) {
+    if (capacity > 0 && peak > capacity) {
+      return fmt::format("needs {} of {} (over by {})", format_bytes(peak), format_bytes(capacity),
+                         format_bytes(peak - capacity));
+    }
+    return fmt::format("{} of {}", format_bytes(peak), format_bytes(capacity));
+  };
+  add("HBM peak", [&](const R& r) {
+    return fmt::format("{} ({})", peak_of(r.hbm_peak_bytes, r.hbm_capacity_bytes), r.worst_rank);
   });
+  bool any_reserved = false;
+  for (const NamedReport& nr : reports) any_reserved |= nr.report.hbm_reserved_bytes > 0;
+  if (any_reserved) {
+    // hardware.runtime: what the framework holds from the driver (allocator cache, context).
+    add("HBM reserved",
+        [&](const R& r) { return peak_of(r.hbm_reserved_bytes, r.hbm_capacity_bytes); });
+  }
   add("  params", [](const R& r) { return format_bytes(r.memory.params_bytes); });
   add("  grads", [](const R& r) { return format_bytes(r.memory.grads_bytes); });
   add("  optimizer", [](const R& r) { return format_bytes(r.memory.optimizer_bytes); });
   add("  activations", [](const R& r) { return format_bytes(r.memory.activations_bytes); });
   add("  buffers", [](const R& r) { return format_bytes(r.memory.buffers_bytes); });
   add("  workspace", [](const R& r) { return format_bytes(r.memory.workspace_bytes); });
-  add("host pinned peak", [](const R& r) {
-    return fmt::format("{} of {}", format_bytes(r.host_peak_bytes),
-                       format_bytes(r.host_capacity_bytes));
-  });
+  add("  transients", [](const R& r) { return format_bytes(r.memory.transient_bytes); });
+  add("  runtime", [](const R& r) { return format_bytes(r.memory.runtime_bytes); });
+  add("host pinned peak",
+      [&](const R& r) { return peak_of(r.host_peak_bytes, r.host_capacity_bytes); });
   add("time: compute", timed([](const R& r) {
         return fmt::format("{} ({})", seconds(r.time.compute_s),
                            percent(r.time.compute_s, r.step_time_s));

@@ -297,6 +297,12 @@ sim::Status read_hardware(const Node& node, const std::string& base_dir,
       h.profile_path = resolve_path(*profile, rel, base_dir);
     }
   }
+  if (const Node* rt = r.get("runtime")) {
+    auto v = rt->kind == NodeKind::kScalar ? models::runtime_from_string(rt->scalar) : std::nullopt;
+    if (!v)
+      return type_error(*rt, "hardware.runtime", "one of none, pytorch, pytorch_expandable, jax");
+    h.runtime = *v;
+  }
   return r.finish();
 }
 
@@ -322,6 +328,49 @@ sim::Status read_training(const Node& node, models::TrainingConfig& t) {
   OFFSIM_RETURN_IF_ERROR(read_int(r, "loss_chunks", t.loss_chunks, 1, kMaxDim));
   OFFSIM_RETURN_IF_ERROR(
       read_bool(r, "gradient_accumulation_fusion", t.gradient_accumulation_fusion));
+  // Storage dtypes by tensor class: a framework preset, then explicit entries over it.
+  if (const Node* p = r.get("dtype_preset")) {
+    std::vector<std::string> names;
+    for (const models::PresetInfo& info : models::list_dtype_presets()) names.push_back(info.name);
+    const std::string expected = fmt::format("one of {}", fmt::join(names, ", "));
+    if (p->kind != NodeKind::kScalar) return type_error(*p, "training.dtype_preset", expected);
+    sim::Result<models::TensorDtypes> preset = models::dtype_preset(p->scalar);
+    if (!preset) return type_error(*p, "training.dtype_preset", expected);
+    t.dtypes = *preset;
+    t.dtype_preset = p->scalar;
+  }
+  if (const Node* d = r.get("dtypes")) {
+    OFFSIM_RETURN_IF_ERROR(expect_map(*d, "training.dtypes"));
+    MapReader dr(*d, "training.dtypes");
+    const std::pair<const char*, std::optional<sim::DType> models::TensorDtypes::*> keys[] = {
+        {"params", &models::TensorDtypes::params},
+        {"grads", &models::TensorDtypes::grads},
+        {"master", &models::TensorDtypes::master},
+        {"first_moment", &models::TensorDtypes::first_moment},
+        {"second_moment", &models::TensorDtypes::second_moment},
+        {"all_gather", &models::TensorDtypes::all_gather},
+        {"reduce_scatter", &models::TensorDtypes::reduce_scatter}};
+    for (const auto& [key, member] : keys) {
+      const Node* v = dr.get(key);
+      if (v == nullptr) continue;
+      const std::string path = dr.child(key);
+      const bool master = std::string_view(key) == "master";
+      if (master && v->kind == NodeKind::kScalar && v->scalar == "none") {
+        // No separate master copy: the optimizer updates the weights in place.
+        t.dtypes.master.reset();
+        t.fp32_master_weights = false;
+        continue;
+      }
+      auto dt = v->kind == NodeKind::kScalar ? sim::dtype_from_string(v->scalar) : std::nullopt;
+      if (!dt) {
+        return type_error(
+            *v, path,
+            master ? "one of fp32, bf16, fp16, fp8, none" : "one of fp32, bf16, fp16, fp8");
+      }
+      t.dtypes.*member = *dt;
+    }
+    OFFSIM_RETURN_IF_ERROR(dr.finish());
+  }
   if (const Node* o = r.get("optimizer")) {
     if (o->kind != NodeKind::kScalar || o->scalar != "adamw") {
       return type_error(*o, "training.optimizer", "adamw");
@@ -740,6 +789,9 @@ Node scenario_to_document(const Scenario& s) {
   put(hw, "system", quoted_node(s.hardware.system));
   put(hw, "nodes", number_node(s.hardware.nodes));
   put(hw, "gpus", number_node(s.hardware.gpus));
+  if (s.hardware.runtime != models::HardwareConfig::Runtime::kNone) {
+    put(hw, "runtime", scalar_node(models::to_string(s.hardware.runtime)));
+  }
   put(hw, "profile",
       s.hardware.profile_path.empty() ? Node{} : quoted_node(s.hardware.profile_path));
   put(root, "hardware", std::move(hw));
@@ -753,6 +805,25 @@ Node scenario_to_document(const Scenario& s) {
   put(training, "fp32_master_weights", bool_node(t.fp32_master_weights));
   put(training, "loss_chunks", number_node(t.loss_chunks));
   put(training, "gradient_accumulation_fusion", bool_node(t.gradient_accumulation_fusion));
+  if (!t.dtype_preset.empty()) put(training, "dtype_preset", scalar_node(t.dtype_preset));
+  {
+    Node dtypes = make_map();
+    const std::pair<const char*, const std::optional<sim::DType>*> entries[] = {
+        {"params", &t.dtypes.params},
+        {"grads", &t.dtypes.grads},
+        {"master", &t.dtypes.master},
+        {"first_moment", &t.dtypes.first_moment},
+        {"second_moment", &t.dtypes.second_moment},
+        {"all_gather", &t.dtypes.all_gather},
+        {"reduce_scatter", &t.dtypes.reduce_scatter}};
+    bool any = false;
+    for (const auto& [key, value] : entries) {
+      if (!*value) continue;
+      put(dtypes, key, scalar_node(sim::to_string(**value)));
+      any = true;
+    }
+    if (any) put(training, "dtypes", std::move(dtypes));
+  }
   put(training, "optimizer", scalar_node("adamw"));
   put(root, "training", std::move(training));
 

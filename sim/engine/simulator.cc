@@ -164,6 +164,7 @@ struct PoolState {
   std::int64_t peak = 0;
   std::int64_t peak_ns = 0;
   std::size_t peak_effect = 0;  // effects_ entries applied when the peak was reached
+  bool over_capacity = false;   // an alloc went past capacity (run_past_capacity)
 };
 
 class Engine {
@@ -255,6 +256,7 @@ class Engine {
   bool stopped_ = false;
   std::optional<Error> error_;
   std::optional<OutOfMemory> oom_;
+  std::vector<OutOfMemory> over_capacity_;  // first failure per pool, run_past_capacity
 };
 
 void Engine::setup() {
@@ -377,7 +379,7 @@ bool Engine::alloc_tensor(TensorId tensor, std::uint32_t op) {
   }
   const std::uint32_t pool = t.pool.value();
   PoolState& p = pools_[pool];
-  if (t.bytes > p.capacity - p.in_use) {
+  if (t.bytes > p.capacity - p.in_use && !p.over_capacity) {
     OutOfMemory oom;
     oom.op = op == kNone ? OpId{} : OpId{op};
     oom.op_name = who();
@@ -387,9 +389,16 @@ bool Engine::alloc_tensor(TensorId tensor, std::uint32_t op) {
     oom.in_use_bytes = p.in_use;
     oom.capacity_bytes = p.capacity;
     oom.live = live_tensors(pool);
-    oom_ = std::move(oom);
-    stopped_ = true;
-    return false;
+    if (options_.run_past_capacity) {
+      // Later allocs in this pool are not failures of their own: it is unbounded from here.
+      p.over_capacity = true;
+      if (!oom_) oom_ = oom;
+      over_capacity_.push_back(std::move(oom));
+    } else {
+      oom_ = std::move(oom);
+      stopped_ = true;
+      return false;
+    }
   }
   p.in_use += t.bytes;
   live_[tensor.index()] = 1;
@@ -913,9 +922,15 @@ Result<SimResult> Engine::run() {
     t.outcome.kind = OutcomeKind::kOutOfMemory;
     t.outcome.message = fmt::format(
         "out of memory at {}: {} allocates {} bytes in pool '{}' with {} of {} bytes in use",
-        format_ms(now_), oom_->op.valid() ? fmt::format("op '{}'", oom_->op_name) : oom_->op_name,
+        format_ms(oom_->time.time_since_epoch().count()),
+        oom_->op.valid() ? fmt::format("op '{}'", oom_->op_name) : oom_->op_name,
         oom_->requested_bytes, oom_->pool, oom_->in_use_bytes, oom_->capacity_bytes);
+    if (!over_capacity_.empty()) {
+      t.outcome.message +=
+          fmt::format("; ran to the end with {} pool(s) unbounded", over_capacity_.size());
+    }
     t.outcome.oom = std::move(oom_);
+    t.outcome.over_capacity = std::move(over_capacity_);
   } else if (ended_ < static_cast<std::int64_t>(plan_.ops.size())) {
     describe_deadlock(t);
   } else {

@@ -2,8 +2,9 @@
 //
 // Lanes have CUDA-stream semantics; each op's cost is a flow over resources shared max-min
 // fairly (see flow_solver.h); memory pools record bytes in use, the peak and the live set there,
-// and an alloc over capacity ends the run with an out-of-memory outcome. Identical input gives
-// bit-identical output.
+// and an alloc over capacity ends the run with an out-of-memory outcome (or, with
+// run_past_capacity, is recorded and the run goes on to measure the demand). Identical input
+// gives bit-identical output.
 //
 //   sim::SimOptions options;
 //   sim::Result<sim::SimResult> r = sim::simulate(plan, options);
@@ -27,6 +28,10 @@ struct SimOptions {
   bool validate_plan = true;  // run validate() first
   std::int64_t max_events = std::int64_t{1} << 40;  // ends the run with kLimitExceeded
   const std::atomic<bool>* cancel = nullptr;        // polled; set to stop with kCancelled
+  // An alloc over a pool's capacity records the pool's first failing allocation and goes on as
+  // if the pool were unbounded, so the run reaches its end and each pool's peak is its demand;
+  // the outcome is still kOutOfMemory (outcome.oom is the first failure over all pools).
+  bool run_past_capacity = false;
 };
 
 struct SimStats {

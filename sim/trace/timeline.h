@@ -88,6 +88,10 @@ struct Outcome {
   OutcomeKind kind = OutcomeKind::kCompleted;
   std::optional<OutOfMemory> oom;
   std::optional<Deadlock> deadlock;
+  // With SimOptions::run_past_capacity: the first failing allocation of each pool that went
+  // over its capacity, in the order they happened (the pool's PoolTrace::peak_bytes is then
+  // its demand: what the step needs there).
+  std::vector<OutOfMemory> over_capacity;
   std::string message;  // one line for humans
   bool operator==(const Outcome&) const = default;
 };

@@ -86,7 +86,7 @@ TEST_F(LoaderTest, UnknownKeyNamesFileLineColumnAndPath) {
   EXPECT_EQ(error_of(text),
             p(":9:15: training.micro_bach: unknown key; expected one of global_batch, "
               "micro_batch, seq_len, precision, fp32_master_weights, loss_chunks, "
-              "gradient_accumulation_fusion, optimizer"));
+              "gradient_accumulation_fusion, dtype_preset, dtypes, optimizer"));
   EXPECT_EQ(error_of(std::string(kBase) + "colour: red\n"),
             p(":13:9: colour: unknown key; expected one of name, model, hardware, training, "
               "parallelism, recompute, offload, sweep"));
@@ -155,7 +155,7 @@ TEST_F(LoaderTest, OverridesApplyAndNameThemselvesInErrors) {
   EXPECT_EQ(error_of(kBase, {"training.micro_bach=4"}),
             "--set training.micro_bach=4: training.micro_bach: unknown key; expected one of "
             "global_batch, micro_batch, seq_len, precision, fp32_master_weights, loss_chunks, "
-            "gradient_accumulation_fusion, optimizer");
+            "gradient_accumulation_fusion, dtype_preset, dtypes, optimizer");
   EXPECT_EQ(error_of(kBase, {"training.micro_batch=-1"}),
             "--set training.micro_batch=-1: training.micro_batch: expected an integer in "
             "1..1073741824, got -1");

@@ -224,6 +224,57 @@ TEST(SimulatorTest, PoolHittingItsCapacity) {
   EXPECT_EQ(r.stats.ops_executed, 1);
 }
 
+TEST(SimulatorTest, RunPastCapacityMeasuresTheDemand) {
+  // The plan of PoolHittingItsCapacity, run past capacity. b's alloc of 200 with 900 of 1000 in
+  // use still fails first (10 ms, same live set), but the run goes on: c's later alloc of 50
+  // with 1100 in use is not a second failure of the same pool, the pool peaks at
+  // 600 + 300 + 200 + 50 = 1150 bytes during c (demand; over by 150), and the host pool (c's
+  // other alloc, 30 of 20) records its own first failure.
+  PlanBuilder b;
+  PoolId hbm = b.pool("hbm", 1000);
+  PoolId host = b.pool("host", 20);
+  TensorId weights = b.tensor("weights", hbm, 600, "params");
+  TensorId act = b.tensor("act", hbm, 300, "activations");
+  TensorId big = b.tensor("big", hbm, 200, "workspace");
+  TensorId more = b.tensor("more", hbm, 50, "workspace");
+  TensorId staged = b.tensor("staged", host, 30, "activations");
+  b.initial(weights);
+  LaneId lane = b.lane("compute");
+  Op first{.name = "a", .lane = lane, .kind = OpKind::kGemm};
+  first.cost.work = 1e12;
+  first.cost.max_rate = 1e14;
+  first.allocs = {act};
+  b.op(first);
+  Op second{.name = "b", .lane = lane, .kind = OpKind::kGemm};
+  second.allocs = {big};
+  OpId bad = b.op(second);
+  Op third{.name = "c", .lane = lane, .kind = OpKind::kGemm};
+  third.allocs = {more, staged};
+  third.frees = {big, more, staged};
+  b.op(third);
+  SimOptions options;
+  options.run_past_capacity = true;
+  SimResult r = run_ok(std::move(b).build(), options);
+  const Timeline& t = r.timeline;
+  ASSERT_EQ(t.outcome.kind, OutcomeKind::kOutOfMemory);
+  ASSERT_TRUE(t.outcome.oom.has_value());
+  EXPECT_EQ(t.outcome.oom->op, bad);
+  EXPECT_EQ(ns(t.outcome.oom->time), 10'000'000);
+  EXPECT_EQ(t.outcome.oom->in_use_bytes, 900);
+  EXPECT_EQ(t.outcome.oom->live.size(), 2u);
+  EXPECT_EQ(r.stats.ops_executed, 3);
+  EXPECT_EQ(t.spans.size(), 3u);
+  EXPECT_EQ(t.pools[0].peak_bytes, 1150);  // 600 + 300 + 200 + 50 during c
+  EXPECT_EQ(t.pools[1].peak_bytes, 30);
+  ASSERT_EQ(t.outcome.over_capacity.size(), 2u);
+  EXPECT_EQ(t.outcome.over_capacity[0].pool, "hbm");
+  EXPECT_EQ(t.outcome.over_capacity[0].op_name, "b");
+  EXPECT_EQ(t.outcome.over_capacity[1].pool, "host");
+  EXPECT_EQ(t.outcome.over_capacity[1].op_name, "c");
+  EXPECT_EQ(t.outcome.over_capacity[1].in_use_bytes, 0);
+  EXPECT_NE(t.outcome.message.find("at 10.000 ms"), std::string::npos) << t.outcome.message;
+}
+
 TEST(SimulatorTest, InitialTensorsOverCapacity) {
   PlanBuilder b;
   PoolId hbm = b.pool("hbm", 100);
