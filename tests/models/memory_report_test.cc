@@ -39,9 +39,13 @@ TEST(MemoryReport, TheOutOfMemoryExamplePrintsItsDemand) {
       "needs {} of {} (over by {})", scenarios::format_bytes(d.demand_bytes),
       scenarios::format_bytes(d.capacity_bytes), scenarios::format_bytes(d.overshoot_bytes));
   EXPECT_NE(table.find(needs), std::string::npos) << table;
-  const nlohmann::json j = scenarios::format_json({{s->name, r}});
-  EXPECT_TRUE(j["step_time_s"].is_null());
-  EXPECT_EQ(j["over_capacity"][0]["demand_bytes"].get<std::int64_t>(), d.demand_bytes);
+  // `run --format json` is a list of flat records; lists are JSON text columns.
+  const nlohmann::ordered_json j = scenarios::format_json({{s->name, r}});
+  ASSERT_TRUE(j.is_array());
+  ASSERT_EQ(j.size(), 1u);
+  EXPECT_TRUE(j[0]["step_time_s"].is_null());
+  const nlohmann::json over = nlohmann::json::parse(j[0]["over_capacity"].get<std::string>());
+  EXPECT_EQ(over[0]["demand_bytes"].get<std::int64_t>(), d.demand_bytes);
 }
 
 TEST(MemoryReport, DtypePresetAndRuntimeLoadFromYaml) {
