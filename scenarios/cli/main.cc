@@ -22,6 +22,7 @@
 #include "backends/replay.h"
 #include "calibrate/calibrate.h"
 #include "models/evaluate.h"
+#include "scenarios/cli/import_command.h"
 #include "scenarios/cli/sweep_mpi.h"
 #include "scenarios/policy_search.h"
 #include "scenarios/report_format.h"
@@ -795,6 +796,9 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   calibrate_cmd->add_option("--out", cal_out, "profile file (default calibration-profile.json)");
 
+  ImportArgs import_args;
+  CLI::App* import_cmd = add_import_command(app, import_args);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -817,6 +821,7 @@ int main(int argc, char** argv) {
   if (list_cmd->parsed()) return cmd_list(list_what);
   if (replay_cmd->parsed()) return cmd_replay(replay);
   if (compare_cmd->parsed()) return cmd_compare(cmp_predicted, cmp_measured, cmp_format);
+  if (import_cmd->parsed()) return cmd_import(import_args);
   if (calibrate_cmd->parsed()) {
     std::string line;
     for (int i = 0; i < argc; ++i) line += (i ? " " : "") + std::string(argv[i]);
