@@ -66,8 +66,7 @@ std::string ignore_reason(const std::string& key) {
                                     "add_bos",
                                     "add_eos"};
   for (const char* p : kPrefixes) {
-    if (key.rfind(p, 0) == 0)
-      return "no effect on step time or memory";
+    if (key.rfind(p, 0) == 0) return "no effect on step time or memory";
   }
   return {};
 }
