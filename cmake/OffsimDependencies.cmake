@@ -87,3 +87,24 @@ if(NOT OFFSIM_WITH_MPI STREQUAL "OFF")
   endif()
 endif()
 offsim_add_feature(MPI ${OFFSIM_HAVE_MPI} "sweep --mpi")
+
+# --- Python (pybind11) ------------------------------------------------------------------------
+set(OFFSIM_HAVE_PYTHON OFF)
+if(NOT OFFSIM_WITH_PYTHON STREQUAL "OFF")
+  # Debian's interpreter unless one is named: pybind11-dev, python3-dev and python3-pytest are
+  # installed for it, while a python3 earlier on PATH (pyenv, conda) often lacks pytest.
+  if(NOT DEFINED Python3_EXECUTABLE AND EXISTS /usr/bin/python3)
+    set(Python3_EXECUTABLE /usr/bin/python3)
+  endif()
+  find_package(Python3 QUIET COMPONENTS Interpreter Development.Module)
+  if(Python3_FOUND)
+    find_package(pybind11 2.6 CONFIG QUIET)
+  endif()
+  if(Python3_FOUND AND pybind11_FOUND)
+    set(OFFSIM_HAVE_PYTHON ON)
+  elseif(OFFSIM_WITH_PYTHON STREQUAL "ON")
+    message(FATAL_ERROR "OFFSIM_WITH_PYTHON=ON but Python 3 headers or pybind11 were not found "
+                        "(apt-get install python3-dev pybind11-dev), or use -DOFFSIM_WITH_PYTHON=OFF.")
+  endif()
+endif()
+offsim_add_feature(Python ${OFFSIM_HAVE_PYTHON} "${Python3_EXECUTABLE}")
