@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <limits>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -24,6 +25,7 @@
 #include "models/evaluate.h"
 #include "scenarios/cli/import_command.h"
 #include "scenarios/cli/sweep_mpi.h"
+#include "scenarios/importers/jax_memory.h"
 #include "scenarios/policy_search.h"
 #include "scenarios/report_format.h"
 #include "scenarios/resource_limits.h"
@@ -142,6 +144,7 @@ struct RunArgs {
   std::string plan_out;
   std::string timeline_out;
   bool print_effective = false;
+  std::string jax_memory;  // JAX memory_analysis() JSON shown beside the forecast
   ResourceLimits limits;
 };
 
@@ -150,6 +153,15 @@ int cmd_run(const RunArgs& a) {
   if (single_outputs && a.scenarios.size() != 1) {
     return usage_error("--trace, --plan-out and --timeline-out take one scenario; got " +
                        std::to_string(a.scenarios.size()));
+  }
+  std::optional<scenarios::JaxMemory> jax;
+  if (!a.jax_memory.empty()) {
+    if (a.scenarios.size() != 1 || a.format == "csv") {
+      return usage_error("--jax-memory takes one scenario and the table or json format");
+    }
+    auto j = scenarios::read_jax_memory(a.jax_memory);
+    if (!j) return report(j.error());
+    jax = std::move(*j);
   }
   std::vector<Loaded> loaded;
   for (const std::string& path : a.scenarios) {
@@ -204,11 +216,14 @@ int cmd_run(const RunArgs& a) {
     reports.push_back({l.scenario.name, std::move(eval->report)});
   }
   if (a.format == "json") {
-    fmt::print("{}\n", scenarios::format_json(reports).dump(2));
+    nlohmann::json j = scenarios::format_json(reports);
+    if (jax) j["jax_memory"] = scenarios::jax_memory_comparison(*jax, reports.front().report);
+    fmt::print("{}\n", j.dump(2));
   } else if (a.format == "csv") {
     fmt::print("{}", scenarios::format_csv(reports));
   } else {
     fmt::print("{}", scenarios::format_table(reports));
+    if (jax) fmt::print("{}", scenarios::format_jax_memory(*jax, reports.front().report));
   }
   return 0;
 }
@@ -643,6 +658,11 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--timeline-out", run.timeline_out, "write the Timeline JSON here");
   run_cmd->add_flag("--print-effective", run.print_effective,
                     "print the effective scenario (defaults and overrides applied) as YAML");
+  run_cmd
+      ->add_option("--jax-memory", run.jax_memory,
+                   "JAX compiled.memory_analysis() sizes as JSON (scenarios/importers/"
+                   "jax_memory.h), shown beside the forecast")
+      ->check(CLI::ExistingFile);
   add_limit_options(run_cmd, run.limits,
                     "stop each scenario's simulation after this many seconds (exit 2)");
 

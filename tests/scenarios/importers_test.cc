@@ -1,7 +1,8 @@
-// The framework importers: each example config under scenarios/imports/ imports to a scenario
-// whose every mapped field is checked here, with its framework key and file position; unmapped
-// and ignored keys are listed exactly; values a framework refuses are errors naming the key; the
-// `offsim import` output runs with `offsim run --print-effective`.
+// The framework importers and the JAX memory_analysis() reader: each example config under
+// scenarios/imports/ imports to a scenario whose every mapped field is checked here, with its
+// framework key and file position; unmapped and ignored keys are listed exactly; values a framework
+// refuses are errors naming the key; the `offsim import` output runs with `offsim run
+// --print-effective`.
 #include "scenarios/importers/importer.h"
 
 #include <gtest/gtest.h>
@@ -13,7 +14,9 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
+#include "scenarios/importers/jax_memory.h"
 #include "scenarios/scenario_loader.h"
 #include "tests/common/process.h"
 
@@ -405,6 +408,82 @@ TEST(ImportCommand, OutputRunsAndStrictFails) {
   a.push_back("--strict");
   EXPECT_EQ(testing::wait_exit(testing::spawn_process(OFFSIM_CLI_PATH, a, so, se)), 2);
   EXPECT_NE(testing::read_file(se).find("--strict refuses them"), std::string::npos);
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace offsim::scenarios
+
+namespace offsim::scenarios {
+namespace {
+
+// JAX memory_analysis() JSON: the sums, the strict reading, and `offsim run --jax-memory`.
+TEST(JaxMemory, ReadsSumsAndComparesWithTheForecast) {
+  const fs::path dir = fs::temp_directory_path() / fmt::format("offsim_jax_{}", ::getpid());
+  fs::create_directories(dir);
+  const std::string file = (dir / "mem.json").string();
+  // 16 GiB of donated arguments (params + optimizer state) aliased by the outputs, 20 GiB of
+  // temporaries, 1 MiB of code: XLA's total is 16 + 16 - 16 + 20 GiB + 1 MiB.
+  std::ofstream(file) << R"({"argument_size_in_bytes": 17179869184,
+ "output_size_in_bytes": 17179869184, "alias_size_in_bytes": 17179869184,
+ "temp_size_in_bytes": 21474836480, "generated_code_size_in_bytes": 1048576,
+ "host_temp_size_in_bytes": 4096, "device": "cuda:0"})";
+  auto jax = read_jax_memory(file);
+  ASSERT_TRUE(jax) << jax.error().message;
+  EXPECT_EQ(jax->device_total_bytes(), 17179869184 + 21474836480 + 1048576);
+  EXPECT_EQ(jax->host_total_bytes(), 4096);
+  models::Report r;
+  r.hbm_peak_bytes = 38654705664 + 1048576;  // the same 36 GiB + 1 MiB
+  r.memory.params_bytes = std::int64_t{1} << 30;
+  r.memory.optimizer_bytes = std::int64_t{3} << 30;
+  r.memory.grads_bytes = std::int64_t{1} << 30;
+  const nlohmann::json j = jax_memory_comparison(*jax, r);
+  EXPECT_EQ(j["hbm_ratio"].get<double>(), 1.0);
+  EXPECT_EQ(j["offsim"]["persistent_bytes"].get<std::int64_t>(), 4LL << 30);
+  EXPECT_EQ(j["offsim"]["transient_bytes"].get<std::int64_t>(), 1LL << 30);
+  EXPECT_NE(format_jax_memory(*jax, r).find("offsim HBM peak / JAX total: 1.000"),
+            std::string::npos);
+
+  std::ofstream(file) << R"({"argument_size_in_bytes": 1, "output_size_in_bytes": 1,
+ "temp_size_in_bytes": -5})";
+  auto bad = read_jax_memory(file);
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().message, file +
+                                     ":2:24: temp_size_in_bytes: expected an integer number "
+                                     "of bytes >= 0, got -5");
+  std::ofstream(file) << R"({"argument_size_in_bytes": 1, "output_size_in_bytes": 1,
+ "temp_size_in_bytes": 5, "tmp_size_in_bytes": 3})";
+  bad = read_jax_memory(file);
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.error().message.find(":2:48: tmp_size_in_bytes: not a memory_analysis() field"),
+            std::string::npos)
+      << bad.error().message;
+  std::ofstream(file) << R"({"argument_size_in_bytes": 1, "temp_size_in_bytes": 5})";
+  bad = read_jax_memory(file);
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.error().message.find("output_size_in_bytes: missing"), std::string::npos);
+
+  // The CLI shows both views; the JSON report carries them under jax_memory.
+  std::ofstream(file) << R"({"argument_size_in_bytes": 17179869184,
+ "output_size_in_bytes": 17179869184, "alias_size_in_bytes": 17179869184,
+ "temp_size_in_bytes": 21474836480})";
+  const std::string so = (dir / "so.txt").string(), se = (dir / "se.txt").string();
+  const std::string scenario = "scenarios/examples/zero-offload-1gpu.yaml";
+  EXPECT_EQ(
+      testing::wait_exit(testing::spawn_process(
+          OFFSIM_CLI_PATH, {"run", scenario, "--jax-memory", file, "--format", "json"}, so, se)),
+      0)
+      << testing::read_file(se);
+  const nlohmann::json out = nlohmann::json::parse(testing::read_file(so));
+  const double ratio = out["jax_memory"]["hbm_ratio"].get<double>();
+  EXPECT_EQ(ratio, out["hbm_peak_bytes"].get<double>() / 38654705664.0);
+  EXPECT_EQ(testing::wait_exit(testing::spawn_process(
+                OFFSIM_CLI_PATH, {"run", scenario, "--jax-memory", file}, so, se)),
+            0);
+  EXPECT_NE(testing::read_file(so).find("JAX memory_analysis()"), std::string::npos);
+  EXPECT_EQ(testing::wait_exit(testing::spawn_process(
+                OFFSIM_CLI_PATH, {"run", scenario, scenario, "--jax-memory", file}, so, se)),
+            2);
   fs::remove_all(dir);
 }
 
