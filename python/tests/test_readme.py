@@ -56,3 +56,13 @@ def test_import_commands_run(root, cli, tmp_path):
     effective = subprocess.run([cli, "run", str(tmp_path / "maxtext.yaml"), "--print-effective"],
                                check=True, capture_output=True, text=True).stdout
     assert "fsdp: true" in effective
+
+
+def test_sweep_bench_command_runs(root, cli):
+    sh = [l for b in blocks(section(root, "Python"), "sh") for l in b.splitlines()]
+    line = [l for l in sh if "sweep_bench.py" in l][0]
+    args = shlex.split(line)[2:]  # after PYTHONPATH=... python3
+    args = [cli if a.endswith("scenarios/offsim") else a for a in args]
+    r = subprocess.run([sys.executable, *args, "--repeats", "1"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "747 points" in r.stdout and "Python / CLI" in r.stdout
