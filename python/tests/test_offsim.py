@@ -171,3 +171,8 @@ def test_import_maxtext_then_run():
     assert e.value.key == "ici_fsdp_parallelism" and e.value.line == 38
     with pytest.raises(offsim.InputError):
         offsim.import_config("caffe", "x.prototxt")
+
+
+def test_sweep_rows_do_not_depend_on_jobs():
+    assert offsim.sweep(SWEEP, jobs=1, as_frame=False) == offsim.sweep(SWEEP, jobs=2,
+                                                                       as_frame=False)

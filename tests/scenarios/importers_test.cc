@@ -489,3 +489,123 @@ TEST(JaxMemory, ReadsSumsAndComparesWithTheForecast) {
 
 }  // namespace
 }  // namespace offsim::scenarios
+
+namespace offsim::scenarios {
+namespace {
+
+std::string write_temp(const std::string& name, const std::string& text) {
+  const fs::path dir = fs::temp_directory_path() / fmt::format("offsim_imp_more_{}", ::getpid());
+  fs::create_directories(dir);
+  const std::string path = (dir / name).string();
+  std::ofstream(path) << text;
+  return path;
+}
+
+TEST(MaxTextImport, CustomRematAndPipelineMicrobatches) {
+  ImportOptions opt{.sets = {"hardware.system=dgx-h100"},
+                    .framework_overrides = {
+                        "remat_policy=custom", "decoder_layer_input=offload", "context=device",
+                        "mlpwi=remat", "ici_fsdp_parallelism=2", "ici_pipeline_parallelism=4",
+                        "per_device_batch_size=2", "num_pipeline_microbatches=8"}};
+  auto r = import_config(Framework::kMaxText,
+                         {kDir + "maxtext-base.yml", kDir + "maxtext-llama3-8b.yml"}, opt);
+  ASSERT_TRUE(r) << r.error().message;
+  const Node& d = r->scenario;
+  EXPECT_EQ(value_at(d, "recompute"), "full");
+  EXPECT_EQ(value_at(d, "offload.rules.0.tensor"), "decoder_layer_input");
+  EXPECT_EQ(value_at(d, "offload.rules.0.where"), "host");
+  EXPECT_EQ(value_at(d, "offload.rules.1.tensor"), "context");
+  EXPECT_EQ(value_at(d, "offload.rules.1.where"), "hbm");
+  EXPECT_EQ(find_path(d, "offload.rules.2"), nullptr);
+  EXPECT_EQ(mapped(*r).at("mlpwi"), "recompute (full)");
+  // 8 devices = fsdp 2 x pipeline 4; a replica's 4 devices x 2 sequences = 8 sequences in 8
+  // pipeline micro-batches of 1.
+  EXPECT_EQ(value_at(d, "parallelism.dp"), "2");
+  EXPECT_EQ(value_at(d, "parallelism.pp"), "4");
+  EXPECT_EQ(value_at(d, "training.micro_batch"), "1");
+  EXPECT_EQ(value_at(d, "training.global_batch"), "16");
+}
+
+TEST(MegatronImport, ActivationAndOptimizerOffloadTogether) {
+  const std::string script = write_temp(
+      "offload.sh",
+      "torchrun --nproc_per_node=8 pretrain_gpt.py --tensor-model-parallel-size 8 \\\n"
+      "  --num-layers 32 --hidden-size 4096 --num-attention-heads 32 --vocab-size 32000 \\\n"
+      "  --seq-length 2048 --max-position-embeddings 2048 --micro-batch-size 1 \\\n"
+      "  --global-batch-size 8 --bf16 --cpu-offloading --cpu-offloading-num-layers 16 \\\n"
+      "  --optimizer-cpu-offload --optimizer-offload-fraction 1.0 --fp16\n");
+  auto r = import_config(Framework::kMegatron, {script}, {.sets = {"hardware.system=dgx-h100"}});
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("--fp16: --fp16 and --bf16 are exclusive"), std::string::npos)
+      << r.error().message;
+  std::ofstream(script) << "torchrun --nproc_per_node=8 pretrain_gpt.py "
+                           "--tensor-model-parallel-size 8 --num-layers 32 --hidden-size 4096 "
+                           "--num-attention-heads 32 --vocab-size 32000 --seq-length 2048 "
+                           "--max-position-embeddings 2048 --micro-batch-size 1 "
+                           "--global-batch-size 8 --bf16 --cpu-offloading "
+                           "--cpu-offloading-num-layers 16 --optimizer-cpu-offload\n";
+  r = import_config(Framework::kMegatron, {script}, {.sets = {"hardware.system=dgx-h100"}});
+  ASSERT_TRUE(r) << r.error().message;
+  const Node& d = r->scenario;
+  EXPECT_EQ(value_at(d, "parallelism.dp"), "1");
+  EXPECT_EQ(value_at(d, "offload.rules.0.tensor"), "activations");
+  EXPECT_EQ(value_at(d, "offload.rules.0.layers.first"), "16");
+  EXPECT_EQ(value_at(d, "offload.rules.1.tensor"), "optimizer_states");
+  EXPECT_EQ(value_at(d, "offload.rules.2.tensor"), "master_weights");
+  EXPECT_EQ(value_at(d, "offload.optimizer"), "cpu");
+  // Megatron's GPT defaults where the script is silent.
+  EXPECT_EQ(value_at(d, "model.activation"), "gelu");
+  EXPECT_EQ(value_at(d, "model.linear_bias"), "true");
+  EXPECT_EQ(value_at(d, "model.dropout"), "true");
+  EXPECT_EQ(value_at(d, "model.max_positions"), "2048");
+}
+
+TEST(DeepSpeedImport, Stage3ParameterOffloadAndNvme) {
+  const std::string cfg =
+      write_temp("z3.json",
+                 R"({"train_micro_batch_size_per_gpu": 2, "fp16": {"enabled": true},
+ "zero_optimization": {"stage": 3, "offload_param": {"device": "cpu", "pin_memory": false},
+ "offload_optimizer": {"device": "nvme"}}})");
+  auto r = import_config(
+      Framework::kDeepSpeed, {cfg},
+      {.sets = {"model=llama3-8b", "training.seq_len=2048", "hardware.system=dgx-h100"},
+       .gpus = 8});
+  ASSERT_TRUE(r) << r.error().message;
+  const Node& d = r->scenario;
+  EXPECT_EQ(value_at(d, "parallelism.dp"), "8");
+  EXPECT_EQ(value_at(d, "training.global_batch"), "16");  // 2 x 1 (DeepSpeed's default) x 8
+  EXPECT_EQ(value_at(d, "training.precision"), "fp16");
+  EXPECT_EQ(value_at(d, "parallelism.zero_stage"), "3");
+  EXPECT_EQ(value_at(d, "offload.rules.0.tensor"), "optimizer_states");
+  EXPECT_EQ(value_at(d, "offload.rules.3.tensor"), "params");
+  EXPECT_EQ(keys(r->unmapped),
+            (std::vector<std::string>{"zero_optimization.offload_optimizer.device",
+                                      "zero_optimization.offload_param.pin_memory"}));
+}
+
+TEST(TorchtitanImport, TensorParallelAndCpuOffload) {
+  const std::string cfg = write_temp("tp.toml",
+                                     "[model]\nname = \"llama3\"\nflavor = \"70B\"\n"
+                                     "[training]\nlocal_batch_size = 2\nseq_len = 4096\n"
+                                     "global_batch_size = 32\nenable_cpu_offload = true\n"
+                                     "[parallelism]\ndata_parallel_shard_degree = -1\n"
+                                     "tensor_parallel_degree = 4\npipeline_parallel_degree = 2\n"
+                                     "pipeline_parallel_schedule = \"ZBVZeroBubble\"\n");
+  auto r = import_config(Framework::kTorchtitan, {cfg},
+                         {.sets = {"hardware.system=dgx-h100"}, .gpus = 16});
+  ASSERT_TRUE(r) << r.error().message;
+  const Node& d = r->scenario;
+  EXPECT_EQ(value_at(d, "model"), "llama3-70b");
+  EXPECT_EQ(value_at(d, "parallelism.dp"), "2");
+  EXPECT_EQ(value_at(d, "parallelism.tp"), "4");
+  EXPECT_EQ(value_at(d, "parallelism.sequence_parallel"), "true");
+  EXPECT_EQ(value_at(d, "parallelism.pp"), "2");
+  EXPECT_EQ(value_at(d, "training.global_batch"), "32");
+  EXPECT_EQ(value_at(d, "offload"), "fsdp_cpu_offload");
+  EXPECT_EQ(value_at(d, "hardware.nodes"), "2");
+  EXPECT_EQ(keys(r->unmapped),
+            (std::vector<std::string>{"parallelism.pipeline_parallel_schedule"}));
+}
+
+}  // namespace
+}  // namespace offsim::scenarios
