@@ -116,8 +116,11 @@ def run(source, set=None):
 
 
 def timeline(source, set=None):
-    """Simulates one step and returns its timeline for plotting: {"lanes": [...], "spans":
-    [...], "memory": [...], ...} as `offsim run --timeline-out` writes it, plus "report"."""
+    """Simulates one step (in full) and returns its timeline for plotting, as `offsim run
+    --timeline-out` writes it, plus "report": "lanes" (names), "ops" (name, kind, category,
+    layer, flops, bytes), "spans" ({op, lane, start_ns, end_ns}; op and lane index the lists
+    above) and "pools" ({name, capacity_bytes, samples: [[time_ns, bytes_in_use], ...],
+    peak_bytes, peak_time_ns, live_at_peak})."""
     s = load(source, set)
     report, trace = _offsim.run(s.text, s.source, s.base_dir, s.sets, True)
     out = json.loads(trace)

@@ -177,14 +177,8 @@ sim::Result<ImportResult> import_megatron(const std::vector<std::string>& files,
     }
   }
   Mapper m(Framework::kMegatron);
-  const auto get = [&](const char* key) -> Field* {
-    Field* f = fields.get(key);
-    if (f != nullptr && f->value.kind == NodeKind::kScalar &&
-        f->value.scalar.find('$') != std::string::npos) {
-      return f;  // checked by the typed reads below: a shell variable is not a number
-    }
-    return f;
-  };
+  const auto get = [&](const char* key) { return fields.get(key); };
+
   const auto int_arg = [&](Field* f, std::int64_t min,
                            std::int64_t max) -> sim::Result<std::int64_t> {
     if (f->value.scalar.find('$') != std::string::npos) {
@@ -285,9 +279,6 @@ sim::Result<ImportResult> import_megatron(const std::vector<std::string>& files,
       OFFSIM_ASSIGN_OR_RETURN(std::int64_t v, int_arg(f, 1, 100'000'000));
       OFFSIM_RETURN_IF_ERROR(m.set(*f, path, std::to_string(v)));
     }
-  }
-  if (world <= 0 && fields.has("--global-batch-size")) {
-    // Without the GPU count dp stays for --set parallelism.dp.
   }
 
   // --- model (Megatron's GPT defaults: learned positions, biases, LayerNorm, GeLU, tied
