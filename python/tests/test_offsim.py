@@ -176,3 +176,13 @@ def test_import_maxtext_then_run():
 def test_sweep_rows_do_not_depend_on_jobs():
     assert offsim.sweep(SWEEP, jobs=1, as_frame=False) == offsim.sweep(SWEEP, jobs=2,
                                                                        as_frame=False)
+
+
+def test_oversized_step_is_a_limit_error_before_building():
+    # 200000 micro-batches of a 126-layer model over 14 stages: ~864M ops, refused by the
+    # plan-size estimate (20M ops) before anything is built.
+    with pytest.raises(offsim.LimitError) as e:
+        offsim.run({"model": "llama3-405b", "hardware": {"system": "dgx-h100", "nodes": 14},
+                    "training": {"global_batch": 200000, "micro_batch": 1, "seq_len": 4096},
+                    "parallelism": {"tp": 8, "pp": 14}, "recompute": "full"})
+    assert "plan too large" in str(e.value)
