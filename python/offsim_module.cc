@@ -121,8 +121,7 @@ scenarios::ScenarioFile load_text(const std::string& text, const std::string& so
 }
 
 models::Scenario checked(const scenarios::ScenarioFile& file) {
-  models::Scenario s =
-      value_or_raise(scenarios::scenario_from_document(file.base, file.base_dir));
+  models::Scenario s = value_or_raise(scenarios::scenario_from_document(file.base, file.base_dir));
   check(scenarios::check_loaded(s, file.base));
   return s;
 }
@@ -204,15 +203,13 @@ std::tuple<std::int64_t, std::int64_t, double> sweep(const std::string& text,
 // The policy search (`offsim plan`): the best candidates as JSON rows.
 std::string plan(const std::string& text, const std::string& source, const std::string& base_dir,
                  const std::vector<std::string>& sets, int top, bool exhaustive,
-                 const std::vector<std::int64_t>& micro_batches, bool search_recompute,
-                 int jobs) {
+                 const std::vector<std::int64_t>& micro_batches, bool search_recompute, int jobs) {
   const scenarios::ScenarioFile file = load_text(text, source, base_dir, sets);
   const models::Scenario s = checked(file);
   scenarios::SearchOptions o;
   o.top_k = top;
   o.jobs = jobs;
-  o.method =
-      exhaustive ? scenarios::SearchMethod::kExhaustive : scenarios::SearchMethod::kPruned;
+  o.method = exhaustive ? scenarios::SearchMethod::kExhaustive : scenarios::SearchMethod::kPruned;
   o.space.micro_batches = micro_batches;
   if (search_recompute) {
     o.space.recompute = {models::RecomputeConfig::Mode::kNone,
