@@ -6,6 +6,7 @@
 #include "scenarios/importers/importer.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
