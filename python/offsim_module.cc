@@ -165,18 +165,37 @@ std::tuple<std::string, std::string> resolve(const std::string& text, const std:
 }
 
 // Report JSON (the keys of `offsim run --format json`) and, when asked, the Timeline JSON.
+// The CLI's --max-plan-ops, --max-memory and --time-limit; 0 keeps the default (none for time).
+scenarios::ResourceLimits limits_of(std::int64_t max_plan_ops, std::int64_t max_memory_bytes,
+                                    double time_limit_s) {
+  scenarios::ResourceLimits limits;
+  if (max_plan_ops > 0) limits.max_plan_ops = max_plan_ops;
+  limits.max_memory_bytes = std::max<std::int64_t>(0, max_memory_bytes);
+  limits.time_limit_s = std::max(0.0, time_limit_s);
+  return limits;
+}
+
 std::tuple<std::string, std::string> run(const std::string& text, const std::string& source,
                                          const std::string& base_dir,
-                                         const std::vector<std::string>& sets, bool timeline) {
+                                         const std::vector<std::string>& sets, bool timeline,
+                                         std::int64_t max_plan_ops, std::int64_t max_memory_bytes,
+                                         double time_limit_s) {
   const scenarios::ScenarioFile file = load_text(text, source, base_dir, sets);
   const models::Scenario s = checked(file);
+  const scenarios::ResourceLimits limits = limits_of(max_plan_ops, max_memory_bytes, time_limit_s);
   models::EvalOptions options;
   options.keep_timeline = timeline;
   std::string report, trace;
   {
     py::gil_scoped_release release;
-    check(scenarios::check_plan_size(s, {}, {.with_memory_samples = timeline}));
+    check(scenarios::check_plan_size(s, limits, {.with_memory_samples = timeline}));
+    std::atomic<bool> cancel{false};
+    scenarios::Watchdog watchdog(limits.time_limit_s, cancel);
+    options.cancel = &cancel;
     auto eval = models::evaluate(s, options);
+    if (!eval && watchdog.fired()) {
+      raise(scenarios::time_limit_error(limits.time_limit_s, "simulating " + source));
+    }
     if (!eval) {
       raise({eval.error().code, fmt::format("{}: {}", source, eval.error().message)});
     }
@@ -187,14 +206,14 @@ std::tuple<std::string, std::string> run(const std::string& text, const std::str
 }
 
 // Runs the sweep with the CLI's runner into `out_path` (CSV: index, axes, report columns).
-std::tuple<std::int64_t, std::int64_t, double> sweep(const std::string& text,
-                                                     const std::string& source,
-                                                     const std::string& base_dir,
-                                                     const std::vector<std::string>& sets,
-                                                     const std::string& out_path, int jobs) {
+std::tuple<std::int64_t, std::int64_t, double> sweep(
+    const std::string& text, const std::string& source, const std::string& base_dir,
+    const std::vector<std::string>& sets, const std::string& out_path, int jobs,
+    std::int64_t max_plan_ops, std::int64_t max_memory_bytes, double time_limit_s) {
   const scenarios::ScenarioFile file = load_text(text, source, base_dir, sets);
   scenarios::SweepRunOptions options{
       .out_path = out_path, .jobs = jobs, .overwrite = true, .progress = false};
+  options.limits = limits_of(max_plan_ops, max_memory_bytes, time_limit_s);
   py::gil_scoped_release release;
   const scenarios::SweepSummary sum = value_or_raise(scenarios::run_sweep(file, options));
   return {sum.evaluated, sum.errors, sum.wall_s};
@@ -294,9 +313,11 @@ PYBIND11_MODULE(_offsim, m) {
   m.def("resolve", &resolve, py::arg("text"), py::arg("source"), py::arg("base_dir"),
         py::arg("sets"));
   m.def("run", &run, py::arg("text"), py::arg("source"), py::arg("base_dir"), py::arg("sets"),
-        py::arg("timeline"));
+        py::arg("timeline"), py::arg("max_plan_ops") = 0, py::arg("max_memory_bytes") = 0,
+        py::arg("time_limit_s") = 0.0);
   m.def("sweep", &sweep, py::arg("text"), py::arg("source"), py::arg("base_dir"), py::arg("sets"),
-        py::arg("out_path"), py::arg("jobs"));
+        py::arg("out_path"), py::arg("jobs"), py::arg("max_plan_ops") = 0,
+        py::arg("max_memory_bytes") = 0, py::arg("time_limit_s") = 0.0);
   m.def("plan", &plan, py::arg("text"), py::arg("source"), py::arg("base_dir"), py::arg("sets"),
         py::arg("top"), py::arg("exhaustive"), py::arg("micro_batches"),
         py::arg("search_recompute"), py::arg("jobs"));

@@ -107,22 +107,30 @@ def resolve(source, set=None):
     return json.loads(as_json)
 
 
-def run(source, set=None):
+def _limits(max_plan_ops, max_memory, time_limit):
+    # The CLI's --max-plan-ops, --max-memory (bytes) and --time-limit (seconds); None: default.
+    return dict(max_plan_ops=int(max_plan_ops or 0), max_memory_bytes=int(max_memory or 0),
+                time_limit_s=float(time_limit or 0.0))
+
+
+def run(source, set=None, max_plan_ops=None, max_memory=None, time_limit=None):
     """Simulates one step; returns the report as a dict (the keys of `offsim run --format
-    json`)."""
+    json`). The limits are those of the CLI's --max-plan-ops, --max-memory and --time-limit."""
     s = load(source, set)
-    report, _ = _offsim.run(s.text, s.source, s.base_dir, s.sets, False)
+    report, _ = _offsim.run(s.text, s.source, s.base_dir, s.sets, False,
+                            **_limits(max_plan_ops, max_memory, time_limit))
     return json.loads(report)
 
 
-def timeline(source, set=None):
+def timeline(source, set=None, max_plan_ops=None, max_memory=None, time_limit=None):
     """Simulates one step (in full) and returns its timeline for plotting, as `offsim run
     --timeline-out` writes it, plus "report": "lanes" (names), "ops" (name, kind, category,
     layer, flops, bytes), "spans" ({op, lane, start_ns, end_ns}; op and lane index the lists
     above) and "pools" ({name, capacity_bytes, samples: [[time_ns, bytes_in_use], ...],
     peak_bytes, peak_time_ns, live_at_peak})."""
     s = load(source, set)
-    report, trace = _offsim.run(s.text, s.source, s.base_dir, s.sets, True)
+    report, trace = _offsim.run(s.text, s.source, s.base_dir, s.sets, True,
+                                **_limits(max_plan_ops, max_memory, time_limit))
     out = json.loads(trace)
     out["report"] = json.loads(report)
     return out
@@ -152,14 +160,16 @@ def _rows(path):
         return [{k: _number(v) for k, v in row.items()} for row in csv.DictReader(f)]
 
 
-def sweep(source, set=None, jobs=0, as_frame=None):
+def sweep(source, set=None, jobs=0, as_frame=None, max_plan_ops=None, max_memory=None,
+          time_limit=None):
     """Evaluates every point of the scenario's sweep block with the CLI's sweep runner (all
     cores unless `jobs`). Returns a pandas.DataFrame (the columns of `offsim sweep --out x.csv`)
     when pandas is importable and as_frame is not False, else a list of dicts."""
     s = load(source, set)
     with tempfile.TemporaryDirectory(prefix="offsim-sweep-") as tmp:
         out = os.path.join(tmp, "sweep.csv")
-        _offsim.sweep(s.text, s.source, s.base_dir, s.sets, out, jobs)
+        _offsim.sweep(s.text, s.source, s.base_dir, s.sets, out, jobs,
+                      **_limits(max_plan_ops, max_memory, time_limit))
         pandas = _pandas() if as_frame is not False else None
         if as_frame and pandas is None:
             raise UnsupportedError("sweep(as_frame=True): pandas is not installed")

@@ -186,3 +186,6 @@ def test_oversized_step_is_a_limit_error_before_building():
                     "training": {"global_batch": 200000, "micro_batch": 1, "seq_len": 4096},
                     "parallelism": {"tp": 8, "pp": 14}, "recompute": "full"})
     assert "plan too large" in str(e.value)
+    with pytest.raises(offsim.LimitError):
+        offsim.run(ONE, max_plan_ops=10)
+    assert offsim.run(ONE, max_plan_ops=10_000_000, time_limit=600)["fits"]
