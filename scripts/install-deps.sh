@@ -8,6 +8,7 @@ packages=(
   libboost-graph-dev libfmt-dev nlohmann-json3-dev libyaml-cpp-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev librapidcheck-dev
   qt6-base-dev qt6-charts-dev libqt6opengl6-dev qt6-qpa-plugins libopenmpi-dev openmpi-bin
+  libtomlplusplus-dev pybind11-dev python3-dev python3-pytest python3-pandas python3-matplotlib
 )
 
 missing=()

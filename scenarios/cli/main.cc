@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <limits>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -22,7 +23,9 @@
 #include "backends/replay.h"
 #include "calibrate/calibrate.h"
 #include "models/evaluate.h"
+#include "scenarios/cli/import_command.h"
 #include "scenarios/cli/sweep_mpi.h"
+#include "scenarios/importers/jax_memory.h"
 #include "scenarios/policy_search.h"
 #include "scenarios/report_format.h"
 #include "scenarios/resource_limits.h"
@@ -141,6 +144,7 @@ struct RunArgs {
   std::string plan_out;
   std::string timeline_out;
   bool print_effective = false;
+  std::string jax_memory;  // JAX memory_analysis() JSON shown beside the forecast
   ResourceLimits limits;
 };
 
@@ -149,6 +153,15 @@ int cmd_run(const RunArgs& a) {
   if (single_outputs && a.scenarios.size() != 1) {
     return usage_error("--trace, --plan-out and --timeline-out take one scenario; got " +
                        std::to_string(a.scenarios.size()));
+  }
+  std::optional<scenarios::JaxMemory> jax;
+  if (!a.jax_memory.empty()) {
+    if (a.scenarios.size() != 1 || a.format == "csv") {
+      return usage_error("--jax-memory takes one scenario and the table or json format");
+    }
+    auto j = scenarios::read_jax_memory(a.jax_memory);
+    if (!j) return report(j.error());
+    jax = std::move(*j);
   }
   std::vector<Loaded> loaded;
   for (const std::string& path : a.scenarios) {
@@ -203,14 +216,20 @@ int cmd_run(const RunArgs& a) {
     reports.push_back({l.scenario.name, std::move(eval->report)});
   }
   if (a.format == "json") {
-    fmt::print("{}\n", scenarios::format_json(reports).dump(
-                           2, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
+    nlohmann::ordered_json records = scenarios::format_json(reports);
+    if (jax) {
+      // JAX's view of the first scenario, as flat `jax_memory.*` columns of its record.
+      const nlohmann::json cmp = scenarios::jax_memory_comparison(*jax, reports.front().report);
+      scenarios::flatten_json(cmp, cmp, "jax_memory", records.front());
+    }
+    fmt::print("{}\n", records.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
   } else if (a.format == "jsonl") {
     fmt::print("{}", scenarios::format_jsonl(reports));
   } else if (a.format == "csv") {
     fmt::print("{}", scenarios::format_csv(reports));
   } else {
     fmt::print("{}", scenarios::format_table(reports));
+    if (jax) fmt::print("{}", scenarios::format_jax_memory(*jax, reports.front().report));
   }
   return 0;
 }
@@ -647,6 +666,11 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--timeline-out", run.timeline_out, "write the Timeline JSON here");
   run_cmd->add_flag("--print-effective", run.print_effective,
                     "print the effective scenario (defaults and overrides applied) as YAML");
+  run_cmd
+      ->add_option("--jax-memory", run.jax_memory,
+                   "JAX compiled.memory_analysis() sizes as JSON (scenarios/importers/"
+                   "jax_memory.h), shown beside the forecast")
+      ->check(CLI::ExistingFile);
   add_limit_options(run_cmd, run.limits,
                     "stop each scenario's simulation after this many seconds (exit 2)");
 
@@ -800,6 +824,9 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   calibrate_cmd->add_option("--out", cal_out, "profile file (default calibration-profile.json)");
 
+  ImportArgs import_args;
+  CLI::App* import_cmd = add_import_command(app, import_args);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -822,6 +849,7 @@ int main(int argc, char** argv) {
   if (list_cmd->parsed()) return cmd_list(list_what);
   if (replay_cmd->parsed()) return cmd_replay(replay);
   if (compare_cmd->parsed()) return cmd_compare(cmp_predicted, cmp_measured, cmp_format);
+  if (import_cmd->parsed()) return cmd_import(import_args);
   if (calibrate_cmd->parsed()) {
     std::string line;
     for (int i = 0; i < argc; ++i) line += (i ? " " : "") + std::string(argv[i]);

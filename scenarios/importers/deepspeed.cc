@@ -1,0 +1,249 @@
+// DeepSpeed import: a ds_config.json. DeepSpeed does not name the model, the sequence length or
+// the hardware (the training script does): pass them with --set model=..., --set
+// training.seq_len=..., --set hardware.system=....
+
+#include <fmt/format.h>
+
+#include "scenarios/importers/import_common.h"
+
+namespace offsim::scenarios::detail {
+namespace {
+
+using sim::ErrorCode;
+
+std::string ignore_reason(const std::string& key) {
+  static const char* kPrefixes[] = {"optimizer.params",
+                                    "scheduler",
+                                    "gradient_clipping",
+                                    "steps_per_print",
+                                    "wall_clock_breakdown",
+                                    "tensorboard",
+                                    "wandb",
+                                    "csv_monitor",
+                                    "comms_logger",
+                                    "flops_profiler",
+                                    "prescale_gradients",
+                                    "zero_allow_untested_optimizer",
+                                    "fp16.loss_scale",
+                                    "fp16.initial_scale_power",
+                                    "fp16.loss_scale_window",
+                                    "fp16.hysteresis",
+                                    "fp16.min_loss_scale",
+                                    "fp16.consecutive_hysteresis",
+                                    "checkpoint",
+                                    "dump_state",
+                                    "seed"};
+  for (const char* p : kPrefixes) {
+    if (key.rfind(p, 0) == 0) return "no effect on step time or memory";
+  }
+  return {};
+}
+
+}  // namespace
+
+sim::Result<ImportResult> import_deepspeed(const std::vector<std::string>& files,
+                                           const ImportOptions& options) {
+  Fields fields;
+  for (const std::string& path : files) {
+    OFFSIM_ASSIGN_OR_RETURN(Node doc, load_document_file(path));
+    if (doc.kind != NodeKind::kMap) {
+      return sim::fail(ErrorCode::kInvalidInput,
+                       "{}: expected a DeepSpeed config (a JSON "
+                       "object), got {}",
+                       path, doc.describe());
+    }
+    flatten(doc, "", fields);
+  }
+  Mapper m(Framework::kDeepSpeed);
+
+  // --- batch: train_batch_size = micro x gradient_accumulation_steps x data-parallel size
+  Field* tbs = fields.get("train_batch_size");
+  Field* mbs = fields.get("train_micro_batch_size_per_gpu");
+  Field* gas = fields.get("gradient_accumulation_steps");
+  std::int64_t tbs_v = 0, mbs_v = 0, gas_v = 0;
+  if (tbs != nullptr) {
+    OFFSIM_ASSIGN_OR_RETURN(tbs_v, m.int_in(*tbs, 1, 1'000'000'000));
+  }
+  if (mbs != nullptr) {
+    OFFSIM_ASSIGN_OR_RETURN(mbs_v, m.int_in(*mbs, 1, 1'000'000'000));
+  }
+  if (gas != nullptr) {
+    OFFSIM_ASSIGN_OR_RETURN(gas_v, m.int_in(*gas, 1, 1'000'000'000));
+  }
+  std::int64_t dp = options.gpus;
+  if (tbs_v > 0 && mbs_v > 0 && gas_v > 0) {
+    if (tbs_v % (mbs_v * gas_v) != 0) {
+      return m.error(*tbs, fmt::format("is not micro batch {} x gradient_accumulation_steps {} x "
+                                       "the data-parallel size (DeepSpeed refuses it)",
+                                       mbs_v, gas_v));
+    }
+    const std::int64_t derived = tbs_v / (mbs_v * gas_v);
+    if (dp > 0 && dp != derived) {
+      return m.error(*tbs, fmt::format("= {} x {} x dp needs dp {}, but --gpus is {}", mbs_v, gas_v,
+                                       derived, dp));
+    }
+    dp = derived;
+  } else if (dp > 0 && mbs_v > 0) {
+    if (gas_v == 0 && tbs_v > 0) {
+      if (tbs_v % (mbs_v * dp) != 0) {
+        return m.error(*tbs,
+                       fmt::format("is not a multiple of micro batch {} x {} GPUs", mbs_v, dp));
+      }
+      gas_v = tbs_v / (mbs_v * dp);
+    }
+    if (gas_v == 0) gas_v = 1;  // DeepSpeed's default
+    tbs_v = mbs_v * gas_v * dp;
+  } else {
+    return sim::fail(ErrorCode::kInvalidInput,
+                     "train_batch_size, train_micro_batch_size_per_gpu, "
+                     "gradient_accumulation_steps: give all three, or the micro batch and "
+                     "--gpus N (DeepSpeed derives the rest from the GPU count)");
+  }
+  OFFSIM_RETURN_IF_ERROR(
+      m.set_from({tbs, mbs, gas}, "training.global_batch", std::to_string(tbs_v)));
+  OFFSIM_RETURN_IF_ERROR(m.set_from({mbs}, "training.micro_batch", std::to_string(mbs_v)));
+  OFFSIM_RETURN_IF_ERROR(m.set_from({tbs, mbs, gas}, "parallelism.dp", std::to_string(dp)));
+
+  // --- precision
+  bool bf16 = false, fp16 = false;
+  for (const char* key : {"bf16.enabled", "bfloat16.enabled"}) {
+    if (Field* f = fields.get(key)) {
+      OFFSIM_ASSIGN_OR_RETURN(bf16, m.boolean(*f));
+      if (bf16)
+        OFFSIM_RETURN_IF_ERROR(m.set(*f, "training.precision", "bf16"));
+      else
+        m.mapped(*f, "(off)");
+    }
+  }
+  if (Field* f = fields.get("fp16.enabled")) {
+    OFFSIM_ASSIGN_OR_RETURN(fp16, m.boolean(*f));
+    if (fp16 && bf16)
+      return m.error(*f, "fp16 and bf16 cannot both be enabled (DeepSpeed refuses it)");
+    if (fp16)
+      OFFSIM_RETURN_IF_ERROR(m.set(*f, "training.precision", "fp16"));
+    else
+      m.mapped(*f, "(off)");
+  }
+  if (!bf16 && !fp16) {
+    // fp32 training: no 16-bit GEMMs; offsim has no fp32 compute model.
+    m.result.unmapped.push_back({.key = "bf16.enabled/fp16.enabled",
+                                 .origin = files.front(),
+                                 .value = "(neither)",
+                                 .reason = "fp32 training is not modelled; bf16 rates are used"});
+  }
+
+  // --- ZeRO
+  std::int64_t stage = 0;
+  if (Field* f = fields.get("zero_optimization.stage")) {
+    OFFSIM_ASSIGN_OR_RETURN(stage, m.int_in(*f, 0, 3));
+    OFFSIM_RETURN_IF_ERROR(m.set(*f, "parallelism.zero_stage", std::to_string(stage)));
+  }
+  if (Field* f = fields.get("zero_optimization.overlap_comm")) {
+    OFFSIM_ASSIGN_OR_RETURN(bool on, m.boolean(*f));
+    OFFSIM_RETURN_IF_ERROR(m.set(*f, "parallelism.overlap_grad_reduce", on ? "true" : "false"));
+  }
+  Node rules = make_sequence();
+  bool optimizer_cpu = false;
+  const auto add_rule = [&](const char* tensor, const Field& f) {
+    Node r = make_map(f.value.origin);
+    r.entries.emplace_back("tensor", make_scalar(tensor, f.value.origin));
+    r.entries.emplace_back("where", make_scalar("host", f.value.origin));
+    rules.items.push_back(std::move(r));
+  };
+  for (const char* what : {"offload_optimizer", "offload_param"}) {
+    const std::string base = fmt::format("zero_optimization.{}", what);
+    Field* dev = fields.get(base + ".device");
+    Field* pin = fields.get(base + ".pin_memory");
+    if (dev == nullptr) {
+      if (pin != nullptr) m.ignored(*pin, "no device given: no offload");
+      continue;
+    }
+    OFFSIM_ASSIGN_OR_RETURN(std::string d, m.one_of(*dev, {"cpu", "nvme", "none"}));
+    if (d == "none") {
+      m.mapped(*dev, "(no offload)");
+      if (pin != nullptr) m.ignored(*pin, "no offload");
+      continue;
+    }
+    if (d == "nvme") {
+      m.unmapped(*dev, "NVMe offload (ZeRO-Infinity) is not modelled; host memory is used");
+    }
+    const bool param = std::string(what) == "offload_param";
+    if (param && stage != 3) {
+      return m.error(*dev, fmt::format("parameter offload needs ZeRO stage 3 (DeepSpeed "
+                                       "refuses it at stage {})",
+                                       stage));
+    }
+    if (!param && stage == 0) {
+      return m.error(*dev,
+                     "optimizer offload needs ZeRO stage 1, 2 or 3 (DeepSpeed refuses it "
+                     "at stage 0)");
+    }
+    if (param) {
+      add_rule("params", *dev);
+    } else {
+      // ZeRO-Offload: fp32 master weights, moments and gradients on the host, Adam on the CPU.
+      add_rule("optimizer_states", *dev);
+      add_rule("master_weights", *dev);
+      add_rule("grads", *dev);
+      optimizer_cpu = true;
+    }
+    if (d == "cpu") m.mapped(*dev, "offload.rules");
+    if (pin != nullptr) {
+      OFFSIM_ASSIGN_OR_RETURN(bool pinned, m.boolean(*pin));
+      if (pinned) {
+        m.mapped(*pin, "(pinned host memory: offsim's host pool)");
+      } else {
+        m.unmapped(*pin, "pageable host copies are not modelled; pinned bandwidth is used");
+      }
+    }
+  }
+  if (!rules.items.empty()) {
+    Node off = make_map();
+    off.entries.emplace_back("rules", std::move(rules));
+    off.entries.emplace_back("optimizer", make_scalar(optimizer_cpu ? "cpu" : "gpu"));
+    OFFSIM_RETURN_IF_ERROR(set_path(m.doc, "offload", std::move(off)));
+  }
+  for (const char* key :
+       {"zero_optimization.reduce_bucket_size", "zero_optimization.allgather_bucket_size",
+        "zero_optimization.stage3_prefetch_bucket_size",
+        "zero_optimization.stage3_max_live_parameters",
+        "zero_optimization.stage3_param_persistence_threshold",
+        "zero_optimization.stage3_max_reuse_distance", "zero_optimization.sub_group_size"}) {
+    if (Field* f = fields.get(key)) {
+      m.unmapped(*f, "bucket and prefetch sizes are not modelled (offsim reduces per layer)");
+    }
+  }
+  for (const char* key :
+       {"zero_optimization.contiguous_gradients", "zero_optimization.reduce_scatter",
+        "zero_optimization.allgather_partitions", "zero_optimization.round_robin_gradients"}) {
+    if (Field* f = fields.get(key)) {
+      m.ignored(*f, "a communication detail offsim's per-layer collectives already assume");
+    }
+  }
+  if (Field* f = fields.get("optimizer.type")) {
+    OFFSIM_ASSIGN_OR_RETURN(std::string t, m.text(*f));
+    if (t == "Adam" || t == "AdamW" || t == "adam" || t == "adamw" || t == "CPUAdam" ||
+        t == "FusedAdam") {
+      OFFSIM_RETURN_IF_ERROR(m.set(*f, "training.optimizer", "adamw"));
+    } else {
+      m.unmapped(*f, fmt::format("optimizer {} is not modelled (AdamW state sizes are used)", t));
+    }
+  }
+  for (const char* key : {"activation_checkpointing.partition_activations",
+                          "activation_checkpointing.cpu_checkpointing",
+                          "activation_checkpointing.contiguous_memory_optimization",
+                          "activation_checkpointing.number_checkpoints",
+                          "activation_checkpointing.synchronize_checkpoint_boundary",
+                          "activation_checkpointing.profile"}) {
+    if (Field* f = fields.get(key)) {
+      m.unmapped(*f,
+                 "activation checkpointing is switched on by the model code, not the "
+                 "config; give it with --set recompute=full (and an offload rule)");
+    }
+  }
+
+  settle_leftovers(fields, m, ignore_reason);
+  return finish(m, options, {.world_gpus = static_cast<int>(dp), .name = file_stem(files.front())});
+}
+
+}  // namespace offsim::scenarios::detail

@@ -1,0 +1,516 @@
+// MaxText import: base.yml, then the model config, then command-line overrides (later wins), as
+// MaxText's pyconfig merges them. See importers/README.md for the key table.
+
+#include <cmath>
+#include <map>
+
+#include <fmt/format.h>
+
+#include "models/scenario.h"
+#include "scenarios/importers/import_common.h"
+
+namespace offsim::scenarios::detail {
+namespace {
+
+using sim::ErrorCode;
+
+// MaxText mesh axes, in MaxText's order, and whether offsim models them.
+constexpr const char* kAxes[] = {"data",
+                                 "fsdp",
+                                 "fsdp_transpose",
+                                 "sequence",
+                                 "context",
+                                 "tensor",
+                                 "tensor_transpose",
+                                 "tensor_sequence",
+                                 "autoregressive",
+                                 "pipeline",
+                                 "expert"};
+
+std::string ignore_reason(const std::string& key) {
+  static const char* kPrefixes[] = {"learning_rate",
+                                    "warmup",
+                                    "cosine",
+                                    "adam_b",
+                                    "adam_eps",
+                                    "adam_weight_decay",
+                                    "gradient_clipping",
+                                    "dataset",
+                                    "tokenizer",
+                                    "train_split",
+                                    "eval",
+                                    "run_name",
+                                    "base_output_directory",
+                                    "steps",
+                                    "log_period",
+                                    "enable_checkpointing",
+                                    "async_checkpointing",
+                                    "checkpoint",
+                                    "load_",
+                                    "save_",
+                                    "enable_profiler",
+                                    "profiler",
+                                    "skip_first_n_steps",
+                                    "metrics",
+                                    "gcs_metrics",
+                                    "jax_cache_dir",
+                                    "init_weights_seed",
+                                    "data_shuffle_seed",
+                                    "normalization_layer_epsilon",
+                                    "rope_",
+                                    "use_iota_embed",
+                                    "scan_layers",
+                                    "enable_tensorboard",
+                                    "upload_all_profiler_results",
+                                    "max_corpus_chars",
+                                    "add_bos",
+                                    "add_eos"};
+  for (const char* p : kPrefixes) {
+    if (key.rfind(p, 0) == 0) return "no effect on step time or memory";
+  }
+  return {};
+}
+
+struct Names {
+  std::vector<std::string> hbm;   // saved on HBM under full remat
+  std::vector<std::string> host;  // saved on host
+};
+
+// MaxText remat_policy -> which checkpoint names are saved (layers.py policies). Projection
+// matmul outputs are query_proj, key_proj, value_proj, out_proj, mlpwi, mlpwo.
+std::optional<Names> policy_names(const std::string& p) {
+  const std::vector<std::string> qkv = {"query_proj", "key_proj", "value_proj"};
+  const std::vector<std::string> all = {"query_proj", "key_proj", "value_proj",
+                                        "out_proj",   "mlpwi",    "mlpwo"};
+  auto plus = [](std::vector<std::string> a, std::initializer_list<const char*> b) {
+    for (const char* s : b) a.emplace_back(s);
+    return a;
+  };
+  if (p == "full") return Names{};
+  if (p == "minimal") return Names{.hbm = all};
+  if (p == "minimal_with_context") return Names{.hbm = plus(all, {"context"})};
+  if (p == "save_dot_with_context_except_mlp")
+    return Names{.hbm = plus(qkv, {"out_proj", "context"})};
+  if (p == "save_dot_except_mlpwi") return Names{.hbm = plus(qkv, {"out_proj", "mlpwo"})};
+  if (p == "save_dot_except_mlp") return Names{.hbm = plus(qkv, {"out_proj"})};
+  if (p == "save_qkv_proj") return Names{.hbm = qkv};
+  if (p == "save_out_proj") return Names{.hbm = {"out_proj"}};
+  if (p == "qkv_proj_offloaded") return Names{.host = qkv};
+  if (p == "minimal_offloaded") return Names{.host = all};
+  return std::nullopt;
+}
+
+Node rule(const std::string& tensor, const std::string& where, const std::string& origin) {
+  Node r = make_map(origin);
+  r.entries.emplace_back("tensor", make_scalar(tensor, origin));
+  r.entries.emplace_back("where", make_scalar(where, origin));
+  return r;
+}
+
+}  // namespace
+
+sim::Result<ImportResult> import_maxtext(const std::vector<std::string>& files,
+                                         const ImportOptions& options) {
+  Fields fields;
+  for (const std::string& path : files) {
+    OFFSIM_ASSIGN_OR_RETURN(Node doc, load_document_file(path));
+    if (doc.kind != NodeKind::kMap) {
+      return sim::fail(ErrorCode::kInvalidInput, "{}: expected a MaxText config (a map), got {}",
+                       path, doc.describe());
+    }
+    for (auto& [key, value] : doc.entries) fields.put(key, std::move(value));
+  }
+  for (const std::string& o : options.framework_overrides) {
+    const auto eq = o.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      return sim::fail(ErrorCode::kInvalidInput,
+                       "MaxText override '{}': expected key=value (as on MaxText's command line)",
+                       o);
+    }
+    OFFSIM_ASSIGN_OR_RETURN(Node v, parse_document(o.substr(eq + 1), "command line " + o));
+    v.origin = "command line " + o;
+    fields.put(o.substr(0, eq), std::move(v));
+  }
+  Mapper m(Framework::kMaxText);
+
+  // --- mesh: ici_* x dcn_* degrees; one -1 per level takes the remaining devices.
+  std::map<std::string, std::int64_t> ici, dcn;
+  std::map<std::string, Field*> ici_f, dcn_f;
+  Field* ici_fill = nullptr;
+  Field* dcn_fill = nullptr;
+  std::int64_t ici_known = 1, dcn_known = 1;
+  for (const char* axis : kAxes) {
+    for (int level = 0; level < 2; ++level) {
+      const std::string key = fmt::format("{}_{}_parallelism", level == 0 ? "ici" : "dcn", axis);
+      auto& degrees = level == 0 ? ici : dcn;
+      auto& fs = level == 0 ? ici_f : dcn_f;
+      Field* f = fields.get(key);
+      degrees[axis] = 1;
+      fs[axis] = f;
+      if (f == nullptr) continue;
+      OFFSIM_ASSIGN_OR_RETURN(std::int64_t v, m.int_in(*f, -1, 1'000'000));
+      if (v == 0) return m.error(*f, "expected -1 (the remaining devices) or a degree >= 1, got 0");
+      Field*& fill = level == 0 ? ici_fill : dcn_fill;
+      if (v == -1) {
+        if (fill != nullptr) {
+          return m.error(*f, fmt::format("only one {} axis may be -1; {} is -1 too",
+                                         level == 0 ? "ici" : "dcn", fill->key));
+        }
+        fill = f;
+      } else {
+        (level == 0 ? ici_known : dcn_known) *= v;
+      }
+      degrees[axis] = v;
+    }
+  }
+  Field* slices_f = fields.get("num_slices");
+  std::int64_t slices = 0;  // 0: not given
+  if (slices_f != nullptr) {
+    OFFSIM_ASSIGN_OR_RETURN(slices, m.int_in(*slices_f, -1, 100'000));
+    if (slices < 1) slices = 0;
+  }
+  std::int64_t world = options.gpus;
+  if (ici_fill != nullptr || dcn_fill != nullptr) {
+    if (world <= 0) {
+      Field* f = ici_fill != nullptr ? ici_fill : dcn_fill;
+      return m.error(*f, "-1 takes the remaining devices; pass --gpus N (the job's GPU count)");
+    }
+    if (dcn_fill == nullptr) {
+      slices = dcn_known;
+    } else if (slices == 0) {
+      if (ici_fill != nullptr) {
+        return m.error(*dcn_fill, "with an ici and a dcn axis both -1, num_slices is needed");
+      }
+      slices = world / ici_known;
+    }
+    if (world % slices != 0) {
+      return sim::fail(ErrorCode::kInvalidInput, "--gpus {}: not divisible into {} slices", world,
+                       slices);
+    }
+    const std::int64_t per_slice = world / slices;
+    if (ici_fill != nullptr) {
+      if (per_slice % ici_known != 0) {
+        return m.error(*ici_fill, fmt::format("the other ici degrees ({}) do not divide the {} "
+                                              "devices of a slice",
+                                              ici_known, per_slice));
+      }
+      ici[ici_fill->key.substr(4, ici_fill->key.size() - 4 - 12)] = per_slice / ici_known;
+    }
+    if (dcn_fill != nullptr) {
+      if (slices % dcn_known != 0) {
+        return m.error(*dcn_fill, fmt::format("the other dcn degrees ({}) do not divide {} slices",
+                                              dcn_known, slices));
+      }
+      dcn[dcn_fill->key.substr(4, dcn_fill->key.size() - 4 - 12)] = slices / dcn_known;
+    }
+  }
+  std::map<std::string, std::int64_t> degree;
+  std::int64_t product = 1;
+  for (const char* axis : kAxes) {
+    degree[axis] = ici[axis] * dcn[axis];
+    product *= degree[axis];
+  }
+  if (world > 0 && product != world) {
+    return sim::fail(ErrorCode::kInvalidInput,
+                     "MaxText mesh: the ici_* x dcn_* degrees multiply to {} devices, not the {} "
+                     "of --gpus",
+                     product, world);
+  }
+  const std::int64_t dp = degree["data"] * degree["fsdp"] * degree["fsdp_transpose"];
+  const std::int64_t tp = degree["tensor"];
+  const std::int64_t pp = degree["pipeline"];
+  auto axis_fields = [&](std::initializer_list<const char*> axes) {
+    std::vector<const Field*> out;
+    for (const char* a : axes) {
+      out.push_back(ici_f[a]);
+      out.push_back(dcn_f[a]);
+    }
+    return out;
+  };
+  OFFSIM_RETURN_IF_ERROR(m.set_from(axis_fields({"data", "fsdp", "fsdp_transpose"}),
+                                    "parallelism.dp", std::to_string(dp)));
+  const bool fsdp = degree["fsdp"] * degree["fsdp_transpose"] > 1;
+  OFFSIM_RETURN_IF_ERROR(m.set_from(axis_fields({"fsdp", "fsdp_transpose"}), "parallelism.fsdp",
+                                    fsdp ? "true" : "false"));
+  OFFSIM_RETURN_IF_ERROR(m.set_from(axis_fields({"tensor"}), "parallelism.tp", std::to_string(tp)));
+  OFFSIM_RETURN_IF_ERROR(
+      m.set_from(axis_fields({"pipeline"}), "parallelism.pp", std::to_string(pp)));
+  if (slices_f != nullptr) m.mapped(*slices_f, "hardware.nodes");
+  for (const char* axis :
+       {"sequence", "context", "tensor_transpose", "tensor_sequence", "autoregressive", "expert"}) {
+    for (Field* f : {ici_f[axis], dcn_f[axis]}) {
+      if (f == nullptr) continue;
+      if (degree[axis] == 1) {
+        m.mapped(*f, "(degree 1: nothing to model)");
+      } else {
+        m.unmapped(*f, fmt::format("{} parallelism is not modelled; offsim lays out only "
+                                   "dp x tp x pp = {} of the {} devices",
+                                   axis, dp * tp * pp, product));
+      }
+    }
+  }
+  if (fsdp && degree["data"] > 1) {
+    for (Field* f : {ici_f["data"], dcn_f["data"]}) {
+      if (f != nullptr) {
+        m.unmapped(*f,
+                   "data x fsdp hybrid sharding: offsim shards over all dp ranks "
+                   "(memory per GPU is that of full FSDP)");
+      }
+    }
+  }
+
+  // --- batch
+  Field* pdbs_f = fields.get("per_device_batch_size");
+  if (pdbs_f == nullptr) {
+    return sim::fail(ErrorCode::kInvalidInput,
+                     "per_device_batch_size: not given (in base.yml, the model config or as a "
+                     "command-line override)");
+  }
+  OFFSIM_ASSIGN_OR_RETURN(double pdbs, m.number_in(*pdbs_f, 1e-9, 1e9));
+  std::int64_t gas = 1;
+  Field* gas_f = fields.get("gradient_accumulation_steps");
+  if (gas_f != nullptr) {
+    OFFSIM_ASSIGN_OR_RETURN(gas, m.int_in(*gas_f, 1, 1'000'000));
+  }
+  // MaxText: global batch = per_device_batch_size x devices x gradient_accumulation_steps; each
+  // data-parallel replica spans world/dp devices.
+  const double per_replica = pdbs * static_cast<double>(product / dp);
+  if (per_replica != std::floor(per_replica) || per_replica < 1) {
+    return m.error(*pdbs_f, fmt::format("x the {} devices of a data-parallel replica gives {} "
+                                        "sequences; expected a whole number >= 1",
+                                        product / dp, per_replica));
+  }
+  std::int64_t micro = static_cast<std::int64_t>(per_replica);
+  std::int64_t global = micro * dp * gas;
+  if (pp > 1) {
+    std::int64_t nmb = pp;
+    Field* nmb_f = fields.get("num_pipeline_microbatches");
+    if (nmb_f != nullptr) {
+      OFFSIM_ASSIGN_OR_RETURN(std::int64_t v, m.int_in(*nmb_f, -1, 1'000'000));
+      if (v > 0) nmb = v;
+    }
+    if (micro % nmb != 0) {
+      return sim::fail(ErrorCode::kInvalidInput,
+                       "num_pipeline_microbatches: {} does not divide the {} sequences of a "
+                       "data-parallel replica",
+                       nmb, micro);
+    }
+    micro /= nmb;
+    if (nmb_f != nullptr) m.mapped(*nmb_f, "training.micro_batch");
+  }
+  OFFSIM_RETURN_IF_ERROR(
+      m.set_from({pdbs_f, gas_f}, "training.global_batch", std::to_string(global)));
+  OFFSIM_RETURN_IF_ERROR(m.set(*pdbs_f, "training.micro_batch", std::to_string(micro)));
+  Field* seq_f = fields.get("max_target_length");
+  if (seq_f == nullptr) {
+    return sim::fail(ErrorCode::kInvalidInput,
+                     "max_target_length: not given (the sequence length)");
+  }
+  OFFSIM_ASSIGN_OR_RETURN(std::int64_t seq, m.int_in(*seq_f, 1, 100'000'000));
+  OFFSIM_RETURN_IF_ERROR(m.set(*seq_f, "training.seq_len", std::to_string(seq)));
+
+  // --- model
+  Field* name_f = fields.get("model_name");
+  const bool inline_model = fields.has("base_emb_dim");
+  if (inline_model) {
+    const std::string mname = name_f != nullptr ? name_f->value.scalar : file_stem(files.back());
+    if (name_f != nullptr) {
+      OFFSIM_RETURN_IF_ERROR(m.set(*name_f, "model.name", mname));
+    } else {
+      OFFSIM_RETURN_IF_ERROR(set_path(m.doc, "model.name", make_scalar(mname, files.back())));
+    }
+    const std::pair<const char*, const char*> dims[] = {
+        {"vocab_size", "model.vocab_size"},          {"base_emb_dim", "model.hidden"},
+        {"base_num_decoder_layers", "model.layers"}, {"base_num_query_heads", "model.heads"},
+        {"base_num_kv_heads", "model.kv_heads"},     {"head_dim", "model.head_dim"},
+        {"base_mlp_dim", "model.ffn_hidden"}};
+    for (const auto& [key, path] : dims) {
+      if (Field* f = fields.get(key)) {
+        OFFSIM_ASSIGN_OR_RETURN(std::int64_t v, m.int_in(*f, 1, 100'000'000));
+        OFFSIM_RETURN_IF_ERROR(m.set(*f, path, std::to_string(v)));
+      }
+    }
+    if (Field* f = fields.get("mlp_activations")) {
+      std::vector<std::string> acts;
+      for (const Node& n : f->value.items) acts.push_back(n.scalar);
+      if (f->value.kind != NodeKind::kSequence || acts.empty()) {
+        return m.error(*f, fmt::format("expected a list such as [\"silu\", \"linear\"], got {}",
+                                       f->value.describe()));
+      }
+      if (acts.size() == 2 && acts[1] == "linear" && (acts[0] == "silu" || acts[0] == "gelu")) {
+        OFFSIM_RETURN_IF_ERROR(m.set(*f, "model.activation", "swiglu"));  // gated MLP
+      } else if (acts.size() == 1 && acts[0] == "gelu") {
+        OFFSIM_RETURN_IF_ERROR(m.set(*f, "model.activation", "gelu"));
+      } else {
+        m.unmapped(*f, "only gated [silu|gelu, linear] and plain [gelu] MLPs are modelled");
+      }
+    }
+    if (Field* f = fields.get("decoder_block")) {
+      OFFSIM_ASSIGN_OR_RETURN(std::string block, m.text(*f));
+      if (block == "llama2" || block == "mistral" || block == "gemma" || block == "gemma2" ||
+          block == "llama3" || block == "qwen3") {
+        OFFSIM_RETURN_IF_ERROR(m.set(*f, "model.norm", "rmsnorm"));
+        OFFSIM_RETURN_IF_ERROR(m.set(*f, "model.linear_bias", "false"));
+      } else if (block == "gpt3") {
+        OFFSIM_RETURN_IF_ERROR(m.set(*f, "model.norm", "layernorm"));
+        OFFSIM_RETURN_IF_ERROR(m.set(*f, "model.linear_bias", "true"));
+      } else {
+        m.unmapped(*f, fmt::format("decoder_block {} (MoE or other) is not modelled; the "
+                                   "dense decoder is used",
+                                   block));
+      }
+    }
+    if (Field* f = fields.get("logits_via_embedding")) {
+      OFFSIM_ASSIGN_OR_RETURN(bool tied, m.boolean(*f));
+      OFFSIM_RETURN_IF_ERROR(m.set(*f, "model.tied_embeddings", tied ? "true" : "false"));
+    }
+    Field* drop_f = fields.get("enable_dropout");
+    Field* rate_f = fields.get("dropout_rate");
+    if (drop_f != nullptr || rate_f != nullptr) {
+      bool on = true;
+      if (drop_f != nullptr) {
+        OFFSIM_ASSIGN_OR_RETURN(on, m.boolean(*drop_f));
+      }
+      double rate = 0.0;
+      if (rate_f != nullptr) {
+        OFFSIM_ASSIGN_OR_RETURN(rate, m.number_in(*rate_f, 0.0, 1.0));
+      }
+      OFFSIM_RETURN_IF_ERROR(
+          m.set_from({drop_f, rate_f}, "model.dropout", on && rate > 0.0 ? "true" : "false"));
+    }
+    if (Field* f = fields.get("attention")) {
+      OFFSIM_ASSIGN_OR_RETURN(
+          std::string a, m.one_of(*f, {"autoselected", "dot_product", "flash", "cudnn_flash_te",
+                                       "cudnn_flash_jax", "paged"}));
+      if (a == "paged") {
+        m.unmapped(*f, "paged attention (inference) is not modelled");
+      } else {
+        OFFSIM_RETURN_IF_ERROR(
+            m.set(*f, "model.attention", a == "dot_product" ? "classic" : "flash"));
+      }
+    }
+  } else if (name_f != nullptr) {
+    OFFSIM_ASSIGN_OR_RETURN(std::string mname, m.text(*name_f));
+    if (!models::find_model(mname)) {
+      return m.error(*name_f, fmt::format("'{}' is neither in offsim's catalogue (`offsim list "
+                                          "models`) nor given by base_emb_dim etc.; pass the "
+                                          "model config file",
+                                          mname));
+    }
+    OFFSIM_RETURN_IF_ERROR(m.set(*name_f, "model", mname));
+  }
+
+  // --- precision and optimizer
+  if (Field* f = fields.get("dtype")) {
+    OFFSIM_ASSIGN_OR_RETURN(std::string d, m.one_of(*f, {"bfloat16", "float16", "float32"}));
+    if (d == "float32") {
+      m.unmapped(*f, "float32 compute is not modelled (bf16 GEMM rates are used)");
+    } else {
+      OFFSIM_RETURN_IF_ERROR(m.set(*f, "training.precision", d == "bfloat16" ? "bf16" : "fp16"));
+    }
+  }
+  if (Field* f = fields.get("quantization")) {
+    OFFSIM_ASSIGN_OR_RETURN(std::string q, m.text(*f));
+    if (q == "fp8" || q == "nanoo_fp8") {
+      OFFSIM_RETURN_IF_ERROR(m.set(*f, "training.precision", "fp8"));
+    } else if (q.empty()) {
+      m.mapped(*f, "(no quantization)");
+    } else {
+      m.unmapped(*f, fmt::format("quantization {} is not modelled", q));
+    }
+  }
+  if (Field* f = fields.get("weight_dtype")) {
+    OFFSIM_ASSIGN_OR_RETURN(std::string d, m.one_of(*f, {"float32", "bfloat16", "float16"}));
+    OFFSIM_RETURN_IF_ERROR(
+        m.set(*f, "training.fp32_master_weights", d == "float32" ? "true" : "false"));
+  }
+  if (Field* f = fields.get("opt_type")) {
+    OFFSIM_ASSIGN_OR_RETURN(std::string o, m.text(*f));
+    if (o == "adamw" || o == "adam_pax") {
+      OFFSIM_RETURN_IF_ERROR(m.set(*f, "training.optimizer", "adamw"));
+    } else {
+      m.unmapped(*f, fmt::format("optimizer {} is not modelled (AdamW state sizes are used)", o));
+    }
+  }
+  if (Field* f = fields.get("num_vocab_tiling")) {
+    OFFSIM_ASSIGN_OR_RETURN(std::int64_t v, m.int_in(*f, 1, 1'000'000));
+    OFFSIM_RETURN_IF_ERROR(m.set(*f, "training.loss_chunks", std::to_string(v)));
+  }
+  if (Field* f = fields.get("hardware")) {
+    OFFSIM_ASSIGN_OR_RETURN(std::string h, m.one_of(*f, {"gpu", "gpu_multiprocess", "tpu", "cpu"}));
+    if (h.rfind("gpu", 0) == 0) {
+      m.mapped(*f, "(GPU; the system comes from --set hardware.system)");
+    } else {
+      m.unmapped(*f, fmt::format("hardware {}: offsim models NVIDIA GPU systems", h));
+    }
+  }
+
+  // --- remat policy and offload
+  Node rules = make_sequence();
+  Field* remat_f = fields.get("remat_policy");
+  std::string policy = "full";
+  if (remat_f != nullptr) {
+    OFFSIM_ASSIGN_OR_RETURN(policy, m.text(*remat_f));
+  }
+  if (remat_f != nullptr && policy == "custom") {
+    OFFSIM_RETURN_IF_ERROR(m.set(*remat_f, "recompute", "full"));
+    for (const std::string& n : models::activation_names()) {
+      Field* f = fields.get(n);
+      if (f == nullptr) continue;
+      OFFSIM_ASSIGN_OR_RETURN(std::string where, m.one_of(*f, {"remat", "device", "offload"}));
+      if (where == "remat") {
+        m.mapped(*f, "recompute (full)");
+        continue;
+      }
+      rules.items.push_back(rule(n, where == "device" ? "hbm" : "host", f->value.origin));
+      m.mapped(*f, "offload.rules");
+    }
+  } else if (remat_f != nullptr) {
+    const auto names = policy_names(policy);
+    if (!names) {
+      return m.error(*remat_f,
+                     "expected a MaxText remat_policy (full, minimal, "
+                     "minimal_with_context, save_dot_with_context_except_mlp, "
+                     "save_dot_except_mlpwi, save_dot_except_mlp, save_qkv_proj, "
+                     "save_out_proj, qkv_proj_offloaded, minimal_offloaded, custom), "
+                     "got " +
+                         remat_f->value.describe());
+    }
+    OFFSIM_RETURN_IF_ERROR(m.set(*remat_f, "recompute", "full"));
+    for (const std::string& n : names->hbm)
+      rules.items.push_back(rule(n, "hbm", remat_f->value.origin));
+    for (const std::string& n : names->host)
+      rules.items.push_back(rule(n, "host", remat_f->value.origin));
+    if (!names->hbm.empty() || !names->host.empty()) m.mapped(*remat_f, "offload.rules");
+  }
+  if (Field* f = fields.get("optimizer_memory_host_offload")) {
+    OFFSIM_ASSIGN_OR_RETURN(bool on, m.boolean(*f));
+    if (on) {
+      rules.items.push_back(rule("optimizer_states", "host", f->value.origin));
+      rules.items.push_back(rule("master_weights", "host", f->value.origin));
+    }
+    m.mapped(*f, on ? "offload.rules" : "(off)");
+  }
+  if (Field* f = fields.get("parameter_memory_host_offload")) {
+    OFFSIM_ASSIGN_OR_RETURN(bool on, m.boolean(*f));
+    if (on) rules.items.push_back(rule("params", "host", f->value.origin));
+    m.mapped(*f, on ? "offload.rules" : "(off)");
+  }
+  if (!rules.items.empty()) {
+    Node off = make_map();
+    off.entries.emplace_back("rules", std::move(rules));
+    // MaxText's optimizer update runs on the device even with host-resident optimizer state.
+    off.entries.emplace_back("optimizer", make_scalar("gpu"));
+    OFFSIM_RETURN_IF_ERROR(set_path(m.doc, "offload", std::move(off)));
+  }
+  // The named activations when the policy is not custom: MaxText ignores them.
+  for (const std::string& n : models::activation_names()) {
+    if (Field* f = fields.get(n)) m.ignored(*f, "used only with remat_policy: custom");
+  }
+
+  settle_leftovers(fields, m, ignore_reason);
+  return finish(m, options,
+                {.world_gpus = static_cast<int>(dp * tp * pp), .name = file_stem(files.back())});
+}
+
+}  // namespace offsim::scenarios::detail

@@ -1,0 +1,266 @@
+// torchtitan import: a job TOML ([model], [training], [parallelism], [activation_checkpoint],
+// [float8]). Parsed with toml++, each value keeping its file:line:col.
+
+#include <toml++/toml.h>
+
+#include <fmt/format.h>
+
+#include "models/scenario.h"
+#include "scenarios/importers/import_common.h"
+
+namespace offsim::scenarios::detail {
+namespace {
+
+using sim::ErrorCode;
+
+std::string where(const std::string& path, const toml::source_region& r) {
+  return fmt::format("{}:{}:{}", path, r.begin.line, r.begin.column);
+}
+
+Node to_node(const toml::node& n, const std::string& path) {
+  const std::string origin = where(path, n.source());
+  if (const auto* t = n.as_table()) {
+    Node out = make_map(origin);
+    for (const auto& [k, v] : *t) out.entries.emplace_back(std::string(k.str()), to_node(v, path));
+    return out;
+  }
+  if (const auto* a = n.as_array()) {
+    Node out = make_sequence(origin);
+    for (const auto& v : *a) out.items.push_back(to_node(v, path));
+    return out;
+  }
+  if (const auto* s = n.as_string()) return make_scalar(s->get(), origin, true);
+  if (const auto* i = n.as_integer()) return make_scalar(std::to_string(i->get()), origin);
+  if (const auto* d = n.as_floating_point())
+    return make_scalar(fmt::format("{}", d->get()), origin);
+  if (const auto* b = n.as_boolean()) return make_scalar(b->get() ? "true" : "false", origin);
+  return make_scalar("", origin);  // dates and times: no torchtitan key uses them
+}
+
+std::string ignore_reason(const std::string& key) {
+  static const char* kPrefixes[] = {"job.",
+                                    "metrics.",
+                                    "checkpoint.",
+                                    "profiling.",
+                                    "comm.",
+                                    "lr_scheduler.",
+                                    "optimizer.lr",
+                                    "optimizer.eps",
+                                    "optimizer.weight_decay",
+                                    "optimizer.beta",
+                                    "training.steps",
+                                    "training.max_norm",
+                                    "training.dataset",
+                                    "training.seed",
+                                    "training.warmup_steps",
+                                    "model.tokenizer_path",
+                                    "model.hf_assets_path",
+                                    "experimental.",
+                                    "validation.",
+                                    "fault_tolerance.",
+                                    "memory_estimation.",
+                                    "compile."};
+  for (const char* p : kPrefixes) {
+    if (key.rfind(p, 0) == 0) return "no effect on step time or memory";
+  }
+  return {};
+}
+
+}  // namespace
+
+sim::Result<ImportResult> import_torchtitan(const std::vector<std::string>& files,
+                                            const ImportOptions& options) {
+  Fields fields;
+  for (const std::string& path : files) {
+    OFFSIM_ASSIGN_OR_RETURN(std::string text, read_file(path));
+    try {
+      const toml::table table = toml::parse(text, path);
+      flatten(to_node(table, path), "", fields);
+    } catch (const toml::parse_error& e) {
+      return sim::fail(ErrorCode::kInvalidInput, "{}: TOML: {}", where(path, e.source()),
+                       e.description());
+    }
+  }
+  Mapper m(Framework::kTorchtitan);
+  // Older torchtitan releases kept the parallel degrees under [training].
+  const auto get = [&](const char* key) -> Field* {
+    if (Field* f = fields.get(fmt::format("parallelism.{}", key))) return f;
+    return fields.get(fmt::format("training.{}", key));
+  };
+
+  // --- parallel layout; data_parallel_shard_degree -1 takes the remaining GPUs
+  std::int64_t replicate = 1, shard = -1, tp = 1, pp = 1;
+  Field* rep_f = get("data_parallel_replicate_degree");
+  Field* shard_f = get("data_parallel_shard_degree");
+  Field* tp_f = get("tensor_parallel_degree");
+  Field* pp_f = get("pipeline_parallel_degree");
+  if (rep_f != nullptr) {
+    OFFSIM_ASSIGN_OR_RETURN(replicate, m.int_in(*rep_f, 1, 1'000'000));
+  }
+  if (shard_f != nullptr) {
+    OFFSIM_ASSIGN_OR_RETURN(shard, m.int_in(*shard_f, -1, 1'000'000));
+    if (shard == 0) return m.error(*shard_f, "expected -1 or a degree >= 1, got 0");
+  }
+  if (tp_f != nullptr) {
+    OFFSIM_ASSIGN_OR_RETURN(tp, m.int_in(*tp_f, 1, 1'000'000));
+  }
+  if (pp_f != nullptr) {
+    OFFSIM_ASSIGN_OR_RETURN(pp, m.int_in(*pp_f, 1, 1'000'000));
+  }
+  if (shard == -1) {
+    if (options.gpus <= 0) {
+      return sim::fail(ErrorCode::kInvalidInput,
+                       "{}data_parallel_shard_degree: -1 (torchtitan's default) takes the "
+                       "remaining GPUs; pass --gpus N (the job's NGPU x nodes)",
+                       shard_f != nullptr ? shard_f->value.origin + ": " : "");
+    }
+    if (options.gpus % (replicate * tp * pp) != 0) {
+      return sim::fail(ErrorCode::kInvalidInput,
+                       "--gpus {}: not divisible by replicate x tensor x pipeline degrees {}",
+                       options.gpus, replicate * tp * pp);
+    }
+    shard = options.gpus / (replicate * tp * pp);
+  }
+  const std::int64_t dp = replicate * shard;
+  OFFSIM_RETURN_IF_ERROR(m.set_from({rep_f, shard_f}, "parallelism.dp", std::to_string(dp)));
+  OFFSIM_RETURN_IF_ERROR(m.set_from({shard_f}, "parallelism.fsdp", shard > 1 ? "true" : "false"));
+  if (shard > 1 && replicate > 1) {
+    m.unmapped(*rep_f,
+               "HSDP (replicate x shard): offsim shards over all dp ranks (memory per "
+               "GPU is that of full FSDP)");
+  }
+  if (tp_f != nullptr) {
+    OFFSIM_RETURN_IF_ERROR(m.set(*tp_f, "parallelism.tp", std::to_string(tp)));
+    // torchtitan's tensor parallel plan shards the norms and dropout along the sequence.
+    if (tp > 1) OFFSIM_RETURN_IF_ERROR(m.set(*tp_f, "parallelism.sequence_parallel", "true"));
+  }
+  if (pp_f != nullptr) OFFSIM_RETURN_IF_ERROR(m.set(*pp_f, "parallelism.pp", std::to_string(pp)));
+  if (Field* f = get("pipeline_parallel_schedule")) {
+    OFFSIM_ASSIGN_OR_RETURN(std::string s, m.text(*f));
+    if (s == "1F1B") {
+      OFFSIM_RETURN_IF_ERROR(m.set(*f, "parallelism.schedule", "1f1b"));
+    } else if (s == "Interleaved1F1B") {
+      OFFSIM_RETURN_IF_ERROR(m.set(*f, "parallelism.schedule", "interleaved_1f1b"));
+    } else {
+      m.unmapped(*f, fmt::format("pipeline schedule {} is not modelled (1F1B, Interleaved1F1B "
+                                 "are)",
+                                 s));
+    }
+  }
+  if (Field* f = get("context_parallel_degree")) {
+    OFFSIM_ASSIGN_OR_RETURN(std::int64_t cp, m.int_in(*f, 1, 1'000'000));
+    if (cp == 1)
+      m.mapped(*f, "(1: nothing to model)");
+    else
+      m.unmapped(*f, "context parallelism is not modelled");
+  }
+  for (const char* key : {"enable_async_tensor_parallel", "fsdp_reshard_after_forward",
+                          "enable_compiled_autograd", "disable_loss_parallel"}) {
+    if (Field* f = get(key)) m.unmapped(*f, "not modelled");
+  }
+
+  // --- batch
+  Field* local = fields.get("training.local_batch_size");
+  if (local == nullptr) local = fields.get("training.batch_size");
+  if (local == nullptr) {
+    return sim::fail(ErrorCode::kInvalidInput, "training.local_batch_size: not given");
+  }
+  OFFSIM_ASSIGN_OR_RETURN(std::int64_t mb, m.int_in(*local, 1, 1'000'000));
+  std::int64_t global = mb * dp;
+  Field* gbs = fields.get("training.global_batch_size");
+  if (gbs != nullptr) {
+    OFFSIM_ASSIGN_OR_RETURN(std::int64_t g, m.int_in(*gbs, -1, 1'000'000'000));
+    if (g > 0) {
+      if (g % (mb * dp) != 0) {
+        return m.error(*gbs, fmt::format("is not a multiple of local_batch_size {} x dp {} "
+                                         "(torchtitan accumulates whole local batches)",
+                                         mb, dp));
+      }
+      global = g;
+    }
+  }
+  OFFSIM_RETURN_IF_ERROR(m.set(*local, "training.micro_batch", std::to_string(mb)));
+  OFFSIM_RETURN_IF_ERROR(m.set_from({local, gbs}, "training.global_batch", std::to_string(global)));
+  if (Field* f = fields.get("training.seq_len")) {
+    OFFSIM_ASSIGN_OR_RETURN(std::int64_t s, m.int_in(*f, 1, 100'000'000));
+    OFFSIM_RETURN_IF_ERROR(m.set(*f, "training.seq_len", std::to_string(s)));
+  }
+  if (Field* f = fields.get("training.mixed_precision_param")) {
+    OFFSIM_ASSIGN_OR_RETURN(std::string p, m.one_of(*f, {"bfloat16", "float32"}));
+    if (p == "bfloat16")
+      OFFSIM_RETURN_IF_ERROR(m.set(*f, "training.precision", "bf16"));
+    else
+      m.unmapped(*f, "float32 compute is not modelled (bf16 rates are used)");
+  }
+  if (Field* f = fields.get("training.mixed_precision_reduce")) {
+    m.ignored(*f, "gradient reduction dtype: offsim reduces in the parameter dtype");
+  }
+  if (Field* f = fields.get("training.enable_cpu_offload")) {
+    OFFSIM_ASSIGN_OR_RETURN(bool on, m.boolean(*f));
+    if (on)
+      OFFSIM_RETURN_IF_ERROR(m.set(*f, "offload", "fsdp_cpu_offload"));
+    else
+      m.mapped(*f, "(off)");
+  }
+
+  // --- model: name + flavor name a catalogue model ("llama3" + "8B" -> llama3-8b)
+  Field* name_f = fields.get("model.name");
+  Field* flavor_f = fields.get("model.flavor");
+  if (name_f != nullptr && flavor_f != nullptr) {
+    OFFSIM_ASSIGN_OR_RETURN(std::string n, m.text(*name_f));
+    OFFSIM_ASSIGN_OR_RETURN(std::string fl, m.text(*flavor_f));
+    std::string model = n + "-" + fl;
+    for (char& c : model) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (!models::find_model(model)) {
+      return m.error(*flavor_f, fmt::format("{} {} is not in offsim's catalogue (`offsim list "
+                                            "models`); give the model with --set model=...",
+                                            n, fl));
+    }
+    OFFSIM_RETURN_IF_ERROR(m.set_from({name_f, flavor_f}, "model", model));
+  }
+  if (Field* f = fields.get("model.converters")) {
+    bool fp8 = false;
+    for (const Node& c : f->value.items) fp8 = fp8 || c.scalar == "float8";
+    if (fp8)
+      OFFSIM_RETURN_IF_ERROR(m.set(*f, "training.precision", "fp8"));
+    else
+      m.unmapped(*f, "model converters other than float8 are not modelled");
+  }
+  if (Field* f = fields.get("optimizer.name")) {
+    OFFSIM_ASSIGN_OR_RETURN(std::string o, m.text(*f));
+    if (o == "AdamW" || o == "Adam")
+      OFFSIM_RETURN_IF_ERROR(m.set(*f, "training.optimizer", "adamw"));
+    else
+      m.unmapped(*f, fmt::format("optimizer {} is not modelled", o));
+  }
+
+  // --- activation checkpointing
+  if (Field* f = fields.get("activation_checkpoint.mode")) {
+    OFFSIM_ASSIGN_OR_RETURN(std::string mode, m.one_of(*f, {"none", "selective", "full"}));
+    OFFSIM_RETURN_IF_ERROR(m.set(*f, "recompute", mode));
+    if (Field* opt = fields.get("activation_checkpoint.selective_ac_option")) {
+      OFFSIM_ASSIGN_OR_RETURN(std::string o, m.text(*opt));
+      if (mode != "selective") {
+        m.ignored(*opt, "used only with mode selective");
+      } else if (o == "op") {
+        m.mapped(*opt, "recompute (selective: attention recomputed, matmuls saved)");
+      } else {
+        m.unmapped(*opt, fmt::format("layer-wise selective AC (every {} layers) is modelled as "
+                                     "op-level selective recompute",
+                                     o));
+      }
+    }
+  }
+  for (Field& f : fields.all()) {
+    if (!f.used && f.key.rfind("float8.", 0) == 0) {
+      f.used = true;
+      m.unmapped(f, "float8 details are not modelled (model.converters = [\"float8\"] is)");
+    }
+  }
+
+  settle_leftovers(fields, m, ignore_reason);
+  return finish(m, options,
+                {.world_gpus = static_cast<int>(dp * tp * pp), .name = file_stem(files.front())});
+}
+
+}  // namespace offsim::scenarios::detail

@@ -1,0 +1,612 @@
+// The framework importers and the JAX memory_analysis() reader: each example config under
+// scenarios/imports/ imports to a scenario whose every mapped field is checked here, with its
+// framework key and file position; unmapped and ignored keys are listed exactly; values a framework
+// refuses are errors naming the key; the `offsim import` output runs with `offsim run
+// --print-effective`.
+#include "scenarios/importers/importer.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "scenarios/importers/jax_memory.h"
+#include "scenarios/scenario_loader.h"
+#include "tests/common/process.h"
+
+namespace offsim::scenarios {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kDir = "scenarios/imports/";
+
+std::string value_at(const Node& doc, const std::string& path) {
+  const Node* n = find_path(doc, path);
+  if (n == nullptr) return "<missing>";
+  return n->kind == NodeKind::kScalar ? n->scalar : emit_flow(*n);
+}
+
+// key -> "target" of every mapped framework key.
+std::map<std::string, std::string> mapped(const ImportResult& r) {
+  std::map<std::string, std::string> out;
+  for (const ImportField& f : r.mapped) out[f.key] = f.target;
+  return out;
+}
+std::vector<std::string> keys(const std::vector<ImportField>& fields) {
+  std::vector<std::string> out;
+  for (const ImportField& f : fields) out.push_back(f.key);
+  return out;
+}
+const ImportField* find_field(const std::vector<ImportField>& fields, const std::string& key) {
+  for (const ImportField& f : fields) {
+    if (f.key == key) return &f;
+  }
+  return nullptr;
+}
+
+// The imported document maps onto the same Scenario after a trip through its YAML text.
+void expect_round_trip(const ImportResult& r) {
+  auto s = scenario_from_document(r.scenario, ".");
+  ASSERT_TRUE(s) << s.error().message;
+  auto again = parse_document(emit_yaml(r.scenario), "imported.yaml");
+  ASSERT_TRUE(again) << again.error().message;
+  auto s2 = scenario_from_document(*again, ".");
+  ASSERT_TRUE(s2) << s2.error().message;
+  EXPECT_EQ(emit_yaml(scenario_to_document(*s)), emit_yaml(scenario_to_document(*s2)));
+}
+
+TEST(MaxTextImport, EveryMappedFieldOfTheExample) {
+  ImportOptions opt{.sets = {"hardware.system=dgx-h100"},
+                    .framework_overrides = {"per_device_batch_size=2", "remat_policy=minimal"},
+                    .gpus = 8};
+  auto r = import_config(Framework::kMaxText,
+                         {kDir + "maxtext-base.yml", kDir + "maxtext-llama3-8b.yml"}, opt);
+  ASSERT_TRUE(r) << r.error().message;
+  const Node& d = r->scenario;
+  // ici_fsdp_parallelism: -1 takes all 8 GPUs: FSDP over 8.
+  EXPECT_EQ(value_at(d, "parallelism.dp"), "8");
+  EXPECT_EQ(value_at(d, "parallelism.fsdp"), "true");
+  EXPECT_EQ(value_at(d, "parallelism.tp"), "1");
+  EXPECT_EQ(value_at(d, "parallelism.pp"), "1");
+  // per_device_batch_size 2 (command line) x 8 devices x 1 accumulation step.
+  EXPECT_EQ(value_at(d, "training.micro_batch"), "2");
+  EXPECT_EQ(value_at(d, "training.global_batch"), "16");
+  EXPECT_EQ(value_at(d, "training.seq_len"), "2048");
+  EXPECT_EQ(value_at(d, "training.precision"), "bf16");
+  EXPECT_EQ(value_at(d, "training.fp32_master_weights"), "true");
+  EXPECT_EQ(value_at(d, "training.optimizer"), "adamw");
+  // The model config overrides base.yml's dimensions.
+  EXPECT_EQ(value_at(d, "model.name"), "llama3-8b");
+  EXPECT_EQ(value_at(d, "model.hidden"), "4096");
+  EXPECT_EQ(value_at(d, "model.layers"), "32");
+  EXPECT_EQ(value_at(d, "model.heads"), "32");
+  EXPECT_EQ(value_at(d, "model.kv_heads"), "8");
+  EXPECT_EQ(value_at(d, "model.head_dim"), "128");
+  EXPECT_EQ(value_at(d, "model.ffn_hidden"), "14336");
+  EXPECT_EQ(value_at(d, "model.vocab_size"), "128256");
+  EXPECT_EQ(value_at(d, "model.activation"), "swiglu");
+  EXPECT_EQ(value_at(d, "model.norm"), "rmsnorm");
+  EXPECT_EQ(value_at(d, "model.linear_bias"), "false");
+  EXPECT_EQ(value_at(d, "model.tied_embeddings"), "false");
+  EXPECT_EQ(value_at(d, "model.dropout"), "false");
+  EXPECT_EQ(value_at(d, "model.attention"), "flash");
+  // remat_policy minimal: full remat with the six projection outputs saved on HBM.
+  EXPECT_EQ(value_at(d, "recompute"), "full");
+  EXPECT_EQ(value_at(d, "offload.rules.0.tensor"), "query_proj");
+  EXPECT_EQ(value_at(d, "offload.rules.0.where"), "hbm");
+  EXPECT_EQ(value_at(d, "offload.rules.5.tensor"), "mlpwo");
+  EXPECT_EQ(value_at(d, "offload.optimizer"), "gpu");
+  EXPECT_EQ(value_at(d, "hardware.nodes"), "1");
+
+  const auto m = mapped(*r);
+  EXPECT_EQ(m.at("ici_fsdp_parallelism"), "parallelism.dp, parallelism.fsdp");
+  EXPECT_EQ(m.at("per_device_batch_size"), "training.global_batch, training.micro_batch");
+  EXPECT_EQ(m.at("base_emb_dim"), "model.hidden");
+  EXPECT_EQ(m.at("remat_policy"), "recompute, offload.rules");
+  EXPECT_EQ(m.at("decoder_block"), "model.norm, model.linear_bias");
+  // Positions: the model config's value, and the command line's.
+  EXPECT_EQ(find_field(r->mapped, "base_emb_dim")->origin, kDir + "maxtext-llama3-8b.yml:4:15");
+  EXPECT_EQ(find_field(r->mapped, "per_device_batch_size")->origin,
+            "command line per_device_batch_size=2");
+  EXPECT_TRUE(r->unmapped.empty()) << fmt::format("{}", fmt::join(keys(r->unmapped), ", "));
+  EXPECT_EQ(keys(r->ignored),
+            (std::vector<std::string>{"run_name", "base_output_directory", "steps", "learning_rate",
+                                      "adam_b1", "adam_b2", "normalization_layer_epsilon",
+                                      "rope_max_timescale"}));
+  expect_round_trip(*r);
+}
+
+TEST(MaxTextImport, OffloadPoliciesAndUnmappedAxes) {
+  ImportOptions opt{.sets = {"hardware.system=dgx-h100"},
+                    .framework_overrides = {
+                        "remat_policy=qkv_proj_offloaded", "optimizer_memory_host_offload=true",
+                        "ici_fsdp_parallelism=4", "ici_sequence_parallelism=2", "some_new_flag=3"}};
+  auto r = import_config(Framework::kMaxText,
+                         {kDir + "maxtext-base.yml", kDir + "maxtext-llama3-8b.yml"}, opt);
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(value_at(r->scenario, "offload.rules.0.tensor"), "query_proj");
+  EXPECT_EQ(value_at(r->scenario, "offload.rules.0.where"), "host");
+  EXPECT_EQ(value_at(r->scenario, "offload.rules.3.tensor"), "optimizer_states");
+  EXPECT_EQ(value_at(r->scenario, "offload.rules.4.tensor"), "master_weights");
+  EXPECT_EQ(value_at(r->scenario, "parallelism.dp"), "4");
+  EXPECT_EQ(keys(r->unmapped),
+            (std::vector<std::string>{"ici_sequence_parallelism", "some_new_flag"}));
+  EXPECT_EQ(r->unmapped[1].origin, "command line some_new_flag=3");
+  EXPECT_EQ(r->unmapped[1].reason, "not a MaxText key this importer knows");
+
+  opt.strict = true;
+  auto strict = import_config(Framework::kMaxText,
+                              {kDir + "maxtext-base.yml", kDir + "maxtext-llama3-8b.yml"}, opt);
+  ASSERT_FALSE(strict);
+  EXPECT_NE(strict.error().message.find("ici_sequence_parallelism: not mapped"), std::string::npos)
+      << strict.error().message;
+}
+
+TEST(MaxTextImport, BadValuesNameTheKey) {
+  const std::vector<std::string> files = {kDir + "maxtext-base.yml"};
+  auto no_gpus = import_config(Framework::kMaxText, files, {.sets = {"hardware.system=dgx-h100"}});
+  ASSERT_FALSE(no_gpus);
+  EXPECT_EQ(no_gpus.error().message,
+            kDir +
+                "maxtext-base.yml:38:23: ici_fsdp_parallelism: -1 takes the remaining "
+                "devices; pass --gpus N (the job's GPU count)");
+  auto bad_remat = import_config(Framework::kMaxText, files,
+                                 {.sets = {"hardware.system=dgx-h100"},
+                                  .framework_overrides = {"remat_policy=most"},
+                                  .gpus = 8});
+  ASSERT_FALSE(bad_remat);
+  EXPECT_NE(bad_remat.error().message.find("command line remat_policy=most: remat_policy: expected "
+                                           "a MaxText remat_policy"),
+            std::string::npos)
+      << bad_remat.error().message;
+  auto zero = import_config(Framework::kMaxText, files,
+                            {.sets = {"hardware.system=dgx-h100"},
+                             .framework_overrides = {"ici_tensor_parallelism=0"},
+                             .gpus = 8});
+  ASSERT_FALSE(zero);
+  EXPECT_NE(zero.error().message.find("ici_tensor_parallelism: expected -1"), std::string::npos);
+  auto no_hw = import_config(Framework::kMaxText, files, {.gpus = 8});
+  ASSERT_FALSE(no_hw);
+  EXPECT_EQ(no_hw.error().message,
+            "hardware.system: a MaxText config does not name the hardware; pass --set "
+            "hardware.system=NAME (one of `offsim list systems`)");
+}
+
+TEST(MegatronImport, EveryMappedFieldOfTheLaunchScript) {
+  auto r = import_config(Framework::kMegatron, {kDir + "megatron-gpt-pretrain.sh"},
+                         {.sets = {"hardware.system=dgx-h100"}});
+  ASSERT_TRUE(r) << r.error().message;
+  const Node& d = r->scenario;
+  // torchrun --nproc_per_node 8 --nnodes 2: 16 GPUs = TP 4 x PP 2 x DP 2.
+  EXPECT_EQ(value_at(d, "parallelism.tp"), "4");
+  EXPECT_EQ(value_at(d, "parallelism.pp"), "2");
+  EXPECT_EQ(value_at(d, "parallelism.dp"), "2");
+  EXPECT_EQ(value_at(d, "hardware.nodes"), "2");
+  EXPECT_EQ(value_at(d, "parallelism.sequence_parallel"), "true");
+  EXPECT_EQ(value_at(d, "parallelism.zero_stage"), "1");
+  EXPECT_EQ(value_at(d, "parallelism.overlap_grad_reduce"), "true");
+  EXPECT_EQ(value_at(d, "training.micro_batch"), "1");
+  EXPECT_EQ(value_at(d, "training.global_batch"), "64");
+  EXPECT_EQ(value_at(d, "training.seq_len"), "4096");
+  EXPECT_EQ(value_at(d, "training.precision"), "bf16");
+  EXPECT_EQ(value_at(d, "model.layers"), "32");
+  EXPECT_EQ(value_at(d, "model.hidden"), "4096");
+  EXPECT_EQ(value_at(d, "model.ffn_hidden"), "14336");
+  EXPECT_EQ(value_at(d, "model.heads"), "32");
+  EXPECT_EQ(value_at(d, "model.kv_heads"), "8");
+  EXPECT_EQ(value_at(d, "model.vocab_size"), "128256");
+  EXPECT_EQ(value_at(d, "model.activation"), "swiglu");
+  EXPECT_EQ(value_at(d, "model.norm"), "rmsnorm");
+  EXPECT_EQ(value_at(d, "model.tied_embeddings"), "false");
+  EXPECT_EQ(value_at(d, "model.linear_bias"), "false");
+  EXPECT_EQ(value_at(d, "model.max_positions"), "0");
+  EXPECT_EQ(value_at(d, "model.dropout"), "false");
+  EXPECT_EQ(value_at(d, "recompute"), "selective");
+  const auto m = mapped(*r);
+  EXPECT_EQ(m.at("--nproc_per_node"), "parallelism.dp");
+  EXPECT_EQ(m.at("--num-query-groups"), "model.kv_heads");
+  EXPECT_EQ(m.at("--group-query-attention"), "model.kv_heads");
+  EXPECT_EQ(find_field(r->mapped, "--tensor-model-parallel-size")->origin,
+            kDir + "megatron-gpt-pretrain.sh:8:5");
+  EXPECT_TRUE(r->unmapped.empty()) << fmt::format("{}", fmt::join(keys(r->unmapped), ", "));
+  EXPECT_EQ(keys(r->ignored), (std::vector<std::string>{
+                                  "--max-position-embeddings", "--lr", "--train-iters",
+                                  "--tokenizer-type", "--data-path", "--save", "--log-interval"}));
+  expect_round_trip(*r);
+}
+
+TEST(MegatronImport, BridgeRecipeWithOptimizerOffload) {
+  auto r = import_config(Framework::kMegatron, {kDir + "megatron-bridge-recipe.yaml"},
+                         {.sets = {"hardware.system=dgx-a100-80gb"}, .gpus = 8});
+  ASSERT_TRUE(r) << r.error().message;
+  const Node& d = r->scenario;
+  EXPECT_EQ(value_at(d, "parallelism.tp"), "2");
+  EXPECT_EQ(value_at(d, "parallelism.dp"), "4");
+  EXPECT_EQ(value_at(d, "parallelism.overlap_grad_reduce"), "false");  // Megatron's default
+  EXPECT_EQ(value_at(d, "model.activation"), "gelu");
+  EXPECT_EQ(value_at(d, "model.tied_embeddings"), "true");
+  EXPECT_EQ(value_at(d, "model.linear_bias"), "true");
+  EXPECT_EQ(value_at(d, "model.max_positions"), "2048");
+  EXPECT_EQ(value_at(d, "model.dropout"), "true");
+  EXPECT_EQ(value_at(d, "recompute"), "full");
+  EXPECT_EQ(value_at(d, "training.precision"), "bf16");
+  EXPECT_EQ(value_at(d, "offload.rules.0.tensor"), "optimizer_states");
+  EXPECT_EQ(value_at(d, "offload.rules.0.layers.fraction"), "0.5");
+  EXPECT_EQ(value_at(d, "offload.rules.1.tensor"), "master_weights");
+  EXPECT_EQ(value_at(d, "offload.optimizer"), "cpu");
+  EXPECT_EQ(mapped(*r).at("--share-embeddings-and-output-weights"), "model.tied_embeddings");
+  EXPECT_TRUE(r->unmapped.empty()) << fmt::format("{}", fmt::join(keys(r->unmapped), ", "));
+  EXPECT_EQ(keys(r->ignored), (std::vector<std::string>{"--train-iters", "--lr"}));
+  expect_round_trip(*r);
+}
+
+TEST(MegatronImport, BadArguments) {
+  const fs::path dir = fs::temp_directory_path() / fmt::format("offsim_import_{}", ::getpid());
+  fs::create_directories(dir);
+  const std::string script = (dir / "train.sh").string();
+  std::ofstream(script) << "torchrun --nproc_per_node 8 pretrain_gpt.py \\\n"
+                           "  --tensor-model-parallel-size $TP --fancy-new-flag 3\n";
+  auto r = import_config(Framework::kMegatron, {script}, {.sets = {"hardware.system=dgx-h100"}});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().message,
+            script +
+                ":2:3: --tensor-model-parallel-size: $TP is a shell variable; expand it or "
+                "give the number");
+  std::ofstream(script)
+      << "torchrun --nproc_per_node 8 pretrain_gpt.py --tensor-model-parallel-size 3"
+         " --fancy-new-flag 3 --model=llama3-8b\n";
+  r = import_config(Framework::kMegatron, {script}, {.sets = {"hardware.system=dgx-h100"}});
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("8 GPUs are not divisible by tensor x pipeline parallel size"),
+            std::string::npos)
+      << r.error().message;
+  fs::remove_all(dir);
+}
+
+TEST(DeepSpeedImport, ZeroOffloadExample) {
+  auto r = import_config(
+      Framework::kDeepSpeed, {kDir + "deepspeed-zero-offload.json"},
+      {.sets = {"model=llama3-8b", "training.seq_len=2048", "hardware.system=dgx-h100"}});
+  ASSERT_TRUE(r) << r.error().message;
+  const Node& d = r->scenario;
+  // 64 = 4 (micro) x 2 (accumulation) x 8 (data parallel).
+  EXPECT_EQ(value_at(d, "parallelism.dp"), "8");
+  EXPECT_EQ(value_at(d, "training.global_batch"), "64");
+  EXPECT_EQ(value_at(d, "training.micro_batch"), "4");
+  EXPECT_EQ(value_at(d, "training.precision"), "bf16");
+  EXPECT_EQ(value_at(d, "training.optimizer"), "adamw");
+  EXPECT_EQ(value_at(d, "parallelism.zero_stage"), "2");
+  EXPECT_EQ(value_at(d, "parallelism.overlap_grad_reduce"), "true");
+  EXPECT_EQ(value_at(d, "offload.rules.0.tensor"), "optimizer_states");
+  EXPECT_EQ(value_at(d, "offload.rules.1.tensor"), "master_weights");
+  EXPECT_EQ(value_at(d, "offload.rules.2.tensor"), "grads");
+  EXPECT_EQ(value_at(d, "offload.optimizer"), "cpu");
+  EXPECT_EQ(mapped(*r).at("zero_optimization.offload_optimizer.device"), "offload.rules");
+  EXPECT_EQ(find_field(r->mapped, "zero_optimization.stage")->origin,
+            kDir + "deepspeed-zero-offload.json:10:14");
+  EXPECT_EQ(keys(r->unmapped), (std::vector<std::string>{"zero_optimization.reduce_bucket_size"}));
+  EXPECT_EQ(keys(r->ignored),
+            (std::vector<std::string>{"zero_optimization.contiguous_gradients", "gradient_clipping",
+                                      "steps_per_print", "optimizer.params.lr",
+                                      "optimizer.params.weight_decay", "wall_clock_breakdown"}));
+  expect_round_trip(*r);
+}
+
+TEST(DeepSpeedImport, ValuesDeepSpeedRefuses) {
+  const fs::path dir = fs::temp_directory_path() / fmt::format("offsim_ds_{}", ::getpid());
+  fs::create_directories(dir);
+  const std::string cfg = (dir / "ds.json").string();
+  const ImportOptions opt{
+      .sets = {"model=llama3-8b", "training.seq_len=2048", "hardware.system=dgx-h100"}};
+  std::ofstream(cfg) << R"({"train_batch_size": 8, "train_micro_batch_size_per_gpu": 1,
+ "gradient_accumulation_steps": 1, "zero_optimization": {"stage": 4}})";
+  auto r = import_config(Framework::kDeepSpeed, {cfg}, opt);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().message, cfg +
+                                   ":2:67: zero_optimization.stage: expected an integer in "
+                                   "0..3 (DeepSpeed accepts no other), got 4");
+  std::ofstream(cfg) << R"({"train_batch_size": 8, "train_micro_batch_size_per_gpu": 1,
+ "gradient_accumulation_steps": 1, "zero_optimization": {"stage": 2,
+ "offload_param": {"device": "cpu"}}})";
+  r = import_config(Framework::kDeepSpeed, {cfg}, opt);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("offload_param.device: parameter offload needs ZeRO stage 3"),
+            std::string::npos)
+      << r.error().message;
+  std::ofstream(cfg) << R"({"train_batch_size": 10, "train_micro_batch_size_per_gpu": 4,
+ "gradient_accumulation_steps": 1})";
+  r = import_config(Framework::kDeepSpeed, {cfg}, opt);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find(cfg + ":1:22: train_batch_size: is not micro batch 4"),
+            std::string::npos)
+      << r.error().message;
+  fs::remove_all(dir);
+}
+
+TEST(TorchtitanImport, FsdpExample) {
+  auto r = import_config(Framework::kTorchtitan, {kDir + "torchtitan-llama3-8b.toml"},
+                         {.sets = {"hardware.system=dgx-h100"}, .gpus = 8});
+  ASSERT_TRUE(r) << r.error().message;
+  const Node& d = r->scenario;
+  EXPECT_EQ(value_at(d, "model"), "llama3-8b");
+  EXPECT_EQ(value_at(d, "parallelism.dp"), "8");
+  EXPECT_EQ(value_at(d, "parallelism.fsdp"), "true");
+  EXPECT_EQ(value_at(d, "parallelism.tp"), "1");
+  EXPECT_EQ(value_at(d, "parallelism.pp"), "1");
+  EXPECT_EQ(value_at(d, "training.micro_batch"), "1");
+  EXPECT_EQ(value_at(d, "training.global_batch"), "8");
+  EXPECT_EQ(value_at(d, "training.seq_len"), "8192");
+  EXPECT_EQ(value_at(d, "training.precision"), "bf16");
+  EXPECT_EQ(value_at(d, "training.optimizer"), "adamw");
+  EXPECT_EQ(value_at(d, "recompute"), "selective");
+  EXPECT_EQ(mapped(*r).at("model.flavor"), "model");
+  EXPECT_EQ(find_field(r->mapped, "parallelism.data_parallel_shard_degree")->origin,
+            kDir + "torchtitan-llama3-8b.toml:28:30");
+  EXPECT_TRUE(r->unmapped.empty()) << fmt::format("{}", fmt::join(keys(r->unmapped), ", "));
+  // mixed_precision_reduce is ignored by name; the rest in toml++'s order (sorted keys).
+  EXPECT_EQ(keys(r->ignored),
+            (std::vector<std::string>{"training.mixed_precision_reduce", "job.description",
+                                      "job.dump_folder", "model.tokenizer_path", "optimizer.eps",
+                                      "optimizer.lr", "training.max_norm", "training.steps"}));
+  expect_round_trip(*r);
+
+  auto cpu = import_config(Framework::kTorchtitan, {kDir + "torchtitan-llama3-8b.toml"},
+                           {.sets = {"hardware.system=dgx-h100"}, .gpus = 6});
+  ASSERT_TRUE(cpu) << cpu.error().message;
+  EXPECT_EQ(value_at(cpu->scenario, "hardware.gpus"), "6");
+}
+
+TEST(TorchtitanImport, TomlErrorsAndBadValues) {
+  const fs::path dir = fs::temp_directory_path() / fmt::format("offsim_tt_{}", ::getpid());
+  fs::create_directories(dir);
+  const std::string cfg = (dir / "job.toml").string();
+  std::ofstream(cfg) << "[training]\nlocal_batch_size = = 2\n";
+  auto r = import_config(Framework::kTorchtitan, {cfg}, {.sets = {"hardware.system=dgx-h100"}});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().message.rfind(cfg + ":2:", 0), 0u) << r.error().message;
+  std::ofstream(cfg) << "[activation_checkpoint]\nmode = \"sometimes\"\n[training]\n"
+                        "local_batch_size = 1\n[parallelism]\ndata_parallel_shard_degree = 2\n";
+  r = import_config(Framework::kTorchtitan, {cfg}, {.sets = {"hardware.system=dgx-h100"}});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().message, cfg +
+                                   ":2:8: activation_checkpoint.mode: expected one of none, "
+                                   "selective, full, got \"sometimes\"");
+  fs::remove_all(dir);
+}
+
+// The command: --out writes the scenario, `offsim run --print-effective` accepts it, --strict
+// turns an unmapped key into exit status 2.
+TEST(ImportCommand, OutputRunsAndStrictFails) {
+  const fs::path dir = fs::temp_directory_path() / fmt::format("offsim_impcli_{}", ::getpid());
+  fs::create_directories(dir);
+  const std::string out = (dir / "ds.yaml").string();
+  const std::vector<std::string> args = {"import",    "--from",
+                                         "deepspeed", kDir + "deepspeed-zero-offload.json",
+                                         "--set",     "model=llama3-8b",
+                                         "--set",     "training.seq_len=2048",
+                                         "--set",     "hardware.system=dgx-h100"};
+  std::vector<std::string> a = args;
+  a.insert(a.end(), {"--out", out});
+  const std::string so = (dir / "so.txt").string(), se = (dir / "se.txt").string();
+  EXPECT_EQ(testing::wait_exit(testing::spawn_process(OFFSIM_CLI_PATH, a, so, se)), 0);
+  EXPECT_NE(testing::read_file(se).find(
+                "zero_optimization.reduce_bucket_size: not mapped: bucket and prefetch sizes"),
+            std::string::npos);
+  EXPECT_EQ(testing::wait_exit(
+                testing::spawn_process(OFFSIM_CLI_PATH, {"run", out, "--print-effective"}, so, se)),
+            0)
+      << testing::read_file(se);
+  EXPECT_NE(testing::read_file(so).find("zero_stage: 2"), std::string::npos);
+  a = args;
+  a.push_back("--strict");
+  EXPECT_EQ(testing::wait_exit(testing::spawn_process(OFFSIM_CLI_PATH, a, so, se)), 2);
+  EXPECT_NE(testing::read_file(se).find("--strict refuses them"), std::string::npos);
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace offsim::scenarios
+
+namespace offsim::scenarios {
+namespace {
+
+// JAX memory_analysis() JSON: the sums, the strict reading, and `offsim run --jax-memory`.
+TEST(JaxMemory, ReadsSumsAndComparesWithTheForecast) {
+  const fs::path dir = fs::temp_directory_path() / fmt::format("offsim_jax_{}", ::getpid());
+  fs::create_directories(dir);
+  const std::string file = (dir / "mem.json").string();
+  // 16 GiB of donated arguments (params + optimizer state) aliased by the outputs, 20 GiB of
+  // temporaries, 1 MiB of code: XLA's total is 16 + 16 - 16 + 20 GiB + 1 MiB.
+  std::ofstream(file) << R"({"argument_size_in_bytes": 17179869184,
+ "output_size_in_bytes": 17179869184, "alias_size_in_bytes": 17179869184,
+ "temp_size_in_bytes": 21474836480, "generated_code_size_in_bytes": 1048576,
+ "host_temp_size_in_bytes": 4096, "device": "cuda:0"})";
+  auto jax = read_jax_memory(file);
+  ASSERT_TRUE(jax) << jax.error().message;
+  EXPECT_EQ(jax->device_total_bytes(), 17179869184 + 21474836480 + 1048576);
+  EXPECT_EQ(jax->host_total_bytes(), 4096);
+  models::Report r;
+  r.hbm_peak_bytes = 38654705664 + 1048576;  // the same 36 GiB + 1 MiB
+  r.memory.params_bytes = std::int64_t{1} << 30;
+  r.memory.optimizer_bytes = std::int64_t{3} << 30;
+  r.memory.grads_bytes = std::int64_t{1} << 30;
+  const nlohmann::json j = jax_memory_comparison(*jax, r);
+  EXPECT_EQ(j["hbm_ratio"].get<double>(), 1.0);
+  EXPECT_EQ(j["offsim"]["persistent_bytes"].get<std::int64_t>(), 4LL << 30);
+  EXPECT_EQ(j["offsim"]["transient_bytes"].get<std::int64_t>(), 1LL << 30);
+  EXPECT_NE(format_jax_memory(*jax, r).find("offsim HBM peak / JAX total: 1.000"),
+            std::string::npos);
+
+  std::ofstream(file) << R"({"argument_size_in_bytes": 1, "output_size_in_bytes": 1,
+ "temp_size_in_bytes": -5})";
+  auto bad = read_jax_memory(file);
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().message, file +
+                                     ":2:24: temp_size_in_bytes: expected an integer number "
+                                     "of bytes >= 0, got -5");
+  std::ofstream(file) << R"({"argument_size_in_bytes": 1, "output_size_in_bytes": 1,
+ "temp_size_in_bytes": 5, "tmp_size_in_bytes": 3})";
+  bad = read_jax_memory(file);
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.error().message.find(":2:48: tmp_size_in_bytes: not a memory_analysis() field"),
+            std::string::npos)
+      << bad.error().message;
+  std::ofstream(file) << R"({"argument_size_in_bytes": 1, "temp_size_in_bytes": 5})";
+  bad = read_jax_memory(file);
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.error().message.find("output_size_in_bytes: missing"), std::string::npos);
+
+  // The CLI shows both views; the JSON report carries them under jax_memory.
+  std::ofstream(file) << R"({"argument_size_in_bytes": 17179869184,
+ "output_size_in_bytes": 17179869184, "alias_size_in_bytes": 17179869184,
+ "temp_size_in_bytes": 21474836480})";
+  const std::string so = (dir / "so.txt").string(), se = (dir / "se.txt").string();
+  const std::string scenario = "scenarios/examples/zero-offload-1gpu.yaml";
+  EXPECT_EQ(
+      testing::wait_exit(testing::spawn_process(
+          OFFSIM_CLI_PATH, {"run", scenario, "--jax-memory", file, "--format", "json"}, so, se)),
+      0)
+      << testing::read_file(se);
+  const nlohmann::json out = nlohmann::json::parse(testing::read_file(so));
+  const double ratio = out["jax_memory"]["hbm_ratio"].get<double>();
+  EXPECT_EQ(ratio, out["hbm_peak_bytes"].get<double>() / 38654705664.0);
+  EXPECT_EQ(testing::wait_exit(testing::spawn_process(
+                OFFSIM_CLI_PATH, {"run", scenario, "--jax-memory", file}, so, se)),
+            0);
+  EXPECT_NE(testing::read_file(so).find("JAX memory_analysis()"), std::string::npos);
+  EXPECT_EQ(testing::wait_exit(testing::spawn_process(
+                OFFSIM_CLI_PATH, {"run", scenario, scenario, "--jax-memory", file}, so, se)),
+            2);
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace offsim::scenarios
+
+namespace offsim::scenarios {
+namespace {
+
+std::string write_temp(const std::string& name, const std::string& text) {
+  const fs::path dir = fs::temp_directory_path() / fmt::format("offsim_imp_more_{}", ::getpid());
+  fs::create_directories(dir);
+  const std::string path = (dir / name).string();
+  std::ofstream(path) << text;
+  return path;
+}
+
+TEST(MaxTextImport, CustomRematAndPipelineMicrobatches) {
+  ImportOptions opt{.sets = {"hardware.system=dgx-h100"},
+                    .framework_overrides = {
+                        "remat_policy=custom", "decoder_layer_input=offload", "context=device",
+                        "mlpwi=remat", "ici_fsdp_parallelism=2", "ici_pipeline_parallelism=4",
+                        "per_device_batch_size=2", "num_pipeline_microbatches=8"}};
+  auto r = import_config(Framework::kMaxText,
+                         {kDir + "maxtext-base.yml", kDir + "maxtext-llama3-8b.yml"}, opt);
+  ASSERT_TRUE(r) << r.error().message;
+  const Node& d = r->scenario;
+  EXPECT_EQ(value_at(d, "recompute"), "full");
+  EXPECT_EQ(value_at(d, "offload.rules.0.tensor"), "decoder_layer_input");
+  EXPECT_EQ(value_at(d, "offload.rules.0.where"), "host");
+  EXPECT_EQ(value_at(d, "offload.rules.1.tensor"), "context");
+  EXPECT_EQ(value_at(d, "offload.rules.1.where"), "hbm");
+  EXPECT_EQ(find_path(d, "offload.rules.2"), nullptr);
+  EXPECT_EQ(mapped(*r).at("mlpwi"), "recompute (full)");
+  // 8 devices = fsdp 2 x pipeline 4; a replica's 4 devices x 2 sequences = 8 sequences in 8
+  // pipeline micro-batches of 1.
+  EXPECT_EQ(value_at(d, "parallelism.dp"), "2");
+  EXPECT_EQ(value_at(d, "parallelism.pp"), "4");
+  EXPECT_EQ(value_at(d, "training.micro_batch"), "1");
+  EXPECT_EQ(value_at(d, "training.global_batch"), "16");
+}
+
+TEST(MegatronImport, ActivationAndOptimizerOffloadTogether) {
+  const std::string script = write_temp(
+      "offload.sh",
+      "torchrun --nproc_per_node=8 pretrain_gpt.py --tensor-model-parallel-size 8 \\\n"
+      "  --num-layers 32 --hidden-size 4096 --num-attention-heads 32 --vocab-size 32000 \\\n"
+      "  --seq-length 2048 --max-position-embeddings 2048 --micro-batch-size 1 \\\n"
+      "  --global-batch-size 8 --bf16 --cpu-offloading --cpu-offloading-num-layers 16 \\\n"
+      "  --optimizer-cpu-offload --optimizer-offload-fraction 1.0 --fp16\n");
+  auto r = import_config(Framework::kMegatron, {script}, {.sets = {"hardware.system=dgx-h100"}});
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("--fp16: --fp16 and --bf16 are exclusive"), std::string::npos)
+      << r.error().message;
+  std::ofstream(script) << "torchrun --nproc_per_node=8 pretrain_gpt.py "
+                           "--tensor-model-parallel-size 8 --num-layers 32 --hidden-size 4096 "
+                           "--num-attention-heads 32 --vocab-size 32000 --seq-length 2048 "
+                           "--max-position-embeddings 2048 --micro-batch-size 1 "
+                           "--global-batch-size 8 --bf16 --cpu-offloading "
+                           "--cpu-offloading-num-layers 16 --optimizer-cpu-offload\n";
+  r = import_config(Framework::kMegatron, {script}, {.sets = {"hardware.system=dgx-h100"}});
+  ASSERT_TRUE(r) << r.error().message;
+  const Node& d = r->scenario;
+  EXPECT_EQ(value_at(d, "parallelism.dp"), "1");
+  EXPECT_EQ(value_at(d, "offload.rules.0.tensor"), "activations");
+  EXPECT_EQ(value_at(d, "offload.rules.0.layers.first"), "16");
+  EXPECT_EQ(value_at(d, "offload.rules.1.tensor"), "optimizer_states");
+  EXPECT_EQ(value_at(d, "offload.rules.2.tensor"), "master_weights");
+  EXPECT_EQ(value_at(d, "offload.optimizer"), "cpu");
+  // Megatron's GPT defaults where the script is silent.
+  EXPECT_EQ(value_at(d, "model.activation"), "gelu");
+  EXPECT_EQ(value_at(d, "model.linear_bias"), "true");
+  EXPECT_EQ(value_at(d, "model.dropout"), "true");
+  EXPECT_EQ(value_at(d, "model.max_positions"), "2048");
+}
+
+TEST(DeepSpeedImport, Stage3ParameterOffloadAndNvme) {
+  const std::string cfg =
+      write_temp("z3.json",
+                 R"({"train_micro_batch_size_per_gpu": 2, "fp16": {"enabled": true},
+ "zero_optimization": {"stage": 3, "offload_param": {"device": "cpu", "pin_memory": false},
+ "offload_optimizer": {"device": "nvme"}}})");
+  auto r = import_config(
+      Framework::kDeepSpeed, {cfg},
+      {.sets = {"model=llama3-8b", "training.seq_len=2048", "hardware.system=dgx-h100"},
+       .gpus = 8});
+  ASSERT_TRUE(r) << r.error().message;
+  const Node& d = r->scenario;
+  EXPECT_EQ(value_at(d, "parallelism.dp"), "8");
+  EXPECT_EQ(value_at(d, "training.global_batch"), "16");  // 2 x 1 (DeepSpeed's default) x 8
+  EXPECT_EQ(value_at(d, "training.precision"), "fp16");
+  EXPECT_EQ(value_at(d, "parallelism.zero_stage"), "3");
+  EXPECT_EQ(value_at(d, "offload.rules.0.tensor"), "optimizer_states");
+  EXPECT_EQ(value_at(d, "offload.rules.3.tensor"), "params");
+  EXPECT_EQ(keys(r->unmapped),
+            (std::vector<std::string>{"zero_optimization.offload_optimizer.device",
+                                      "zero_optimization.offload_param.pin_memory"}));
+}
+
+TEST(TorchtitanImport, TensorParallelAndCpuOffload) {
+  const std::string cfg = write_temp("tp.toml",
+                                     "[model]\nname = \"llama3\"\nflavor = \"70B\"\n"
+                                     "[training]\nlocal_batch_size = 2\nseq_len = 4096\n"
+                                     "global_batch_size = 32\nenable_cpu_offload = true\n"
+                                     "[parallelism]\ndata_parallel_shard_degree = -1\n"
+                                     "tensor_parallel_degree = 4\npipeline_parallel_degree = 2\n"
+                                     "pipeline_parallel_schedule = \"ZBVZeroBubble\"\n");
+  auto r = import_config(Framework::kTorchtitan, {cfg},
+                         {.sets = {"hardware.system=dgx-h100"}, .gpus = 16});
+  ASSERT_TRUE(r) << r.error().message;
+  const Node& d = r->scenario;
+  EXPECT_EQ(value_at(d, "model"), "llama3-70b");
+  EXPECT_EQ(value_at(d, "parallelism.dp"), "2");
+  EXPECT_EQ(value_at(d, "parallelism.tp"), "4");
+  EXPECT_EQ(value_at(d, "parallelism.sequence_parallel"), "true");
+  EXPECT_EQ(value_at(d, "parallelism.pp"), "2");
+  EXPECT_EQ(value_at(d, "training.global_batch"), "32");
+  EXPECT_EQ(value_at(d, "offload"), "fsdp_cpu_offload");
+  EXPECT_EQ(value_at(d, "hardware.nodes"), "2");
+  EXPECT_EQ(keys(r->unmapped),
+            (std::vector<std::string>{"parallelism.pipeline_parallel_schedule"}));
+}
+
+}  // namespace
+}  // namespace offsim::scenarios
