@@ -102,7 +102,7 @@ def test_sweep_without_pandas_gives_dicts():
     rows = offsim.sweep(SWEEP, as_frame=False, jobs=2)
     assert isinstance(rows, list) and len(rows) == 30
     assert rows[0]["index"] == 0 and isinstance(rows[0]["step_time_s"], float)
-    assert {"training.micro_batch", "offload", "recompute"} <= set(rows[0])
+    assert {"axes.training.micro_batch", "axes.offload", "axes.recompute"} <= set(rows[0])
 
 
 def test_plan_returns_ranked_fitting_policies():

@@ -464,7 +464,7 @@ TEST(JaxMemory, ReadsSumsAndComparesWithTheForecast) {
   ASSERT_FALSE(bad);
   EXPECT_NE(bad.error().message.find("output_size_in_bytes: missing"), std::string::npos);
 
-  // The CLI shows both views; the JSON report carries them under jax_memory.
+  // The CLI shows both views; the JSON record carries them as jax_memory.* columns.
   std::ofstream(file) << R"({"argument_size_in_bytes": 17179869184,
  "output_size_in_bytes": 17179869184, "alias_size_in_bytes": 17179869184,
  "temp_size_in_bytes": 21474836480})";
@@ -476,8 +476,9 @@ TEST(JaxMemory, ReadsSumsAndComparesWithTheForecast) {
       0)
       << testing::read_file(se);
   const nlohmann::json out = nlohmann::json::parse(testing::read_file(so));
-  const double ratio = out["jax_memory"]["hbm_ratio"].get<double>();
-  EXPECT_EQ(ratio, out["hbm_peak_bytes"].get<double>() / 38654705664.0);
+  ASSERT_TRUE(out.is_array());
+  const double ratio = out[0]["jax_memory.hbm_ratio"].get<double>();
+  EXPECT_EQ(ratio, out[0]["hbm_peak_bytes"].get<double>() / 38654705664.0);
   EXPECT_EQ(testing::wait_exit(testing::spawn_process(
                 OFFSIM_CLI_PATH, {"run", scenario, "--jax-memory", file}, so, se)),
             0);
