@@ -85,7 +85,7 @@ sim::Result<ResultsFile> ResultsFile::open(const Spec& spec, OpenMode mode) {
   if (exists && mode == OpenMode::kResume) {
     // Sweep files hold one short line per point; 4 GiB is far beyond any sweep we accept.
     OFFSIM_ASSIGN_OR_RETURN(std::string text,
-                            sim::read_text_file(spec.path, std::int64_t{4} << 30));
+                            sim::read_input_file(spec.path, sim::kSweepResultsInput));
     std::size_t pos = 0;
     std::int64_t line_no = 0;
     while (pos < text.size()) {

@@ -243,7 +243,7 @@ sim::Result<ModelArch> read_model(const Node& node, const std::string& base_dir)
   } else if (hf != nullptr) {
     OFFSIM_ASSIGN_OR_RETURN(std::string rel, string_of(*hf, "model.hf_config"));
     const std::string file = resolve_path(*hf, rel, base_dir);
-    auto text = sim::read_text_file(file, std::int64_t{16} << 20);
+    auto text = sim::read_input_file(file, sim::kHfConfigInput);
     if (!text) {
       return sim::fail(ErrorCode::kInvalidInput, "{}: model.hf_config: {}", hf->origin,
                        text.error().message);

@@ -304,7 +304,7 @@ sim::Result<SweepTable> parse_sweep_csv(std::string_view text, const std::string
 
 sim::Result<SweepTable> read_sweep_file(const std::string& path, const std::atomic<bool>* cancel,
                                         const ProgressFn& progress) {
-  OFFSIM_ASSIGN_OR_RETURN(std::string text, sim::read_text_file(path));
+  OFFSIM_ASSIGN_OR_RETURN(std::string text, sim::read_input_file(path, sim::kSweepResultsInput));
   if (path.size() >= 4 && path.compare(path.size() - 4, 4, ".csv") == 0) {
     return parse_sweep_csv(text, path, cancel, progress);
   }

@@ -2,6 +2,10 @@
 
 #include <cmath>
 #include <limits>
+#include <unordered_map>
+#include <vector>
+
+#include "sim/core/escape.h"
 
 namespace offsim::sim {
 
@@ -124,37 +128,117 @@ Status JsonReader::only_keys(const nlohmann::json& object,
     if (!known) {
       std::string list;
       for (std::string_view a : allowed) list += (list.empty() ? "" : ", ") + std::string(a);
-      return error(path, fmt::format("unknown key '{}' (expected one of: {})", it.key(), list));
+      return error(path, fmt::format("unknown key '{}' (expected one of: {})",
+                                     escape_for_message(it.key()), list));
     }
   }
   return ok();
 }
 
-Result<nlohmann::json> parse_json_text(const std::string& text, const std::string& source) {
-  // Depth-limited by nlohmann's recursive parser only through the input size; reject absurd
-  // nesting first so hostile input cannot exhaust the stack.
-  int depth = 0;
-  bool in_string = false;
-  bool escaped = false;
-  for (char c : text) {
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (c == '\\') {
-        escaped = true;
-      } else if (c == '"') {
-        in_string = false;
-      }
+namespace {
+
+// One pass over the text, before and after nlohmann's parser: the nesting depth (so that hostile
+// input cannot exhaust the parser's stack) and the first duplicate key of any object, with its
+// line and JSON path (nlohmann keeps the last of duplicate keys silently).
+struct ScanResult {
+  bool too_deep = false;
+  std::string duplicate_key;  // empty: none
+  std::string duplicate_path;
+  std::size_t duplicate_line = 0;
+  std::size_t first_line = 0;
+};
+
+constexpr int kMaxJsonDepth = 256;
+
+ScanResult scan_json(const std::string& text) {
+  struct Level {
+    bool is_object = false;
+    bool expect_key = false;
+    std::string path;
+    std::string last_key;
+    std::size_t index = 0;
+    std::unordered_map<std::string, std::size_t> keys;  // key -> line
+  };
+  ScanResult out;
+  std::vector<Level> stack;
+  std::size_t line = 1;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == '\n') {
+      ++line;
       continue;
     }
-    if (c == '"') in_string = true;
-    if (c == '[' || c == '{') {
-      if (++depth > 256) {
-        return fail(ErrorCode::kInvalidInput, "{}: JSON nested deeper than 256 levels", source);
+    if (c == '"') {
+      const std::size_t begin = i;
+      bool escaped = false;
+      bool has_escape = false;
+      for (++i; i < text.size(); ++i) {
+        if (escaped) {
+          escaped = false;
+        } else if (text[i] == '\\') {
+          escaped = has_escape = true;
+        } else if (text[i] == '"') {
+          break;
+        } else if (text[i] == '\n') {
+          ++line;
+        }
       }
-    } else if (c == ']' || c == '}') {
-      --depth;
+      if (stack.empty() || !stack.back().is_object || !stack.back().expect_key) continue;
+      Level& top = stack.back();
+      top.expect_key = false;
+      std::string key = text.substr(begin + 1, i - begin - 1);
+      if (has_escape) {
+        // Decode escapes so that "a" and "\u0061" are the same key.
+        const auto decoded = nlohmann::json::parse(text.substr(begin, i - begin + 1), nullptr,
+                                                   /*allow_exceptions=*/false);
+        if (decoded.is_string()) key = decoded.get<std::string>();
+      }
+      const auto [it, inserted] = top.keys.emplace(key, line);
+      if (!inserted && out.duplicate_key.empty()) {
+        out.duplicate_key = key;
+        out.duplicate_path = top.path;
+        out.duplicate_line = line;
+        out.first_line = it->second;
+      }
+      top.last_key = std::move(key);
+      continue;
     }
+    if (c == '{' || c == '[') {
+      if (static_cast<int>(stack.size()) >= kMaxJsonDepth) {
+        out.too_deep = true;
+        return out;
+      }
+      Level next;
+      next.is_object = c == '{';
+      next.expect_key = next.is_object;
+      if (stack.empty()) {
+        next.path = "$";
+      } else if (stack.back().is_object) {
+        next.path = stack.back().path + "." + stack.back().last_key;
+      } else {
+        next.path = fmt::format("{}[{}]", stack.back().path, stack.back().index);
+      }
+      stack.push_back(std::move(next));
+    } else if (c == '}' || c == ']') {
+      if (!stack.empty()) stack.pop_back();
+    } else if (c == ',' && !stack.empty()) {
+      if (stack.back().is_object) {
+        stack.back().expect_key = true;
+      } else {
+        ++stack.back().index;
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<nlohmann::json> parse_json_text(const std::string& text, const std::string& source) {
+  const ScanResult scan = scan_json(text);
+  if (scan.too_deep) {
+    return fail(ErrorCode::kInvalidInput, "{}: JSON nested deeper than {} levels", source,
+                kMaxJsonDepth);
   }
   nlohmann::json json = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (json.is_discarded()) {
@@ -164,12 +248,20 @@ Result<nlohmann::json> parse_json_text(const std::string& text, const std::strin
       (void)reparsed;
     } catch (const nlohmann::json::parse_error& e) {
       return fail(ErrorCode::kInvalidInput, "{}: not valid JSON at byte {}: {}", source, e.byte,
-                  e.what());
+                  escape_for_message(e.what()));
     } catch (const nlohmann::json::exception& e) {
       // e.g. out_of_range 406: a number too large for a double.
-      return fail(ErrorCode::kInvalidInput, "{}: not valid JSON: {}", source, e.what());
+      return fail(ErrorCode::kInvalidInput, "{}: not valid JSON: {}", source,
+                  escape_for_message(e.what()));
     }
     return fail(ErrorCode::kInvalidInput, "{}: not valid JSON", source);
+  }
+  if (!scan.duplicate_key.empty()) {
+    return fail(ErrorCode::kInvalidInput,
+                "{}: line {}: {}: duplicate key '{}' (first on line {}); each key may appear "
+                "only once",
+                source, scan.duplicate_line, scan.duplicate_path,
+                escape_for_message(scan.duplicate_key), scan.first_line);
   }
   return json;
 }

@@ -59,7 +59,8 @@ class JsonReader {
 
 const char* json_type_name(const nlohmann::json& value);
 
-// Parses text; on a syntax error names the source and byte offset.
+// Parses text strictly: on a syntax error names the source and byte offset; a duplicate key of
+// any object is an error naming the key, its line and the JSON path of the object.
 Result<nlohmann::json> parse_json_text(const std::string& text, const std::string& source);
 
 }  // namespace offsim::sim

@@ -450,7 +450,7 @@ Result<Plan> plan_from_json_text(const std::string& text, const std::string& sou
 }
 
 Result<Plan> read_plan_file(const std::string& path) {
-  OFFSIM_ASSIGN_OR_RETURN(std::string text, read_text_file(path));
+  OFFSIM_ASSIGN_OR_RETURN(std::string text, read_input_file(path, kPlanInput));
   return plan_from_json_text(text, path);
 }
 

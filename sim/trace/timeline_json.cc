@@ -348,7 +348,7 @@ Result<Timeline> timeline_from_json_text(const std::string& text, const std::str
 }
 
 Result<Timeline> read_timeline_file(const std::string& path) {
-  OFFSIM_ASSIGN_OR_RETURN(std::string text, read_text_file(path));
+  OFFSIM_ASSIGN_OR_RETURN(std::string text, read_input_file(path, kTimelineInput));
   return timeline_from_json_text(text, path);
 }
 
