@@ -705,6 +705,15 @@ sim::Status check_loaded(const Scenario& scenario, const Node& doc) {
   if (status && !scenario.hardware.profile_path.empty()) {
     if (auto profile = sim::platform::read_profile_file(scenario.hardware.profile_path); !profile) {
       status = sim::fail(ErrorCode::kInvalidInput, "hardware.profile: {}", profile.error().message);
+    } else if (auto system = sim::platform::find_system(scenario.hardware.system);
+               system && system->host_link != sim::platform::HostLinkKind::kNvlinkC2c &&
+               !(profile->host_link.switch_uplink_bytes_per_s.value > 0.0)) {
+      // 0 means "no PCIe switch" in a profile, but this system's GPUs reach the host through one.
+      status = sim::fail(ErrorCode::kInvalidInput,
+                         "hardware.profile: {}: $.host_link.switch_uplink_bytes_per_s.value: value "
+                         "0 is not allowed for system {}, whose GPUs reach the CPU through PCIe "
+                         "switches (expected a bandwidth in bytes/s > 0)",
+                         scenario.hardware.profile_path, scenario.hardware.system);
     }
   }
   if (!status) {

@@ -234,6 +234,22 @@ ScanResult scan_json(const std::string& text) {
 
 }  // namespace
 
+std::string json_document_kind(const nlohmann::json& root) {
+  if (!root.is_object()) return {};
+  const auto format = root.find("format");
+  const std::string f =
+      format != root.end() && format->is_string() ? format->get<std::string>() : "";
+  if (f == "offsim-plan") return "a Plan JSON (offsim run --plan-out)";
+  if (f == "offsim-timeline") return "a Timeline JSON (offsim run --timeline-out, replay --out)";
+  if (f == "offsim-profile") return "a calibration profile (offsim calibrate --out)";
+  if (root.contains("traceEvents")) return "a Chrome/Perfetto trace (offsim run --trace)";
+  if (root.contains("model_type") || root.contains("num_hidden_layers")) {
+    return "a Hugging Face config.json";
+  }
+  if (root.contains("step_time_s") || root.contains("scenario")) return "an offsim report";
+  return {};
+}
+
 Result<nlohmann::json> parse_json_text(const std::string& text, const std::string& source) {
   const ScanResult scan = scan_json(text);
   if (scan.too_deep) {

@@ -287,12 +287,10 @@ struct FigureRange {
   const char* what;
 };
 
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-
 constexpr FigureRange kFigureRanges[] = {
     // Exact keys.
-    {"gpu.hbm_usable_bytes", 1.0 * kGiB, 4096.0 * kGiB, false,
-     "GPU memory in bytes; the largest GPUs have under 300 GB"},
+    {"gpu.hbm_usable_bytes", 1e9, 1e13, false,
+     "GPU memory in bytes; the largest GPUs have under 3e11"},
     {"gpu.dense_flops_bf16", 1e12, 1e17, false,
      "dense FLOP/s of one GPU; B200 is 2.25e15 in bf16, 4.5e15 in fp8"},
     {"gpu.dense_flops_fp16", 1e12, 1e17, false,
@@ -315,7 +313,7 @@ constexpr FigureRange kFigureRanges[] = {
      "fraction of SM throughput a collective takes"},
     {"allocator.overhead_fraction", 0.0, 1.0, true,
      "extra bytes per allocated byte; PyTorch's caching allocator wastes a few percent"},
-    {"allocator.fixed_bytes", 0.0, 64.0 * kGiB, true,
+    {"allocator.fixed_bytes", 0.0, 1e11, true,
      "bytes the CUDA context and libraries take; about 0.5-2 GiB"},
     {"gemm.tile_size", 1.0, 4096.0, false, "GEMM tile side in elements; 64-256 on current GPUs"},
     {"gemm.alignment_elements", 0.0, 4096.0, true,
@@ -604,6 +602,13 @@ json profile_to_json(const CalibrationProfile& profile) {
 Result<CalibrationProfile> profile_from_json(const json& root, const std::string& source) {
   ProfileReader pr(source);
   const JsonReader& r = pr.reader();
+  // Another of offsim's files given where a profile is expected: say which.
+  if (const std::string kind = json_document_kind(root);
+      !kind.empty() && kind.rfind("a calibration profile", 0) != 0) {
+    return r.error("$", fmt::format("this is {}, expected a calibration profile (write one with "
+                                    "offsim calibrate --out)",
+                                    kind));
+  }
   std::vector<std::string> top = {"format", "format_version", "provenance", "gemm", "memory_bound"};
   CalibrationProfile out;
   for_each_section(out, [&](const char* section, const std::vector<FigureField>&) {

@@ -106,6 +106,13 @@ class TimelineParser {
   explicit TimelineParser(const std::string& source) : r_(source) {}
 
   Result<Timeline> parse(const json& root) {
+    // Another of offsim's files given where a timeline is expected: say which.
+    const std::string kind = json_document_kind(root);
+    if (!kind.empty() && kind.rfind("a Timeline JSON", 0) != 0) {
+      return r_.error("$", fmt::format("this is {}, expected a Timeline JSON (write one with "
+                                       "offsim run --timeline-out or replay --out)",
+                                       kind));
+    }
     OFFSIM_RETURN_IF_ERROR(r_.only_keys(root,
                                         {"format", "format_version", "source", "metadata", "lanes",
                                          "ops", "spans", "pools", "makespan_ns", "outcome"},
@@ -127,6 +134,18 @@ class TimelineParser {
     OFFSIM_RETURN_IF_ERROR(parse_spans(root));
     OFFSIM_RETURN_IF_ERROR(parse_pools(root));
     OFFSIM_ASSIGN_OR_RETURN(std::int64_t makespan, r_.integer(root, "makespan_ns", "$"));
+    if (makespan < 0) {
+      return r_.error("$.makespan_ns", fmt::format("expected a time >= 0 ns, got {}", makespan));
+    }
+    // The makespan is the end of the step: every span ends by then.
+    for (std::size_t i = 0; i < t_.spans.size(); ++i) {
+      if (t_.spans[i].end > at_ns(makespan)) {
+        return r_.error("$.makespan_ns",
+                        fmt::format("makespan {} ns precedes the end of $.spans[{}] ({} ns); "
+                                    "expected the makespan to be at or after every span's end",
+                                    makespan, i, ns(t_.spans[i].end)));
+      }
+    }
     t_.makespan = at_ns(makespan);
     OFFSIM_RETURN_IF_ERROR(parse_outcome(root));
     return std::move(t_);
@@ -206,6 +225,9 @@ class TimelineParser {
       OFFSIM_ASSIGN_OR_RETURN(std::uint32_t lane, index(s, "lane", path, t_.lanes.size(), "lane"));
       OFFSIM_ASSIGN_OR_RETURN(std::int64_t start, r_.integer(s, "start_ns", path));
       OFFSIM_ASSIGN_OR_RETURN(std::int64_t end, r_.integer(s, "end_ns", path));
+      if (start < 0) {
+        return r_.error(path + ".start_ns", fmt::format("expected a time >= 0 ns, got {}", start));
+      }
       if (end < start) {
         return r_.error(path + ".end_ns",
                         fmt::format("end {} ns is before start {} ns", end, start));
