@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "sim/core/file_io.h"
+#include "sim/core/json_reader.h"
 
 namespace offsim::scenarios {
 namespace {
@@ -178,6 +179,12 @@ std::function<std::string(const std::string&)> csv_row_key(std::size_t key_field
 std::function<std::string(const std::string&)> jsonl_row_key() {
   return [](const std::string& line) -> std::string {
     const auto j = nlohmann::ordered_json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded()) return {};
+    // Strict JSON: a row with a duplicate key is not one this sweep wrote (the parse above keeps
+    // the last of the duplicates silently). What is wrong is shown in place of the key.
+    if (auto strict = sim::parse_json_text(line, "row"); !strict) {
+      return "<" + strict.error().message + ">";
+    }
     if (!j.is_object() || !j.contains("index") || !j.contains("axes")) return {};
     return nlohmann::ordered_json{{"index", j["index"]}, {"axes", j["axes"]}}.dump();
   };
