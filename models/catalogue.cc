@@ -190,6 +190,14 @@ sim::Result<ModelArch> model_from_hf_config(const std::string& json_text,
     return sim::fail(sim::ErrorCode::kInvalidInput, "{}: expected a JSON object, got {}", source,
                      sim::json_type_name(j));
   }
+  // Another of offsim's files given where a config.json is expected: say which.
+  if (const std::string kind = sim::json_document_kind(j);
+      !kind.empty() && kind != "a Hugging Face config.json") {
+    return sim::fail(sim::ErrorCode::kInvalidInput,
+                     "{}: this is {}, expected a Hugging Face config.json (with model_type, "
+                     "hidden_size, num_hidden_layers, ...)",
+                     source, kind);
+  }
   // The largest value of each dimension offsim accepts, named by the config key: the same bounds
   // as check_scenario() (they keep every byte and FLOP count in 64-bit integers), so that an
   // imported config fails here with its own key rather than later with a derived model.* key.
