@@ -102,8 +102,16 @@ struct BadCase {
 TEST(TimelineJsonTest, ErrorsNameSourceAndPath) {
   const nlohmann::json good = timeline_to_json(small_timeline());
   const std::vector<BadCase> cases = {
-      {"wrong format", [](nlohmann::json& j) { j["format"] = "offsim-plan"; },
-       "t.json: $.format: expected \"offsim-timeline\", got \"offsim-plan\""},
+      {"wrong format", [](nlohmann::json& j) { j["format"] = "offsim-trace"; },
+       "t.json: $.format: expected \"offsim-timeline\", got \"offsim-trace\""},
+      {"a plan", [](nlohmann::json& j) { j["format"] = "offsim-plan"; },
+       "t.json: $: this is a Plan JSON (offsim run --plan-out), expected a Timeline JSON"},
+      {"makespan before a span's end", [](nlohmann::json& j) { j["makespan_ns"] = 1; },
+       "t.json: $.makespan_ns: makespan 1 ns precedes the end of $.spans["},
+      {"negative makespan", [](nlohmann::json& j) { j["makespan_ns"] = -1; },
+       "t.json: $.makespan_ns: expected a time >= 0 ns, got -1"},
+      {"negative span start", [](nlohmann::json& j) { j["spans"][0]["start_ns"] = -5; },
+       "t.json: $.spans[0].start_ns: expected a time >= 0 ns, got -5"},
       {"newer version", [](nlohmann::json& j) { j["format_version"] = 2; },
        "t.json: $.format_version: this offsim reads version 1, got 2"},
       {"unknown key", [](nlohmann::json& j) { j["extra"] = 1; }, "t.json: $: unknown key 'extra'"},
