@@ -75,7 +75,14 @@ sim::Status check_output_path(const std::string& flag, const std::string& path,
                      "{} {}: is {}, expected a regular file or a new file name", flag, shown,
                      non_regular_kind(st.st_mode));
   }
-  if (!path.empty() && path.back() == '/') {
+  for (const char c : path) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7F) {
+      return sim::fail(ErrorCode::kInvalidInput,
+                       "{} {}: the name holds a control character; expected a plain file name",
+                       flag, shown);
+    }
+  }
+  if (path.back() == '/') {
     return sim::fail(ErrorCode::kInvalidInput, "{} {}: expected a file name, not a folder", flag,
                      shown);
   }

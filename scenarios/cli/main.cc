@@ -244,7 +244,8 @@ int cmd_run(const RunArgs& a) {
     }
     if (auto st = outputs.commit(); !st) return report(st.error());
     if (!a.trace.empty()) {
-      fmt::print(stderr, "offsim: wrote the Chrome/Perfetto trace to {}\n", a.trace);
+      fmt::print(stderr, "offsim: wrote the Chrome/Perfetto trace to {}\n",
+                 sim::escape_for_message(a.trace));
     }
     reports.push_back({l.scenario.name, std::move(eval->report)});
   }

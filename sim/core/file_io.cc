@@ -52,8 +52,9 @@ Result<std::string> read_input_file(const std::string& path, const InputKind& ki
   // has side effects. The opened descriptor is checked again (the path may have been replaced).
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) {
-    return fail(errno == ENOENT ? ErrorCode::kNotFound : ErrorCode::kIo, "{}: cannot open: {}",
-                path, std::strerror(errno));
+    // Any path that cannot be read is a problem of the input the user named: exit status 2.
+    return fail(errno == ENOENT ? ErrorCode::kNotFound : ErrorCode::kInvalidInput,
+                "{}: cannot open: {}", path, std::strerror(errno));
   }
   if (!S_ISREG(st.st_mode)) {
     return fail(ErrorCode::kInvalidInput, "{}: is {}, expected {} (a regular file)", path,
@@ -66,7 +67,9 @@ Result<std::string> read_input_file(const std::string& path, const InputKind& ki
   };
   if (st.st_size > kind.max_bytes) return too_large(st.st_size, false);
   const Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
-  if (fd.get() < 0) return fail(ErrorCode::kIo, "{}: cannot open: {}", path, std::strerror(errno));
+  if (fd.get() < 0) {
+    return fail(ErrorCode::kInvalidInput, "{}: cannot open: {}", path, std::strerror(errno));
+  }
   if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
     return fail(ErrorCode::kInvalidInput, "{}: is {}, expected {} (a regular file)", path,
                 file_type_name(st.st_mode), kind.what);
@@ -88,7 +91,8 @@ Result<std::string> read_input_file(const std::string& path, const InputKind& ki
     const ssize_t n = ::read(fd.get(), text.data() + used, text.size() - used);
     if (n < 0) {
       if (errno == EINTR) continue;
-      return fail(ErrorCode::kIo, "{}: read error: {}", path, std::strerror(errno));
+      return fail(ErrorCode::kInvalidInput, "{}: cannot read: {}, expected {}", path,
+                  std::strerror(errno), kind.what);
     }
     if (n == 0) break;
     used += static_cast<std::size_t>(n);

@@ -44,8 +44,8 @@ inline constexpr InputKind kSweepResultsInput{"a sweep result file (CSV or JSONL
                                               std::int64_t{4} << 30};
 
 // Reads a regular file of at most kind.max_bytes bytes. Errors name the path and what was
-// expected: kNotFound (missing), kInvalidInput (not a regular file), kLimitExceeded (too large),
-// kIo (unreadable).
+// expected: kNotFound (missing), kLimitExceeded (too large), kInvalidInput (not a regular file,
+// or unreadable: an input the user named that cannot be read is an input error).
 Result<std::string> read_input_file(const std::string& path, const InputKind& kind);
 
 // read_input_file with a generic kind; refuses files larger than `max_bytes`.

@@ -6,8 +6,8 @@
 // command's arguments separated by spaces. `{in}` is tests/reliability/inputs, `{out}` a fresh
 // empty folder whose contents are checked after the run, `{copy:NAME}` a private copy of
 // inputs/NAME, `{fifo}` a named pipe, `{profile:SECTION.KEY=VALUE}` a copy of the H100 SXM
-// calibration profile with that figure's value replaced, and an argument `{env:NAME=VALUE}` is
-// not passed but set in the command's environment.
+// calibration profile with that figure's value replaced, `\n` a newline, and an argument
+// `{env:NAME=VALUE}` is not passed but set in the command's environment.
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -167,6 +167,7 @@ TEST_P(MalformedInput, FailsCleanlyWithStatus2) {
       std::ofstream(file) << j.dump(1);
       a.replace(p, end - p + 1, file.string());
     }
+    a = replace_all(a, "\\n", "\n");  // a newline inside an argument
     args.push_back(replace_all(replace_all(a, "{in}", inputs.string()), "{out}", out.string()));
   }
   const fs::path log = fs::temp_directory_path() / ("offsim-malformed-" + c.name + ".log");
