@@ -86,6 +86,16 @@ sim::Status check_output_path(const std::string& flag, const std::string& path,
     return sim::fail(ErrorCode::kInvalidInput, "{} {}: expected a file name, not a folder", flag,
                      shown);
   }
+  // The folder must exist: refused here, before any work, rather than when the file is opened.
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  struct stat pst {};
+  const std::string folder = parent.empty() ? std::string(".") : parent.string();
+  if (::stat(folder.c_str(), &pst) != 0 || !S_ISDIR(pst.st_mode)) {
+    return sim::fail(ErrorCode::kInvalidInput,
+                     "{} {}: {} {}; expected a file in an existing folder", flag, shown,
+                     sim::escape_for_message(folder),
+                     ::stat(folder.c_str(), &pst) != 0 ? "does not exist" : "is not a folder");
+  }
   for (const std::string& input : inputs) {
     if (!input.empty() && same_file(path, input)) {
       return sim::fail(ErrorCode::kInvalidInput,
