@@ -52,6 +52,17 @@ TEST_F(ReadInputFile, RefusesAFileOverTheLimitOfItsKind) {
   EXPECT_TRUE(read_input_file(path, InputKind{"a test file", 2000}));
 }
 
+// The read stops at the limit whatever the file's size said: /proc files report size 0 (as a file
+// growing while it is read would be larger than its size at open).
+TEST_F(ReadInputFile, TheReadItselfIsBounded) {
+  auto text = read_input_file("/proc/self/maps", InputKind{"a test file", 64});
+  ASSERT_FALSE(text);
+  EXPECT_EQ(text.error().code, ErrorCode::kLimitExceeded);
+  EXPECT_NE(text.error().message.find("file is at least 65 bytes"), std::string::npos)
+      << text.error().message;
+  EXPECT_TRUE(read_input_file("/proc/self/maps", InputKind{"a test file", 1 << 24}));
+}
+
 TEST_F(ReadInputFile, RefusesDevicesPipesAndDirectoriesBeforeReading) {
   for (const char* device : {"/dev/zero", "/dev/urandom", "/dev/null"}) {
     auto text = read_input_file(device, kScenarioInput);
