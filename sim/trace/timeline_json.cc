@@ -196,7 +196,13 @@ class TimelineParser {
       }
       info.layer = static_cast<int>(layer);
       OFFSIM_ASSIGN_OR_RETURN(info.flops, r_.number(o, "flops", path));
+      if (info.flops < 0.0) {
+        return r_.error(path + ".flops", fmt::format("expected a count >= 0, got {}", info.flops));
+      }
       OFFSIM_ASSIGN_OR_RETURN(info.bytes, r_.integer(o, "bytes", path));
+      if (info.bytes < 0) {
+        return r_.error(path + ".bytes", fmt::format("expected a count >= 0, got {}", info.bytes));
+      }
       t_.ops.push_back(std::move(info));
     }
     return ok();
@@ -269,6 +275,10 @@ class TimelineParser {
       PoolTrace pool;
       OFFSIM_ASSIGN_OR_RETURN(pool.name, r_.string(p, "name", path));
       OFFSIM_ASSIGN_OR_RETURN(pool.capacity_bytes, r_.integer(p, "capacity_bytes", path));
+      if (pool.capacity_bytes < 0) {
+        return r_.error(path + ".capacity_bytes",
+                        fmt::format("expected a byte count >= 0, got {}", pool.capacity_bytes));
+      }
       OFFSIM_ASSIGN_OR_RETURN(const json* samples, r_.array(p, "samples", path));
       for (std::size_t k = 0; k < samples->size(); ++k) {
         const std::string sp = fmt::format("{}.samples[{}]", path, k);
@@ -278,6 +288,10 @@ class TimelineParser {
         }
         OFFSIM_ASSIGN_OR_RETURN(std::int64_t time, r_.as_integer(s[0], sp + "[0]"));
         OFFSIM_ASSIGN_OR_RETURN(std::int64_t bytes, r_.as_integer(s[1], sp + "[1]"));
+        if (time < 0 || bytes < 0) {
+          return r_.error(
+              sp, fmt::format("expected a time and a byte count >= 0, got [{}, {}]", time, bytes));
+        }
         if (!pool.samples.empty() && at_ns(time) < pool.samples.back().time) {
           return r_.error(sp + "[0]",
                           fmt::format("time {} ns is before the previous sample's {} ns", time,
@@ -286,6 +300,10 @@ class TimelineParser {
         pool.samples.push_back(MemorySample{at_ns(time), bytes});
       }
       OFFSIM_ASSIGN_OR_RETURN(pool.peak_bytes, r_.integer(p, "peak_bytes", path));
+      if (pool.peak_bytes < 0) {
+        return r_.error(path + ".peak_bytes",
+                        fmt::format("expected a byte count >= 0, got {}", pool.peak_bytes));
+      }
       OFFSIM_ASSIGN_OR_RETURN(std::int64_t peak_time, r_.integer(p, "peak_time_ns", path));
       pool.peak_time = at_ns(peak_time);
       OFFSIM_ASSIGN_OR_RETURN(const json* live, r_.member(p, "live_at_peak", path));
