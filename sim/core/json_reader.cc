@@ -1,7 +1,11 @@
 #include "sim/core/json_reader.h"
 
+#include <algorithm>
 #include <cmath>
+#include <deque>
 #include <limits>
+#include <optional>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -151,16 +155,29 @@ struct ScanResult {
 constexpr int kMaxJsonDepth = 256;
 
 ScanResult scan_json(const std::string& text) {
+  // Keys are views into `text` (or into `decoded` for keys with escapes); objects with few keys
+  // are searched linearly, larger ones through a hash map, so that the scan stays linear.
+  constexpr std::size_t kLinearKeys = 16;
   struct Level {
     bool is_object = false;
     bool expect_key = false;
-    std::string path;
-    std::string last_key;
+    std::string_view last_key;
     std::size_t index = 0;
-    std::unordered_map<std::string, std::size_t> keys;  // key -> line
+    std::vector<std::pair<std::string_view, std::size_t>> keys;  // key, line
+    std::unordered_map<std::string_view, std::size_t> many;
+  };
+  // The JSON path of the innermost container, built only for a message.
+  const auto path_of = [](const std::vector<Level>& stack) {
+    std::string path = "$";
+    for (std::size_t d = 0; d + 1 < stack.size(); ++d) {
+      path += stack[d].is_object ? fmt::format(".{}", stack[d].last_key)
+                                 : fmt::format("[{}]", stack[d].index);
+    }
+    return path;
   };
   ScanResult out;
   std::vector<Level> stack;
+  std::deque<std::string> decoded;
   std::size_t line = 1;
   for (std::size_t i = 0; i < text.size(); ++i) {
     const char c = text[i];
@@ -186,21 +203,33 @@ ScanResult scan_json(const std::string& text) {
       if (stack.empty() || !stack.back().is_object || !stack.back().expect_key) continue;
       Level& top = stack.back();
       top.expect_key = false;
-      std::string key = text.substr(begin + 1, i - begin - 1);
+      std::string_view key(text.data() + begin + 1, std::min(i, text.size()) - begin - 1);
       if (has_escape) {
         // Decode escapes so that "a" and "\u0061" are the same key.
-        const auto decoded = nlohmann::json::parse(text.substr(begin, i - begin + 1), nullptr,
-                                                   /*allow_exceptions=*/false);
-        if (decoded.is_string()) key = decoded.get<std::string>();
+        const auto value = nlohmann::json::parse(text.substr(begin, i - begin + 1), nullptr,
+                                                 /*allow_exceptions=*/false);
+        if (value.is_string()) key = decoded.emplace_back(value.get<std::string>());
       }
-      const auto [it, inserted] = top.keys.emplace(key, line);
-      if (!inserted && out.duplicate_key.empty()) {
-        out.duplicate_key = key;
-        out.duplicate_path = top.path;
+      std::optional<std::size_t> first;
+      if (top.keys.size() < kLinearKeys) {
+        for (const auto& [k, l] : top.keys) {
+          if (k == key) first = l;
+        }
+        if (!first) top.keys.emplace_back(key, line);
+        if (top.keys.size() == kLinearKeys && top.many.empty()) {
+          for (const auto& [k, l] : top.keys) top.many.emplace(k, l);
+        }
+      } else {
+        const auto [it, inserted] = top.many.emplace(key, line);
+        if (!inserted) first = it->second;
+      }
+      if (first && out.duplicate_key.empty()) {
+        out.duplicate_key = std::string(key);
+        out.duplicate_path = path_of(stack);
         out.duplicate_line = line;
-        out.first_line = it->second;
+        out.first_line = *first;
       }
-      top.last_key = std::move(key);
+      top.last_key = key;
       continue;
     }
     if (c == '{' || c == '[') {
@@ -208,17 +237,9 @@ ScanResult scan_json(const std::string& text) {
         out.too_deep = true;
         return out;
       }
-      Level next;
+      Level& next = stack.emplace_back();
       next.is_object = c == '{';
       next.expect_key = next.is_object;
-      if (stack.empty()) {
-        next.path = "$";
-      } else if (stack.back().is_object) {
-        next.path = stack.back().path + "." + stack.back().last_key;
-      } else {
-        next.path = fmt::format("{}[{}]", stack.back().path, stack.back().index);
-      }
-      stack.push_back(std::move(next));
     } else if (c == '}' || c == ']') {
       if (!stack.empty()) stack.pop_back();
     } else if (c == ',' && !stack.empty()) {

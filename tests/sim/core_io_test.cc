@@ -6,6 +6,7 @@
 #include <fstream>
 #include <string>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "sim/core/escape.h"
@@ -107,6 +108,22 @@ TEST(ParseJsonText, RefusesDuplicateKeysWithLineAndPath) {
   auto bad = parse_json_text(R"({"k": 1, "k": )", "bad.json");
   ASSERT_FALSE(bad);
   EXPECT_NE(bad.error().message.find("not valid JSON"), std::string::npos);
+}
+
+// Objects with many keys switch from a linear search to a hash map: duplicates are still found,
+// and a large object costs linear time.
+TEST(ParseJsonText, FindsDuplicatesInLargeObjects) {
+  std::string text = "{";
+  for (int i = 0; i < 100000; ++i) text += fmt::format("\"k{}\": {},", i, i);
+  auto ok_text = text.substr(0, text.size() - 1) + "}";
+  EXPECT_TRUE(parse_json_text(ok_text, "big.json"));
+  for (int repeat : {3, 15, 16, 99999}) {
+    auto dup = parse_json_text(text + fmt::format("\"k{}\": 0}}", repeat), "big.json");
+    ASSERT_FALSE(dup) << repeat;
+    EXPECT_NE(dup.error().message.find(fmt::format("duplicate key 'k{}'", repeat)),
+              std::string::npos)
+        << dup.error().message;
+  }
 }
 
 TEST(ParseJsonText, RefusesDeepNesting) {
