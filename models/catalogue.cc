@@ -7,6 +7,8 @@
 #include <nlohmann/json.hpp>
 
 #include "models/scenario.h"
+#include "sim/core/escape.h"
+#include "sim/core/json_reader.h"
 
 namespace offsim::models {
 
@@ -181,10 +183,30 @@ std::int64_t parameter_count(const ModelArch& m) {
 
 sim::Result<ModelArch> model_from_hf_config(const std::string& json_text,
                                             const std::string& source) {
-  nlohmann::json j = nlohmann::json::parse(json_text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) {
-    return sim::fail(sim::ErrorCode::kInvalidInput, "{}: not a JSON object", source);
+  // Strict JSON: a duplicate key (which a plain parse resolves silently, last one wins) is an
+  // error naming the key and its line.
+  OFFSIM_ASSIGN_OR_RETURN(const nlohmann::json j, sim::parse_json_text(json_text, source));
+  if (!j.is_object()) {
+    return sim::fail(sim::ErrorCode::kInvalidInput, "{}: expected a JSON object, got {}", source,
+                     sim::json_type_name(j));
   }
+  // Another of offsim's files given where a config.json is expected: say which.
+  if (const std::string kind = sim::json_document_kind(j);
+      !kind.empty() && kind != "a Hugging Face config.json") {
+    return sim::fail(sim::ErrorCode::kInvalidInput,
+                     "{}: this is {}, expected a Hugging Face config.json (with model_type, "
+                     "hidden_size, num_hidden_layers, ...)",
+                     source, kind);
+  }
+  // The largest value of each dimension offsim accepts, named by the config key: the same bounds
+  // as check_scenario() (they keep every byte and FLOP count in 64-bit integers), so that an
+  // imported config fails here with its own key rather than later with a derived model.* key.
+  const auto max_of = [](std::string_view key) -> std::int64_t {
+    if (key == "hidden_size") return std::int64_t{1} << 20;
+    if (key == "intermediate_size") return std::int64_t{1} << 22;
+    if (key == "vocab_size") return std::int64_t{1} << 24;
+    return std::int64_t{1} << 16;  // layers, heads, head_dim
+  };
   const auto get_int = [&](const char* key, bool required,
                            std::int64_t fallback) -> sim::Result<std::int64_t> {
     auto it = j.find(key);
@@ -195,13 +217,13 @@ sim::Result<ModelArch> model_from_hf_config(const std::string& json_text,
       }
       return fallback;
     }
-    // Bounded so that parameter and byte counts stay in 64-bit integers.
-    constexpr std::int64_t kMax = std::int64_t{1} << 24;
+    const std::int64_t kMax = max_of(key);
     if (!it->is_number_integer() || it->get<std::int64_t>() <= 0 ||
         (it->is_number_unsigned() && it->get<std::uint64_t>() > static_cast<std::uint64_t>(kMax)) ||
         it->get<std::int64_t>() > kMax) {
       return sim::fail(sim::ErrorCode::kInvalidInput,
-                       "{}: '{}' must be a positive integer of at most {}", source, key, kMax);
+                       "{}: '{}' must be a positive integer of at most {}, got {}", source, key,
+                       kMax, sim::escape_for_message(it->dump()));
     }
     return it->get<std::int64_t>();
   };
@@ -215,11 +237,11 @@ sim::Result<ModelArch> model_from_hf_config(const std::string& json_text,
   static const std::vector<std::string> kTypes = {"llama", "mistral", "qwen2", "gemma"};
   if (std::find(kTypes.begin(), kTypes.end(), type) == kTypes.end()) {
     return sim::fail(sim::ErrorCode::kUnsupported,
-                     "{}: model_type '{}' is not supported; expected one of {}", source, type,
-                     fmt::join(kTypes, ", "));
+                     "{}: model_type '{}' is not supported; expected one of {}", source,
+                     sim::escape_for_message(type), fmt::join(kTypes, ", "));
   }
   ModelArch m;
-  m.name = j.value("_name_or_path", std::string{});
+  m.name = sim::escape_for_message(j.value("_name_or_path", std::string{}));
   if (m.name.empty()) m.name = source;
   OFFSIM_ASSIGN_OR_RETURN(m.hidden, get_int("hidden_size", true, 0));
   OFFSIM_ASSIGN_OR_RETURN(m.layers, get_int("num_hidden_layers", true, 0));
@@ -227,8 +249,19 @@ sim::Result<ModelArch> model_from_hf_config(const std::string& json_text,
   OFFSIM_ASSIGN_OR_RETURN(m.kv_heads, get_int("num_key_value_heads", false, m.heads));
   OFFSIM_ASSIGN_OR_RETURN(m.ffn_hidden, get_int("intermediate_size", true, 0));
   OFFSIM_ASSIGN_OR_RETURN(m.vocab_size, get_int("vocab_size", true, 0));
+  if (!j.contains("head_dim") && m.hidden % m.heads != 0) {
+    return sim::fail(sim::ErrorCode::kInvalidInput,
+                     "{}: hidden_size {} is not a multiple of num_attention_heads {} (and there is "
+                     "no head_dim key giving the head size)",
+                     source, m.hidden, m.heads);
+  }
   OFFSIM_ASSIGN_OR_RETURN(m.head_dim, get_int("head_dim", false, m.hidden / m.heads));
-  if (m.heads % m.kv_heads != 0) {
+  if (m.heads * m.head_dim > (std::int64_t{1} << 20)) {
+    return sim::fail(sim::ErrorCode::kInvalidInput,
+                     "{}: num_attention_heads {} x head_dim {} is {}, above offsim's limit of {}",
+                     source, m.heads, m.head_dim, m.heads * m.head_dim, std::int64_t{1} << 20);
+  }
+  if (m.kv_heads > m.heads || m.heads % m.kv_heads != 0) {
     return sim::fail(sim::ErrorCode::kInvalidInput,
                      "{}: num_key_value_heads {} does not divide num_attention_heads {}", source,
                      m.kv_heads, m.heads);

@@ -432,7 +432,9 @@ sim::Result<Node> parse_document(std::string_view text, const std::string& sourc
 }
 
 sim::Result<Node> load_document_file(const std::string& path, const DocumentLimits& limits) {
-  OFFSIM_ASSIGN_OR_RETURN(std::string text, sim::read_text_file(path, limits.max_bytes));
+  OFFSIM_ASSIGN_OR_RETURN(
+      std::string text,
+      sim::read_input_file(path, sim::InputKind{sim::kScenarioInput.what, limits.max_bytes}));
   const bool is_json = path.size() >= 5 && path.compare(path.size() - 5, 5, ".json") == 0;
   if (is_json) {
     try {

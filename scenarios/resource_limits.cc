@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 
@@ -66,6 +67,9 @@ sim::Error time_limit_error(double limit_s, const std::string& what) {
 
 Watchdog::Watchdog(double seconds, std::atomic<bool>& flag) : flag_(flag) {
   if (!(seconds > 0.0) || !std::isfinite(seconds)) return;
+  // steady_clock counts 64-bit nanoseconds (about 9.2e9 s): a longer limit would overflow the
+  // deadline and fire at once. 1e9 s (31 years) is "never" for an offsim run.
+  seconds = std::min(seconds, 1e9);
   const auto deadline = std::chrono::steady_clock::now() +
                         std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                             std::chrono::duration<double>(seconds));

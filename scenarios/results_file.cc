@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "sim/core/file_io.h"
+#include "sim/core/json_reader.h"
 
 namespace offsim::scenarios {
 namespace {
@@ -85,7 +86,7 @@ sim::Result<ResultsFile> ResultsFile::open(const Spec& spec, OpenMode mode) {
   if (exists && mode == OpenMode::kResume) {
     // Sweep files hold one short line per point; 4 GiB is far beyond any sweep we accept.
     OFFSIM_ASSIGN_OR_RETURN(std::string text,
-                            sim::read_text_file(spec.path, std::int64_t{4} << 30));
+                            sim::read_input_file(spec.path, sim::kSweepResultsInput));
     std::size_t pos = 0;
     std::int64_t line_no = 0;
     while (pos < text.size()) {
@@ -178,6 +179,12 @@ std::function<std::string(const std::string&)> csv_row_key(std::size_t key_field
 std::function<std::string(const std::string&)> jsonl_row_key() {
   return [](const std::string& line) -> std::string {
     const auto j = nlohmann::ordered_json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded()) return {};
+    // Strict JSON: a row with a duplicate key is not one this sweep wrote (the parse above keeps
+    // the last of the duplicates silently). What is wrong is shown in place of the key.
+    if (auto strict = sim::parse_json_text(line, "row"); !strict) {
+      return "<" + strict.error().message + ">";
+    }
     if (!j.is_object() || !j.contains("index")) return {};
     auto key = nlohmann::ordered_json::object();
     for (auto it = j.begin(); it != j.end(); ++it) {

@@ -243,7 +243,7 @@ sim::Result<ModelArch> read_model(const Node& node, const std::string& base_dir)
   } else if (hf != nullptr) {
     OFFSIM_ASSIGN_OR_RETURN(std::string rel, string_of(*hf, "model.hf_config"));
     const std::string file = resolve_path(*hf, rel, base_dir);
-    auto text = sim::read_text_file(file, std::int64_t{16} << 20);
+    auto text = sim::read_input_file(file, sim::kHfConfigInput);
     if (!text) {
       return sim::fail(ErrorCode::kInvalidInput, "{}: model.hf_config: {}", hf->origin,
                        text.error().message);
@@ -754,6 +754,15 @@ sim::Status check_loaded(const Scenario& scenario, const Node& doc) {
   if (status && !scenario.hardware.profile_path.empty()) {
     if (auto profile = sim::platform::read_profile_file(scenario.hardware.profile_path); !profile) {
       status = sim::fail(ErrorCode::kInvalidInput, "hardware.profile: {}", profile.error().message);
+    } else if (auto system = sim::platform::find_system(scenario.hardware.system);
+               system && system->host_link != sim::platform::HostLinkKind::kNvlinkC2c &&
+               !(profile->host_link.switch_uplink_bytes_per_s.value > 0.0)) {
+      // 0 means "no PCIe switch" in a profile, but this system's GPUs reach the host through one.
+      status = sim::fail(ErrorCode::kInvalidInput,
+                         "hardware.profile: {}: $.host_link.switch_uplink_bytes_per_s.value: value "
+                         "0 is not allowed for system {}, whose GPUs reach the CPU through PCIe "
+                         "switches (expected a bandwidth in bytes/s > 0)",
+                         scenario.hardware.profile_path, scenario.hardware.system);
     }
   }
   if (!status) {

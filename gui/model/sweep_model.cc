@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "sim/core/file_io.h"
+#include "sim/core/json_reader.h"
 
 namespace offsim::gui {
 namespace {
@@ -226,15 +227,17 @@ sim::Result<SweepTable> parse_sweep_jsonl(std::string_view text, const std::stri
     ++line_number;
     if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
     const std::string where = fmt::format("{}:{}", source, line_number);
-    nlohmann::json json = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (json.is_discarded()) {
+    // Strict JSON (a duplicate key is an error, not "last one wins").
+    auto parsed = sim::parse_json_text(std::string(line), where);
+    if (!parsed) {
       // A sweep being written may end in a partial line: skip it, say so.
       if (last) {
         table.warnings.push_back(fmt::format("{}: incomplete last line skipped", where));
         break;
       }
-      return sim::fail(sim::ErrorCode::kInvalidInput, "{}: not valid JSON", where);
+      return sim::fail(parsed.error());
     }
+    nlohmann::json json = std::move(*parsed);
     OFFSIM_ASSIGN_OR_RETURN(SweepRow row, row_from_json(json, table, where));
     table.rows.push_back(std::move(row));
     if (table.rows.size() % kCancelStride == 0) {
@@ -344,7 +347,7 @@ sim::Result<SweepTable> parse_sweep_csv(std::string_view text, const std::string
 
 sim::Result<SweepTable> read_sweep_file(const std::string& path, const std::atomic<bool>* cancel,
                                         const ProgressFn& progress) {
-  OFFSIM_ASSIGN_OR_RETURN(std::string text, sim::read_text_file(path));
+  OFFSIM_ASSIGN_OR_RETURN(std::string text, sim::read_input_file(path, sim::kSweepResultsInput));
   if (path.size() >= 4 && path.compare(path.size() - 4, 4, ".csv") == 0) {
     return parse_sweep_csv(text, path, cancel, progress);
   }

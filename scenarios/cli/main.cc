@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <limits>
 #include <optional>
@@ -20,17 +21,20 @@
 
 #include <fmt/format.h>
 
+#include "backends/gpu_plugin.h"
 #include "backends/replay.h"
 #include "calibrate/calibrate.h"
 #include "models/evaluate.h"
 #include "scenarios/cli/import_command.h"
 #include "scenarios/cli/sweep_mpi.h"
 #include "scenarios/importers/jax_memory.h"
+#include "scenarios/output_paths.h"
 #include "scenarios/policy_search.h"
 #include "scenarios/report_format.h"
 #include "scenarios/resource_limits.h"
 #include "scenarios/scenario_loader.h"
 #include "scenarios/sweep_runner.h"
+#include "sim/core/escape.h"
 #include "sim/core/file_io.h"
 #include "sim/plan/plan_json.h"
 #include "sim/platform/profile.h"
@@ -56,13 +60,14 @@ int exit_code(const sim::Error& error) {
   }
 }
 
+// Every message may quote user input: invisible and control characters are shown as escapes.
 int report(const sim::Error& error) {
-  fmt::print(stderr, "offsim: error: {}\n", error.message);
+  fmt::print(stderr, "offsim: error: {}\n", sim::escape_message_keep_lines(error.message));
   return exit_code(error);
 }
 
 int usage_error(const std::string& message) {
-  fmt::print(stderr, "offsim: error: {}\n", message);
+  fmt::print(stderr, "offsim: error: {}\n", sim::escape_message_keep_lines(message));
   return 2;
 }
 
@@ -72,9 +77,15 @@ struct Loaded {
   models::Scenario scenario;
 };
 
-sim::Result<Loaded> load_checked(const std::string& path, const std::vector<std::string>& sets) {
+// `max_points` bounds the file's sweep block: run, plan and replay evaluate only the base
+// scenario, so their default is no bound; validate checks every point (its --max-points).
+sim::Result<Loaded> load_checked(
+    const std::string& path, const std::vector<std::string>& sets,
+    std::int64_t max_points = std::numeric_limits<std::int64_t>::max()) {
   Loaded loaded;
-  OFFSIM_ASSIGN_OR_RETURN(loaded.file, scenarios::load_scenario_file(path, sets));
+  scenarios::LoadOptions load;
+  load.max_sweep_points = max_points;
+  OFFSIM_ASSIGN_OR_RETURN(loaded.file, scenarios::load_scenario_file(path, sets, load));
   OFFSIM_ASSIGN_OR_RETURN(
       loaded.scenario, scenarios::scenario_from_document(loaded.file.base, loaded.file.base_dir));
   OFFSIM_RETURN_IF_ERROR(scenarios::check_loaded(loaded.scenario, loaded.file.base));
@@ -88,31 +99,54 @@ sim::Error eval_error(const sim::Error& error, const std::string& path) {
 
 // The plan-size and memory flags of run, sweep, plan, replay and validate; --time-limit where
 // `time_help` is given.
-// A number above zero, with a one-line message naming the flag otherwise.
-const CLI::Validator kAboveZero(
-    [](std::string& text) -> std::string {
-      try {
-        std::size_t used = 0;
-        const double v = std::stod(text, &used);
-        if (used == text.size() && v > 0.0 && std::isfinite(v)) return {};
-      } catch (const std::exception&) {
-      }
-      return "expected a number above 0, got " + text;
-    },
-    "NUMBER > 0");
+// A number in [lo, hi] (an integer when `integer`), checked on the text before CLI11 converts
+// it, so that values beyond the option's type (1e30 for an int64, 1e10 s for a clock in
+// nanoseconds) are refused with the range instead of overflowing. CLI11 prefixes the option name.
+CLI::Validator in_range(double lo, double hi, bool integer, const std::string& unit,
+                        bool above_lo = false) {
+  const std::string range = integer
+                                ? fmt::format("an integer from {:.0f} to {:.0f}{}", lo, hi, unit)
+                                : fmt::format("a number {} {} and at most {}{}",
+                                              above_lo ? "above" : "from", lo, hi, unit);
+  return CLI::Validator(
+      [=](std::string& text) -> std::string {
+        try {
+          std::size_t used = 0;
+          const double v = std::stod(text, &used);
+          const bool whole = text.find_first_of(".eE") == std::string::npos;
+          if (used == text.size() && std::isfinite(v) && (above_lo ? v > lo : v >= lo) && v <= hi &&
+              (!integer || whole)) {
+            return {};
+          }
+        } catch (const std::exception&) {
+        }
+        return "expected " + range + ", got " + sim::escape_for_message(text);
+      },
+      range);
+}
+
+// The time limit's watchdog counts in nanoseconds of a 64-bit clock (about 9.2e9 s); 1e9 s
+// (31 years) is below that with room for the start time.
+constexpr double kMaxTimeLimitS = 1e9;
+
+// Threads: more than 4096 is more than any machine's cores and only costs memory (each thread
+// keeps its own simulator state).
+constexpr double kMaxJobs = 4096;
 
 void add_limit_options(CLI::App* cmd, ResourceLimits& limits, const char* time_help) {
+  // Ops: 1e12 is 50 000 times the default and beyond any memory; bytes: 2^60 (1 EiB).
   cmd->add_option("--max-plan-ops", limits.max_plan_ops,
                   fmt::format("refuse scenarios whose step has more ops than this, estimated "
                               "before building it (default {})",
                               scenarios::kDefaultMaxPlanOps))
-      ->check(kAboveZero);
+      ->check(in_range(1, 1e12, true, ""));
   cmd->add_option("--max-memory", limits.max_memory_bytes,
                   "refuse scenarios whose plan and timeline would take more bytes than this, "
                   "estimated before building (default: half of physical memory)")
-      ->check(kAboveZero);
+      ->check(in_range(1, 1152921504606846976.0, true, " bytes"));
   if (time_help != nullptr) {
-    cmd->add_option("--time-limit", limits.time_limit_s, time_help)->check(kAboveZero);
+    cmd->add_option("--time-limit", limits.time_limit_s, time_help)
+        ->check(in_range(0, kMaxTimeLimitS, false, " seconds", /*above_lo=*/true));
   }
 }
 
@@ -186,6 +220,16 @@ int cmd_run(const RunArgs& a) {
     }
     return 0;
   }
+  // Outputs are checked and their temporary files created before simulating; they replace
+  // their destinations together at the end.
+  std::vector<std::string> inputs = a.scenarios;
+  for (const Loaded& l : loaded) inputs.push_back(l.scenario.hardware.profile_path);
+  scenarios::OutputFiles outputs(inputs);
+  for (const auto& [flag, path] :
+       {std::pair("--trace", &a.trace), std::pair("--timeline-out", &a.timeline_out),
+        std::pair("--plan-out", &a.plan_out)}) {
+    if (auto st = outputs.reserve(flag, *path, {".json"}); !st) return report(st.error());
+  }
   std::vector<NamedReport> reports;
   for (const Loaded& l : loaded) {
     models::EvalOptions options;
@@ -200,18 +244,21 @@ int cmd_run(const RunArgs& a) {
     if (!eval) return report(eval.error());
     if (!a.trace.empty()) {
       const std::vector<const sim::Timeline*> timelines = {&*eval->timeline};
-      auto st = sim::write_text_file_atomic(a.trace, sim::chrome_trace_json(timelines));
+      auto st = outputs.write(a.trace, sim::chrome_trace_json(timelines));
       if (!st) return report(st.error());
-      fmt::print(stderr, "offsim: wrote the Chrome/Perfetto trace to {}\n", a.trace);
     }
     if (!a.timeline_out.empty()) {
-      auto st = sim::write_text_file_atomic(a.timeline_out,
-                                            sim::timeline_to_json(*eval->timeline).dump());
+      auto st = outputs.write(a.timeline_out, sim::timeline_to_json(*eval->timeline).dump());
       if (!st) return report(st.error());
     }
     if (!a.plan_out.empty()) {
-      auto st = sim::write_text_file_atomic(a.plan_out, sim::plan_to_json(*eval->plan).dump());
+      auto st = outputs.write(a.plan_out, sim::plan_to_json(*eval->plan).dump());
       if (!st) return report(st.error());
+    }
+    if (auto st = outputs.commit(); !st) return report(st.error());
+    if (!a.trace.empty()) {
+      fmt::print(stderr, "offsim: wrote the Chrome/Perfetto trace to {}\n",
+                 sim::escape_for_message(a.trace));
     }
     reports.push_back({l.scenario.name, std::move(eval->report)});
   }
@@ -269,6 +316,13 @@ sim::Status parse_shard(const std::string& text, int& index, int& count) {
 }
 
 int cmd_sweep(const SweepArgs& a) {
+  if (!a.out.empty() && a.out != "-") {
+    if (auto st = scenarios::check_output_path("--out", a.out, {".csv", ".jsonl", ".ndjson"},
+                                               {a.scenario});
+        !st) {
+      return report(st.error());
+    }
+  }
   scenarios::LoadOptions load;
   load.max_sweep_points = a.max_points;
   auto file = scenarios::load_scenario_file(a.scenario, a.sets, load);
@@ -442,8 +496,8 @@ int cmd_plan(const PlanArgs& a) {
 // ----------------------------------------------------------------------------------- validate
 
 int cmd_validate(const std::string& path, const std::vector<std::string>& sets,
-                 const ResourceLimits& limits) {
-  auto l = load_checked(path, sets);
+                 const ResourceLimits& limits, std::int64_t max_points) {
+  auto l = load_checked(path, sets, max_points);
   if (!l) return report(l.error());
   const models::Scenario& s = l->scenario;
   if (auto st = scenarios::check_plan_size(s, limits); !st) {
@@ -508,12 +562,29 @@ int cmd_list(const std::string& what) {
         "prefetch_layers:, names: [...]}} — see `offsim list presets`.\n",
         fmt::join(models::activation_names(), ", "));
   } else if (what == "devices") {
+    int gpus = 0;
     for (const auto& d : backends::list_devices()) {
       const bool unbounded = d.memory_bytes == std::numeric_limits<std::int64_t>::max();
       fmt::print(
           "{:<5} {}  {} rank(s), {} each{}\n", backends::to_string(d.kind), d.name, d.ranks,
           unbounded ? std::string("unbounded memory") : scenarios::format_bytes(d.memory_bytes),
           d.note.empty() ? "" : "  " + d.note);
+      gpus += d.kind == backends::DeviceKind::kCuda ? 1 : 0;
+    }
+    // No GPU listed: say why instead of listing nothing. A module path set explicitly
+    // (OFFSIM_GPU_PLUGIN) that does not load is an input error.
+    if (gpus == 0) {
+      const char* env = std::getenv("OFFSIM_GPU_PLUGIN");
+      const bool explicit_path = env != nullptr && *env != '\0';
+      auto gpu = backends::load_gpu_plugin();
+      if (!gpu && explicit_path) {
+        return report(
+            sim::Error{sim::ErrorCode::kInvalidInput,
+                       fmt::format("OFFSIM_GPU_PLUGIN={}: {}", env, gpu.error().message)});
+      }
+      fmt::print("{:<5} none: {}\n", "gpu",
+                 gpu ? std::string("the GPU module loaded, but no CUDA GPU is visible")
+                     : gpu.error().message);
     }
   } else {
     return usage_error(
@@ -544,6 +615,12 @@ int cmd_replay(const ReplayArgs& a) {
   if (!a.profile.empty()) sets.push_back(fmt::format("hardware.profile={}", a.profile));
   auto l = load_checked(a.scenario, sets);
   if (!l) return report(l.error());
+  scenarios::OutputFiles outputs({a.scenario, l->scenario.hardware.profile_path});
+  for (const auto& [flag, path] :
+       {std::pair("--out", &a.out), std::pair("--predicted-out", &a.predicted_out),
+        std::pair("--trace", &a.trace)}) {
+    if (auto st = outputs.reserve(flag, *path, {".json"}); !st) return report(st.error());
+  }
   models::EvalOptions eo;
   eo.keep_plan = true;
   eo.keep_timeline = true;
@@ -573,19 +650,19 @@ int cmd_replay(const ReplayArgs& a) {
   auto measured = backends::replay(*eval->plan, ro);
   if (!measured) return report(measured.error());
   if (!a.out.empty()) {
-    auto st = sim::write_text_file_atomic(a.out, sim::timeline_to_json(measured->timeline).dump());
+    auto st = outputs.write(a.out, sim::timeline_to_json(measured->timeline).dump());
     if (!st) return report(st.error());
   }
   if (!a.predicted_out.empty()) {
-    auto st =
-        sim::write_text_file_atomic(a.predicted_out, sim::timeline_to_json(*eval->timeline).dump());
+    auto st = outputs.write(a.predicted_out, sim::timeline_to_json(*eval->timeline).dump());
     if (!st) return report(st.error());
   }
   if (!a.trace.empty()) {
     const std::vector<const sim::Timeline*> both = {&*eval->timeline, &measured->timeline};
-    auto st = sim::write_text_file_atomic(a.trace, sim::chrome_trace_json(both));
+    auto st = outputs.write(a.trace, sim::chrome_trace_json(both));
     if (!st) return report(st.error());
   }
+  if (auto st = outputs.commit(); !st) return report(st.error());
   auto cmp = sim::compare_timelines(*eval->timeline, measured->timeline);
   if (!cmp) return report(cmp.error());
   fmt::print("replayed {} on {} ({} measured steps)\n{}", l->scenario.name, measured->device.name,
@@ -610,14 +687,18 @@ int cmd_compare(const std::string& predicted_path, const std::string& measured_p
 }
 
 int cmd_calibrate(bool quick, int gpus, const std::string& out, const std::string& command_line) {
+  // The profile's path is checked and reserved before measuring (minutes of GPU time).
+  const std::string path = out.empty() ? "calibration-profile.json" : out;
+  scenarios::OutputFiles outputs({});
+  if (auto st = outputs.reserve("--out", path, {".json"}); !st) return report(st.error());
   calibrate::CalibrateOptions o;
   o.quick = quick;
   o.gpus = gpus;
   o.command_line = command_line;
   auto run = calibrate::run_calibration(o);
   if (!run) return report(run.error());
-  const std::string path = out.empty() ? "calibration-profile.json" : out;
-  auto st = sim::platform::write_profile_file(path, run->profile);
+  auto st = outputs.write(path, sim::platform::profile_to_json(run->profile).dump(2) + "\n");
+  if (st) st = outputs.commit();
   if (!st) return report(st.error());
   fmt::print("wrote the calibration profile to {}\n", path);
   return 0;
@@ -690,7 +771,7 @@ int main(int argc, char** argv) {
       ->check(CLI::ExistingFile);
   sweep_cmd->add_option("--set", sweep.sets, "override a key: key.path=value (repeatable)");
   sweep_cmd->add_option("--jobs,-j", sweep.jobs, "threads (default: all cores)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(in_range(0, kMaxJobs, true, ""));
   sweep_cmd->add_option("--out,-o", sweep.out, "FILE.csv or FILE.jsonl (default: CSV on stdout)");
   sweep_cmd->add_flag("--resume", sweep.resume, "continue an existing output file");
   sweep_cmd->add_flag("--overwrite", sweep.overwrite, "replace an existing output file");
@@ -699,7 +780,7 @@ int main(int argc, char** argv) {
                       "split the points over MPI ranks; rank 0 writes the merged file");
   sweep_cmd->add_flag("--quiet,-q", sweep.quiet, "no progress on stderr");
   sweep_cmd->add_option("--max-points", sweep.max_points, "refuse sweeps larger than this")
-      ->check(CLI::PositiveNumber);
+      ->check(in_range(1, 1e12, true, ""));
   add_limit_options(sweep_cmd, sweep.limits,
                     "stop the whole sweep after this many seconds; finished rows stay in --out "
                     "and --resume continues (exit 2)");
@@ -741,7 +822,7 @@ int main(int argc, char** argv) {
                    "micro-batch sizes for --joint micro_batch (default: divisors up to 16)")
       ->delimiter(',');
   plan_cmd->add_option("--jobs,-j", plan.jobs, "threads (default: all cores)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(in_range(0, kMaxJobs, true, ""));
   plan_cmd->add_option("--format", plan.format, "table or json")
       ->check(CLI::IsMember({"table", "json"}));
   add_limit_options(plan_cmd, plan.limits, "stop the search after this many seconds (exit 2)");
@@ -759,6 +840,11 @@ int main(int argc, char** argv) {
   validate_cmd->add_option("--set", validate_sets, "override a key: key.path=value (repeatable)");
   ResourceLimits validate_limits;
   add_limit_options(validate_cmd, validate_limits, nullptr);
+  std::int64_t validate_max_points = 1'000'000;
+  validate_cmd
+      ->add_option("--max-points", validate_max_points,
+                   "refuse sweeps larger than this (each point is checked; default 1000000)")
+      ->check(in_range(1, 1e12, true, ""));
 
   // list
   std::string list_what;
@@ -782,10 +868,14 @@ int main(int argc, char** argv) {
       ->check(CLI::ExistingFile);
   replay_cmd->add_option("--set", replay.sets, "override a key: key.path=value (repeatable)");
   replay_cmd->add_option("--profile", replay.profile, "calibration profile JSON");
+  // Layers: the scenario's own bound on model.layers (2^16). Steps: each replays a whole step,
+  // so 10 000 is hours on any device.
   replay_cmd->add_option("--layers", replay.layers, "keep every layer shape, but only N layers")
-      ->check(CLI::PositiveNumber);
-  replay_cmd->add_option("--steps", replay.steps, "measured steps")->check(CLI::PositiveNumber);
-  replay_cmd->add_option("--warmup", replay.warmup, "warm-up steps")->check(CLI::NonNegativeNumber);
+      ->check(in_range(1, 65536, true, ""));
+  replay_cmd->add_option("--steps", replay.steps, "measured steps")
+      ->check(in_range(1, 10000, true, ""));
+  replay_cmd->add_option("--warmup", replay.warmup, "warm-up steps")
+      ->check(in_range(0, 10000, true, ""));
   replay_cmd->add_option("--device", replay.device, "auto, cuda or cpu")
       ->check(CLI::IsMember({"auto", "cuda", "cpu"}));
   replay_cmd->add_option("--out", replay.out, "write the measured Timeline JSON here");
@@ -821,7 +911,7 @@ int main(int argc, char** argv) {
                          "  offsim run ex.yaml --set hardware.profile=h200.json");
   calibrate_cmd->add_flag("--quick", cal_quick, "fewer sizes; under 3 minutes on one GPU");
   calibrate_cmd->add_option("--gpus", cal_gpus, "GPUs to use (default: all visible)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(in_range(0, 1024, true, ""));
   calibrate_cmd->add_option("--out", cal_out, "profile file (default calibration-profile.json)");
 
   ImportArgs import_args;
@@ -845,7 +935,8 @@ int main(int argc, char** argv) {
   if (run_cmd->parsed()) return cmd_run(run);
   if (sweep_cmd->parsed()) return cmd_sweep(sweep);
   if (plan_cmd->parsed()) return cmd_plan(plan);
-  if (validate_cmd->parsed()) return cmd_validate(validate_path, validate_sets, validate_limits);
+  if (validate_cmd->parsed())
+    return cmd_validate(validate_path, validate_sets, validate_limits, validate_max_points);
   if (list_cmd->parsed()) return cmd_list(list_what);
   if (replay_cmd->parsed()) return cmd_replay(replay);
   if (compare_cmd->parsed()) return cmd_compare(cmp_predicted, cmp_measured, cmp_format);

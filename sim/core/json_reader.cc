@@ -1,7 +1,15 @@
 #include "sim/core/json_reader.h"
 
+#include <algorithm>
 #include <cmath>
+#include <deque>
 #include <limits>
+#include <optional>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "sim/core/escape.h"
 
 namespace offsim::sim {
 
@@ -124,37 +132,150 @@ Status JsonReader::only_keys(const nlohmann::json& object,
     if (!known) {
       std::string list;
       for (std::string_view a : allowed) list += (list.empty() ? "" : ", ") + std::string(a);
-      return error(path, fmt::format("unknown key '{}' (expected one of: {})", it.key(), list));
+      return error(path, fmt::format("unknown key '{}' (expected one of: {})",
+                                     escape_for_message(it.key()), list));
     }
   }
   return ok();
 }
 
-Result<nlohmann::json> parse_json_text(const std::string& text, const std::string& source) {
-  // Depth-limited by nlohmann's recursive parser only through the input size; reject absurd
-  // nesting first so hostile input cannot exhaust the stack.
-  int depth = 0;
-  bool in_string = false;
-  bool escaped = false;
-  for (char c : text) {
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (c == '\\') {
-        escaped = true;
-      } else if (c == '"') {
-        in_string = false;
-      }
+namespace {
+
+// One pass over the text, before and after nlohmann's parser: the nesting depth (so that hostile
+// input cannot exhaust the parser's stack) and the first duplicate key of any object, with its
+// line and JSON path (nlohmann keeps the last of duplicate keys silently).
+struct ScanResult {
+  bool too_deep = false;
+  std::string duplicate_key;  // empty: none
+  std::string duplicate_path;
+  std::size_t duplicate_line = 0;
+  std::size_t first_line = 0;
+};
+
+constexpr int kMaxJsonDepth = 256;
+
+ScanResult scan_json(const std::string& text) {
+  // Keys are views into `text` (or into `decoded` for keys with escapes); objects with few keys
+  // are searched linearly, larger ones through a hash map, so that the scan stays linear.
+  constexpr std::size_t kLinearKeys = 16;
+  struct Level {
+    bool is_object = false;
+    bool expect_key = false;
+    std::string_view last_key;
+    std::size_t index = 0;
+    std::vector<std::pair<std::string_view, std::size_t>> keys;  // key, line
+    std::unordered_map<std::string_view, std::size_t> many;
+  };
+  // The JSON path of the innermost container, built only for a message.
+  const auto path_of = [](const std::vector<Level>& stack) {
+    std::string path = "$";
+    for (std::size_t d = 0; d + 1 < stack.size(); ++d) {
+      path += stack[d].is_object ? fmt::format(".{}", stack[d].last_key)
+                                 : fmt::format("[{}]", stack[d].index);
+    }
+    return path;
+  };
+  ScanResult out;
+  std::vector<Level> stack;
+  std::deque<std::string> decoded;
+  std::size_t line = 1;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == '\n') {
+      ++line;
       continue;
     }
-    if (c == '"') in_string = true;
-    if (c == '[' || c == '{') {
-      if (++depth > 256) {
-        return fail(ErrorCode::kInvalidInput, "{}: JSON nested deeper than 256 levels", source);
+    if (c == '"') {
+      const std::size_t begin = i;
+      bool escaped = false;
+      bool has_escape = false;
+      for (++i; i < text.size(); ++i) {
+        if (escaped) {
+          escaped = false;
+        } else if (text[i] == '\\') {
+          escaped = has_escape = true;
+        } else if (text[i] == '"') {
+          break;
+        } else if (text[i] == '\n') {
+          ++line;
+        }
       }
-    } else if (c == ']' || c == '}') {
-      --depth;
+      if (stack.empty() || !stack.back().is_object || !stack.back().expect_key) continue;
+      Level& top = stack.back();
+      top.expect_key = false;
+      std::string_view key(text.data() + begin + 1, std::min(i, text.size()) - begin - 1);
+      if (has_escape) {
+        // Decode escapes so that "a" and "\u0061" are the same key.
+        const auto value = nlohmann::json::parse(text.substr(begin, i - begin + 1), nullptr,
+                                                 /*allow_exceptions=*/false);
+        if (value.is_string()) key = decoded.emplace_back(value.get<std::string>());
+      }
+      std::optional<std::size_t> first;
+      if (top.keys.size() < kLinearKeys) {
+        for (const auto& [k, l] : top.keys) {
+          if (k == key) first = l;
+        }
+        if (!first) top.keys.emplace_back(key, line);
+        if (top.keys.size() == kLinearKeys && top.many.empty()) {
+          for (const auto& [k, l] : top.keys) top.many.emplace(k, l);
+        }
+      } else {
+        const auto [it, inserted] = top.many.emplace(key, line);
+        if (!inserted) first = it->second;
+      }
+      if (first && out.duplicate_key.empty()) {
+        out.duplicate_key = std::string(key);
+        out.duplicate_path = path_of(stack);
+        out.duplicate_line = line;
+        out.first_line = *first;
+      }
+      top.last_key = key;
+      continue;
     }
+    if (c == '{' || c == '[') {
+      if (static_cast<int>(stack.size()) >= kMaxJsonDepth) {
+        out.too_deep = true;
+        return out;
+      }
+      Level& next = stack.emplace_back();
+      next.is_object = c == '{';
+      next.expect_key = next.is_object;
+    } else if (c == '}' || c == ']') {
+      if (!stack.empty()) stack.pop_back();
+    } else if (c == ',' && !stack.empty()) {
+      if (stack.back().is_object) {
+        stack.back().expect_key = true;
+      } else {
+        ++stack.back().index;
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string json_document_kind(const nlohmann::json& root) {
+  if (!root.is_object()) return {};
+  const auto format = root.find("format");
+  const std::string f =
+      format != root.end() && format->is_string() ? format->get<std::string>() : "";
+  if (f == "offsim-plan") return "a Plan JSON (offsim run --plan-out)";
+  if (f == "offsim-timeline") return "a Timeline JSON (offsim run --timeline-out, replay --out)";
+  if (f == "offsim-profile") return "a calibration profile (offsim calibrate --out)";
+  if (root.contains("traceEvents")) return "a Chrome/Perfetto trace (offsim run --trace)";
+  if (root.contains("model_type") || root.contains("num_hidden_layers")) {
+    return "a Hugging Face config.json";
+  }
+  if (root.contains("step_time_s") || root.contains("scenario")) return "an offsim report";
+  return {};
+}
+
+Result<nlohmann::json> parse_json_text(const std::string& text, const std::string& source) {
+  const ScanResult scan = scan_json(text);
+  if (scan.too_deep) {
+    return fail(ErrorCode::kInvalidInput, "{}: JSON nested deeper than {} levels", source,
+                kMaxJsonDepth);
   }
   nlohmann::json json = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (json.is_discarded()) {
@@ -164,12 +285,20 @@ Result<nlohmann::json> parse_json_text(const std::string& text, const std::strin
       (void)reparsed;
     } catch (const nlohmann::json::parse_error& e) {
       return fail(ErrorCode::kInvalidInput, "{}: not valid JSON at byte {}: {}", source, e.byte,
-                  e.what());
+                  escape_for_message(e.what()));
     } catch (const nlohmann::json::exception& e) {
       // e.g. out_of_range 406: a number too large for a double.
-      return fail(ErrorCode::kInvalidInput, "{}: not valid JSON: {}", source, e.what());
+      return fail(ErrorCode::kInvalidInput, "{}: not valid JSON: {}", source,
+                  escape_for_message(e.what()));
     }
     return fail(ErrorCode::kInvalidInput, "{}: not valid JSON", source);
+  }
+  if (!scan.duplicate_key.empty()) {
+    return fail(ErrorCode::kInvalidInput,
+                "{}: line {}: {}: duplicate key '{}' (first on line {}); each key may appear "
+                "only once",
+                source, scan.duplicate_line, scan.duplicate_path,
+                escape_for_message(scan.duplicate_key), scan.first_line);
   }
   return json;
 }

@@ -59,7 +59,13 @@ class JsonReader {
 
 const char* json_type_name(const nlohmann::json& value);
 
-// Parses text; on a syntax error names the source and byte offset.
+// What an offsim JSON document is, from its "format" key or its shape, for messages that say
+// which file was given where another was expected: "a Plan JSON (offsim run --plan-out)",
+// "a Chrome/Perfetto trace (offsim run --trace)", ...; "" when it is none of offsim's formats.
+std::string json_document_kind(const nlohmann::json& root);
+
+// Parses text strictly: on a syntax error names the source and byte offset; a duplicate key of
+// any object is an error naming the key, its line and the JSON path of the object.
 Result<nlohmann::json> parse_json_text(const std::string& text, const std::string& source);
 
 }  // namespace offsim::sim

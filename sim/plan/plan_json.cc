@@ -126,6 +126,14 @@ class PlanParser {
   explicit PlanParser(const std::string& source) : r_(source) {}
 
   Result<Plan> parse(const json& root) {
+    // Another of offsim's files given where a plan is expected: say which.
+    const std::string kind = json_document_kind(root);
+    if (!kind.empty() && kind.rfind("a Plan JSON", 0) != 0) {
+      return r_.error(
+          "$",
+          fmt::format("this is {}, expected a Plan JSON (write one with offsim run --plan-out)",
+                      kind));
+    }
     OFFSIM_RETURN_IF_ERROR(r_.only_keys(root,
                                         {"format", "format_version", "metadata", "lanes",
                                          "resources", "pools", "tensors", "initial_tensors", "ops"},
@@ -450,7 +458,7 @@ Result<Plan> plan_from_json_text(const std::string& text, const std::string& sou
 }
 
 Result<Plan> read_plan_file(const std::string& path) {
-  OFFSIM_ASSIGN_OR_RETURN(std::string text, read_text_file(path));
+  OFFSIM_ASSIGN_OR_RETURN(std::string text, read_input_file(path, kPlanInput));
   return plan_from_json_text(text, path);
 }
 

@@ -270,6 +270,146 @@ json provenance_to_json(const Provenance& p) {
               {"measured", p.measured}};
 }
 
+// ---------------------------------------------------------------------------------------------
+// The physically plausible range of every profile figure, in one table. A figure outside its
+// range is refused as "FILE: $.section.key.value: value X is outside [lo, hi] (what it is)".
+// Lookup: the exact "section.key" first, then the first rule whose key pattern matches (so that
+// a new figure named like its kind, e.g. "..._bytes_per_s", is checked without a new entry).
+// Bounds are an order of magnitude or more outside every GPU and host of
+// docs/reference hardware figures (shared reference hardware.md): they catch typos and units
+// mistakes, not unusual machines.
+
+struct FigureRange {
+  const char* pattern;  // "section.key", or "*suffix" / "*infix*" on the key
+  double lo;
+  double hi;
+  bool zero_ok;  // 0 means "absent" (no NVLink, no latency modelled, ...)
+  const char* what;
+};
+
+constexpr FigureRange kFigureRanges[] = {
+    // Exact keys.
+    {"gpu.hbm_usable_bytes", 1e9, 1e13, false,
+     "GPU memory in bytes; the largest GPUs have under 3e11"},
+    {"gpu.dense_flops_bf16", 1e12, 1e17, false,
+     "dense FLOP/s of one GPU; B200 is 2.25e15 in bf16, 4.5e15 in fp8"},
+    {"gpu.dense_flops_fp16", 1e12, 1e17, false,
+     "dense FLOP/s of one GPU; B200 is 2.25e15 in bf16, 4.5e15 in fp8"},
+    {"gpu.dense_flops_fp8", 1e12, 1e17, false,
+     "dense FLOP/s of one GPU; B200 is 2.25e15 in bf16, 4.5e15 in fp8"},
+    {"gpu.dense_flops_fp32", 1e11, 1e17, false,
+     "dense FLOP/s of one GPU; A100 fp32 without TF32 is 1.95e13"},
+    {"gpu.kernel_launch_s", 1e-8, 1e-2, true,
+     "seconds between back-to-back kernels; measured 2-5 us on current GPUs"},
+    {"host.cores_per_socket", 1.0, 1024.0, false,
+     "CPU cores per socket; the largest server CPUs have under 300"},
+    {"host.flops_per_s_per_core", 1e8, 1e13, false,
+     "sustained fp32 FLOP/s of one CPU core; an AVX-512 core peaks near 1e11"},
+    {"host.adam_bytes_per_s_per_core", 1e6, 1e12, false,
+     "optimizer-state bytes per second one CPU core updates; measured 1e9-1e10"},
+    {"interference.copy_hbm_bytes_per_byte", 0.0, 16.0, true,
+     "HBM bytes that one copied byte costs; a read plus a write is 2"},
+    {"interference.nccl_compute_slowdown", 0.0, 1.0, true,
+     "fraction of SM throughput a collective takes"},
+    {"allocator.overhead_fraction", 0.0, 1.0, true,
+     "extra bytes per allocated byte; PyTorch's caching allocator wastes a few percent"},
+    {"allocator.fixed_bytes", 0.0, 1e11, true,
+     "bytes the CUDA context and libraries take; about 0.5-2 GiB"},
+    {"gemm.tile_size", 1.0, 4096.0, false, "GEMM tile side in elements; 64-256 on current GPUs"},
+    {"gemm.alignment_elements", 0.0, 4096.0, true,
+     "GEMM dimension alignment in elements; 8 or 16 on current GPUs"},
+    {"gemm.misaligned_factor", 1e-3, 1.0, false, "efficiency multiplier of a misaligned GEMM"},
+    {"gemm.sm_count", 0.0, 4096.0, true, "streaming multiprocessors per GPU; B200 has 148"},
+    {"gemm.wave_tile_m", 0.0, 4096.0, true, "output tile side of the wave model in elements"},
+    {"gemm.wave_tile_n", 0.0, 4096.0, true, "output tile side of the wave model in elements"},
+    {"gemm.k_overhead_elements", 0.0, 1e6, true, "GEMM depth-equivalent of a tile's prologue"},
+    {"gemm.reference_dim", 0.0, 1e6, true, "cube side of the curve's top GEMM, in elements"},
+    {"gemm.curve.size", 1.0, 1e18, false, "GEMM FLOPs of a curve knot"},
+    {"memory_bound.size", 1.0, 1e15, false, "bytes moved by a kernel at a curve knot"},
+    // Kinds, by the key's name.
+    {"*efficiency*", 1e-4, 1.0, false, "an efficiency: achieved over peak, in (0, 1]"},
+    {"*_fwd", 1e-4, 1.0, false, "an efficiency: achieved over peak, in (0, 1]"},
+    {"*_bwd", 1e-4, 1.0, false, "an efficiency: achieved over peak, in (0, 1]"},
+    {"*bytes_per_s*", 1e6, 1e14, false,
+     "a bandwidth in bytes/s; the fastest GPU memory (B200 HBM3e) is 8e12"},
+    {"*flops*", 1e8, 1e17, false, "a FLOP rate in FLOP/s"},
+    {"*latency_s", 1e-9, 1.0, true, "a latency in seconds; links and collectives take 1-100 us"},
+    {"*overhead_s", 1e-9, 1.0, true, "a per-operation host cost in seconds; a few us"},
+    {"*_s", 1e-9, 1e3, true, "a time in seconds"},
+    {"*_bytes", 0.0, 1e15, true, "a byte count"},
+    {"*fraction*", 0.0, 1.0, true, "a fraction in [0, 1]"},
+};
+
+// Zero is a valid value of these bandwidths: "absent" (no NVLink, no NVLink SHARP, no PCIe
+// switch between the GPUs and the CPU).
+bool zero_means_absent(std::string_view key) {
+  return key == "nvlink.bytes_per_s_per_gpu" || key == "nvlink.nvls_all_reduce_bus_bytes_per_s" ||
+         key == "nvlink.ring_all_gather_bus_bytes_per_s" ||
+         key == "nvlink.ring_reduce_scatter_bus_bytes_per_s" ||
+         key == "nvlink.ring_all_reduce_bus_bytes_per_s" ||
+         key == "host_link.switch_uplink_bytes_per_s";
+}
+
+bool pattern_matches(std::string_view pattern, std::string_view key) {
+  const auto name = key.substr(key.rfind('.') + 1);
+  if (pattern.front() != '*') return pattern == key;
+  pattern.remove_prefix(1);
+  if (!pattern.empty() && pattern.back() == '*') {
+    pattern.remove_suffix(1);
+    return name.find(pattern) != std::string_view::npos;
+  }
+  return name.size() >= pattern.size() && name.substr(name.size() - pattern.size()) == pattern;
+}
+
+// "$.gemm.curve[3]" + "size" -> "gemm.curve.size"
+std::string figure_key(const std::string& path, std::string_view key) {
+  std::string out;
+  for (std::size_t i = path.rfind("$.", 0) == 0 ? 2 : 0; i < path.size(); ++i) {
+    if (path[i] == '[') {
+      while (i < path.size() && path[i] != ']') ++i;
+      continue;
+    }
+    out += path[i];
+  }
+  if (!out.empty()) out += '.';
+  out += key;
+  return out;
+}
+
+const FigureRange* figure_range(const std::string& key) {
+  for (const FigureRange& r : kFigureRanges) {
+    if (r.pattern[0] != '*' && key == r.pattern) return &r;
+  }
+  for (const FigureRange& r : kFigureRanges) {
+    if (r.pattern[0] == '*' && pattern_matches(r.pattern, key)) return &r;
+  }
+  return nullptr;
+}
+
+std::string short_number(double x) { return fmt::format("{:.6g}", x); }
+
+// The one check of a figure's value against its range; `path` is the JSON path of the value.
+Status check_figure_range(const JsonReader& r, const std::string& key, const std::string& path,
+                          double value) {
+  const FigureRange* range = figure_range(key);
+  if (range == nullptr) {
+    // Not in the table: at least finite, non-negative and below 1e18.
+    if (!(value >= 0.0 && value <= 1e18)) {
+      return r.error(path, fmt::format("value {} is outside [0, 1e+18] (a profile figure)",
+                                       short_number(value)));
+    }
+    return ok();
+  }
+  if (value == 0.0 && (range->zero_ok || zero_means_absent(key))) return ok();
+  if (!(value >= range->lo && value <= range->hi)) {
+    return r.error(
+        path, fmt::format("value {} is outside [{}, {}]{} ({})", short_number(value),
+                          short_number(range->lo), short_number(range->hi),
+                          range->zero_ok || zero_means_absent(key) ? " or 0" : "", range->what));
+  }
+  return ok();
+}
+
 class ProfileReader {
  public:
   explicit ProfileReader(const std::string& source) : r_(source) {}
@@ -303,6 +443,7 @@ class ProfileReader {
     OFFSIM_RETURN_IF_ERROR(keys(*j, {"value", "origin", "source"}, p));
     Figure f;
     OFFSIM_ASSIGN_OR_RETURN(f.value, r_.number(*j, "value", p));
+    OFFSIM_RETURN_IF_ERROR(check_figure_range(r_, figure_key(path, key), p + ".value", f.value));
     if (f.value < 0.0) {
       return r_.error(p + ".value", fmt::format("expected a value >= 0, got {}", f.value));
     }
@@ -334,6 +475,8 @@ class ProfileReader {
       OFFSIM_RETURN_IF_ERROR(keys(k, {"size", "efficiency"}, kp));
       CurveKnot knot;
       OFFSIM_ASSIGN_OR_RETURN(knot.size, r_.number(k, "size", kp));
+      OFFSIM_RETURN_IF_ERROR(
+          check_figure_range(r_, figure_key(p, "size"), kp + ".size", knot.size));
       if (!(knot.size > 0.0)) {
         return r_.error(kp + ".size", fmt::format("expected a size > 0, got {}", knot.size));
       }
@@ -459,6 +602,13 @@ json profile_to_json(const CalibrationProfile& profile) {
 Result<CalibrationProfile> profile_from_json(const json& root, const std::string& source) {
   ProfileReader pr(source);
   const JsonReader& r = pr.reader();
+  // Another of offsim's files given where a profile is expected: say which.
+  if (const std::string kind = json_document_kind(root);
+      !kind.empty() && kind.rfind("a calibration profile", 0) != 0) {
+    return r.error("$", fmt::format("this is {}, expected a calibration profile (write one with "
+                                    "offsim calibrate --out)",
+                                    kind));
+  }
   std::vector<std::string> top = {"format", "format_version", "provenance", "gemm", "memory_bound"};
   CalibrationProfile out;
   for_each_section(out, [&](const char* section, const std::vector<FigureField>&) {
@@ -581,7 +731,7 @@ Result<CalibrationProfile> profile_from_json_text(const std::string& text,
 }
 
 Result<CalibrationProfile> read_profile_file(const std::string& path) {
-  OFFSIM_ASSIGN_OR_RETURN(const std::string text, read_text_file(path, std::int64_t{16} << 20));
+  OFFSIM_ASSIGN_OR_RETURN(const std::string text, read_input_file(path, kProfileInput));
   return profile_from_json_text(text, path);
 }
 

@@ -7,6 +7,8 @@
 
 #include <fmt/format.h>
 
+#include "sim/core/escape.h"
+
 namespace offsim::sim {
 namespace {
 
@@ -82,7 +84,8 @@ Result<TimelineComparison> compare_timelines(const Timeline& predicted, const Ti
       return fail(ErrorCode::kInvalidInput,
                   "compare: the timelines come from different plans: op {} is '{}' in the "
                   "predicted timeline and '{}' in the measured one",
-                  i, predicted.ops[i].name, measured.ops[i].name);
+                  i, escape_for_message(predicted.ops[i].name),
+                  escape_for_message(measured.ops[i].name));
     }
   }
   if (options.top_ops < 0) {

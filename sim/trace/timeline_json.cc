@@ -106,6 +106,13 @@ class TimelineParser {
   explicit TimelineParser(const std::string& source) : r_(source) {}
 
   Result<Timeline> parse(const json& root) {
+    // Another of offsim's files given where a timeline is expected: say which.
+    const std::string kind = json_document_kind(root);
+    if (!kind.empty() && kind.rfind("a Timeline JSON", 0) != 0) {
+      return r_.error("$", fmt::format("this is {}, expected a Timeline JSON (write one with "
+                                       "offsim run --timeline-out or replay --out)",
+                                       kind));
+    }
     OFFSIM_RETURN_IF_ERROR(r_.only_keys(root,
                                         {"format", "format_version", "source", "metadata", "lanes",
                                          "ops", "spans", "pools", "makespan_ns", "outcome"},
@@ -127,6 +134,18 @@ class TimelineParser {
     OFFSIM_RETURN_IF_ERROR(parse_spans(root));
     OFFSIM_RETURN_IF_ERROR(parse_pools(root));
     OFFSIM_ASSIGN_OR_RETURN(std::int64_t makespan, r_.integer(root, "makespan_ns", "$"));
+    if (makespan < 0) {
+      return r_.error("$.makespan_ns", fmt::format("expected a time >= 0 ns, got {}", makespan));
+    }
+    // The makespan is the end of the step: every span ends by then.
+    for (std::size_t i = 0; i < t_.spans.size(); ++i) {
+      if (t_.spans[i].end > at_ns(makespan)) {
+        return r_.error("$.makespan_ns",
+                        fmt::format("makespan {} ns precedes the end of $.spans[{}] ({} ns); "
+                                    "expected the makespan to be at or after every span's end",
+                                    makespan, i, ns(t_.spans[i].end)));
+      }
+    }
     t_.makespan = at_ns(makespan);
     OFFSIM_RETURN_IF_ERROR(parse_outcome(root));
     return std::move(t_);
@@ -177,7 +196,13 @@ class TimelineParser {
       }
       info.layer = static_cast<int>(layer);
       OFFSIM_ASSIGN_OR_RETURN(info.flops, r_.number(o, "flops", path));
+      if (info.flops < 0.0) {
+        return r_.error(path + ".flops", fmt::format("expected a count >= 0, got {}", info.flops));
+      }
       OFFSIM_ASSIGN_OR_RETURN(info.bytes, r_.integer(o, "bytes", path));
+      if (info.bytes < 0) {
+        return r_.error(path + ".bytes", fmt::format("expected a count >= 0, got {}", info.bytes));
+      }
       t_.ops.push_back(std::move(info));
     }
     return ok();
@@ -206,6 +231,9 @@ class TimelineParser {
       OFFSIM_ASSIGN_OR_RETURN(std::uint32_t lane, index(s, "lane", path, t_.lanes.size(), "lane"));
       OFFSIM_ASSIGN_OR_RETURN(std::int64_t start, r_.integer(s, "start_ns", path));
       OFFSIM_ASSIGN_OR_RETURN(std::int64_t end, r_.integer(s, "end_ns", path));
+      if (start < 0) {
+        return r_.error(path + ".start_ns", fmt::format("expected a time >= 0 ns, got {}", start));
+      }
       if (end < start) {
         return r_.error(path + ".end_ns",
                         fmt::format("end {} ns is before start {} ns", end, start));
@@ -247,6 +275,10 @@ class TimelineParser {
       PoolTrace pool;
       OFFSIM_ASSIGN_OR_RETURN(pool.name, r_.string(p, "name", path));
       OFFSIM_ASSIGN_OR_RETURN(pool.capacity_bytes, r_.integer(p, "capacity_bytes", path));
+      if (pool.capacity_bytes < 0) {
+        return r_.error(path + ".capacity_bytes",
+                        fmt::format("expected a byte count >= 0, got {}", pool.capacity_bytes));
+      }
       OFFSIM_ASSIGN_OR_RETURN(const json* samples, r_.array(p, "samples", path));
       for (std::size_t k = 0; k < samples->size(); ++k) {
         const std::string sp = fmt::format("{}.samples[{}]", path, k);
@@ -256,6 +288,10 @@ class TimelineParser {
         }
         OFFSIM_ASSIGN_OR_RETURN(std::int64_t time, r_.as_integer(s[0], sp + "[0]"));
         OFFSIM_ASSIGN_OR_RETURN(std::int64_t bytes, r_.as_integer(s[1], sp + "[1]"));
+        if (time < 0 || bytes < 0) {
+          return r_.error(
+              sp, fmt::format("expected a time and a byte count >= 0, got [{}, {}]", time, bytes));
+        }
         if (!pool.samples.empty() && at_ns(time) < pool.samples.back().time) {
           return r_.error(sp + "[0]",
                           fmt::format("time {} ns is before the previous sample's {} ns", time,
@@ -264,6 +300,10 @@ class TimelineParser {
         pool.samples.push_back(MemorySample{at_ns(time), bytes});
       }
       OFFSIM_ASSIGN_OR_RETURN(pool.peak_bytes, r_.integer(p, "peak_bytes", path));
+      if (pool.peak_bytes < 0) {
+        return r_.error(path + ".peak_bytes",
+                        fmt::format("expected a byte count >= 0, got {}", pool.peak_bytes));
+      }
       OFFSIM_ASSIGN_OR_RETURN(std::int64_t peak_time, r_.integer(p, "peak_time_ns", path));
       pool.peak_time = at_ns(peak_time);
       OFFSIM_ASSIGN_OR_RETURN(const json* live, r_.member(p, "live_at_peak", path));
@@ -348,7 +388,7 @@ Result<Timeline> timeline_from_json_text(const std::string& text, const std::str
 }
 
 Result<Timeline> read_timeline_file(const std::string& path) {
-  OFFSIM_ASSIGN_OR_RETURN(std::string text, read_text_file(path));
+  OFFSIM_ASSIGN_OR_RETURN(std::string text, read_input_file(path, kTimelineInput));
   return timeline_from_json_text(text, path);
 }
 

@@ -5,10 +5,13 @@
 // cases.tsv: one case per line, tab-separated: name, a substring the error must contain, then the
 // command's arguments separated by spaces. `{in}` is tests/reliability/inputs, `{out}` a fresh
 // empty folder whose contents are checked after the run, `{copy:NAME}` a private copy of
-// inputs/NAME.
+// inputs/NAME, `{fifo}` a named pipe, `{profile:SECTION.KEY=VALUE}` a copy of the H100 SXM
+// calibration profile with that figure's value replaced, `\n` a newline, and an argument
+// `{env:NAME=VALUE}` is not passed but set in the command's environment.
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -21,6 +24,7 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 extern char** environ;
 
@@ -70,7 +74,8 @@ struct RunResult {
   std::string output;
 };
 
-RunResult run(const std::vector<std::string>& args, const fs::path& log) {
+RunResult run(const std::vector<std::string>& args, const std::vector<std::string>& env_extra,
+              const fs::path& log) {
   std::vector<char*> argv;
   std::string binary = OFFSIM_BINARY;
   argv.push_back(binary.data());
@@ -82,9 +87,14 @@ RunResult run(const std::vector<std::string>& args, const fs::path& log) {
   posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   posix_spawn_file_actions_adddup2(&actions, 1, 2);
   posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  std::vector<std::string> env_copy = env_extra;
+  std::vector<char*> envp;
+  for (std::string& e : env_copy) envp.push_back(e.data());
+  for (char** e = environ; *e != nullptr; ++e) envp.push_back(*e);
+  envp.push_back(nullptr);
   pid_t pid = 0;
   RunResult r;
-  if (posix_spawn(&pid, binary.c_str(), &actions, nullptr, argv.data(), environ) != 0) {
+  if (posix_spawn(&pid, binary.c_str(), &actions, nullptr, argv.data(), envp.data()) != 0) {
     posix_spawn_file_actions_destroy(&actions);
     r.output = "posix_spawn failed";
     return r;
@@ -124,18 +134,44 @@ TEST_P(MalformedInput, FailsCleanlyWithStatus2) {
   fs::remove_all(scratch);
   fs::create_directories(scratch);
   std::vector<std::string> args;
+  std::vector<std::string> env;
   for (std::string a : c.args) {
+    if (a.rfind("{env:", 0) == 0 && a.back() == '}') {
+      env.push_back(a.substr(5, a.size() - 6));
+      continue;
+    }
     const std::size_t at = a.find("{copy:");
     if (at != std::string::npos) {
       const std::size_t end = a.find('}', at);
       const std::string name = a.substr(at + 6, end - at - 6);
-      fs::copy_file(inputs / name, scratch / name);
+      if (!fs::exists(scratch / name)) fs::copy_file(inputs / name, scratch / name);
       a.replace(at, end - at + 1, (scratch / name).string());
     }
+    if (const std::size_t f = a.find("{fifo}"); f != std::string::npos) {
+      const fs::path fifo = scratch / "fifo";
+      if (!fs::exists(fifo)) {
+        ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+      }
+      a.replace(f, 6, fifo.string());
+    }
+    if (const std::size_t p = a.find("{profile:"); p != std::string::npos) {
+      const std::size_t end = a.find('}', p);
+      const std::string edit = a.substr(p + 9, end - p - 9);  // section.key=value
+      const std::size_t dot = edit.find('.');
+      const std::size_t eq = edit.find('=');
+      std::ifstream base(fs::path(OFFSIM_SOURCE_DIR) / "calibrate/profiles/h100-sxm.json");
+      nlohmann::json j = nlohmann::json::parse(base);
+      j[edit.substr(0, dot)][edit.substr(dot + 1, eq - dot - 1)]["value"] =
+          std::stod(edit.substr(eq + 1));
+      const fs::path file = scratch / "profile.json";
+      std::ofstream(file) << j.dump(1);
+      a.replace(p, end - p + 1, file.string());
+    }
+    a = replace_all(a, "\\n", "\n");  // a newline inside an argument
     args.push_back(replace_all(replace_all(a, "{in}", inputs.string()), "{out}", out.string()));
   }
   const fs::path log = fs::temp_directory_path() / ("offsim-malformed-" + c.name + ".log");
-  const RunResult r = run(args, log);
+  const RunResult r = run(args, env, log);
   fs::remove(log);
   EXPECT_FALSE(r.timed_out) << c.name << ": hung for 60 s";
   EXPECT_EQ(r.signal, 0) << c.name << ": killed by signal " << r.signal << "\n" << r.output;

@@ -115,6 +115,10 @@ TEST(RowKeys, CsvAndJsonl) {
             R"({"index":3,"axes.a":1,"axes.b.c":"x"})");
   EXPECT_EQ(jsonl_row_key()(R"({"axes.a":1})"), "");
   EXPECT_EQ(jsonl_row_key()("{not json"), "");
+  // A duplicate key never matches a key this sweep wrote, and says why.
+  EXPECT_EQ(jsonl_row_key()(R"({"index":3,"index":4,"axes":{"a":1}})"),
+            "<row: line 1: $: duplicate key 'index' (first on line 1); each key may appear only "
+            "once>");
 }
 
 // A schema like a report's: scalars, a nested object, a list, an optional part and a map.

@@ -306,11 +306,53 @@ TEST_F(ProfileErrorTest, NegativeBandwidthIsRejected) {
   json j = base_;
   j["host_link"]["d2h_bytes_per_s"]["value"] = -25e9;
   const std::string m = parse_error(j);
-  EXPECT_NE(m.find("$.host_link.d2h_bytes_per_s.value: expected a value >= 0"), std::string::npos)
+  EXPECT_NE(m.find("a100.json: $.host_link.d2h_bytes_per_s.value: value -2.5e+10 is outside "
+                   "[1e+06, 1e+14] (a bandwidth in bytes/s"),
+            std::string::npos)
       << m;
   j = base_;
   j["host_link"]["d2h_bytes_per_s"]["value"] = 0.0;  // a divisor must be positive
-  EXPECT_NE(parse_error(j).find("$.host_link.d2h_bytes_per_s.value: expected a value > 0"),
+  EXPECT_NE(parse_error(j).find("$.host_link.d2h_bytes_per_s.value: value 0 is outside"),
+            std::string::npos);
+  j = base_;
+  j["nvlink"]["bytes_per_s_per_gpu"]["value"] = 0.0;  // 0: no NVLink
+  j["nvlink"]["ring_all_gather_bus_bytes_per_s"]["value"] = 0.0;
+  j["nvlink"]["ring_reduce_scatter_bus_bytes_per_s"]["value"] = 0.0;
+  j["nvlink"]["ring_all_reduce_bus_bytes_per_s"]["value"] = 0.0;
+  j["nvlink"]["nvls_all_reduce_bus_bytes_per_s"]["value"] = 0.0;
+  EXPECT_TRUE(profile_from_json(j, "a100.json"));
+}
+
+// Every figure is checked against its plausible range from one table, with the key path.
+TEST_F(ProfileErrorTest, AbsurdFiguresAreRejectedWithTheirRange) {
+  const struct {
+    const char* section;
+    const char* key;
+    double value;
+    const char* expected;
+  } cases[] = {
+      {"gpu", "hbm_usable_bytes", 1e30, "$.gpu.hbm_usable_bytes.value: value 1e+30 is outside"},
+      {"gpu", "dense_flops_bf16", 1e-3, "$.gpu.dense_flops_bf16.value: value 0.001 is outside"},
+      {"gpu", "kernel_launch_s", 5.0, "$.gpu.kernel_launch_s.value: value 5 is outside"},
+      {"host", "cores_per_socket", 1e6, "$.host.cores_per_socket.value: value 1e+06 is outside"},
+      {"host_link", "latency_s", 1e5, "$.host_link.latency_s.value: value 100000 is outside"},
+      {"nvlink", "bytes_per_s_per_gpu", 1e20, "$.nvlink.bytes_per_s_per_gpu.value"},
+      {"inter_node", "efficiency", 0.0, "$.inter_node.efficiency.value: value 0 is outside"},
+      {"interference", "copy_hbm_bytes_per_byte", 1e9, "copy_hbm_bytes_per_byte.value"},
+      {"allocator", "fixed_bytes", 1e20, "$.allocator.fixed_bytes.value"},
+  };
+  for (const auto& c : cases) {
+    json j = base_;
+    j[c.section][c.key]["value"] = c.value;
+    const std::string m = parse_error(j);
+    EXPECT_NE(m.find(c.expected), std::string::npos) << c.key << ": " << m;
+  }
+  json j = base_;
+  j["gemm"]["curve"][0]["size"] = 1e30;
+  EXPECT_NE(parse_error(j).find("$.gemm.curve[0].size: value 1e+30 is outside"), std::string::npos);
+  j = base_;
+  j["memory_bound"][0]["efficiency"]["value"] = 1e-9;
+  EXPECT_NE(parse_error(j).find("$.memory_bound[0].efficiency.value: value 1e-09 is outside"),
             std::string::npos);
 }
 
@@ -321,7 +363,8 @@ TEST_F(ProfileErrorTest, BadCurvesOriginsAndMissingKeysAreRejected) {
             std::string::npos);
   j = base_;
   j["attention"]["flash_fwd"]["value"] = 1.5;
-  EXPECT_NE(parse_error(j).find("expected a fraction in [0, 1]"), std::string::npos);
+  EXPECT_NE(parse_error(j).find("$.attention.flash_fwd.value: value 1.5 is outside [0.0001, 1]"),
+            std::string::npos);
   j = base_;
   j["host"]["cores_per_socket"]["origin"] = "guess";
   EXPECT_NE(parse_error(j).find("unknown origin 'guess'"), std::string::npos);
