@@ -16,6 +16,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "sim/core/result.h"
@@ -148,6 +149,11 @@ struct HardwareConfig {
   int nodes = 1;
   int gpus = 0;              // 0 = every GPU of `nodes` nodes
   std::string profile_path;  // a calibration profile JSON; empty = the system's default
+  // A host of sim::platform's catalogue (sim/platform/host.h); empty = the system's own host.
+  std::string host;
+  // Figure overrides applied after the host, in order: ("profile.host.cores_per_socket", 32),
+  // ("system.host_memory_bytes_per_node", 1e12), ... (sim::platform::override_paths).
+  std::vector<std::pair<std::string, double>> overrides;
 };
 
 struct Scenario {

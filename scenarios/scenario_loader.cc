@@ -7,6 +7,7 @@
 #include <set>
 
 #include "sim/core/file_io.h"
+#include "sim/platform/host.h"
 #include "sim/platform/profile.h"
 #include "sim/platform/system.h"
 
@@ -295,6 +296,38 @@ sim::Status read_hardware(const Node& node, const std::string& base_dir,
     if (!is_null_scalar(*profile)) {
       OFFSIM_ASSIGN_OR_RETURN(std::string rel, string_of(*profile, "hardware.profile"));
       h.profile_path = resolve_path(*profile, rel, base_dir);
+    }
+  }
+  // hardware.host and hardware.overrides (a map of figure paths, nested or dotted, to numbers).
+  if (const Node* host = r.get("host")) {
+    if (!is_null_scalar(*host)) {
+      OFFSIM_ASSIGN_OR_RETURN(h.host, string_of(*host, "hardware.host"));
+      if (!sim::platform::find_host(h.host)) {
+        std::vector<std::string> names;
+        for (const auto& known_host : sim::platform::list_hosts()) names.push_back(known_host.name);
+        return type_error(*host, "hardware.host", fmt::format("one of {}", fmt::join(names, ", ")));
+      }
+    }
+  }
+  if (const Node* overrides = r.get("overrides")) {
+    if (!is_null_scalar(*overrides)) {
+      OFFSIM_RETURN_IF_ERROR(expect_map(*overrides, "hardware.overrides"));
+      h.overrides.clear();
+      std::function<sim::Status(const Node&, const std::string&)> flatten =
+          [&](const Node& map, const std::string& prefix) -> sim::Status {
+        for (const auto& [key, value] : map.entries) {
+          const std::string path = prefix.empty() ? key : prefix + "." + key;
+          if (value.kind == NodeKind::kMap) {
+            OFFSIM_RETURN_IF_ERROR(flatten(value, path));
+            continue;
+          }
+          const auto v = scalar_double(value);
+          if (!v) return type_error(value, "hardware.overrides." + path, "a number");
+          h.overrides.emplace_back(path, *v);
+        }
+        return sim::ok();
+      };
+      OFFSIM_RETURN_IF_ERROR(flatten(*overrides, ""));
     }
   }
   return r.finish();
@@ -707,6 +740,19 @@ sim::Status check_loaded(const Scenario& scenario, const Node& doc) {
       status = sim::fail(ErrorCode::kInvalidInput, "hardware.profile: {}", profile.error().message);
     }
   }
+  // The host must attach the system's GPUs and every override must name a figure.
+  if (status && (!scenario.hardware.host.empty() || !scenario.hardware.overrides.empty())) {
+    if (auto system = sim::platform::find_system(scenario.hardware.system)) {
+      auto profile = scenario.hardware.profile_path.empty()
+                         ? sim::platform::default_profile(system->gpu)
+                         : sim::platform::read_profile_file(scenario.hardware.profile_path);
+      if (profile) {
+        auto hw = sim::platform::resolve_hardware(*system, *profile, scenario.hardware.host,
+                                                  scenario.hardware.overrides);
+        if (!hw) status = sim::fail(hw.error().code, "{}", hw.error().message);
+      }
+    }
+  }
   if (!status) {
     return sim::fail(status.error().code, "{}", locate_message(status.error().message, doc));
   }
@@ -742,6 +788,12 @@ Node scenario_to_document(const Scenario& s) {
   put(hw, "gpus", number_node(s.hardware.gpus));
   put(hw, "profile",
       s.hardware.profile_path.empty() ? Node{} : quoted_node(s.hardware.profile_path));
+  put(hw, "host", s.hardware.host.empty() ? Node{} : quoted_node(s.hardware.host));
+  {
+    Node overrides = make_map();
+    for (const auto& [path, value] : s.hardware.overrides) put(overrides, path, number_node(value));
+    put(hw, "overrides", std::move(overrides));
+  }
   put(root, "hardware", std::move(hw));
 
   const models::TrainingConfig& t = s.training;

@@ -95,11 +95,37 @@ std::vector<System> make_catalogue() {
   auto by_name = [&](const char* n) {
     return *std::find_if(eight.begin(), eight.end(), [&](const System& s) { return s.name == n; });
   };
-  out.push_back(one(by_name("dgx-a100-40gb"), "a100-40gb-1gpu"));
-  out.push_back(one(by_name("dgx-a100-80gb"), "a100-80gb-1gpu"));
-  out.push_back(one(by_name("dgx-h100"), "h100-1gpu"));
-  out.push_back(one(by_name("hgx-h200"), "h200-1gpu"));
-  out.push_back(one(by_name("dgx-b200"), "b200-1gpu"));
+  // The CPU of each system's sockets (host.h). HGX H200 and DGX B200 hosts are taken as DGX
+  // H100's 8480C, as the profiles' host figures always were (DGX B200 ships Xeon 8570).
+  for (System& s : out) {
+    if (s.host_link == HostLinkKind::kNvlinkC2c) {
+      s.host = "grace";
+    } else if (s.host_link == HostLinkKind::kPcieGen4) {
+      s.host = "epyc-7742";
+    } else {
+      s.host = "xeon-8480c";
+    }
+  }
+  {
+    System s = by_name("hgx-h200");
+    s.name = "hgx-h200-xeon6";
+    s.host = "xeon-6960p";
+    s.description =
+        "HGX H200 with two Intel Xeon 6960P (72 cores, 12x DDR5-6400, 96 PCIe 5.0 lanes each): "
+        "8x H200-141GB, NVSwitch, a Gen5 x16 path per GPU, 4 GPUs per socket, 2 TB DDR5 "
+        "(assumed)";
+    out.push_back(s);
+  }
+  const std::vector<System> with_hosts(out.begin(), out.end());
+  auto by_name2 = [&](const char* n) {
+    return *std::find_if(with_hosts.begin(), with_hosts.end(),
+                         [&](const System& s) { return s.name == n; });
+  };
+  out.push_back(one(by_name2("dgx-a100-40gb"), "a100-40gb-1gpu"));
+  out.push_back(one(by_name2("dgx-a100-80gb"), "a100-80gb-1gpu"));
+  out.push_back(one(by_name2("dgx-h100"), "h100-1gpu"));
+  out.push_back(one(by_name2("hgx-h200"), "h200-1gpu"));
+  out.push_back(one(by_name2("dgx-b200"), "b200-1gpu"));
   return out;
 }
 
