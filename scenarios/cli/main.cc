@@ -30,6 +30,7 @@
 #include "scenarios/sweep_runner.h"
 #include "sim/core/file_io.h"
 #include "sim/plan/plan_json.h"
+#include "sim/platform/host.h"
 #include "sim/platform/profile.h"
 #include "sim/platform/system.h"
 #include "sim/trace/compare.h"
@@ -467,7 +468,14 @@ int cmd_list(const std::string& what) {
     }
   } else if (what == "systems") {
     for (const auto& s : sim::platform::list_systems()) {
-      fmt::print("{:<18} {} × {}  {}\n", s.name, s.gpus_per_node, s.gpu, s.description);
+      fmt::print("{:<18} {} × {}, host {}  {}\n", s.name, s.gpus_per_node, s.gpu, s.host,
+                 s.description);
+    }
+  } else if (what == "hosts") {
+    for (const auto& h : sim::platform::list_hosts()) {
+      fmt::print("{:<12} {}; {:.0f} GB/s DRAM per socket achievable, root complex {:.0f} GB/s\n",
+                 h.name, h.description, h.dram_bytes_per_s_per_socket.value / 1e9,
+                 h.root_complex_bytes_per_s.value / 1e9);
     }
   } else if (what == "presets") {
     for (const auto& p : models::list_presets()) fmt::print("{:<38} {}\n", p.name, p.description);
@@ -494,8 +502,8 @@ int cmd_list(const std::string& what) {
           d.note.empty() ? "" : "  " + d.note);
     }
   } else {
-    return usage_error(
-        fmt::format("list {}: expected models, systems, policies, presets or devices", what));
+    return usage_error(fmt::format(
+        "list {}: expected models, systems, hosts, policies, presets or devices", what));
   }
   return 0;
 }
@@ -736,8 +744,8 @@ int main(int argc, char** argv) {
   auto* list_cmd = app.add_subcommand(
       "list",
       "List catalogues.\n\nExamples:\n  offsim list models\n  offsim list systems\n"
-      "  offsim list presets\n  offsim list policies\n  offsim list devices");
-  list_cmd->add_option("what", list_what, "models, systems, policies, presets or devices")
+      "  offsim list hosts\n  offsim list presets\n  offsim list policies\n  offsim list devices");
+  list_cmd->add_option("what", list_what, "models, systems, hosts, policies, presets or devices")
       ->required();
 
   // replay

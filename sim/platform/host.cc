@@ -129,6 +129,13 @@ std::vector<Host> make_catalogue() {
             "no host-side cap measured on DGX A100: the sum of a socket's two Gen4 switch uplinks");
     out.push_back(h);
   }
+  out.push_back(x86("ryzen-9-7950x",
+                    "AMD Ryzen 9 7950X (workstation): 16 cores, 2x DDR5-5200, 24 usable PCIe "
+                    "5.0 lanes",
+                    HostLinkKind::kPcieGen5, 16, 256, 2, 5200, 24, 1,
+                    "AMD Ryzen 9 7950X specifications: 16 Zen 4 cores, dual-channel DDR5-5200, 28 "
+                    "PCIe 5.0 lanes (24 usable, 4 to the chipset), AVX-512 on a 256-bit datapath",
+                    "one NUMA node (single die set, one memory controller)"));
   {
     Host h;
     h.name = "grace";
