@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cctype>
 #include <limits>
+#include <tuple>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -113,6 +114,17 @@ const std::vector<Entry>& catalogue() {
     e.push_back({gemma, "google/gemma-2b config.json (GeGLU modelled as a gated MLP)", {"2b"}});
     // The brief's 70B example is Llama 2 70B / Llama 3 70B above; "70b" names Llama 3 70B.
     e.back().aliases.push_back("gemma-2b-like");
+    // Qwen2.5 (Qwen/Qwen2.5-1.5B and -3B config.json): SwiGLU, RMSNorm, GQA with 2 KV heads,
+    // vocabulary 151936, tied embeddings; the q/k/v projection biases (a few thousand
+    // parameters per layer) are not modelled. The DeepSpeed ZenFlow/core-binding measurements use
+    // them (docs/validation.md).
+    for (auto [name, hidden, layers, heads, ffn] :
+         {std::tuple{"qwen2.5-1.5b", 1536, 28, 12, 8960},
+          std::tuple{"qwen2.5-3b", 2048, 36, 16, 11008}}) {
+      ModelArch q = llama(name, 151936, hidden, layers, heads, 2, ffn);
+      q.tied_embeddings = true;
+      e.push_back({q, "Qwen/Qwen2.5 config.json (q/k/v biases not modelled)", {}});
+    }
     return e;
   }();
   return kEntries;
