@@ -229,4 +229,9 @@ struct PresetOptions {
 };
 sim::Result<OffloadPolicy> offload_preset(std::string_view name, const PresetOptions& options);
 
+// MaxText `remat_policy` names ("full", "minimal", "save_qkv_proj", "qkv_proj_offloaded", ...)
+// and the offload preset each stands for; every one runs with recompute.mode full.
+std::vector<std::string> maxtext_remat_policies();
+sim::Result<std::string> maxtext_remat_preset(std::string_view policy);
+
 }  // namespace offsim::models

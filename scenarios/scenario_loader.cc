@@ -645,6 +645,19 @@ sim::Result<ScenarioFile> load_scenario_file(const std::string& path,
     model->entries.emplace_back("base", std::move(base));
   }
   for (const std::string& assignment : overrides) {
+    // `offload: NAME` is shorthand for `offload: {preset: NAME}`: expand it when an override sets
+    // a preset option (--set offload.prefetch_layers=2).
+    if (assignment.rfind("offload.", 0) == 0) {
+      if (Node* offload = doc.find("offload");
+          offload != nullptr && offload->kind == NodeKind::kScalar) {
+        Node preset = *offload;
+        offload->kind = NodeKind::kMap;
+        offload->entries.clear();
+        offload->scalar.clear();
+        offload->quoted = false;
+        offload->entries.emplace_back("preset", std::move(preset));
+      }
+    }
     OFFSIM_RETURN_IF_ERROR(apply_override(doc, assignment));
   }
   if (const Node* sweep = doc.find("sweep")) {
@@ -688,6 +701,27 @@ sim::Result<Scenario> scenario_from_document(const Node& doc, const std::string&
     OFFSIM_ASSIGN_OR_RETURN(s.offload, read_offload(*o));
   } else {
     s.offload.preset = "none";
+  }
+  // remat_policy: NAME — MaxText's one name for recompute (full) and what is saved or offloaded.
+  if (const Node* remat = r.get("remat_policy"); remat != nullptr && !is_null_scalar(*remat)) {
+    OFFSIM_ASSIGN_OR_RETURN(std::string policy, string_of(*remat, "remat_policy"));
+    for (const char* other : {"recompute", "offload"}) {
+      if (const Node* n = doc.find(other)) {
+        return sim::fail(ErrorCode::kInvalidInput,
+                         "{}: remat_policy: sets recompute and offload itself; remove '{}' (at "
+                         "{}) or remat_policy",
+                         remat->origin, other, n->origin);
+      }
+    }
+    auto preset = models::maxtext_remat_preset(policy);
+    if (!preset) {
+      return type_error(*remat, "remat_policy",
+                        fmt::format("a MaxText remat_policy, one of {}",
+                                    fmt::join(models::maxtext_remat_policies(), ", ")));
+    }
+    OFFSIM_ASSIGN_OR_RETURN(s.offload, models::offload_preset(*preset, {}));
+    s.recompute = models::RecomputeConfig{};
+    s.recompute.mode = models::RecomputeConfig::Mode::kFull;
   }
   r.get("sweep");  // split off by load_scenario_file; tolerated in documents built by hand
   OFFSIM_RETURN_IF_ERROR(r.finish());

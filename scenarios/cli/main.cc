@@ -23,6 +23,7 @@
 #include "calibrate/calibrate.h"
 #include "models/evaluate.h"
 #include "scenarios/cli/sweep_mpi.h"
+#include "scenarios/memory_advice.h"
 #include "scenarios/policy_search.h"
 #include "scenarios/report_format.h"
 #include "scenarios/resource_limits.h"
@@ -209,6 +210,14 @@ int cmd_run(const RunArgs& a) {
     fmt::print("{}", scenarios::format_csv(reports));
   } else {
     fmt::print("{}", scenarios::format_table(reports));
+    // What dominates memory, and what must move, for each configuration that does not fit.
+    for (std::size_t i = 0; i < reports.size(); ++i) {
+      if (reports[i].report.fits) continue;
+      auto advice = scenarios::memory_advice(loaded[i].scenario, reports[i].report);
+      if (advice && !advice->empty()) {
+        fmt::print("{}{}\n", reports.size() > 1 ? reports[i].name + ": " : "why:  ", *advice);
+      }
+    }
   }
   return 0;
 }
@@ -325,9 +334,51 @@ int cmd_plan(const PlanArgs& a) {
       o.space.classes.push_back(*cls);
     }
   }
+  for (std::size_t i = 0; i < a.fractions.size(); ++i) {
+    const double f = a.fractions[i];
+    if (!(f >= 0.0 && f <= 1.0)) {
+      return usage_error(fmt::format("--fractions {}: expected fractions in [0, 1]", f));
+    }
+    if (i > 0 && f <= a.fractions[i - 1]) {
+      return usage_error(
+          fmt::format("--fractions {}: expected distinct fractions in ascending order (after {})",
+                      f, a.fractions[i - 1]));
+    }
+  }
+  for (std::size_t i = 0; i < a.prefetch.size(); ++i) {
+    const int p = a.prefetch[i];
+    if (p < 1 || p > l->scenario.model.layers) {
+      return usage_error(
+          fmt::format("--prefetch {}: expected a depth in 1..{} (the model's layers)", p,
+                      l->scenario.model.layers));
+    }
+    for (std::size_t j = 0; j < i; ++j) {
+      if (a.prefetch[j] == p) {
+        return usage_error(fmt::format("--prefetch {}: listed twice", p));
+      }
+    }
+  }
+  for (std::size_t i = 0; i < a.micro_batches.size(); ++i) {
+    const std::int64_t mb = a.micro_batches[i];
+    if (mb < 1) return usage_error(fmt::format("--micro-batches {}: expected sizes >= 1", mb));
+    for (std::size_t j = 0; j < i; ++j) {
+      if (a.micro_batches[j] == mb) {
+        return usage_error(fmt::format("--micro-batches {}: listed twice", mb));
+      }
+    }
+  }
   if (!a.fractions.empty()) o.space.fractions = a.fractions;
   if (!a.prefetch.empty()) o.space.prefetch = a.prefetch;
-  for (const std::string& j : a.joint) {
+  // "Offload or recompute, and at which micro-batch?" is the question: both are searched unless
+  // --joint names a subset (or none).
+  std::vector<std::string> joint = a.joint;
+  if (joint.empty()) joint = {"micro_batch", "recompute"};
+  if (joint == std::vector<std::string>{"none"}) joint.clear();
+  if (!a.micro_batches.empty() &&
+      std::find(joint.begin(), joint.end(), "micro_batch") == joint.end()) {
+    return usage_error("--micro-batches: needs micro_batch in --joint");
+  }
+  for (const std::string& j : joint) {
     if (j == "micro_batch") {
       if (!a.micro_batches.empty()) {
         o.space.micro_batches = a.micro_batches;
@@ -343,7 +394,8 @@ int cmd_plan(const PlanArgs& a) {
                            models::RecomputeConfig::Mode::kSelective,
                            models::RecomputeConfig::Mode::kFull};
     } else {
-      return usage_error(fmt::format("--joint {}: expected micro_batch and/or recompute", j));
+      return usage_error(
+          fmt::format("--joint {}: expected micro_batch and/or recompute, or none", j));
     }
   }
   // The largest plan of the search: the smallest micro-batch (most micro-batches), full
@@ -395,7 +447,18 @@ int cmd_plan(const PlanArgs& a) {
       a.search, r->space_size, r->valid, r->evaluated, share, r->skipped_bound,
       r->skipped_infeasible, r->wall_s, r->fitting);
   if (r->best.empty()) {
-    fmt::print("no candidate fits HBM and host memory; try --joint micro_batch,recompute\n");
+    fmt::print("no candidate fits HBM and host memory.\n");
+    // Why: the scenario as given, with every offloadable class explained.
+    models::Scenario probe = l->scenario;
+    if (!o.space.micro_batches.empty()) {
+      probe.training.micro_batch =
+          *std::min_element(o.space.micro_batches.begin(), o.space.micro_batches.end());
+    }
+    if (!o.space.recompute.empty()) probe.recompute.mode = models::RecomputeConfig::Mode::kFull;
+    if (auto e = models::evaluate(probe); e && !e->report.fits) {
+      auto advice = scenarios::memory_advice(probe, e->report);
+      if (advice && !advice->empty()) fmt::print("why: {}\n", *advice);
+    }
     return 0;
   }
   for (std::size_t i = 0; i < r->best.size(); ++i) {
@@ -688,10 +751,11 @@ int main(int argc, char** argv) {
   auto* plan_cmd = app.add_subcommand(
       "plan",
       "Search offload policies (tensor classes x layer fraction x prefetch depth x CPU/GPU\n"
-      "optimizer), optionally with micro-batch and recompute, under HBM and host capacity.\n\n"
+      "optimizer) x recompute x micro-batch under HBM and host capacity; when nothing fits,\n"
+      "say what dominates memory and which class must move.\n\n"
       "Examples:\n"
       "  offsim plan ex.yaml --top 3\n"
-      "  offsim plan ex.yaml --joint micro_batch,recompute --objective tokens_per_s\n"
+      "  offsim plan ex.yaml --joint none --objective tokens_per_s\n"
       "  offsim plan ex.yaml --classes activations --fractions 0,0.5,1 --search exhaustive");
   plan_cmd->add_option("scenario", plan.scenario, "scenario file")
       ->required()
@@ -703,7 +767,10 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   plan_cmd->add_option("--search", plan.search, "pruned (default) or exhaustive")
       ->check(CLI::IsMember({"pruned", "exhaustive"}));
-  plan_cmd->add_option("--joint", plan.joint, "also search micro_batch and/or recompute")
+  plan_cmd
+      ->add_option("--joint", plan.joint,
+                   "what to search with the offload policy: micro_batch and/or recompute "
+                   "(default both), or none")
       ->delimiter(',');
   plan_cmd
       ->add_option("--classes", plan.classes,
