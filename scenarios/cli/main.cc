@@ -22,6 +22,7 @@
 #include "backends/replay.h"
 #include "calibrate/calibrate.h"
 #include "models/evaluate.h"
+#include "scenarios/break_even.h"
 #include "scenarios/cli/sweep_mpi.h"
 #include "scenarios/memory_advice.h"
 #include "scenarios/policy_search.h"
@@ -143,10 +144,14 @@ struct RunArgs {
   std::string plan_out;
   std::string timeline_out;
   bool print_effective = false;
+  bool break_even = false;
   ResourceLimits limits;
 };
 
 int cmd_run(const RunArgs& a) {
+  if (a.break_even && a.format != "table") {
+    return usage_error("--break-even: prints a line under the table; use --format table");
+  }
   const bool single_outputs = !a.trace.empty() || !a.plan_out.empty() || !a.timeline_out.empty();
   if (single_outputs && a.scenarios.size() != 1) {
     return usage_error("--trace, --plan-out and --timeline-out take one scenario; got " +
@@ -217,6 +222,14 @@ int cmd_run(const RunArgs& a) {
       if (advice && !advice->empty()) {
         fmt::print("{}{}\n", reports.size() > 1 ? reports[i].name + ": " : "why:  ", *advice);
       }
+    }
+  }
+  if (a.break_even) {
+    for (const Loaded& l : loaded) {
+      auto be = scenarios::break_even_host_bandwidth(l.scenario);
+      if (!be) return report(sim::Error{be.error().code, l.file.path + ": " + be.error().message});
+      fmt::print("{}break-even host bandwidth: {}\n",
+                 loaded.size() > 1 ? l.scenario.name + ": " : "", scenarios::describe(*be));
     }
   }
   return 0;
@@ -713,6 +726,9 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--timeline-out", run.timeline_out, "write the Timeline JSON here");
   run_cmd->add_flag("--print-effective", run.print_effective,
                     "print the effective scenario (defaults and overrides applied) as YAML");
+  run_cmd->add_flag("--break-even", run.break_even,
+                    "for a scenario with activation offload: the host bandwidth per GPU above "
+                    "which it beats full recomputation");
   add_limit_options(run_cmd, run.limits,
                     "stop each scenario's simulation after this many seconds (exit 2)");
 
