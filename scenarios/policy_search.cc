@@ -4,10 +4,12 @@
 #include <atomic>
 #include <chrono>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <thread>
 
+#include "scenarios/progress.h"
 #include "scenarios/report_format.h"
 #include "sim/platform/system.h"
 
@@ -201,8 +203,15 @@ sim::Result<SearchResult> search_policies(const models::Scenario& base,
   result.space_size = static_cast<std::int64_t>(entries.size());
   for (const Entry& e : entries) result.valid += e.valid ? 1 : 0;
 
+  Progress progress(result.valid, options.progress, 5.0);
+  std::mutex progress_mutex;
+  std::int64_t simulated = 0;
   auto evaluate = [&](std::vector<std::size_t> todo) {
     parallel_for(todo.size(), options.jobs, [&](std::size_t i) {
+      if (options.progress) {
+        const std::lock_guard<std::mutex> lock(progress_mutex);
+        progress.update(simulated++);
+      }
       Entry& e = entries[todo[i]];
       auto eval = models::evaluate(apply_candidate(base, space, e.candidate), options.eval);
       if (!eval) {
@@ -309,6 +318,7 @@ sim::Result<SearchResult> search_policies(const models::Scenario& base,
     }
     result.best.push_back(std::move(rc));
   }
+  if (options.progress) progress.finish(result.evaluated);
   result.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   return result;
 }

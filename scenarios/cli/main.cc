@@ -330,6 +330,7 @@ int cmd_plan(const PlanArgs& a) {
   scenarios::SearchOptions o;
   o.top_k = a.top;
   o.jobs = a.jobs;
+  o.progress = ::isatty(STDERR_FILENO) == 1 && a.format == "table";
   o.objective = a.objective == "tokens_per_s" ? scenarios::Objective::kTokensPerS
                                               : scenarios::Objective::kStepTime;
   o.method = a.search == "exhaustive" ? scenarios::SearchMethod::kExhaustive
