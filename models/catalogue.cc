@@ -328,6 +328,16 @@ constexpr PresetDef kPresets[] = {
      "Offloaded gradient checkpointing (e.g. torch.utils.checkpoint with save_on_cpu, "
      "Unsloth): each layer's input checkpoint on the host, the layer recomputed in the backward; "
      "use with recompute.mode full."},
+    {"jax_pinned_host_opt_state",
+     "JAX optimizer state with memory_kind=\"pinned_host\" (MaxText "
+     "optimizer_memory_host_offload): "
+     "Adam moments and fp32 master weights in pinned host memory, streamed to the device for an "
+     "update on the GPU."},
+    {"jax_pinned_host_params",
+     "JAX parameters with memory_kind=\"pinned_host\" (MaxText parameter_memory_host_offload): "
+     "weights in pinned host memory, streamed to the device one layer ahead of use."},
+    {"jax_pinned_host_params_and_opt_state",
+     "Both of the above: parameters and optimizer state on pinned host memory, update on the GPU."},
     {"maxtext_full", "MaxText remat_policy: full: nothing saved but each layer's input."},
     {"maxtext_minimal",
      "MaxText remat_policy: minimal (checkpoint_dots): every projection output saved on HBM, the "
@@ -433,6 +443,18 @@ sim::Result<OffloadPolicy> offload_preset(std::string_view name, const PresetOpt
       }
       p.rules.push_back(named(n, k));
     }
+    return p;
+  }
+  if (name == "jax_pinned_host_opt_state" || name == "jax_pinned_host_params" ||
+      name == "jax_pinned_host_params_and_opt_state") {
+    auto host = [&](TensorClass cls) {
+      p.rules.push_back({.cls = cls, .where = Placement::kHost, .prefetch_layers = k});
+    };
+    if (name != "jax_pinned_host_params") {
+      host(TensorClass::kOptimizerStates);
+      host(TensorClass::kMasterWeights);
+    }
+    if (name != "jax_pinned_host_opt_state") host(TensorClass::kParams);
     return p;
   }
   if (name == "offloaded_gradient_checkpointing") {

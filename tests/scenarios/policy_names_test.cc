@@ -102,11 +102,17 @@ TEST_F(PolicyNamesTest, FrameworkPresetNamesResolve) {
   for (const char* name :
        {"te_cpu_offload", "torchtitan_activation_offload", "inductor_activation_offload",
         "fsdp2_cpu_offload_policy", "megatron_fine_grained_activation_offload",
-        "offloaded_gradient_checkpointing", "maxtext_minimal", "maxtext_save_dot_except_mlp"}) {
+        "offloaded_gradient_checkpointing", "maxtext_minimal", "maxtext_save_dot_except_mlp",
+        "jax_pinned_host_opt_state", "jax_pinned_host_params",
+        "jax_pinned_host_params_and_opt_state"}) {
     auto p = models::offload_preset(name, {});
     ASSERT_TRUE(p) << name << ": " << p.error().message;
     EXPECT_FALSE(p->rules.empty()) << name;
   }
+  // JAX pinned_host placement keeps the update on the device.
+  auto jax = models::offload_preset("jax_pinned_host_params_and_opt_state", {});
+  EXPECT_FALSE(jax->optimizer_on_cpu);
+  EXPECT_EQ(jax->rules.size(), 3u);
   auto fsdp2 = models::offload_preset("fsdp2_cpu_offload_policy", {});
   EXPECT_TRUE(fsdp2->optimizer_on_cpu);
   auto fine =
