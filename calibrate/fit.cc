@@ -434,6 +434,13 @@ sim::Result<std::string> gpu_kind_from_name(const std::string& gpu_name) {
   std::string n;
   for (char c : gpu_name) n += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   auto has = [&](const char* s) { return n.find(s) != std::string::npos; };
+  if (has("gb300")) return std::string("gb300");
+  if (has("b300")) return std::string("b300");
+  if (has("l40s")) return std::string("l40s");
+  if (has("rtx 6000 ada")) return std::string("rtx6000ada");
+  if (has("rtx 4090")) return std::string("rtx4090");
+  if (has("rtx 5090")) return std::string("rtx5090");
+  if (has("nvidia l4")) return std::string("l4");
   if (has("gb200")) return std::string("gb200");
   if (has("gh200")) return std::string("gh200");
   if (has("b200")) return std::string("b200");
@@ -442,7 +449,8 @@ sim::Result<std::string> gpu_kind_from_name(const std::string& gpu_name) {
   if (has("a100")) return std::string(has("80") ? "a100-80gb" : "a100-40gb");
   return sim::fail(sim::ErrorCode::kNotFound,
                    "GPU '{}' is not one of the kinds with a base profile (a100-40gb, a100-80gb, "
-                   "h100-sxm, h100-pcie, h200, gh200, b200, gb200); pass the kind explicitly",
+                   "h100-sxm, h100-pcie, h200, gh200, b200, gb200, b300, gb300, l4, l40s, "
+                   "rtx4090, rtx5090, rtx6000ada); pass the kind explicitly",
                    gpu_name);
 }
 

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cctype>
 #include <limits>
+#include <tuple>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -115,6 +116,17 @@ const std::vector<Entry>& catalogue() {
     e.push_back({gemma, "google/gemma-2b config.json (GeGLU modelled as a gated MLP)", {"2b"}});
     // The brief's 70B example is Llama 2 70B / Llama 3 70B above; "70b" names Llama 3 70B.
     e.back().aliases.push_back("gemma-2b-like");
+    // Qwen2.5 (Qwen/Qwen2.5-1.5B and -3B config.json): SwiGLU, RMSNorm, GQA with 2 KV heads,
+    // vocabulary 151936, tied embeddings; the q/k/v projection biases (a few thousand
+    // parameters per layer) are not modelled. The DeepSpeed ZenFlow/core-binding measurements use
+    // them (docs/validation.md).
+    for (auto [name, hidden, layers, heads, ffn] :
+         {std::tuple{"qwen2.5-1.5b", 1536, 28, 12, 8960},
+          std::tuple{"qwen2.5-3b", 2048, 36, 16, 11008}}) {
+      ModelArch q = llama(name, 151936, hidden, layers, heads, 2, ffn);
+      q.tied_embeddings = true;
+      e.push_back({q, "Qwen/Qwen2.5 config.json (q/k/v biases not modelled)", {}});
+    }
     return e;
   }();
   return kEntries;
@@ -326,6 +338,66 @@ constexpr PresetDef kPresets[] = {
      "Megatron-Core distributed optimizer with optimizer_cpu_offload and "
      "optimizer_offload_fraction = fraction: that fraction of the optimizer state (moments and "
      "master weights) on the host and updated by the CPU."},
+    // Framework names, one each (several are the same policy under the name its users know).
+    {"te_cpu_offload",
+     "Transformer Engine get_cpu_offload_context(enabled=True, num_layers=...): the saved "
+     "activations of num_layers layers (default: all) go to the host after each layer's forward "
+     "and come back one layer ahead of its backward (as megatron_activation_offload)."},
+    {"megatron_fine_grained_activation_offload",
+     "Megatron-LM fine-grained activation offload (PR #1752): only the named activations "
+     "(names, default the QKV projections query_proj, key_proj, value_proj) go to the host; the "
+     "rest stays on HBM, nothing is recomputed."},
+    {"fsdp2_cpu_offload_policy",
+     "PyTorch FSDP2 fully_shard(offload_policy=CPUOffloadPolicy(pin_memory=True)): sharded "
+     "parameters, gradients and optimizer state in pinned host memory, the optimizer step on the "
+     "CPU (as fsdp_cpu_offload)."},
+    {"torchtitan_activation_offload",
+     "torchtitan / torch.autograd.graph.save_on_cpu(pin_memory=True) activation offload: every "
+     "saved activation to pinned host memory, prefetched one layer ahead of its backward."},
+    {"inductor_activation_offload",
+     "PyTorch Inductor activation offload (PRs #167880 / #168316): saved activations copied to "
+     "the host on a side stream and prefetched ahead of the backward."},
+    {"offloaded_gradient_checkpointing",
+     "Offloaded gradient checkpointing (e.g. torch.utils.checkpoint with save_on_cpu, "
+     "Unsloth): each layer's input checkpoint on the host, the layer recomputed in the backward; "
+     "use with recompute.mode full."},
+    {"jax_pinned_host_opt_state",
+     "JAX optimizer state with memory_kind=\"pinned_host\" (MaxText "
+     "optimizer_memory_host_offload): "
+     "Adam moments and fp32 master weights in pinned host memory, streamed to the device for an "
+     "update on the GPU."},
+    {"jax_pinned_host_params",
+     "JAX parameters with memory_kind=\"pinned_host\" (MaxText parameter_memory_host_offload): "
+     "weights in pinned host memory, streamed to the device one layer ahead of use."},
+    {"jax_pinned_host_params_and_opt_state",
+     "Both of the above: parameters and optimizer state on pinned host memory, update on the GPU."},
+    {"maxtext_full", "MaxText remat_policy: full: nothing saved but each layer's input."},
+    {"maxtext_minimal",
+     "MaxText remat_policy: minimal (checkpoint_dots): every projection output saved on HBM, the "
+     "rest rematerialized."},
+    {"maxtext_minimal_with_context",
+     "MaxText remat_policy: minimal_with_context: as minimal, plus the attention context."},
+    {"maxtext_save_qkv_proj",
+     "MaxText remat_policy: save_qkv_proj: query_proj, key_proj, value_proj saved on HBM."},
+    {"maxtext_save_out_proj", "MaxText remat_policy: save_out_proj: out_proj saved on HBM."},
+    {"maxtext_save_dot_except_mlpwi",
+     "MaxText remat_policy: save_dot_except_mlpwi: every projection output but mlpwi on HBM."},
+    {"maxtext_save_dot_except_mlp",
+     "MaxText remat_policy: save_dot_except_mlp: the attention projections on HBM, the MLP "
+     "rematerialized."},
+};
+
+// MaxText remat_policy names and the preset each stands for (with recompute.mode full).
+constexpr std::pair<const char*, const char*> kMaxTextRematPolicies[] = {
+    {"full", "maxtext_full"},
+    {"minimal", "maxtext_minimal"},
+    {"minimal_with_context", "maxtext_minimal_with_context"},
+    {"save_qkv_proj", "maxtext_save_qkv_proj"},
+    {"save_out_proj", "maxtext_save_out_proj"},
+    {"save_dot_except_mlpwi", "maxtext_save_dot_except_mlpwi"},
+    {"save_dot_except_mlp", "maxtext_save_dot_except_mlp"},
+    {"qkv_proj_offloaded", "maxtext_qkv_proj_offloaded"},
+    {"minimal_offloaded", "maxtext_minimal_offloaded"},
 };
 
 OffloadRule named(const std::string& name, int prefetch) {
@@ -343,6 +415,22 @@ std::vector<PresetInfo> list_presets() {
   return out;
 }
 
+std::vector<std::string> maxtext_remat_policies() {
+  std::vector<std::string> out;
+  for (const auto& [policy, preset] : kMaxTextRematPolicies) out.push_back(policy);
+  return out;
+}
+
+sim::Result<std::string> maxtext_remat_preset(std::string_view policy) {
+  for (const auto& [name, preset] : kMaxTextRematPolicies) {
+    if (policy == name) return std::string(preset);
+  }
+  return sim::fail(sim::ErrorCode::kInvalidInput,
+                   "MaxText remat_policy '{}' is not modelled (expected one of {}; 'custom' is "
+                   "written as offload rules)",
+                   policy, fmt::join(maxtext_remat_policies(), ", "));
+}
+
 sim::Result<OffloadPolicy> offload_preset(std::string_view name, const PresetOptions& o) {
   OffloadPolicy p;
   p.preset = std::string(name);
@@ -350,7 +438,62 @@ sim::Result<OffloadPolicy> offload_preset(std::string_view name, const PresetOpt
   const auto names = [&](std::vector<std::string> list) {
     for (const std::string& n : list) p.rules.push_back(named(n, k));
   };
-  if (name == "none") return p;
+  if (name == "none" || name == "maxtext_full") return p;
+  // Named activations kept on HBM (saved, not rematerialized) under full recompute.
+  const auto saved = [&](std::vector<std::string> list) {
+    for (const std::string& n : list) {
+      OffloadRule r = named(n, k);
+      r.where = Placement::kHbm;
+      p.rules.push_back(r);
+    }
+    return p;
+  };
+  const std::vector<std::string> dots = {"query_proj", "key_proj", "value_proj",
+                                         "out_proj",   "mlpwi",    "mlpwo"};
+  if (name == "maxtext_minimal") return saved(dots);
+  if (name == "maxtext_minimal_with_context") {
+    std::vector<std::string> list = dots;
+    list.push_back("context");
+    return saved(list);
+  }
+  if (name == "maxtext_save_qkv_proj") return saved({"query_proj", "key_proj", "value_proj"});
+  if (name == "maxtext_save_out_proj") return saved({"out_proj"});
+  if (name == "maxtext_save_dot_except_mlpwi") {
+    return saved({"query_proj", "key_proj", "value_proj", "out_proj", "mlpwo"});
+  }
+  if (name == "maxtext_save_dot_except_mlp") {
+    return saved({"query_proj", "key_proj", "value_proj", "out_proj"});
+  }
+  if (name == "megatron_fine_grained_activation_offload") {
+    const std::vector<std::string> list =
+        o.names.empty() ? std::vector<std::string>{"query_proj", "key_proj", "value_proj"}
+                        : o.names;
+    for (const std::string& n : list) {
+      const auto& all = activation_names();
+      if (std::find(all.begin(), all.end(), n) == all.end()) {
+        return sim::fail(sim::ErrorCode::kInvalidInput, "offload preset {}: '{}' is not one of {}",
+                         name, n, fmt::join(all, ", "));
+      }
+      p.rules.push_back(named(n, k));
+    }
+    return p;
+  }
+  if (name == "jax_pinned_host_opt_state" || name == "jax_pinned_host_params" ||
+      name == "jax_pinned_host_params_and_opt_state") {
+    auto host = [&](TensorClass cls) {
+      p.rules.push_back({.cls = cls, .where = Placement::kHost, .prefetch_layers = k});
+    };
+    if (name != "jax_pinned_host_params") {
+      host(TensorClass::kOptimizerStates);
+      host(TensorClass::kMasterWeights);
+    }
+    if (name != "jax_pinned_host_opt_state") host(TensorClass::kParams);
+    return p;
+  }
+  if (name == "offloaded_gradient_checkpointing") {
+    p.rules.push_back(named("decoder_layer_input", k));
+    return p;
+  }
   if (name == "jax_offload_dot_with_no_batch_dims" || name == "maxtext_minimal_offloaded") {
     names({"query_proj", "key_proj", "value_proj", "out_proj", "mlpwi", "mlpwo"});
     return p;
@@ -379,7 +522,8 @@ sim::Result<OffloadPolicy> offload_preset(std::string_view name, const PresetOpt
     names({"decoder_layer_input"});
     return p;
   }
-  if (name == "megatron_activation_offload") {
+  if (name == "megatron_activation_offload" || name == "te_cpu_offload" ||
+      name == "torchtitan_activation_offload" || name == "inductor_activation_offload") {
     OffloadRule r{
         .cls = TensorClass::kActivations, .where = Placement::kHost, .prefetch_layers = k};
     if (o.num_layers >= 0) {
@@ -389,7 +533,7 @@ sim::Result<OffloadPolicy> offload_preset(std::string_view name, const PresetOpt
     p.rules.push_back(r);
     return p;
   }
-  if (name == "zero_offload" || name == "fsdp_cpu_offload" ||
+  if (name == "zero_offload" || name == "fsdp_cpu_offload" || name == "fsdp2_cpu_offload_policy" ||
       name == "megatron_optimizer_offload") {
     if (!(o.fraction > 0.0 && o.fraction <= 1.0)) {
       return sim::fail(sim::ErrorCode::kInvalidInput,
@@ -411,7 +555,7 @@ sim::Result<OffloadPolicy> offload_preset(std::string_view name, const PresetOpt
                          .where = Placement::kHost,
                          .prefetch_layers = k});
     }
-    if (name == "fsdp_cpu_offload") {
+    if (name == "fsdp_cpu_offload" || name == "fsdp2_cpu_offload_policy") {
       p.rules.push_back({.cls = TensorClass::kParams,
                          .layers = sel,
                          .where = Placement::kHost,

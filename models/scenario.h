@@ -16,6 +16,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "sim/core/result.h"
@@ -174,6 +175,11 @@ struct HardwareConfig {
   // calibration profile's workspace/allocator term.
   enum class Runtime { kNone, kPytorch, kPytorchExpandable, kJax };
   Runtime runtime = Runtime::kNone;
+  // A host of sim::platform's catalogue (sim/platform/host.h); empty = the system's own host.
+  std::string host;
+  // Figure overrides applied after the host, in order: ("profile.host.cores_per_socket", 32),
+  // ("system.host_memory_bytes_per_node", 1e12), ... (sim::platform::override_paths).
+  std::vector<std::pair<std::string, double>> overrides;
 };
 
 struct Scenario {
@@ -258,5 +264,9 @@ sim::Result<OffloadPolicy> offload_preset(std::string_view name, const PresetOpt
 // maxtext_bf16_mu; each description cites the framework's source.
 std::vector<PresetInfo> list_dtype_presets();
 sim::Result<TensorDtypes> dtype_preset(std::string_view name);
+// MaxText `remat_policy` names ("full", "minimal", "save_qkv_proj", "qkv_proj_offloaded", ...)
+// and the offload preset each stands for; every one runs with recompute.mode full.
+std::vector<std::string> maxtext_remat_policies();
+sim::Result<std::string> maxtext_remat_preset(std::string_view policy);
 
 }  // namespace offsim::models

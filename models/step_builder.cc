@@ -16,6 +16,7 @@
 
 #include "models/cost_model.h"
 #include "models/formulas.h"
+#include "sim/platform/host.h"
 #include "sim/platform/profile.h"
 #include "sim/platform/system.h"
 
@@ -1166,6 +1167,12 @@ sim::Result<BuiltStep> build_step(const Scenario& s, const BuildOptions& options
       s.hardware.profile_path.empty() ? sim::platform::default_profile(system.gpu)
                                       : sim::platform::read_profile_file(s.hardware.profile_path);
   if (!profile) return sim::fail(profile.error());
+  // The host (the system's own or hardware.host) and hardware.overrides, applied once here.
+  OFFSIM_ASSIGN_OR_RETURN(
+      sim::platform::ResolvedHardware hw,
+      sim::platform::resolve_hardware(system, *profile, s.hardware.host, s.hardware.overrides));
+  system = std::move(hw.system);
+  *profile = std::move(hw.profile);
 
   const ParallelConfig& p = s.parallelism;
   std::vector<SimRank> ranks;

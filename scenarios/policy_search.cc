@@ -4,9 +4,12 @@
 #include <atomic>
 #include <chrono>
 #include <map>
+#include <mutex>
 #include <optional>
+#include <set>
 #include <thread>
 
+#include "scenarios/progress.h"
 #include "scenarios/report_format.h"
 #include "sim/platform/system.h"
 
@@ -104,8 +107,16 @@ std::string describe_policy(const SearchSpace& space, const Candidate& c) {
     }
     parts.push_back(part);
   }
+  // The prefetch depth governs H2D copies ahead of use: of offloaded activations and parameters,
+  // and of optimizer state streamed back for a GPU update. Without those it changes nothing, and
+  // candidates that differ only in it are the same policy.
+  bool prefetched = false;
+  for (std::size_t k = 0; k < space.classes.size(); ++k) {
+    if (space.fractions[static_cast<std::size_t>(c.levels[k])] <= 0.0) continue;
+    prefetched |= space.classes[k] != TensorClass::kOptimizerStates || !c.optimizer_on_cpu;
+  }
   std::string out = parts.empty() ? "no offload" : fmt::format("{}", fmt::join(parts, ", "));
-  if (!parts.empty()) out += fmt::format("; prefetch {}", prefetch);
+  if (prefetched) out += fmt::format("; prefetch {}", prefetch);
   out +=
       fmt::format("; micro_batch {}; recompute {}", c.micro_batch, models::to_string(c.recompute));
   return out;
@@ -192,8 +203,15 @@ sim::Result<SearchResult> search_policies(const models::Scenario& base,
   result.space_size = static_cast<std::int64_t>(entries.size());
   for (const Entry& e : entries) result.valid += e.valid ? 1 : 0;
 
+  Progress progress(result.valid, options.progress, 5.0);
+  std::mutex progress_mutex;
+  std::int64_t simulated = 0;
   auto evaluate = [&](std::vector<std::size_t> todo) {
     parallel_for(todo.size(), options.jobs, [&](std::size_t i) {
+      if (options.progress) {
+        const std::lock_guard<std::mutex> lock(progress_mutex);
+        progress.update(simulated++);
+      }
       Entry& e = entries[todo[i]];
       auto eval = models::evaluate(apply_candidate(base, space, e.candidate), options.eval);
       if (!eval) {
@@ -207,13 +225,18 @@ sim::Result<SearchResult> search_policies(const models::Scenario& base,
     result.evaluated += static_cast<std::int64_t>(todo.size());
   };
 
+  // Equivalent candidates (the same policy reached with another prefetch depth or optimizer
+  // placement when nothing they govern is offloaded) are listed once. A policy has at most
+  // `copies` equivalent candidates, so the K·copies-th best key bounds the K-th distinct one.
+  const int copies = static_cast<int>(space.prefetch.size()) * (space.optimizer_choice ? 2 : 1);
+  const int bound_k = options.top_k * copies;
   auto kth_key = [&]() -> std::optional<double> {
     std::vector<double> keys;
     for (const Entry& e : entries)
       if (e.state == State::kFits) keys.push_back(e.key);
-    if (static_cast<int>(keys.size()) < options.top_k) return std::nullopt;
-    std::nth_element(keys.begin(), keys.begin() + (options.top_k - 1), keys.end());
-    return keys[static_cast<std::size_t>(options.top_k - 1)];
+    if (static_cast<int>(keys.size()) < bound_k) return std::nullopt;
+    std::nth_element(keys.begin(), keys.begin() + (bound_k - 1), keys.end());
+    return keys[static_cast<std::size_t>(bound_k - 1)];
   };
 
   if (options.method == SearchMethod::kExhaustive) {
@@ -274,8 +297,11 @@ sim::Result<SearchResult> search_policies(const models::Scenario& base,
   std::sort(fitting.begin(), fitting.end(), [](const Entry* a, const Entry* b) {
     return a->key != b->key ? a->key < b->key : a->candidate.index < b->candidate.index;
   });
-  for (std::size_t i = 0; i < fitting.size() && static_cast<int>(i) < options.top_k; ++i) {
+  std::set<std::string> listed;
+  for (std::size_t i = 0;
+       i < fitting.size() && static_cast<int>(result.best.size()) < options.top_k; ++i) {
     const Entry& e = *fitting[i];
+    if (!listed.insert(describe_policy(space, e.candidate)).second) continue;
     RankedCandidate rc;
     rc.candidate = e.candidate;
     rc.scenario = apply_candidate(base, space, e.candidate);
@@ -292,6 +318,7 @@ sim::Result<SearchResult> search_policies(const models::Scenario& base,
     }
     result.best.push_back(std::move(rc));
   }
+  if (options.progress) progress.finish(result.evaluated);
   result.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   return result;
 }

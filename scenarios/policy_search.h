@@ -48,6 +48,9 @@ struct SearchOptions {
   SearchMethod method = SearchMethod::kPruned;
   int top_k = 5;
   int jobs = 0;  // 0 = every hardware thread
+  // Candidates simulated so far, on stderr (a bar on a terminal; progress.h), out of the valid
+  // ones (the pruned search finishes early).
+  bool progress = false;
   models::EvalOptions eval;
 };
 

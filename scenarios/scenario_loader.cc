@@ -7,6 +7,7 @@
 #include <set>
 
 #include "sim/core/file_io.h"
+#include "sim/platform/host.h"
 #include "sim/platform/profile.h"
 #include "sim/platform/system.h"
 
@@ -302,6 +303,38 @@ sim::Status read_hardware(const Node& node, const std::string& base_dir,
     if (!v)
       return type_error(*rt, "hardware.runtime", "one of none, pytorch, pytorch_expandable, jax");
     h.runtime = *v;
+  }
+  // hardware.host and hardware.overrides (a map of figure paths, nested or dotted, to numbers).
+  if (const Node* host = r.get("host")) {
+    if (!is_null_scalar(*host)) {
+      OFFSIM_ASSIGN_OR_RETURN(h.host, string_of(*host, "hardware.host"));
+      if (!sim::platform::find_host(h.host)) {
+        std::vector<std::string> names;
+        for (const auto& known_host : sim::platform::list_hosts()) names.push_back(known_host.name);
+        return type_error(*host, "hardware.host", fmt::format("one of {}", fmt::join(names, ", ")));
+      }
+    }
+  }
+  if (const Node* overrides = r.get("overrides")) {
+    if (!is_null_scalar(*overrides)) {
+      OFFSIM_RETURN_IF_ERROR(expect_map(*overrides, "hardware.overrides"));
+      h.overrides.clear();
+      std::function<sim::Status(const Node&, const std::string&)> flatten =
+          [&](const Node& map, const std::string& prefix) -> sim::Status {
+        for (const auto& [key, value] : map.entries) {
+          const std::string path = prefix.empty() ? key : prefix + "." + key;
+          if (value.kind == NodeKind::kMap) {
+            OFFSIM_RETURN_IF_ERROR(flatten(value, path));
+            continue;
+          }
+          const auto v = scalar_double(value);
+          if (!v) return type_error(value, "hardware.overrides." + path, "a number");
+          h.overrides.emplace_back(path, *v);
+        }
+        return sim::ok();
+      };
+      OFFSIM_RETURN_IF_ERROR(flatten(*overrides, ""));
+    }
   }
   return r.finish();
 }
@@ -661,6 +694,19 @@ sim::Result<ScenarioFile> load_scenario_file(const std::string& path,
     model->entries.emplace_back("base", std::move(base));
   }
   for (const std::string& assignment : overrides) {
+    // `offload: NAME` is shorthand for `offload: {preset: NAME}`: expand it when an override sets
+    // a preset option (--set offload.prefetch_layers=2).
+    if (assignment.rfind("offload.", 0) == 0) {
+      if (Node* offload = doc.find("offload");
+          offload != nullptr && offload->kind == NodeKind::kScalar) {
+        Node preset = *offload;
+        offload->kind = NodeKind::kMap;
+        offload->entries.clear();
+        offload->scalar.clear();
+        offload->quoted = false;
+        offload->entries.emplace_back("preset", std::move(preset));
+      }
+    }
     OFFSIM_RETURN_IF_ERROR(apply_override(doc, assignment));
   }
   if (const Node* sweep = doc.find("sweep")) {
@@ -704,6 +750,27 @@ sim::Result<Scenario> scenario_from_document(const Node& doc, const std::string&
     OFFSIM_ASSIGN_OR_RETURN(s.offload, read_offload(*o));
   } else {
     s.offload.preset = "none";
+  }
+  // remat_policy: NAME — MaxText's one name for recompute (full) and what is saved or offloaded.
+  if (const Node* remat = r.get("remat_policy"); remat != nullptr && !is_null_scalar(*remat)) {
+    OFFSIM_ASSIGN_OR_RETURN(std::string policy, string_of(*remat, "remat_policy"));
+    for (const char* other : {"recompute", "offload"}) {
+      if (const Node* n = doc.find(other)) {
+        return sim::fail(ErrorCode::kInvalidInput,
+                         "{}: remat_policy: sets recompute and offload itself; remove '{}' (at "
+                         "{}) or remat_policy",
+                         remat->origin, other, n->origin);
+      }
+    }
+    auto preset = models::maxtext_remat_preset(policy);
+    if (!preset) {
+      return type_error(*remat, "remat_policy",
+                        fmt::format("a MaxText remat_policy, one of {}",
+                                    fmt::join(models::maxtext_remat_policies(), ", ")));
+    }
+    OFFSIM_ASSIGN_OR_RETURN(s.offload, models::offload_preset(*preset, {}));
+    s.recompute = models::RecomputeConfig{};
+    s.recompute.mode = models::RecomputeConfig::Mode::kFull;
   }
   r.get("sweep");  // split off by load_scenario_file; tolerated in documents built by hand
   OFFSIM_RETURN_IF_ERROR(r.finish());
@@ -765,6 +832,19 @@ sim::Status check_loaded(const Scenario& scenario, const Node& doc) {
                          scenario.hardware.profile_path, scenario.hardware.system);
     }
   }
+  // The host must attach the system's GPUs and every override must name a figure.
+  if (status && (!scenario.hardware.host.empty() || !scenario.hardware.overrides.empty())) {
+    if (auto system = sim::platform::find_system(scenario.hardware.system)) {
+      auto profile = scenario.hardware.profile_path.empty()
+                         ? sim::platform::default_profile(system->gpu)
+                         : sim::platform::read_profile_file(scenario.hardware.profile_path);
+      if (profile) {
+        auto hw = sim::platform::resolve_hardware(*system, *profile, scenario.hardware.host,
+                                                  scenario.hardware.overrides);
+        if (!hw) status = sim::fail(hw.error().code, "{}", hw.error().message);
+      }
+    }
+  }
   if (!status) {
     return sim::fail(status.error().code, "{}", locate_message(status.error().message, doc));
   }
@@ -803,6 +883,12 @@ Node scenario_to_document(const Scenario& s) {
   }
   put(hw, "profile",
       s.hardware.profile_path.empty() ? Node{} : quoted_node(s.hardware.profile_path));
+  put(hw, "host", s.hardware.host.empty() ? Node{} : quoted_node(s.hardware.host));
+  {
+    Node overrides = make_map();
+    for (const auto& [path, value] : s.hardware.overrides) put(overrides, path, number_node(value));
+    put(hw, "overrides", std::move(overrides));
+  }
   put(root, "hardware", std::move(hw));
 
   const models::TrainingConfig& t = s.training;

@@ -204,7 +204,7 @@ say "3/4 replays (--layers $layers on $system, device $device)"
 # name | scenario file | extra override
 scenarios=(
   "no-offload|scenarios/examples/h100-1gpu-activation-offload.yaml|offload=none"
-  "activation-offload|scenarios/examples/h100-1gpu-activation-offload.yaml|"
+  "activation-offload|scenarios/examples/h100-1gpu-activation-offload.yaml|offload=megatron_activation_offload"
   "cpu-optimizer-offload|scenarios/examples/zero-offload-1gpu.yaml|"
 )
 names=()

@@ -29,6 +29,8 @@
 #include "scenarios/cli/sweep_mpi.h"
 #include "scenarios/importers/jax_memory.h"
 #include "scenarios/output_paths.h"
+#include "scenarios/break_even.h"
+#include "scenarios/memory_advice.h"
 #include "scenarios/policy_search.h"
 #include "scenarios/report_format.h"
 #include "scenarios/resource_limits.h"
@@ -37,6 +39,7 @@
 #include "sim/core/escape.h"
 #include "sim/core/file_io.h"
 #include "sim/plan/plan_json.h"
+#include "sim/platform/host.h"
 #include "sim/platform/profile.h"
 #include "sim/platform/system.h"
 #include "sim/trace/compare.h"
@@ -179,10 +182,14 @@ struct RunArgs {
   std::string timeline_out;
   bool print_effective = false;
   std::string jax_memory;  // JAX memory_analysis() JSON shown beside the forecast
+  bool break_even = false;
   ResourceLimits limits;
 };
 
 int cmd_run(const RunArgs& a) {
+  if (a.break_even && a.format != "table") {
+    return usage_error("--break-even: prints a line under the table; use --format table");
+  }
   const bool single_outputs = !a.trace.empty() || !a.plan_out.empty() || !a.timeline_out.empty();
   if (single_outputs && a.scenarios.size() != 1) {
     return usage_error("--trace, --plan-out and --timeline-out take one scenario; got " +
@@ -277,6 +284,22 @@ int cmd_run(const RunArgs& a) {
   } else {
     fmt::print("{}", scenarios::format_table(reports));
     if (jax) fmt::print("{}", scenarios::format_jax_memory(*jax, reports.front().report));
+    // What dominates memory, and what must move, for each configuration that does not fit.
+    for (std::size_t i = 0; i < reports.size(); ++i) {
+      if (reports[i].report.fits) continue;
+      auto advice = scenarios::memory_advice(loaded[i].scenario, reports[i].report);
+      if (advice && !advice->empty()) {
+        fmt::print("{}{}\n", reports.size() > 1 ? reports[i].name + ": " : "why:  ", *advice);
+      }
+    }
+  }
+  if (a.break_even) {
+    for (const Loaded& l : loaded) {
+      auto be = scenarios::break_even_host_bandwidth(l.scenario);
+      if (!be) return report(sim::Error{be.error().code, l.file.path + ": " + be.error().message});
+      fmt::print("{}break-even host bandwidth: {}\n",
+                 loaded.size() > 1 ? l.scenario.name + ": " : "", scenarios::describe(*be));
+    }
   }
   return 0;
 }
@@ -383,6 +406,7 @@ int cmd_plan(const PlanArgs& a) {
   scenarios::SearchOptions o;
   o.top_k = a.top;
   o.jobs = a.jobs;
+  o.progress = ::isatty(STDERR_FILENO) == 1 && a.format == "table";
   o.objective = a.objective == "tokens_per_s" ? scenarios::Objective::kTokensPerS
                                               : scenarios::Objective::kStepTime;
   o.method = a.search == "exhaustive" ? scenarios::SearchMethod::kExhaustive
@@ -400,9 +424,51 @@ int cmd_plan(const PlanArgs& a) {
       o.space.classes.push_back(*cls);
     }
   }
+  for (std::size_t i = 0; i < a.fractions.size(); ++i) {
+    const double f = a.fractions[i];
+    if (!(f >= 0.0 && f <= 1.0)) {
+      return usage_error(fmt::format("--fractions {}: expected fractions in [0, 1]", f));
+    }
+    if (i > 0 && f <= a.fractions[i - 1]) {
+      return usage_error(
+          fmt::format("--fractions {}: expected distinct fractions in ascending order (after {})",
+                      f, a.fractions[i - 1]));
+    }
+  }
+  for (std::size_t i = 0; i < a.prefetch.size(); ++i) {
+    const int p = a.prefetch[i];
+    if (p < 1 || p > l->scenario.model.layers) {
+      return usage_error(
+          fmt::format("--prefetch {}: expected a depth in 1..{} (the model's layers)", p,
+                      l->scenario.model.layers));
+    }
+    for (std::size_t j = 0; j < i; ++j) {
+      if (a.prefetch[j] == p) {
+        return usage_error(fmt::format("--prefetch {}: listed twice", p));
+      }
+    }
+  }
+  for (std::size_t i = 0; i < a.micro_batches.size(); ++i) {
+    const std::int64_t mb = a.micro_batches[i];
+    if (mb < 1) return usage_error(fmt::format("--micro-batches {}: expected sizes >= 1", mb));
+    for (std::size_t j = 0; j < i; ++j) {
+      if (a.micro_batches[j] == mb) {
+        return usage_error(fmt::format("--micro-batches {}: listed twice", mb));
+      }
+    }
+  }
   if (!a.fractions.empty()) o.space.fractions = a.fractions;
   if (!a.prefetch.empty()) o.space.prefetch = a.prefetch;
-  for (const std::string& j : a.joint) {
+  // "Offload or recompute, and at which micro-batch?" is the question: both are searched unless
+  // --joint names a subset (or none).
+  std::vector<std::string> joint = a.joint;
+  if (joint.empty()) joint = {"micro_batch", "recompute"};
+  if (joint == std::vector<std::string>{"none"}) joint.clear();
+  if (!a.micro_batches.empty() &&
+      std::find(joint.begin(), joint.end(), "micro_batch") == joint.end()) {
+    return usage_error("--micro-batches: needs micro_batch in --joint");
+  }
+  for (const std::string& j : joint) {
     if (j == "micro_batch") {
       if (!a.micro_batches.empty()) {
         o.space.micro_batches = a.micro_batches;
@@ -418,7 +484,8 @@ int cmd_plan(const PlanArgs& a) {
                            models::RecomputeConfig::Mode::kSelective,
                            models::RecomputeConfig::Mode::kFull};
     } else {
-      return usage_error(fmt::format("--joint {}: expected micro_batch and/or recompute", j));
+      return usage_error(
+          fmt::format("--joint {}: expected micro_batch and/or recompute, or none", j));
     }
   }
   // The largest plan of the search: the smallest micro-batch (most micro-batches), full
@@ -470,7 +537,18 @@ int cmd_plan(const PlanArgs& a) {
       a.search, r->space_size, r->valid, r->evaluated, share, r->skipped_bound,
       r->skipped_infeasible, r->wall_s, r->fitting);
   if (r->best.empty()) {
-    fmt::print("no candidate fits HBM and host memory; try --joint micro_batch,recompute\n");
+    fmt::print("no candidate fits HBM and host memory.\n");
+    // Why: the scenario as given, with every offloadable class explained.
+    models::Scenario probe = l->scenario;
+    if (!o.space.micro_batches.empty()) {
+      probe.training.micro_batch =
+          *std::min_element(o.space.micro_batches.begin(), o.space.micro_batches.end());
+    }
+    if (!o.space.recompute.empty()) probe.recompute.mode = models::RecomputeConfig::Mode::kFull;
+    if (auto e = models::evaluate(probe); e && !e->report.fits) {
+      auto advice = scenarios::memory_advice(probe, e->report);
+      if (advice && !advice->empty()) fmt::print("why: {}\n", *advice);
+    }
     return 0;
   }
   for (std::size_t i = 0; i < r->best.size(); ++i) {
@@ -543,7 +621,14 @@ int cmd_list(const std::string& what) {
     }
   } else if (what == "systems") {
     for (const auto& s : sim::platform::list_systems()) {
-      fmt::print("{:<18} {} × {}  {}\n", s.name, s.gpus_per_node, s.gpu, s.description);
+      fmt::print("{:<18} {} × {}, host {}  {}\n", s.name, s.gpus_per_node, s.gpu, s.host,
+                 s.description);
+    }
+  } else if (what == "hosts") {
+    for (const auto& h : sim::platform::list_hosts()) {
+      fmt::print("{:<12} {}; {:.0f} GB/s DRAM per socket achievable, root complex {:.0f} GB/s\n",
+                 h.name, h.description, h.dram_bytes_per_s_per_socket.value / 1e9,
+                 h.root_complex_bytes_per_s.value / 1e9);
     }
   } else if (what == "presets") {
     for (const auto& p : models::list_presets()) fmt::print("{:<38} {}\n", p.name, p.description);
@@ -587,8 +672,8 @@ int cmd_list(const std::string& what) {
                      : gpu.error().message);
     }
   } else {
-    return usage_error(
-        fmt::format("list {}: expected models, systems, policies, presets or devices", what));
+    return usage_error(fmt::format(
+        "list {}: expected models, systems, hosts, policies, presets or devices", what));
   }
   return 0;
 }
@@ -752,6 +837,9 @@ int main(int argc, char** argv) {
                    "JAX compiled.memory_analysis() sizes as JSON (scenarios/importers/"
                    "jax_memory.h), shown beside the forecast")
       ->check(CLI::ExistingFile);
+  run_cmd->add_flag("--break-even", run.break_even,
+                    "for a scenario with activation offload: the host bandwidth per GPU above "
+                    "which it beats full recomputation");
   add_limit_options(run_cmd, run.limits,
                     "stop each scenario's simulation after this many seconds (exit 2)");
 
@@ -790,10 +878,11 @@ int main(int argc, char** argv) {
   auto* plan_cmd = app.add_subcommand(
       "plan",
       "Search offload policies (tensor classes x layer fraction x prefetch depth x CPU/GPU\n"
-      "optimizer), optionally with micro-batch and recompute, under HBM and host capacity.\n\n"
+      "optimizer) x recompute x micro-batch under HBM and host capacity; when nothing fits,\n"
+      "say what dominates memory and which class must move.\n\n"
       "Examples:\n"
       "  offsim plan ex.yaml --top 3\n"
-      "  offsim plan ex.yaml --joint micro_batch,recompute --objective tokens_per_s\n"
+      "  offsim plan ex.yaml --joint none --objective tokens_per_s\n"
       "  offsim plan ex.yaml --classes activations --fractions 0,0.5,1 --search exhaustive");
   plan_cmd->add_option("scenario", plan.scenario, "scenario file")
       ->required()
@@ -805,7 +894,10 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   plan_cmd->add_option("--search", plan.search, "pruned (default) or exhaustive")
       ->check(CLI::IsMember({"pruned", "exhaustive"}));
-  plan_cmd->add_option("--joint", plan.joint, "also search micro_batch and/or recompute")
+  plan_cmd
+      ->add_option("--joint", plan.joint,
+                   "what to search with the offload policy: micro_batch and/or recompute "
+                   "(default both), or none")
       ->delimiter(',');
   plan_cmd
       ->add_option("--classes", plan.classes,
@@ -851,8 +943,8 @@ int main(int argc, char** argv) {
   auto* list_cmd = app.add_subcommand(
       "list",
       "List catalogues.\n\nExamples:\n  offsim list models\n  offsim list systems\n"
-      "  offsim list presets\n  offsim list policies\n  offsim list devices");
-  list_cmd->add_option("what", list_what, "models, systems, policies, presets or devices")
+      "  offsim list hosts\n  offsim list presets\n  offsim list policies\n  offsim list devices");
+  list_cmd->add_option("what", list_what, "models, systems, hosts, policies, presets or devices")
       ->required();
 
   // replay

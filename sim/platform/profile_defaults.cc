@@ -466,10 +466,101 @@ CalibrationProfile blackwell(bool grace) {
   return p;
 }
 
+// ---- PCIe workstation/server GPUs and Blackwell Ultra (datasheet figures; no measurements) ----
+// L4, L40S, RTX 4090, RTX 5090 and RTX 6000 Ada have no NVLink and reach the host over one PCIe
+// x16 link; B300 and GB300 are Blackwell Ultra parts. Where no large-GEMM measurement exists, the
+// best GEMM is taken at 80% of the dense peak, as hardware.md assumes for H100 PCIe.
+
+struct PcieGpuSpec {
+  const char* kind;
+  const char* gpu_name;
+  double memory_gib;     // nominal
+  double bandwidth_gbs;  // peak memory bandwidth
+  double bf16_tflops;    // dense, FP32 accumulate
+  int sms;
+  bool gen5;
+  const char* source;
+};
+
+CalibrationProfile pcie_gpu(const PcieGpuSpec& g) {
+  CalibrationProfile p = common(g.kind, g.gpu_name);
+  p.gpu.hbm_usable_bytes =
+      fig(g.memory_gib * 1024 * kMiB * (81090.0 / 81920.0), Origin::kAssumption,
+          std::string(g.source) +
+              "; visible fraction of nominal taken from H100 (81,090 of 81,920 MiB)");
+  p.gpu.hbm_peak_bytes_per_s = fig(g.bandwidth_gbs * kGB, Origin::kDatasheet, g.source);
+  p.gpu.hbm_achievable_bytes_per_s = achievable_from_h200_ratio(g.bandwidth_gbs * kGB);
+  p.gpu.dense_flops_bf16 = fig(g.bf16_tflops * kTFLOP, Origin::kDatasheet,
+                               std::string(g.source) + ": dense bf16 with FP32 accumulate");
+  derived_peaks(p, true);
+  set_gemm(p, 0.8 * g.bf16_tflops, Origin::kAssumption,
+           "assumption: best large bf16 GEMM at 80% of the dense peak (hardware.md's H100 PCIe "
+           "assumption); no published measurement for this GPU",
+           g.sms);
+  attention_ampere(p, 0.8);
+  if (g.gen5) {
+    host_link_gen5(p, 55.5 * kGB, 56 * kGB, Origin::kAssumption,
+                   std::string(kSrcHostLink) + ": the H100 SXM Gen5 x16 measurement applied");
+  } else {
+    host_link_gen4(p);
+    p.host_link.switch_uplink_bytes_per_s.source =
+        "a PCIe Gen4 x16 switch uplink: the measured per-GPU Gen4 rate (hardware.md, A100)";
+  }
+  no_nvlink(p, (g.gen5 ? 55.5 : 25.0) * kGB, "PCIe card without NVLink");
+  p.inter_node.nic_bytes_per_s_per_gpu =
+      fig(25 * kGB, Origin::kAssumption, "assumption: a 200 Gb/s NIC per GPU in PCIe GPU servers");
+  return p;
+}
+
+const PcieGpuSpec kPcieGpus[] = {
+    {"l4", "NVIDIA L4", 24, 300, 121, 58, false,
+     "NVIDIA L4 datasheet: 24 GB GDDR6, 300 GB/s, 242 TFLOPS FP16/BF16 with sparsity (121 "
+     "dense), PCIe Gen4 x16, 58 SMs"},
+    {"l40s", "NVIDIA L40S", 48, 864, 362.05, 142, false,
+     "NVIDIA L40S datasheet: 48 GB GDDR6 ECC, 864 GB/s, BF16 362.05 TFLOPS dense (733 with "
+     "sparsity), PCIe Gen4 x16, 142 SMs"},
+    {"rtx4090", "NVIDIA GeForce RTX 4090", 24, 1008, 165.2, 128, false,
+     "NVIDIA Ada whitepaper (RTX 4090): 24 GB GDDR6X, 1,008 GB/s, 165.2 TFLOPS FP16/BF16 with "
+     "FP32 accumulate (330.3 with FP16 accumulate), PCIe Gen4 x16, 128 SMs"},
+    {"rtx5090", "NVIDIA GeForce RTX 5090", 32, 1792, 209.5, 170, true,
+     "NVIDIA RTX Blackwell whitepaper (RTX 5090): 32 GB GDDR7, 1,792 GB/s, 209.5 TFLOPS "
+     "FP16/BF16 with FP32 accumulate, PCIe Gen5 x16, 170 SMs"},
+    {"rtx6000ada", "NVIDIA RTX 6000 Ada Generation", 48, 960, 364.2, 142, false,
+     "NVIDIA RTX 6000 Ada datasheet: 48 GB GDDR6 ECC, 960 GB/s, 1,457 TFLOPS FP8 with sparsity "
+     "(364.2 bf16 dense), PCIe Gen4 x16, 142 SMs"},
+};
+
+// Blackwell Ultra: B300 (HGX, PCIe Gen5 host path) and GB300 (Grace over NVLink-C2C).
+CalibrationProfile blackwell_ultra(bool grace) {
+  CalibrationProfile p = blackwell(grace);
+  p.provenance.profile_name = grace ? "gb300" : "b300";
+  p.provenance.gpu_name = grace ? "NVIDIA GB300" : "NVIDIA B300";
+  const char* src =
+      "NVIDIA HGX B300 / GB300 NVL72 specifications (glennklockwood.com B300 notes; acecloud.ai "
+      "HGX B300 table): 288 GB HBM3e, up to 8 TB/s per GPU";
+  p.gpu.hbm_usable_bytes =
+      fig(288 * kGB * (180.0 / 192.0), Origin::kAssumption,
+          std::string(src) + "; visible fraction of nominal taken from B200 (~180 of 192 GB)");
+  p.gpu.hbm_peak_bytes_per_s = fig(8000 * kGB, Origin::kDatasheet, src);
+  p.gpu.hbm_achievable_bytes_per_s = achievable_from_h200_ratio(8000 * kGB);
+  const double tflops = grace ? 2500 : 2250;
+  p.gpu.dense_flops_bf16 =
+      fig(tflops * kTFLOP, Origin::kDatasheet,
+          grace ? "GB300 NVL72: 360 PFLOPS dense FP8 for training over 72 GPUs = 5 PFLOPS FP8, 2.5 "
+                  "bf16 per GPU (glennklockwood.com B300 notes)"
+                : "HGX B300: 36 PFLOPS FP16/BF16 with sparsity over 8 GPUs = 2.25 PFLOPS dense per "
+                  "GPU (fibermall.com HGX B300 table; glennklockwood.com)");
+  derived_peaks(p, true);
+  set_gemm(p, tflops * (1745.0 / 2250.0), Origin::kAssumption,
+           std::string(kSrcMamf) + ": B200's ~1,745 of 2,250 TFLOP/s fraction applied", 148);
+  return p;
+}
 }  // namespace
 
 std::vector<std::string> known_gpu_kinds() {
-  return {"a100-40gb", "a100-80gb", "h100-sxm", "h100-pcie", "h200", "gh200", "b200", "gb200"};
+  return {"a100-40gb", "a100-80gb", "h100-sxm", "h100-pcie", "h200",
+          "gh200",     "b200",      "gb200",    "b300",      "gb300",
+          "l4",        "l40s",      "rtx4090",  "rtx5090",   "rtx6000ada"};
 }
 
 Result<CalibrationProfile> builtin_profile(std::string_view gpu_kind) {
@@ -481,6 +572,11 @@ Result<CalibrationProfile> builtin_profile(std::string_view gpu_kind) {
   if (gpu_kind == "gh200") return gh200();
   if (gpu_kind == "b200") return blackwell(false);
   if (gpu_kind == "gb200") return blackwell(true);
+  if (gpu_kind == "b300") return blackwell_ultra(false);
+  if (gpu_kind == "gb300") return blackwell_ultra(true);
+  for (const PcieGpuSpec& g : kPcieGpus) {
+    if (gpu_kind == g.kind) return pcie_gpu(g);
+  }
   std::string known;
   for (const std::string& k : known_gpu_kinds()) known += (known.empty() ? "" : ", ") + k;
   return fail(ErrorCode::kNotFound, "unknown GPU kind '{}' (expected one of: {})", gpu_kind, known);

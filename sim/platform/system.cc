@@ -95,11 +95,103 @@ std::vector<System> make_catalogue() {
   auto by_name = [&](const char* n) {
     return *std::find_if(eight.begin(), eight.end(), [&](const System& s) { return s.name == n; });
   };
-  out.push_back(one(by_name("dgx-a100-40gb"), "a100-40gb-1gpu"));
-  out.push_back(one(by_name("dgx-a100-80gb"), "a100-80gb-1gpu"));
-  out.push_back(one(by_name("dgx-h100"), "h100-1gpu"));
-  out.push_back(one(by_name("hgx-h200"), "h200-1gpu"));
-  out.push_back(one(by_name("dgx-b200"), "b200-1gpu"));
+  // The CPU of each system's sockets (host.h). HGX H200 and DGX B200 hosts are taken as DGX
+  // H100's 8480C, as the profiles' host figures always were (DGX B200 ships Xeon 8570).
+  for (System& s : out) {
+    if (s.host_link == HostLinkKind::kNvlinkC2c) {
+      s.host = "grace";
+    } else if (s.host_link == HostLinkKind::kPcieGen4) {
+      s.host = "epyc-7742";
+    } else {
+      s.host = "xeon-8480c";
+    }
+  }
+  {
+    System s = by_name("hgx-h200");
+    s.name = "hgx-h200-xeon6";
+    s.host = "xeon-6960p";
+    s.description =
+        "HGX H200 with two Intel Xeon 6960P (72 cores, 12x DDR5-6400, 96 PCIe 5.0 lanes each): "
+        "8x H200-141GB, NVSwitch, a Gen5 x16 path per GPU, 4 GPUs per socket, 2 TB DDR5 "
+        "(assumed)";
+    out.push_back(s);
+  }
+  // Blackwell Ultra.
+  {
+    System s = dgx("hgx-b300", "b300", HostLinkKind::kPcieGen5, 1, 2048 * kGiB,
+                   "HGX B300: 8x B300-288GB, NVSwitch (NVLink5), a Gen5 x16 host path per GPU "
+                   "(ConnectX-8 switches; the CPUs are Gen5), 4 GPUs per socket, 2 sockets of Xeon "
+                   "6960P, 2 TB DDR5 (host and memory assumed)");
+    s.host = "xeon-6960p";
+    out.push_back(s);
+  }
+  {
+    System s = by_name("gb200-nvl72");
+    s.name = "gb300-nvl72";
+    s.gpu = "gb300";
+    s.description =
+        "GB300 NVL72 rack: 18 trays of 4 Blackwell Ultra GPUs (288 GB HBM3e) + 2 Grace (C2C), "
+        "one 72-GPU NVLink domain, 480 GB LPDDR5X per Grace";
+    s.host = "grace";
+    out.push_back(s);
+  }
+  // PCIe machines without NVLink: one GPU in a workstation, or several in a server.
+  auto pcie = [](std::string name, std::string gpu, HostLinkKind link, int gpus, int sockets,
+                 int per_switch, std::int64_t host_bytes, std::string host,
+                 std::string description) {
+    return System{.name = std::move(name),
+                  .description = std::move(description),
+                  .gpu = std::move(gpu),
+                  .gpus_per_node = gpus,
+                  .nodes = 1,
+                  .sockets_per_node = sockets,
+                  .gpus_per_pcie_switch = per_switch,
+                  .host_link = link,
+                  .nvlink_domain_gpus = 1,
+                  .nics_per_node = 0,
+                  .host_memory_bytes_per_node = host_bytes,
+                  .host = std::move(host)};
+  };
+  constexpr auto kGen4 = HostLinkKind::kPcieGen4;
+  constexpr auto kGen5 = HostLinkKind::kPcieGen5;
+  const std::vector<System> pcie_systems = {
+      pcie("l4-1gpu", "l4", kGen4, 1, 1, 1, 192 * kGiB, "epyc-9654",
+           "One L4 (24 GB, PCIe Gen4 x16) in a one-socket EPYC 9654 server, 192 GiB DDR5 "
+           "(host memory assumed)"),
+      pcie("l4-8gpu", "l4", kGen4, 8, 2, 2, 768 * kGiB, "epyc-9654",
+           "8x L4 in a two-socket EPYC 9654 server, 2 GPUs per PCIe switch, 768 GiB DDR5 (layout "
+           "and memory assumed, as in 8x L4 cloud instances)"),
+      pcie("l40s-8gpu", "l40s", kGen4, 8, 2, 2, 1024 * kGiB, "xeon-8480c",
+           "8x L40S in a two-socket Xeon 8480C server, 2 GPUs per PCIe switch, 1 TiB DDR5 "
+           "(layout and memory assumed)"),
+      pcie("rtx4090-1gpu", "rtx4090", kGen4, 1, 1, 1, 128 * kGiB, "ryzen-9-7950x",
+           "Workstation: one GeForce RTX 4090 on a Ryzen 9 7950X, 128 GiB DDR5 (assumed)"),
+      pcie("rtx4090-8gpu", "rtx4090", kGen4, 8, 2, 2, 1024 * kGiB, "epyc-9654",
+           "8x GeForce RTX 4090 in a two-socket EPYC 9654 server, 2 GPUs per PCIe switch, 1 TiB "
+           "DDR5 (layout and memory assumed)"),
+      pcie("rtx5090-1gpu", "rtx5090", kGen5, 1, 1, 1, 128 * kGiB, "ryzen-9-7950x",
+           "Workstation: one GeForce RTX 5090 (PCIe Gen5 x16) on a Ryzen 9 7950X, 128 GiB DDR5 "
+           "(assumed)"),
+      pcie("rtx5090-8gpu", "rtx5090", kGen5, 8, 2, 2, 1024 * kGiB, "epyc-9755",
+           "8x GeForce RTX 5090 in a two-socket EPYC 9755 server, 2 GPUs per PCIe Gen5 switch, 1 "
+           "TiB DDR5 (layout and memory assumed)"),
+      pcie("rtx6000ada-1gpu", "rtx6000ada", kGen4, 1, 1, 1, 256 * kGiB, "xeon-8480c",
+           "Workstation: one RTX 6000 Ada on a Xeon 8480C-class socket, 256 GiB DDR5 (assumed)"),
+      pcie("rtx6000ada-4gpu", "rtx6000ada", kGen4, 4, 1, 1, 512 * kGiB, "epyc-9654",
+           "Workstation: 4x RTX 6000 Ada, each on its own Gen4 x16, one EPYC 9654 socket, 512 GiB "
+           "DDR5 (assumed)"),
+  };
+  out.insert(out.end(), pcie_systems.begin(), pcie_systems.end());
+  const std::vector<System> with_hosts(out.begin(), out.end());
+  auto by_name2 = [&](const char* n) {
+    return *std::find_if(with_hosts.begin(), with_hosts.end(),
+                         [&](const System& s) { return s.name == n; });
+  };
+  out.push_back(one(by_name2("dgx-a100-40gb"), "a100-40gb-1gpu"));
+  out.push_back(one(by_name2("dgx-a100-80gb"), "a100-80gb-1gpu"));
+  out.push_back(one(by_name2("dgx-h100"), "h100-1gpu"));
+  out.push_back(one(by_name2("hgx-h200"), "h200-1gpu"));
+  out.push_back(one(by_name2("dgx-b200"), "b200-1gpu"));
   return out;
 }
 

@@ -35,6 +35,7 @@ struct System {
   int nvlink_domain_gpus = 1;  // GPUs in one NVLink/NVSwitch domain; 1 = no NVLink peers
   int nics_per_node = 0;       // InfiniBand NICs, one per GPU where equal to gpus_per_node
   std::int64_t host_memory_bytes_per_node = 0;
+  std::string host;  // the CPU of its sockets, a name of host.h's catalogue; "" = unspecified
 
   int gpu_count() const { return gpus_per_node * nodes; }
   int gpus_per_socket() const { return gpus_per_node / sockets_per_node; }

@@ -97,6 +97,13 @@ TEST(FitTest, GpuKindFromName) {
   EXPECT_EQ(*gpu_kind_from_name("NVIDIA A100-PCIE-40GB"), "a100-40gb");
   EXPECT_EQ(*gpu_kind_from_name("NVIDIA GH200 480GB"), "gh200");
   EXPECT_EQ(*gpu_kind_from_name("NVIDIA B200"), "b200");
+  EXPECT_EQ(*gpu_kind_from_name("NVIDIA L4"), "l4");
+  EXPECT_EQ(*gpu_kind_from_name("NVIDIA L40S"), "l40s");
+  EXPECT_EQ(*gpu_kind_from_name("NVIDIA GeForce RTX 4090"), "rtx4090");
+  EXPECT_EQ(*gpu_kind_from_name("NVIDIA GeForce RTX 5090"), "rtx5090");
+  EXPECT_EQ(*gpu_kind_from_name("NVIDIA RTX 6000 Ada Generation"), "rtx6000ada");
+  EXPECT_EQ(*gpu_kind_from_name("NVIDIA B300 SXM6 AC"), "b300");
+  EXPECT_EQ(*gpu_kind_from_name("NVIDIA GB300"), "gb300");
   auto r = gpu_kind_from_name("Tesla T4");
   ASSERT_FALSE(r);
   EXPECT_THAT(r.error().message, HasSubstr("Tesla T4"));

@@ -1,6 +1,9 @@
 #include "scenarios/policy_search.h"
 
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
+
+#include <set>
 
 #include "scenarios/scenario_loader.h"
 
@@ -67,6 +70,30 @@ TEST(PolicySearch, PrunedFindsTheExhaustiveTopKJointlyWithMicroBatchAndRecompute
   o.space.micro_batches = {1, 2, 4};
   o.space.recompute = {models::RecomputeConfig::Mode::kNone, models::RecomputeConfig::Mode::kFull};
   expect_same_optimum(s, o);
+}
+
+TEST(PolicySearch, TopListsEquivalentCandidatesOnce) {
+  // Optimizer state updated on the CPU is never copied back ahead of use, so the prefetch depth
+  // changes nothing for it: of the 5 fitting candidates (no offload; 100% with the CPU update at
+  // prefetch 2 and 1; 100% with the GPU update at prefetch 2 and 1) 4 are distinct policies.
+  const models::Scenario s = load(
+      "model: {base: llama3-8b, layers: 2}\nhardware: {system: a100-40gb-1gpu}\n"
+      "training: {global_batch: 4, micro_batch: 1, seq_len: 1024}\n");
+  SearchOptions o;
+  o.top_k = 5;
+  o.space.classes = {models::TensorClass::kOptimizerStates};
+  o.space.fractions = {0.0, 1.0};
+  o.space.prefetch = {2, 1};
+  for (SearchMethod method : {SearchMethod::kExhaustive, SearchMethod::kPruned}) {
+    o.method = method;
+    auto r = search_policies(s, o);
+    ASSERT_TRUE(r) << r.error().message;
+    EXPECT_EQ(r->best.size(), 4u);
+    std::set<std::string> seen;
+    for (const auto& c : r->best) EXPECT_TRUE(seen.insert(c.policy).second) << c.policy;
+    EXPECT_TRUE(seen.count("optimizer_states 100% (CPU update); micro_batch 1; recompute none"))
+        << fmt::format("{}", fmt::join(seen, " | "));
+  }
 }
 
 TEST(PolicySearch, RejectsABadSpace) {

@@ -89,7 +89,7 @@ TEST_F(LoaderTest, UnknownKeyNamesFileLineColumnAndPath) {
               "gradient_accumulation_fusion, dtype_preset, dtypes, optimizer"));
   EXPECT_EQ(error_of(std::string(kBase) + "colour: red\n"),
             p(":13:9: colour: unknown key; expected one of name, model, hardware, training, "
-              "parallelism, recompute, offload, sweep"));
+              "parallelism, recompute, offload, remat_policy, sweep"));
 }
 
 TEST_F(LoaderTest, WrongTypeSaysWhatWasExpectedAndGot) {

@@ -1,0 +1,346 @@
+#include "sim/platform/host.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+namespace offsim::sim::platform {
+
+namespace {
+
+constexpr double kGB = 1e9;
+
+Figure fig(double value, Origin origin, std::string source) {
+  return Figure{.value = value, .origin = origin, .source = std::move(source)};
+}
+
+// Sources (short, stable strings).
+constexpr const char* kSrc8480 =
+    "Intel Xeon Platinum 8480C/8480+ (Sapphire Rapids): 56 cores on four 14-core tiles, two "
+    "DDR5-4800 channels per tile = 8 channels, 80 PCIe 5.0 lanes, AVX-512 "
+    "(servethehome.com Xeon Max 9480 deep dive; NVIDIA DGX H100 datasheet: 2x 8480C)";
+constexpr const char* kSrc6900 =
+    "Intel Xeon 6900P series (Granite Rapids-AP): 6980P 128 cores, 6960P 72 cores, 12 channels "
+    "DDR5-6400 (MRDIMM 8800), 96 PCIe 5.0/CXL lanes, AVX-512 (hardwareluxx.de Xeon 6900P test "
+    "table; techpowerup.com Granite Rapids-UCC: three compute tiles with 4 memory channels each)";
+constexpr const char* kSrc6900Numa =
+    "Intel's 2-socket Xeon 6 (Granite Rapids) measurement notes list NUMA 6 (SNC3: one NUMA node "
+    "per compute tile)";
+constexpr const char* kSrcGenoa =
+    "AMD EPYC 9654 (Genoa, Zen 4): 96 cores, 12 channels DDR5-4800 = 460.8 GB/s per socket, 128 "
+    "PCIe 5.0 lanes (160 per two-socket server), AVX-512 on a 256-bit datapath "
+    "(tomshardware.fr / playcrazygame.com on AMD's EDAC patches and Genoa launch)";
+constexpr const char* kSrcTurin =
+    "AMD EPYC 9755 (Turin, Zen 5): 128 cores, 12 channels DDR5-6000, 128 PCIe 5.0 lanes (160 per "
+    "two-socket server), full 512-bit AVX-512 datapath (AMD EPYC 9005 launch; hothardware.com: "
+    "DDR5-6000 support)";
+constexpr const char* kSrc7742 =
+    "AMD EPYC 7742 (Rome, Zen 2): 64 cores, 8 channels DDR4-3200 = 204.8 GB/s, 128 PCIe 4.0 lanes, "
+    "AVX2 (NVIDIA DGX A100 datasheet: 2x EPYC 7742)";
+constexpr const char* kSrcGrace =
+    "NVIDIA Grace: 72 Arm Neoverse V2 cores with 4x128-bit SVE2, LPDDR5X up to 480 GB and about "
+    "500 GB/s per CPU (1 TB/s per 2-CPU superchip), NVLink-C2C 900 GB/s bidirectional to the GPU "
+    "(NVIDIA Grace CPU Superchip architecture blog; hardwaretimes.com Grace announcement)";
+constexpr const char* kSrcStreamFraction =
+    "derived: achievable = peak x 290/307.2, the fraction of hardware.md's 8-channel DDR5-4800 "
+    "socket (~280-300 GB/s of 307.2 GB/s peak)";
+constexpr const char* kSrcRcScaled =
+    "assumption: the root-complex DMA cap scales with PCIe lanes from the one measured host "
+    "(2x Xeon 8480C, 80 lanes each: ~278 GB/s H2D per 8-GPU node, cuda-samples #357)";
+constexpr const char* kSrcRc8480 =
+    "hardware.md: one Gen5 8-GPU node capped at ~278 GB/s total H2D (host side, cuda-samples "
+    "#357), split over its 2 sockets";
+constexpr const char* kSrcC2c =
+    "hardware.md: GH200 NVLink-C2C both directions at once about half each of ~360 H2D + ~297 D2H "
+    "GB/s, Grace LPDDR5X bound (arXiv 2407.07850, nvbandwidth)";
+
+const double kStreamFraction = 290.0 / 307.2;
+
+Host x86(std::string name, std::string description, HostLinkKind attach, double cores,
+         double vector_bits, double channels, double mts, double lanes, double numa,
+         const char* src, const char* numa_src) {
+  Host h;
+  h.name = std::move(name);
+  h.description = std::move(description);
+  h.attach = attach;
+  h.cores_per_socket = fig(cores, Origin::kDatasheet, src);
+  h.vector_bits = fig(vector_bits, Origin::kDatasheet, src);
+  h.memory_channels_per_socket = fig(channels, Origin::kDatasheet, src);
+  const double peak = channels * mts * 1e6 * 8.0;
+  h.dram_peak_bytes_per_s_per_socket =
+      fig(peak, Origin::kDatasheet,
+          fmt::format("{}; {} channels x {} MT/s x 8 bytes", src, channels, mts));
+  h.dram_bytes_per_s_per_socket =
+      fig(peak * kStreamFraction, Origin::kAssumption, kSrcStreamFraction);
+  h.pcie_lanes_per_socket = fig(lanes, Origin::kDatasheet, src);
+  h.root_complex_bytes_per_s = fig(278 * kGB / 2 * lanes / 80.0, Origin::kAssumption, kSrcRcScaled);
+  h.numa_nodes_per_socket = fig(numa, Origin::kDatasheet, numa_src);
+  return h;
+}
+
+std::vector<Host> make_catalogue() {
+  std::vector<Host> out;
+  {
+    Host h = x86("xeon-8480c",
+                 "Intel Xeon Platinum 8480C: 56 cores, 8x DDR5-4800, 80 PCIe 5.0 "
+                 "lanes (DGX/HGX H100 and H200 hosts)",
+                 HostLinkKind::kPcieGen5, 56, 512, 8, 4800, 80, 1, kSrc8480,
+                 "Sapphire Rapids default: sub-NUMA clustering off, one NUMA node per socket");
+    // The one host with measurements: keep hardware.md's figures exactly.
+    h.dram_bytes_per_s_per_socket =
+        fig(290 * kGB, Origin::kAssumption,
+            "hardware.md: 8 DDR5 channels per socket, ~280-300 GB/s per socket (derived); "
+            "midpoint");
+    h.root_complex_bytes_per_s = fig(278 * kGB / 2, Origin::kPublished, kSrcRc8480);
+    out.push_back(h);
+  }
+  out.push_back(x86("xeon-6960p",
+                    "Intel Xeon 6960P: 72 cores, 12x DDR5-6400, 96 PCIe 5.0 lanes, SNC3",
+                    HostLinkKind::kPcieGen5, 72, 512, 12, 6400, 96, 3, kSrc6900, kSrc6900Numa));
+  out.push_back(x86("xeon-6980p",
+                    "Intel Xeon 6980P: 128 cores, 12x DDR5-6400, 96 PCIe 5.0 lanes, SNC3",
+                    HostLinkKind::kPcieGen5, 128, 512, 12, 6400, 96, 3, kSrc6900, kSrc6900Numa));
+  // Two-socket EPYC servers give 160 lanes in all for devices (3 xGMI links): 80 per socket.
+  out.push_back(x86("epyc-9654",
+                    "AMD EPYC 9654 (Genoa): 96 cores, 12x DDR5-4800, 128 PCIe 5.0 lanes (80 per "
+                    "socket usable in two-socket servers), NPS1",
+                    HostLinkKind::kPcieGen5, 96, 256, 12, 4800, 80, 1, kSrcGenoa,
+                    "EPYC default NPS1: one NUMA node per socket (NPS2/NPS4 optional)"));
+  out.push_back(x86("epyc-9755",
+                    "AMD EPYC 9755 (Turin): 128 cores, 12x DDR5-6000, 128 PCIe 5.0 lanes (80 per "
+                    "socket usable in two-socket servers), NPS1",
+                    HostLinkKind::kPcieGen5, 128, 512, 12, 6000, 80, 1, kSrcTurin,
+                    "EPYC default NPS1: one NUMA node per socket (NPS2/NPS4 optional)"));
+  {
+    Host h = x86("epyc-7742",
+                 "AMD EPYC 7742 (Rome): 64 cores, 8x DDR4-3200, 128 PCIe 4.0 lanes (DGX A100 host)",
+                 HostLinkKind::kPcieGen4, 64, 256, 8, 3200, 128, 1, kSrc7742,
+                 "DGX A100 runs NPS4 (4 NUMA nodes per socket) per its user guide; EPYC default "
+                 "NPS1 assumed here");
+    h.numa_nodes_per_socket.origin = Origin::kAssumption;
+    h.dram_bytes_per_s_per_socket =
+        fig(190 * kGB, Origin::kAssumption,
+            "DGX A100 sockets (AMD EPYC 7742): 8 DDR4-3200 channels = 204.8 GB/s peak, ~93% "
+            "achievable as in hardware.md's DDR5 derivation");
+    h.root_complex_bytes_per_s =
+        fig(2 * 25 * kGB, Origin::kAssumption,
+            "no host-side cap measured on DGX A100: the sum of a socket's two Gen4 switch uplinks");
+    out.push_back(h);
+  }
+  out.push_back(x86("ryzen-9-7950x",
+                    "AMD Ryzen 9 7950X (workstation): 16 cores, 2x DDR5-5200, 24 usable PCIe "
+                    "5.0 lanes",
+                    HostLinkKind::kPcieGen5, 16, 256, 2, 5200, 24, 1,
+                    "AMD Ryzen 9 7950X specifications: 16 Zen 4 cores, dual-channel DDR5-5200, 28 "
+                    "PCIe 5.0 lanes (24 usable, 4 to the chipset), AVX-512 on a 256-bit datapath",
+                    "one NUMA node (single die set, one memory controller)"));
+  {
+    Host h;
+    h.name = "grace";
+    h.description = "NVIDIA Grace: 72 Neoverse V2 cores, LPDDR5X, NVLink-C2C to its GPU(s)";
+    h.attach = HostLinkKind::kNvlinkC2c;
+    h.cores_per_socket = fig(72, Origin::kDatasheet, kSrcGrace);
+    h.vector_bits = fig(128, Origin::kDatasheet, kSrcGrace);
+    h.memory_channels_per_socket =
+        fig(16, Origin::kDatasheet, std::string(kSrcGrace) + "; 32 channels per 2-CPU superchip");
+    h.dram_peak_bytes_per_s_per_socket = fig(500 * kGB, Origin::kDatasheet, kSrcGrace);
+    h.dram_bytes_per_s_per_socket = fig((360 + 297) * kGB / 2, Origin::kPublished, kSrcC2c);
+    h.pcie_lanes_per_socket = fig(0, Origin::kDatasheet, "GPUs attach over NVLink-C2C, not PCIe");
+    h.root_complex_bytes_per_s = fig((360 + 297) * kGB / 2, Origin::kPublished, kSrcC2c);
+    h.numa_nodes_per_socket =
+        fig(1, Origin::kDatasheet, "one NUMA node per Grace CPU (the GPU's HBM is another)");
+    out.push_back(h);
+  }
+  return out;
+}
+
+int pcie_generation(HostLinkKind kind) {
+  switch (kind) {
+    case HostLinkKind::kPcieGen4:
+      return 4;
+    case HostLinkKind::kPcieGen5:
+      return 5;
+    case HostLinkKind::kNvlinkC2c:
+      return 0;
+  }
+  return 0;
+}
+
+// The figures of a profile that an override may name: every JSON object with a "value" key,
+// by its dotted path.
+void figure_paths(const nlohmann::json& j, const std::string& prefix,
+                  std::vector<std::string>& out) {
+  if (!j.is_object()) return;
+  if (j.contains("value") && j.contains("origin")) {
+    out.push_back(prefix);
+    return;
+  }
+  for (const auto& [key, value] : j.items()) {
+    figure_paths(value, prefix.empty() ? key : prefix + "." + key, out);
+  }
+}
+
+struct SystemField {
+  const char* name;
+  int System::*member;
+};
+constexpr SystemField kSystemIntFields[] = {
+    {"sockets_per_node", &System::sockets_per_node},
+    {"gpus_per_pcie_switch", &System::gpus_per_pcie_switch},
+    {"nvlink_domain_gpus", &System::nvlink_domain_gpus},
+    {"nics_per_node", &System::nics_per_node},
+};
+
+}  // namespace
+
+const std::vector<Host>& list_hosts() {
+  static const std::vector<Host> catalogue = make_catalogue();
+  return catalogue;
+}
+
+Result<Host> find_host(std::string_view name) {
+  for (const Host& h : list_hosts()) {
+    if (h.name == name) return h;
+  }
+  std::vector<std::string> names;
+  for (const Host& h : list_hosts()) names.push_back(h.name);
+  return fail(ErrorCode::kNotFound, "unknown host '{}' (expected one of: {})", name,
+              fmt::join(names, ", "));
+}
+
+Status check_attach(const Host& host, const System& s) {
+  const bool c2c = s.host_link == HostLinkKind::kNvlinkC2c;
+  if (c2c != (host.attach == HostLinkKind::kNvlinkC2c)) {
+    return fail(ErrorCode::kInvalidInput,
+                "host '{}' attaches GPUs over {}, but system '{}' connects its GPUs over {}; "
+                "choose a {} host",
+                host.name, to_string(host.attach), s.name, to_string(s.host_link),
+                c2c ? "Grace (NVLink-C2C)" : "PCIe (x86)");
+  }
+  if (c2c) return ok();
+  if (pcie_generation(host.attach) < pcie_generation(s.host_link)) {
+    return fail(ErrorCode::kInvalidInput,
+                "host '{}' has {} root ports, but system '{}' needs {} for its GPUs' host links",
+                host.name, to_string(host.attach), s.name, to_string(s.host_link));
+  }
+  // One x16 link per GPU, or per PCIe switch uplink when GPUs share switches.
+  const int links = s.gpus_per_socket() / std::max(1, s.gpus_per_pcie_switch);
+  const int lanes = 16 * links;
+  if (lanes > host.pcie_lanes_per_socket.value) {
+    return fail(ErrorCode::kInvalidInput,
+                "host '{}' has {} PCIe lanes per socket, but system '{}' needs {} ({} x16 links "
+                "per socket)",
+                host.name, host.pcie_lanes_per_socket.value, s.name, lanes, links);
+  }
+  return ok();
+}
+
+void apply_host(const Host& host, CalibrationProfile& p, bool keep_measured) {
+  auto set = [&](Figure& target, const Figure& value) {
+    if (keep_measured && target.origin == Origin::kMeasured) return;
+    target = value;
+  };
+  set(p.host.cores_per_socket, host.cores_per_socket);
+  set(p.host.dram_bytes_per_s_per_socket, host.dram_bytes_per_s_per_socket);
+  set(p.host_link.root_complex_bytes_per_s, host.root_complex_bytes_per_s);
+}
+
+std::vector<std::string> override_paths(const System& system, const CalibrationProfile& profile) {
+  std::vector<std::string> out;
+  for (const SystemField& f : kSystemIntFields) out.push_back(std::string("system.") + f.name);
+  out.push_back("system.host_memory_bytes_per_node");
+  std::vector<std::string> figures;
+  figure_paths(profile_to_json(profile), "", figures);
+  for (const std::string& f : figures) out.push_back("profile." + f);
+  (void)system;
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+namespace {
+
+Status apply_override(const std::string& path, double value, System& system,
+                      CalibrationProfile& profile) {
+  const std::string key = "hardware.overrides." + path;
+  auto unknown = [&]() {
+    const auto paths = override_paths(system, profile);
+    return fail(ErrorCode::kInvalidInput, "{}: unknown figure '{}'; expected one of: {}", key, path,
+                fmt::join(paths, ", "));
+  };
+  if (!std::isfinite(value)) {
+    return fail(ErrorCode::kInvalidInput, "{}: expected a finite number", key);
+  }
+  if (path.starts_with("system.")) {
+    const std::string field = path.substr(7);
+    if (field == "host_memory_bytes_per_node") {
+      if (value <= 0) {
+        return fail(ErrorCode::kInvalidInput, "{}: expected a number of bytes > 0, got {}", key,
+                    value);
+      }
+      system.host_memory_bytes_per_node = static_cast<std::int64_t>(value);
+      return ok();
+    }
+    for (const SystemField& f : kSystemIntFields) {
+      if (field != f.name) continue;
+      if (value != std::floor(value) || value < 0 || value > 1e6) {
+        return fail(ErrorCode::kInvalidInput, "{}: expected a whole number in 0..1000000, got {}",
+                    key, value);
+      }
+      system.*(f.member) = static_cast<int>(value);
+      return ok();
+    }
+    return unknown();
+  }
+  if (!path.starts_with("profile.")) return unknown();
+  nlohmann::json j = profile_to_json(profile);
+  nlohmann::json* at = &j;
+  std::size_t start = 8;
+  while (start <= path.size()) {
+    const std::size_t dot = path.find('.', start);
+    const std::string part =
+        path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    if (!at->is_object() || !at->contains(part)) return unknown();
+    at = &(*at)[part];
+    if (dot == std::string::npos) break;
+    start = dot + 1;
+  }
+  if (!at->is_object() || !at->contains("value") || !at->contains("origin")) return unknown();
+  (*at)["value"] = value;
+  (*at)["origin"] = to_string(Origin::kAssumption);
+  (*at)["source"] = "scenario override " + key;
+  auto back = profile_from_json(j, key);
+  if (!back) return fail(ErrorCode::kInvalidInput, "{}", back.error().message);
+  profile = std::move(*back);
+  return ok();
+}
+
+}  // namespace
+
+Result<ResolvedHardware> resolve_hardware(
+    const System& system, const CalibrationProfile& profile, const std::string& host_name,
+    const std::vector<std::pair<std::string, double>>& overrides) {
+  ResolvedHardware out{.system = system, .profile = profile, .host = {}};
+  const std::string name = host_name.empty() ? system.host : host_name;
+  if (!name.empty()) {
+    auto host = find_host(name);
+    if (!host) {
+      return fail(ErrorCode::kInvalidInput, "hardware.host: {}", host.error().message);
+    }
+    if (auto attached = check_attach(*host, system); !attached) {
+      return fail(ErrorCode::kInvalidInput, "hardware.host: {}", attached.error().message);
+    }
+    apply_host(*host, out.profile, /*keep_measured=*/host_name.empty());
+    out.host = name;
+  }
+  for (const auto& [path, value] : overrides) {
+    OFFSIM_RETURN_IF_ERROR(apply_override(path, value, out.system, out.profile));
+  }
+  if (auto valid = validate(out.system); !valid) {
+    return fail(ErrorCode::kInvalidInput, "hardware.overrides: {}", valid.error().message);
+  }
+  return out;
+}
+
+}  // namespace offsim::sim::platform
