@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 
-#include "models/evaluate.h"
 #include "scenarios/report_format.h"
 
 namespace offsim::scenarios {
@@ -28,12 +27,9 @@ bool optimizer_on_host(const models::Scenario& s) {
 sim::Result<std::string> memory_advice(const models::Scenario& scenario,
                                        const models::Report& report) {
   if (report.fits) return std::string();
-  // The same step with capacities no allocation can reach: its peak is what the step needs.
-  models::Scenario unbounded = scenario;
-  unbounded.hardware.overrides.emplace_back("profile.gpu.hbm_usable_bytes", 1e15);
-  unbounded.hardware.overrides.emplace_back("system.host_memory_bytes_per_node", 1e15);
-  OFFSIM_ASSIGN_OR_RETURN(models::Evaluation e, models::evaluate(unbounded));
-  const models::Report& r = e.report;
+  // A step that does not fit ran to its end with the full pools unbounded (models::evaluate), so
+  // its peaks and the breakdown at the worst rank's peak are what the step needs.
+  const models::Report& r = report;
   const models::MemoryBreakdown& m = r.memory;
   const std::int64_t capacity = report.hbm_capacity_bytes;
   const std::string pool = report.oom ? report.oom->pool : std::string();

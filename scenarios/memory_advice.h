@@ -1,7 +1,7 @@
 // Memory advice: for a configuration that does not fit, what dominates memory and which tensor
-// class must move. The scenario is simulated once more with unbounded HBM and host memory (a
-// hardware.overrides of the capacities), so the whole peak is known by class, not only what was
-// live when the allocation failed.
+// class must move. A report that does not fit comes from a step run to its end with the full pools
+// unbounded (models::evaluate), so its peak breakdown is the whole demand by class, not only what
+// was live when the first allocation failed.
 //
 //   auto advice = scenarios::memory_advice(scenario, report);   // Result<std::string>
 //   if (advice && !advice->empty()) fmt::print("why: {}\n", *advice);
@@ -18,7 +18,7 @@
 namespace offsim::scenarios {
 
 // "" when `report` fits. Otherwise one or two sentences naming the pool that ran out, the bytes
-// each class needs at the unbounded peak and what to move or shard.
+// each class needs at the peak of the demand and what to move or shard.
 sim::Result<std::string> memory_advice(const models::Scenario& scenario,
                                        const models::Report& report);
 
