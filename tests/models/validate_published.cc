@@ -31,6 +31,8 @@
 #include "models/evaluate.h"
 #include "scenarios/scenario_loader.h"
 #include "sim/core/file_io.h"
+#include "sim/platform/profile.h"
+#include "sim/platform/system.h"
 
 namespace {
 
@@ -94,6 +96,64 @@ Bound read_bound(const YAML::Node& doc, const std::string& where) {
   return bound;
 }
 
+// One profile figure as a table row: the JSON form ({value, origin, source}) of a Figure.
+std::string figure_row(const std::string& key, const nlohmann::json& f) {
+  std::string source = f.value("source", "");
+  for (char& ch : source) {
+    if (ch == '|') ch = '/';
+  }
+  return fmt::format("| `{}` | {:.4g} | {} | {} |\n", key, f.value("value", 0.0),
+                     f.value("origin", ""), source);
+}
+
+// The compute and communication figures of a GPU kind's default profile that the tables above
+// depend on, with their origin and source as the profile states them.
+std::string parameters_section(const std::vector<std::string>& gpu_kinds) {
+  std::string md =
+      "## Parameters behind these numbers, and what fitted them\n\n"
+      "No figure of the default profiles was fitted to any table of this report: each is a "
+      "datasheet value, a published measurement or a stated assumption, as its origin says, so "
+      "every table is scored with parameters that did not see it. The framework ops of the step "
+      "builder (Transformer Engine casts, rotary embedding, optimizer passes, attention passes) "
+      "are exact byte and FLOP counts. The figures below are printed from the profiles this run "
+      "used (calibrate/profiles/<gpu>.json, equal to the built-in defaults).\n\n";
+  for (const std::string& kind : gpu_kinds) {
+    auto p = sim::platform::default_profile(kind);
+    if (!p) die(p.error().message);
+    const nlohmann::json j = sim::platform::profile_to_json(*p);
+    md += fmt::format("### {}\n\n| figure | value | origin | source |\n|---|---|---|---|\n", kind);
+    for (const char* key :
+         {"dense_flops_bf16", "dense_flops_fp8", "hbm_peak_bytes_per_s", "kernel_launch_s"}) {
+      md += figure_row(std::string("gpu.") + key, j["gpu"][key]);
+    }
+    const auto& curve = j["gemm"]["curve"];
+    if (!curve.empty()) md += figure_row("gemm.curve (top knot)", curve.back()["efficiency"]);
+    for (const auto& pt : j["gemm"]["points"]) {
+      md += figure_row(fmt::format("gemm.points {}x{}x{} {}", pt.value("m", 0), pt.value("n", 0),
+                                   pt.value("k", 0), pt.value("dtype", "")),
+                       pt["efficiency"]);
+    }
+    for (const char* key : {"sm_count", "wave_tile_m", "k_overhead_elements"}) {
+      md += figure_row(std::string("gemm.") + key, j["gemm"][key]);
+    }
+    for (const char* key : {"flash_fwd", "flash_bwd", "classic_fwd"}) {
+      md += figure_row(std::string("attention.") + key, j["attention"][key]);
+    }
+    const auto& mem = j["memory_bound"];
+    if (!mem.empty()) md += figure_row("memory_bound (top knot)", mem.back()["efficiency"]);
+    for (const char* key : {"ring_all_reduce_bus_bytes_per_s", "nvls_all_reduce_bus_bytes_per_s"}) {
+      md += figure_row(std::string("nvlink.") + key, j["nvlink"][key]);
+    }
+    for (const char* key : {"nic_bytes_per_s_per_gpu", "efficiency"}) {
+      md += figure_row(std::string("inter_node.") + key, j["inter_node"][key]);
+    }
+    md += figure_row("interference.nccl_compute_slowdown",
+                     j["interference"]["nccl_compute_slowdown"]);
+    md += "\n";
+  }
+  return md;
+}
+
 struct Options {
   bool check = false;
   std::string scenario_dir;
@@ -145,6 +205,7 @@ int main(int argc, char** argv) {
       "Error = (simulated − published) / published.\n\n";
   double total_s = 0.0;
   std::vector<std::string> failures;
+  std::vector<std::string> gpu_kinds;
   for (const auto& path : files) {
     const std::string where = path.filename().string();
     YAML::Node doc;
@@ -182,6 +243,11 @@ int main(int argc, char** argv) {
         die(fmt::format("{}: published: expected a number > 0, got {}", cw, published));
       }
       models::Scenario s = load_row(path.parent_path() / rel);
+      if (auto sys = sim::platform::find_system(s.hardware.system); sys) {
+        if (std::find(gpu_kinds.begin(), gpu_kinds.end(), sys->gpu) == gpu_kinds.end()) {
+          gpu_kinds.push_back(sys->gpu);
+        }
+      }
       const std::string link = fmt::format("[{}](../scenarios/validation/{})", id, rel);
       const auto t0 = std::chrono::steady_clock::now();
       auto e = models::evaluate(s, {});
@@ -258,6 +324,7 @@ int main(int argc, char** argv) {
     if (doc["notes"]) md += "\n" + doc["notes"].as<std::string>() + "\n";
     md += "\n";
   }
+  md += parameters_section(gpu_kinds);
   fmt::print(stderr, "validate_published: total simulation time {:.2f} s\n", total_s);
   if (!opt.check) {
     auto st = sim::write_text_file_atomic(opt.out, md);
