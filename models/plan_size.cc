@@ -65,7 +65,8 @@ LayerShape layer_shape(const Scenario& s, const LayerDims& d, int layer) {
   const double tp_reduce = d.t > 1 ? 1 : 0;
   double n = 0;
   if (rc(FwdOp::kLn1)) n += 1;
-  if (rc(FwdOp::kQkv)) n += 1 + sp_gather;
+  // With rotary positions the recomputed QKV is followed by its rotary embedding.
+  if (rc(FwdOp::kQkv)) n += 1 + sp_gather + (s.model.max_positions == 0 ? 1 : 0);
   if (rc(FwdOp::kCore)) n += 1;
   if (rc(FwdOp::kOutProj)) n += 1 + tp_reduce;
   if (rc(FwdOp::kRes1) || rc(FwdOp::kLn2)) n += 1;
@@ -158,10 +159,17 @@ PlanSize estimate_plan_size(const Scenario& s, const PlanSizeOptions& options) {
     // accumulation fusion, one accumulation pass per layer in the backward.
     const double casts = s.training.compute_dtype == sim::DType::kFp8 ? 4 : 0;
     const double accum = s.training.gradient_accumulation_fusion ? 0 : 1;
-    const double fwd = 9 + tp_colls + fetch_ops + ls.host_chunks + casts;
+    // Rotary positions: one rotary-embedding kernel forward and one backward.
+    const double rope = s.model.max_positions == 0 ? 1 : 0;
+    const double fwd = 9 + tp_colls + fetch_ops + ls.host_chunks + casts + rope;
     const double bwd =
-        13 + tp_colls + fetch_ops + ls.host_chunks + ls.recompute_ops + casts + accum;
+        13 + tp_colls + fetch_ops + ls.host_chunks + ls.recompute_ops + casts + accum + rope;
     c.ops += m * (fwd + bwd);
+    // FP8: the layer's weights are cast once per step, after its optimizer update.
+    if (s.training.compute_dtype == sim::DType::kFp8) {
+      c.ops += 1;
+      c.deps += 1;
+    }
     // Members of the tensor-parallel collectives (forward, backward, recomputed) and of the
     // data-parallel parameter gathers.
     const double rc_colls = ls.recompute_collectives;
@@ -193,9 +201,9 @@ PlanSize estimate_plan_size(const Scenario& s, const PlanSizeOptions& options) {
   const double sp_gather = d.t > 1 && d.sp > 1 ? 1 : 0;
   // Head forward and backward. Unchunked: norm, [gather], logits GEMM, loss; loss gradient,
   // two GEMMs, [reduce], norm. Chunked in C: norm, [gather], C × (GEMM, loss, loss gradient,
-  // two GEMMs); scaling, [reduce], norm. FP8 casts before each logits and data-gradient GEMM.
+  // two GEMMs); scaling, [reduce], norm. The head's GEMMs stay in bf16 with FP8 (no casts).
   const double chunks = static_cast<double>(std::max<std::int64_t>(1, s.training.loss_chunks));
-  const double fp8 = s.training.compute_dtype == sim::DType::kFp8 ? 1 : 0;
+  const double fp8 = 0;
   const double tp_reduce = d.t > 1 ? 1 : 0;
   if (chunks > 1) {
     c.ops += m * (1 + sp_gather + chunks * (5 + 2 * fp8) + 2 + tp_reduce);
@@ -213,6 +221,11 @@ PlanSize estimate_plan_size(const Scenario& s, const PlanSizeOptions& options) {
   // send has its producer and its receiver's first op (sometimes also a reload) waits for it.
   const double sends = 2 * m * (pp * v - 1);
   c.ops += sends;
+  // The mixed-precision optimizer's gradient passes on every stage: the gradient norm, and with
+  // fp16 the unscale and inf check; each waits for the stage's gradient reductions.
+  const double grad_passes = s.training.compute_dtype == sim::DType::kFp16 ? 2 : 1;
+  c.ops += pp * grad_passes;
+  c.deps += grad_passes * static_cast<double>(s.model.layers + 2);  // one per parameter group
   c.deps += sends * 2.5;
   // Per stage: the workspace tensor; with hardware.runtime the CUDA context, NCCL buffers (when
   // a group has more than one rank) and the cuBLAS workspace instead (JAX: none, outside its

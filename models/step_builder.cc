@@ -192,8 +192,19 @@ class StepBuilder {
 
   OpId gemm(Rank& r, const std::string& name, const std::string& cat, int layer, std::int64_t m,
             std::int64_t n, std::int64_t k) {
-    sim::GemmShape shape{.m = m, .n = n, .k = k, .batch = 1, .dtype = gdtype_};
-    if (gdtype_ == sim::DType::kFp8 && !name.ends_with(".wgrad")) {
+    return gemm_as(gdtype_, r, name, cat, layer, m, n, k);
+  }
+
+  // The LM head's GEMMs: Megatron's output layer is a plain (not Transformer Engine) linear
+  // layer, so FP8 runs keep it in bf16 (the activation dtype), without FP8 casts.
+  OpId head_gemm(Rank& r, const std::string& name, std::int64_t m, std::int64_t n, std::int64_t k) {
+    return gemm_as(adtype_, r, name, "compute", -1, m, n, k);
+  }
+
+  OpId gemm_as(sim::DType dtype, Rank& r, const std::string& name, const std::string& cat,
+               int layer, std::int64_t m, std::int64_t n, std::int64_t k) {
+    sim::GemmShape shape{.m = m, .n = n, .k = k, .batch = 1, .dtype = dtype};
+    if (dtype == sim::DType::kFp8 && !name.ends_with(".wgrad")) {
       // Transformer Engine casts the GEMM's bf16 activation input (forward) or output gradient
       // (dgrad), m × k elements, to FP8 and its transpose in one pass: read 2 bytes, write 1 + 1;
       // the wgrad GEMM reuses those transposes.
@@ -261,6 +272,58 @@ class StepBuilder {
       bytes = rounded_allocation(out_.runtime, bytes);
     }
     return b_.tensor(name, pool, bytes, cat);
+  }
+
+  // --- What frameworks add around the model's own kernels (Megatron-Core / Transformer
+  // Engine). Each is an op with exact bytes; the memory-bound ones run at the profile's
+  // memory-bound efficiency.
+
+  // Rotary position embedding (models without a learned position table): one kernel applies
+  // it to the query and key heads of the layer, reading and writing q and k (2 · tokens ·
+  // (q + kv) elements); its backward does the same to their gradients. 3 FLOPs per element
+  // (two products and a sum).
+  bool rotary_positions() const { return s_.model.max_positions == 0; }
+  OpId rotary(Rank& r, const std::string& name, int layer) {
+    if (!rotary_positions()) return last_compute_;
+    const std::int64_t elems = d_.tokens() * (d_.q() + d_.kv());
+    return elementwise(r, name, "compute", layer, 2 * elems * d_.e,
+                       3.0 * static_cast<double>(elems));
+  }
+
+  // FP8: Transformer Engine casts each layer's bf16 weights to FP8 and their transposes once per
+  // step (later micro-batches reuse the cached copies): read 2 bytes, write 1 + 1 per weight of
+  // the layer's linear layers on this rank. Charged right after the layer's optimizer update,
+  // which produces the weights it casts.
+  OpId fp8_weight_cast(Rank& r, const ParamGroup& g, OpId after) {
+    const std::int64_t gated = d_.gated ? 2 : 1;
+    const std::int64_t weights =
+        d_.h * (d_.q() + 2 * d_.kv()) + d_.q() * d_.h + d_.h * d_.f * gated + d_.f * d_.h;
+    const OpId cast = elementwise(r, g.name + ".fp8_weight_cast", "optimizer", g.layer, 4 * weights,
+                                  static_cast<double>(weights));
+    b_.op_at(cast).deps.push_back(after);
+    return cast;
+  }
+
+  // The mixed-precision optimizer's passes over the gradients before the update (Megatron's
+  // DistributedOptimizer / MixedPrecisionOptimizer): with fp16, unscale the main gradients and
+  // check them for inf/NaN (read and write each); always, the gradient norm for clipping (read
+  // each). Over this rank's optimizer shard, at the main gradients' width (fp32 with fp32
+  // master weights). Their scalar all-reduces (a few bytes) are not charged.
+  void grad_passes(Rank& r, const std::vector<OpId>& deps) {
+    std::int64_t shard = 0;
+    for (const ParamGroup& g : r.groups) {
+      shard += (s_.parallelism.fsdp || s_.parallelism.zero_stage >= 1) ? ceil_div(g.params, dp())
+                                                                       : g.params;
+    }
+    const std::int64_t gbytes = s_.training.fp32_master_weights ? 4 : 2;
+    if (gdtype_ == sim::DType::kFp16) {
+      const OpId u = elementwise(r, "unscale_inf_check", "optimizer", -1, 2 * gbytes * shard,
+                                 2.0 * static_cast<double>(shard));
+      b_.op_at(u).deps.insert(b_.op_at(u).deps.end(), deps.begin(), deps.end());
+    }
+    const OpId n = elementwise(r, "grad_norm", "optimizer", -1, gbytes * shard,
+                               2.0 * static_cast<double>(shard));
+    b_.op_at(n).deps.insert(b_.op_at(n).deps.end(), deps.begin(), deps.end());
   }
 
   // TP collective after a row-parallel GEMM (all-reduce, or reduce-scatter with SP) and before
@@ -613,6 +676,7 @@ class StepBuilder {
     }
     tp_gather(r, p + ".qkv.tp_allgather", "comm", l);
     push(gemm(r, p + ".qkv.fwd", cat, l, d_.tokens(), d_.q() + 2 * d_.kv(), d_.h));
+    rotary(r, p + ".rope.fwd", l);
     push(attention(r, p + ".attn.fwd", cat, l, false));
     push(gemm(r, p + ".out_proj.fwd", cat, l, d_.tokens(), d_.h, d_.q()));
     tp_reduce(r, p + ".out_proj.tp_reduce", "comm", l);
@@ -655,7 +719,7 @@ class StepBuilder {
         elementwise(r, p + ".final_norm.fwd", "compute", -1, 2 * residual_bytes(), norm_flops());
     b_.op_at(norm).allocs.push_back(t);
     tp_gather(r, p + ".tp_allgather", "comm", -1);
-    gemm(r, p + ".lm_head.fwd", "compute", -1, d_.tokens(), d_.v, d_.h);
+    head_gemm(r, p + ".lm_head.fwd", d_.tokens(), d_.v, d_.h);
     r.head_saved[mb] = t;
     return elementwise(r, p + ".loss.fwd", "compute", -1, d_.tokens() * d_.v * (d_.e + 4),
                        static_cast<double>(5 * d_.tokens() * d_.v));
@@ -681,14 +745,14 @@ class StepBuilder {
       const std::int64_t n = (c + 1) * tokens / chunks - c * tokens / chunks;
       const std::string q = fmt::format("{}.chunk{}", p, c);
       const TensorId logits = tensor(r.hbm, q + ".logits", n * d_.v * 4, "activations");
-      const OpId fwd = gemm(r, q + ".lm_head.fwd", "compute", -1, n, d_.v, d_.h);
+      const OpId fwd = head_gemm(r, q + ".lm_head.fwd", n, d_.v, d_.h);
       b_.op_at(fwd).allocs.push_back(logits);
       elementwise(r, q + ".loss.fwd", "compute", -1, n * d_.v * (d_.e + 4),
                   static_cast<double>(5 * n * d_.v));
       elementwise(r, q + ".loss.bwd", "compute", -1, n * d_.v * (d_.e + 4),
                   static_cast<double>(3 * n * d_.v));
-      gemm(r, q + ".lm_head.dgrad", "compute", -1, n, d_.h, d_.v);
-      last = gemm(r, q + ".lm_head.wgrad", "compute", -1, d_.h, d_.v, n);
+      head_gemm(r, q + ".lm_head.dgrad", n, d_.h, d_.v);
+      last = head_gemm(r, q + ".lm_head.wgrad", d_.h, d_.v, n);
       b_.op_at(last).frees.push_back(logits);
     }
     r.head_saved[mb] = t;
@@ -768,8 +832,8 @@ class StepBuilder {
     } else {
       first = elementwise(r, p + ".loss.bwd", "compute", -1, d_.tokens() * d_.v * (d_.e + 4),
                           static_cast<double>(3 * d_.tokens() * d_.v));
-      gemm(r, p + ".lm_head.dgrad", "compute", -1, d_.tokens(), d_.h, d_.v);
-      gemm(r, p + ".lm_head.wgrad", "compute", -1, d_.h, d_.v, d_.tokens());
+      head_gemm(r, p + ".lm_head.dgrad", d_.tokens(), d_.h, d_.v);
+      head_gemm(r, p + ".lm_head.wgrad", d_.h, d_.v, d_.tokens());
     }
     tp_reduce(r, p + ".tp_reduce", "comm", -1);
     const OpId last = elementwise(r, p + ".final_norm.bwd", "compute", -1, 3 * residual_bytes(),
@@ -838,6 +902,7 @@ class StepBuilder {
                          sim::CollectiveKind::kAllGather, r.tp_group, d_.tokens() * d_.h * d_.e));
       }
       rc_op(gemm(r, p + ".qkv.recompute", rcat, l, d_.tokens(), d_.q() + 2 * d_.kv(), d_.h));
+      if (rotary_positions()) rc_op(rotary(r, p + ".rope.recompute", l));
     }
     if (rc[idx(FwdOp::kCore)]) rc_op(attention(r, p + ".attn.recompute", rcat, l, false));
     if (rc[idx(FwdOp::kOutProj)]) {
@@ -885,6 +950,7 @@ class StepBuilder {
     gemm(r, p + ".out_proj.dgrad", cat, l, d_.tokens(), d_.q(), d_.h);
     gemm(r, p + ".out_proj.wgrad", cat, l, d_.q(), d_.h, d_.tokens());
     attention(r, p + ".attn.bwd", cat, l, true);
+    rotary(r, p + ".rope.bwd", l);
     gemm(r, p + ".qkv.dgrad", cat, l, d_.tokens(), d_.h, d_.q() + 2 * d_.kv());
     gemm(r, p + ".qkv.wgrad", cat, l, d_.h, d_.q() + 2 * d_.kv(), d_.tokens());
     tp_reduce(r, p + ".qkv.bwd.tp_reduce", "comm", l);
@@ -955,6 +1021,11 @@ class StepBuilder {
   void optimizer(Rank& r) {
     for (OpId reduce : deferred_reduce_) b_.op_at(reduce).deps.push_back(last_compute_);
     deferred_reduce_.clear();
+    {
+      std::vector<OpId> reduces;
+      for (const auto& [key, op] : r.reduce_op) reduces.push_back(op);
+      grad_passes(r, reduces);
+    }
     for (ParamGroup& g : r.groups) {
       const int key = g.layer >= 0 ? g.layer : (g.name == "embed" ? -1 : -2);
       auto it = r.reduce_op.find(key);
@@ -1002,6 +1073,7 @@ class StepBuilder {
           b_.op_at(done).frees.push_back(*stage_buf);
         }
       }
+      if (gdtype_ == sim::DType::kFp8 && g.layer >= 0) done = fp8_weight_cast(r, g, done);
       // ZeRO-1/2: updated parameter shards are all-gathered for the next step.
       if (dp() > 1 && !shard_params() && s_.parallelism.zero_stage >= 1) {
         collective(r, r.comm, g.name + ".params_allgather", "comm", g.layer,

@@ -46,8 +46,8 @@ std::vector<std::string> scenario_files(const char* dir) {
   return files;
 }
 
-// scenarios/validation/*.yaml: `cases:`, each with a `scenario:` map (validate_published's
-// format); the cases the scenario loader accepts as they are.
+// scenarios/validation/*.yaml: `cases:`, each naming its row's scenario file (in the CLI's
+// scenario language) with `scenario:`.
 int add_validation_cases(std::vector<Case>& cases) {
   int added = 0;
   for (const std::string& path : scenario_files("validation")) {
@@ -57,23 +57,12 @@ int add_validation_cases(std::vector<Case>& cases) {
     if (list == nullptr) continue;
     for (std::size_t i = 0; i < list->items.size(); ++i) {
       const scenarios::Node* sc = list->items[i].find("scenario");
-      if (sc == nullptr) continue;
-      // Their spelling of the scenario language: model.name is the catalogue model (base),
-      // training.dtype the precision.
-      scenarios::Node node = *sc;
-      if (scenarios::Node* m = node.find("model")) {
-        for (auto& [key, value] : m->entries)
-          if (key == "name") key = "base";
-      }
-      if (scenarios::Node* t = node.find("training")) {
-        for (auto& [key, value] : t->entries)
-          if (key == "dtype") key = "precision";
-      }
-      if (node.find("name") == nullptr) {
-        node.entries.emplace_back("name", scenarios::make_scalar("validation"));
-      }
-      auto s = scenarios::scenario_from_document(node, fs::path(path).parent_path().string());
-      if (!s || !scenarios::check_loaded(*s, node)) continue;
+      if (sc == nullptr || sc->kind != scenarios::NodeKind::kScalar) continue;
+      auto file =
+          scenarios::load_scenario_file((fs::path(path).parent_path() / sc->scalar).string());
+      if (!file) continue;
+      auto s = scenarios::scenario_from_document(file->base, file->base_dir);
+      if (!s || !scenarios::check_loaded(*s, file->base)) continue;
       cases.push_back({fmt::format("{} case {}", fs::path(path).stem().string(), i), *s});
       ++added;
     }

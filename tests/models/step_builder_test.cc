@@ -272,16 +272,79 @@ TEST(BuildStep, Fp8GemmsCastTheirInputs) {
     EXPECT_FALSE(g.name.ends_with(".wgrad"));
     EXPECT_EQ(ops[i].sizes.bytes, 4 * g.sizes.gemm.m * g.sizes.gemm.k) << g.name;
   }
+  // The LM head is not a Transformer Engine layer: its GEMMs stay in bf16, without casts.
   int fp8_gemms = 0;
+  int head_gemms = 0;
   for (const sim::Op& op : ops) {
-    if (op.kind == sim::OpKind::kGemm && !op.name.ends_with(".wgrad")) ++fp8_gemms;
+    if (op.kind != sim::OpKind::kGemm) continue;
+    if (op.name.find(".lm_head.") != std::string::npos) {
+      ++head_gemms;
+      EXPECT_EQ(op.sizes.gemm.dtype, sim::DType::kBf16) << op.name;
+      continue;
+    }
+    EXPECT_EQ(op.sizes.gemm.dtype, sim::DType::kFp8) << op.name;
+    if (!op.name.ends_with(".wgrad")) ++fp8_gemms;
   }
+  EXPECT_GT(head_gemms, 0);
   EXPECT_EQ(casts, fp8_gemms);
   EXPECT_GT(casts, 0);
   s.training.compute_dtype = sim::DType::kBf16;
   auto bf16 = build_step(s);
   ASSERT_TRUE(bf16);
   for (const sim::Op& op : bf16->plan.ops) EXPECT_FALSE(op.name.ends_with(".fp8_cast"));
+}
+
+TEST(BuildStep, FrameworkOpsHaveExactBytes) {
+  // llama3-8b (h 4096, 32 query and 8 key/value heads of 128, ffn 14336, rotary positions) at
+  // TP 2 with SP, micro-batch 1 × 2048 tokens, DP 4 with ZeRO-1, FP8.
+  Scenario s = base("llama3-8b", "dgx-h100");
+  s.parallelism = {.dp = 4, .tp = 2, .sequence_parallel = true, .zero_stage = 1};
+  s.training.compute_dtype = sim::DType::kFp8;
+  auto step = build_step(s);
+  ASSERT_TRUE(step) << step.error().message;
+  const std::int64_t tokens = 2048;
+  const std::int64_t q = 16 * 128;  // query width on a TP rank
+  const std::int64_t kv = 4 * 128;
+  const std::int64_t f = 14336 / 2;
+  int rope = 0;
+  int casts = 0;
+  int norms = 0;
+  for (const sim::Op& op : step->plan.ops) {
+    if (op.name.ends_with(".rope.fwd") || op.name.ends_with(".rope.bwd")) {
+      // Read and write q and k, bf16.
+      EXPECT_EQ(op.sizes.bytes, 2 * tokens * (q + kv) * 2) << op.name;
+      ++rope;
+    } else if (op.name.ends_with(".fp8_weight_cast")) {
+      // Read bf16, write FP8 and its transpose: 4 bytes per linear weight of the layer's shard.
+      const std::int64_t weights = 4096 * (q + 2 * kv) + q * 4096 + 4096 * f * 2 + f * 4096;
+      EXPECT_EQ(op.sizes.bytes, 4 * weights) << op.name;
+      ++casts;
+    } else if (op.name == "grad_norm") {
+      // fp32 main gradients of this rank's ZeRO-1 shard, read once.
+      ++norms;
+      EXPECT_GT(op.sizes.bytes, 0);
+      EXPECT_EQ(op.sizes.bytes % 4, 0);
+    }
+    EXPECT_NE(op.name, "unscale_inf_check");  // fp16 only
+  }
+  const int layers = 32;
+  const int micro_batches = 2;  // 8 sequences / DP 4 / micro-batch 1
+  EXPECT_EQ(rope, 2 * layers * micro_batches);
+  EXPECT_EQ(casts, layers);  // once per step
+  EXPECT_EQ(norms, 1);
+
+  // fp16 adds the unscale/inf-check pass; a model with learned positions has no rotary op.
+  Scenario g = base("megatron-1.7b", "dgx-a100-80gb");
+  g.training.compute_dtype = sim::DType::kFp16;
+  g.parallelism = {.dp = 8};
+  auto gs = build_step(g);
+  ASSERT_TRUE(gs) << gs.error().message;
+  int unscale = 0;
+  for (const sim::Op& op : gs->plan.ops) {
+    EXPECT_EQ(op.name.find(".rope."), std::string::npos) << op.name;
+    if (op.name == "unscale_inf_check") ++unscale;
+  }
+  EXPECT_EQ(unscale, 1);
 }
 
 TEST(BuildStep, Megatron2021OptionsAddTheirOps) {
