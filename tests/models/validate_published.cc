@@ -89,7 +89,7 @@ models::Scenario read_scenario(const YAML::Node& n, const std::string& where) {
   const YAML::Node p = n["parallelism"];
   check_keys(p,
              {"dp", "tp", "pp", "sequence_parallel", "zero_stage", "fsdp", "schedule",
-              "virtual_stages", "overlap_grad_reduce", "overlap_p2p_comm"},
+              "virtual_stages", "overlap_grad_reduce", "overlap_p2p_comm", "ep", "etp"},
              where + ".parallelism");
   s.parallelism.dp = get<int>(p, "dp", where);
   s.parallelism.tp = get<int>(p, "tp", where);
@@ -102,6 +102,8 @@ models::Scenario read_scenario(const YAML::Node& n, const std::string& where) {
     s.parallelism.overlap_grad_reduce = p["overlap_grad_reduce"].as<bool>();
   }
   if (p["overlap_p2p_comm"]) s.parallelism.overlap_p2p_comm = p["overlap_p2p_comm"].as<bool>();
+  if (p["ep"]) s.parallelism.ep = p["ep"].as<int>();
+  if (p["etp"]) s.parallelism.etp = p["etp"].as<int>();
   if (p["schedule"]) {
     auto sc = models::pipeline_schedule_from_string(p["schedule"].as<std::string>());
     if (!sc) die(where + ": parallelism.schedule: expected 1f1b or interleaved_1f1b");
