@@ -47,6 +47,10 @@ nlohmann::json report_to_json(const Report& r) {
                {"bubble_s", r.time.bubble_s},
                {"cpu_optimizer_s", r.time.cpu_optimizer_s},
                {"other_s", r.time.other_s}};
+  if (r.time.moe_alltoall_s > 0.0 || r.time.grouped_gemm_s > 0.0) {
+    j["time"]["moe_alltoall_s"] = r.time.moe_alltoall_s;
+    j["time"]["grouped_gemm_s"] = r.time.grouped_gemm_s;
+  }
   nlohmann::json ranks = nlohmann::json::array();
   for (const RankReport& k : r.ranks) {
     ranks.push_back({{"name", k.name},
