@@ -9,6 +9,7 @@
 
 #include "models/evaluate.h"
 #include "models/formulas.h"
+#include "models/plan_size.h"
 #include "models/scenario.h"
 #include "models/step_builder.h"
 
@@ -220,6 +221,34 @@ TEST(MoeStep, ImbalanceSlowsTheStep) {
   // Model FLOPs do not change with the imbalance (useful work only).
   EXPECT_DOUBLE_EQ(skewed->report.tflops_per_gpu * skewed->report.step_time_s,
                    balanced->report.tflops_per_gpu * balanced->report.step_time_s);
+}
+
+TEST(MoeStep, PlanSizeEstimateCountsTheMoeOps) {
+  // Shared experts, etp > 1, tp > 1, full recompute, FP8, dense-then-MoE layers, MLA.
+  for (int variant = 0; variant < 4; ++variant) {
+    Scenario s = small_moe();
+    if (variant == 1) {
+      s.model = model("deepseek-v3");
+      s.model.layers = 5;
+      s.model.moe.first_k_dense = 1;
+      s.parallelism.ep = 2;
+      s.parallelism.etp = 2;
+    }
+    if (variant == 2) s.recompute.mode = RecomputeConfig::Mode::kFull;
+    if (variant == 3) {
+      s.training.compute_dtype = sim::DType::kFp8;
+      s.recompute.mode = RecomputeConfig::Mode::kFull;
+      s.model.moe.shared_experts = 2;
+      s.model.moe.shared_ffn_hidden = 512;
+    }
+    auto step = build_step(s);
+    ASSERT_TRUE(step.has_value()) << variant << ": " << step.error().message;
+    const PlanSize est = estimate_plan_size(s, {});
+    const double ops = static_cast<double>(step->plan.ops.size());
+    const double tensors = static_cast<double>(step->plan.tensors.size());
+    EXPECT_NEAR(est.ops / ops, 1.0, 0.05) << variant << ": " << est.ops << " vs " << ops;
+    EXPECT_NEAR(est.tensors / tensors, 1.0, 0.05) << variant;
+  }
 }
 
 }  // namespace
