@@ -223,6 +223,49 @@ TEST(MoeStep, ImbalanceSlowsTheStep) {
                    balanced->report.tflops_per_gpu * balanced->report.step_time_s);
 }
 
+TEST(MoeOffload, ActivationOffloadMovesTheRoutedTokenActivations) {
+  Scenario s = small_moe();
+  s.offload.rules.push_back({.cls = TensorClass::kActivations, .where = Placement::kHost});
+  auto step = build_step(s);
+  ASSERT_TRUE(step.has_value()) << step.error().message;
+  const LayerDims d = layer_dims(s.model, s.training, s.parallelism, 0);
+  const LayerActivations a = layer_activations(d, RecomputeConfig::Mode::kNone, {});
+  std::int64_t d2h = 0;
+  for (const sim::Op& op : step->plan.ops) {
+    if (op.name.rfind("mb0.l0.act.d2h", 0) == 0) d2h += op.sizes.bytes;
+  }
+  EXPECT_EQ(d2h, a.saved_bytes(d));
+  // The routed rows: dispatched input (16384 × 2048), FC1 out (16384 × 2 × 768) and activation
+  // out (16384 × 768), bf16, on top of the attention's tensors.
+  EXPECT_GE(d2h, 2LL * 16384 * (2048 + 2 * 768 + 768));
+}
+
+TEST(MoeOffload, ParameterOffloadBringsTheExpertsIn) {
+  Scenario s = small_moe();
+  s.offload.rules.push_back({.cls = TensorClass::kParams, .where = Placement::kHost});
+  auto step = build_step(s);
+  ASSERT_TRUE(step.has_value()) << step.error().message;
+  std::int64_t h2d = 0;
+  for (const sim::Op& op : step->plan.ops) {
+    if (op.name == "l0.mb0.fwd.params_h2d") h2d = op.sizes.bytes;
+  }
+  const std::int64_t dense = layer_parameter_count_per_rank(s.model, 2, 0);
+  const std::int64_t experts = expert_parameter_count_per_rank(s.model, 4, 1);
+  EXPECT_EQ(experts, 32LL * 3 * 2048 * 768);
+  EXPECT_EQ(h2d, 2 * (dense + experts));
+}
+
+TEST(MoeHf, ImportsGptOss) {
+  const std::string j = R"({"model_type": "gpt_oss", "hidden_size": 2880,
+    "num_hidden_layers": 24, "num_attention_heads": 64, "num_key_value_heads": 8,
+    "head_dim": 64, "intermediate_size": 2880, "num_local_experts": 32,
+    "experts_per_token": 4, "num_experts_per_tok": 4, "vocab_size": 201088,
+    "attention_bias": true, "tie_word_embeddings": false})";
+  auto m = model_from_hf_config(j, "gpt-oss.json");
+  ASSERT_TRUE(m.has_value()) << m.error().message;
+  EXPECT_EQ(parameter_count(*m), parameter_count(model("gpt-oss-20b")));
+}
+
 TEST(MoeStep, PlanSizeEstimateCountsTheMoeOps) {
   // Shared experts, etp > 1, tp > 1, full recompute, FP8, dense-then-MoE layers, MLA.
   for (int variant = 0; variant < 4; ++variant) {
