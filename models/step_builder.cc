@@ -1396,6 +1396,24 @@ sim::Result<BuiltStep> build_step(const Scenario& s, const BuildOptions& options
              fmt::format("one simulated rank per pipeline stage ({}), each standing for dp·tp = {} "
                          "identical ranks",
                          p.pp, p.dp * p.tp));
+  if (s.model.moe.experts > 0) {
+    // Per-expert load of one micro-batch (token rows over the expert-parallel group) and the
+    // simulated EP rank's share, for the report's metadata.
+    const std::vector<double> rows = expert_rows(s.model, s.training, p);
+    std::string loads;
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      loads += fmt::format("{}{:.0f}", i == 0 ? "" : ",", rows[i]);
+    }
+    b.metadata("moe_expert_rows_per_micro_batch", loads);
+    for (int l = 0; l < s.model.layers; ++l) {
+      if (!is_moe_layer(s.model, l)) continue;
+      const LayerDims md = layer_dims(s.model, s.training, p, l);
+      b.metadata("moe_simulated_rank_rows",
+                 fmt::format("{} rows over {} local experts, {} in the most-loaded one", md.routed,
+                             md.local_experts, md.max_rows));
+      break;
+    }
+  }
   out.plan = std::move(b).build();
   if (!out.ranks.empty()) {
     const auto& pools = out.plan.pools;

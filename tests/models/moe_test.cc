@@ -218,6 +218,15 @@ TEST(MoeStep, ImbalanceSlowsTheStep) {
   auto skewed = evaluate(s);
   ASSERT_TRUE(skewed.has_value());
   EXPECT_GT(skewed->report.step_time_s, balanced->report.step_time_s * 1.05);
+  // The per-expert load is in the report's metadata.
+  bool has_loads = false;
+  for (const auto& [k, v] : skewed->report.metadata) {
+    if (k == "moe_expert_rows_per_micro_batch") {
+      has_loads = true;
+      EXPECT_EQ(v.substr(0, v.find(',')), "2048");  // 4 × the mean of 512 rows
+    }
+  }
+  EXPECT_TRUE(has_loads);
   // Model FLOPs do not change with the imbalance (useful work only).
   EXPECT_DOUBLE_EQ(skewed->report.tflops_per_gpu * skewed->report.step_time_s,
                    balanced->report.tflops_per_gpu * balanced->report.step_time_s);
