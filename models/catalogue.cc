@@ -127,6 +127,72 @@ const std::vector<Entry>& catalogue() {
       q.tied_embeddings = true;
       e.push_back({q, "Qwen/Qwen2.5 config.json (q/k/v biases not modelled)", {}});
     }
+
+    // Mixture-of-experts models (config.json of each Hugging Face repository).
+    const auto moe = [](ModelArch m, std::int64_t experts, std::int64_t top_k,
+                        std::int64_t expert_ffn) {
+      m.moe.experts = experts;
+      m.moe.top_k = top_k;
+      m.moe.expert_ffn_hidden = expert_ffn;
+      return m;
+    };
+    // Qwen3-MoE: head_dim 128, no shared experts, every layer MoE (decoder_sparse_step 1); its
+    // per-head q/k RMSNorms (2 × 128 parameters per layer) are not counted.
+    ModelArch q30 = moe(llama("qwen3-30b-a3b", 151936, 2048, 48, 32, 4, 6144), 128, 8, 768);
+    q30.head_dim = 128;
+    e.push_back({q30,
+                 "Qwen/Qwen3-30B-A3B config.json (128 experts, top-8, moe_intermediate_size 768); "
+                 "Qwen3 technical report: 30.5B total, 3.3B active",
+                 {"qwen3-30b"}});
+    ModelArch q235 = moe(llama("qwen3-235b-a22b", 151936, 4096, 94, 64, 4, 12288), 128, 8, 1536);
+    q235.head_dim = 128;
+    e.push_back({q235,
+                 "Qwen/Qwen3-235B-A22B config.json (128 experts, top-8, moe_intermediate_size "
+                 "1536); Qwen3 technical report: 235B total, 22B active",
+                 {"qwen3-235b"}});
+    e.push_back({moe(llama("mixtral-8x7b", 32000, 4096, 32, 32, 8, 14336), 8, 2, 14336),
+                 "mistralai/Mixtral-8x7B-v0.1 config.json (8 experts, top-2); Jiang et al. 2024: "
+                 "46.7B total, 12.9B active",
+                 {}});
+    e.push_back({moe(llama("mixtral-8x22b", 32768, 6144, 56, 48, 8, 16384), 8, 2, 16384),
+                 "mistralai/Mixtral-8x22B-v0.1 config.json (8 experts, top-2, vocabulary 32768); "
+                 "Mistral AI: 141B total, 39B active",
+                 {}});
+    // gpt-oss: head_dim 64, biases on the attention projections, the experts and the router;
+    // its attention sinks and the 128-token sliding window of every other layer are not
+    // modelled (full causal attention is simulated on all layers).
+    const auto gpt_oss = [&](std::string name, std::int64_t layers, std::int64_t experts) {
+      ModelArch m =
+          moe(llama(std::move(name), 201088, 2880, layers, 64, 8, 2880), experts, 4, 2880);
+      m.head_dim = 64;
+      m.linear_bias = true;
+      m.moe.router_bias = true;
+      return m;
+    };
+    e.push_back({gpt_oss("gpt-oss-20b", 24, 32),
+                 "openai/gpt-oss-20b config.json (32 experts, top-4); gpt-oss model card: 20.91B "
+                 "total, 3.61B active (embedding excluded)",
+                 {}});
+    e.push_back({gpt_oss("gpt-oss-120b", 36, 128),
+                 "openai/gpt-oss-120b config.json (128 experts, top-4); gpt-oss model card: "
+                 "116.83B total, 5.13B active (embedding excluded)",
+                 {}});
+    // DeepSeek-V3: MLA (q_lora_rank 1536, kv_lora_rank 512, nope 128 + rope 64, v 128), 256
+    // routed + 1 shared expert of 2048, top-8, first 3 layers dense (18432), one MTP module.
+    ModelArch ds = moe(llama("deepseek-v3", 129280, 7168, 61, 128, 128, 18432), 256, 8, 2048);
+    ds.head_dim = 128;
+    ds.moe.shared_experts = 1;
+    ds.moe.first_k_dense = 3;
+    ds.mla = {.q_lora_rank = 1536,
+              .kv_lora_rank = 512,
+              .qk_nope_head_dim = 128,
+              .qk_rope_head_dim = 64,
+              .v_head_dim = 128};
+    ds.mtp_layers = 1;
+    e.push_back({ds,
+                 "deepseek-ai/DeepSeek-V3 config.json; DeepSeek-V3 technical report (arXiv "
+                 "2412.19437): 671B total, 37B active, + 14B MTP module",
+                 {"deepseek-r1"}});
     return e;
   }();
   return kEntries;
@@ -167,18 +233,47 @@ namespace {
 // The parameter count, generic over the arithmetic type so that it can first be estimated in
 // double: unchecked architectures (fuzzed input) must never overflow 64-bit integers.
 template <class T>
-T parameter_count_as(const ModelArch& m) {
+T parameter_count_as(const ModelArch& m, bool active = false) {
   const T h = static_cast<T>(m.hidden);
   const T q = static_cast<T>(m.heads) * static_cast<T>(m.head_dim);
   const T kv = static_cast<T>(m.kv_heads) * static_cast<T>(m.head_dim);
   const T ffn = static_cast<T>(m.ffn_hidden);
   const T norm = m.norm == Norm::kLayerNorm ? 2 * h : h;  // gain (+ bias)
-  T layer = h * q + 2 * h * kv + q * h;                   // Wq, Wk, Wv, Wo
-  const T mlp_in = m.activation == Act::kSwiGlu ? 2 * ffn : ffn;
-  layer += h * mlp_in + ffn * h;
-  if (m.linear_bias) layer += q + 2 * kv + h + mlp_in + h;
-  layer += 2 * norm;
-  T total = static_cast<T>(m.layers) * layer + norm;  // + final norm
+  T attn = h * q + 2 * h * kv + q * h;                    // Wq, Wk, Wv, Wo
+  if (m.linear_bias) attn += q + 2 * kv + h;
+  const MlaConfig& a = m.mla;
+  if (a.kv_lora_rank > 0) {
+    // DeepSeek-V2/V3 MLA: q down (+ norm) and up, kv down (with the shared rope key) (+ norm)
+    // and up, output projection.
+    const T heads = static_cast<T>(m.heads);
+    const T qk = static_cast<T>(a.qk_nope_head_dim + a.qk_rope_head_dim);
+    const T ql = static_cast<T>(a.q_lora_rank);
+    const T kvl = static_cast<T>(a.kv_lora_rank);
+    attn = a.q_lora_rank > 0 ? h * ql + ql + ql * heads * qk : h * heads * qk;
+    attn += h * (kvl + static_cast<T>(a.qk_rope_head_dim)) + kvl;
+    attn += kvl * heads * static_cast<T>(a.qk_nope_head_dim + a.v_head_dim);
+    attn += heads * static_cast<T>(a.v_head_dim) * h;
+  }
+  const T gate = m.activation == Act::kSwiGlu ? 2 : 1;
+  T dense_ffn = h * gate * ffn + ffn * h;
+  if (m.linear_bias) dense_ffn += gate * ffn + h;
+  const MoeConfig& e = m.moe;
+  const T fe = static_cast<T>(e.expert_ffn_hidden);
+  T expert = h * gate * fe + fe * h;
+  if (m.linear_bias) expert += gate * fe + h;
+  const T fs = static_cast<T>(e.shared_ffn_hidden > 0 ? e.shared_ffn_hidden : e.expert_ffn_hidden);
+  const T experts_used = static_cast<T>(active ? std::min(e.top_k, e.experts) : e.experts);
+  T moe_ffn = experts_used * expert + static_cast<T>(e.shared_experts) * (h * gate * fs + fs * h) +
+              static_cast<T>(e.experts) * h + (e.router_bias ? static_cast<T>(e.experts) : 0);
+  T total = norm;  // final norm
+  for (std::int64_t l = 0; l < m.layers; ++l) {
+    total += attn + 2 * norm + (is_moe_layer(m, static_cast<int>(l)) ? moe_ffn : dense_ffn);
+    if (e.experts == 0) {
+      // Dense: every layer alike.
+      total += (static_cast<T>(m.layers) - 1) * (attn + 2 * norm + dense_ffn);
+      break;
+    }
+  }
   total += static_cast<T>(m.vocab_size) * h + static_cast<T>(m.max_positions) * h;
   if (!m.tied_embeddings) total += static_cast<T>(m.vocab_size) * h;
   return total;
@@ -186,12 +281,122 @@ T parameter_count_as(const ModelArch& m) {
 
 }  // namespace
 
+bool is_moe_layer(const ModelArch& m, int layer) {
+  const MoeConfig& e = m.moe;
+  if (e.experts <= 0 || layer < e.first_k_dense) return false;
+  // Megatron moe_layer_freq / DeepSeek moe_layer_freq: every layer_freq-th layer after the dense
+  // ones.
+  return e.layer_freq <= 1 || (layer - e.first_k_dense) % e.layer_freq == 0;
+}
+
+std::int64_t active_parameter_count(const ModelArch& m) {
+  const double estimate = parameter_count_as<double>(m, true);
+  if (!(estimate >= 0.0 && estimate < 1.0e18)) return std::numeric_limits<std::int64_t>::max();
+  return parameter_count_as<std::int64_t>(m, true);
+}
+
+std::int64_t mtp_parameter_count(const ModelArch& m) {
+  if (m.mtp_layers <= 0) return 0;
+  // One MoE-or-dense transformer layer (as the model's last), the 2h -> h projection of the
+  // concatenated embedding and hidden state, and the two norms before it.
+  ModelArch one = m;
+  one.layers = 1;
+  one.vocab_size = 0;
+  one.max_positions = 0;
+  one.tied_embeddings = true;
+  one.moe.first_k_dense = 0;
+  const std::int64_t norm = m.norm == Norm::kLayerNorm ? 2 * m.hidden : m.hidden;
+  const std::int64_t layer = parameter_count(one) - norm;
+  return m.mtp_layers * (layer + 2 * m.hidden * m.hidden + 3 * norm);
+}
+
 std::int64_t parameter_count(const ModelArch& m) {
   // Below the threshold every partial sum of the exact computation fits in 64 bits.
   const double estimate = parameter_count_as<double>(m);
   if (!(estimate >= 0.0 && estimate < 1.0e18)) return std::numeric_limits<std::int64_t>::max();
   return parameter_count_as<std::int64_t>(m);
 }
+
+namespace {
+
+// The mixture-of-experts and MLA keys of a Hugging Face config (Mixtral, Qwen3-MoE, DeepSeek-V3,
+// gpt-oss); absent keys leave a dense model.
+sim::Status read_hf_moe(const nlohmann::json& j, const std::string& type, const std::string& source,
+                        ModelArch& m) {
+  constexpr std::int64_t kMax = std::int64_t{1} << 24;
+  // A count >= 0; `found` tells whether the key was there.
+  const auto count = [&](const char* key, std::int64_t& out, bool* found = nullptr) -> sim::Status {
+    auto it = j.find(key);
+    if (found != nullptr) *found = false;
+    if (it == j.end() || it->is_null()) return sim::ok();
+    if (!it->is_number_integer() || it->get<std::int64_t>() < 0 || it->get<std::int64_t>() > kMax) {
+      return sim::fail(sim::ErrorCode::kInvalidInput, "{}: '{}' must be an integer in 0..{}",
+                       source, key, kMax);
+    }
+    out = it->get<std::int64_t>();
+    if (found != nullptr) *found = true;
+    return sim::ok();
+  };
+  std::int64_t experts = 0;
+  for (const char* key : {"num_local_experts", "num_experts", "n_routed_experts"}) {
+    std::int64_t v = 0;
+    bool found = false;
+    OFFSIM_RETURN_IF_ERROR(count(key, v, &found));
+    if (found && v > 0) experts = v;
+  }
+  if (experts == 0) return sim::ok();
+  MoeConfig& e = m.moe;
+  e.experts = experts;
+  bool found = false;
+  OFFSIM_RETURN_IF_ERROR(count("num_experts_per_tok", e.top_k, &found));
+  if (!found) OFFSIM_RETURN_IF_ERROR(count("experts_per_token", e.top_k, &found));
+  if (!found || e.top_k == 0) {
+    return sim::fail(sim::ErrorCode::kInvalidInput,
+                     "{}: missing key 'num_experts_per_tok' (a positive integer) for {} experts",
+                     source, experts);
+  }
+  if (e.top_k > experts) {
+    return sim::fail(sim::ErrorCode::kInvalidInput,
+                     "{}: 'num_experts_per_tok' {} exceeds the {} experts", source, e.top_k,
+                     experts);
+  }
+  // Mixtral and gpt-oss: intermediate_size is the expert's; the others name it separately.
+  e.expert_ffn_hidden = m.ffn_hidden;
+  OFFSIM_RETURN_IF_ERROR(count("moe_intermediate_size", e.expert_ffn_hidden));
+  OFFSIM_RETURN_IF_ERROR(count("n_shared_experts", e.shared_experts));
+  OFFSIM_RETURN_IF_ERROR(count("first_k_dense_replace", e.first_k_dense));
+  OFFSIM_RETURN_IF_ERROR(count("moe_layer_freq", e.layer_freq));
+  OFFSIM_RETURN_IF_ERROR(count("decoder_sparse_step", e.layer_freq));
+  if (e.layer_freq == 0) e.layer_freq = 1;
+  if (e.expert_ffn_hidden == 0) {
+    return sim::fail(sim::ErrorCode::kInvalidInput, "{}: 'moe_intermediate_size' must be positive",
+                     source);
+  }
+  if (type == "gpt_oss") {
+    m.moe.router_bias = true;
+    auto bias = j.find("attention_bias");
+    m.linear_bias = bias == j.end() || (bias->is_boolean() && bias->get<bool>());
+  }
+  MlaConfig& a = m.mla;
+  OFFSIM_RETURN_IF_ERROR(count("kv_lora_rank", a.kv_lora_rank));
+  if (a.kv_lora_rank > 0) {
+    OFFSIM_RETURN_IF_ERROR(count("q_lora_rank", a.q_lora_rank));
+    OFFSIM_RETURN_IF_ERROR(count("qk_nope_head_dim", a.qk_nope_head_dim));
+    OFFSIM_RETURN_IF_ERROR(count("qk_rope_head_dim", a.qk_rope_head_dim));
+    OFFSIM_RETURN_IF_ERROR(count("v_head_dim", a.v_head_dim));
+    if (a.qk_nope_head_dim + a.qk_rope_head_dim == 0 || a.v_head_dim == 0) {
+      return sim::fail(sim::ErrorCode::kInvalidInput,
+                       "{}: MLA (kv_lora_rank) needs qk_nope_head_dim/qk_rope_head_dim and "
+                       "v_head_dim",
+                       source);
+    }
+    m.head_dim = a.v_head_dim;
+  }
+  OFFSIM_RETURN_IF_ERROR(count("num_nextn_predict_layers", m.mtp_layers));
+  return sim::ok();
+}
+
+}  // namespace
 
 sim::Result<ModelArch> model_from_hf_config(const std::string& json_text,
                                             const std::string& source) {
@@ -246,7 +451,9 @@ sim::Result<ModelArch> model_from_hf_config(const std::string& json_text,
     }
   }
   std::string type = j.value("model_type", std::string{});
-  static const std::vector<std::string> kTypes = {"llama", "mistral", "qwen2", "gemma"};
+  static const std::vector<std::string> kTypes = {"llama",     "mistral",     "qwen2",
+                                                  "gemma",     "qwen3",       "mixtral",
+                                                  "qwen3_moe", "deepseek_v3", "gpt_oss"};
   if (std::find(kTypes.begin(), kTypes.end(), type) == kTypes.end()) {
     return sim::fail(sim::ErrorCode::kUnsupported,
                      "{}: model_type '{}' is not supported; expected one of {}", source,
@@ -290,6 +497,7 @@ sim::Result<ModelArch> model_from_hf_config(const std::string& json_text,
   }
   m.tied_embeddings = tie != j.end() ? tie->get<bool>() : tied_default;
   m.attention = ModelArch::AttentionImpl::kFlash;
+  OFFSIM_RETURN_IF_ERROR(read_hf_moe(j, type, source, m));
   return m;
 }
 

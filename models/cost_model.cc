@@ -292,6 +292,26 @@ OpCost CostModel::gemm(int rank, const sim::GemmShape& shape) const {
   return kernel(*this, rr.multiplicity, rr.sm, rr.hbm_bw, flops, rate, bytes);
 }
 
+OpCost CostModel::grouped_gemm(int rank, const std::vector<sim::GemmShape>& groups) const {
+  const RankResources& rr = at(rank);
+  double flops = 0.0;
+  double seconds_total = 0.0;
+  double bytes = 0.0;
+  for (const sim::GemmShape& g : groups) {
+    if (g.m <= 0 || g.n <= 0 || g.k <= 0 || g.batch <= 0) continue;
+    const double batch = static_cast<double>(g.batch);
+    const double m = static_cast<double>(g.m);
+    const double n = static_cast<double>(g.n);
+    const double k = static_cast<double>(g.k);
+    const double f = 2.0 * m * n * k * batch;
+    flops += f;
+    seconds_total += f / (profile_.gemm.efficiency(g) * peak_flops(g.dtype));
+    bytes += (m * k + k * n + m * n) * batch * static_cast<double>(sim::dtype_bytes(g.dtype));
+  }
+  if (flops <= 0.0) return kernel(*this, rr.multiplicity, rr.sm, rr.hbm_bw, 0.0, 1.0, 0.0);
+  return kernel(*this, rr.multiplicity, rr.sm, rr.hbm_bw, flops, flops / seconds_total, bytes);
+}
+
 double CostModel::attention_flops(const sim::AttentionShape& a) {
   // QK^T and PV: 2 GEMMs of 2·seq_q·seq_kv·head_dim per head; causal masking skips half.
   double fwd = 4.0 * static_cast<double>(a.batch) * static_cast<double>(a.heads) *

@@ -72,6 +72,11 @@ class CostModel {
   // whole GPU) and their bytes through "rank<r>.hbm_bw", after the launch gap. GEMM efficiency
   // comes from the profile's surface; A, B and C cross HBM once.
   sim::OpCost gemm(int rank, const sim::GemmShape& shape) const;
+  // A grouped GEMM (one kernel over the GEMMs of several experts, as Transformer Engine's and
+  // cuBLAS's grouped GEMM run them): each group (`batch` experts of the same shape) at the GEMM
+  // surface's efficiency for its own per-expert shape, so few tokens per expert run slower; the
+  // groups' times add up.
+  sim::OpCost grouped_gemm(int rank, const std::vector<sim::GemmShape>& groups) const;
   // Flash: one fused kernel at the profile's flash efficiency; Q, K, V, O (and gradients) cross
   // HBM once. Classic (Megatron 2021): the kernels it really runs, one after another (see
   // classic_attention_time): batched GEMMs over the full s×s product at the GEMM surface's

@@ -49,8 +49,12 @@ struct SplitNs {
   std::int64_t bubble = 0;
   std::int64_t cpu_optimizer = 0;
   std::int64_t other = 0;
+  std::int64_t moe_alltoall = 0;  // of exposed_comm
+  std::int64_t grouped_gemm = 0;  // of compute and recompute
 
   void add(const SplitNs& o, std::int64_t times) {
+    moe_alltoall += times * o.moe_alltoall;
+    grouped_gemm += times * o.grouped_gemm;
     compute += times * o.compute;
     recompute += times * o.recompute;
     exposed_comm += times * o.exposed_comm;
@@ -67,7 +71,9 @@ struct SplitNs {
                      .exposed_offload_s = s(exposed_offload),
                      .bubble_s = s(bubble),
                      .cpu_optimizer_s = s(cpu_optimizer),
-                     .other_s = s(other)};
+                     .other_s = s(other),
+                     .moe_alltoall_s = s(moe_alltoall),
+                     .grouped_gemm_s = s(grouped_gemm)};
   }
 };
 
@@ -125,6 +131,13 @@ SplitNs split_time(const sim::Plan& plan, const sim::Timeline& t, const std::str
       }
     }
     const std::int64_t busy = (s.end - std::max(s.start, cursor)).count();
+    if (op.kind == sim::OpKind::kCollective &&
+        op.sizes.collective.kind == sim::CollectiveKind::kAllToAll) {
+      split.moe_alltoall += busy;
+    }
+    if (op.kind == sim::OpKind::kGemm && op.name.find(".grouped_gemm") != std::string::npos) {
+      split.grouped_gemm += busy;
+    }
     if (op.category == "recompute") {
       split.recompute += busy;
     } else if (op.category == "comm") {

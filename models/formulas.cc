@@ -1,5 +1,8 @@
 #include "models/formulas.h"
 
+#include <algorithm>
+#include <cmath>
+
 namespace offsim::models {
 
 namespace {
@@ -111,12 +114,41 @@ LayerDims layer_dims(const ModelArch& m, const TrainingConfig& t, const Parallel
   d.flash = m.attention == ModelArch::AttentionImpl::kFlash;
   d.bias = m.linear_bias;
   d.layernorm = m.norm == ModelArch::Norm::kLayerNorm;
+  if (m.mla.kv_lora_rank > 0) {
+    // MLA as attention over all heads of head dim nope + rope; the projection GEMM has MLA's
+    // FLOPs (its parameters on this rank, less the norms, per token and hidden unit).
+    const MlaConfig& a = m.mla;
+    d.d = a.qk_nope_head_dim + a.qk_rope_head_dim;
+    d.kvh = d.a;
+    d.vd = a.v_head_dim;
+    const std::int64_t norms = (a.q_lora_rank > 0 ? a.q_lora_rank : 0) + a.kv_lora_rank;
+    const std::int64_t proj =
+        attention_parameter_count_per_rank(m, p.tp) - norms - d.a * a.v_head_dim * m.hidden;
+    d.qkv_width = ceil_div(proj, m.hidden);
+  }
   return d;
 }
 
 std::int64_t act_bytes(const LayerDims& d, Act a) {
   const std::int64_t tok = d.tokens();
   const std::int64_t residual = tok * d.h * d.e / d.sp;  // a replicated b·s·h tensor
+  if (d.moe) {
+    // MoE FFN: routed experts over `routed` rows (grouped GEMMs), shared experts over all tokens.
+    const std::int64_t rows_f = d.routed * d.fe + tok * d.fs;
+    switch (a) {
+      case Act::kLn2Out:
+        // + the dispatched tokens (expert GEMM input) and the fp32 router probabilities.
+        return residual + d.routed * d.h * d.e + d.moe_tokens * d.experts * 4;
+      case Act::kMlpWi:
+        return rows_f * d.e * (d.gated ? 2 : 1);
+      case Act::kActOut:
+        return rows_f * d.e;
+      case Act::kMlpWo:
+        return residual + d.routed * d.h * d.e;
+      default:
+        break;
+    }
+  }
   switch (a) {
     case Act::kX:
     case Act::kLn1Out:
@@ -126,8 +158,9 @@ std::int64_t act_bytes(const LayerDims& d, Act a) {
     case Act::kMlpWo:
       return residual;
     case Act::kQ:
-    case Act::kContext:
       return tok * d.q() * d.e;
+    case Act::kContext:
+      return tok * d.o() * d.e;
     case Act::kK:
     case Act::kV:
       return tok * d.kv() * d.e;
@@ -214,7 +247,7 @@ double fwd_op_flops(const LayerDims& d, FwdOp op, bool causal_attention) {
   const double h = static_cast<double>(d.h);
   switch (op) {
     case FwdOp::kQkv:
-      return 2.0 * tok * h * static_cast<double>(d.q() + 2 * d.kv());
+      return 2.0 * tok * h * static_cast<double>(d.qkv_n());
     case FwdOp::kCore: {
       // QK^T and PV: 2 · (2·b·a·s·s·d); half of it under a causal mask.
       const double full = 4.0 * static_cast<double>(d.b * d.a) * static_cast<double>(d.s) *
@@ -222,10 +255,17 @@ double fwd_op_flops(const LayerDims& d, FwdOp op, bool causal_attention) {
       return causal_attention ? full / 2.0 : full;
     }
     case FwdOp::kOutProj:
-      return 2.0 * tok * static_cast<double>(d.q()) * h;
+      return 2.0 * tok * static_cast<double>(d.o()) * h;
     case FwdOp::kMlpWi:
+      if (d.moe) {
+        // Router GEMM + expert and shared-expert input projections.
+        return 2.0 * static_cast<double>(d.moe_tokens) * h * static_cast<double>(d.experts) +
+               2.0 * h * static_cast<double>(d.routed * d.fe + d.tokens() * d.fs) *
+                   (d.gated ? 2.0 : 1.0);
+      }
       return 2.0 * tok * h * static_cast<double>(d.f) * (d.gated ? 2.0 : 1.0);
     case FwdOp::kMlpWo:
+      if (d.moe) return 2.0 * h * static_cast<double>(d.routed * d.fe + d.tokens() * d.fs);
       return 2.0 * tok * static_cast<double>(d.f) * h;
     default:
       return 0.0;
@@ -257,6 +297,13 @@ std::int64_t layer_parameter_count(const ModelArch& m) {
 
 std::int64_t layer_parameter_count_per_rank(const ModelArch& m, int tp) {
   const std::int64_t h = m.hidden;
+  if (m.mla.kv_lora_rank > 0) {
+    ModelArch dense = m;
+    dense.mla = {};
+    const std::int64_t gqa = layer_parameter_count_per_rank(dense, tp);
+    return gqa - attention_parameter_count_per_rank(dense, tp) +
+           attention_parameter_count_per_rank(m, tp);
+  }
   const std::int64_t q = m.heads / tp * m.head_dim;
   const std::int64_t kv = m.kv_heads / tp * m.head_dim;
   const std::int64_t f = m.ffn_hidden / tp;
@@ -265,6 +312,126 @@ std::int64_t layer_parameter_count_per_rank(const ModelArch& m, int tp) {
   std::int64_t n = h * (q + 2 * kv) + q * h + h * f * g + f * h + 2 * norm;
   if (m.linear_bias) n += (q + 2 * kv) + h + f * g + h;
   return n;
+}
+
+std::int64_t attention_parameter_count_per_rank(const ModelArch& m, int tp) {
+  const std::int64_t h = m.hidden;
+  const MlaConfig& a = m.mla;
+  if (a.kv_lora_rank > 0) {
+    // Megatron-Core MLA: down projections (and their norms) replicated, up projections
+    // column-parallel over heads, output projection row-parallel.
+    const std::int64_t heads = m.heads / tp;
+    const std::int64_t qk = a.qk_nope_head_dim + a.qk_rope_head_dim;
+    std::int64_t n = 0;
+    if (a.q_lora_rank > 0) {
+      n += h * a.q_lora_rank + a.q_lora_rank + a.q_lora_rank * heads * qk;
+    } else {
+      n += h * heads * qk;
+    }
+    n += h * (a.kv_lora_rank + a.qk_rope_head_dim) + a.kv_lora_rank;
+    n += a.kv_lora_rank * heads * (a.qk_nope_head_dim + a.v_head_dim);
+    n += heads * a.v_head_dim * h;
+    return n;
+  }
+  const std::int64_t q = m.heads / tp * m.head_dim;
+  const std::int64_t kv = m.kv_heads / tp * m.head_dim;
+  std::int64_t n = h * (q + 2 * kv) + q * h;
+  if (m.linear_bias) n += (q + 2 * kv) + h;
+  return n;
+}
+
+std::int64_t layer_parameter_count_per_rank(const ModelArch& m, int tp, int layer) {
+  if (!is_moe_layer(m, layer)) return layer_parameter_count_per_rank(m, tp);
+  const MoeConfig& e = m.moe;
+  const std::int64_t h = m.hidden;
+  const std::int64_t g = m.activation == ModelArch::Activation::kSwiGlu ? 2 : 1;
+  const std::int64_t norm = m.norm == ModelArch::Norm::kLayerNorm ? 2 * h : h;
+  const std::int64_t fs =
+      e.shared_experts * (e.shared_ffn_hidden > 0 ? e.shared_ffn_hidden : e.expert_ffn_hidden) / tp;
+  // Attention, two norms, the router (replicated) and the shared experts (tensor-parallel).
+  return attention_parameter_count_per_rank(m, tp) + 2 * norm + e.experts * h +
+         (e.router_bias ? e.experts : 0) + h * fs * g + fs * h;
+}
+
+std::int64_t expert_parameter_count_per_rank(const ModelArch& m, int ep, int etp) {
+  const MoeConfig& e = m.moe;
+  const std::int64_t h = m.hidden;
+  const std::int64_t g = m.activation == ModelArch::Activation::kSwiGlu ? 2 : 1;
+  const std::int64_t f = e.expert_ffn_hidden / etp;
+  std::int64_t one = h * f * g + f * h;
+  if (m.linear_bias) one += f * g + h;
+  return e.experts / ep * one;
+}
+
+std::vector<double> expert_rows(const ModelArch& m, const TrainingConfig& t,
+                                const ParallelConfig& p) {
+  const MoeConfig& e = m.moe;
+  std::vector<double> rows(static_cast<std::size_t>(std::max<std::int64_t>(e.experts, 0)), 0.0);
+  if (rows.empty()) return rows;
+  const std::int64_t sp = p.sequence_parallel ? p.tp : 1;
+  // Token-expert assignments of one micro-batch over the expert-parallel group: ep ranks, each
+  // holding the tokens of its etp expert-tensor-parallel peers.
+  const double tokens = static_cast<double>(t.micro_batch * t.seq_len / sp);
+  const double total = tokens * p.ep * p.etp * static_cast<double>(e.top_k);
+  const double n = static_cast<double>(e.experts);
+  const double mean = total / n;
+  if (!e.expert_loads.empty() && e.expert_loads.size() == rows.size()) {
+    double sum = 0.0;
+    for (double v : e.expert_loads) sum += v;
+    for (std::size_t i = 0; i < rows.size(); ++i)
+      rows[i] = sum > 0 ? e.expert_loads[i] / sum * total : 0;
+  } else {
+    // The most-loaded expert carries load_imbalance × mean, the others share the rest evenly.
+    const double max = std::min(total, std::max(1.0, e.load_imbalance) * mean);
+    rows[0] = max;
+    for (std::size_t i = 1; i < rows.size(); ++i) rows[i] = (total - max) / (n - 1.0);
+  }
+  if (e.capacity_factor > 0.0) {
+    for (double& r : rows) r = std::min(r, e.capacity_factor * mean);  // dropped above capacity
+  }
+  return rows;
+}
+
+LayerDims layer_dims(const ModelArch& m, const TrainingConfig& t, const ParallelConfig& p,
+                     int layer, bool useful) {
+  LayerDims d = layer_dims(m, t, p);
+  if (!is_moe_layer(m, layer)) return d;
+  const MoeConfig& e = m.moe;
+  d.moe = true;
+  d.experts = e.experts;
+  d.top_k = e.top_k;
+  d.ep = p.ep;
+  d.etp = p.etp;
+  d.local_experts = e.experts / p.ep;
+  d.fe = e.expert_ffn_hidden / p.etp;
+  d.fs = e.shared_experts * (e.shared_ffn_hidden > 0 ? e.shared_ffn_hidden : e.expert_ffn_hidden) /
+         p.tp;
+  d.moe_tokens = d.tokens() / d.sp;
+  if (useful) {
+    d.routed = d.moe_tokens * p.etp * e.top_k;
+    d.max_rows = ceil_div(d.routed, d.local_experts);
+    return d;
+  }
+  // The rank that holds the most-loaded block of local experts (experts placed contiguously,
+  // as Megatron-Core assigns local experts) sets the step.
+  const std::vector<double> rows = expert_rows(m, t, p);
+  double best = -1.0;
+  double best_max = 0.0;
+  for (std::int64_t r = 0; r < p.ep; ++r) {
+    double sum = 0.0;
+    double mx = 0.0;
+    for (std::int64_t j = r * d.local_experts; j < (r + 1) * d.local_experts; ++j) {
+      sum += rows[static_cast<std::size_t>(j)];
+      mx = std::max(mx, rows[static_cast<std::size_t>(j)]);
+    }
+    if (sum > best) {
+      best = sum;
+      best_max = mx;
+    }
+  }
+  d.routed = static_cast<std::int64_t>(std::llround(best));
+  d.max_rows = static_cast<std::int64_t>(std::llround(best_max));
+  return d;
 }
 
 StaticMemory static_memory(std::int64_t params, const ParallelConfig& p, bool fp32_master,

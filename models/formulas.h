@@ -39,15 +39,46 @@ struct LayerDims {
   bool flash = true;
   bool bias = false;
   bool layernorm = true;  // LayerNorm (else RMSNorm)
+  // Mixture-of-experts FFN (moe == true): f is then unused; the routed experts process `routed`
+  // token rows on this rank (its local experts, after the expert-tensor-parallel gather, at the
+  // chosen capacity and load), `max_rows` of them in its most-loaded expert.
+  bool moe = false;
+  std::int64_t experts = 0;  // routed experts (router width)
+  std::int64_t top_k = 1;
+  std::int64_t local_experts = 1;  // experts / ep
+  std::int64_t fe = 0;             // expert FFN hidden on this rank (expert_ffn_hidden / etp)
+  std::int64_t fs = 0;             // shared-expert FFN hidden on this rank (all shared / tp)
+  std::int64_t moe_tokens = 0;     // tokens this rank routes (tokens / sp)
+  std::int64_t routed = 0;         // token rows of this rank's local experts
+  std::int64_t max_rows = 0;       // rows of its most-loaded expert
+  std::int64_t ep = 1;
+  std::int64_t etp = 1;
+  // Multi-head latent attention (modelled as attention over `a` heads of head dim d = nope +
+  // rope): the query/key/value projection as one GEMM of `qkv_width` output columns with the
+  // FLOPs of MLA's down and up projections, and a value head dim `vd`.
+  std::int64_t qkv_width = 0;  // 0: q() + 2·kv()
+  std::int64_t vd = 0;         // 0: d
   std::int64_t tokens() const { return b * s; }
-  std::int64_t q() const { return a * d; }     // query width on this rank
-  std::int64_t kv() const { return kvh * d; }  // key (= value) width on this rank
+  std::int64_t qkv_n() const { return qkv_width > 0 ? qkv_width : q() + 2 * kv(); }
+  std::int64_t o() const { return a * (vd > 0 ? vd : d); }  // out projection input width
+  std::int64_t q() const { return a * d; }                  // query width on this rank
+  std::int64_t kv() const { return kvh * d; }               // key (= value) width on this rank
 };
 
 LayerDims layer_dims(const ModelArch& m, const TrainingConfig& t, const ParallelConfig& p);
 inline LayerDims layer_dims(const Scenario& s) {
   return layer_dims(s.model, s.training, s.parallelism);
 }
+// The dimensions of layer `layer`: layer_dims() plus, for an MoE layer, its expert sizes on
+// the rank that holds the most-loaded expert (`useful`: balanced routing and no capacity limit,
+// for model FLOPs).
+LayerDims layer_dims(const ModelArch& m, const TrainingConfig& t, const ParallelConfig& p,
+                     int layer, bool useful = false);
+
+// Rows of each routed expert on the expert-parallel group of one rank (after the expert-TP
+// gather) for one micro-batch, from load_imbalance or expert_loads and the capacity factor.
+std::vector<double> expert_rows(const ModelArch& m, const TrainingConfig& t,
+                                const ParallelConfig& p);
 
 // The forward ops of a layer, in order.
 enum class FwdOp { kLn1, kQkv, kCore, kOutProj, kRes1, kLn2, kMlpWi, kAct, kMlpWo, kRes2 };
@@ -103,7 +134,15 @@ std::int64_t layer_parameter_count(const ModelArch& m);
 
 // Parameters of one layer held by one tensor-parallel rank: column/row-split weights and the
 // biases of column-parallel layers divided by tp; norms and row-parallel biases replicated.
+// For an MoE layer (layer index given) the non-expert part: attention, norms, router and shared
+// experts.
 std::int64_t layer_parameter_count_per_rank(const ModelArch& m, int tp);
+std::int64_t layer_parameter_count_per_rank(const ModelArch& m, int tp, int layer);
+// Attention parameters of one layer on one tensor-parallel rank (MLA-aware).
+std::int64_t attention_parameter_count_per_rank(const ModelArch& m, int tp);
+// Parameters of the routed experts of one MoE layer on one rank: experts / ep experts, each
+// split over etp (Megatron-Core expert layout).
+std::int64_t expert_parameter_count_per_rank(const ModelArch& m, int ep, int etp);
 
 // Bytes of parameters, gradients and optimizer state one rank holds for `params` parameters of
 // its (tensor-sharded) pipeline stage, under ZeRO stage / FSDP over `dp` ranks:

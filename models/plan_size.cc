@@ -36,6 +36,32 @@ struct LayerShape {
   bool master_on_host = false;
 };
 
+// The ops of an MoE FFN (StepBuilder::moe_forward / moe_backward): router, top-k, permute,
+// grouped FC1, activation, grouped FC2, unpermute; the all-to-alls with ep > 1, the expert-TP
+// gather and scatter with etp > 1, and the shared experts (their GEMMs and TP collectives).
+struct MoeOps {
+  double fwd = 0;
+  double bwd = 0;
+  double fwd_collectives = 0;  // of fwd
+  double bwd_collectives = 0;  // of bwd
+  double fp8_casts_fwd = 0;    // FP8 input casts of the plain (non-grouped) GEMMs
+  double fp8_casts_bwd = 0;
+};
+MoeOps moe_ops(const LayerDims& d) {
+  MoeOps o;
+  const double sp_gather = d.t > 1 && d.sp > 1 ? 1 : 0;
+  const double tp_reduce = d.t > 1 ? 1 : 0;
+  const double colls = (d.ep > 1 ? 2 : 0) + (d.etp > 1 ? 2 : 0);
+  const double shared = d.fs > 0 ? 1 : 0;
+  o.fwd = 7 + colls + shared * (3 + sp_gather + tp_reduce);
+  o.bwd = 10 + colls + shared * (5 + sp_gather + tp_reduce);
+  o.fwd_collectives = colls + shared * (sp_gather + tp_reduce);
+  o.bwd_collectives = o.fwd_collectives;
+  o.fp8_casts_fwd = 1 + 2 * shared;  // router, shared FC1 and FC2
+  o.fp8_casts_bwd = 1 + 2 * shared;  // router dgrad, shared dgrads
+  return o;
+}
+
 LayerShape layer_shape(const Scenario& s, const LayerDims& d, int layer) {
   LayerShape out;
   const LayerPolicy policy = layer_policy(s, d, layer);
@@ -79,10 +105,23 @@ LayerShape layer_shape(const Scenario& s, const LayerDims& d, int layer) {
       if (rc(op)) n += 1;
     }
   }
-  out.recompute_ops = n;
   out.recompute_collectives = (rc(FwdOp::kQkv) ? sp_gather : 0) +
                               (rc(FwdOp::kOutProj) ? tp_reduce : 0) +
                               (rc(FwdOp::kMlpWi) ? sp_gather : 0);
+  if (d.moe && (rc(FwdOp::kMlpWi) || rc(FwdOp::kAct) || rc(FwdOp::kMlpWo))) {
+    // StepBuilder::moe_forward re-run whole instead of the dense MLP's recompute ops.
+    const MoeOps mo = moe_ops(d);
+    n -= (rc(FwdOp::kMlpWi) ? 1 + sp_gather : 0) + (rc(FwdOp::kAct) ? 1 : 0) +
+         (rc(FwdOp::kMlpWo) ? 1 : 0);
+    if (s.training.compute_dtype == sim::DType::kFp8) {
+      n -= (rc(FwdOp::kMlpWi) ? 1 : 0) + (rc(FwdOp::kMlpWo) ? 1 : 0);
+      n += mo.fp8_casts_fwd;
+    }
+    n += mo.fwd;
+    out.recompute_collectives -= rc(FwdOp::kMlpWi) ? sp_gather : 0;
+    out.recompute_collectives += mo.fwd_collectives;
+  }
+  out.recompute_ops = n;
   return out;
 }
 
@@ -153,7 +192,8 @@ PlanSize estimate_plan_size(const Scenario& s, const PlanSizeOptions& options) {
   Counts c;
   // Every layer is held by exactly one stage; one pass per micro-batch.
   for (int l = 0; l < s.model.layers; ++l) {
-    const LayerShape ls = layer_shape(s, d, l);
+    const LayerDims dl = s.model.moe.experts > 0 ? layer_dims(s.model, s.training, p, l) : d;
+    const LayerShape ls = layer_shape(s, dl, l);
     const double fetch_ops = (ls.params_on_host ? 1 : 0) + (shard_params && p.dp > 1 ? 1 : 0);
     // FP8: a cast before each forward and data-gradient GEMM (4 each); without gradient-
     // accumulation fusion, one accumulation pass per layer in the backward.
@@ -161,9 +201,20 @@ PlanSize estimate_plan_size(const Scenario& s, const PlanSizeOptions& options) {
     const double accum = s.training.gradient_accumulation_fusion ? 0 : 1;
     // Rotary positions: one rotary-embedding kernel forward and one backward.
     const double rope = s.model.max_positions == 0 ? 1 : 0;
-    const double fwd = 9 + tp_colls + fetch_ops + ls.host_chunks + casts + rope;
-    const double bwd =
+    double fwd = 9 + tp_colls + fetch_ops + ls.host_chunks + casts + rope;
+    double bwd =
         13 + tp_colls + fetch_ops + ls.host_chunks + ls.recompute_ops + casts + accum + rope;
+    double moe_colls = 0;
+    if (dl.moe) {
+      // The MoE FFN replaces the dense MLP's 3 forward and 5 backward ops and its TP
+      // collectives (and FP8 casts of 2 GEMMs each way).
+      const MoeOps mo = moe_ops(dl);
+      const double mlp_colls = d.t > 1 ? (d.sp > 1 ? 2 : 1) : 0;
+      const double mlp_casts = casts > 0 ? 2 : 0;
+      fwd += mo.fwd - 3 - mlp_colls + (casts > 0 ? mo.fp8_casts_fwd : 0) - mlp_casts;
+      bwd += mo.bwd - 5 - mlp_colls + (casts > 0 ? mo.fp8_casts_bwd : 0) - mlp_casts;
+      moe_colls = mo.fwd_collectives + mo.bwd_collectives - 2 * mlp_colls;
+    }
     c.ops += m * (fwd + bwd);
     // FP8: the layer's weights are cast once per step, after its optimizer update.
     if (s.training.compute_dtype == sim::DType::kFp8) {
@@ -173,7 +224,7 @@ PlanSize estimate_plan_size(const Scenario& s, const PlanSizeOptions& options) {
     // Members of the tensor-parallel collectives (forward, backward, recomputed) and of the
     // data-parallel parameter gathers.
     const double rc_colls = ls.recompute_collectives;
-    c.group_ranks += m * ((2 * tp_colls + rc_colls) * static_cast<double>(d.t) +
+    c.group_ranks += m * ((2 * tp_colls + rc_colls + moe_colls) * static_cast<double>(d.t) +
                           (shard_params && p.dp > 1 ? 2 * p.dp : 0));
     // Tensors: saved on HBM; per chunk a staging buffer, a host copy and a reload; the
     // recompute buffer; fetched parameters, forward and backward.
@@ -189,6 +240,19 @@ PlanSize estimate_plan_size(const Scenario& s, const PlanSizeOptions& options) {
     if (l >= 2) c.deps += m * layer_shape(s, d, l - 2).host_chunks;
     add_grads(s, m, ls.grads_on_host, c);
     add_group(s, ls.params_on_host, ls.grads_on_host, ls.opt_on_host, c);
+    if (dl.moe) {
+      // The routed experts' group (StepBuilder::expert_grads_done and optimizer): reduced once
+      // over the expert-DP group, updated, and all-gathered under ZeRO-1.
+      const double edp = static_cast<double>(p.tp * p.dp / (p.ep * p.etp));
+      const double reduce = (edp > 1 ? 1 : 0) + (ls.grads_on_host ? 1 : 0);
+      c.ops += reduce;
+      c.deps += reduce * (p.overlap_grad_reduce ? 1 : 2);
+      ParallelConfig pe = p;
+      pe.dp = static_cast<int>(edp);
+      Scenario se = s;
+      se.parallelism = pe;
+      add_group(se, ls.params_on_host, ls.grads_on_host, ls.opt_on_host, c);
+    }
   }
   // Embedding (stage 0) and head (last stage), placed by the rules that select every layer.
   const GroupPlacement outside = non_layer_placement(s);

@@ -66,6 +66,10 @@ nlohmann::json report_to_json(const Report& r) {
                {"bubble_s", r.time.bubble_s},
                {"cpu_optimizer_s", r.time.cpu_optimizer_s},
                {"other_s", r.time.other_s}};
+  if (r.time.moe_alltoall_s > 0.0 || r.time.grouped_gemm_s > 0.0) {
+    j["time"]["moe_alltoall_s"] = r.time.moe_alltoall_s;
+    j["time"]["grouped_gemm_s"] = r.time.grouped_gemm_s;
+  }
   nlohmann::json ranks = nlohmann::json::array();
   // Per pipeline stage: the largest peak of its ranks and that rank's breakdown.
   std::map<int, const RankReport*> worst_of_stage;

@@ -281,6 +281,122 @@ sim::Status check_dtypes(const TrainingConfig& t) {
   return sim::ok();
 }
 
+// The mixture-of-experts keys and expert parallelism.
+sim::Status check_moe(const Scenario& s) {
+  const MoeConfig& e = s.model.moe;
+  const ParallelConfig& p = s.parallelism;
+  if (p.ep < 1) return invalid(fmt::format("parallelism.ep: {} must be positive", p.ep));
+  if (p.etp < 1) return invalid(fmt::format("parallelism.etp: {} must be positive", p.etp));
+  if (e.experts < 0) return invalid(fmt::format("model.moe.experts: {} must be >= 0", e.experts));
+  if (e.experts == 0) {
+    if (p.ep > 1 || p.etp > 1) {
+      return invalid(fmt::format(
+          "parallelism.ep: expert parallelism ({} x etp {}) needs an MoE model (model.moe.experts "
+          "> 0)",
+          p.ep, p.etp));
+    }
+    return sim::ok();
+  }
+  if (e.experts > (std::int64_t{1} << 16)) {
+    return invalid(
+        fmt::format("model.moe.experts: {} is above offsim's limit of 65536", e.experts));
+  }
+  if (e.top_k < 1 || e.top_k > e.experts) {
+    return invalid(fmt::format("model.moe.top_k: {} must be in 1..{} (model.moe.experts)", e.top_k,
+                               e.experts));
+  }
+  if (e.expert_ffn_hidden < 1 || e.expert_ffn_hidden > (std::int64_t{1} << 22)) {
+    return invalid(fmt::format("model.moe.expert_ffn_hidden: {} must be in 1..{}",
+                               e.expert_ffn_hidden, std::int64_t{1} << 22));
+  }
+  if (e.shared_experts < 0 || e.shared_experts > 64) {
+    return invalid(fmt::format("model.moe.shared_experts: {} must be in 0..64", e.shared_experts));
+  }
+  if (e.shared_ffn_hidden < 0 || e.shared_ffn_hidden > (std::int64_t{1} << 22)) {
+    return invalid(fmt::format("model.moe.shared_ffn_hidden: {} must be in 0..{}",
+                               e.shared_ffn_hidden, std::int64_t{1} << 22));
+  }
+  if (e.first_k_dense < 0 || e.first_k_dense > s.model.layers) {
+    return invalid(fmt::format("model.moe.first_k_dense: {} must be in 0..{} (model.layers)",
+                               e.first_k_dense, s.model.layers));
+  }
+  if (e.layer_freq < 1) {
+    return invalid(fmt::format("model.moe.layer_freq: {} must be >= 1", e.layer_freq));
+  }
+  if (!(e.capacity_factor == 0.0 || (e.capacity_factor > 0.0 && e.capacity_factor <= 1e6))) {
+    return invalid(
+        fmt::format("model.moe.capacity_factor: {} must be > 0 (or 0 for dropless routing)",
+                    e.capacity_factor));
+  }
+  if (!(e.load_imbalance >= 1.0 && e.load_imbalance <= static_cast<double>(e.experts))) {
+    return invalid(fmt::format(
+        "model.moe.load_imbalance: {} must be in [1, {}] (the most-loaded expert's tokens over "
+        "the mean; at most model.moe.experts)",
+        e.load_imbalance, e.experts));
+  }
+  if (!e.expert_loads.empty()) {
+    if (static_cast<std::int64_t>(e.expert_loads.size()) != e.experts) {
+      return invalid(fmt::format("model.moe.expert_loads: {} entries, expected one per expert ({})",
+                                 e.expert_loads.size(), e.experts));
+    }
+    double sum = 0.0;
+    for (std::size_t i = 0; i < e.expert_loads.size(); ++i) {
+      const double v = e.expert_loads[i];
+      if (!(v >= 0.0 && v < 1e15)) {
+        return invalid(fmt::format("model.moe.expert_loads[{}]: {} must be >= 0", i, v));
+      }
+      sum += v;
+    }
+    const double expected =
+        static_cast<double>(s.training.micro_batch * s.training.seq_len * e.top_k);
+    if (std::abs(sum - expected) > 0.5) {
+      return invalid(fmt::format(
+          "model.moe.expert_loads: sum {} differs from the {} token-expert assignments of a "
+          "micro-batch (training.micro_batch × training.seq_len × model.moe.top_k)",
+          sum, expected));
+    }
+  }
+  if (e.experts % p.ep != 0) {
+    return invalid(
+        fmt::format("parallelism.ep: {} does not divide model.moe.experts {}", p.ep, e.experts));
+  }
+  if (e.expert_ffn_hidden % p.etp != 0) {
+    return invalid(fmt::format("parallelism.etp: {} does not divide model.moe.expert_ffn_hidden {}",
+                               p.etp, e.expert_ffn_hidden));
+  }
+  const std::int64_t grid = static_cast<std::int64_t>(p.tp) * p.dp;
+  if (grid % (static_cast<std::int64_t>(p.ep) * p.etp) != 0) {
+    return invalid(fmt::format(
+        "parallelism.ep: ep × etp = {} does not divide tp × dp = {} (Megatron-Core folds the "
+        "expert-parallel grid into the tensor- and data-parallel ranks)",
+        p.ep * p.etp, grid));
+  }
+  const std::int64_t fs =
+      e.shared_experts * (e.shared_ffn_hidden > 0 ? e.shared_ffn_hidden : e.expert_ffn_hidden);
+  if (fs % p.tp != 0) {
+    return invalid(
+        fmt::format("parallelism.tp: {} does not divide the shared experts' FFN {}", p.tp, fs));
+  }
+  if (p.tp > 1 && !p.sequence_parallel) {
+    return invalid(fmt::format(
+        "parallelism.sequence_parallel: MoE with tp {} needs sequence parallelism (Megatron-Core "
+        "requires it)",
+        p.tp));
+  }
+  if (p.fsdp || p.zero_stage >= 2) {
+    return invalid(fmt::format(
+        "parallelism.zero_stage: MoE models are simulated with ZeRO stage 0 or 1 (Megatron's "
+        "distributed optimizer), without FSDP; got zero_stage {}{}",
+        p.zero_stage, p.fsdp ? " with fsdp" : ""));
+  }
+  const MlaConfig& a = s.model.mla;
+  if (a.kv_lora_rank < 0 || a.q_lora_rank < 0 || a.qk_nope_head_dim < 0 || a.qk_rope_head_dim < 0 ||
+      a.v_head_dim < 0) {
+    return invalid("model.mla: ranks and head dims must be >= 0");
+  }
+  return sim::ok();
+}
+
 }  // namespace
 
 sim::Status check_scenario(const Scenario& s) {
@@ -347,6 +463,7 @@ sim::Status check_scenario(const Scenario& s) {
   OFFSIM_RETURN_IF_ERROR(positive(p.tp, "parallelism.tp"));
   OFFSIM_RETURN_IF_ERROR(positive(p.pp, "parallelism.pp"));
   OFFSIM_RETURN_IF_ERROR(positive(p.virtual_stages, "parallelism.virtual_stages"));
+  OFFSIM_RETURN_IF_ERROR(check_moe(s));
   if (m.heads % p.tp != 0) {
     return invalid(fmt::format("parallelism.tp: {} does not divide model.heads {}", p.tp, m.heads));
   }

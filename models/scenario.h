@@ -24,7 +24,39 @@
 
 namespace offsim::models {
 
-// A dense decoder-only transformer.
+// Mixture-of-experts feed-forward layers (routed experts chosen per token by a top-k router,
+// plus optional shared experts every token passes through). experts == 0: a dense model.
+struct MoeConfig {
+  std::int64_t experts = 0;            // routed experts per MoE layer
+  std::int64_t top_k = 1;              // experts each token is routed to
+  std::int64_t expert_ffn_hidden = 0;  // FFN hidden size of one expert
+  std::int64_t shared_experts = 0;     // shared experts per MoE layer
+  std::int64_t shared_ffn_hidden = 0;  // FFN hidden of one shared expert; 0 = expert_ffn_hidden
+  std::int64_t first_k_dense = 0;  // the first k layers are dense (DeepSeek first_k_dense_replace)
+  std::int64_t layer_freq = 1;     // then every layer_freq-th layer is MoE (moe_layer_freq)
+  // Expert capacity = capacity_factor × mean tokens per expert; tokens above it are dropped.
+  // 0 = dropless (Megatron's default).
+  double capacity_factor = 0.0;
+  // Tokens of the most-loaded expert over the mean (>= 1); it and the rank holding it set the
+  // step. Ignored when expert_loads is given.
+  double load_imbalance = 1.0;
+  // Measured per-expert loads: token-expert assignments of one micro-batch on one rank
+  // (must sum to micro_batch × seq_len × top_k), one entry per routed expert.
+  std::vector<double> expert_loads;
+  bool router_bias = false;  // a bias on the router (gpt-oss)
+};
+
+// DeepSeek-V2/V3 multi-head latent attention: low-rank query and key/value projections.
+// kv_lora_rank == 0: standard (grouped-query) attention.
+struct MlaConfig {
+  std::int64_t q_lora_rank = 0;  // 0 = full-rank query projection
+  std::int64_t kv_lora_rank = 0;
+  std::int64_t qk_nope_head_dim = 0;
+  std::int64_t qk_rope_head_dim = 0;
+  std::int64_t v_head_dim = 0;
+};
+
+// A decoder-only transformer, dense or mixture-of-experts.
 struct ModelArch {
   enum class Activation { kGelu, kSwiGlu };
   enum class Norm { kLayerNorm, kRmsNorm };
@@ -48,6 +80,11 @@ struct ModelArch {
   bool linear_bias = false;
   std::int64_t max_positions = 0;  // 0: rotary / no learned position table
   bool dropout = false;
+  MoeConfig moe;
+  MlaConfig mla;
+  // Multi-token-prediction modules (DeepSeek-V3 num_nextn_predict_layers): counted in
+  // mtp_parameter_count(); not part of parameter_count() nor of the simulated step.
+  std::int64_t mtp_layers = 0;
 };
 
 // Storage dtypes of the training state, by tensor class (training.dtypes in a scenario). An unset
@@ -114,6 +151,11 @@ struct ParallelConfig {
   // transfer blocks the compute stream (Megatron-LM 2021 synchronized the device after each
   // batch_isend_irecv), with its scatter-gather of tensor-parallel slices.
   bool overlap_p2p_comm = true;
+  // Expert parallelism (MoE): routed experts split over `ep` ranks and each expert's FFN over
+  // `etp` ranks. Megatron-Core's parallel folding: ep · etp divides tp · dp, the remaining
+  // tp · dp / (ep · etp) ranks are the expert data-parallel group.
+  int ep = 1;
+  int etp = 1;
 };
 
 struct RecomputeConfig {
@@ -233,13 +275,21 @@ struct CatalogueEntry {
 std::vector<CatalogueEntry> list_models();
 sim::Result<ModelArch> find_model(std::string_view name);
 
-// Imports a Hugging Face config.json (Llama, Mistral, Qwen2 style). `source` names the input in
+// Imports a Hugging Face config.json (Llama, Mistral, Qwen2 style; MoE: Mixtral, Qwen3-MoE,
+// DeepSeek-V3, gpt-oss). `source` names the input in
 // error messages.
 sim::Result<ModelArch> model_from_hf_config(const std::string& json_text,
                                             const std::string& source);
 
 // Parameter count of the whole model (embeddings, layers, final norm, LM head unless tied).
 std::int64_t parameter_count(const ModelArch& m);
+// Parameters one token uses: routed experts counted top_k times out of `experts`.
+std::int64_t active_parameter_count(const ModelArch& m);
+// Parameters of the multi-token-prediction modules (each: one MoE layer, a 2h × h projection
+// and two norms; embedding and head shared with the main model).
+std::int64_t mtp_parameter_count(const ModelArch& m);
+// Whether layer `layer` (0-based) has a mixture-of-experts FFN.
+bool is_moe_layer(const ModelArch& m, int layer);
 
 // --- Offload presets ----------------------------------------------------------------------------
 

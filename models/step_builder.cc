@@ -96,6 +96,9 @@ struct ParamGroup {
   bool grads_on_host = false;
   bool opt_on_host = false;
   bool master_on_host = false;
+  // The routed experts of an MoE layer: sharded and reduced over the expert data-parallel group
+  // (tp · dp / (ep · etp) ranks) instead of the data-parallel one.
+  bool expert = false;
   TensorId params_t, grads_t, opt_t, master_t;
 };
 
@@ -115,7 +118,10 @@ class StepBuilder {
     gdtype_ = s.training.compute_dtype;
     adtype_ = gdtype_ == sim::DType::kFp8 ? sim::DType::kBf16 : gdtype_;
     dt_ = resolve_dtypes(s.training);
-    for (int l = 0; l < s.model.layers; ++l) policies_.push_back(layer_policy(l));
+    for (int l = 0; l < s.model.layers; ++l) {
+      ldims_.push_back(layer_dims(s.model, s.training, p, l));
+      policies_.push_back(layer_policy(l));
+    }
   }
 
   sim::Status build() {
@@ -145,6 +151,9 @@ class StepBuilder {
     std::map<int, std::size_t> group_of_layer;
     std::map<std::pair<int, int>, OpId> last_grad_op;  // (layer key, mb) -> op after its grads
     std::map<int, OpId> reduce_op;                     // layer key -> DP reduction of last mb
+    std::vector<int> ep_group, etp_group, edp_group;   // expert-parallel groups (MoE)
+    std::map<int, std::size_t> expert_group_of_layer;  // MoE layer -> its experts' ParamGroup
+    std::map<int, OpId> expert_reduce_op;              // MoE layer -> expert-DP reduction
     // Per (mb, layer): the tensors kept between forward and backward.
     struct Saved {
       TensorId hbm;                      // saved on HBM
@@ -160,7 +169,11 @@ class StepBuilder {
 
   // --- policy -------------------------------------------------------------------------------
 
-  LayerPolicy layer_policy(int layer) const { return models::layer_policy(s_, d_, layer); }
+  LayerPolicy layer_policy(int layer) const {
+    return models::layer_policy(s_, ldims_[static_cast<std::size_t>(layer)], layer);
+  }
+  // The dimensions of layer l (its MoE sizes when it has experts).
+  const LayerDims& ld(int l) const { return ldims_[static_cast<std::size_t>(l)]; }
 
   // A non-layer parameter group (embedding, head) follows rules that select all layers.
   void non_layer_policy(ParamGroup& g) const {
@@ -373,6 +386,11 @@ class StepBuilder {
   bool shard_params() const { return s_.parallelism.fsdp || s_.parallelism.zero_stage >= 3; }
   bool shard_grads() const { return s_.parallelism.fsdp || s_.parallelism.zero_stage >= 2; }
   int dp() const { return s_.parallelism.dp; }
+  // Expert data-parallel size: tp · dp / (ep · etp).
+  int edp() const {
+    const ParallelConfig& p = s_.parallelism;
+    return p.tp * p.dp / (p.ep * p.etp);
+  }
 
   // The micro-batch number in names (a reduced step names its last one as the full step does).
   int lbl(int mb) const { return mb == micro_batches_ - 1 ? last_label_ : mb; }
@@ -397,6 +415,11 @@ class StepBuilder {
     hbm_pools_.push_back(r.hbm);
     for (int i = 0; i < p.tp; ++i) r.tp_group.push_back(r.rank + i);
     for (int i = 0; i < p.dp; ++i) r.dp_group.push_back(r.rank + i * p.tp);
+    // Megatron-Core's expert grid over the stage's tp · dp ranks, etp fastest, then ep, then the
+    // expert data-parallel group.
+    for (int i = 0; i < p.ep; ++i) r.ep_group.push_back(r.rank + i * p.etp);
+    for (int i = 0; i < p.etp; ++i) r.etp_group.push_back(r.rank + i);
+    for (int i = 0; i < edp(); ++i) r.edp_group.push_back(r.rank + i * p.ep * p.etp);
 
     SimRankInfo info;
     info.rank = r.rank;
@@ -460,13 +483,30 @@ class StepBuilder {
         const LayerPolicy& lp = policies_[l];
         ParamGroup g{.name = fmt::format("l{}", l),
                      .layer = l,
-                     .params = layer_parameter_count_per_rank(m, p.tp),
+                     .params = layer_parameter_count_per_rank(m, p.tp, l),
                      .params_on_host = lp.params_on_host,
                      .grads_on_host = lp.grads_on_host,
                      .opt_on_host = lp.opt_on_host,
                      .master_on_host = lp.master_on_host};
         r.group_of_layer[l] = r.groups.size();
         finish(g);
+        if (ld(l).moe) {
+          // Routed experts: experts / ep local experts, each split over etp; ZeRO-1 (the
+          // distributed optimizer) shards their optimizer state over the expert-DP group.
+          ParamGroup x{.name = fmt::format("l{}.experts", l),
+                       .layer = l,
+                       .params = expert_parameter_count_per_rank(m, p.ep, p.etp),
+                       .params_on_host = lp.params_on_host,
+                       .grads_on_host = lp.grads_on_host,
+                       .opt_on_host = lp.opt_on_host,
+                       .master_on_host = lp.master_on_host,
+                       .expert = true};
+          ParallelConfig pe = p;
+          pe.dp = edp();
+          x.mem = static_memory(x.params, pe, s_.training.fp32_master_weights, gdtype_);
+          r.expert_group_of_layer[l] = r.groups.size();
+          r.groups.push_back(std::move(x));
+        }
       }
     }
     if (r.stage == p.pp - 1) {
@@ -544,13 +584,20 @@ class StepBuilder {
     const ParamGroup& g = group(r, layer);
     if (!g.params_on_host && !shard_params()) return f;
     const std::int64_t full = g.params * sim::dtype_bytes(dt_.all_gather);
+    // An MoE layer's routed experts come in with it (the whole local expert set: prefetching
+    // only the experts the router will pick is not modelled).
+    const std::int64_t expert_bytes =
+        r.expert_group_of_layer.count(layer) != 0
+            ? r.groups[r.expert_group_of_layer.at(layer)].mem.params_bytes
+            : 0;
     std::vector<OpId> deps;
     if (after) deps.push_back(*after);
     if (g.params_on_host) {
+      const std::int64_t in_bytes = g.mem.params_bytes + expert_bytes;
       const TensorId buf =
-          tensor(r.hbm, fmt::format("{}.{}.params_in", g.name, tag), g.mem.params_bytes, "buffers");
+          tensor(r.hbm, fmt::format("{}.{}.params_in", g.name, tag), in_bytes, "buffers");
       const OpId c = copy(r, sim::CopyDirection::kH2D, fmt::format("{}.{}.params_h2d", g.name, tag),
-                          "offload", layer, g.mem.params_bytes, deps);
+                          "offload", layer, in_bytes, deps);
       b_.op_at(c).allocs.push_back(buf);
       f.buffers.push_back(buf);
       deps = {c};
@@ -652,7 +699,7 @@ class StepBuilder {
     std::int64_t host_bytes = 0;
     for (int a = 0; a < kNumActs; ++a) {
       if (!lp.acts.saved[a]) continue;
-      (lp.on_host[a] ? host_bytes : hbm_bytes) += act_bytes(d_, static_cast<Act>(a));
+      (lp.on_host[a] ? host_bytes : hbm_bytes) += act_bytes(ld(l), static_cast<Act>(a));
     }
 
     push(elementwise(r, p + ".ln1.fwd", cat, l, 2 * residual_bytes(), norm_flops()));
@@ -675,19 +722,23 @@ class StepBuilder {
       }
     }
     tp_gather(r, p + ".qkv.tp_allgather", "comm", l);
-    push(gemm(r, p + ".qkv.fwd", cat, l, d_.tokens(), d_.q() + 2 * d_.kv(), d_.h));
+    push(gemm(r, p + ".qkv.fwd", cat, l, d_.tokens(), d_.qkv_n(), d_.h));
     rotary(r, p + ".rope.fwd", l);
     push(attention(r, p + ".attn.fwd", cat, l, false));
-    push(gemm(r, p + ".out_proj.fwd", cat, l, d_.tokens(), d_.h, d_.q()));
+    push(gemm(r, p + ".out_proj.fwd", cat, l, d_.tokens(), d_.h, d_.o()));
     tp_reduce(r, p + ".out_proj.tp_reduce", "comm", l);
     push(elementwise(r, p + ".res1_ln2.fwd", cat, l, res1_ln2_fwd_bytes(), 2 * norm_flops()));
-    tp_gather(r, p + ".mlp.tp_allgather", "comm", l);
-    const std::int64_t g = d_.gated ? 2 : 1;
-    push(gemm(r, p + ".mlpwi.fwd", cat, l, d_.tokens(), d_.f * g, d_.h));
-    push(elementwise(r, p + ".act.fwd", cat, l, d_.tokens() * d_.f * d_.e * (g + 1),
-                     static_cast<double>(8 * d_.tokens() * d_.f)));
-    push(gemm(r, p + ".mlpwo.fwd", cat, l, d_.tokens(), d_.h, d_.f));
-    tp_reduce(r, p + ".mlpwo.tp_reduce", "comm", l);
+    if (ld(l).moe) {
+      moe_forward(r, p, cat, l, push);
+    } else {
+      tp_gather(r, p + ".mlp.tp_allgather", "comm", l);
+      const std::int64_t g = d_.gated ? 2 : 1;
+      push(gemm(r, p + ".mlpwi.fwd", cat, l, d_.tokens(), d_.f * g, d_.h));
+      push(elementwise(r, p + ".act.fwd", cat, l, d_.tokens() * d_.f * d_.e * (g + 1),
+                       static_cast<double>(8 * d_.tokens() * d_.f)));
+      push(gemm(r, p + ".mlpwo.fwd", cat, l, d_.tokens(), d_.h, d_.f));
+      tp_reduce(r, p + ".mlpwo.tp_reduce", "comm", l);
+    }
     const OpId last = push(elementwise(r, p + ".res2.fwd", cat, l, res2_fwd_bytes(),
                                        static_cast<double>(d_.tokens() * d_.h / d_.sp)));
     for (TensorId buf : fetch.buffers) b_.op_at(last).frees.push_back(buf);
@@ -882,7 +933,7 @@ class StepBuilder {
     const auto& rc = lp.acts.recompute;
     const std::string rcat = "recompute";
     const std::int64_t g = d_.gated ? 2 : 1;
-    const std::int64_t recomputed = lp.acts.recomputed_bytes(d_);
+    const std::int64_t recomputed = lp.acts.recomputed_bytes(ld(l));
     std::optional<TensorId> recomp_t;
     const auto rc_op = [&](OpId op) {
       first_op(op);
@@ -901,12 +952,12 @@ class StepBuilder {
         rc_op(collective(r, r.compute, p + ".qkv.tp_allgather.recompute", "comm", l,
                          sim::CollectiveKind::kAllGather, r.tp_group, d_.tokens() * d_.h * d_.e));
       }
-      rc_op(gemm(r, p + ".qkv.recompute", rcat, l, d_.tokens(), d_.q() + 2 * d_.kv(), d_.h));
+      rc_op(gemm(r, p + ".qkv.recompute", rcat, l, d_.tokens(), d_.qkv_n(), d_.h));
       if (rotary_positions()) rc_op(rotary(r, p + ".rope.recompute", l));
     }
     if (rc[idx(FwdOp::kCore)]) rc_op(attention(r, p + ".attn.recompute", rcat, l, false));
     if (rc[idx(FwdOp::kOutProj)]) {
-      rc_op(gemm(r, p + ".out_proj.recompute", rcat, l, d_.tokens(), d_.h, d_.q()));
+      rc_op(gemm(r, p + ".out_proj.recompute", rcat, l, d_.tokens(), d_.h, d_.o()));
       if (d_.t > 1) {
         rc_op(collective(
             r, r.compute, p + ".out_proj.tp_reduce.recompute", "comm", l,
@@ -918,41 +969,48 @@ class StepBuilder {
       rc_op(elementwise(r, p + ".res1_ln2.recompute", rcat, l, res1_ln2_fwd_bytes(),
                         2 * norm_flops()));
     }
-    if (rc[idx(FwdOp::kMlpWi)]) {
+    if (ld(l).moe && (rc[idx(FwdOp::kMlpWi)] || rc[idx(FwdOp::kAct)] || rc[idx(FwdOp::kMlpWo)])) {
+      // The MoE FFN is re-run whole (router, dispatch, experts, combine).
+      moe_forward(r, p, rcat, l, rc_op, ".recompute");
+    } else if (rc[idx(FwdOp::kMlpWi)]) {
       if (d_.t > 1 && d_.sp > 1) {
         rc_op(collective(r, r.compute, p + ".mlp.tp_allgather.recompute", "comm", l,
                          sim::CollectiveKind::kAllGather, r.tp_group, d_.tokens() * d_.h * d_.e));
       }
       rc_op(gemm(r, p + ".mlpwi.recompute", rcat, l, d_.tokens(), d_.f * g, d_.h));
     }
-    if (rc[idx(FwdOp::kAct)]) {
+    if (rc[idx(FwdOp::kAct)] && !ld(l).moe) {
       rc_op(elementwise(r, p + ".act.recompute", rcat, l, d_.tokens() * d_.f * d_.e * (g + 1),
                         static_cast<double>(8 * d_.tokens() * d_.f)));
     }
-    if (rc[idx(FwdOp::kMlpWo)]) {
+    if (rc[idx(FwdOp::kMlpWo)] && !ld(l).moe) {
       rc_op(gemm(r, p + ".mlpwo.recompute", rcat, l, d_.tokens(), d_.h, d_.f));
     }
 
     const std::string cat = "compute";
     first_op(elementwise(r, p + ".res2.bwd", cat, l, 2 * residual_bytes() + dropout_mask_bytes(),
                          static_cast<double>(d_.tokens() * d_.h / d_.sp)));
-    tp_gather(r, p + ".mlpwo.bwd.tp_allgather", "comm", l);
-    gemm(r, p + ".mlpwo.dgrad", cat, l, d_.tokens(), d_.f, d_.h);
-    gemm(r, p + ".mlpwo.wgrad", cat, l, d_.f, d_.h, d_.tokens());
-    elementwise(r, p + ".act.bwd", cat, l, d_.tokens() * d_.f * d_.e * (2 * g + 1),
-                static_cast<double>(10 * d_.tokens() * d_.f));
-    gemm(r, p + ".mlpwi.dgrad", cat, l, d_.tokens(), d_.h, d_.f * g);
-    gemm(r, p + ".mlpwi.wgrad", cat, l, d_.h, d_.f * g, d_.tokens());
-    tp_reduce(r, p + ".mlpwi.bwd.tp_reduce", "comm", l);
+    if (ld(l).moe) {
+      moe_backward(r, p, cat, l);
+    } else {
+      tp_gather(r, p + ".mlpwo.bwd.tp_allgather", "comm", l);
+      gemm(r, p + ".mlpwo.dgrad", cat, l, d_.tokens(), d_.f, d_.h);
+      gemm(r, p + ".mlpwo.wgrad", cat, l, d_.f, d_.h, d_.tokens());
+      elementwise(r, p + ".act.bwd", cat, l, d_.tokens() * d_.f * d_.e * (2 * g + 1),
+                  static_cast<double>(10 * d_.tokens() * d_.f));
+      gemm(r, p + ".mlpwi.dgrad", cat, l, d_.tokens(), d_.h, d_.f * g);
+      gemm(r, p + ".mlpwi.wgrad", cat, l, d_.h, d_.f * g, d_.tokens());
+      tp_reduce(r, p + ".mlpwi.bwd.tp_reduce", "comm", l);
+    }
     elementwise(r, p + ".res1_ln2.bwd", cat, l, 6 * residual_bytes() + dropout_mask_bytes(),
                 4 * norm_flops());
     tp_gather(r, p + ".out_proj.bwd.tp_allgather", "comm", l);
-    gemm(r, p + ".out_proj.dgrad", cat, l, d_.tokens(), d_.q(), d_.h);
-    gemm(r, p + ".out_proj.wgrad", cat, l, d_.q(), d_.h, d_.tokens());
+    gemm(r, p + ".out_proj.dgrad", cat, l, d_.tokens(), d_.o(), d_.h);
+    gemm(r, p + ".out_proj.wgrad", cat, l, d_.o(), d_.h, d_.tokens());
     attention(r, p + ".attn.bwd", cat, l, true);
     rotary(r, p + ".rope.bwd", l);
-    gemm(r, p + ".qkv.dgrad", cat, l, d_.tokens(), d_.h, d_.q() + 2 * d_.kv());
-    gemm(r, p + ".qkv.wgrad", cat, l, d_.h, d_.q() + 2 * d_.kv(), d_.tokens());
+    gemm(r, p + ".qkv.dgrad", cat, l, d_.tokens(), d_.h, d_.qkv_n());
+    gemm(r, p + ".qkv.wgrad", cat, l, d_.h, d_.qkv_n(), d_.tokens());
     tp_reduce(r, p + ".qkv.bwd.tp_reduce", "comm", l);
     const OpId last =
         elementwise(r, p + ".ln1.bwd", cat, l, 3 * residual_bytes(), 2 * norm_flops());
@@ -962,12 +1020,195 @@ class StepBuilder {
     if (recomp_t) lo.frees.push_back(*recomp_t);
     for (TensorId buf : fetch.buffers) lo.frees.push_back(buf);
     if (!s_.training.gradient_accumulation_fusion) {
-      grad_accumulation(r, p + ".grad_accum", l, group(r, l).params);
+      const std::int64_t experts = r.expert_group_of_layer.count(l) != 0
+                                       ? r.groups[r.expert_group_of_layer.at(l)].params
+                                       : 0;
+      grad_accumulation(r, p + ".grad_accum", l, group(r, l).params + experts);
       grads_done(r, l, mb, last_compute_);
       return last_compute_;
     }
     grads_done(r, l, mb, last);
     return last;
+  }
+
+  // --- mixture of experts -------------------------------------------------------------------
+
+  // A grouped GEMM over the rank's local experts: the most-loaded expert with max_rows rows and
+  // the others sharing the rest evenly; `shape(rows)` gives one expert's GEMM for `rows` token
+  // rows. Its plan shape is the mean expert's, batched over the local experts.
+  template <class Shape>
+  OpId grouped_gemm(Rank& r, const std::string& name, const std::string& cat, int layer,
+                    const LayerDims& md, Shape shape) {
+    const std::int64_t n = md.local_experts;
+    std::vector<sim::GemmShape> groups;
+    sim::GemmShape top = shape(md.max_rows);
+    top.batch = 1;
+    top.dtype = gdtype_;
+    groups.push_back(top);
+    if (n > 1) {
+      sim::GemmShape rest =
+          shape(ceil_div(std::max<std::int64_t>(md.routed - md.max_rows, 0), n - 1));
+      rest.batch = n - 1;
+      rest.dtype = gdtype_;
+      groups.push_back(rest);
+    }
+    sim::OpSizes sz;
+    sz.gemm = shape(ceil_div(md.routed, n));
+    sz.gemm.batch = n;
+    sz.gemm.dtype = gdtype_;
+    for (const sim::GemmShape& g : groups) {
+      sz.flops += 2.0 * static_cast<double>(g.m) * static_cast<double>(g.n) *
+                  static_cast<double>(g.k) * static_cast<double>(g.batch);
+    }
+    return add(r, r.compute, name, OpKind::kGemm, cat, layer, cm_.grouped_gemm(r.rank, groups), sz);
+  }
+
+  // Token dispatch / combine over the expert-parallel group: each rank sends its tokens' top_k
+  // copies (the all-to-all's (ep-1)/ep leave the rank) and the most-loaded rank receives its
+  // experts' rows; the slower of the two sets the collective. On the compute stream, as
+  // Megatron-Core's all-to-all token dispatcher runs it.
+  std::int64_t alltoall_bytes(const LayerDims& md) const {
+    const std::int64_t send = md.moe_tokens * md.top_k * md.h * md.e;
+    const std::int64_t recv = md.routed / md.etp * md.h * md.e;
+    return std::max(send, recv);
+  }
+
+  // The MoE FFN forward of layer l (after the second norm): router, dispatch, the experts'
+  // grouped GEMMs, combine, and the shared experts. `emit` sees every compute-lane op.
+  template <class Emit>
+  void moe_forward(Rank& r, const std::string& p, const std::string& cat, int l, Emit&& emit,
+                   const std::string& sfx = ".fwd") {
+    const LayerDims& md = ld(l);
+    const std::int64_t g = md.gated ? 2 : 1;
+    const std::int64_t t = md.moe_tokens;
+    const std::int64_t assigned = t * md.top_k;
+    emit(gemm(r, p + ".router" + sfx, cat, l, t, md.experts, md.h));
+    emit(elementwise(r, p + ".router.topk" + sfx, cat, l, t * md.experts * 8,
+                     static_cast<double>(5 * t * md.experts)));
+    emit(elementwise(r, p + ".moe.permute" + sfx, cat, l, 2 * assigned * md.h * md.e, 0.0));
+    if (md.ep > 1) {
+      emit(collective(r, r.compute, p + ".moe.dispatch.alltoall" + sfx, "comm", l,
+                      sim::CollectiveKind::kAllToAll, r.ep_group, alltoall_bytes(md)));
+    }
+    if (md.etp > 1) {
+      emit(collective(r, r.compute, p + ".moe.etp_allgather" + sfx, "comm", l,
+                      sim::CollectiveKind::kAllGather, r.etp_group, md.routed * md.h * md.e));
+    }
+    emit(grouped_gemm(r, p + ".experts.fc1.grouped_gemm" + sfx, cat, l, md, [&](std::int64_t rows) {
+      return sim::GemmShape{.m = rows, .n = md.fe * g, .k = md.h};
+    }));
+    emit(elementwise(r, p + ".experts.act" + sfx, cat, l, md.routed * md.fe * md.e * (g + 1),
+                     static_cast<double>(8 * md.routed * md.fe)));
+    emit(grouped_gemm(r, p + ".experts.fc2.grouped_gemm" + sfx, cat, l, md, [&](std::int64_t rows) {
+      return sim::GemmShape{.m = rows, .n = md.h, .k = md.fe};
+    }));
+    if (md.etp > 1) {
+      emit(collective(r, r.compute, p + ".moe.etp_reducescatter" + sfx, "comm", l,
+                      sim::CollectiveKind::kReduceScatter, r.etp_group, md.routed * md.h * md.e));
+    }
+    if (md.ep > 1) {
+      emit(collective(r, r.compute, p + ".moe.combine.alltoall" + sfx, "comm", l,
+                      sim::CollectiveKind::kAllToAll, r.ep_group, alltoall_bytes(md)));
+    }
+    // Unpermute: read the top_k expert outputs and their weights, write the token sum.
+    emit(elementwise(r, p + ".moe.unpermute" + sfx, cat, l, (assigned + t) * md.h * md.e,
+                     static_cast<double>(2 * assigned * md.h)));
+    if (md.fs > 0) {
+      if (d_.t > 1 && d_.sp > 1) {
+        emit(collective(r, r.compute, p + ".shared.tp_allgather" + sfx, "comm", l,
+                        sim::CollectiveKind::kAllGather, r.tp_group, d_.tokens() * d_.h * d_.e));
+      }
+      emit(gemm(r, p + ".shared.mlpwi" + sfx, cat, l, d_.tokens(), md.fs * g, d_.h));
+      emit(elementwise(r, p + ".shared.act" + sfx, cat, l, d_.tokens() * md.fs * d_.e * (g + 1),
+                       static_cast<double>(8 * d_.tokens() * md.fs)));
+      emit(gemm(r, p + ".shared.mlpwo" + sfx, cat, l, d_.tokens(), d_.h, md.fs));
+      if (d_.t > 1) {
+        emit(collective(
+            r, r.compute, p + ".shared.tp_reduce" + sfx, "comm", l,
+            d_.sp > 1 ? sim::CollectiveKind::kReduceScatter : sim::CollectiveKind::kAllReduce,
+            r.tp_group, d_.tokens() * d_.h * d_.e));
+      }
+    }
+  }
+
+  // The MoE FFN backward: shared experts, then combine's gradient back to the experts, their
+  // data- and weight-gradient grouped GEMMs, and the dispatch's gradient back to the tokens.
+  void moe_backward(Rank& r, const std::string& p, const std::string& cat, int l) {
+    const LayerDims& md = ld(l);
+    const std::int64_t g = md.gated ? 2 : 1;
+    const std::int64_t t = md.moe_tokens;
+    const std::int64_t assigned = t * md.top_k;
+    if (md.fs > 0) {
+      tp_gather(r, p + ".shared.bwd.tp_allgather", "comm", l);
+      gemm(r, p + ".shared.mlpwo.dgrad", cat, l, d_.tokens(), md.fs, d_.h);
+      gemm(r, p + ".shared.mlpwo.wgrad", cat, l, md.fs, d_.h, d_.tokens());
+      elementwise(r, p + ".shared.act.bwd", cat, l, d_.tokens() * md.fs * d_.e * (2 * g + 1),
+                  static_cast<double>(10 * d_.tokens() * md.fs));
+      gemm(r, p + ".shared.mlpwi.dgrad", cat, l, d_.tokens(), d_.h, md.fs * g);
+      gemm(r, p + ".shared.mlpwi.wgrad", cat, l, d_.h, md.fs * g, d_.tokens());
+      tp_reduce(r, p + ".shared.bwd.tp_reduce", "comm", l);
+    }
+    elementwise(r, p + ".moe.unpermute.bwd", cat, l, (2 * assigned + t) * md.h * md.e,
+                static_cast<double>(2 * assigned * md.h));
+    if (md.ep > 1) {
+      collective(r, r.compute, p + ".moe.combine.alltoall.bwd", "comm", l,
+                 sim::CollectiveKind::kAllToAll, r.ep_group, alltoall_bytes(md));
+    }
+    if (md.etp > 1) {
+      collective(r, r.compute, p + ".moe.etp_allgather.bwd", "comm", l,
+                 sim::CollectiveKind::kAllGather, r.etp_group, md.routed * md.h * md.e);
+    }
+    grouped_gemm(r, p + ".experts.fc2.grouped_gemm.dgrad", cat, l, md, [&](std::int64_t rows) {
+      return sim::GemmShape{.m = rows, .n = md.fe, .k = md.h};
+    });
+    grouped_gemm(r, p + ".experts.fc2.grouped_gemm.wgrad", cat, l, md, [&](std::int64_t rows) {
+      return sim::GemmShape{.m = md.fe, .n = md.h, .k = rows};
+    });
+    elementwise(r, p + ".experts.act.bwd", cat, l, md.routed * md.fe * md.e * (2 * g + 1),
+                static_cast<double>(10 * md.routed * md.fe));
+    grouped_gemm(r, p + ".experts.fc1.grouped_gemm.dgrad", cat, l, md, [&](std::int64_t rows) {
+      return sim::GemmShape{.m = rows, .n = md.h, .k = md.fe * g};
+    });
+    grouped_gemm(r, p + ".experts.fc1.grouped_gemm.wgrad", cat, l, md, [&](std::int64_t rows) {
+      return sim::GemmShape{.m = md.h, .n = md.fe * g, .k = rows};
+    });
+    if (md.etp > 1) {
+      collective(r, r.compute, p + ".moe.etp_reducescatter.bwd", "comm", l,
+                 sim::CollectiveKind::kReduceScatter, r.etp_group, md.routed * md.h * md.e);
+    }
+    if (md.ep > 1) {
+      collective(r, r.compute, p + ".moe.dispatch.alltoall.bwd", "comm", l,
+                 sim::CollectiveKind::kAllToAll, r.ep_group, alltoall_bytes(md));
+    }
+    elementwise(r, p + ".moe.permute.bwd", cat, l, 2 * assigned * md.h * md.e, 0.0);
+    elementwise(r, p + ".router.topk.bwd", cat, l, t * md.experts * 8,
+                static_cast<double>(5 * t * md.experts));
+    gemm(r, p + ".router.dgrad", cat, l, t, md.h, md.experts);
+    gemm(r, p + ".router.wgrad", cat, l, md.h, md.experts, t);
+  }
+
+  // The routed experts' gradients after the last micro-batch: reduced over the expert-DP group
+  // (reduce-scatter under the distributed optimizer), and D2H when they live on the host.
+  void expert_grads_done(Rank& r, int layer, int mb, OpId last) {
+    if (mb != micro_batches_ - 1) return;
+    ParamGroup& g = r.groups[r.expert_group_of_layer.at(layer)];
+    OpId after = last;
+    if (edp() > 1) {
+      const bool reduce_scatter = s_.parallelism.zero_stage >= 1;
+      after = collective(
+          r, r.comm,
+          fmt::format("mb{}.{}.grad_{}", lbl(mb), g.name,
+                      reduce_scatter ? "reducescatter" : "allreduce"),
+          "comm", layer,
+          reduce_scatter ? sim::CollectiveKind::kReduceScatter : sim::CollectiveKind::kAllReduce,
+          r.edp_group, g.params * sim::dtype_bytes(dt_.reduce_scatter), {last});
+      if (!s_.parallelism.overlap_grad_reduce) deferred_reduce_.push_back(after);
+    }
+    if (g.grads_on_host) {
+      after = copy(r, sim::CopyDirection::kD2H, fmt::format("mb{}.{}.grads_d2h", lbl(mb), g.name),
+                   "offload", layer, g.mem.grads_bytes, {after});
+    }
+    r.expert_reduce_op[layer] = after;
   }
 
   // After a group's gradients of micro-batch `mb` are computed: data-parallel reduction
@@ -976,11 +1217,13 @@ class StepBuilder {
   void grads_done(Rank& r, int key, int mb, OpId last) {
     ParamGroup* gp = nullptr;
     for (ParamGroup& g : r.groups) {
+      if (g.expert) continue;
       if ((key >= 0 && g.layer == key) || (key == -1 && g.name == "embed") ||
           (key == -2 && g.name == "head")) {
         gp = &g;
       }
     }
+    if (key >= 0 && r.expert_group_of_layer.count(key) != 0) expert_grads_done(r, key, mb, last);
     if (gp == nullptr) return;
     const bool last_mb = mb == micro_batches_ - 1;
     // The layer's gradient as accumulated, and as it goes on the wire.
@@ -1028,11 +1271,13 @@ class StepBuilder {
     }
     for (ParamGroup& g : r.groups) {
       const int key = g.layer >= 0 ? g.layer : (g.name == "embed" ? -1 : -2);
-      auto it = r.reduce_op.find(key);
+      const std::map<int, OpId>& reduced = g.expert ? r.expert_reduce_op : r.reduce_op;
+      auto it = reduced.find(key);
       std::vector<OpId> deps;
-      if (it != r.reduce_op.end()) deps.push_back(it->second);
+      if (it != reduced.end()) deps.push_back(it->second);
+      const int gdp = g.expert ? edp() : dp();
       const std::int64_t shard = (s_.parallelism.fsdp || s_.parallelism.zero_stage >= 1)
-                                     ? ceil_div(g.params, dp())
+                                     ? ceil_div(g.params, gdp)
                                      : g.params;
       const std::int64_t pbytes = sim::dtype_bytes(dt_.params);
       const std::int64_t gbytes = sim::dtype_bytes(dt_.grads);
@@ -1075,9 +1320,9 @@ class StepBuilder {
       }
       if (gdtype_ == sim::DType::kFp8 && g.layer >= 0) done = fp8_weight_cast(r, g, done);
       // ZeRO-1/2: updated parameter shards are all-gathered for the next step.
-      if (dp() > 1 && !shard_params() && s_.parallelism.zero_stage >= 1) {
+      if (gdp > 1 && !shard_params() && s_.parallelism.zero_stage >= 1) {
         collective(r, r.comm, g.name + ".params_allgather", "comm", g.layer,
-                   sim::CollectiveKind::kAllGather, r.dp_group,
+                   sim::CollectiveKind::kAllGather, g.expert ? r.edp_group : r.dp_group,
                    g.params * sim::dtype_bytes(dt_.all_gather), {done});
       }
     }
@@ -1096,6 +1341,7 @@ class StepBuilder {
   ResolvedDtypes dt_;
   std::vector<PoolId> hbm_pools_;
   std::vector<LayerPolicy> policies_;
+  std::vector<LayerDims> ldims_;  // per layer (MoE layers carry their expert sizes)
   std::map<SendKey, OpId> sends_;
   std::vector<std::pair<OpId, SendKey>> pending_recv_;
   std::vector<OpId> deferred_reduce_;  // gradient reductions that wait for the whole backward
@@ -1262,8 +1508,13 @@ sim::Result<BuiltStep> build_step(const Scenario& s, const BuildOptions& options
   const LayerDims d = layer_dims(s.model, s.training, ParallelConfig{});
   const double sequences =
       static_cast<double>(s.training.global_batch) / static_cast<double>(s.training.micro_batch);
-  const double fwd = static_cast<double>(s.model.layers) * layer_forward_flops(d, false) +
-                     lm_head_forward_flops(d);
+  double fwd = lm_head_forward_flops(d);
+  for (int l = 0; l < s.model.layers; ++l) {
+    fwd +=
+        s.model.moe.experts > 0
+            ? layer_forward_flops(layer_dims(s.model, s.training, ParallelConfig{}, l, true), false)
+            : layer_forward_flops(d, false);
+  }
   out.model_flops_per_step = 3.0 * fwd * sequences;
   double recompute = 0.0;
   for (int l = 0; l < s.model.layers; ++l) {
@@ -1273,9 +1524,11 @@ sim::Result<BuiltStep> build_step(const Scenario& s, const BuildOptions& options
         named.insert(r.name);
       }
     }
-    const LayerActivations a = layer_activations(d, recompute_mode(s.recompute, l), named);
+    const LayerDims dl =
+        s.model.moe.experts > 0 ? layer_dims(s.model, s.training, ParallelConfig{}, l, true) : d;
+    const LayerActivations a = layer_activations(dl, recompute_mode(s.recompute, l), named);
     for (int op = 0; op < kNumFwdOps; ++op) {
-      if (a.recompute[op]) recompute += fwd_op_flops(d, static_cast<FwdOp>(op), false);
+      if (a.recompute[op]) recompute += fwd_op_flops(dl, static_cast<FwdOp>(op), false);
     }
   }
   out.hardware_flops_per_step = out.model_flops_per_step + recompute * sequences;
@@ -1307,6 +1560,24 @@ sim::Result<BuiltStep> build_step(const Scenario& s, const BuildOptions& options
              fmt::format("one simulated rank per pipeline stage ({}), each standing for dp·tp = {} "
                          "identical ranks",
                          p.pp, p.dp * p.tp));
+  if (s.model.moe.experts > 0) {
+    // Per-expert load of one micro-batch (token rows over the expert-parallel group) and the
+    // simulated EP rank's share, for the report's metadata.
+    const std::vector<double> rows = expert_rows(s.model, s.training, p);
+    std::string loads;
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      loads += fmt::format("{}{:.0f}", i == 0 ? "" : ",", rows[i]);
+    }
+    b.metadata("moe_expert_rows_per_micro_batch", loads);
+    for (int l = 0; l < s.model.layers; ++l) {
+      if (!is_moe_layer(s.model, l)) continue;
+      const LayerDims md = layer_dims(s.model, s.training, p, l);
+      b.metadata("moe_simulated_rank_rows",
+                 fmt::format("{} rows over {} local experts, {} in the most-loaded one", md.routed,
+                             md.local_experts, md.max_rows));
+      break;
+    }
+  }
   out.plan = std::move(b).build();
   if (out.runtime.preallocated) {
     // JAX: tensors live in the preallocated pool, a fraction of the HBM.

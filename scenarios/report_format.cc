@@ -156,6 +156,20 @@ std::string format_table(const std::vector<NamedReport>& reports) {
                              percent(r.time.*member, r.step_time_s));
         }));
   }
+  const bool moe = std::any_of(reports.begin(), reports.end(), [](const NamedReport& nr) {
+    return nr.report.time.moe_alltoall_s > 0.0 || nr.report.time.grouped_gemm_s > 0.0;
+  });
+  if (moe) {
+    const std::pair<const char*, double models::TimeSplit::*> moe_parts[] = {
+        {"  of which MoE all-to-all", &models::TimeSplit::moe_alltoall_s},
+        {"  of which grouped GEMMs", &models::TimeSplit::grouped_gemm_s}};
+    for (const auto& [label, member] : moe_parts) {
+      add(label, timed([member = member](const R& r) {
+            return fmt::format("{} ({})", seconds(r.time.*member),
+                               percent(r.time.*member, r.step_time_s));
+          }));
+    }
+  }
   add("limited by", [](const R& r) { return limiting_factor(r); });
   std::size_t max_flags = 0;
   for (const NamedReport& nr : reports) max_flags = std::max(max_flags, nr.report.flags.size());

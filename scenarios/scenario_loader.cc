@@ -191,6 +191,58 @@ constexpr std::int64_t kMaxDim = std::int64_t{1} << 24;  // hidden sizes, vocab
 constexpr std::int64_t kMaxLayers = 100'000;
 constexpr std::int64_t kMaxBatch = std::int64_t{1} << 30;
 
+// model.moe: the mixture-of-experts block (absent: a dense model).
+sim::Status read_moe(const Node& node, models::MoeConfig& e) {
+  OFFSIM_RETURN_IF_ERROR(expect_map(node, "model.moe"));
+  MapReader r(node, "model.moe");
+  OFFSIM_RETURN_IF_ERROR(read_int(r, "experts", e.experts, 1, 65536));
+  OFFSIM_RETURN_IF_ERROR(read_int(r, "top_k", e.top_k, 1, 65536));
+  OFFSIM_RETURN_IF_ERROR(read_int(r, "expert_ffn_hidden", e.expert_ffn_hidden, 1, kMaxDim));
+  OFFSIM_RETURN_IF_ERROR(read_int(r, "shared_experts", e.shared_experts, 0, 64));
+  OFFSIM_RETURN_IF_ERROR(read_int(r, "shared_ffn_hidden", e.shared_ffn_hidden, 0, kMaxDim));
+  OFFSIM_RETURN_IF_ERROR(read_int(r, "first_k_dense", e.first_k_dense, 0, kMaxLayers));
+  OFFSIM_RETURN_IF_ERROR(read_int(r, "layer_freq", e.layer_freq, 1, kMaxLayers));
+  if (const Node* cf = r.get("capacity_factor")) {
+    const auto v = scalar_double(*cf);
+    if (!v || !(*v > 0.0) || *v > 1e6) {
+      return type_error(*cf, r.child("capacity_factor"),
+                        "a number > 0 (tokens an expert may take over the mean; omit the key for "
+                        "dropless routing)");
+    }
+    e.capacity_factor = *v;
+  }
+  OFFSIM_RETURN_IF_ERROR(read_double(r, "load_imbalance", e.load_imbalance, 1.0, 65536.0));
+  if (const Node* loads = r.get("expert_loads")) {
+    if (loads->kind != NodeKind::kSequence || loads->items.empty()) {
+      return type_error(*loads, r.child("expert_loads"),
+                        "a list of per-expert token counts (one per expert)");
+    }
+    e.expert_loads.clear();
+    for (std::size_t i = 0; i < loads->items.size(); ++i) {
+      const auto v = scalar_double(loads->items[i]);
+      if (!v || !(*v >= 0.0) || *v > 1e15) {
+        return type_error(loads->items[i], fmt::format("{}.{}", r.child("expert_loads"), i),
+                          "a token count >= 0");
+      }
+      e.expert_loads.push_back(*v);
+    }
+  }
+  OFFSIM_RETURN_IF_ERROR(read_bool(r, "router_bias", e.router_bias));
+  return r.finish();
+}
+
+// model.mla: DeepSeek multi-head latent attention ranks and head dims.
+sim::Status read_mla(const Node& node, models::MlaConfig& a) {
+  OFFSIM_RETURN_IF_ERROR(expect_map(node, "model.mla"));
+  MapReader r(node, "model.mla");
+  OFFSIM_RETURN_IF_ERROR(read_int(r, "q_lora_rank", a.q_lora_rank, 0, kMaxDim));
+  OFFSIM_RETURN_IF_ERROR(read_int(r, "kv_lora_rank", a.kv_lora_rank, 0, kMaxDim));
+  OFFSIM_RETURN_IF_ERROR(read_int(r, "qk_nope_head_dim", a.qk_nope_head_dim, 0, 65536));
+  OFFSIM_RETURN_IF_ERROR(read_int(r, "qk_rope_head_dim", a.qk_rope_head_dim, 0, 65536));
+  OFFSIM_RETURN_IF_ERROR(read_int(r, "v_head_dim", a.v_head_dim, 0, 65536));
+  return r.finish();
+}
+
 sim::Status read_arch_fields(MapReader& r, ModelArch& m) {
   OFFSIM_RETURN_IF_ERROR(read_string(r, "name", m.name));
   OFFSIM_RETURN_IF_ERROR(read_int(r, "vocab_size", m.vocab_size, 1, kMaxDim));
@@ -209,6 +261,9 @@ sim::Status read_arch_fields(MapReader& r, ModelArch& m) {
   OFFSIM_RETURN_IF_ERROR(read_bool(r, "linear_bias", m.linear_bias));
   OFFSIM_RETURN_IF_ERROR(read_int(r, "max_positions", m.max_positions, 0, kMaxDim));
   OFFSIM_RETURN_IF_ERROR(read_bool(r, "dropout", m.dropout));
+  if (const Node* moe = r.get("moe")) OFFSIM_RETURN_IF_ERROR(read_moe(*moe, m.moe));
+  if (const Node* mla = r.get("mla")) OFFSIM_RETURN_IF_ERROR(read_mla(*mla, m.mla));
+  OFFSIM_RETURN_IF_ERROR(read_int(r, "mtp_layers", m.mtp_layers, 0, 64));
   return sim::ok();
 }
 
@@ -426,6 +481,8 @@ sim::Status read_parallelism(const Node& node, ParallelConfig& p) {
   OFFSIM_RETURN_IF_ERROR(read_int(r, "virtual_stages", p.virtual_stages, 1, 1024));
   OFFSIM_RETURN_IF_ERROR(read_bool(r, "overlap_grad_reduce", p.overlap_grad_reduce));
   OFFSIM_RETURN_IF_ERROR(read_bool(r, "overlap_p2p_comm", p.overlap_p2p_comm));
+  OFFSIM_RETURN_IF_ERROR(read_int(r, "ep", p.ep, 1, 4096));
+  OFFSIM_RETURN_IF_ERROR(read_int(r, "etp", p.etp, 1, 4096));
   return r.finish();
 }
 
@@ -872,6 +929,36 @@ Node scenario_to_document(const Scenario& s) {
   put(model, "linear_bias", bool_node(m.linear_bias));
   put(model, "max_positions", number_node(m.max_positions));
   put(model, "dropout", bool_node(m.dropout));
+  if (m.moe.experts > 0) {
+    const models::MoeConfig& e = m.moe;
+    Node moe = make_map();
+    put(moe, "experts", number_node(e.experts));
+    put(moe, "top_k", number_node(e.top_k));
+    put(moe, "expert_ffn_hidden", number_node(e.expert_ffn_hidden));
+    put(moe, "shared_experts", number_node(e.shared_experts));
+    put(moe, "shared_ffn_hidden", number_node(e.shared_ffn_hidden));
+    put(moe, "first_k_dense", number_node(e.first_k_dense));
+    put(moe, "layer_freq", number_node(e.layer_freq));
+    if (e.capacity_factor > 0.0) put(moe, "capacity_factor", number_node(e.capacity_factor));
+    put(moe, "load_imbalance", number_node(e.load_imbalance));
+    if (!e.expert_loads.empty()) {
+      Node loads = make_sequence();
+      for (double v : e.expert_loads) loads.items.push_back(number_node(v));
+      put(moe, "expert_loads", std::move(loads));
+    }
+    put(moe, "router_bias", bool_node(e.router_bias));
+    put(model, "moe", std::move(moe));
+  }
+  if (m.mla.kv_lora_rank > 0) {
+    Node mla = make_map();
+    put(mla, "q_lora_rank", number_node(m.mla.q_lora_rank));
+    put(mla, "kv_lora_rank", number_node(m.mla.kv_lora_rank));
+    put(mla, "qk_nope_head_dim", number_node(m.mla.qk_nope_head_dim));
+    put(mla, "qk_rope_head_dim", number_node(m.mla.qk_rope_head_dim));
+    put(mla, "v_head_dim", number_node(m.mla.v_head_dim));
+    put(model, "mla", std::move(mla));
+  }
+  if (m.mtp_layers > 0) put(model, "mtp_layers", number_node(m.mtp_layers));
   put(root, "model", std::move(model));
 
   Node hw = make_map();
@@ -934,6 +1021,10 @@ Node scenario_to_document(const Scenario& s) {
   put(par, "virtual_stages", number_node(p.virtual_stages));
   put(par, "overlap_grad_reduce", bool_node(p.overlap_grad_reduce));
   put(par, "overlap_p2p_comm", bool_node(p.overlap_p2p_comm));
+  if (p.ep > 1 || p.etp > 1) {
+    put(par, "ep", number_node(p.ep));
+    put(par, "etp", number_node(p.etp));
+  }
   put(root, "parallelism", std::move(par));
 
   Node rc = make_map();

@@ -1,0 +1,68 @@
+// The mixture-of-experts example scenarios through the scenario loader: the outcome and the
+// figures scenarios/examples/README.md quotes for them, and the MoE shares of the time split
+// (bit-identical between the steady-state fast path and the full simulation).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "models/evaluate.h"
+#include "models/report.h"
+#include "scenarios/scenario_loader.h"
+
+namespace offsim::models {
+namespace {
+
+Scenario load(const std::string& name) {
+  const auto path = std::filesystem::path(OFFSIM_SOURCE_DIR) / "scenarios/examples" / name;
+  auto file = scenarios::load_scenario_file(path.string());
+  EXPECT_TRUE(file) << file.error().message;
+  auto s = scenarios::scenario_from_document(file->base, file->base_dir);
+  EXPECT_TRUE(s) << s.error().message;
+  return *s;
+}
+
+constexpr double gib = 1024.0 * 1024.0 * 1024.0;
+
+TEST(MoeExamples, NoOffloadRunsOutOfHbm) {
+  auto e = evaluate(load("qwen3-30b-a3b-8xh100-no-offload.yaml"));
+  ASSERT_TRUE(e) << e.error().message;
+  EXPECT_EQ(e->report.outcome, "out_of_memory");
+  // README: "42.65 GiB of optimizer state alone: out of HBM in the forward of layer 33".
+  EXPECT_EQ(fmt::format("{:.2f}", static_cast<double>(e->report.memory.optimizer_bytes) / gib),
+            "42.65");
+  ASSERT_TRUE(e->report.oom.has_value());
+  EXPECT_EQ(e->report.oom->op.rfind("mb0.l33.", 0), 0u) << e->report.oom->op;
+}
+
+TEST(MoeExamples, OptimizerOffloadFitsWithTheQuotedFigures) {
+  const Scenario s = load("qwen3-30b-a3b-8xh100-optimizer-offload.yaml");
+  auto fast = evaluate(s);
+  ASSERT_TRUE(fast) << fast.error().message;
+  const Report& r = fast->report;
+  EXPECT_TRUE(r.fits);
+  // README: "fits (65.33 GiB peak), 3.153 s per step, 804.2 ms of it waiting for the CPU update;
+  // ... 533.3 ms of token all-to-alls and 794.0 ms of grouped expert GEMMs".
+  EXPECT_EQ(fmt::format("{:.2f}", static_cast<double>(r.hbm_peak_bytes) / gib), "65.33");
+  EXPECT_EQ(fmt::format("{:.3f}", r.step_time_s), "3.153");
+  EXPECT_EQ(fmt::format("{:.1f}", r.time.cpu_optimizer_s * 1e3), "804.2");
+  EXPECT_EQ(fmt::format("{:.1f}", r.time.moe_alltoall_s * 1e3), "533.3");
+  EXPECT_EQ(fmt::format("{:.1f}", r.time.grouped_gemm_s * 1e3), "794.0");
+  // The all-to-alls and grouped GEMMs appear in the time split as shares of comm and compute.
+  EXPECT_GT(r.time.moe_alltoall_s, 0.0);
+  EXPECT_LE(r.time.moe_alltoall_s, r.time.exposed_comm_s);
+  EXPECT_GT(r.time.grouped_gemm_s, 0.0);
+  EXPECT_LE(r.time.grouped_gemm_s, r.time.compute_s + r.time.recompute_s);
+  EvalOptions full_options;
+  full_options.steady_state = false;
+  auto full = evaluate(s, full_options);
+  ASSERT_TRUE(full);
+  EXPECT_EQ(full->report.step_time_s, r.step_time_s);
+  EXPECT_EQ(full->report.time.moe_alltoall_s, r.time.moe_alltoall_s);
+  EXPECT_EQ(full->report.time.grouped_gemm_s, r.time.grouped_gemm_s);
+}
+
+}  // namespace
+}  // namespace offsim::models

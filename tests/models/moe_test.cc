@@ -1,0 +1,307 @@
+// Mixture-of-experts checks: parameter counts of the catalogue's MoE models by hand arithmetic
+// and against their published totals, Hugging Face import of MoE keys, the checks of
+// model.moe.* and parallelism.ep, expert routing with imbalance and capacity, and the step's
+// all-to-all and grouped-GEMM ops.
+#include <cmath>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "models/evaluate.h"
+#include "models/formulas.h"
+#include "models/plan_size.h"
+#include "models/scenario.h"
+#include "models/step_builder.h"
+
+namespace offsim::models {
+namespace {
+
+ModelArch model(const char* name) {
+  auto m = find_model(name);
+  EXPECT_TRUE(m.has_value()) << name;
+  return *m;
+}
+
+double rel(double a, double b) { return std::abs(a - b) / b; }
+
+TEST(MoeParams, Qwen3_30B_A3B_ByHand) {
+  const ModelArch m = model("qwen3-30b-a3b");
+  // Per layer: q 2048×4096, k and v 2048×512 each, o 4096×2048; 128 experts of 3×2048×768;
+  // router 128×2048; two RMSNorms of 2048.
+  const std::int64_t attn = 2048 * 4096 + 2 * 2048 * 512 + 4096 * 2048;
+  const std::int64_t experts = 128LL * 3 * 2048 * 768;
+  const std::int64_t layer = attn + experts + 128 * 2048 + 2 * 2048;
+  const std::int64_t embed = 151936LL * 2048;  // untied: twice
+  EXPECT_EQ(parameter_count(m), 48 * layer + 2 * embed + 2048);
+  // Active: 8 of 128 experts.
+  const std::int64_t active_layer = attn + 8LL * 3 * 2048 * 768 + 128 * 2048 + 2 * 2048;
+  EXPECT_EQ(active_parameter_count(m), 48 * active_layer + 2 * embed + 2048);
+  // Published: 30.5B total, 3.3B active (Qwen3 technical report).
+  EXPECT_LT(rel(static_cast<double>(parameter_count(m)), 30.5e9), 0.01);
+  EXPECT_LT(rel(static_cast<double>(active_parameter_count(m)), 3.3e9), 0.03);
+}
+
+TEST(MoeParams, DeepSeekV3_ByHand) {
+  const ModelArch m = model("deepseek-v3");
+  // MLA: q down 7168×1536 + norm 1536 + q up 1536×128×192; kv down 7168×(512+64) + norm 512
+  // + kv up 512×128×(128+128); o 128×128×7168.
+  const std::int64_t attn = 7168LL * 1536 + 1536 + 1536LL * 128 * 192 + 7168LL * 576 + 512 +
+                            512LL * 128 * 256 + 128LL * 128 * 7168;
+  EXPECT_EQ(attention_parameter_count_per_rank(m, 1), attn);
+  const std::int64_t expert = 3LL * 7168 * 2048;
+  const std::int64_t moe_layer = attn + 256 * expert + expert + 256 * 7168 + 2 * 7168;
+  const std::int64_t dense_layer = attn + 3LL * 7168 * 18432 + 2 * 7168;
+  const std::int64_t embed = 129280LL * 7168;
+  EXPECT_EQ(parameter_count(m), 3 * dense_layer + 58 * moe_layer + 2 * embed + 7168);
+  // Published: 671B main model, 37B activated; + 14B MTP module (685B on Hugging Face).
+  EXPECT_LT(rel(static_cast<double>(parameter_count(m)), 671e9), 0.005);
+  EXPECT_LT(rel(static_cast<double>(active_parameter_count(m)), 37e9), 0.02);
+  EXPECT_LT(rel(static_cast<double>(mtp_parameter_count(m) + 2 * embed), 14e9), 0.05);
+  EXPECT_FALSE(is_moe_layer(m, 2));
+  EXPECT_TRUE(is_moe_layer(m, 3));
+}
+
+TEST(MoeParams, PublishedTotals) {
+  struct Case {
+    const char* name;
+    double total, active;
+    bool active_without_embedding;
+  };
+  // Mixtral (Jiang et al. 2024; Mistral AI), Qwen3 report, gpt-oss model card.
+  for (const Case& c :
+       {Case{"mixtral-8x7b", 46.7e9, 12.9e9, false}, Case{"mixtral-8x22b", 141e9, 39e9, false},
+        Case{"qwen3-235b-a22b", 235e9, 22e9, false}, Case{"gpt-oss-20b", 20.91e9, 3.61e9, true},
+        Case{"gpt-oss-120b", 116.83e9, 5.13e9, true}}) {
+    const ModelArch m = model(c.name);
+    double active = static_cast<double>(active_parameter_count(m));
+    if (c.active_without_embedding) active -= static_cast<double>(m.vocab_size * m.hidden);
+    EXPECT_LT(rel(static_cast<double>(parameter_count(m)), c.total), 0.01) << c.name;
+    EXPECT_LT(rel(active, c.active), 0.02) << c.name;
+  }
+}
+
+TEST(MoeHf, ImportsQwen3MoeAndDeepSeek) {
+  const std::string qwen = R"({"model_type": "qwen3_moe", "hidden_size": 2048,
+    "num_hidden_layers": 48, "num_attention_heads": 32, "num_key_value_heads": 4,
+    "head_dim": 128, "intermediate_size": 6144, "moe_intermediate_size": 768,
+    "num_experts": 128, "num_experts_per_tok": 8, "decoder_sparse_step": 1,
+    "vocab_size": 151936, "tie_word_embeddings": false})";
+  auto q = model_from_hf_config(qwen, "qwen.json");
+  ASSERT_TRUE(q.has_value()) << q.error().message;
+  EXPECT_EQ(parameter_count(*q), parameter_count(model("qwen3-30b-a3b")));
+  const std::string ds = R"({"model_type": "deepseek_v3", "hidden_size": 7168,
+    "num_hidden_layers": 61, "num_attention_heads": 128, "num_key_value_heads": 128,
+    "intermediate_size": 18432, "moe_intermediate_size": 2048, "n_routed_experts": 256,
+    "n_shared_experts": 1, "num_experts_per_tok": 8, "first_k_dense_replace": 3,
+    "moe_layer_freq": 1, "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
+    "qk_rope_head_dim": 64, "v_head_dim": 128, "num_nextn_predict_layers": 1,
+    "vocab_size": 129280, "tie_word_embeddings": false})";
+  auto d = model_from_hf_config(ds, "ds.json");
+  ASSERT_TRUE(d.has_value()) << d.error().message;
+  EXPECT_EQ(parameter_count(*d), parameter_count(model("deepseek-v3")));
+  EXPECT_EQ(d->mtp_layers, 1);
+  const std::string mix = R"({"model_type": "mixtral", "hidden_size": 4096,
+    "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+    "intermediate_size": 14336, "num_local_experts": 8, "num_experts_per_tok": 2,
+    "vocab_size": 32000})";
+  auto x = model_from_hf_config(mix, "mix.json");
+  ASSERT_TRUE(x.has_value()) << x.error().message;
+  EXPECT_EQ(parameter_count(*x), parameter_count(model("mixtral-8x7b")));
+}
+
+TEST(MoeHf, TopKAboveExpertsIsAnError) {
+  const std::string bad = R"({"model_type": "mixtral", "hidden_size": 64,
+    "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 128,
+    "num_local_experts": 4, "num_experts_per_tok": 6, "vocab_size": 100})";
+  auto r = model_from_hf_config(bad, "bad.json");
+  ASSERT_FALSE(r.has_value());
+  EXPECT_NE(r.error().message.find("num_experts_per_tok"), std::string::npos);
+}
+
+Scenario small_moe() {
+  Scenario s;
+  s.name = "moe";
+  s.model = model("qwen3-30b-a3b");
+  s.model.layers = 4;
+  s.hardware.system = "dgx-h100";
+  s.training = {.global_batch = 8, .micro_batch = 1, .seq_len = 4096};
+  s.parallelism = {.dp = 4, .tp = 2, .pp = 1, .sequence_parallel = true, .zero_stage = 1};
+  s.parallelism.ep = 4;
+  return s;
+}
+
+TEST(MoeChecks, NamesTheKey) {
+  const auto message = [](const Scenario& s) {
+    auto st = check_scenario(s);
+    return st.has_value() ? std::string() : st.error().message;
+  };
+  Scenario s = small_moe();
+  EXPECT_TRUE(check_scenario(s).has_value()) << message(s);
+  s.parallelism.ep = 3;
+  EXPECT_NE(message(s).find("parallelism.ep: 3 does not divide model.moe.experts 128"),
+            std::string::npos);
+  s = small_moe();
+  s.model.moe.top_k = 129;
+  EXPECT_NE(message(s).find("model.moe.top_k"), std::string::npos);
+  s = small_moe();
+  s.model.moe.capacity_factor = -1.0;
+  EXPECT_NE(message(s).find("model.moe.capacity_factor"), std::string::npos);
+  s = small_moe();
+  s.model.moe.expert_loads.assign(128, 1.0);  // sums to 128, not 4096 × 8
+  EXPECT_NE(message(s).find("model.moe.expert_loads: sum 128"), std::string::npos);
+  s = small_moe();
+  s.parallelism.ep = 16;  // 16 does not divide tp·dp = 8
+  EXPECT_NE(message(s).find("parallelism.ep"), std::string::npos);
+}
+
+TEST(MoeRouting, ImbalanceAndCapacity) {
+  Scenario s = small_moe();
+  // Balanced: each rank routes 4096 / 2 (SP) tokens × 8 = 16384 rows to its 32 local experts.
+  LayerDims d = layer_dims(s.model, s.training, s.parallelism, 0);
+  EXPECT_TRUE(d.moe);
+  EXPECT_EQ(d.moe_tokens, 2048);
+  EXPECT_EQ(d.local_experts, 32);
+  EXPECT_EQ(d.routed, 2048 * 8);
+  EXPECT_EQ(d.max_rows, 2048 * 8 / 32);
+  // The most-loaded expert at 3× the mean (512 · 3 rows); the others share the rest.
+  s.model.moe.load_imbalance = 3.0;
+  d = layer_dims(s.model, s.training, s.parallelism, 0);
+  const double mean = 2048.0 * 8 * 4 / 128;  // rows per expert over the EP group
+  EXPECT_EQ(d.max_rows, std::llround(3 * mean));
+  const double rest = (2048.0 * 8 * 4 - 3 * mean) / 127;
+  EXPECT_EQ(d.routed, std::llround(3 * mean + 31 * rest));
+  // Capacity 1.25: the hot expert drops to 1.25 × mean.
+  s.model.moe.capacity_factor = 1.25;
+  d = layer_dims(s.model, s.training, s.parallelism, 0);
+  EXPECT_EQ(d.max_rows, std::llround(1.25 * mean));
+  // Measured loads: everything on expert 127 (last rank's block).
+  s = small_moe();
+  s.model.moe.expert_loads.assign(128, 0.0);
+  s.model.moe.expert_loads[127] = 4096.0 * 8;
+  d = layer_dims(s.model, s.training, s.parallelism, 0);
+  EXPECT_EQ(d.routed, 2048 * 8 * 4);
+  EXPECT_EQ(d.max_rows, 2048 * 8 * 4);
+}
+
+TEST(MoeStep, AllToAllAndGroupedGemms) {
+  const Scenario s = small_moe();
+  auto step = build_step(s);
+  ASSERT_TRUE(step.has_value()) << step.error().message;
+  int a2a = 0;
+  int grouped = 0;
+  for (const sim::Op& op : step->plan.ops) {
+    if (op.name == "mb0.l0.moe.dispatch.alltoall.fwd") {
+      // Each rank sends its 2048 tokens × top-8 copies of 2048 bf16 values.
+      EXPECT_EQ(op.sizes.bytes, 2048LL * 8 * 2048 * 2);
+      EXPECT_EQ(op.sizes.collective.kind, sim::CollectiveKind::kAllToAll);
+      EXPECT_EQ(op.sizes.collective.group.size(), 4u);
+    }
+    if (op.name.find(".alltoall") != std::string::npos) ++a2a;
+    if (op.name.find(".grouped_gemm") != std::string::npos) ++grouped;
+  }
+  // 4 layers × 2 micro-batches: dispatch + combine forward and backward; 2 + 4 grouped GEMMs.
+  EXPECT_EQ(a2a, 4 * 2 * 4);
+  EXPECT_EQ(grouped, 4 * 2 * 6);
+  // Routed expert weights: 32 local experts of 3 × 2048 × 768 per rank and layer.
+  std::int64_t expert_params = 0;
+  for (const sim::Tensor& t : step->plan.tensors) {
+    if (t.name == "l0.experts.params") expert_params = t.bytes;
+  }
+  EXPECT_EQ(expert_params, 32LL * 3 * 2048 * 768 * 2);
+}
+
+TEST(MoeStep, ImbalanceSlowsTheStep) {
+  Scenario s = small_moe();
+  auto balanced = evaluate(s);
+  ASSERT_TRUE(balanced.has_value()) << balanced.error().message;
+  s.model.moe.load_imbalance = 4.0;
+  auto skewed = evaluate(s);
+  ASSERT_TRUE(skewed.has_value());
+  EXPECT_GT(skewed->report.step_time_s, balanced->report.step_time_s * 1.05);
+  // The per-expert load is in the report's metadata.
+  bool has_loads = false;
+  for (const auto& [k, v] : skewed->report.metadata) {
+    if (k == "moe_expert_rows_per_micro_batch") {
+      has_loads = true;
+      EXPECT_EQ(v.substr(0, v.find(',')), "2048");  // 4 × the mean of 512 rows
+    }
+  }
+  EXPECT_TRUE(has_loads);
+  // Model FLOPs do not change with the imbalance (useful work only).
+  EXPECT_DOUBLE_EQ(skewed->report.tflops_per_gpu * skewed->report.step_time_s,
+                   balanced->report.tflops_per_gpu * balanced->report.step_time_s);
+}
+
+TEST(MoeOffload, ActivationOffloadMovesTheRoutedTokenActivations) {
+  Scenario s = small_moe();
+  s.offload.rules.push_back({.cls = TensorClass::kActivations, .where = Placement::kHost});
+  auto step = build_step(s);
+  ASSERT_TRUE(step.has_value()) << step.error().message;
+  const LayerDims d = layer_dims(s.model, s.training, s.parallelism, 0);
+  const LayerActivations a = layer_activations(d, RecomputeConfig::Mode::kNone, {});
+  std::int64_t d2h = 0;
+  for (const sim::Op& op : step->plan.ops) {
+    if (op.name.rfind("mb0.l0.act.d2h", 0) == 0) d2h += op.sizes.bytes;
+  }
+  EXPECT_EQ(d2h, a.saved_bytes(d));
+  // The routed rows: dispatched input (16384 × 2048), FC1 out (16384 × 2 × 768) and activation
+  // out (16384 × 768), bf16, on top of the attention's tensors.
+  EXPECT_GE(d2h, 2LL * 16384 * (2048 + 2 * 768 + 768));
+}
+
+TEST(MoeOffload, ParameterOffloadBringsTheExpertsIn) {
+  Scenario s = small_moe();
+  s.offload.rules.push_back({.cls = TensorClass::kParams, .where = Placement::kHost});
+  auto step = build_step(s);
+  ASSERT_TRUE(step.has_value()) << step.error().message;
+  std::int64_t h2d = 0;
+  for (const sim::Op& op : step->plan.ops) {
+    if (op.name == "l0.mb0.fwd.params_h2d") h2d = op.sizes.bytes;
+  }
+  const std::int64_t dense = layer_parameter_count_per_rank(s.model, 2, 0);
+  const std::int64_t experts = expert_parameter_count_per_rank(s.model, 4, 1);
+  EXPECT_EQ(experts, 32LL * 3 * 2048 * 768);
+  EXPECT_EQ(h2d, 2 * (dense + experts));
+}
+
+TEST(MoeHf, ImportsGptOss) {
+  const std::string j = R"({"model_type": "gpt_oss", "hidden_size": 2880,
+    "num_hidden_layers": 24, "num_attention_heads": 64, "num_key_value_heads": 8,
+    "head_dim": 64, "intermediate_size": 2880, "num_local_experts": 32,
+    "experts_per_token": 4, "num_experts_per_tok": 4, "vocab_size": 201088,
+    "attention_bias": true, "tie_word_embeddings": false})";
+  auto m = model_from_hf_config(j, "gpt-oss.json");
+  ASSERT_TRUE(m.has_value()) << m.error().message;
+  EXPECT_EQ(parameter_count(*m), parameter_count(model("gpt-oss-20b")));
+}
+
+TEST(MoeStep, PlanSizeEstimateCountsTheMoeOps) {
+  // Shared experts, etp > 1, tp > 1, full recompute, FP8, dense-then-MoE layers, MLA.
+  for (int variant = 0; variant < 4; ++variant) {
+    Scenario s = small_moe();
+    if (variant == 1) {
+      s.model = model("deepseek-v3");
+      s.model.layers = 5;
+      s.model.moe.first_k_dense = 1;
+      s.parallelism.ep = 2;
+      s.parallelism.etp = 2;
+    }
+    if (variant == 2) s.recompute.mode = RecomputeConfig::Mode::kFull;
+    if (variant == 3) {
+      s.training.compute_dtype = sim::DType::kFp8;
+      s.recompute.mode = RecomputeConfig::Mode::kFull;
+      s.model.moe.shared_experts = 2;
+      s.model.moe.shared_ffn_hidden = 512;
+    }
+    auto step = build_step(s);
+    ASSERT_TRUE(step.has_value()) << variant << ": " << step.error().message;
+    const PlanSize est = estimate_plan_size(s, {});
+    const double ops = static_cast<double>(step->plan.ops.size());
+    const double tensors = static_cast<double>(step->plan.tensors.size());
+    EXPECT_NEAR(est.ops / ops, 1.0, 0.05) << variant << ": " << est.ops << " vs " << ops;
+    EXPECT_NEAR(est.tensors / tensors, 1.0, 0.05) << variant;
+  }
+}
+
+}  // namespace
+}  // namespace offsim::models
