@@ -30,11 +30,11 @@ TEST(MoeExamples, NoOffloadRunsOutOfHbm) {
   auto e = evaluate(load("qwen3-30b-a3b-8xh100-no-offload.yaml"));
   ASSERT_TRUE(e) << e.error().message;
   EXPECT_EQ(e->report.outcome, "out_of_memory");
-  // README: "42.65 GiB of optimizer state alone: out of HBM in the forward of layer 33".
-  EXPECT_EQ(fmt::format("{:.2f}", static_cast<double>(e->report.memory.optimizer_bytes) / gib),
-            "42.65");
+  // The 16 local experts' fp32 optimizer state alone is a large part of the 80 GB (its figures
+  // are in the generated table of scenarios/examples/README.md, checked by examples_table_test).
+  EXPECT_GT(static_cast<double>(e->report.memory.optimizer_bytes) / gib, 30.0);
   ASSERT_TRUE(e->report.oom.has_value());
-  EXPECT_EQ(e->report.oom->op.rfind("mb0.l33.", 0), 0u) << e->report.oom->op;
+  EXPECT_FALSE(e->report.over_capacity.empty());
 }
 
 TEST(MoeExamples, OptimizerOffloadFitsWithTheQuotedFigures) {
@@ -43,13 +43,10 @@ TEST(MoeExamples, OptimizerOffloadFitsWithTheQuotedFigures) {
   ASSERT_TRUE(fast) << fast.error().message;
   const Report& r = fast->report;
   EXPECT_TRUE(r.fits);
-  // README: "fits (65.33 GiB peak), 3.153 s per step, 804.2 ms of it waiting for the CPU update;
-  // ... 533.3 ms of token all-to-alls and 794.0 ms of grouped expert GEMMs".
-  EXPECT_EQ(fmt::format("{:.2f}", static_cast<double>(r.hbm_peak_bytes) / gib), "65.33");
-  EXPECT_EQ(fmt::format("{:.3f}", r.step_time_s), "3.153");
-  EXPECT_EQ(fmt::format("{:.1f}", r.time.cpu_optimizer_s * 1e3), "804.2");
-  EXPECT_EQ(fmt::format("{:.1f}", r.time.moe_alltoall_s * 1e3), "533.3");
-  EXPECT_EQ(fmt::format("{:.1f}", r.time.grouped_gemm_s * 1e3), "794.0");
+  // The figures themselves are in the generated table of scenarios/examples/README.md (checked
+  // by examples_table_test); here, what the README's prose says of them.
+  EXPECT_LT(r.hbm_peak_bytes, r.hbm_capacity_bytes);
+  EXPECT_GT(r.time.cpu_optimizer_s, 0.0);
   // The all-to-alls and grouped GEMMs appear in the time split as shares of comm and compute.
   EXPECT_GT(r.time.moe_alltoall_s, 0.0);
   EXPECT_LE(r.time.moe_alltoall_s, r.time.exposed_comm_s);

@@ -31,8 +31,9 @@ TEST(ExamplesTable, EveryExampleShowsItsDeclaredOutcome) {
     EXPECT_TRUE(check_expectation(run)) << check_expectation(run).error().message;
     fits += run.report.fits ? 1 : 0;
   }
-  // The README's story: every example fits except the one that shows the 70B out-of-memory.
-  EXPECT_EQ(fits, static_cast<int>(runs->size()) - 1);
+  // The README's story: most examples fit; the 70B and the MoE no-offload files show an
+  // out-of-memory on purpose (each declared, and checked above).
+  EXPECT_EQ(fits, static_cast<int>(runs->size()) - 2);
 }
 
 TEST(ExamplesTable, ReadmeFiguresAreWhatTheToolPrints) {
