@@ -1,7 +1,6 @@
 #include "backends/replay.h"
 
 #include <algorithm>
-#include <charconv>
 #include <map>
 #include <set>
 
@@ -32,18 +31,6 @@ const char* to_string(MemoryKind kind) {
       return "host_pageable";
   }
   return "?";
-}
-
-int rank_of_name(const std::string& name) {
-  constexpr std::string_view kPrefix = "rank";
-  if (name.rfind(kPrefix, 0) != 0) return -1;
-  const char* first = name.data() + kPrefix.size();
-  const char* last = name.data() + name.size();
-  int rank = -1;
-  auto [ptr, ec] = std::from_chars(first, last, rank);
-  if (ec != std::errc() || ptr == first || rank < 0) return -1;
-  if (ptr != last && *ptr != '.') return -1;
-  return rank;
 }
 
 namespace {
@@ -132,8 +119,17 @@ void add_needs(const sim::Op& op, LaneNeeds& n) {
   }
 }
 
-bool contains(const std::string& text, std::string_view word) {
-  return text.find(word) != std::string::npos;
+// The global rank whose device pool `pool` is, or -1 for host and other pools.
+int device_pool_rank(const sim::Pool& pool) {
+  return pool.kind == sim::PoolKind::kHbm ? pool.owner : -1;
+}
+
+// True when `dep` is the send that the receive `op` completes: the two are one transfer, so the
+// receive is posted without waiting for the send to end (which needs the receive).
+bool is_paired_send(const sim::Op& op, const sim::Op& dep) {
+  return op.kind == sim::OpKind::kP2P && op.sizes.p2p_role == sim::P2PRole::kRecv &&
+         dep.kind == sim::OpKind::kP2P && dep.sizes.p2p_role == sim::P2PRole::kSend &&
+         op.sizes.p2p_pair >= 0 && dep.sizes.p2p_pair == op.sizes.p2p_pair;
 }
 
 std::int64_t median(std::vector<std::int64_t> v) {
@@ -184,8 +180,7 @@ class Replayer {
     }
     std::set<int> named;
     for (const sim::Lane& lane : plan_.lanes) {
-      const int r = rank_of_name(lane.name);
-      if (r >= 0) named.insert(r);
+      if (lane.rank >= 0) named.insert(lane.rank);
     }
     if (named.empty()) named.insert(0);  // a plan without rank lanes runs as rank 0
     if (options_.ranks.empty()) {
@@ -213,7 +208,7 @@ class Replayer {
     lanes_.resize(plan_.lanes.size());
     std::vector<LaneNeeds> needs(plan_.lanes.size());
     for (std::size_t i = 0; i < plan_.lanes.size(); ++i) {
-      const int global = rank_of_name(plan_.lanes[i].name);
+      const int global = plan_.lanes[i].rank;
       lanes_[i].local_rank = global < 0 ? 0 : local_of(global);
     }
     for (const sim::Op& op : plan_.ops) add_needs(op, needs[op.lane.index()]);
@@ -254,11 +249,11 @@ class Replayer {
     }
     starts_.assign(plan_.ops.size(), {});
     ends_.assign(plan_.ops.size(), {});
-    // Device pools: "rank<N>.*" pools of run ranks; allocations go to the device when the op's
+    // Device pools: the HBM pools of run ranks; allocations go to the device when the op's
     // lane is on the same rank, and are only accounted otherwise (host pools).
     pool_local_.assign(plan_.pools.size(), -1);
     for (std::size_t p = 0; p < plan_.pools.size(); ++p) {
-      const int global = rank_of_name(plan_.pools[p].name);
+      const int global = device_pool_rank(plan_.pools[p]);
       if (global >= 0) pool_local_[p] = local_of(global);
     }
     classify_tensors();
@@ -378,11 +373,14 @@ class Replayer {
       }
       case sim::OpKind::kP2P: {
         const std::vector<int> members = comm_members(op, lp);
-        if (members.empty()) return dev_.copy(s, lp.z, lp.x, bytes);  // the peer does not run
+        if (members.empty()) {
+          // The peer does not run: the send side moves the bytes as a local copy; the receive
+          // has nothing left to do.
+          if (op.sizes.p2p_role == sim::P2PRole::kRecv) return sim::ok();
+          return dev_.copy(s, lp.z, lp.x, bytes);
+        }
         const int peer = local_of(op.sizes.peer);
-        bool send = ranks_[static_cast<std::size_t>(lp.local_rank)] < op.sizes.peer;
-        if (contains(op.name, "send")) send = true;
-        if (contains(op.name, "recv")) send = false;
+        const bool send = op.sizes.p2p_role == sim::P2PRole::kSend;
         OFFSIM_ASSIGN_OR_RETURN(CommId c, comm_for(members));
         return dev_.p2p(s, c, peer, send, lp.x, bytes, op.name);
       }
@@ -412,7 +410,10 @@ class Replayer {
       const sim::Op& op = plan_.ops[i];
       const LanePlan& lp = lanes_[op.lane.index()];
       for (sim::OpId dep : op.deps) {
-        if (!run_op_[dep.index()] || plan_.ops[dep.index()].lane == op.lane) continue;
+        if (!run_op_[dep.index()] || plan_.ops[dep.index()].lane == op.lane ||
+            is_paired_send(op, plan_.ops[dep.index()])) {
+          continue;
+        }
         OFFSIM_RETURN_IF_ERROR(dev_.wait(lp.stream, end_ev_[dep.index()]));
       }
       OFFSIM_RETURN_IF_ERROR(dev_.record(lp.stream, start_ev_[i]));
@@ -527,7 +528,7 @@ class Replayer {
     std::vector<std::vector<Change>> changes(plan_.pools.size());
     auto pool_runs = [&](sim::TensorId tensor) {
       const std::size_t p = plan_.tensors[tensor.index()].pool.index();
-      return rank_of_name(plan_.pools[p].name) < 0 || pool_local_[p] >= 0;
+      return device_pool_rank(plan_.pools[p]) < 0 || pool_local_[p] >= 0;
     };
     for (sim::TensorId tensor : plan_.initial_tensors) {
       if (!pool_runs(tensor)) continue;
@@ -602,8 +603,7 @@ std::vector<int> plan_ranks(const sim::Plan& plan, const std::vector<int>& asked
   if (!asked.empty()) return asked;
   std::set<int> named;
   for (const sim::Lane& lane : plan.lanes) {
-    const int r = rank_of_name(lane.name);
-    if (r >= 0) named.insert(r);
+    if (lane.rank >= 0) named.insert(lane.rank);
   }
   if (named.empty()) named.insert(0);
   return {named.begin(), named.end()};

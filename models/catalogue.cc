@@ -314,8 +314,10 @@ sim::Result<OffloadPolicy> offload_preset(std::string_view name, const PresetOpt
   OffloadPolicy p;
   p.preset = std::string(name);
   const int k = o.prefetch_layers;
+  // The JAX/MaxText presets name what is saved or offloaded and rematerialize the rest.
   const auto names = [&](std::vector<std::string> list) {
     for (const std::string& n : list) p.rules.push_back(named(n, k));
+    p.remat_unsaved = true;
   };
   if (name == "none") return p;
   if (name == "jax_offload_dot_with_no_batch_dims" || name == "maxtext_minimal_offloaded") {

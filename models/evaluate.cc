@@ -28,11 +28,8 @@ void add_to(MemoryBreakdown& m, const std::string& category, std::int64_t bytes)
   }
 }
 
-const sim::PoolTrace* find_pool(const sim::Timeline& t, const std::string& name) {
-  for (const sim::PoolTrace& p : t.pools) {
-    if (p.name == name) return &p;
-  }
-  return nullptr;
+const sim::PoolTrace* find_pool(const sim::Timeline& t, sim::PoolId pool) {
+  return pool.index() < t.pools.size() ? &t.pools[pool.index()] : nullptr;
 }
 
 // TimeSplit's buckets in integer nanoseconds: sums are exact, so a steady-state step's split is
@@ -75,18 +72,16 @@ struct StartWindow {
 
 // Attributes the compute lane's time of one rank: busy time by the running op's category, idle
 // time by the kind of the dependency that ended last before the next op could start.
-SplitNs split_time(const sim::Plan& plan, const sim::Timeline& t, const std::string& lane_name,
-                   const std::string& rank_prefix, std::optional<StartWindow> window = {}) {
+SplitNs split_time(const sim::Plan& plan, const sim::Timeline& t, sim::LaneId compute_lane,
+                   std::optional<StartWindow> window = {}) {
   SplitNs split;
   std::vector<const sim::Span*> by_op(plan.ops.size(), nullptr);
   for (const sim::Span& s : t.spans) {
     if (s.op.index() < by_op.size()) by_op[s.op.index()] = &s;
   }
-  std::optional<sim::LaneId> lane;
-  for (std::size_t i = 0; i < plan.lanes.size(); ++i) {
-    if (plan.lanes[i].name == lane_name) lane = sim::LaneId(i);
-  }
-  if (!lane) return split;
+  if (compute_lane.index() >= plan.lanes.size()) return split;
+  const std::optional<sim::LaneId> lane = compute_lane;
+  const int rank = plan.lanes[compute_lane.index()].rank;
   const auto idle_bucket = [&](const sim::Op& op) -> std::int64_t& {
     if (op.kind == sim::OpKind::kCopy) return split.exposed_offload;
     if (op.kind == sim::OpKind::kHostCompute) return split.cpu_optimizer;
@@ -138,7 +133,7 @@ SplitNs split_time(const sim::Plan& plan, const sim::Timeline& t, const std::str
     std::vector<sim::TimePoint> cuts = {cursor, t.makespan};
     for (std::size_t i = 0; i < plan.ops.size(); ++i) {
       if (by_op[i] == nullptr || by_op[i]->end <= cursor) continue;
-      if (plan.lanes[plan.ops[i].lane.index()].name.rfind(rank_prefix, 0) != 0) continue;
+      if (plan.lanes[plan.ops[i].lane.index()].rank != rank) continue;
       active.push_back(i);
       cuts.push_back(std::max(cursor, by_op[i]->start));
       cuts.push_back(by_op[i]->end);
@@ -210,7 +205,7 @@ Report report_of(const Scenario& scenario, const BuiltStep& step, const sim::Tim
       r.hfu = r.hw_tflops_per_gpu * 1e12 / step.peak_flops_per_gpu;
     }
   }
-  std::map<std::string, bool> hosts_seen;
+  std::map<std::size_t, bool> hosts_seen;  // by pool id
   for (const SimRankInfo& info : step.ranks) {
     RankReport rr;
     rr.name = fmt::format("rank{} (stage {})", info.rank, info.stage);
@@ -221,8 +216,9 @@ Report report_of(const Scenario& scenario, const BuiltStep& step, const sim::Tim
       rr.live_at_peak = p->live_at_peak;
       for (const sim::LiveTensor& lt : p->live_at_peak) add_to(rr.memory, lt.category, lt.bytes);
     }
-    if (const sim::PoolTrace* h = find_pool(t, info.host_pool); h && !hosts_seen[info.host_pool]) {
-      hosts_seen[info.host_pool] = true;
+    if (const sim::PoolTrace* h = find_pool(t, info.host_pool);
+        h && !hosts_seen[info.host_pool.index()]) {
+      hosts_seen[info.host_pool.index()] = true;
       r.host_peak_bytes = std::max(r.host_peak_bytes, h->peak_bytes);
     }
     if (r.ranks.empty() || rr.hbm_peak_bytes > r.hbm_peak_bytes) {
@@ -237,10 +233,8 @@ Report report_of(const Scenario& scenario, const BuiltStep& step, const sim::Tim
     // The first stage: in 1F1B every stage sees the same bubble; stage 0 also waits longest on
     // the gradients flowing back.
     const SimRankInfo& crit = step.ranks.front();
-    r.time = x != nullptr
-                 ? x->split.seconds()
-                 : split_time(step.plan, t, crit.compute_lane, fmt::format("rank{}.", crit.rank))
-                       .seconds();
+    r.time =
+        x != nullptr ? x->split.seconds() : split_time(step.plan, t, crit.compute_lane).seconds();
   }
   if (t.outcome.oom) {
     const sim::OutOfMemory& o = *t.outcome.oom;
@@ -371,6 +365,7 @@ std::optional<Report> steady_state_report(const Scenario& scenario, const EvalOp
   sim_options.record_spans = true;
   sim_options.record_memory = false;
   sim_options.validate_plan = false;
+  sim_options.cancel = options.cancel;
   sim::Result<sim::SimResult> result =
       sim::detail::simulate_with_periods(plan, sim_options, &probe);
   if (!result) {
@@ -414,9 +409,8 @@ std::optional<Report> steady_state_report(const Scenario& scenario, const EvalOp
       static_cast<std::int64_t>(plan.ops.size()) + extra * static_cast<std::int64_t>(block_ops);
   if (!step.ranks.empty()) {
     const SimRankInfo& crit = step.ranks.front();
-    const std::string prefix = fmt::format("rank{}.", crit.rank);
-    x.split = split_time(plan, t, crit.compute_lane, prefix);
-    x.split.add(split_time(plan, t, crit.compute_lane, prefix, StartWindow{b1, b2}), extra);
+    x.split = split_time(plan, t, crit.compute_lane);
+    x.split.add(split_time(plan, t, crit.compute_lane, StartWindow{b1, b2}), extra);
   }
   return report_of(scenario, step, t, &x);
 }

@@ -210,10 +210,11 @@ PlanSize estimate_plan_size(const Scenario& s, const PlanSizeOptions& options) {
   add_grads(s, m, grads_on_host, c);
   add_group(s, params_on_host, grads_on_host, opt_on_host, c);
   // Pipeline: every forward and backward task sends to its neighbour except at the ends; each
-  // send has its producer and its receiver's first op (sometimes also a reload) waits for it.
+  // send is two ops, the send (waiting on its producer) and its receive on the peer (waiting on
+  // the send), and the receiver's first op (sometimes also a reload) waits on the receive.
   const double sends = 2 * m * (pp * v - 1);
-  c.ops += sends;
-  c.deps += sends * 2.5;
+  c.ops += 2 * sends;
+  c.deps += sends * 3.5;
   // Per stage: the workspace tensor.
   c.tensors += pp;
 

@@ -114,13 +114,21 @@ class StepBuilder {
     for (int stage = 0; stage < p.pp; ++stage) {
       OFFSIM_RETURN_IF_ERROR(build_rank(stage));
     }
+    // Every send gets its receive on the peer, in send order: one receive lane per (receiver,
+    // sender) pair, so a receive never waits behind another sender's and the lane adds no delay
+    // (sends to one peer leave one lane in order). Appended after every other op and lane.
+    std::map<OpId, OpId> recv_of_send;
+    std::vector<OpId> sends;
+    for (const auto& [key, send] : sends_) sends.push_back(send);
+    std::sort(sends.begin(), sends.end());
+    for (const OpId send : sends) recv_of_send[send] = receive(send);
     for (const auto& [op, key] : pending_recv_) {
       auto it = sends_.find(key);
       if (it == sends_.end()) {
         return sim::fail(sim::ErrorCode::kInternal, "pipeline: no send for a receive (mb {})",
                          std::get<1>(key));
       }
-      b_.op_at(op).deps.push_back(it->second);
+      b_.op_at(op).deps.push_back(recv_of_send.at(it->second));
     }
     return sim::ok();
   }
@@ -163,6 +171,30 @@ class StepBuilder {
   }
 
   // --- helpers ------------------------------------------------------------------------------
+
+  // The receive of `send` on a lane of its peer: no work of its own, it ends when the send does.
+  OpId receive(OpId send) {
+    const sim::Op s = b_.op_at(send);
+    const sim::Lane& from = b_.peek().lanes[s.lane.index()];
+    const int dst = s.sizes.peer;
+    const auto stage = static_cast<int>(dst / (s_.parallelism.tp * s_.parallelism.dp));
+    const LaneId lane = b_.lane(fmt::format("rank{}.recv_from_rank{}", dst, from.rank),
+                                {.rank = dst, .stage = stage, .role = sim::LaneRole::kRecv});
+    const auto pair = static_cast<std::int64_t>(send.index());
+    b_.op_at(send).sizes.p2p_pair = pair;
+    sim::Op op;
+    op.name = recv_names_.at(send);
+    op.lane = lane;
+    op.kind = OpKind::kP2P;
+    op.category = s.category;
+    op.layer = s.layer;
+    op.sizes.bytes = s.sizes.bytes;
+    op.sizes.peer = from.rank;
+    op.sizes.p2p_role = sim::P2PRole::kRecv;
+    op.sizes.p2p_pair = pair;
+    op.deps = {send};
+    return b_.op(std::move(op));
+  }
 
   OpId add(Rank& r, LaneId lane, std::string name, OpKind kind, const std::string& category,
            int layer, sim::OpCost cost, sim::OpSizes sizes = {}, std::vector<OpId> deps = {}) {
@@ -308,12 +340,15 @@ class StepBuilder {
     r.stage = stage;
     r.rank = stage * p.tp * p.dp;
     const std::string rn = fmt::format("rank{}", r.rank);
-    r.compute = b_.lane(rn + ".compute");
-    r.comm = b_.lane(rn + ".comm");
-    r.p2p = b_.lane(rn + ".p2p");
-    r.h2d = b_.lane(rn + ".h2d");
-    r.d2h = b_.lane(rn + ".d2h");
-    r.cpu = b_.lane(rn + ".cpu");
+    const auto lane = [&](const char* suffix, sim::LaneRole role) {
+      return b_.lane(rn + suffix, {.rank = r.rank, .stage = stage, .role = role});
+    };
+    r.compute = lane(".compute", sim::LaneRole::kCompute);
+    r.comm = lane(".comm", sim::LaneRole::kComm);
+    r.p2p = lane(".p2p", sim::LaneRole::kP2P);
+    r.h2d = lane(".h2d", sim::LaneRole::kH2D);
+    r.d2h = lane(".d2h", sim::LaneRole::kD2H);
+    r.cpu = lane(".cpu", sim::LaneRole::kCpu);
     r.hbm = cm_.hbm_pool(r.rank);
     r.host = cm_.host_pool(r.rank);
     for (int i = 0; i < p.tp; ++i) r.tp_group.push_back(r.rank + i);
@@ -323,9 +358,9 @@ class StepBuilder {
     info.rank = r.rank;
     info.stage = stage;
     info.multiplicity = p.tp * p.dp;
-    info.hbm_pool = b_.peek().pools[r.hbm.index()].name;
-    info.host_pool = b_.peek().pools[r.host.index()].name;
-    info.compute_lane = rn + ".compute";
+    info.hbm_pool = r.hbm;
+    info.host_pool = r.host;
+    info.compute_lane = r.compute;
     out_.ranks.push_back(info);
 
     make_param_groups(r);
@@ -524,6 +559,7 @@ class StepBuilder {
           add(r, p2p_lane(r), fmt::format("mb{}.c{}.fwd.send", lbl(t.mb), t.chunk), OpKind::kP2P,
               "comm", -1, cm_.p2p(r.rank, dst, p2p_bytes()), sz, {last});
       sends_[SendKey{true, t.mb, dst_stage, dst_chunk}] = send;
+      recv_names_[send] = fmt::format("mb{}.c{}.fwd.recv", lbl(t.mb), t.chunk);
     }
   }
 
@@ -718,6 +754,7 @@ class StepBuilder {
           add(r, p2p_lane(r), fmt::format("mb{}.c{}.bwd.send", lbl(t.mb), t.chunk), OpKind::kP2P,
               "comm", -1, cm_.p2p(r.rank, dst, p2p_bytes()), sz, {last});
       sends_[SendKey{false, t.mb, dst_stage, dst_chunk}] = send;
+      recv_names_[send] = fmt::format("mb{}.c{}.bwd.recv", lbl(t.mb), t.chunk);
     }
   }
 
@@ -982,6 +1019,7 @@ class StepBuilder {
   sim::DType adtype_ = sim::DType::kBf16;
   std::vector<LayerPolicy> policies_;
   std::map<SendKey, OpId> sends_;
+  std::map<OpId, std::string> recv_names_;  // the display name of each send's receive
   std::vector<std::pair<OpId, SendKey>> pending_recv_;
   std::vector<OpId> deferred_reduce_;  // gradient reductions that wait for the whole backward
   OpId last_compute_;                  // the latest op emitted on the current rank's compute lane
@@ -1003,8 +1041,7 @@ std::vector<std::string> scenario_flags(const Scenario& s) {
         "megatron cannot offload activations with pp>1 (Transformer Engine CPU "
         "offloading refuses pipeline parallelism); simulated anyway");
   }
-  const bool jax_named = preset.rfind("jax_", 0) == 0 || preset.rfind("maxtext_", 0) == 0;
-  if (jax_named && s.recompute.mode != RecomputeConfig::Mode::kFull) {
+  if (s.offload.remat_unsaved && s.recompute.mode != RecomputeConfig::Mode::kFull) {
     flags.push_back(fmt::format(
         "preset {} rematerializes everything it does not save: expected recompute.mode full, got "
         "{}",
@@ -1146,8 +1183,12 @@ sim::Result<BuiltStep> build_step(const Scenario& s, const BuildOptions& options
   if (!out.ranks.empty()) {
     const auto& pools = out.plan.pools;
     for (const auto& pool : pools) {
-      if (pool.name == out.ranks.front().hbm_pool) out.hbm_capacity_bytes = pool.capacity_bytes;
-      if (pool.name == out.ranks.front().host_pool) out.host_capacity_bytes = pool.capacity_bytes;
+      if (&pool == &pools[out.ranks.front().hbm_pool.index()]) {
+        out.hbm_capacity_bytes = pool.capacity_bytes;
+      }
+      if (&pool == &pools[out.ranks.front().host_pool.index()]) {
+        out.host_capacity_bytes = pool.capacity_bytes;
+      }
     }
   }
   return out;
