@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
+#include <queue>
 #include <set>
 
 #include <fmt/format.h>
@@ -132,6 +134,45 @@ bool is_paired_send(const sim::Op& op, const sim::Op& dep) {
          op.sizes.p2p_pair >= 0 && dep.sizes.p2p_pair == op.sizes.p2p_pair;
 }
 
+// The order ops are issued in: plan order, except that an op waits until every op it depends on
+// has been issued (a wait on an event must come after the event's record, as with
+// cudaStreamWaitEvent; a receive made after its consumer in plan order would otherwise be waited
+// on before it was recorded). Kahn's algorithm taking the lowest op index first, over lane order
+// and deps, so each lane keeps its order and the order is deterministic.
+std::vector<std::size_t> issue_order(const sim::Plan& plan) {
+  const std::size_t n = plan.ops.size();
+  std::vector<std::vector<std::size_t>> next(n);
+  std::vector<int> waiting(n, 0);
+  std::vector<std::optional<std::size_t>> last_on_lane(plan.lanes.size());
+  for (std::size_t i = 0; i < n; ++i) {
+    auto& last = last_on_lane[plan.ops[i].lane.index()];
+    if (last) {
+      next[*last].push_back(i);
+      ++waiting[i];
+    }
+    last = i;
+    for (sim::OpId d : plan.ops[i].deps) {
+      next[d.index()].push_back(i);
+      ++waiting[i];
+    }
+  }
+  std::priority_queue<std::size_t, std::vector<std::size_t>, std::greater<>> ready;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (waiting[i] == 0) ready.push(i);
+  }
+  std::vector<std::size_t> order;
+  order.reserve(n);
+  while (!ready.empty()) {
+    const std::size_t i = ready.top();
+    ready.pop();
+    order.push_back(i);
+    for (std::size_t j : next[i]) {
+      if (--waiting[j] == 0) ready.push(j);
+    }
+  }
+  return order;  // complete: replay_on validated the plan (no cycles)
+}
+
 std::int64_t median(std::vector<std::int64_t> v) {
   OFFSIM_CHECK(!v.empty());
   const std::size_t mid = v.size() / 2;
@@ -234,6 +275,7 @@ class Replayer {
       OFFSIM_ASSIGN_OR_RETURN(EventId e, dev_.create_event(r));
       origin_.push_back(e);
     }
+    order_ = issue_order(plan_);
     run_op_.assign(plan_.ops.size(), false);
     start_ev_.resize(plan_.ops.size());
     end_ev_.resize(plan_.ops.size());
@@ -405,7 +447,7 @@ class Replayer {
     }
     std::vector<sim::TensorId> live;  // device tensors this step allocated
     std::vector<bool> freed(plan_.tensors.size(), false);
-    for (std::size_t i = 0; i < plan_.ops.size(); ++i) {
+    for (const std::size_t i : order_) {
       if (!run_op_[i]) continue;
       const sim::Op& op = plan_.ops[i];
       const LanePlan& lp = lanes_[op.lane.index()];
@@ -589,6 +631,7 @@ class Replayer {
   std::vector<LanePlan> lanes_;
   std::vector<StreamId> control_;
   std::vector<EventId> origin_;
+  std::vector<std::size_t> order_;  // issue order (issue_order())
   std::vector<bool> run_op_;
   std::vector<EventId> start_ev_, end_ev_;
   std::vector<std::vector<std::int64_t>> starts_, ends_;  // ns from the origin, per measured step
