@@ -662,7 +662,38 @@ sim::Result<ReplayResult> replay_on(Device& device, const sim::Plan& plan,
   return replayer.run();
 }
 
+namespace {
+
+// A measured timeline of an expanded plan cut back to the ops, lanes and pools of the plan it
+// was expanded from (the copies come after them, so ids are unchanged).
+void keep_original(const sim::Plan& plan, sim::Timeline& t) {
+  t.ops.resize(plan.ops.size());
+  t.lanes.resize(plan.lanes.size());
+  t.pools.resize(plan.pools.size());
+  std::erase_if(t.spans, [&](const sim::Span& s) { return s.op.index() >= plan.ops.size(); });
+  t.makespan = sim::kTimeZero;
+  for (const sim::Span& s : t.spans) t.makespan = std::max(t.makespan, s.end);
+}
+
+}  // namespace
+
 sim::Result<ReplayResult> replay(const sim::Plan& plan, const ReplayOptions& options) {
+  if (options.all_ranks) {
+    if (!options.ranks.empty()) {
+      return sim::fail(sim::ErrorCode::kInvalidInput,
+                       "replay: all ranks and a list of ranks ({}) exclude each other",
+                       fmt::join(options.ranks, ","));
+    }
+    OFFSIM_ASSIGN_OR_RETURN(sim::Plan full, sim::expand_representatives(plan));
+    ReplayOptions o = options;
+    o.all_ranks = false;
+    OFFSIM_ASSIGN_OR_RETURN(ReplayResult r, replay(full, o));
+    keep_original(plan, r.timeline);
+    r.timeline.metadata.emplace_back(
+        "replay.all_ranks",
+        fmt::format("{} ranks ran; the timeline keeps the representatives' ops", r.ranks.size()));
+    return r;
+  }
   const int ranks = static_cast<int>(plan_ranks(plan, options.ranks).size());
   switch (options.device) {
     case DeviceKind::kCpu: {

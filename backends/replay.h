@@ -45,6 +45,11 @@ struct ReplayOptions {
   int warmup_steps = 1;
   int measured_steps = 3;
   std::vector<int> ranks;  // global ranks to run; empty: all ranks the plan names
+  // Run every rank the plan's representatives stand for (sim::expand_representatives()), so
+  // data- and tensor-parallel collectives and pipeline transfers meet real peers on the device;
+  // the result keeps the spans of the plan's own ops (its representatives), so it compares with
+  // the forecast. `ranks` must then be empty.
+  bool all_ranks = false;
   // synchronize() of each step waits at most this long, then aborts the communicators.
   std::chrono::milliseconds watchdog_timeout{120000};
   CpuDeviceOptions cpu;  // for DeviceKind::kCpu; `ranks` is set by replay()
@@ -64,7 +69,7 @@ struct ReplayResult {
   std::vector<sim::Duration> step_times;  // makespan of each measured step
   std::vector<PoolHighWater> pools;
   DeviceInfo device;
-  std::vector<int> ranks;        // the global ranks that ran
+  std::vector<int> ranks;        // the global ranks that ran (all of them with all_ranks)
   std::int64_t skipped_ops = 0;  // ops of ranks that did not run
 };
 

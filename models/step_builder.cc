@@ -354,6 +354,7 @@ class StepBuilder {
     for (int i = 0; i < p.tp; ++i) r.tp_group.push_back(r.rank + i);
     for (int i = 0; i < p.dp; ++i) r.dp_group.push_back(r.rank + i * p.tp);
 
+    b_.representative({.rank = r.rank, .multiplicity = p.tp * p.dp, .stride = 1});
     SimRankInfo info;
     info.rank = r.rank;
     info.stage = stage;

@@ -190,6 +190,16 @@ struct Tensor {
   bool operator==(const Tensor&) const = default;
 };
 
+// A simulated rank that stands for `multiplicity` identical ranks: rank, rank + stride, ...
+// (data- and tensor-parallel peers). Their ops, lanes and HBM are copies of its own with the
+// ranks shifted by the same offset (see expand_representatives()).
+struct Representative {
+  int rank = 0;
+  int multiplicity = 1;
+  int stride = 1;
+  bool operator==(const Representative&) const = default;
+};
+
 struct Plan {
   std::vector<Lane> lanes;
   std::vector<Resource> resources;
@@ -200,6 +210,8 @@ struct Plan {
   std::vector<TensorId> initial_tensors;
   // Free-form provenance ("model": "llama3-70b", ...), carried into the timeline.
   std::vector<std::pair<std::string, std::string>> metadata;
+  // Ranks that stand for others; empty when every rank of the plan is its own.
+  std::vector<Representative> representatives;
   bool operator==(const Plan&) const = default;
 };
 
@@ -217,6 +229,13 @@ struct LaneIdentity {
   LaneRole role = LaneRole::kOther;
 };
 
+// The plan with every represented rank made explicit: for a representative R of multiplicity k
+// and stride d, member R + i·d (i = 1..k-1) gets copies of R's lanes, HBM pool, tensors and ops,
+// with p2p peers shifted to the same member offset of the peer's representative, p2p pair ids
+// made unique, and collective groups unchanged (they list global ranks). Lanes without a rank and
+// host pools are shared. Fails when a peer is not a representative of the same multiplicity.
+Result<Plan> expand_representatives(const Plan& plan);
+
 // Builds a Plan with names interned to ids. Lanes, resources and pools are created on first use
 // of a name (with the identity given then) and reused after.
 class PlanBuilder {
@@ -230,6 +249,7 @@ class PlanBuilder {
   OpId op(Op op);
   void initial(TensorId tensor);
   void metadata(const std::string& key, const std::string& value);
+  void representative(Representative r) { plan_.representatives.push_back(r); }
 
   std::optional<LaneId> find_lane(const std::string& name) const;
   std::optional<ResourceId> find_resource(const std::string& name) const;

@@ -79,6 +79,13 @@ json plan_to_json(const Plan& plan) {
   json meta = json::array();
   for (const auto& [k, v] : plan.metadata) meta.push_back(json::array({k, v}));
   j["metadata"] = std::move(meta);
+  if (!plan.representatives.empty()) {
+    json reps = json::array();
+    for (const Representative& r : plan.representatives) {
+      reps.push_back({{"rank", r.rank}, {"multiplicity", r.multiplicity}, {"stride", r.stride}});
+    }
+    j["representatives"] = std::move(reps);
+  }
   json lanes = json::array();
   for (const Lane& l : plan.lanes) {
     // A lane without identity stays a plain name (the format before lanes had one).
@@ -141,10 +148,11 @@ class PlanParser {
   explicit PlanParser(const std::string& source) : r_(source) {}
 
   Result<Plan> parse(const json& root) {
-    OFFSIM_RETURN_IF_ERROR(r_.only_keys(root,
-                                        {"format", "format_version", "metadata", "lanes",
-                                         "resources", "pools", "tensors", "initial_tensors", "ops"},
-                                        "$"));
+    OFFSIM_RETURN_IF_ERROR(
+        r_.only_keys(root,
+                     {"format", "format_version", "metadata", "representatives", "lanes",
+                      "resources", "pools", "tensors", "initial_tensors", "ops"},
+                     "$"));
     OFFSIM_ASSIGN_OR_RETURN(std::string format, r_.string(root, "format", "$"));
     if (format != "offsim-plan") {
       return r_.error("$.format", fmt::format("expected \"offsim-plan\", got \"{}\"", format));
@@ -155,6 +163,7 @@ class PlanParser {
                                                       kPlanFormatVersion, version));
     }
     OFFSIM_RETURN_IF_ERROR(parse_metadata(root));
+    OFFSIM_RETURN_IF_ERROR(parse_representatives(root));
     OFFSIM_RETURN_IF_ERROR(parse_lanes(root));
     OFFSIM_RETURN_IF_ERROR(parse_resources(root));
     OFFSIM_RETURN_IF_ERROR(parse_pools(root));
@@ -168,6 +177,29 @@ class PlanParser {
   }
 
  private:
+  Status parse_representatives(const json& root) {
+    OFFSIM_ASSIGN_OR_RETURN(const json* list, r_.optional_member(root, "representatives", "$"));
+    if (!list) return ok();
+    if (!list->is_array()) return r_.error("$.representatives", "expected an array");
+    for (std::size_t i = 0; i < list->size(); ++i) {
+      const json& item = (*list)[i];
+      const std::string path = fmt::format("$.representatives[{}]", i);
+      OFFSIM_RETURN_IF_ERROR(r_.only_keys(item, {"rank", "multiplicity", "stride"}, path));
+      Representative r;
+      for (auto [key, field] :
+           {std::pair{"rank", &r.rank}, std::pair{"multiplicity", &r.multiplicity},
+            std::pair{"stride", &r.stride}}) {
+        OFFSIM_ASSIGN_OR_RETURN(std::int64_t v, r_.integer(item, key, path));
+        if (v < 0 || v > (1 << 24)) {
+          return r_.error(path + "." + key, "out of range (expected 0 .. 2^24)");
+        }
+        *field = static_cast<int>(v);
+      }
+      plan_.representatives.push_back(r);
+    }
+    return ok();
+  }
+
   Status parse_metadata(const json& root) {
     OFFSIM_ASSIGN_OR_RETURN(const json* meta, r_.optional_member(root, "metadata", "$"));
     if (meta == nullptr) return ok();

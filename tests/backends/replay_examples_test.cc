@@ -40,7 +40,8 @@ struct Replayed {
 // for any plan: every run rank's op has a span, after its deps on the same rank (spans are
 // measured from a per-rank origin, so times of two ranks are not comparable), and compare
 // accepts the pair.
-void replay_and_check(const models::Scenario& s, const std::string& what, Replayed& out) {
+void replay_and_check(const models::Scenario& s, const std::string& what, Replayed& out,
+                      bool all_ranks = false) {
   models::EvalOptions eo;
   eo.keep_plan = true;
   eo.keep_timeline = true;
@@ -51,6 +52,7 @@ void replay_and_check(const models::Scenario& s, const std::string& what, Replay
   o.warmup_steps = 0;
   o.measured_steps = 1;
   o.watchdog_timeout = 60s;
+  o.all_ranks = all_ranks;
   auto r = replay(*e->plan, o);
   ASSERT_TRUE(r) << what << ": " << r.error().message;
   const sim::Plan& plan = *e->plan;
@@ -102,6 +104,14 @@ TEST(ReplayExamples, EveryExampleScaledDownReplaysOnTheCpuDevice) {
     replay_and_check(*s, path.filename().string(), r);
     // One simulated rank per pipeline stage runs (the representatives).
     EXPECT_EQ(static_cast<int>(r.measured.ranks.size()), s->parallelism.pp) << path;
+    // And with every rank: data- and tensor-parallel collectives meet their real peers.
+    const int gpus = s->parallelism.dp * s->parallelism.tp * s->parallelism.pp;
+    if (gpus > 1) {
+      Replayed all;
+      replay_and_check(*s, path.filename().string() + " (all ranks)", all, true);
+      EXPECT_EQ(static_cast<int>(all.measured.ranks.size()), gpus) << path;
+      EXPECT_EQ(all.measured.timeline.ops.size(), all.plan.ops.size()) << path;
+    }
   }
 }
 
@@ -140,6 +150,40 @@ TEST(ReplayExamples, PipelinePlansReplayWithMatchedSendsAndReceives) {
     EXPECT_EQ(receives, sends) << what;
     EXPECT_GT(receives, 0) << what;
   }
+}
+
+// DP x TP x PP: the plan's representatives (one per stage) expanded to all eight ranks, each on
+// its own simulated rank, with tensor- and data-parallel collectives among them and every
+// pipeline transfer between matching members of adjacent stages.
+TEST(ReplayExamples, DataTensorPipelinePlanRunsEveryRank) {
+  models::Scenario s;
+  s.name = "dp2-tp2-pp2";
+  s.model = *models::find_model("llama3-8b");
+  s.hardware.system = "dgx-h100";
+  s.training = {.global_batch = 8, .micro_batch = 1, .seq_len = 1024};
+  s.parallelism = {.dp = 2, .tp = 2, .pp = 2, .sequence_parallel = true, .zero_stage = 1};
+  scale_down(s);
+  Replayed r;
+  replay_and_check(s, "dp2 tp2 pp2", r, true);
+  EXPECT_EQ(r.measured.ranks, (std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7}));
+  EXPECT_EQ(r.measured.skipped_ops, 0);
+  EXPECT_EQ(r.measured.timeline.spans.size(), r.plan.ops.size());
+
+  // The expanded plan itself: every member has the representative's ops, and each copied
+  // transfer pairs members at the same offset of adjacent stages.
+  auto full = sim::expand_representatives(r.plan);
+  ASSERT_TRUE(full) << full.error().message;
+  ASSERT_TRUE(sim::validate(*full));
+  EXPECT_EQ(full->ops.size(), 4 * r.plan.ops.size());
+  std::map<int, int> p2p_per_rank;
+  for (const sim::Op& op : full->ops) {
+    if (op.kind != sim::OpKind::kP2P) continue;
+    const int rank = full->lanes[op.lane.index()].rank;
+    ++p2p_per_rank[rank];
+    EXPECT_EQ(op.sizes.peer % 4, rank % 4) << op.name;  // same member offset, other stage
+    EXPECT_NE(op.sizes.peer / 4, rank / 4) << op.name;
+  }
+  EXPECT_EQ(p2p_per_rank.size(), 8u);
 }
 
 }  // namespace
