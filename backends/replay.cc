@@ -669,6 +669,7 @@ namespace {
 void keep_original(const sim::Plan& plan, sim::Timeline& t) {
   t.ops.resize(plan.ops.size());
   t.lanes.resize(plan.lanes.size());
+  if (t.lane_identity.size() > plan.lanes.size()) t.lane_identity.resize(plan.lanes.size());
   t.pools.resize(plan.pools.size());
   std::erase_if(t.spans, [&](const sim::Span& s) { return s.op.index() >= plan.ops.size(); });
   t.makespan = sim::kTimeZero;

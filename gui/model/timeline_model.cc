@@ -114,6 +114,48 @@ LaneName parse_lane_name(std::string_view name) {
   return out;
 }
 
+LaneName lane_of(const sim::Timeline& timeline, std::size_t lane) {
+  if (lane >= timeline.lane_identity.size()) return parse_lane_name(timeline.lanes.at(lane));
+  const sim::LaneIdentity& id = timeline.lane_identity[lane];
+  LaneName out;
+  out.rank = id.rank;
+  switch (id.role) {
+    case sim::LaneRole::kCompute:
+      out.kind = LaneKind::kCompute;
+      break;
+    case sim::LaneRole::kH2D:
+      out.kind = LaneKind::kH2D;
+      break;
+    case sim::LaneRole::kD2H:
+      out.kind = LaneKind::kD2H;
+      break;
+    case sim::LaneRole::kComm:
+    case sim::LaneRole::kP2P:
+    case sim::LaneRole::kRecv:
+      out.kind = LaneKind::kComm;
+      break;
+    case sim::LaneRole::kCpu:
+      out.kind = LaneKind::kCpu;
+      break;
+    case sim::LaneRole::kOther:
+      out.kind = LaneKind::kOther;
+      break;
+  }
+  return out;
+}
+
+int pool_rank_of(const sim::PoolTrace& pool) {
+  switch (pool.kind) {
+    case sim::PoolKind::kHbm:
+      return pool.owner;
+    case sim::PoolKind::kPinnedHost:
+      return -1;
+    case sim::PoolKind::kOther:
+      break;
+  }
+  return parse_lane_name(pool.name).rank;
+}
+
 sim::Result<TimelineModel> TimelineModel::build(std::vector<sim::Timeline> timelines,
                                                 const std::atomic<bool>* cancel,
                                                 const ProgressFn& progress) {
@@ -137,7 +179,7 @@ sim::Result<TimelineModel> TimelineModel::build(std::vector<sim::Timeline> timel
       row.label = sources > 1 ? fmt::format("{} ({})", t.lanes[l], t.source) : t.lanes[l];
       row.source = static_cast<int>(s);
       row.lane = sim::LaneId(l);
-      row.parsed = parse_lane_name(t.lanes[l]);
+      row.parsed = lane_of(t, l);
       model.rows_.push_back(std::move(row));
     }
     for (std::size_t i = 0; i < t.spans.size(); ++i) {

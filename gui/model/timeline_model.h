@@ -32,6 +32,11 @@ struct LaneName {
   LaneKind kind = LaneKind::kOther;
 };
 LaneName parse_lane_name(std::string_view name);
+// A lane's rank and kind from the timeline's typed lane identity; only a timeline without one
+// (a file written before lanes carried identity) falls back to parse_lane_name().
+LaneName lane_of(const sim::Timeline& timeline, std::size_t lane);
+// The rank of a pool from its kind and owner (an HBM pool's owner), with the same fallback.
+int pool_rank_of(const sim::PoolTrace& pool);
 
 // A half-open interval of simulated time in nanoseconds.
 struct TimeWindow {

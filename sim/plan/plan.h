@@ -227,6 +227,7 @@ struct LaneIdentity {
   int rank = -1;
   int stage = -1;
   LaneRole role = LaneRole::kOther;
+  bool operator==(const LaneIdentity&) const = default;
 };
 
 // The plan with every represented rank made explicit: for a representative R of multiplicity k
