@@ -7,6 +7,7 @@
 
 #include "sim/engine/engine_probe.h"
 #include "sim/engine/simulator.h"
+#include "sim/trace/analysis.h"
 
 namespace offsim::models {
 
@@ -32,146 +33,20 @@ const sim::PoolTrace* find_pool(const sim::Timeline& t, sim::PoolId pool) {
   return pool.index() < t.pools.size() ? &t.pools[pool.index()] : nullptr;
 }
 
-// TimeSplit's buckets in integer nanoseconds: sums are exact, so a steady-state step's split is
-// the reduced step's plus whole periods (see evaluate()), bit for bit.
-struct SplitNs {
-  std::int64_t compute = 0;
-  std::int64_t recompute = 0;
-  std::int64_t exposed_comm = 0;
-  std::int64_t exposed_offload = 0;
-  std::int64_t bubble = 0;
-  std::int64_t cpu_optimizer = 0;
-  std::int64_t other = 0;
+// TimeSplit from the integer-nanosecond split of sim/trace (exact sums: a steady-state step's
+// split is the reduced step's plus whole periods, bit for bit).
+using SplitNs = sim::TimeSplitNs;
+using StartWindow = sim::StartWindow;
 
-  void add(const SplitNs& o, std::int64_t times) {
-    compute += times * o.compute;
-    recompute += times * o.recompute;
-    exposed_comm += times * o.exposed_comm;
-    exposed_offload += times * o.exposed_offload;
-    bubble += times * o.bubble;
-    cpu_optimizer += times * o.cpu_optimizer;
-    other += times * o.other;
-  }
-  TimeSplit seconds() const {
-    const auto s = [](std::int64_t ns) { return sim::to_seconds(sim::Duration{ns}); };
-    return TimeSplit{.compute_s = s(compute),
-                     .recompute_s = s(recompute),
-                     .exposed_comm_s = s(exposed_comm),
-                     .exposed_offload_s = s(exposed_offload),
-                     .bubble_s = s(bubble),
-                     .cpu_optimizer_s = s(cpu_optimizer),
-                     .other_s = s(other)};
-  }
-};
-
-// A time window (after, upto]: only compute ops starting in it count, and not the tail.
-struct StartWindow {
-  sim::TimePoint after;
-  sim::TimePoint upto;
-};
-
-// Attributes the compute lane's time of one rank: busy time by the running op's category, idle
-// time by the kind of the dependency that ended last before the next op could start.
-SplitNs split_time(const sim::Plan& plan, const sim::Timeline& t, sim::LaneId compute_lane,
-                   std::optional<StartWindow> window = {}) {
-  SplitNs split;
-  std::vector<const sim::Span*> by_op(plan.ops.size(), nullptr);
-  for (const sim::Span& s : t.spans) {
-    if (s.op.index() < by_op.size()) by_op[s.op.index()] = &s;
-  }
-  if (compute_lane.index() >= plan.lanes.size()) return split;
-  const std::optional<sim::LaneId> lane = compute_lane;
-  const int rank = plan.lanes[compute_lane.index()].rank;
-  const auto idle_bucket = [&](const sim::Op& op) -> std::int64_t& {
-    if (op.kind == sim::OpKind::kCopy) return split.exposed_offload;
-    if (op.kind == sim::OpKind::kHostCompute) return split.cpu_optimizer;
-    if (op.kind == sim::OpKind::kP2P) return split.bubble;
-    if (op.kind == sim::OpKind::kCollective) return split.exposed_comm;
-    return split.other;
-  };
-  sim::TimePoint cursor = sim::kTimeZero;
-  for (std::size_t i = 0; i < plan.ops.size(); ++i) {
-    const sim::Op& op = plan.ops[i];
-    if (op.lane != *lane || by_op[i] == nullptr) continue;
-    const sim::Span& s = *by_op[i];
-    if (window && !(s.start > window->after && s.start <= window->upto)) {
-      cursor = std::max(cursor, s.end);
-      continue;
-    }
-    if (s.start > cursor) {
-      const sim::Op* blocker = nullptr;
-      sim::TimePoint latest = sim::kTimeZero;
-      for (sim::OpId dep : op.deps) {
-        const sim::Span* ds = by_op[dep.index()];
-        if (ds != nullptr && ds->end >= latest) {
-          latest = ds->end;
-          blocker = &plan.ops[dep.index()];
-        }
-      }
-      const std::int64_t gap = (s.start - cursor).count();
-      if (blocker != nullptr) {
-        idle_bucket(*blocker) += gap;
-      } else {
-        split.other += gap;
-      }
-    }
-    const std::int64_t busy = (s.end - std::max(s.start, cursor)).count();
-    if (op.category == "recompute") {
-      split.recompute += busy;
-    } else if (op.category == "comm") {
-      split.exposed_comm += busy;
-    } else {
-      split.compute += busy;
-    }
-    cursor = std::max(cursor, s.end);
-  }
-  // The tail after the last compute op: in each piece of it, the most telling op of this rank
-  // still running (CPU optimizer, then copies, then collectives); nothing running = waiting on
-  // another pipeline stage.
-  if (!window && t.makespan > cursor) {
-    std::vector<std::size_t> active;
-    std::vector<sim::TimePoint> cuts = {cursor, t.makespan};
-    for (std::size_t i = 0; i < plan.ops.size(); ++i) {
-      if (by_op[i] == nullptr || by_op[i]->end <= cursor) continue;
-      if (plan.lanes[plan.ops[i].lane.index()].rank != rank) continue;
-      active.push_back(i);
-      cuts.push_back(std::max(cursor, by_op[i]->start));
-      cuts.push_back(by_op[i]->end);
-    }
-    std::sort(cuts.begin(), cuts.end());
-    cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
-    const auto rank_of = [](sim::OpKind k) {
-      switch (k) {
-        case sim::OpKind::kHostCompute:
-          return 4;
-        case sim::OpKind::kCopy:
-          return 3;
-        case sim::OpKind::kCollective:
-          return 2;
-        case sim::OpKind::kP2P:
-          return 1;
-        default:
-          return 0;
-      }
-    };
-    for (std::size_t c = 0; c + 1 < cuts.size(); ++c) {
-      const std::int64_t piece = (cuts[c + 1] - cuts[c]).count();
-      const sim::Op* best = nullptr;
-      for (std::size_t i : active) {
-        const sim::Span& s = *by_op[i];
-        if (s.start <= cuts[c] && s.end >= cuts[c + 1] &&
-            (best == nullptr || rank_of(plan.ops[i].kind) > rank_of(best->kind))) {
-          best = &plan.ops[i];
-        }
-      }
-      if (best != nullptr) {
-        idle_bucket(*best) += piece;
-      } else {
-        split.bubble += piece;
-      }
-    }
-  }
-  return split;
+TimeSplit seconds(const SplitNs& n) {
+  const auto s = [](std::int64_t ns) { return sim::to_seconds(sim::Duration{ns}); };
+  return TimeSplit{.compute_s = s(n.compute),
+                   .recompute_s = s(n.recompute),
+                   .exposed_comm_s = s(n.exposed_comm),
+                   .exposed_offload_s = s(n.exposed_offload),
+                   .bubble_s = s(n.bubble),
+                   .cpu_optimizer_s = s(n.cpu_optimizer),
+                   .other_s = s(n.other)};
 }
 
 // What a steady-state extrapolation changes in a reduced step's report (see evaluate()).
@@ -233,8 +108,7 @@ Report report_of(const Scenario& scenario, const BuiltStep& step, const sim::Tim
     // The first stage: in 1F1B every stage sees the same bubble; stage 0 also waits longest on
     // the gradients flowing back.
     const SimRankInfo& crit = step.ranks.front();
-    r.time =
-        x != nullptr ? x->split.seconds() : split_time(step.plan, t, crit.compute_lane).seconds();
+    r.time = seconds(x != nullptr ? x->split : sim::split_time(step.plan, t, crit.compute_lane));
   }
   if (t.outcome.oom) {
     const sim::OutOfMemory& o = *t.outcome.oom;
@@ -409,8 +283,8 @@ std::optional<Report> steady_state_report(const Scenario& scenario, const EvalOp
       static_cast<std::int64_t>(plan.ops.size()) + extra * static_cast<std::int64_t>(block_ops);
   if (!step.ranks.empty()) {
     const SimRankInfo& crit = step.ranks.front();
-    x.split = split_time(plan, t, crit.compute_lane);
-    x.split.add(split_time(plan, t, crit.compute_lane, StartWindow{b1, b2}), extra);
+    x.split = sim::split_time(plan, t, crit.compute_lane);
+    x.split.add(sim::split_time(plan, t, crit.compute_lane, StartWindow{b1, b2}), extra);
   }
   return report_of(scenario, step, t, &x);
 }
