@@ -213,10 +213,16 @@ class StepBuilder {
     return id;
   }
 
+  // A weight-gradient GEMM: with fp8 it reuses the transposes its forward and dgrad cast.
+  OpId wgrad_gemm(Rank& r, const std::string& name, const std::string& cat, int layer,
+                  std::int64_t m, std::int64_t n, std::int64_t k) {
+    return gemm(r, name, cat, layer, m, n, k, /*weight_grad=*/true);
+  }
+
   OpId gemm(Rank& r, const std::string& name, const std::string& cat, int layer, std::int64_t m,
-            std::int64_t n, std::int64_t k) {
+            std::int64_t n, std::int64_t k, bool weight_grad = false) {
     sim::GemmShape shape{.m = m, .n = n, .k = k, .batch = 1, .dtype = gdtype_};
-    if (gdtype_ == sim::DType::kFp8 && !name.ends_with(".wgrad")) {
+    if (gdtype_ == sim::DType::kFp8 && !weight_grad) {
       // Transformer Engine casts the GEMM's bf16 activation input (forward) or output gradient
       // (dgrad), m × k elements, to FP8 and its transpose in one pass: read 2 bytes, write 1 + 1;
       // the wgrad GEMM reuses those transposes.
@@ -689,7 +695,7 @@ class StepBuilder {
       elementwise(r, q + ".loss.bwd", "compute", -1, n * d_.v * (d_.e + 4),
                   static_cast<double>(3 * n * d_.v));
       gemm(r, q + ".lm_head.dgrad", "compute", -1, n, d_.h, d_.v);
-      last = gemm(r, q + ".lm_head.wgrad", "compute", -1, d_.h, d_.v, n);
+      last = wgrad_gemm(r, q + ".lm_head.wgrad", "compute", -1, d_.h, d_.v, n);
       b_.op_at(last).frees.push_back(logits);
     }
     r.head_saved[mb] = t;
@@ -771,7 +777,7 @@ class StepBuilder {
       first = elementwise(r, p + ".loss.bwd", "compute", -1, d_.tokens() * d_.v * (d_.e + 4),
                           static_cast<double>(3 * d_.tokens() * d_.v));
       gemm(r, p + ".lm_head.dgrad", "compute", -1, d_.tokens(), d_.h, d_.v);
-      gemm(r, p + ".lm_head.wgrad", "compute", -1, d_.h, d_.v, d_.tokens());
+      wgrad_gemm(r, p + ".lm_head.wgrad", "compute", -1, d_.h, d_.v, d_.tokens());
     }
     tp_reduce(r, p + ".tp_reduce", "comm", -1);
     const OpId last = elementwise(r, p + ".final_norm.bwd", "compute", -1, 3 * residual_bytes(),
@@ -874,20 +880,20 @@ class StepBuilder {
                          static_cast<double>(d_.tokens() * d_.h / d_.sp)));
     tp_gather(r, p + ".mlpwo.bwd.tp_allgather", "comm", l);
     gemm(r, p + ".mlpwo.dgrad", cat, l, d_.tokens(), d_.f, d_.h);
-    gemm(r, p + ".mlpwo.wgrad", cat, l, d_.f, d_.h, d_.tokens());
+    wgrad_gemm(r, p + ".mlpwo.wgrad", cat, l, d_.f, d_.h, d_.tokens());
     elementwise(r, p + ".act.bwd", cat, l, d_.tokens() * d_.f * d_.e * (2 * g + 1),
                 static_cast<double>(10 * d_.tokens() * d_.f));
     gemm(r, p + ".mlpwi.dgrad", cat, l, d_.tokens(), d_.h, d_.f * g);
-    gemm(r, p + ".mlpwi.wgrad", cat, l, d_.h, d_.f * g, d_.tokens());
+    wgrad_gemm(r, p + ".mlpwi.wgrad", cat, l, d_.h, d_.f * g, d_.tokens());
     tp_reduce(r, p + ".mlpwi.bwd.tp_reduce", "comm", l);
     elementwise(r, p + ".res1_ln2.bwd", cat, l, 6 * residual_bytes() + dropout_mask_bytes(),
                 4 * norm_flops());
     tp_gather(r, p + ".out_proj.bwd.tp_allgather", "comm", l);
     gemm(r, p + ".out_proj.dgrad", cat, l, d_.tokens(), d_.q(), d_.h);
-    gemm(r, p + ".out_proj.wgrad", cat, l, d_.q(), d_.h, d_.tokens());
+    wgrad_gemm(r, p + ".out_proj.wgrad", cat, l, d_.q(), d_.h, d_.tokens());
     attention(r, p + ".attn.bwd", cat, l, true);
     gemm(r, p + ".qkv.dgrad", cat, l, d_.tokens(), d_.h, d_.q() + 2 * d_.kv());
-    gemm(r, p + ".qkv.wgrad", cat, l, d_.h, d_.q() + 2 * d_.kv(), d_.tokens());
+    wgrad_gemm(r, p + ".qkv.wgrad", cat, l, d_.h, d_.q() + 2 * d_.kv(), d_.tokens());
     tp_reduce(r, p + ".qkv.bwd.tp_reduce", "comm", l);
     const OpId last =
         elementwise(r, p + ".ln1.bwd", cat, l, 3 * residual_bytes(), 2 * norm_flops());
