@@ -118,7 +118,8 @@ Report report_of(const Scenario& scenario, const BuiltStep& step, const sim::Tim
                       .requested_bytes = o.requested_bytes,
                       .in_use_bytes = o.in_use_bytes,
                       .capacity_bytes = o.capacity_bytes,
-                      .live = o.live};
+                      .live = o.live,
+                      .device_memory = o.pool_kind == sim::PoolKind::kHbm};
   }
   if (r.live_at_peak.size() > 20) r.live_at_peak.resize(20);
   return r;

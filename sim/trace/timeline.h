@@ -77,7 +77,8 @@ struct OutOfMemory {
   std::int64_t requested_bytes = 0;
   std::int64_t in_use_bytes = 0;
   std::int64_t capacity_bytes = 0;
-  std::vector<LiveTensor> live;  // largest first
+  std::vector<LiveTensor> live;           // largest first
+  PoolKind pool_kind = PoolKind::kOther;  // what memory ran out (the pool's typed kind)
   bool operator==(const OutOfMemory&) const = default;
 };
 

@@ -94,6 +94,7 @@ json timeline_to_json(const Timeline& timeline) {
     outcome["oom"] = {{"op", m.op.valid() ? static_cast<std::int64_t>(m.op.value()) : -1},
                       {"op_name", m.op_name},
                       {"pool", m.pool},
+                      {"pool_kind", to_string(m.pool_kind)},
                       {"time_ns", ns(m.time)},
                       {"requested_bytes", m.requested_bytes},
                       {"in_use_bytes", m.in_use_bytes},
@@ -364,10 +365,11 @@ class TimelineParser {
     OFFSIM_ASSIGN_OR_RETURN(const json* oom, r_.optional_member(*o, "oom", path));
     if (oom != nullptr) {
       const std::string p = path + ".oom";
-      OFFSIM_RETURN_IF_ERROR(r_.only_keys(*oom,
-                                          {"op", "op_name", "pool", "time_ns", "requested_bytes",
-                                           "in_use_bytes", "capacity_bytes", "live"},
-                                          p));
+      OFFSIM_RETURN_IF_ERROR(
+          r_.only_keys(*oom,
+                       {"op", "op_name", "pool", "pool_kind", "time_ns", "requested_bytes",
+                        "in_use_bytes", "capacity_bytes", "live"},
+                       p));
       OutOfMemory m;
       OFFSIM_ASSIGN_OR_RETURN(std::int64_t op, r_.integer(*oom, "op", p));
       if (op < -1 || op >= static_cast<std::int64_t>(t_.ops.size())) {
@@ -378,6 +380,13 @@ class TimelineParser {
       if (op >= 0) m.op = OpId{static_cast<std::uint32_t>(op)};
       OFFSIM_ASSIGN_OR_RETURN(m.op_name, r_.string(*oom, "op_name", p));
       OFFSIM_ASSIGN_OR_RETURN(m.pool, r_.string(*oom, "pool", p));
+      OFFSIM_ASSIGN_OR_RETURN(const json* kind, r_.optional_member(*oom, "pool_kind", p));
+      if (kind) {
+        OFFSIM_ASSIGN_OR_RETURN(std::string text, r_.as_string(*kind, p + ".pool_kind"));
+        auto parsed = pool_kind_from_string(text);
+        if (!parsed) return r_.error(p + ".pool_kind", fmt::format("unknown pool kind '{}'", text));
+        m.pool_kind = *parsed;
+      }
       OFFSIM_ASSIGN_OR_RETURN(std::int64_t time, r_.integer(*oom, "time_ns", p));
       m.time = at_ns(time);
       OFFSIM_ASSIGN_OR_RETURN(m.requested_bytes, r_.integer(*oom, "requested_bytes", p));
