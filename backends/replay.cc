@@ -1,8 +1,9 @@
 #include "backends/replay.h"
 
 #include <algorithm>
-#include <charconv>
 #include <map>
+#include <optional>
+#include <queue>
 #include <set>
 
 #include <fmt/format.h>
@@ -32,18 +33,6 @@ const char* to_string(MemoryKind kind) {
       return "host_pageable";
   }
   return "?";
-}
-
-int rank_of_name(const std::string& name) {
-  constexpr std::string_view kPrefix = "rank";
-  if (name.rfind(kPrefix, 0) != 0) return -1;
-  const char* first = name.data() + kPrefix.size();
-  const char* last = name.data() + name.size();
-  int rank = -1;
-  auto [ptr, ec] = std::from_chars(first, last, rank);
-  if (ec != std::errc() || ptr == first || rank < 0) return -1;
-  if (ptr != last && *ptr != '.') return -1;
-  return rank;
 }
 
 namespace {
@@ -132,8 +121,56 @@ void add_needs(const sim::Op& op, LaneNeeds& n) {
   }
 }
 
-bool contains(const std::string& text, std::string_view word) {
-  return text.find(word) != std::string::npos;
+// The global rank whose device pool `pool` is, or -1 for host and other pools.
+int device_pool_rank(const sim::Pool& pool) {
+  return pool.kind == sim::PoolKind::kHbm ? pool.owner : -1;
+}
+
+// True when `dep` is the send that the receive `op` completes: the two are one transfer, so the
+// receive is posted without waiting for the send to end (which needs the receive).
+bool is_paired_send(const sim::Op& op, const sim::Op& dep) {
+  return op.kind == sim::OpKind::kP2P && op.sizes.p2p_role == sim::P2PRole::kRecv &&
+         dep.kind == sim::OpKind::kP2P && dep.sizes.p2p_role == sim::P2PRole::kSend &&
+         op.sizes.p2p_pair >= 0 && dep.sizes.p2p_pair == op.sizes.p2p_pair;
+}
+
+// The order ops are issued in: plan order, except that an op waits until every op it depends on
+// has been issued (a wait on an event must come after the event's record, as with
+// cudaStreamWaitEvent; a receive made after its consumer in plan order would otherwise be waited
+// on before it was recorded). Kahn's algorithm taking the lowest op index first, over lane order
+// and deps, so each lane keeps its order and the order is deterministic.
+std::vector<std::size_t> issue_order(const sim::Plan& plan) {
+  const std::size_t n = plan.ops.size();
+  std::vector<std::vector<std::size_t>> next(n);
+  std::vector<int> waiting(n, 0);
+  std::vector<std::optional<std::size_t>> last_on_lane(plan.lanes.size());
+  for (std::size_t i = 0; i < n; ++i) {
+    auto& last = last_on_lane[plan.ops[i].lane.index()];
+    if (last) {
+      next[*last].push_back(i);
+      ++waiting[i];
+    }
+    last = i;
+    for (sim::OpId d : plan.ops[i].deps) {
+      next[d.index()].push_back(i);
+      ++waiting[i];
+    }
+  }
+  std::priority_queue<std::size_t, std::vector<std::size_t>, std::greater<>> ready;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (waiting[i] == 0) ready.push(i);
+  }
+  std::vector<std::size_t> order;
+  order.reserve(n);
+  while (!ready.empty()) {
+    const std::size_t i = ready.top();
+    ready.pop();
+    order.push_back(i);
+    for (std::size_t j : next[i]) {
+      if (--waiting[j] == 0) ready.push(j);
+    }
+  }
+  return order;  // complete: replay_on validated the plan (no cycles)
 }
 
 std::int64_t median(std::vector<std::int64_t> v) {
@@ -184,8 +221,7 @@ class Replayer {
     }
     std::set<int> named;
     for (const sim::Lane& lane : plan_.lanes) {
-      const int r = rank_of_name(lane.name);
-      if (r >= 0) named.insert(r);
+      if (lane.rank >= 0) named.insert(lane.rank);
     }
     if (named.empty()) named.insert(0);  // a plan without rank lanes runs as rank 0
     if (options_.ranks.empty()) {
@@ -213,7 +249,7 @@ class Replayer {
     lanes_.resize(plan_.lanes.size());
     std::vector<LaneNeeds> needs(plan_.lanes.size());
     for (std::size_t i = 0; i < plan_.lanes.size(); ++i) {
-      const int global = rank_of_name(plan_.lanes[i].name);
+      const int global = plan_.lanes[i].rank;
       lanes_[i].local_rank = global < 0 ? 0 : local_of(global);
     }
     for (const sim::Op& op : plan_.ops) add_needs(op, needs[op.lane.index()]);
@@ -239,6 +275,7 @@ class Replayer {
       OFFSIM_ASSIGN_OR_RETURN(EventId e, dev_.create_event(r));
       origin_.push_back(e);
     }
+    order_ = issue_order(plan_);
     run_op_.assign(plan_.ops.size(), false);
     start_ev_.resize(plan_.ops.size());
     end_ev_.resize(plan_.ops.size());
@@ -254,11 +291,11 @@ class Replayer {
     }
     starts_.assign(plan_.ops.size(), {});
     ends_.assign(plan_.ops.size(), {});
-    // Device pools: "rank<N>.*" pools of run ranks; allocations go to the device when the op's
+    // Device pools: the HBM pools of run ranks; allocations go to the device when the op's
     // lane is on the same rank, and are only accounted otherwise (host pools).
     pool_local_.assign(plan_.pools.size(), -1);
     for (std::size_t p = 0; p < plan_.pools.size(); ++p) {
-      const int global = rank_of_name(plan_.pools[p].name);
+      const int global = device_pool_rank(plan_.pools[p]);
       if (global >= 0) pool_local_[p] = local_of(global);
     }
     classify_tensors();
@@ -378,11 +415,14 @@ class Replayer {
       }
       case sim::OpKind::kP2P: {
         const std::vector<int> members = comm_members(op, lp);
-        if (members.empty()) return dev_.copy(s, lp.z, lp.x, bytes);  // the peer does not run
+        if (members.empty()) {
+          // The peer does not run: the send side moves the bytes as a local copy; the receive
+          // has nothing left to do.
+          if (op.sizes.p2p_role == sim::P2PRole::kRecv) return sim::ok();
+          return dev_.copy(s, lp.z, lp.x, bytes);
+        }
         const int peer = local_of(op.sizes.peer);
-        bool send = ranks_[static_cast<std::size_t>(lp.local_rank)] < op.sizes.peer;
-        if (contains(op.name, "send")) send = true;
-        if (contains(op.name, "recv")) send = false;
+        const bool send = op.sizes.p2p_role == sim::P2PRole::kSend;
         OFFSIM_ASSIGN_OR_RETURN(CommId c, comm_for(members));
         return dev_.p2p(s, c, peer, send, lp.x, bytes, op.name);
       }
@@ -407,12 +447,15 @@ class Replayer {
     }
     std::vector<sim::TensorId> live;  // device tensors this step allocated
     std::vector<bool> freed(plan_.tensors.size(), false);
-    for (std::size_t i = 0; i < plan_.ops.size(); ++i) {
+    for (const std::size_t i : order_) {
       if (!run_op_[i]) continue;
       const sim::Op& op = plan_.ops[i];
       const LanePlan& lp = lanes_[op.lane.index()];
       for (sim::OpId dep : op.deps) {
-        if (!run_op_[dep.index()] || plan_.ops[dep.index()].lane == op.lane) continue;
+        if (!run_op_[dep.index()] || plan_.ops[dep.index()].lane == op.lane ||
+            is_paired_send(op, plan_.ops[dep.index()])) {
+          continue;
+        }
         OFFSIM_RETURN_IF_ERROR(dev_.wait(lp.stream, end_ev_[dep.index()]));
       }
       OFFSIM_RETURN_IF_ERROR(dev_.record(lp.stream, start_ev_[i]));
@@ -527,7 +570,7 @@ class Replayer {
     std::vector<std::vector<Change>> changes(plan_.pools.size());
     auto pool_runs = [&](sim::TensorId tensor) {
       const std::size_t p = plan_.tensors[tensor.index()].pool.index();
-      return rank_of_name(plan_.pools[p].name) < 0 || pool_local_[p] >= 0;
+      return device_pool_rank(plan_.pools[p]) < 0 || pool_local_[p] >= 0;
     };
     for (sim::TensorId tensor : plan_.initial_tensors) {
       if (!pool_runs(tensor)) continue;
@@ -588,6 +631,7 @@ class Replayer {
   std::vector<LanePlan> lanes_;
   std::vector<StreamId> control_;
   std::vector<EventId> origin_;
+  std::vector<std::size_t> order_;  // issue order (issue_order())
   std::vector<bool> run_op_;
   std::vector<EventId> start_ev_, end_ev_;
   std::vector<std::vector<std::int64_t>> starts_, ends_;  // ns from the origin, per measured step
@@ -602,8 +646,7 @@ std::vector<int> plan_ranks(const sim::Plan& plan, const std::vector<int>& asked
   if (!asked.empty()) return asked;
   std::set<int> named;
   for (const sim::Lane& lane : plan.lanes) {
-    const int r = rank_of_name(lane.name);
-    if (r >= 0) named.insert(r);
+    if (lane.rank >= 0) named.insert(lane.rank);
   }
   if (named.empty()) named.insert(0);
   return {named.begin(), named.end()};
@@ -619,7 +662,39 @@ sim::Result<ReplayResult> replay_on(Device& device, const sim::Plan& plan,
   return replayer.run();
 }
 
+namespace {
+
+// A measured timeline of an expanded plan cut back to the ops, lanes and pools of the plan it
+// was expanded from (the copies come after them, so ids are unchanged).
+void keep_original(const sim::Plan& plan, sim::Timeline& t) {
+  t.ops.resize(plan.ops.size());
+  t.lanes.resize(plan.lanes.size());
+  if (t.lane_identity.size() > plan.lanes.size()) t.lane_identity.resize(plan.lanes.size());
+  t.pools.resize(plan.pools.size());
+  std::erase_if(t.spans, [&](const sim::Span& s) { return s.op.index() >= plan.ops.size(); });
+  t.makespan = sim::kTimeZero;
+  for (const sim::Span& s : t.spans) t.makespan = std::max(t.makespan, s.end);
+}
+
+}  // namespace
+
 sim::Result<ReplayResult> replay(const sim::Plan& plan, const ReplayOptions& options) {
+  if (options.all_ranks) {
+    if (!options.ranks.empty()) {
+      return sim::fail(sim::ErrorCode::kInvalidInput,
+                       "replay: all ranks and a list of ranks ({}) exclude each other",
+                       fmt::join(options.ranks, ","));
+    }
+    OFFSIM_ASSIGN_OR_RETURN(sim::Plan full, sim::expand_representatives(plan));
+    ReplayOptions o = options;
+    o.all_ranks = false;
+    OFFSIM_ASSIGN_OR_RETURN(ReplayResult r, replay(full, o));
+    keep_original(plan, r.timeline);
+    r.timeline.metadata.emplace_back(
+        "replay.all_ranks",
+        fmt::format("{} ranks ran; the timeline keeps the representatives' ops", r.ranks.size()));
+    return r;
+  }
   const int ranks = static_cast<int>(plan_ranks(plan, options.ranks).size());
   switch (options.device) {
     case DeviceKind::kCpu: {

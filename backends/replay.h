@@ -8,15 +8,17 @@
 // Warm-up steps run first, then measured steps; each op's span is the median over the measured
 // steps of its start and end events, relative to a per-rank origin event at the step's start.
 //
-// Which ranks run. A lane or pool named "rank<N>.<...>" belongs to global rank N; other lanes
-// (e.g. "host0.cpu") run on the first run rank. `ReplayOptions::ranks` picks the ranks to run
+// Which ranks run. A lane belongs to its `rank` and an HBM pool to its `owner` (typed fields of
+// the Plan; names are never read); lanes without a rank (e.g. a host's CPU) run on the first run
+// rank. `ReplayOptions::ranks` picks the ranks to run
 // (empty: every rank the plan names, which must not exceed the device's). Ops of ranks that do
 // not run — the peers that a representative rank with multiplicity k stands for — are skipped,
 // and a dependency on a skipped op counts as met. A collective runs among the members of its
 // group that do run; with a single member left it runs as a local memory pass over its bytes
-// (the network part is then missing from the measurement). A p2p op is a send when its name
-// contains "send", a receive when it contains "recv", otherwise the lower rank sends; with the
-// peer not running it runs as a local copy of its bytes.
+// (the network part is then missing from the measurement). A p2p op is a send or a receive by
+// its `sizes.p2p_role`; a receive is posted without waiting for its paired send (same
+// `p2p_pair`), and the device matches the two. With the peer not running, a send runs as a
+// local copy of its bytes and a receive does nothing.
 //
 //   ReplayOptions o;
 //   o.device = DeviceKind::kCpu;
@@ -43,6 +45,11 @@ struct ReplayOptions {
   int warmup_steps = 1;
   int measured_steps = 3;
   std::vector<int> ranks;  // global ranks to run; empty: all ranks the plan names
+  // Run every rank the plan's representatives stand for (sim::expand_representatives()), so
+  // data- and tensor-parallel collectives and pipeline transfers meet real peers on the device;
+  // the result keeps the spans of the plan's own ops (its representatives), so it compares with
+  // the forecast. `ranks` must then be empty.
+  bool all_ranks = false;
   // synchronize() of each step waits at most this long, then aborts the communicators.
   std::chrono::milliseconds watchdog_timeout{120000};
   CpuDeviceOptions cpu;  // for DeviceKind::kCpu; `ranks` is set by replay()
@@ -62,7 +69,7 @@ struct ReplayResult {
   std::vector<sim::Duration> step_times;  // makespan of each measured step
   std::vector<PoolHighWater> pools;
   DeviceInfo device;
-  std::vector<int> ranks;        // the global ranks that ran
+  std::vector<int> ranks;        // the global ranks that ran (all of them with all_ranks)
   std::int64_t skipped_ops = 0;  // ops of ranks that did not run
 };
 
@@ -75,8 +82,5 @@ sim::Result<ReplayResult> replay_on(Device& device, const sim::Plan& plan,
 
 // The devices this build can replay on: always the CPU device, then each visible GPU.
 std::vector<DeviceInfo> list_devices();
-
-// The global rank of a lane or pool name "rank<N>.<...>", or -1.
-int rank_of_name(const std::string& name);
 
 }  // namespace offsim::backends

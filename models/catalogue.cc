@@ -643,8 +643,10 @@ sim::Result<OffloadPolicy> offload_preset(std::string_view name, const PresetOpt
   OffloadPolicy p;
   p.preset = std::string(name);
   const int k = o.prefetch_layers;
+  // The JAX/MaxText presets name what is saved or offloaded and rematerialize the rest.
   const auto names = [&](std::vector<std::string> list) {
     for (const std::string& n : list) p.rules.push_back(named(n, k));
+    p.remat_unsaved = true;
   };
   if (name == "none" || name == "maxtext_full") return p;
   // Named activations kept on HBM (saved, not rematerialized) under full recompute.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <set>
 #include <string_view>
 #include <unordered_map>
@@ -70,18 +71,20 @@ sim::Result<CostModel> CostModel::create(const System& system, const Calibration
   const bool nvlink = system.nvlink_domain_gpus > 1 && profile.nvlink.bytes_per_s_per_gpu.value > 0;
   const bool multi_node = system.nodes > 1;
   const double adam_per_core = profile.host.adam_bytes_per_s_per_core.value;
-  // Host-link routes of each local GPU in node 0: [0] DRAM to GPU, [1] GPU to DRAM.
+  // Host-link route of local GPU g in `node`: d = 0 DRAM to GPU, d = 1 GPU to DRAM.
+  const auto host_route = [&](int node, int g, int d) {
+    const auto& topo = cm.topology_;
+    const auto gpu = topo.gpu(node, g);
+    const auto dram = topo.dram(node, system.socket_of(g));
+    auto route = d == 0 ? topo.route(dram, gpu) : topo.route(gpu, dram);
+    OFFSIM_CHECK_MSG(route.has_value(), "{}", route.has_value() ? "" : route.error().message);
+    return std::move(route->hops);
+  };
+  // The routes of each local GPU in node 0; nodes are identical, so hop j of a GPU's route in
+  // any node is the same link of that node.
   std::vector<std::vector<sim::platform::RouteHop>> local_routes[2];
   for (int g = 0; g < system.gpus_per_node; ++g) {
-    const auto& topo = cm.topology_;
-    const auto gpu = topo.gpu(0, g);
-    const auto dram = topo.dram(0, system.socket_of(g));
-    for (int d = 0; d < 2; ++d) {
-      auto route = d == 0 ? topo.route(dram, gpu) : topo.route(gpu, dram);
-      OFFSIM_CHECK_MSG(route.has_value(), "{}", route.has_value() ? "" : route.error().message);
-      for (const auto& hop : route->hops) OFFSIM_CHECK(hop.resource.starts_with("node0."));
-      local_routes[d].push_back(std::move(route->hops));
-    }
+    for (int d = 0; d < 2; ++d) local_routes[d].push_back(host_route(0, g, d));
   }
 
   // Capacities of every resource name, merged over ranks (the largest wins when two
@@ -101,7 +104,7 @@ sim::Result<CostModel> CostModel::create(const System& system, const Calibration
     std::vector<std::string> h2d, d2h;
   };
   std::vector<Pending> pending;
-  std::unordered_map<std::string, std::pair<int, std::set<int>>> host_pools;  // reps, k sum, nodes
+  std::map<int, std::pair<int, std::set<int>>> host_pools;  // node -> (k sum, nodes spanned)
 
   for (const SimRank& sr : ranks) {
     if (sr.rank < 0 || sr.rank >= world) {
@@ -144,9 +147,11 @@ sim::Result<CostModel> CostModel::create(const System& system, const Calibration
           instances[j].emplace(system.node_of(r), hops[j].resource);
         }
       }
-      const std::string node = fmt::format("node{}.", system.node_of(sr.rank));
+      // The representative's own route names the links of its node.
+      const auto own = host_route(system.node_of(sr.rank), system.local_gpu(sr.rank), h2d ? 0 : 1);
+      OFFSIM_CHECK(own.size() == mine.size());
       for (std::size_t j = 0; j < mine.size(); ++j) {
-        const std::string name = node + mine[j].resource.substr(std::string_view("node0.").size());
+        const std::string& name = own[j].resource;
         want(name, mine[j].bytes_per_s * static_cast<double>(instances[j].size()));
         (h2d ? p.h2d : p.d2h).push_back(name);
       }
@@ -179,7 +184,7 @@ sim::Result<CostModel> CostModel::create(const System& system, const Calibration
       family(nic_prefix(system, sr.rank) + ".tx", nic_of, bw);
       family(nic_prefix(system, sr.rank) + ".rx", nic_of, bw);
     }
-    auto& hp = host_pools[fmt::format("node{}.pinned", system.node_of(sr.rank))];
+    auto& hp = host_pools[system.node_of(sr.rank)];
     hp.first += k;
     for (int r : represented) hp.second.insert(system.node_of(r));
     cm.ranks_.emplace(sr.rank, RankResources{.multiplicity = k});
@@ -217,20 +222,21 @@ sim::Result<CostModel> CostModel::create(const System& system, const Calibration
       rr.nic_tx = id(nic_prefix(system, r) + ".tx");
       rr.nic_rx = id(nic_prefix(system, r) + ".rx");
     }
-    rr.hbm_pool = builder.pool(rp + ".hbm", hbm_bytes);
+    rr.hbm_pool = builder.pool(rp + ".hbm", hbm_bytes, sim::PoolKind::kHbm, r);
     // The pinned pool of a node holds what its representatives allocate, each allocation
     // standing for `multiplicity` GPUs spread over the nodes they span: the pool gets the host
     // memory of those nodes divided by the GPUs one allocation stands for (exact when all
     // representatives on the pool share one multiplicity).
-    const std::string pool = fmt::format("node{}.pinned", system.node_of(r));
-    const auto& [k_sum, nodes] = host_pools.at(pool);
+    const int node = system.node_of(r);
+    const auto& [k_sum, nodes] = host_pools.at(node);
     const int reps =
         static_cast<int>(std::count_if(pending.begin(), pending.end(), [&](const Pending& q) {
           return system.node_of(q.rank.rank) == system.node_of(r);
         }));
     const double host = static_cast<double>(system.host_memory_bytes_per_node) *
                         static_cast<double>(nodes.size()) * reps / k_sum;
-    rr.host_pool = builder.pool(pool, static_cast<std::int64_t>(host));
+    rr.host_pool = builder.pool(fmt::format("node{}.pinned", node), static_cast<std::int64_t>(host),
+                                sim::PoolKind::kPinnedHost, node);
   }
   const auto& resources = builder.peek().resources;
   cm.capacities_.resize(resources.size());

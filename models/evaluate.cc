@@ -7,6 +7,7 @@
 
 #include "sim/engine/engine_probe.h"
 #include "sim/engine/simulator.h"
+#include "sim/trace/analysis.h"
 
 namespace offsim::models {
 
@@ -32,168 +33,26 @@ void add_to(MemoryBreakdown& m, const std::string& category, std::int64_t bytes)
   }
 }
 
-const sim::PoolTrace* find_pool(const sim::Timeline& t, const std::string& name) {
-  for (const sim::PoolTrace& p : t.pools) {
-    if (p.name == name) return &p;
-  }
-  return nullptr;
+const sim::PoolTrace* find_pool(const sim::Timeline& t, sim::PoolId pool) {
+  return pool.index() < t.pools.size() ? &t.pools[pool.index()] : nullptr;
 }
 
-// TimeSplit's buckets in integer nanoseconds: sums are exact, so a steady-state step's split is
-// the reduced step's plus whole periods (see evaluate()), bit for bit.
-struct SplitNs {
-  std::int64_t compute = 0;
-  std::int64_t recompute = 0;
-  std::int64_t exposed_comm = 0;
-  std::int64_t exposed_offload = 0;
-  std::int64_t bubble = 0;
-  std::int64_t cpu_optimizer = 0;
-  std::int64_t other = 0;
-  std::int64_t moe_alltoall = 0;  // of exposed_comm
-  std::int64_t grouped_gemm = 0;  // of compute and recompute
+// TimeSplit from the integer-nanosecond split of sim/trace (exact sums: a steady-state step's
+// split is the reduced step's plus whole periods, bit for bit).
+using SplitNs = sim::TimeSplitNs;
+using StartWindow = sim::StartWindow;
 
-  void add(const SplitNs& o, std::int64_t times) {
-    moe_alltoall += times * o.moe_alltoall;
-    grouped_gemm += times * o.grouped_gemm;
-    compute += times * o.compute;
-    recompute += times * o.recompute;
-    exposed_comm += times * o.exposed_comm;
-    exposed_offload += times * o.exposed_offload;
-    bubble += times * o.bubble;
-    cpu_optimizer += times * o.cpu_optimizer;
-    other += times * o.other;
-  }
-  TimeSplit seconds() const {
-    const auto s = [](std::int64_t ns) { return sim::to_seconds(sim::Duration{ns}); };
-    return TimeSplit{.compute_s = s(compute),
-                     .recompute_s = s(recompute),
-                     .exposed_comm_s = s(exposed_comm),
-                     .exposed_offload_s = s(exposed_offload),
-                     .bubble_s = s(bubble),
-                     .cpu_optimizer_s = s(cpu_optimizer),
-                     .other_s = s(other),
-                     .moe_alltoall_s = s(moe_alltoall),
-                     .grouped_gemm_s = s(grouped_gemm)};
-  }
-};
-
-// A time window (after, upto]: only compute ops starting in it count, and not the tail.
-struct StartWindow {
-  sim::TimePoint after;
-  sim::TimePoint upto;
-};
-
-// Attributes the compute lane's time of one rank: busy time by the running op's category, idle
-// time by the kind of the dependency that ended last before the next op could start.
-SplitNs split_time(const sim::Plan& plan, const sim::Timeline& t, const std::string& lane_name,
-                   const std::string& rank_prefix, std::optional<StartWindow> window = {}) {
-  SplitNs split;
-  std::vector<const sim::Span*> by_op(plan.ops.size(), nullptr);
-  for (const sim::Span& s : t.spans) {
-    if (s.op.index() < by_op.size()) by_op[s.op.index()] = &s;
-  }
-  std::optional<sim::LaneId> lane;
-  for (std::size_t i = 0; i < plan.lanes.size(); ++i) {
-    if (plan.lanes[i].name == lane_name) lane = sim::LaneId(i);
-  }
-  if (!lane) return split;
-  const auto idle_bucket = [&](const sim::Op& op) -> std::int64_t& {
-    if (op.kind == sim::OpKind::kCopy) return split.exposed_offload;
-    if (op.kind == sim::OpKind::kHostCompute) return split.cpu_optimizer;
-    if (op.kind == sim::OpKind::kP2P) return split.bubble;
-    if (op.kind == sim::OpKind::kCollective) return split.exposed_comm;
-    return split.other;
-  };
-  sim::TimePoint cursor = sim::kTimeZero;
-  for (std::size_t i = 0; i < plan.ops.size(); ++i) {
-    const sim::Op& op = plan.ops[i];
-    if (op.lane != *lane || by_op[i] == nullptr) continue;
-    const sim::Span& s = *by_op[i];
-    if (window && !(s.start > window->after && s.start <= window->upto)) {
-      cursor = std::max(cursor, s.end);
-      continue;
-    }
-    if (s.start > cursor) {
-      const sim::Op* blocker = nullptr;
-      sim::TimePoint latest = sim::kTimeZero;
-      for (sim::OpId dep : op.deps) {
-        const sim::Span* ds = by_op[dep.index()];
-        if (ds != nullptr && ds->end >= latest) {
-          latest = ds->end;
-          blocker = &plan.ops[dep.index()];
-        }
-      }
-      const std::int64_t gap = (s.start - cursor).count();
-      if (blocker != nullptr) {
-        idle_bucket(*blocker) += gap;
-      } else {
-        split.other += gap;
-      }
-    }
-    const std::int64_t busy = (s.end - std::max(s.start, cursor)).count();
-    if (op.kind == sim::OpKind::kCollective &&
-        op.sizes.collective.kind == sim::CollectiveKind::kAllToAll) {
-      split.moe_alltoall += busy;
-    }
-    if (op.kind == sim::OpKind::kGemm && op.name.find(".grouped_gemm") != std::string::npos) {
-      split.grouped_gemm += busy;
-    }
-    if (op.category == "recompute") {
-      split.recompute += busy;
-    } else if (op.category == "comm") {
-      split.exposed_comm += busy;
-    } else {
-      split.compute += busy;
-    }
-    cursor = std::max(cursor, s.end);
-  }
-  // The tail after the last compute op: in each piece of it, the most telling op of this rank
-  // still running (CPU optimizer, then copies, then collectives); nothing running = waiting on
-  // another pipeline stage.
-  if (!window && t.makespan > cursor) {
-    std::vector<std::size_t> active;
-    std::vector<sim::TimePoint> cuts = {cursor, t.makespan};
-    for (std::size_t i = 0; i < plan.ops.size(); ++i) {
-      if (by_op[i] == nullptr || by_op[i]->end <= cursor) continue;
-      if (plan.lanes[plan.ops[i].lane.index()].name.rfind(rank_prefix, 0) != 0) continue;
-      active.push_back(i);
-      cuts.push_back(std::max(cursor, by_op[i]->start));
-      cuts.push_back(by_op[i]->end);
-    }
-    std::sort(cuts.begin(), cuts.end());
-    cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
-    const auto rank_of = [](sim::OpKind k) {
-      switch (k) {
-        case sim::OpKind::kHostCompute:
-          return 4;
-        case sim::OpKind::kCopy:
-          return 3;
-        case sim::OpKind::kCollective:
-          return 2;
-        case sim::OpKind::kP2P:
-          return 1;
-        default:
-          return 0;
-      }
-    };
-    for (std::size_t c = 0; c + 1 < cuts.size(); ++c) {
-      const std::int64_t piece = (cuts[c + 1] - cuts[c]).count();
-      const sim::Op* best = nullptr;
-      for (std::size_t i : active) {
-        const sim::Span& s = *by_op[i];
-        if (s.start <= cuts[c] && s.end >= cuts[c + 1] &&
-            (best == nullptr || rank_of(plan.ops[i].kind) > rank_of(best->kind))) {
-          best = &plan.ops[i];
-        }
-      }
-      if (best != nullptr) {
-        idle_bucket(*best) += piece;
-      } else {
-        split.bubble += piece;
-      }
-    }
-  }
-  return split;
+TimeSplit seconds(const SplitNs& n) {
+  const auto s = [](std::int64_t ns) { return sim::to_seconds(sim::Duration{ns}); };
+  return TimeSplit{.compute_s = s(n.compute),
+                   .recompute_s = s(n.recompute),
+                   .exposed_comm_s = s(n.exposed_comm),
+                   .exposed_offload_s = s(n.exposed_offload),
+                   .bubble_s = s(n.bubble),
+                   .cpu_optimizer_s = s(n.cpu_optimizer),
+                   .other_s = s(n.other),
+                   .moe_alltoall_s = s(n.moe_alltoall),
+                   .grouped_gemm_s = s(n.grouped_gemm)};
 }
 
 // What a steady-state extrapolation changes in a reduced step's report (see evaluate()).
@@ -227,7 +86,7 @@ Report report_of(const Scenario& scenario, const BuiltStep& step, const sim::Tim
       r.hfu = r.hw_tflops_per_gpu * 1e12 / step.peak_flops_per_gpu;
     }
   }
-  std::map<std::string, bool> hosts_seen;
+  std::map<std::size_t, bool> hosts_seen;  // by pool id
   for (const SimRankInfo& info : step.ranks) {
     RankReport rr;
     rr.name = fmt::format("rank{} (stage {})", info.rank, info.stage);
@@ -242,8 +101,9 @@ Report report_of(const Scenario& scenario, const BuiltStep& step, const sim::Tim
       rr.live_at_peak = p->live_at_peak;
       for (const sim::LiveTensor& lt : p->live_at_peak) add_to(rr.memory, lt.category, lt.bytes);
     }
-    if (const sim::PoolTrace* h = find_pool(t, info.host_pool); h && !hosts_seen[info.host_pool]) {
-      hosts_seen[info.host_pool] = true;
+    if (const sim::PoolTrace* h = find_pool(t, info.host_pool);
+        h && !hosts_seen[info.host_pool.index()]) {
+      hosts_seen[info.host_pool.index()] = true;
       r.host_peak_bytes = std::max(r.host_peak_bytes, h->peak_bytes);
     }
     if (r.ranks.empty() || rr.hbm_peak_bytes > r.hbm_peak_bytes) {
@@ -258,10 +118,7 @@ Report report_of(const Scenario& scenario, const BuiltStep& step, const sim::Tim
     // The first stage: in 1F1B every stage sees the same bubble; stage 0 also waits longest on
     // the gradients flowing back.
     const SimRankInfo& crit = step.ranks.front();
-    r.time = x != nullptr
-                 ? x->split.seconds()
-                 : split_time(step.plan, t, crit.compute_lane, fmt::format("rank{}.", crit.rank))
-                       .seconds();
+    r.time = seconds(x != nullptr ? x->split : sim::split_time(step.plan, t, crit.compute_lane));
   }
   if (t.outcome.oom) {
     const sim::OutOfMemory& o = *t.outcome.oom;
@@ -271,7 +128,8 @@ Report report_of(const Scenario& scenario, const BuiltStep& step, const sim::Tim
                       .requested_bytes = o.requested_bytes,
                       .in_use_bytes = o.in_use_bytes,
                       .capacity_bytes = o.capacity_bytes,
-                      .live = o.live};
+                      .live = o.live,
+                      .device_memory = o.pool_kind == sim::PoolKind::kHbm};
   }
   // Pools over capacity (the step ran to its end with them unbounded): demand = true peak.
   for (const sim::OutOfMemory& o : t.outcome.over_capacity) {
@@ -409,6 +267,7 @@ std::optional<Report> steady_state_report(const Scenario& scenario, const EvalOp
   sim_options.record_spans = true;
   sim_options.record_memory = false;
   sim_options.validate_plan = false;
+  sim_options.cancel = options.cancel;
   sim::Result<sim::SimResult> result =
       sim::detail::simulate_with_periods(plan, sim_options, &probe);
   if (!result) {
@@ -452,9 +311,8 @@ std::optional<Report> steady_state_report(const Scenario& scenario, const EvalOp
       static_cast<std::int64_t>(plan.ops.size()) + extra * static_cast<std::int64_t>(block_ops);
   if (!step.ranks.empty()) {
     const SimRankInfo& crit = step.ranks.front();
-    const std::string prefix = fmt::format("rank{}.", crit.rank);
-    x.split = split_time(plan, t, crit.compute_lane, prefix);
-    x.split.add(split_time(plan, t, crit.compute_lane, prefix, StartWindow{b1, b2}), extra);
+    x.split = sim::split_time(plan, t, crit.compute_lane);
+    x.split.add(sim::split_time(plan, t, crit.compute_lane, StartWindow{b1, b2}), extra);
   }
   return report_of(scenario, step, t, &x);
 }
@@ -471,11 +329,8 @@ void apply_allocator(const BuiltStep& step, const sim::Timeline& t, Report& r) {
   const std::int64_t outside = rt.preallocated ? 0 : rt.cuda_context_bytes + rt.nccl_bytes;
   for (std::size_t k = 0; k < step.ranks.size() && k < r.ranks.size(); ++k) {
     const SimRankInfo& info = step.ranks[k];
-    std::optional<std::size_t> pool;
-    for (std::size_t p = 0; p < plan.pools.size(); ++p) {
-      if (plan.pools[p].name == info.hbm_pool) pool = p;
-    }
-    if (!pool) continue;
+    if (info.hbm_pool.index() >= plan.pools.size()) continue;
+    const std::optional<std::size_t> pool = info.hbm_pool.index();
     const auto mine = [&](sim::TensorId id) {
       const sim::Tensor& x = plan.tensors[id.index()];
       return x.pool.index() == *pool && x.category != "runtime";
@@ -492,10 +347,7 @@ void apply_allocator(const BuiltStep& step, const sim::Timeline& t, Report& r) {
     std::vector<AllocEvent> events;
     // Initial tensors (weights, optimizer state) are allocated on the compute stream; an op's
     // allocations on its lane's stream (a block returns to the pool it came from).
-    std::uint32_t compute = 0;
-    for (std::size_t l = 0; l < plan.lanes.size(); ++l) {
-      if (plan.lanes[l].name == info.compute_lane) compute = static_cast<std::uint32_t>(l);
-    }
+    const std::uint32_t compute = info.compute_lane.value();
     for (sim::TensorId id : plan.initial_tensors) {
       if (mine(id)) events.push_back({id.value(), plan.tensors[id.index()].bytes, false, compute});
     }
@@ -536,7 +388,8 @@ void apply_allocator(const BuiltStep& step, const sim::Timeline& t, Report& r) {
     // although the tensors alone fit (or a second reason when they did not).
     const std::size_t at = static_cast<std::size_t>(a.first_failure);
     OomReport o;
-    o.pool = info.hbm_pool;
+    o.pool = plan.pools[info.hbm_pool.index()].name;
+    o.device_memory = true;
     o.requested_bytes = events[at].bytes;
     o.in_use_bytes = a.reserved_at_failure_bytes + outside;
     o.capacity_bytes = rt.allocator_limit_bytes + outside;

@@ -282,15 +282,16 @@ PlanSize estimate_plan_size(const Scenario& s, const PlanSizeOptions& options) {
   add_grads(s, m, grads_on_host, c);
   add_group(s, params_on_host, grads_on_host, opt_on_host, c);
   // Pipeline: every forward and backward task sends to its neighbour except at the ends; each
-  // send has its producer and its receiver's first op (sometimes also a reload) waits for it.
+  // send is two ops, the send (waiting on its producer) and its receive on the peer (waiting on
+  // the send), and the receiver's first op (sometimes also a reload) waits on the receive.
   const double sends = 2 * m * (pp * v - 1);
-  c.ops += sends;
+  c.ops += 2 * sends;
   // The mixed-precision optimizer's gradient passes on every stage: the gradient norm, and with
   // fp16 the unscale and inf check; each waits for the stage's gradient reductions.
   const double grad_passes = s.training.compute_dtype == sim::DType::kFp16 ? 2 : 1;
   c.ops += pp * grad_passes;
   c.deps += grad_passes * static_cast<double>(s.model.layers + 2);  // one per parameter group
-  c.deps += sends * 2.5;
+  c.deps += sends * 3.5;
   // Per stage: the workspace tensor; with hardware.runtime the CUDA context, NCCL buffers (when
   // a group has more than one rank) and the cuBLAS workspace instead (JAX: none, outside its
   // pool).

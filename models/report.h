@@ -78,6 +78,7 @@ struct OomReport {
   std::int64_t in_use_bytes = 0;
   std::int64_t capacity_bytes = 0;
   std::vector<sim::LiveTensor> live;
+  bool device_memory = false;  // the pool is a GPU's HBM (else host memory); not in the JSON
 };
 
 // A pool that the step needs more of than it has (the step was run to its end with the pool

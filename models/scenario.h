@@ -206,6 +206,9 @@ struct OffloadPolicy {
   // gradients go down, updated parameters come up.
   bool optimizer_on_cpu = false;
   std::string preset;  // the preset this policy came from, if any
+  // A JAX/MaxText remat policy: the named activations are saved or offloaded and everything else
+  // is rematerialized, so it expects recompute.mode full (set by those presets).
+  bool remat_unsaved = false;
 };
 
 struct HardwareConfig {

@@ -129,13 +129,21 @@ class StepBuilder {
     for (int stage = 0; stage < p.pp; ++stage) {
       OFFSIM_RETURN_IF_ERROR(build_rank(stage));
     }
+    // Every send gets its receive on the peer, in send order: one receive lane per (receiver,
+    // sender) pair, so a receive never waits behind another sender's and the lane adds no delay
+    // (sends to one peer leave one lane in order). Appended after every other op and lane.
+    std::map<OpId, OpId> recv_of_send;
+    std::vector<OpId> sends;
+    for (const auto& [key, send] : sends_) sends.push_back(send);
+    std::sort(sends.begin(), sends.end());
+    for (const OpId send : sends) recv_of_send[send] = receive(send);
     for (const auto& [op, key] : pending_recv_) {
       auto it = sends_.find(key);
       if (it == sends_.end()) {
         return sim::fail(sim::ErrorCode::kInternal, "pipeline: no send for a receive (mb {})",
                          std::get<1>(key));
       }
-      b_.op_at(op).deps.push_back(it->second);
+      b_.op_at(op).deps.push_back(recv_of_send.at(it->second));
     }
     return sim::ok();
   }
@@ -186,6 +194,30 @@ class StepBuilder {
 
   // --- helpers ------------------------------------------------------------------------------
 
+  // The receive of `send` on a lane of its peer: no work of its own, it ends when the send does.
+  OpId receive(OpId send) {
+    const sim::Op s = b_.op_at(send);
+    const sim::Lane& from = b_.peek().lanes[s.lane.index()];
+    const int dst = s.sizes.peer;
+    const auto stage = static_cast<int>(dst / (s_.parallelism.tp * s_.parallelism.dp));
+    const LaneId lane = b_.lane(fmt::format("rank{}.recv_from_rank{}", dst, from.rank),
+                                {.rank = dst, .stage = stage, .role = sim::LaneRole::kRecv});
+    const auto pair = static_cast<std::int64_t>(send.index());
+    b_.op_at(send).sizes.p2p_pair = pair;
+    sim::Op op;
+    op.name = recv_names_.at(send);
+    op.lane = lane;
+    op.kind = OpKind::kP2P;
+    op.category = s.category;
+    op.layer = s.layer;
+    op.sizes.bytes = s.sizes.bytes;
+    op.sizes.peer = from.rank;
+    op.sizes.p2p_role = sim::P2PRole::kRecv;
+    op.sizes.p2p_pair = pair;
+    op.deps = {send};
+    return b_.op(std::move(op));
+  }
+
   OpId add(Rank& r, LaneId lane, std::string name, OpKind kind, const std::string& category,
            int layer, sim::OpCost cost, sim::OpSizes sizes = {}, std::vector<OpId> deps = {}) {
     sim::Op op;
@@ -203,21 +235,28 @@ class StepBuilder {
     return id;
   }
 
+  // A weight-gradient GEMM: with fp8 it reuses the transposes its forward and dgrad cast.
+  OpId wgrad_gemm(Rank& r, const std::string& name, const std::string& cat, int layer,
+                  std::int64_t m, std::int64_t n, std::int64_t k) {
+    return gemm(r, name, cat, layer, m, n, k, /*weight_grad=*/true);
+  }
+
   OpId gemm(Rank& r, const std::string& name, const std::string& cat, int layer, std::int64_t m,
-            std::int64_t n, std::int64_t k) {
-    return gemm_as(gdtype_, r, name, cat, layer, m, n, k);
+            std::int64_t n, std::int64_t k, bool weight_grad = false) {
+    return gemm_as(gdtype_, r, name, cat, layer, m, n, k, weight_grad);
   }
 
   // The LM head's GEMMs: Megatron's output layer is a plain (not Transformer Engine) linear
   // layer, so FP8 runs keep it in bf16 (the activation dtype), without FP8 casts.
-  OpId head_gemm(Rank& r, const std::string& name, std::int64_t m, std::int64_t n, std::int64_t k) {
-    return gemm_as(adtype_, r, name, "compute", -1, m, n, k);
+  OpId head_gemm(Rank& r, const std::string& name, std::int64_t m, std::int64_t n, std::int64_t k,
+                 bool weight_grad = false) {
+    return gemm_as(adtype_, r, name, "compute", -1, m, n, k, weight_grad);
   }
 
   OpId gemm_as(sim::DType dtype, Rank& r, const std::string& name, const std::string& cat,
-               int layer, std::int64_t m, std::int64_t n, std::int64_t k) {
+               int layer, std::int64_t m, std::int64_t n, std::int64_t k, bool weight_grad) {
     sim::GemmShape shape{.m = m, .n = n, .k = k, .batch = 1, .dtype = dtype};
-    if (dtype == sim::DType::kFp8 && !name.ends_with(".wgrad")) {
+    if (dtype == sim::DType::kFp8 && !weight_grad) {
       // Transformer Engine casts the GEMM's bf16 activation input (forward) or output gradient
       // (dgrad), m × k elements, to FP8 and its transpose in one pass: read 2 bytes, write 1 + 1;
       // the wgrad GEMM reuses those transposes.
@@ -404,12 +443,15 @@ class StepBuilder {
     r.stage = stage;
     r.rank = stage * p.tp * p.dp;
     const std::string rn = fmt::format("rank{}", r.rank);
-    r.compute = b_.lane(rn + ".compute");
-    r.comm = b_.lane(rn + ".comm");
-    r.p2p = b_.lane(rn + ".p2p");
-    r.h2d = b_.lane(rn + ".h2d");
-    r.d2h = b_.lane(rn + ".d2h");
-    r.cpu = b_.lane(rn + ".cpu");
+    const auto lane = [&](const char* suffix, sim::LaneRole role) {
+      return b_.lane(rn + suffix, {.rank = r.rank, .stage = stage, .role = role});
+    };
+    r.compute = lane(".compute", sim::LaneRole::kCompute);
+    r.comm = lane(".comm", sim::LaneRole::kComm);
+    r.p2p = lane(".p2p", sim::LaneRole::kP2P);
+    r.h2d = lane(".h2d", sim::LaneRole::kH2D);
+    r.d2h = lane(".d2h", sim::LaneRole::kD2H);
+    r.cpu = lane(".cpu", sim::LaneRole::kCpu);
     r.hbm = cm_.hbm_pool(r.rank);
     r.host = cm_.host_pool(r.rank);
     hbm_pools_.push_back(r.hbm);
@@ -421,6 +463,7 @@ class StepBuilder {
     for (int i = 0; i < p.etp; ++i) r.etp_group.push_back(r.rank + i);
     for (int i = 0; i < edp(); ++i) r.edp_group.push_back(r.rank + i * p.ep * p.etp);
 
+    b_.representative({.rank = r.rank, .multiplicity = p.tp * p.dp, .stride = 1});
     SimRankInfo info;
     info.rank = r.rank;
     info.stage = stage;
@@ -428,9 +471,9 @@ class StepBuilder {
     info.dp_rank = 0;
     info.tp_rank = 0;
     info.multiplicity = p.tp * p.dp;
-    info.hbm_pool = b_.peek().pools[r.hbm.index()].name;
-    info.host_pool = b_.peek().pools[r.host.index()].name;
-    info.compute_lane = rn + ".compute";
+    info.hbm_pool = r.hbm;
+    info.host_pool = r.host;
+    info.compute_lane = r.compute;
     out_.ranks.push_back(info);
 
     make_param_groups(r);
@@ -670,6 +713,7 @@ class StepBuilder {
           add(r, p2p_lane(r), fmt::format("mb{}.c{}.fwd.send", lbl(t.mb), t.chunk), OpKind::kP2P,
               "comm", -1, cm_.p2p(r.rank, dst, p2p_bytes()), sz, {last});
       sends_[SendKey{true, t.mb, dst_stage, dst_chunk}] = send;
+      recv_names_[send] = fmt::format("mb{}.c{}.fwd.recv", lbl(t.mb), t.chunk);
     }
   }
 
@@ -803,7 +847,7 @@ class StepBuilder {
       elementwise(r, q + ".loss.bwd", "compute", -1, n * d_.v * (d_.e + 4),
                   static_cast<double>(3 * n * d_.v));
       head_gemm(r, q + ".lm_head.dgrad", n, d_.h, d_.v);
-      last = head_gemm(r, q + ".lm_head.wgrad", d_.h, d_.v, n);
+      last = head_gemm(r, q + ".lm_head.wgrad", d_.h, d_.v, n, /*weight_grad=*/true);
       b_.op_at(last).frees.push_back(logits);
     }
     r.head_saved[mb] = t;
@@ -869,6 +913,7 @@ class StepBuilder {
           add(r, p2p_lane(r), fmt::format("mb{}.c{}.bwd.send", lbl(t.mb), t.chunk), OpKind::kP2P,
               "comm", -1, cm_.p2p(r.rank, dst, p2p_bytes()), sz, {last});
       sends_[SendKey{false, t.mb, dst_stage, dst_chunk}] = send;
+      recv_names_[send] = fmt::format("mb{}.c{}.bwd.recv", lbl(t.mb), t.chunk);
     }
   }
 
@@ -884,7 +929,7 @@ class StepBuilder {
       first = elementwise(r, p + ".loss.bwd", "compute", -1, d_.tokens() * d_.v * (d_.e + 4),
                           static_cast<double>(3 * d_.tokens() * d_.v));
       head_gemm(r, p + ".lm_head.dgrad", d_.tokens(), d_.h, d_.v);
-      head_gemm(r, p + ".lm_head.wgrad", d_.h, d_.v, d_.tokens());
+      head_gemm(r, p + ".lm_head.wgrad", d_.h, d_.v, d_.tokens(), /*weight_grad=*/true);
     }
     tp_reduce(r, p + ".tp_reduce", "comm", -1);
     const OpId last = elementwise(r, p + ".final_norm.bwd", "compute", -1, 3 * residual_bytes(),
@@ -995,22 +1040,22 @@ class StepBuilder {
     } else {
       tp_gather(r, p + ".mlpwo.bwd.tp_allgather", "comm", l);
       gemm(r, p + ".mlpwo.dgrad", cat, l, d_.tokens(), d_.f, d_.h);
-      gemm(r, p + ".mlpwo.wgrad", cat, l, d_.f, d_.h, d_.tokens());
+      wgrad_gemm(r, p + ".mlpwo.wgrad", cat, l, d_.f, d_.h, d_.tokens());
       elementwise(r, p + ".act.bwd", cat, l, d_.tokens() * d_.f * d_.e * (2 * g + 1),
                   static_cast<double>(10 * d_.tokens() * d_.f));
       gemm(r, p + ".mlpwi.dgrad", cat, l, d_.tokens(), d_.h, d_.f * g);
-      gemm(r, p + ".mlpwi.wgrad", cat, l, d_.h, d_.f * g, d_.tokens());
+      wgrad_gemm(r, p + ".mlpwi.wgrad", cat, l, d_.h, d_.f * g, d_.tokens());
       tp_reduce(r, p + ".mlpwi.bwd.tp_reduce", "comm", l);
     }
     elementwise(r, p + ".res1_ln2.bwd", cat, l, 6 * residual_bytes() + dropout_mask_bytes(),
                 4 * norm_flops());
     tp_gather(r, p + ".out_proj.bwd.tp_allgather", "comm", l);
     gemm(r, p + ".out_proj.dgrad", cat, l, d_.tokens(), d_.o(), d_.h);
-    gemm(r, p + ".out_proj.wgrad", cat, l, d_.o(), d_.h, d_.tokens());
+    wgrad_gemm(r, p + ".out_proj.wgrad", cat, l, d_.o(), d_.h, d_.tokens());
     attention(r, p + ".attn.bwd", cat, l, true);
     rotary(r, p + ".rope.bwd", l);
     gemm(r, p + ".qkv.dgrad", cat, l, d_.tokens(), d_.h, d_.qkv_n());
-    gemm(r, p + ".qkv.wgrad", cat, l, d_.h, d_.qkv_n(), d_.tokens());
+    wgrad_gemm(r, p + ".qkv.wgrad", cat, l, d_.h, d_.qkv_n(), d_.tokens());
     tp_reduce(r, p + ".qkv.bwd.tp_reduce", "comm", l);
     const OpId last =
         elementwise(r, p + ".ln1.bwd", cat, l, 3 * residual_bytes(), 2 * norm_flops());
@@ -1056,6 +1101,7 @@ class StepBuilder {
     sz.gemm = shape(ceil_div(md.routed, n));
     sz.gemm.batch = n;
     sz.gemm.dtype = gdtype_;
+    sz.gemm.grouped = true;
     for (const sim::GemmShape& g : groups) {
       sz.flops += 2.0 * static_cast<double>(g.m) * static_cast<double>(g.n) *
                   static_cast<double>(g.k) * static_cast<double>(g.batch);
@@ -1141,11 +1187,11 @@ class StepBuilder {
     if (md.fs > 0) {
       tp_gather(r, p + ".shared.bwd.tp_allgather", "comm", l);
       gemm(r, p + ".shared.mlpwo.dgrad", cat, l, d_.tokens(), md.fs, d_.h);
-      gemm(r, p + ".shared.mlpwo.wgrad", cat, l, md.fs, d_.h, d_.tokens());
+      wgrad_gemm(r, p + ".shared.mlpwo.wgrad", cat, l, md.fs, d_.h, d_.tokens());
       elementwise(r, p + ".shared.act.bwd", cat, l, d_.tokens() * md.fs * d_.e * (2 * g + 1),
                   static_cast<double>(10 * d_.tokens() * md.fs));
       gemm(r, p + ".shared.mlpwi.dgrad", cat, l, d_.tokens(), d_.h, md.fs * g);
-      gemm(r, p + ".shared.mlpwi.wgrad", cat, l, d_.h, md.fs * g, d_.tokens());
+      wgrad_gemm(r, p + ".shared.mlpwi.wgrad", cat, l, d_.h, md.fs * g, d_.tokens());
       tp_reduce(r, p + ".shared.bwd.tp_reduce", "comm", l);
     }
     elementwise(r, p + ".moe.unpermute.bwd", cat, l, (2 * assigned + t) * md.h * md.e,
@@ -1184,7 +1230,7 @@ class StepBuilder {
     elementwise(r, p + ".router.topk.bwd", cat, l, t * md.experts * 8,
                 static_cast<double>(5 * t * md.experts));
     gemm(r, p + ".router.dgrad", cat, l, t, md.h, md.experts);
-    gemm(r, p + ".router.wgrad", cat, l, md.h, md.experts, t);
+    wgrad_gemm(r, p + ".router.wgrad", cat, l, md.h, md.experts, t);
   }
 
   // The routed experts' gradients after the last micro-batch: reduced over the expert-DP group
@@ -1343,6 +1389,7 @@ class StepBuilder {
   std::vector<LayerPolicy> policies_;
   std::vector<LayerDims> ldims_;  // per layer (MoE layers carry their expert sizes)
   std::map<SendKey, OpId> sends_;
+  std::map<OpId, std::string> recv_names_;  // the display name of each send's receive
   std::vector<std::pair<OpId, SendKey>> pending_recv_;
   std::vector<OpId> deferred_reduce_;  // gradient reductions that wait for the whole backward
   OpId last_compute_;                  // the latest op emitted on the current rank's compute lane
@@ -1364,8 +1411,7 @@ std::vector<std::string> scenario_flags(const Scenario& s) {
         "megatron cannot offload activations with pp>1 (Transformer Engine CPU "
         "offloading refuses pipeline parallelism); simulated anyway");
   }
-  const bool jax_named = preset.rfind("jax_", 0) == 0 || preset.rfind("maxtext_", 0) == 0;
-  if (jax_named && s.recompute.mode != RecomputeConfig::Mode::kFull) {
+  if (s.offload.remat_unsaved && s.recompute.mode != RecomputeConfig::Mode::kFull) {
     flags.push_back(fmt::format(
         "preset {} rematerializes everything it does not save: expected recompute.mode full, got "
         "{}",
@@ -1590,8 +1636,12 @@ sim::Result<BuiltStep> build_step(const Scenario& s, const BuildOptions& options
   if (!out.ranks.empty()) {
     const auto& pools = out.plan.pools;
     for (const auto& pool : pools) {
-      if (pool.name == out.ranks.front().hbm_pool) out.hbm_capacity_bytes = pool.capacity_bytes;
-      if (pool.name == out.ranks.front().host_pool) out.host_capacity_bytes = pool.capacity_bytes;
+      if (&pool == &pools[out.ranks.front().hbm_pool.index()]) {
+        out.hbm_capacity_bytes = pool.capacity_bytes;
+      }
+      if (&pool == &pools[out.ranks.front().host_pool.index()]) {
+        out.host_capacity_bytes = pool.capacity_bytes;
+      }
     }
   }
   return out;

@@ -41,14 +41,14 @@ struct MicroBatchStart {
 
 // One simulated (representative) rank.
 struct SimRankInfo {
-  int rank = 0;           // global rank of the representative
-  int stage = 0;          // pipeline stage
-  int dp_rank = 0;        // the representative's data-parallel index
-  int tp_rank = 0;        // and tensor-parallel index
-  int multiplicity = 1;   // identical ranks it stands for
-  std::string hbm_pool;   // "rank0.hbm"
-  std::string host_pool;  // "host0.pinned"
-  std::string compute_lane;
+  int rank = 0;              // global rank of the representative
+  int stage = 0;             // pipeline stage
+  int dp_rank = 0;           // the representative's data-parallel index
+  int tp_rank = 0;           // and tensor-parallel index
+  int multiplicity = 1;      // identical ranks it stands for
+  sim::PoolId hbm_pool;      // its HBM
+  sim::PoolId host_pool;     // the pinned host memory of its node
+  sim::LaneId compute_lane;  // its compute stream
 };
 
 struct BuiltStep {

@@ -27,7 +27,7 @@ MemoryModel MemoryModel::build(const sim::Timeline& timeline, int source) {
     PoolSeries series;
     series.name = pool.name;
     series.source = source;
-    series.rank = parse_lane_name(pool.name).rank;
+    series.rank = pool_rank_of(pool);
     series.capacity_bytes = pool.capacity_bytes;
     series.peak_bytes = pool.peak_bytes;
     series.peak_time_ns = ns(pool.peak_time);
@@ -67,8 +67,8 @@ MemoryModel MemoryModel::build(const sim::Timeline& timeline, int source) {
   model.start_ns_.reserve(spans.size());
   for (std::uint32_t i : model.by_start_) model.start_ns_.push_back(ns(spans[i].start));
   model.lane_rank_.reserve(timeline.lanes.size());
-  for (const std::string& lane : timeline.lanes) {
-    model.lane_rank_.push_back(parse_lane_name(lane).rank);
+  for (std::size_t l = 0; l < timeline.lanes.size(); ++l) {
+    model.lane_rank_.push_back(lane_of(timeline, l).rank);
   }
   return model;
 }

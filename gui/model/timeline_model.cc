@@ -9,6 +9,8 @@
 
 #include <fmt/format.h>
 
+#include "sim/trace/analysis.h"
+
 namespace offsim::gui {
 namespace {
 
@@ -115,6 +117,48 @@ LaneName parse_lane_name(std::string_view name) {
   return out;
 }
 
+LaneName lane_of(const sim::Timeline& timeline, std::size_t lane) {
+  if (lane >= timeline.lane_identity.size()) return parse_lane_name(timeline.lanes.at(lane));
+  const sim::LaneIdentity& id = timeline.lane_identity[lane];
+  LaneName out;
+  out.rank = id.rank;
+  switch (id.role) {
+    case sim::LaneRole::kCompute:
+      out.kind = LaneKind::kCompute;
+      break;
+    case sim::LaneRole::kH2D:
+      out.kind = LaneKind::kH2D;
+      break;
+    case sim::LaneRole::kD2H:
+      out.kind = LaneKind::kD2H;
+      break;
+    case sim::LaneRole::kComm:
+    case sim::LaneRole::kP2P:
+    case sim::LaneRole::kRecv:
+      out.kind = LaneKind::kComm;
+      break;
+    case sim::LaneRole::kCpu:
+      out.kind = LaneKind::kCpu;
+      break;
+    case sim::LaneRole::kOther:
+      out.kind = LaneKind::kOther;
+      break;
+  }
+  return out;
+}
+
+int pool_rank_of(const sim::PoolTrace& pool) {
+  switch (pool.kind) {
+    case sim::PoolKind::kHbm:
+      return pool.owner;
+    case sim::PoolKind::kPinnedHost:
+      return -1;
+    case sim::PoolKind::kOther:
+      break;
+  }
+  return parse_lane_name(pool.name).rank;
+}
+
 sim::Result<TimelineModel> TimelineModel::build(std::vector<sim::Timeline> timelines,
                                                 const std::atomic<bool>* cancel,
                                                 const ProgressFn& progress) {
@@ -138,7 +182,7 @@ sim::Result<TimelineModel> TimelineModel::build(std::vector<sim::Timeline> timel
       row.label = sources > 1 ? fmt::format("{} ({})", t.lanes[l], t.source) : t.lanes[l];
       row.source = static_cast<int>(s);
       row.lane = sim::LaneId(l);
-      row.parsed = parse_lane_name(t.lanes[l]);
+      row.parsed = lane_of(t, l);
       model.rows_.push_back(std::move(row));
     }
     for (std::size_t i = 0; i < t.spans.size(); ++i) {
@@ -405,73 +449,7 @@ std::vector<TimeWindow> exposed_intervals(const std::vector<TimeWindow>& copies,
 
 std::vector<std::uint32_t> critical_path(const sim::Timeline& timeline,
                                          const std::vector<std::vector<sim::OpId>>& deps) {
-  const auto& spans = timeline.spans;
-  const std::size_t n = spans.size();
-  std::vector<std::uint32_t> path;
-  if (n == 0) return path;
-  auto by_end = [&](std::uint32_t a, std::uint32_t b) {
-    return std::tie(spans[a].end, spans[a].start, spans[a].op) <
-           std::tie(spans[b].end, spans[b].start, spans[b].op);
-  };
-  // Previous span on the same lane (lane order = start order).
-  std::vector<std::uint32_t> order(n);
-  std::iota(order.begin(), order.end(), 0u);
-  std::sort(order.begin(), order.end(), [&](std::uint32_t a, std::uint32_t b) {
-    return std::tie(spans[a].lane, spans[a].start, spans[a].op) <
-           std::tie(spans[b].lane, spans[b].start, spans[b].op);
-  });
-  constexpr std::uint32_t kNone = std::numeric_limits<std::uint32_t>::max();
-  std::vector<std::uint32_t> prev_on_lane(n, kNone);
-  for (std::size_t k = 1; k < n; ++k) {
-    if (spans[order[k]].lane == spans[order[k - 1]].lane) prev_on_lane[order[k]] = order[k - 1];
-  }
-  std::vector<std::uint32_t> span_of_op;
-  if (!deps.empty()) {
-    span_of_op.assign(timeline.ops.size(), kNone);
-    for (std::uint32_t i = 0; i < n; ++i) {
-      if (spans[i].op.index() < span_of_op.size()) span_of_op[spans[i].op.index()] = i;
-    }
-  }
-  // All spans by end, for the timing-only dependency guess.
-  std::vector<std::uint32_t> end_order(n);
-  std::iota(end_order.begin(), end_order.end(), 0u);
-  std::sort(end_order.begin(), end_order.end(), by_end);
-
-  std::vector<bool> visited(n, false);
-  std::uint32_t current = end_order.back();
-  while (current != kNone && !visited[current]) {
-    visited[current] = true;
-    path.push_back(current);
-    const sim::TimePoint start = spans[current].start;
-    std::uint32_t best = kNone;
-    auto consider = [&](std::uint32_t c) {
-      if (c == kNone || visited[c] || spans[c].end > start) return;
-      if (best == kNone || spans[c].end > spans[best].end) best = c;
-    };
-    consider(prev_on_lane[current]);  // first, so that it wins ties
-    if (!deps.empty()) {
-      const std::size_t op = spans[current].op.index();
-      if (op < deps.size()) {
-        for (sim::OpId d : deps[op]) {
-          if (d.index() < span_of_op.size()) consider(span_of_op[d.index()]);
-        }
-      }
-    } else {
-      auto it =
-          std::upper_bound(end_order.begin(), end_order.end(), start,
-                           [&](sim::TimePoint t, std::uint32_t i) { return t < spans[i].end; });
-      while (it != end_order.begin()) {
-        --it;
-        if (!visited[*it]) {
-          consider(*it);
-          break;
-        }
-      }
-    }
-    current = best;
-  }
-  std::reverse(path.begin(), path.end());
-  return path;
+  return sim::critical_path_spans(timeline, deps);
 }
 
 std::string format_bytes(double bytes) {

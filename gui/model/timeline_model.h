@@ -32,6 +32,11 @@ struct LaneName {
   LaneKind kind = LaneKind::kOther;
 };
 LaneName parse_lane_name(std::string_view name);
+// A lane's rank and kind from the timeline's typed lane identity; only a timeline without one
+// (a file written before lanes carried identity) falls back to parse_lane_name().
+LaneName lane_of(const sim::Timeline& timeline, std::size_t lane);
+// The rank of a pool from its kind and owner (an HBM pool's owner), with the same fallback.
+int pool_rank_of(const sim::PoolTrace& pool);
 
 // A half-open interval of simulated time in nanoseconds.
 struct TimeWindow {
@@ -126,11 +131,8 @@ void visible_intervals(const std::vector<TimeWindow>& sorted, TimeWindow window,
 std::vector<TimeWindow> exposed_intervals(const std::vector<TimeWindow>& copies,
                                           const std::vector<TimeWindow>& compute);
 
-// Critical path by span timing: starting from the span that ends last, repeatedly step to the
-// latest-ending span that ended no later than the current one started, among the previous span
-// on the same lane and the current op's dependencies. `deps` (by op id, e.g. from the Plan) may be
-// empty: then any span on another lane counts as a possible dependency. Returns span indices,
-// first to last.
+// The critical path (sim::critical_path_spans, the one implementation compare uses too): span
+// indices, first to last; `deps` by op id, or empty for the timeline's own.
 std::vector<std::uint32_t> critical_path(const sim::Timeline& timeline,
                                          const std::vector<std::vector<sim::OpId>>& deps = {});
 

@@ -691,6 +691,7 @@ struct ReplayArgs {
   std::string out;
   std::string predicted_out;
   std::string trace;
+  bool all_ranks = false;
   ResourceLimits limits;
 };
 
@@ -718,6 +719,7 @@ int cmd_replay(const ReplayArgs& a) {
   backends::ReplayOptions ro;
   ro.measured_steps = a.steps;
   ro.warmup_steps = a.warmup;
+  ro.all_ranks = a.all_ranks;
   if (a.device == "cpu") {
     ro.device = backends::DeviceKind::kCpu;
   } else if (a.device == "cuda") {
@@ -974,6 +976,8 @@ int main(int argc, char** argv) {
   replay_cmd->add_option("--predicted-out", replay.predicted_out,
                          "write the predicted Timeline JSON here");
   replay_cmd->add_option("--trace", replay.trace, "Chrome trace with predicted and measured");
+  replay_cmd->add_flag("--all-ranks", replay.all_ranks,
+                       "run every rank the simulated ones stand for (data/tensor-parallel peers)");
   add_limit_options(replay_cmd, replay.limits, nullptr);
 
   // compare

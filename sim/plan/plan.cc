@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <iterator>
+#include <map>
 
 #include <boost/graph/adjacency_list.hpp>
 #include <boost/graph/topological_sort.hpp>
@@ -79,6 +80,50 @@ const char* to_string(CopyDirection direction) {
   return "?";
 }
 
+const char* to_string(LaneRole role) {
+  switch (role) {
+    case LaneRole::kOther:
+      return "other";
+    case LaneRole::kCompute:
+      return "compute";
+    case LaneRole::kComm:
+      return "comm";
+    case LaneRole::kP2P:
+      return "p2p";
+    case LaneRole::kRecv:
+      return "recv";
+    case LaneRole::kH2D:
+      return "h2d";
+    case LaneRole::kD2H:
+      return "d2h";
+    case LaneRole::kCpu:
+      return "cpu";
+  }
+  return "?";
+}
+
+const char* to_string(PoolKind kind) {
+  switch (kind) {
+    case PoolKind::kOther:
+      return "other";
+    case PoolKind::kHbm:
+      return "hbm";
+    case PoolKind::kPinnedHost:
+      return "pinned_host";
+  }
+  return "?";
+}
+
+const char* to_string(P2PRole role) {
+  switch (role) {
+    case P2PRole::kSend:
+      return "send";
+    case P2PRole::kRecv:
+      return "recv";
+  }
+  return "?";
+}
+
 namespace {
 
 template <class Enum, int N>
@@ -116,6 +161,23 @@ std::optional<CopyDirection> copy_direction_from_string(std::string_view name) {
   return parse_enum(name, kAll);
 }
 
+std::optional<LaneRole> lane_role_from_string(std::string_view name) {
+  static constexpr LaneRole kAll[] = {LaneRole::kOther, LaneRole::kCompute, LaneRole::kComm,
+                                      LaneRole::kP2P,   LaneRole::kRecv,    LaneRole::kH2D,
+                                      LaneRole::kD2H,   LaneRole::kCpu};
+  return parse_enum(name, kAll);
+}
+
+std::optional<PoolKind> pool_kind_from_string(std::string_view name) {
+  static constexpr PoolKind kAll[] = {PoolKind::kOther, PoolKind::kHbm, PoolKind::kPinnedHost};
+  return parse_enum(name, kAll);
+}
+
+std::optional<P2PRole> p2p_role_from_string(std::string_view name) {
+  static constexpr P2PRole kAll[] = {P2PRole::kSend, P2PRole::kRecv};
+  return parse_enum(name, kAll);
+}
+
 std::int64_t dtype_bytes(DType dtype) {
   switch (dtype) {
     case DType::kFp32:
@@ -132,9 +194,12 @@ std::int64_t dtype_bytes(DType dtype) {
 
 // --- PlanBuilder ------------------------------------------------------------------------------
 
-LaneId PlanBuilder::lane(const std::string& name) {
+LaneId PlanBuilder::lane(const std::string& name, LaneIdentity identity) {
   auto [it, inserted] = lanes_.try_emplace(name, LaneId{plan_.lanes.size()});
-  if (inserted) plan_.lanes.push_back(Lane{name});
+  if (inserted) {
+    plan_.lanes.push_back(
+        Lane{.name = name, .rank = identity.rank, .stage = identity.stage, .role = identity.role});
+  }
   return it->second;
 }
 
@@ -144,9 +209,13 @@ ResourceId PlanBuilder::resource(const std::string& name, double capacity) {
   return it->second;
 }
 
-PoolId PlanBuilder::pool(const std::string& name, std::int64_t capacity_bytes) {
+PoolId PlanBuilder::pool(const std::string& name, std::int64_t capacity_bytes, PoolKind kind,
+                         int owner) {
   auto [it, inserted] = pools_.try_emplace(name, PoolId{plan_.pools.size()});
-  if (inserted) plan_.pools.push_back(Pool{name, capacity_bytes});
+  if (inserted) {
+    plan_.pools.push_back(
+        Pool{.name = name, .capacity_bytes = capacity_bytes, .kind = kind, .owner = owner});
+  }
   return it->second;
 }
 
@@ -267,6 +336,47 @@ Status check_unique_names(const Table& table, const char* what) {
   return ok();
 }
 
+// Each p2p pair id names one send and at most one receive; a receive names a send that exists,
+// depends on it and runs on the lane of the send's peer.
+Status check_p2p_pairs(const Plan& plan) {
+  std::map<std::int64_t, std::size_t> sends;
+  std::map<std::int64_t, std::size_t> recvs;
+  for (std::size_t i = 0; i < plan.ops.size(); ++i) {
+    const Op& op = plan.ops[i];
+    if (op.kind != OpKind::kP2P || op.sizes.p2p_pair < 0) continue;
+    auto& seen = op.sizes.p2p_role == P2PRole::kSend ? sends : recvs;
+    auto [it, inserted] = seen.emplace(op.sizes.p2p_pair, i);
+    if (!inserted) {
+      return fail(ErrorCode::kInvalidInput, "{}: p2p pair {} already has a {} ({})",
+                  op_label(plan, i), op.sizes.p2p_pair, to_string(op.sizes.p2p_role),
+                  op_label(plan, it->second));
+    }
+  }
+  for (const auto& [pair, r] : recvs) {
+    auto s = sends.find(pair);
+    if (s == sends.end()) {
+      return fail(ErrorCode::kInvalidInput, "{}: receives p2p pair {}, which no op sends",
+                  op_label(plan, r), pair);
+    }
+    const Op& recv = plan.ops[r];
+    const Op& send = plan.ops[s->second];
+    if (std::find(recv.deps.begin(), recv.deps.end(), OpId{s->second}) == recv.deps.end()) {
+      return fail(ErrorCode::kInvalidInput, "{}: does not depend on its send {}", op_label(plan, r),
+                  op_label(plan, s->second));
+    }
+    const int recv_rank = plan.lanes[recv.lane.index()].rank;
+    const int send_rank = plan.lanes[send.lane.index()].rank;
+    if (send.sizes.peer != recv_rank || recv.sizes.peer != send_rank) {
+      return fail(ErrorCode::kInvalidInput,
+                  "{}: receives on rank {} from rank {}, but its send {} runs on rank {} to "
+                  "rank {}",
+                  op_label(plan, r), recv_rank, recv.sizes.peer, op_label(plan, s->second),
+                  send_rank, send.sizes.peer);
+    }
+  }
+  return ok();
+}
+
 Status check_structure(const Plan& plan) {
   OFFSIM_RETURN_IF_ERROR(check_unique_names(plan.lanes, "lanes"));
   OFFSIM_RETURN_IF_ERROR(check_unique_names(plan.resources, "resources"));
@@ -359,7 +469,7 @@ Status check_structure(const Plan& plan) {
                   t.value());
     }
   }
-  return ok();
+  return check_p2p_pairs(plan);
 }
 
 // Happens-before queries over lane order and deps: `a` happens before `f` when `f` is reachable

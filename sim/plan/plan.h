@@ -5,7 +5,13 @@
 //
 // * A lane is an in-order queue with CUDA-stream semantics ("rank0.compute", "rank0.h2d").
 //   Order within a lane is the order of `Plan::ops` (issue order). An op starts when it is the
-//   head of its lane and every op in `deps` has ended.
+//   head of its lane and every op in `deps` has ended. Lanes and pools carry their identity as
+//   typed fields (rank, pipeline stage, role or kind, owner); names are for display only.
+// * A point-to-point transfer is two ops: a send (P2PRole::kSend) on the sender's lane and a
+//   receive (kRecv) on a lane of the peer, with the same `sizes.p2p_pair` and each other's rank
+//   in `sizes.peer`. The receive lists its send in `deps` and costs nothing, so the engine ends
+//   it when the data has arrived; the receiver's consumers depend on the receive. The replay
+//   matches the two as one transfer (it does not wait for the send before posting the receive).
 // * An op's cost is a flow: `work` units progressed at a rate that the engine shares max-min
 //   fairly over the resources in `uses`, never above `max_rate`, after a fixed `latency`.
 // * Memory effects: `allocs` are taken when the op starts, `frees` given back when it ends.
@@ -54,14 +60,29 @@ enum class CollectiveKind { kAllReduce, kAllGather, kReduceScatter, kBroadcast, 
 
 enum class CopyDirection { kH2D, kD2H, kD2D, kH2H };
 
+// What a lane is for on its rank.
+enum class LaneRole { kOther, kCompute, kComm, kP2P, kRecv, kH2D, kD2H, kCpu };
+
+// What memory a pool is.
+enum class PoolKind { kOther, kHbm, kPinnedHost };
+
+// Which end of a point-to-point transfer an op is.
+enum class P2PRole { kSend, kRecv };
+
 const char* to_string(OpKind kind);
 const char* to_string(DType dtype);
 const char* to_string(CollectiveKind kind);
 const char* to_string(CopyDirection direction);
+const char* to_string(LaneRole role);
+const char* to_string(PoolKind kind);
+const char* to_string(P2PRole role);
 std::optional<OpKind> op_kind_from_string(std::string_view name);
 std::optional<DType> dtype_from_string(std::string_view name);
 std::optional<CollectiveKind> collective_kind_from_string(std::string_view name);
 std::optional<CopyDirection> copy_direction_from_string(std::string_view name);
+std::optional<LaneRole> lane_role_from_string(std::string_view name);
+std::optional<PoolKind> pool_kind_from_string(std::string_view name);
+std::optional<P2PRole> p2p_role_from_string(std::string_view name);
 std::int64_t dtype_bytes(DType dtype);
 
 // C[m×n] = A[m×k] · B[k×n], `batch` independent products.
@@ -71,6 +92,9 @@ struct GemmShape {
   std::int64_t k = 0;
   std::int64_t batch = 1;
   DType dtype = DType::kBf16;
+  // A grouped GEMM (one kernel over `batch` problems of different row counts, e.g. an MoE
+  // layer's experts): m is then the mean row count.
+  bool grouped = false;
   bool operator==(const GemmShape&) const = default;
 };
 
@@ -102,6 +126,8 @@ struct OpSizes {
   CollectiveSpec collective;  // kCollective
   CopyDirection copy_direction = CopyDirection::kD2D;  // kCopy
   int peer = -1;                                       // kP2P: the other global rank
+  P2PRole p2p_role = P2PRole::kSend;                   // kP2P: this end of the transfer
+  std::int64_t p2p_pair = -1;  // kP2P: the same value on a send and its receive, -1 when unpaired
   bool operator==(const OpSizes&) const = default;
 };
 
@@ -138,7 +164,10 @@ struct Op {
 };
 
 struct Lane {
-  std::string name;  // "rank0.compute"
+  std::string name;  // "rank0.compute", for display
+  int rank = -1;     // global rank whose stream this is, -1 for none (runs on the first rank)
+  int stage = -1;    // pipeline stage of that rank, -1 when unknown
+  LaneRole role = LaneRole::kOther;
   bool operator==(const Lane&) const = default;
 };
 
@@ -149,8 +178,10 @@ struct Resource {
 };
 
 struct Pool {
-  std::string name;                 // "rank0.hbm", "host0.pinned"
+  std::string name;                 // "rank0.hbm", "node0.pinned", for display
   std::int64_t capacity_bytes = 0;  // 0 would refuse any alloc; use a large value for unbounded
+  PoolKind kind = PoolKind::kOther;
+  int owner = -1;  // kHbm: the global rank; kPinnedHost: the node; -1 when none
   bool operator==(const Pool&) const = default;
 };
 
@@ -160,6 +191,16 @@ struct Tensor {
   std::int64_t bytes = 0;
   std::string category;  // "params", "grads", "optimizer", "activations", "buffers", "workspace"
   bool operator==(const Tensor&) const = default;
+};
+
+// A simulated rank that stands for `multiplicity` identical ranks: rank, rank + stride, ...
+// (data- and tensor-parallel peers). Their ops, lanes and HBM are copies of its own with the
+// ranks shifted by the same offset (see expand_representatives()).
+struct Representative {
+  int rank = 0;
+  int multiplicity = 1;
+  int stride = 1;
+  bool operator==(const Representative&) const = default;
 };
 
 struct Plan {
@@ -172,6 +213,8 @@ struct Plan {
   std::vector<TensorId> initial_tensors;
   // Free-form provenance ("model": "llama3-70b", ...), carried into the timeline.
   std::vector<std::pair<std::string, std::string>> metadata;
+  // Ranks that stand for others; empty when every rank of the plan is its own.
+  std::vector<Representative> representatives;
   bool operator==(const Plan&) const = default;
 };
 
@@ -182,18 +225,35 @@ Status validate(const Plan& plan);
 // The ops in an order that respects lane order and deps (the one validate() checked).
 Result<std::vector<OpId>> topological_order(const Plan& plan);
 
+// Identity of a lane when it is created (PlanBuilder::lane).
+struct LaneIdentity {
+  int rank = -1;
+  int stage = -1;
+  LaneRole role = LaneRole::kOther;
+  bool operator==(const LaneIdentity&) const = default;
+};
+
+// The plan with every represented rank made explicit: for a representative R of multiplicity k
+// and stride d, member R + i·d (i = 1..k-1) gets copies of R's lanes, HBM pool, tensors and ops,
+// with p2p peers shifted to the same member offset of the peer's representative, p2p pair ids
+// made unique, and collective groups unchanged (they list global ranks). Lanes without a rank and
+// host pools are shared. Fails when a peer is not a representative of the same multiplicity.
+Result<Plan> expand_representatives(const Plan& plan);
+
 // Builds a Plan with names interned to ids. Lanes, resources and pools are created on first use
-// of a name and reused after.
+// of a name (with the identity given then) and reused after.
 class PlanBuilder {
  public:
-  LaneId lane(const std::string& name);
+  LaneId lane(const std::string& name, LaneIdentity identity = {});
   ResourceId resource(const std::string& name, double capacity);
-  PoolId pool(const std::string& name, std::int64_t capacity_bytes);
+  PoolId pool(const std::string& name, std::int64_t capacity_bytes,
+              PoolKind kind = PoolKind::kOther, int owner = -1);
   TensorId tensor(const std::string& name, PoolId pool, std::int64_t bytes,
                   const std::string& category);
   OpId op(Op op);
   void initial(TensorId tensor);
   void metadata(const std::string& key, const std::string& value);
+  void representative(Representative r) { plan_.representatives.push_back(r); }
 
   std::optional<LaneId> find_lane(const std::string& name) const;
   std::optional<ResourceId> find_resource(const std::string& name) const;

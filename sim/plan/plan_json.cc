@@ -24,6 +24,7 @@ json sizes_to_json(const Op& op) {
                    {"k", s.gemm.k},
                    {"batch", s.gemm.batch},
                    {"dtype", to_string(s.gemm.dtype)}};
+      if (s.gemm.grouped) j["gemm"]["grouped"] = true;
       break;
     case OpKind::kAttention: {
       const AttentionShape& a = s.attention;
@@ -41,6 +42,8 @@ json sizes_to_json(const Op& op) {
       break;
     case OpKind::kP2P:
       j["peer"] = s.peer;
+      j["role"] = to_string(s.p2p_role);
+      if (s.p2p_pair >= 0) j["pair"] = s.p2p_pair;
       break;
     default:
       break;
@@ -77,8 +80,23 @@ json plan_to_json(const Plan& plan) {
   json meta = json::array();
   for (const auto& [k, v] : plan.metadata) meta.push_back(json::array({k, v}));
   j["metadata"] = std::move(meta);
+  if (!plan.representatives.empty()) {
+    json reps = json::array();
+    for (const Representative& r : plan.representatives) {
+      reps.push_back({{"rank", r.rank}, {"multiplicity", r.multiplicity}, {"stride", r.stride}});
+    }
+    j["representatives"] = std::move(reps);
+  }
   json lanes = json::array();
-  for (const Lane& l : plan.lanes) lanes.push_back(l.name);
+  for (const Lane& l : plan.lanes) {
+    // A lane without identity stays a plain name (the format before lanes had one).
+    if (l.rank < 0 && l.stage < 0 && l.role == LaneRole::kOther) {
+      lanes.push_back(l.name);
+    } else {
+      lanes.push_back(
+          {{"name", l.name}, {"rank", l.rank}, {"stage", l.stage}, {"role", to_string(l.role)}});
+    }
+  }
   j["lanes"] = std::move(lanes);
   json resources = json::array();
   for (const Resource& r : plan.resources) {
@@ -87,7 +105,12 @@ json plan_to_json(const Plan& plan) {
   j["resources"] = std::move(resources);
   json pools = json::array();
   for (const Pool& p : plan.pools) {
-    pools.push_back({{"name", p.name}, {"capacity_bytes", p.capacity_bytes}});
+    json o = {{"name", p.name}, {"capacity_bytes", p.capacity_bytes}};
+    if (p.kind != PoolKind::kOther || p.owner >= 0) {
+      o["kind"] = to_string(p.kind);
+      o["owner"] = p.owner;
+    }
+    pools.push_back(std::move(o));
   }
   j["pools"] = std::move(pools);
   json tensors = json::array();
@@ -134,10 +157,11 @@ class PlanParser {
           fmt::format("this is {}, expected a Plan JSON (write one with offsim run --plan-out)",
                       kind));
     }
-    OFFSIM_RETURN_IF_ERROR(r_.only_keys(root,
-                                        {"format", "format_version", "metadata", "lanes",
-                                         "resources", "pools", "tensors", "initial_tensors", "ops"},
-                                        "$"));
+    OFFSIM_RETURN_IF_ERROR(
+        r_.only_keys(root,
+                     {"format", "format_version", "metadata", "representatives", "lanes",
+                      "resources", "pools", "tensors", "initial_tensors", "ops"},
+                     "$"));
     OFFSIM_ASSIGN_OR_RETURN(std::string format, r_.string(root, "format", "$"));
     if (format != "offsim-plan") {
       return r_.error("$.format", fmt::format("expected \"offsim-plan\", got \"{}\"", format));
@@ -148,6 +172,7 @@ class PlanParser {
                                                       kPlanFormatVersion, version));
     }
     OFFSIM_RETURN_IF_ERROR(parse_metadata(root));
+    OFFSIM_RETURN_IF_ERROR(parse_representatives(root));
     OFFSIM_RETURN_IF_ERROR(parse_lanes(root));
     OFFSIM_RETURN_IF_ERROR(parse_resources(root));
     OFFSIM_RETURN_IF_ERROR(parse_pools(root));
@@ -161,6 +186,29 @@ class PlanParser {
   }
 
  private:
+  Status parse_representatives(const json& root) {
+    OFFSIM_ASSIGN_OR_RETURN(const json* list, r_.optional_member(root, "representatives", "$"));
+    if (!list) return ok();
+    if (!list->is_array()) return r_.error("$.representatives", "expected an array");
+    for (std::size_t i = 0; i < list->size(); ++i) {
+      const json& item = (*list)[i];
+      const std::string path = fmt::format("$.representatives[{}]", i);
+      OFFSIM_RETURN_IF_ERROR(r_.only_keys(item, {"rank", "multiplicity", "stride"}, path));
+      Representative r;
+      for (auto [key, field] :
+           {std::pair{"rank", &r.rank}, std::pair{"multiplicity", &r.multiplicity},
+            std::pair{"stride", &r.stride}}) {
+        OFFSIM_ASSIGN_OR_RETURN(std::int64_t v, r_.integer(item, key, path));
+        if (v < 0 || v > (1 << 24)) {
+          return r_.error(path + "." + key, "out of range (expected 0 .. 2^24)");
+        }
+        *field = static_cast<int>(v);
+      }
+      plan_.representatives.push_back(r);
+    }
+    return ok();
+  }
+
   Status parse_metadata(const json& root) {
     OFFSIM_ASSIGN_OR_RETURN(const json* meta, r_.optional_member(root, "metadata", "$"));
     if (meta == nullptr) return ok();
@@ -179,12 +227,49 @@ class PlanParser {
   Status parse_lanes(const json& root) {
     OFFSIM_ASSIGN_OR_RETURN(const json* lanes, r_.array(root, "lanes", "$"));
     for (std::size_t i = 0; i < lanes->size(); ++i) {
-      OFFSIM_ASSIGN_OR_RETURN(std::string name,
-                              r_.as_string((*lanes)[i], fmt::format("$.lanes[{}]", i)));
-      lane_ids_.emplace(name, LaneId{i});
-      plan_.lanes.push_back(Lane{std::move(name)});
+      const std::string path = fmt::format("$.lanes[{}]", i);
+      Lane lane;
+      if ((*lanes)[i].is_string()) {
+        OFFSIM_ASSIGN_OR_RETURN(lane.name, r_.as_string((*lanes)[i], path));
+      } else {
+        OFFSIM_ASSIGN_OR_RETURN(lane, parse_lane((*lanes)[i], path));
+      }
+      lane_ids_.emplace(lane.name, LaneId{i});
+      plan_.lanes.push_back(std::move(lane));
     }
     return ok();
+  }
+
+  // A lane with identity: {"name", "rank", "stage", "role"}; a plain string is a name alone.
+  Result<Lane> parse_lane(const json& item, const std::string& path) {
+    OFFSIM_RETURN_IF_ERROR(r_.only_keys(item, {"name", "rank", "stage", "role"}, path));
+    Lane lane;
+    OFFSIM_ASSIGN_OR_RETURN(lane.name, r_.string(item, "name", path));
+    OFFSIM_ASSIGN_OR_RETURN(lane.rank, rank_field(item, "rank", path));
+    OFFSIM_ASSIGN_OR_RETURN(lane.stage, rank_field(item, "stage", path));
+    OFFSIM_ASSIGN_OR_RETURN(const json* role, r_.optional_member(item, "role", path));
+    if (role) {
+      OFFSIM_ASSIGN_OR_RETURN(std::string text, r_.as_string(*role, path + ".role"));
+      auto parsed = lane_role_from_string(text);
+      if (!parsed) {
+        return r_.error(path + ".role",
+                        fmt::format("unknown lane role '{}' (expected other, compute, comm, p2p, "
+                                    "recv, h2d, d2h or cpu)",
+                                    text));
+      }
+      lane.role = *parsed;
+    }
+    return lane;
+  }
+
+  // An optional rank-like integer field in [-1, 2^24]; -1 when absent.
+  Result<int> rank_field(const json& item, const char* key, const std::string& path) {
+    OFFSIM_ASSIGN_OR_RETURN(const json* value, r_.optional_member(item, key, path));
+    if (!value) return -1;
+    const std::string where = path + "." + key;
+    OFFSIM_ASSIGN_OR_RETURN(std::int64_t v, r_.as_integer(*value, where));
+    if (v < -1 || v > (1 << 24)) return r_.error(where, "out of range (expected -1 .. 2^24)");
+    return static_cast<int>(v);
   }
 
   Status parse_resources(const json& root) {
@@ -206,11 +291,24 @@ class PlanParser {
     for (std::size_t i = 0; i < list->size(); ++i) {
       const json& item = (*list)[i];
       const std::string path = fmt::format("$.pools[{}]", i);
-      OFFSIM_RETURN_IF_ERROR(r_.only_keys(item, {"name", "capacity_bytes"}, path));
+      OFFSIM_RETURN_IF_ERROR(r_.only_keys(item, {"name", "capacity_bytes", "kind", "owner"}, path));
       OFFSIM_ASSIGN_OR_RETURN(std::string name, r_.string(item, "name", path));
       OFFSIM_ASSIGN_OR_RETURN(std::int64_t capacity, r_.integer(item, "capacity_bytes", path));
+      Pool pool{.name = name, .capacity_bytes = capacity};
+      OFFSIM_ASSIGN_OR_RETURN(const json* kind, r_.optional_member(item, "kind", path));
+      if (kind) {
+        OFFSIM_ASSIGN_OR_RETURN(std::string text, r_.as_string(*kind, path + ".kind"));
+        auto parsed = pool_kind_from_string(text);
+        if (!parsed) {
+          return r_.error(path + ".kind", fmt::format("unknown pool kind '{}' (expected other, "
+                                                      "hbm or pinned_host)",
+                                                      text));
+        }
+        pool.kind = *parsed;
+      }
+      OFFSIM_ASSIGN_OR_RETURN(pool.owner, rank_field(item, "owner", path));
       pool_ids_.emplace(name, PoolId{i});
-      plan_.pools.push_back(Pool{std::move(name), capacity});
+      plan_.pools.push_back(std::move(pool));
     }
     return ok();
   }
@@ -252,7 +350,9 @@ class PlanParser {
 
   Status parse_sizes(const json& s, const std::string& path, Op& op) {
     OFFSIM_RETURN_IF_ERROR(r_.only_keys(
-        s, {"flops", "bytes", "gemm", "attention", "collective", "direction", "peer"}, path));
+        s,
+        {"flops", "bytes", "gemm", "attention", "collective", "direction", "peer", "role", "pair"},
+        path));
     OpSizes& out = op.sizes;
     OFFSIM_ASSIGN_OR_RETURN(const json* flops, r_.optional_member(s, "flops", path));
     if (flops) {
@@ -265,12 +365,17 @@ class PlanParser {
     OFFSIM_ASSIGN_OR_RETURN(const json* gemm, r_.optional_member(s, "gemm", path));
     if (gemm) {
       const std::string p = path + ".gemm";
-      OFFSIM_RETURN_IF_ERROR(r_.only_keys(*gemm, {"m", "n", "k", "batch", "dtype"}, p));
+      OFFSIM_RETURN_IF_ERROR(r_.only_keys(*gemm, {"m", "n", "k", "batch", "dtype", "grouped"}, p));
       OFFSIM_ASSIGN_OR_RETURN(out.gemm.m, r_.integer(*gemm, "m", p));
       OFFSIM_ASSIGN_OR_RETURN(out.gemm.n, r_.integer(*gemm, "n", p));
       OFFSIM_ASSIGN_OR_RETURN(out.gemm.k, r_.integer(*gemm, "k", p));
       OFFSIM_ASSIGN_OR_RETURN(out.gemm.batch, r_.integer(*gemm, "batch", p));
       OFFSIM_ASSIGN_OR_RETURN(out.gemm.dtype, parse_dtype(*gemm, p));
+      OFFSIM_ASSIGN_OR_RETURN(const json* grouped, r_.optional_member(*gemm, "grouped", p));
+      if (grouped) {
+        if (!grouped->is_boolean()) return r_.error(p + ".grouped", "expected true or false");
+        out.gemm.grouped = grouped->get<bool>();
+      }
     }
     OFFSIM_ASSIGN_OR_RETURN(const json* att, r_.optional_member(s, "attention", path));
     if (att) {
@@ -328,6 +433,21 @@ class PlanParser {
       OFFSIM_ASSIGN_OR_RETURN(std::int64_t p, r_.as_integer(*peer, path + ".peer"));
       if (p < -1 || p > (1 << 24)) return r_.error(path + ".peer", "rank out of range");
       out.peer = static_cast<int>(p);
+    }
+    OFFSIM_ASSIGN_OR_RETURN(const json* role, r_.optional_member(s, "role", path));
+    if (role) {
+      OFFSIM_ASSIGN_OR_RETURN(std::string text, r_.as_string(*role, path + ".role"));
+      auto parsed = p2p_role_from_string(text);
+      if (!parsed) {
+        return r_.error(path + ".role",
+                        fmt::format("unknown p2p role '{}' (expected send or recv)", text));
+      }
+      out.p2p_role = *parsed;
+    }
+    OFFSIM_ASSIGN_OR_RETURN(const json* pair, r_.optional_member(s, "pair", path));
+    if (pair) {
+      OFFSIM_ASSIGN_OR_RETURN(out.p2p_pair, r_.as_integer(*pair, path + ".pair"));
+      if (out.p2p_pair < -1) return r_.error(path + ".pair", "expected -1 or a pair id >= 0");
     }
     return ok();
   }

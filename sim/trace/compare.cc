@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "sim/core/escape.h"
+#include "sim/trace/analysis.h"
 
 namespace offsim::sim {
 namespace {
@@ -39,35 +40,11 @@ std::string mib(std::int64_t bytes) {
 
 CriticalPath critical_path(const Timeline& timeline) {
   CriticalPath path;
-  std::vector<const Span*> sorted;
-  sorted.reserve(timeline.spans.size());
-  for (const Span& s : timeline.spans) sorted.push_back(&s);
-  std::sort(sorted.begin(), sorted.end(), [](const Span* a, const Span* b) {
-    return a->end != b->end ? a->end < b->end : a->op < b->op;
-  });
-  if (sorted.empty()) return path;
-  std::size_t cur = sorted.size() - 1;
-  for (;;) {
-    const Span& c = *sorted[cur];
-    path.ops.push_back(c.op);
-    path.busy += c.end - c.start;
-    // Candidates: spans before `cur` in end order that ended at or before c.start.
-    auto first_after =
-        std::upper_bound(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(cur), c.start,
-                         [](TimePoint t, const Span* s) { return t < s->end; });
-    std::size_t n = static_cast<std::size_t>(first_after - sorted.begin());
-    if (n == 0) break;
-    std::size_t pick = n - 1;
-    const TimePoint latest = sorted[pick]->end;
-    for (std::size_t i = n; i-- > 0 && sorted[i]->end == latest;) {
-      if (sorted[i]->lane == c.lane) {
-        pick = i;
-        break;
-      }
-    }
-    cur = pick;
+  for (std::uint32_t i : critical_path_spans(timeline)) {
+    const Span& s = timeline.spans[i];
+    path.ops.push_back(s.op);
+    path.busy += s.end - s.start;
   }
-  std::reverse(path.ops.begin(), path.ops.end());
   return path;
 }
 

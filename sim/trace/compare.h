@@ -78,8 +78,8 @@ struct TimelineComparison {
 Result<TimelineComparison> compare_timelines(const Timeline& predicted, const Timeline& measured,
                                              const CompareOptions& options = {});
 
-// The critical path of one timeline: from the span that ends last, repeatedly the span that
-// ended latest at or before the current one's start (same lane preferred on ties).
+// The critical path of one timeline as ops and busy time: sim::critical_path_spans()
+// (sim/trace/analysis.h), following the timeline's dependencies when it carries them.
 CriticalPath critical_path(const Timeline& timeline);
 
 std::string comparison_to_text(const TimelineComparison& comparison);

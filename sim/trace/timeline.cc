@@ -19,16 +19,22 @@ const char* to_string(OutcomeKind kind) {
 Timeline timeline_skeleton(const Plan& plan) {
   Timeline t;
   t.lanes.reserve(plan.lanes.size());
-  for (const Lane& lane : plan.lanes) t.lanes.push_back(lane.name);
+  t.lane_identity.reserve(plan.lanes.size());
+  for (const Lane& lane : plan.lanes) {
+    t.lanes.push_back(lane.name);
+    t.lane_identity.push_back({.rank = lane.rank, .stage = lane.stage, .role = lane.role});
+  }
   t.ops.reserve(plan.ops.size());
   for (const Op& op : plan.ops) {
     t.ops.push_back(
-        OpInfo{op.name, op.kind, op.category, op.layer, op.sizes.flops, op.sizes.bytes});
+        OpInfo{op.name, op.kind, op.category, op.layer, op.sizes.flops, op.sizes.bytes, op.deps});
   }
   t.pools.reserve(plan.pools.size());
   for (const Pool& pool : plan.pools) {
     PoolTrace p;
     p.name = pool.name;
+    p.kind = pool.kind;
+    p.owner = pool.owner;
     p.capacity_bytes = pool.capacity_bytes;
     t.pools.push_back(std::move(p));
   }

@@ -37,6 +37,7 @@ struct OpInfo {
   int layer = -1;
   double flops = 0.0;
   std::int64_t bytes = 0;
+  std::vector<OpId> deps;  // the plan's dependencies: ops that had to end before this one
   bool operator==(const OpInfo&) const = default;
 };
 
@@ -54,7 +55,9 @@ struct LiveTensor {
 };
 
 struct PoolTrace {
-  std::string name;
+  std::string name;  // for display
+  PoolKind kind = PoolKind::kOther;
+  int owner = -1;  // the rank of an HBM pool, the node of a host pool
   std::int64_t capacity_bytes = 0;
   std::vector<MemorySample> samples;  // one per change, time-ordered; the last at a time wins
   std::int64_t peak_bytes = 0;
@@ -74,7 +77,8 @@ struct OutOfMemory {
   std::int64_t requested_bytes = 0;
   std::int64_t in_use_bytes = 0;
   std::int64_t capacity_bytes = 0;
-  std::vector<LiveTensor> live;  // largest first
+  std::vector<LiveTensor> live;           // largest first
+  PoolKind pool_kind = PoolKind::kOther;  // what memory ran out (the pool's typed kind)
   bool operator==(const OutOfMemory&) const = default;
 };
 
@@ -98,17 +102,20 @@ struct Outcome {
 
 struct Timeline {
   std::string source = "predicted";  // "predicted" or "measured"
-  std::vector<std::string> lanes;    // by LaneId
-  std::vector<OpInfo> ops;           // by OpId
-  std::vector<Span> spans;           // at most one per op, in order of end time then op id
-  std::vector<PoolTrace> pools;      // by PoolId
-  TimePoint makespan;                // end of the last span
+  std::vector<std::string> lanes;    // by LaneId, for display
+  // By LaneId: rank, stage and role of each lane (empty for files written before lanes had one).
+  std::vector<LaneIdentity> lane_identity;
+  std::vector<OpInfo> ops;       // by OpId
+  std::vector<Span> spans;       // at most one per op, in order of end time then op id
+  std::vector<PoolTrace> pools;  // by PoolId
+  TimePoint makespan;            // end of the last span
   Outcome outcome;
   std::vector<std::pair<std::string, std::string>> metadata;
   bool operator==(const Timeline&) const = default;
 };
 
-// Copies op names, kinds, sizes, lanes and pool names from a plan into an empty timeline.
+// Copies op names, kinds, sizes and deps, lanes with their identity, and pools with their kind and
+// owner from a plan into an empty timeline.
 Timeline timeline_skeleton(const Plan& plan);
 
 }  // namespace offsim::sim

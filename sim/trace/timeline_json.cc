@@ -1,10 +1,12 @@
 #include "sim/trace/timeline_json.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <optional>
 #include <string_view>
+#include <vector>
 
 #include "sim/core/file_io.h"
 #include "sim/core/json_reader.h"
@@ -39,14 +41,23 @@ json timeline_to_json(const Timeline& timeline) {
   for (const auto& [k, v] : timeline.metadata) meta.push_back(json::array({k, v}));
   j["metadata"] = std::move(meta);
   j["lanes"] = timeline.lanes;
+  if (!timeline.lane_identity.empty()) {
+    json ids = json::array();
+    for (const LaneIdentity& l : timeline.lane_identity) {
+      ids.push_back({{"rank", l.rank}, {"stage", l.stage}, {"role", to_string(l.role)}});
+    }
+    j["lane_identity"] = std::move(ids);
+  }
   json ops = json::array();
   for (const OpInfo& op : timeline.ops) {
-    ops.push_back({{"name", op.name},
-                   {"kind", to_string(op.kind)},
-                   {"category", op.category},
-                   {"layer", op.layer},
-                   {"flops", op.flops},
-                   {"bytes", op.bytes}});
+    json o = {{"name", op.name},   {"kind", to_string(op.kind)}, {"category", op.category},
+              {"layer", op.layer}, {"flops", op.flops},          {"bytes", op.bytes}};
+    if (!op.deps.empty()) {
+      json deps = json::array();
+      for (OpId d : op.deps) deps.push_back(d.value());
+      o["deps"] = std::move(deps);
+    }
+    ops.push_back(std::move(o));
   }
   j["ops"] = std::move(ops);
   json spans = json::array();
@@ -62,12 +73,17 @@ json timeline_to_json(const Timeline& timeline) {
     json samples = json::array();
     for (const MemorySample& m : p.samples)
       samples.push_back(json::array({ns(m.time), m.bytes_in_use}));
-    pools.push_back({{"name", p.name},
-                     {"capacity_bytes", p.capacity_bytes},
-                     {"samples", std::move(samples)},
-                     {"peak_bytes", p.peak_bytes},
-                     {"peak_time_ns", ns(p.peak_time)},
-                     {"live_at_peak", live_to_json(p.live_at_peak)}});
+    json o = {{"name", p.name},
+              {"capacity_bytes", p.capacity_bytes},
+              {"samples", std::move(samples)},
+              {"peak_bytes", p.peak_bytes},
+              {"peak_time_ns", ns(p.peak_time)},
+              {"live_at_peak", live_to_json(p.live_at_peak)}};
+    if (p.kind != PoolKind::kOther || p.owner >= 0) {
+      o["kind"] = to_string(p.kind);
+      o["owner"] = p.owner;
+    }
+    pools.push_back(std::move(o));
   }
   j["pools"] = std::move(pools);
   j["makespan_ns"] = ns(timeline.makespan);
@@ -78,6 +94,7 @@ json timeline_to_json(const Timeline& timeline) {
     outcome["oom"] = {{"op", m.op.valid() ? static_cast<std::int64_t>(m.op.value()) : -1},
                       {"op_name", m.op_name},
                       {"pool", m.pool},
+                      {"pool_kind", to_string(m.pool_kind)},
                       {"time_ns", ns(m.time)},
                       {"requested_bytes", m.requested_bytes},
                       {"in_use_bytes", m.in_use_bytes},
@@ -113,10 +130,11 @@ class TimelineParser {
                                        "offsim run --timeline-out or replay --out)",
                                        kind));
     }
-    OFFSIM_RETURN_IF_ERROR(r_.only_keys(root,
-                                        {"format", "format_version", "source", "metadata", "lanes",
-                                         "ops", "spans", "pools", "makespan_ns", "outcome"},
-                                        "$"));
+    OFFSIM_RETURN_IF_ERROR(
+        r_.only_keys(root,
+                     {"format", "format_version", "source", "metadata", "lanes", "lane_identity",
+                      "ops", "spans", "pools", "makespan_ns", "outcome"},
+                     "$"));
     OFFSIM_ASSIGN_OR_RETURN(std::string format, r_.string(root, "format", "$"));
     if (format != kTimelineFormat) {
       return r_.error("$.format",
@@ -130,6 +148,7 @@ class TimelineParser {
     OFFSIM_ASSIGN_OR_RETURN(t_.source, r_.string(root, "source", "$"));
     OFFSIM_RETURN_IF_ERROR(parse_metadata(root));
     OFFSIM_RETURN_IF_ERROR(parse_lanes(root));
+    OFFSIM_RETURN_IF_ERROR(parse_lane_identity(root));
     OFFSIM_RETURN_IF_ERROR(parse_ops(root));
     OFFSIM_RETURN_IF_ERROR(parse_spans(root));
     OFFSIM_RETURN_IF_ERROR(parse_pools(root));
@@ -181,7 +200,7 @@ class TimelineParser {
       const std::string path = fmt::format("$.ops[{}]", i);
       const json& o = (*ops)[i];
       OFFSIM_RETURN_IF_ERROR(
-          r_.only_keys(o, {"name", "kind", "category", "layer", "flops", "bytes"}, path));
+          r_.only_keys(o, {"name", "kind", "category", "layer", "flops", "bytes", "deps"}, path));
       OpInfo info;
       OFFSIM_ASSIGN_OR_RETURN(info.name, r_.string(o, "name", path));
       OFFSIM_ASSIGN_OR_RETURN(std::string kind, r_.string(o, "kind", path));
@@ -203,7 +222,49 @@ class TimelineParser {
       if (info.bytes < 0) {
         return r_.error(path + ".bytes", fmt::format("expected a count >= 0, got {}", info.bytes));
       }
+      OFFSIM_ASSIGN_OR_RETURN(const json* deps, r_.optional_member(o, "deps", path));
+      if (deps) {
+        if (!deps->is_array()) return r_.error(path + ".deps", "expected an array of op indices");
+        for (std::size_t k = 0; k < deps->size(); ++k) {
+          const std::string dp = fmt::format("{}.deps[{}]", path, k);
+          OFFSIM_ASSIGN_OR_RETURN(std::int64_t d, r_.as_integer((*deps)[k], dp));
+          if (d < 0 || d >= static_cast<std::int64_t>(ops->size())) {
+            return r_.error(dp, fmt::format("op index {} is out of range (the timeline has {} ops)",
+                                            d, ops->size()));
+          }
+          info.deps.push_back(OpId{static_cast<std::size_t>(d)});
+        }
+      }
       t_.ops.push_back(std::move(info));
+    }
+    return ok();
+  }
+
+  // Optional: [{"rank", "stage", "role"}, ...], one per lane.
+  Status parse_lane_identity(const json& root) {
+    OFFSIM_ASSIGN_OR_RETURN(const json* list, r_.optional_member(root, "lane_identity", "$"));
+    if (!list) return ok();
+    if (!list->is_array() || list->size() != t_.lanes.size()) {
+      return r_.error(
+          "$.lane_identity",
+          fmt::format("expected an array with one entry per lane ({})", t_.lanes.size()));
+    }
+    for (std::size_t i = 0; i < list->size(); ++i) {
+      const std::string path = fmt::format("$.lane_identity[{}]", i);
+      const json& item = (*list)[i];
+      OFFSIM_RETURN_IF_ERROR(r_.only_keys(item, {"rank", "stage", "role"}, path));
+      LaneIdentity id;
+      OFFSIM_ASSIGN_OR_RETURN(std::int64_t rank, r_.integer(item, "rank", path));
+      OFFSIM_ASSIGN_OR_RETURN(std::int64_t stage, r_.integer(item, "stage", path));
+      if (rank < -1 || rank > (1 << 24)) return r_.error(path + ".rank", "out of range");
+      if (stage < -1 || stage > (1 << 24)) return r_.error(path + ".stage", "out of range");
+      id.rank = static_cast<int>(rank);
+      id.stage = static_cast<int>(stage);
+      OFFSIM_ASSIGN_OR_RETURN(std::string role, r_.string(item, "role", path));
+      auto parsed = lane_role_from_string(role);
+      if (!parsed) return r_.error(path + ".role", fmt::format("unknown lane role '{}'", role));
+      id.role = *parsed;
+      t_.lane_identity.push_back(id);
     }
     return ok();
   }
@@ -269,11 +330,25 @@ class TimelineParser {
     for (std::size_t i = 0; i < pools->size(); ++i) {
       const std::string path = fmt::format("$.pools[{}]", i);
       const json& p = (*pools)[i];
-      OFFSIM_RETURN_IF_ERROR(r_.only_keys(
-          p, {"name", "capacity_bytes", "samples", "peak_bytes", "peak_time_ns", "live_at_peak"},
-          path));
+      OFFSIM_RETURN_IF_ERROR(r_.only_keys(p,
+                                          {"name", "capacity_bytes", "samples", "peak_bytes",
+                                           "peak_time_ns", "live_at_peak", "kind", "owner"},
+                                          path));
       PoolTrace pool;
       OFFSIM_ASSIGN_OR_RETURN(pool.name, r_.string(p, "name", path));
+      OFFSIM_ASSIGN_OR_RETURN(const json* kind, r_.optional_member(p, "kind", path));
+      if (kind) {
+        OFFSIM_ASSIGN_OR_RETURN(std::string text, r_.as_string(*kind, path + ".kind"));
+        auto parsed = pool_kind_from_string(text);
+        if (!parsed) return r_.error(path + ".kind", fmt::format("unknown pool kind '{}'", text));
+        pool.kind = *parsed;
+      }
+      OFFSIM_ASSIGN_OR_RETURN(const json* owner, r_.optional_member(p, "owner", path));
+      if (owner) {
+        OFFSIM_ASSIGN_OR_RETURN(std::int64_t v, r_.as_integer(*owner, path + ".owner"));
+        if (v < -1 || v > (1 << 24)) return r_.error(path + ".owner", "out of range");
+        pool.owner = static_cast<int>(v);
+      }
       OFFSIM_ASSIGN_OR_RETURN(pool.capacity_bytes, r_.integer(p, "capacity_bytes", path));
       if (pool.capacity_bytes < 0) {
         return r_.error(path + ".capacity_bytes",
@@ -330,10 +405,11 @@ class TimelineParser {
     OFFSIM_ASSIGN_OR_RETURN(const json* oom, r_.optional_member(*o, "oom", path));
     if (oom != nullptr) {
       const std::string p = path + ".oom";
-      OFFSIM_RETURN_IF_ERROR(r_.only_keys(*oom,
-                                          {"op", "op_name", "pool", "time_ns", "requested_bytes",
-                                           "in_use_bytes", "capacity_bytes", "live"},
-                                          p));
+      OFFSIM_RETURN_IF_ERROR(
+          r_.only_keys(*oom,
+                       {"op", "op_name", "pool", "pool_kind", "time_ns", "requested_bytes",
+                        "in_use_bytes", "capacity_bytes", "live"},
+                       p));
       OutOfMemory m;
       OFFSIM_ASSIGN_OR_RETURN(std::int64_t op, r_.integer(*oom, "op", p));
       if (op < -1 || op >= static_cast<std::int64_t>(t_.ops.size())) {
@@ -344,6 +420,13 @@ class TimelineParser {
       if (op >= 0) m.op = OpId{static_cast<std::uint32_t>(op)};
       OFFSIM_ASSIGN_OR_RETURN(m.op_name, r_.string(*oom, "op_name", p));
       OFFSIM_ASSIGN_OR_RETURN(m.pool, r_.string(*oom, "pool", p));
+      OFFSIM_ASSIGN_OR_RETURN(const json* kind, r_.optional_member(*oom, "pool_kind", p));
+      if (kind) {
+        OFFSIM_ASSIGN_OR_RETURN(std::string text, r_.as_string(*kind, p + ".pool_kind"));
+        auto parsed = pool_kind_from_string(text);
+        if (!parsed) return r_.error(p + ".pool_kind", fmt::format("unknown pool kind '{}'", text));
+        m.pool_kind = *parsed;
+      }
       OFFSIM_ASSIGN_OR_RETURN(std::int64_t time, r_.integer(*oom, "time_ns", p));
       m.time = at_ns(time);
       OFFSIM_ASSIGN_OR_RETURN(m.requested_bytes, r_.integer(*oom, "requested_bytes", p));
@@ -417,6 +500,7 @@ std::string number(double x) { return std::isfinite(x) ? fmt::format("{}", x) : 
 std::string chrome_trace_json(const std::vector<const Timeline*>& timelines) {
   std::string out = "{\"displayTimeUnit\":\"ns\",\"traceEvents\":[";
   bool first = true;
+  std::int64_t flow_id = 0;
   auto emit = [&](const std::string& event) {
     out += first ? "\n" : ",\n";
     out += event;
@@ -448,6 +532,30 @@ std::string chrome_trace_json(const std::vector<const Timeline*>& timelines) {
           pid, s.lane.index() + 1, json_string(op.name),
           json_string(op.category.empty() ? kind : op.category), micros(start), micros(end - start),
           s.op.value(), kind, json_string(op.category), number(op.flops), op.bytes));
+    }
+    // Flow arrows for cross-lane dependencies: from the end of the dependency's slice to the
+    // start of the waiting op's slice ("s" binds to the slice enclosing its time stamp, "f" with
+    // "bp":"e" to the one starting at it).
+    std::vector<const Span*> span_of(t.ops.size(), nullptr);
+    for (const Span& s : t.spans) {
+      if (s.op.index() < span_of.size()) span_of[s.op.index()] = &s;
+    }
+    for (const Span& s : t.spans) {
+      for (OpId d : t.ops[s.op.index()].deps) {
+        const Span* from = d.index() < span_of.size() ? span_of[d.index()] : nullptr;
+        if (from == nullptr || from->lane == s.lane) continue;
+        const std::int64_t from_start = from->start.time_since_epoch().count();
+        const std::int64_t from_end = from->end.time_since_epoch().count();
+        // Inside the producer's slice: its last nanosecond (its start when it has no length).
+        const std::int64_t at = std::max(from_start, from_end - 1);
+        ++flow_id;
+        emit(fmt::format(
+            R"({{"ph":"s","id":{},"pid":{},"tid":{},"ts":{},"name":"dep","cat":"dep"}})", flow_id,
+            pid, from->lane.index() + 1, micros(at)));
+        emit(fmt::format(
+            R"({{"ph":"f","bp":"e","id":{},"pid":{},"tid":{},"ts":{},"name":"dep","cat":"dep"}})",
+            flow_id, pid, s.lane.index() + 1, micros(s.start.time_since_epoch().count())));
+      }
     }
     for (const PoolTrace& p : t.pools) {
       const std::string name = json_string(p.name);

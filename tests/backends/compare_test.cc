@@ -81,6 +81,15 @@ TEST(CompareTest, CriticalPathsAndTheirDifference) {
   EXPECT_THAT(r->only_on_measured_path, ElementsAre("b"));
 }
 
+// With dependencies in the timeline (every plan-made one), the path follows them and lane order
+// only: d does not wait for c, so c is not on the path although it ended after b.
+TEST(CompareTest, CriticalPathFollowsTheTimelinesDependencies) {
+  Timeline t = make({{0, 10}, {10, 20}, {22, 28}, {30, 42}}, 1);
+  EXPECT_THAT(critical_path(t).ops, ElementsAre(OpId{0}, OpId{1}, OpId{2}, OpId{3}));  // timing
+  t.ops[2].deps = {OpId{0}};  // c after a; d only after b (lane order)
+  EXPECT_THAT(critical_path(t).ops, ElementsAre(OpId{0}, OpId{1}, OpId{3}));
+}
+
 TEST(CompareTest, SameLanePreferredOnTies) {
   // a (compute 0-10) and c (d2h 0-10) both end at 10; d (compute) starts at 10 → a is chosen.
   Timeline t = make({{0, 10}, {-1, -1}, {0, 10}, {10, 20}}, 1);

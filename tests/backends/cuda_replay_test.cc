@@ -27,11 +27,11 @@ constexpr std::int64_t kMiB = std::int64_t{1} << 20;
 // prefetch (allocs act.back) → g2 (frees act.back); plus attention and an elementwise pass.
 sim::Plan gpu_plan() {
   sim::PlanBuilder b;
-  sim::LaneId compute = b.lane("rank0.compute");
-  sim::LaneId d2h = b.lane("rank0.d2h");
-  sim::LaneId h2d = b.lane("rank0.h2d");
-  sim::PoolId hbm = b.pool("rank0.hbm", std::int64_t{140} << 30);
-  sim::PoolId pinned = b.pool("host0.pinned", std::int64_t{1} << 40);
+  sim::LaneId compute = b.lane("rank0.compute", {.rank = 0, .role = sim::LaneRole::kCompute});
+  sim::LaneId d2h = b.lane("rank0.d2h", {.rank = 0, .role = sim::LaneRole::kD2H});
+  sim::LaneId h2d = b.lane("rank0.h2d", {.rank = 0, .role = sim::LaneRole::kH2D});
+  sim::PoolId hbm = b.pool("rank0.hbm", std::int64_t{140} << 30, sim::PoolKind::kHbm, 0);
+  sim::PoolId pinned = b.pool("host0.pinned", std::int64_t{1} << 40, sim::PoolKind::kPinnedHost, 0);
   sim::TensorId w = b.tensor("weights", hbm, 256 * kMiB, "params");
   sim::TensorId act = b.tensor("act", hbm, 64 * kMiB, "activations");
   sim::TensorId act_host = b.tensor("act.host", pinned, 64 * kMiB, "activations");
@@ -145,8 +145,8 @@ TEST(CudaReplayTest, AllocationFailureNamesRequestInUseAndOp) {
   const std::int64_t too_much = probe->info().memory_bytes * 2;
   probe.reset();
   sim::PlanBuilder b;
-  sim::LaneId compute = b.lane("rank0.compute");
-  sim::PoolId hbm = b.pool("rank0.hbm", too_much * 2);
+  sim::LaneId compute = b.lane("rank0.compute", {.rank = 0, .role = sim::LaneRole::kCompute});
+  sim::PoolId hbm = b.pool("rank0.hbm", too_much * 2, sim::PoolKind::kHbm, 0);
   sim::TensorId big = b.tensor("huge", hbm, too_much, "activations");
   sim::Op op{.name = "fwd.huge", .lane = compute, .kind = sim::OpKind::kMarker};
   op.allocs = {big};

@@ -43,11 +43,11 @@ struct OffloadPlan {
 
 OffloadPlan offload_plan() {
   sim::PlanBuilder b;
-  sim::LaneId compute = b.lane("rank0.compute");
-  sim::LaneId d2h = b.lane("rank0.d2h");
-  sim::LaneId h2d = b.lane("rank0.h2d");
-  sim::PoolId hbm = b.pool("rank0.hbm", 64 * kMiB);
-  sim::PoolId pinned = b.pool("host0.pinned", 64 * kMiB);
+  sim::LaneId compute = b.lane("rank0.compute", {.rank = 0, .role = sim::LaneRole::kCompute});
+  sim::LaneId d2h = b.lane("rank0.d2h", {.rank = 0, .role = sim::LaneRole::kD2H});
+  sim::LaneId h2d = b.lane("rank0.h2d", {.rank = 0, .role = sim::LaneRole::kH2D});
+  sim::PoolId hbm = b.pool("rank0.hbm", 64 * kMiB, sim::PoolKind::kHbm, 0);
+  sim::PoolId pinned = b.pool("host0.pinned", 64 * kMiB, sim::PoolKind::kPinnedHost, 0);
   sim::TensorId weights = b.tensor("weights", hbm, 4 * kMiB, "params");
   sim::TensorId act0 = b.tensor("act0", hbm, kMiB, "activations");
   sim::TensorId act0_host = b.tensor("act0.host", pinned, kMiB, "activations");
@@ -87,15 +87,6 @@ std::map<std::size_t, sim::Span> spans_by_op(const sim::Timeline& t) {
   std::map<std::size_t, sim::Span> out;
   for (const sim::Span& s : t.spans) out[s.op.index()] = s;
   return out;
-}
-
-TEST(ReplayTest, RankOfName) {
-  EXPECT_EQ(rank_of_name("rank3.compute"), 3);
-  EXPECT_EQ(rank_of_name("rank12.hbm"), 12);
-  EXPECT_EQ(rank_of_name("rank7"), 7);
-  EXPECT_EQ(rank_of_name("host0.pinned"), -1);
-  EXPECT_EQ(rank_of_name("rankx.compute"), -1);
-  EXPECT_EQ(rank_of_name("rank3x.compute"), -1);
 }
 
 TEST(ReplayTest, EveryOpTimedInLaneOrderAndAfterItsDeps) {
@@ -187,9 +178,12 @@ TEST(ReplayTest, InjectedAllocationFailure) {
 sim::Plan two_rank_plan() {
   sim::PlanBuilder b;
   std::vector<sim::OpId> ar;
+  sim::OpId send;
   for (int r = 0; r < 2; ++r) {
-    sim::LaneId compute = b.lane(fmt::format("rank{}.compute", r));
-    sim::LaneId comm = b.lane(fmt::format("rank{}.comm", r));
+    sim::LaneId compute =
+        b.lane(fmt::format("rank{}.compute", r), {.rank = r, .role = sim::LaneRole::kCompute});
+    sim::LaneId comm =
+        b.lane(fmt::format("rank{}.comm", r), {.rank = r, .role = sim::LaneRole::kComm});
     sim::OpId g = b.op(gemm_op(fmt::format("r{}.g", r), compute));
     sim::Op a{
         .name = fmt::format("r{}.allreduce", r), .lane = comm, .kind = sim::OpKind::kCollective};
@@ -200,12 +194,16 @@ sim::Plan two_rank_plan() {
     sim::Op g2 = gemm_op(fmt::format("r{}.g2", r), compute);
     g2.deps = {aid};
     b.op(g2);
-    sim::Op p{.name = fmt::format("r{}.{}", r, r == 0 ? "send" : "recv"),
-              .lane = comm,
-              .kind = sim::OpKind::kP2P};
+    // Names say nothing: the role and the pair id make rank 0's op a send and rank 1's its
+    // receive.
+    sim::Op p{.name = fmt::format("r{}.p2p", r), .lane = comm, .kind = sim::OpKind::kP2P};
     p.sizes.bytes = 32 * 1024;
     p.sizes.peer = 1 - r;
-    b.op(p);
+    p.sizes.p2p_role = r == 0 ? sim::P2PRole::kSend : sim::P2PRole::kRecv;
+    p.sizes.p2p_pair = 0;
+    if (r == 1) p.deps = {send};
+    const sim::OpId id = b.op(p);
+    if (r == 0) send = id;
   }
   return std::move(b).build();
 }
@@ -228,7 +226,7 @@ TEST(ReplayTest, RepresentativeRankRunsAloneAndSkipsItsPeers) {
   EXPECT_EQ(r->skipped_ops, 4);  // rank 1's four ops
   EXPECT_EQ(r->timeline.spans.size(), 4u);
   for (const sim::Span& s : r->timeline.spans) {
-    EXPECT_EQ(r->timeline.lanes[s.lane.index()].rfind("rank0.", 0), 0u);
+    EXPECT_EQ(plan.lanes[s.lane.index()].rank, 0);
   }
 }
 

@@ -29,6 +29,21 @@ TEST(ParseLaneName, RankKindAndCpu) {
   EXPECT_EQ(parse_lane_name("misc").kind, LaneKind::kOther);
 }
 
+// A timeline with lane identity (every plan-made one): rank and kind come from it, not the name.
+TEST(LaneOf, TypedIdentityWinsOverTheName) {
+  sim::Timeline t = TimelineBuilder({"gpu-a/stream-7", "rank5.compute"}).build();
+  t.lane_identity = {{.rank = 3, .stage = 1, .role = sim::LaneRole::kH2D},
+                     {.rank = 2, .stage = 0, .role = sim::LaneRole::kRecv}};
+  EXPECT_EQ(lane_of(t, 0).rank, 3);
+  EXPECT_EQ(lane_of(t, 0).kind, LaneKind::kH2D);
+  EXPECT_EQ(lane_of(t, 1).rank, 2);
+  EXPECT_EQ(lane_of(t, 1).kind, LaneKind::kComm);
+  t.lane_identity.clear();  // an old file: the name is all there is
+  EXPECT_EQ(lane_of(t, 1).rank, 5);
+  sim::PoolTrace pool{.name = "node0.pinned", .kind = sim::PoolKind::kHbm, .owner = 4};
+  EXPECT_EQ(pool_rank_of(pool), 4);
+}
+
 TEST(TimelineModel, OrdersRowsByRankThenKindThenCpu) {
   auto t = TimelineBuilder({"rank1.compute", "host0.cpu", "rank0.d2h", "rank0.compute", "rank0.h2d",
                             "rank0.comm", "misc"})

@@ -2,6 +2,9 @@
 // the closed forms, and offload behaves as it physically should on the default profiles.
 #include <gtest/gtest.h>
 
+#include <map>
+#include <vector>
+
 #include "models/evaluate.h"
 #include "models/formulas.h"
 #include "models/step_builder.h"
@@ -21,12 +24,11 @@ Scenario base(const std::string& model, const std::string& system) {
   return s;
 }
 
-std::int64_t initial_bytes(const sim::Plan& plan, const std::string& pool,
-                           const std::string& category) {
+std::int64_t initial_bytes(const sim::Plan& plan, sim::PoolId pool, const std::string& category) {
   std::int64_t total = 0;
   for (sim::TensorId id : plan.initial_tensors) {
     const sim::Tensor& t = plan.tensors[id.index()];
-    if (plan.pools[t.pool.index()].name == pool && t.category == category) total += t.bytes;
+    if (t.pool == pool && t.category == category) total += t.bytes;
   }
   return total;
 }
@@ -64,6 +66,60 @@ TEST(BuildStep, PlansValidateAcrossLayouts) {
   }
 }
 
+// Identity is typed: every lane of a pipeline plan names its rank, stage and role, every pool its
+// kind and owner, and each pipeline send has exactly one receive on a lane of its peer, paired
+// by id, that the receiver's consumers wait on.
+TEST(BuildStep, PipelineSendsHaveExplicitReceivesAndLanesTypedIdentity) {
+  for (const Schedule schedule : {Schedule::k1F1B, Schedule::kInterleaved1F1B}) {
+    Scenario s = base("llama3-8b", "dgx-h100");
+    s.model.layers = 8;
+    s.parallelism = {.tp = 2,
+                     .pp = 4,
+                     .schedule = schedule,
+                     .virtual_stages = schedule == Schedule::k1F1B ? 1 : 2};
+    auto step = build_step(s);
+    ASSERT_TRUE(step) << step.error().message;
+    const sim::Plan& plan = step->plan;
+    ASSERT_TRUE(sim::validate(plan));
+    for (const sim::Lane& lane : plan.lanes) {
+      EXPECT_GE(lane.rank, 0) << lane.name;
+      EXPECT_EQ(lane.stage, lane.rank / 2) << lane.name;
+      EXPECT_NE(lane.role, sim::LaneRole::kOther) << lane.name;
+    }
+    for (const sim::Pool& pool : plan.pools) EXPECT_NE(pool.kind, sim::PoolKind::kOther);
+    std::map<std::int64_t, sim::OpId> sends, recvs;
+    for (std::size_t i = 0; i < plan.ops.size(); ++i) {
+      const sim::Op& op = plan.ops[i];
+      if (op.kind != sim::OpKind::kP2P) continue;
+      ASSERT_GE(op.sizes.p2p_pair, 0) << op.name;
+      auto& into = op.sizes.p2p_role == sim::P2PRole::kSend ? sends : recvs;
+      EXPECT_TRUE(into.emplace(op.sizes.p2p_pair, sim::OpId{i}).second) << op.name;
+    }
+    const std::int64_t m = grad_accum_steps(s.training, s.parallelism);
+    EXPECT_EQ(static_cast<std::int64_t>(sends.size()),
+              2 * m * (s.parallelism.pp * s.parallelism.virtual_stages - 1));
+    ASSERT_EQ(sends.size(), recvs.size());
+    std::vector<int> waiting(plan.ops.size(), 0);
+    for (const sim::Op& op : plan.ops) {
+      for (sim::OpId d : op.deps) ++waiting[d.index()];
+    }
+    for (const auto& [pair, send_id] : sends) {
+      const sim::Op& send = plan.ops[send_id.index()];
+      const sim::Op& recv = plan.ops[recvs.at(pair).index()];
+      const sim::Lane& to = plan.lanes[recv.lane.index()];
+      EXPECT_EQ(to.rank, send.sizes.peer) << recv.name;
+      EXPECT_EQ(to.role, sim::LaneRole::kRecv) << recv.name;
+      EXPECT_EQ(recv.sizes.peer, plan.lanes[send.lane.index()].rank) << recv.name;
+      EXPECT_EQ(recv.sizes.bytes, send.sizes.bytes) << recv.name;
+      EXPECT_EQ(recv.deps, std::vector<sim::OpId>{send_id}) << recv.name;
+      EXPECT_EQ(recv.cost.work, 0.0) << recv.name;
+      // The send's only waiter is its receive; the receive has consumers.
+      EXPECT_EQ(waiting[send_id.index()], 1) << send.name;
+      EXPECT_GE(waiting[recvs.at(pair).index()], 1) << recv.name;
+    }
+  }
+}
+
 TEST(BuildStep, StaticMemoryPerZeroStageMatchesClosedForms) {
   // Llama 3 8B, one stage, dp = 8: every parameter group divides by 8, so the plan's initial
   // tensors must be exactly params 2Ψ, grads 2Ψ, optimizer 12Ψ, each /8 from its ZeRO stage on.
@@ -83,7 +139,7 @@ TEST(BuildStep, StaticMemoryPerZeroStageMatchesClosedForms) {
     s.parallelism = {.dp = 8, .zero_stage = c.stage, .fsdp = c.fsdp};
     auto step = build_step(s);
     ASSERT_TRUE(step) << step.error().message;
-    const std::string pool = step->ranks.front().hbm_pool;
+    const sim::PoolId pool = step->ranks.front().hbm_pool;
     EXPECT_EQ(initial_bytes(step->plan, pool, "params"), c.params) << c.stage;
     EXPECT_EQ(initial_bytes(step->plan, pool, "grads"), c.grads) << c.stage;
     EXPECT_EQ(initial_bytes(step->plan, pool, "optimizer"), c.opt) << c.stage;
@@ -223,6 +279,7 @@ TEST(Evaluate, OutOfMemoryIsReported) {
   EXPECT_FALSE(r.fits);
   ASSERT_TRUE(r.oom.has_value());
   EXPECT_GT(r.oom->requested_bytes + r.oom->in_use_bytes, r.oom->capacity_bytes);
+  EXPECT_TRUE(r.oom->device_memory);  // typed from the pool's kind, not its name
   const auto j = report_to_json(r);
   EXPECT_FALSE(j["fits"].get<bool>());
   EXPECT_TRUE(j.contains("memory"));

@@ -11,11 +11,14 @@ using ::testing::HasSubstr;
 
 Plan rich_plan() {
   PlanBuilder b;
-  const LaneId compute = b.lane("rank0.compute");
+  const LaneId compute =
+      b.lane("rank0.compute", {.rank = 0, .stage = 0, .role = LaneRole::kCompute});
   const LaneId comm = b.lane("rank0.comm");
+  const LaneId recv = b.lane("rank1.recv", {.rank = 1, .stage = 1, .role = LaneRole::kRecv});
   const ResourceId sm = b.resource("rank0.sm", 1.0);
   const ResourceId nvl = b.resource("rank0.nvlink.tx", 450e9);
-  const PoolId hbm = b.pool("rank0.hbm", 80LL << 30);
+  const PoolId hbm = b.pool("rank0.hbm", 80LL << 30, PoolKind::kHbm, 0);
+  b.pool("node0.pinned", 1LL << 40, PoolKind::kPinnedHost, 0);
   const TensorId w = b.tensor("w", hbm, 1 << 20, "params");
   const TensorId a = b.tensor("a", hbm, 4096, "activations");
   b.initial(w);
@@ -40,7 +43,67 @@ Plan rich_plan() {
   copy.sizes.bytes = 10;
   copy.cost = {.work = 10, .uses = {{nvl, 1.0}}};
   b.op(copy);
+  Op send{.name = "send", .lane = compute, .kind = OpKind::kP2P};
+  send.sizes = {.bytes = 64, .peer = 1, .p2p_role = P2PRole::kSend, .p2p_pair = 7};
+  const OpId send_id = b.op(send);
+  Op receive{.name = "recv", .lane = recv, .kind = OpKind::kP2P, .deps = {send_id}};
+  receive.sizes = {.bytes = 64, .peer = 0, .p2p_role = P2PRole::kRecv, .p2p_pair = 7};
+  b.op(receive);
   return std::move(b).build();
+}
+
+TEST(PlanJson, IdentityRoundTripsAndOldPlainLaneNamesStillRead) {
+  const Plan plan = rich_plan();
+  auto back = plan_from_json_text(plan_to_json(plan).dump(), "id.json");
+  ASSERT_TRUE(back) << back.error().message;
+  EXPECT_EQ(back->lanes[0].rank, 0);
+  EXPECT_EQ(back->lanes[0].role, LaneRole::kCompute);
+  EXPECT_EQ(back->lanes[1].rank, -1);  // a lane without identity
+  EXPECT_EQ(back->lanes[2].stage, 1);
+  EXPECT_EQ(back->lanes[2].role, LaneRole::kRecv);
+  EXPECT_EQ(back->pools[0].kind, PoolKind::kHbm);
+  EXPECT_EQ(back->pools[1].kind, PoolKind::kPinnedHost);
+  const Op& r = back->ops.back();
+  EXPECT_EQ(r.sizes.p2p_role, P2PRole::kRecv);
+  EXPECT_EQ(r.sizes.p2p_pair, 7);
+  // A plan written before lanes had identity: plain names, no pool kinds, no p2p role.
+  nlohmann::json old = plan_to_json(plan);
+  for (auto& lane : old["lanes"]) {
+    if (lane.is_object()) lane = lane["name"];
+  }
+  for (auto& pool : old["pools"]) {
+    pool.erase("kind");
+    pool.erase("owner");
+  }
+  auto& ops = old["ops"];
+  ops.erase(ops.size() - 1);  // the receive
+  ops.back()["sizes"].erase("role");
+  ops.back()["sizes"].erase("pair");
+  auto legacy = plan_from_json(old, "old.json");
+  ASSERT_TRUE(legacy) << legacy.error().message;
+  EXPECT_EQ(legacy->lanes[0].name, "rank0.compute");
+  EXPECT_EQ(legacy->lanes[0].rank, -1);
+  EXPECT_EQ(legacy->pools[0].kind, PoolKind::kOther);
+  EXPECT_EQ(legacy->ops.back().sizes.p2p_role, P2PRole::kSend);
+}
+
+TEST(PlanJson, UnknownLaneRoleAndUnmatchedReceiveAreErrors) {
+  nlohmann::json j = plan_to_json(rich_plan());
+  j["lanes"][0]["role"] = "gpu";
+  auto r = plan_from_json(j, "role.json");
+  ASSERT_FALSE(r);
+  EXPECT_THAT(r.error().message, HasSubstr("$.lanes[0].role"));
+  EXPECT_THAT(r.error().message, HasSubstr("unknown lane role 'gpu'"));
+  nlohmann::json k = plan_to_json(rich_plan());
+  k["ops"].back()["sizes"]["pair"] = 8;
+  auto u = plan_from_json(k, "pair.json");
+  ASSERT_FALSE(u);
+  EXPECT_THAT(u.error().message, HasSubstr("receives p2p pair 8, which no op sends"));
+  nlohmann::json w = plan_to_json(rich_plan());
+  w["ops"].back()["sizes"]["peer"] = 3;
+  auto v = plan_from_json(w, "peer.json");
+  ASSERT_FALSE(v);
+  EXPECT_THAT(v.error().message, HasSubstr("from rank 3"));
 }
 
 TEST(PlanJson, RoundTripIsExact) {

@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <sstream>
 
 #include <gtest/gtest.h>
@@ -195,6 +196,58 @@ TEST(TimelineJsonTest, ChromeTraceShape) {
   EXPECT_EQ(processes, (std::vector<std::string>{"predicted", "measured"}));
   EXPECT_EQ(slices, 2);
   EXPECT_NE(chrome_trace_json({&t}).find("\"ts\":1234.567,\"dur\":0.500"), std::string::npos);
+}
+
+// A cross-lane dependency becomes one flow: "s" on the producer's lane inside its slice, "f" on
+// the consumer's lane at its start, bound to the enclosing slice; same-lane order draws none.
+TEST(TimelineJsonTest, ChromeTraceDrawsCrossLaneDependencies) {
+  const Timeline t = small_timeline();
+  ASSERT_EQ(t.ops[2].deps, std::vector<OpId>{OpId{1}});  // fwd.l1.qkv waits for prefetch.l1
+  const nlohmann::json j = nlohmann::json::parse(chrome_trace_json({&t}));
+  std::map<std::string, double> slice_start, slice_end;
+  std::map<std::string, int> slice_tid;
+  std::vector<nlohmann::json> flows;
+  for (const nlohmann::json& e : j["traceEvents"]) {
+    if (e["ph"] == "X") {
+      const std::string name = e["name"];
+      slice_start[name] = e["ts"].get<double>();
+      slice_end[name] = e["ts"].get<double>() + e["dur"].get<double>();
+      slice_tid[name] = e["tid"].get<int>();
+    }
+    if (e["ph"] == "s" || e["ph"] == "f") flows.push_back(e);
+  }
+  ASSERT_EQ(flows.size(), 2u);
+  EXPECT_EQ(flows[0]["ph"], "s");
+  EXPECT_EQ(flows[1]["ph"], "f");
+  EXPECT_EQ(flows[1]["bp"], "e");
+  EXPECT_EQ(flows[0]["id"], flows[1]["id"]);
+  EXPECT_EQ(flows[0]["tid"], slice_tid["prefetch.l1"]);
+  EXPECT_EQ(flows[1]["tid"], slice_tid["fwd.l1.qkv"]);
+  EXPECT_GE(flows[0]["ts"].get<double>(), slice_start["prefetch.l1"]);
+  EXPECT_LT(flows[0]["ts"].get<double>(), slice_end["prefetch.l1"]);
+  EXPECT_DOUBLE_EQ(flows[1]["ts"].get<double>(), slice_start["fwd.l1.qkv"]);
+}
+
+TEST(TimelineJsonTest, DepsLaneIdentityAndPoolKindRoundTrip) {
+  Plan plan = small_plan();
+  plan.lanes[0].rank = 0;
+  plan.lanes[0].role = LaneRole::kCompute;
+  plan.pools[0].kind = PoolKind::kHbm;
+  plan.pools[0].owner = 0;
+  Result<SimResult> r = simulate(plan);
+  ASSERT_TRUE(r);
+  const Timeline& t = r->timeline;
+  ASSERT_EQ(t.lane_identity.size(), 2u);
+  EXPECT_EQ(t.lane_identity[0].role, LaneRole::kCompute);
+  EXPECT_EQ(t.pools[0].kind, PoolKind::kHbm);
+  auto back = timeline_from_json_text(timeline_to_json(t).dump(), "t.json");
+  ASSERT_TRUE(back) << back.error().message;
+  EXPECT_EQ(*back, t);
+  nlohmann::json bad = timeline_to_json(t);
+  bad["ops"][2]["deps"] = {9};
+  auto e = timeline_from_json(bad, "bad.json");
+  ASSERT_FALSE(e);
+  EXPECT_NE(e.error().message.find("$.ops[2].deps[0]"), std::string::npos) << e.error().message;
 }
 
 }  // namespace
