@@ -136,7 +136,7 @@ Report report_of(const Scenario& scenario, const BuiltStep& step, const sim::Tim
     PoolDemand d;
     d.pool = o.pool;
     d.capacity_bytes = o.capacity_bytes;
-    if (const sim::PoolTrace* p = find_pool(t, o.pool)) d.demand_bytes = p->peak_bytes;
+    if (const sim::PoolTrace* p = find_pool(t, o.pool_id)) d.demand_bytes = p->peak_bytes;
     d.overshoot_bytes = d.demand_bytes - d.capacity_bytes;
     d.first_failure = OomReport{.op = o.op_name,
                                 .pool = o.pool,

@@ -1628,9 +1628,7 @@ sim::Result<BuiltStep> build_step(const Scenario& s, const BuildOptions& options
   if (out.runtime.preallocated) {
     // JAX: tensors live in the preallocated pool, a fraction of the HBM.
     for (const SimRankInfo& info : out.ranks) {
-      for (auto& pool : out.plan.pools) {
-        if (pool.name == info.hbm_pool) pool.capacity_bytes = out.runtime.allocator_limit_bytes;
-      }
+      out.plan.pools[info.hbm_pool.index()].capacity_bytes = out.runtime.allocator_limit_bytes;
     }
   }
   if (!out.ranks.empty()) {

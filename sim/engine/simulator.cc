@@ -385,6 +385,7 @@ bool Engine::alloc_tensor(TensorId tensor, std::uint32_t op) {
     oom.op_name = who();
     oom.pool = plan_.pools[pool].name;
     oom.pool_kind = plan_.pools[pool].kind;
+    oom.pool_id = PoolId{pool};
     oom.time = TimePoint{Duration{now_}};
     oom.requested_bytes = t.bytes;
     oom.in_use_bytes = p.in_use;

@@ -79,6 +79,7 @@ struct OutOfMemory {
   std::int64_t capacity_bytes = 0;
   std::vector<LiveTensor> live;           // largest first
   PoolKind pool_kind = PoolKind::kOther;  // what memory ran out (the pool's typed kind)
+  PoolId pool_id;                         // the pool, by id (Timeline::pools)
   bool operator==(const OutOfMemory&) const = default;
 };
 

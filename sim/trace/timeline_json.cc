@@ -91,15 +91,17 @@ json timeline_to_json(const Timeline& timeline) {
   json outcome = {{"kind", to_string(o.kind)}, {"message", o.message}};
   if (o.oom) {
     const OutOfMemory& m = *o.oom;
-    outcome["oom"] = {{"op", m.op.valid() ? static_cast<std::int64_t>(m.op.value()) : -1},
-                      {"op_name", m.op_name},
-                      {"pool", m.pool},
-                      {"pool_kind", to_string(m.pool_kind)},
-                      {"time_ns", ns(m.time)},
-                      {"requested_bytes", m.requested_bytes},
-                      {"in_use_bytes", m.in_use_bytes},
-                      {"capacity_bytes", m.capacity_bytes},
-                      {"live", live_to_json(m.live)}};
+    outcome["oom"] = {
+        {"op", m.op.valid() ? static_cast<std::int64_t>(m.op.value()) : -1},
+        {"op_name", m.op_name},
+        {"pool", m.pool},
+        {"pool_kind", to_string(m.pool_kind)},
+        {"pool_id", m.pool_id.valid() ? static_cast<std::int64_t>(m.pool_id.value()) : -1},
+        {"time_ns", ns(m.time)},
+        {"requested_bytes", m.requested_bytes},
+        {"in_use_bytes", m.in_use_bytes},
+        {"capacity_bytes", m.capacity_bytes},
+        {"live", live_to_json(m.live)}};
   }
   if (o.deadlock) {
     outcome["deadlock"] = {{"time_ns", ns(o.deadlock->time)}, {"stuck_ops", o.deadlock->stuck_ops}};
@@ -407,8 +409,8 @@ class TimelineParser {
       const std::string p = path + ".oom";
       OFFSIM_RETURN_IF_ERROR(
           r_.only_keys(*oom,
-                       {"op", "op_name", "pool", "pool_kind", "time_ns", "requested_bytes",
-                        "in_use_bytes", "capacity_bytes", "live"},
+                       {"op", "op_name", "pool", "pool_kind", "pool_id", "time_ns",
+                        "requested_bytes", "in_use_bytes", "capacity_bytes", "live"},
                        p));
       OutOfMemory m;
       OFFSIM_ASSIGN_OR_RETURN(std::int64_t op, r_.integer(*oom, "op", p));
@@ -426,6 +428,16 @@ class TimelineParser {
         auto parsed = pool_kind_from_string(text);
         if (!parsed) return r_.error(p + ".pool_kind", fmt::format("unknown pool kind '{}'", text));
         m.pool_kind = *parsed;
+      }
+      OFFSIM_ASSIGN_OR_RETURN(const json* pool_id, r_.optional_member(*oom, "pool_id", p));
+      if (pool_id) {
+        OFFSIM_ASSIGN_OR_RETURN(std::int64_t id, r_.as_integer(*pool_id, p + ".pool_id"));
+        if (id < -1 || id >= static_cast<std::int64_t>(t_.pools.size())) {
+          return r_.error(p + ".pool_id", fmt::format("pool index {} is out of range (-1 for none; "
+                                                      "the timeline has {} pools)",
+                                                      id, t_.pools.size()));
+        }
+        if (id >= 0) m.pool_id = PoolId{static_cast<std::uint32_t>(id)};
       }
       OFFSIM_ASSIGN_OR_RETURN(std::int64_t time, r_.integer(*oom, "time_ns", p));
       m.time = at_ns(time);

@@ -115,23 +115,6 @@ TEST(GoldenReports, EveryExampleAndSweepPoint) {
   EXPECT_GE(points, 40);
 }
 
-// A validation row spells two keys differently from the scenario language (validate_published
-// reads the rows with its own reader): `model: {name: ...}` is `model: {base: ...}` and
-// `training.dtype` is `training.precision`.
-void rename_key(scenarios::Node& row, const char* section, const char* from, const char* to) {
-  scenarios::Node* map = row.find(section);
-  if (map == nullptr || map->kind != scenarios::NodeKind::kMap) return;
-  for (auto& [key, value] : map->entries) {
-    if (key == from) key = to;
-  }
-}
-
-scenarios::Node as_scenario_document(scenarios::Node row) {
-  rename_key(row, "model", "name", "base");
-  rename_key(row, "training", "dtype", "precision");
-  return row;
-}
-
 TEST(GoldenReports, EveryValidationRow) {
   const auto files = yaml_files(kSource / "scenarios/validation");
   ASSERT_GE(files.size(), 5u);
@@ -146,8 +129,11 @@ TEST(GoldenReports, EveryValidationRow) {
       const scenarios::Node* id = c.find("id");
       const scenarios::Node* scenario = c.find("scenario");
       ASSERT_TRUE(id != nullptr && scenario != nullptr) << c.origin;
-      auto s = scenarios::scenario_from_document(as_scenario_document(*scenario),
-                                                 path.parent_path().string());
+      // Each row is a scenario file of the CLI's language, relative to the table file.
+      const std::string row_file = (path.parent_path() / scenario->scalar).string();
+      auto loaded = scenarios::load_scenario_file(row_file);
+      ASSERT_TRUE(loaded) << loaded.error().message;
+      auto s = scenarios::scenario_from_document(loaded->base, loaded->base_dir);
       ASSERT_TRUE(s) << s.error().message;
       s->name = id->scalar;  // as validate_published names each row
       reports.emplace_back(id->scalar, evaluate_or_fail(*s, id->scalar));
