@@ -2,6 +2,7 @@
 # GPU validation in one go, on a machine with one or more NVIDIA GPUs, using the binaries that
 # scripts/bundle-gpu-check.sh put into .bundle/ (nothing is built or fetched here):
 #   0. preflight: the CUDA 13 libraries the GPU module needs are found, and a GPU is visible;
+#      then a first look (45 s at most): attention throughput and the pool's high-water marks;
 #   1. the `gpu` tests (replay on CUDA, calibration microbenchmarks);
 #   2. `offsim calibrate --quick` → a fresh calibration profile;
 #   3. replays of three example scenarios scaled with --layers to fit one GPU — no offload,
@@ -178,10 +179,17 @@ if ((!gpu_ok)); then
   say "REPLAY_DEVICE=$device: rehearsing the stages without a GPU"
 fi
 
-say "1/4 gpu tests"
+say "0/4 first look"
+# First, whatever happens later: attention throughput of the kernel the replay runs, and what
+# the pool's high-water marks count (used vs reserved), printed into the log.
 tests_ok=1
-run_stage "backends_cuda_replay_test" 120 "$bundle/bin/backends_cuda_replay_test" --gtest_brief=1 ||
-  tests_ok=0
+run_stage "first look" 45 "$bundle/bin/backends_cuda_replay_test" --gtest_brief=1 \
+  --gtest_filter='*FirstLook*' || tests_ok=0
+grep '^first look:' "$log" | while read -r line; do say "  $line"; done
+
+say "1/4 gpu tests"
+run_stage "backends_cuda_replay_test" 120 "$bundle/bin/backends_cuda_replay_test" --gtest_brief=1 \
+  --gtest_filter='-*FirstLook*' || tests_ok=0
 # The quick calibration is run below through the CLI; the test's own copy of it is skipped here.
 run_stage "calibrate_gpu_test" 60 "$bundle/bin/calibrate_gpu_test" --gtest_brief=1 \
   --gtest_filter=-*QuickCalibrationFitsAProfile* || tests_ok=0

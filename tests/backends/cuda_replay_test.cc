@@ -2,6 +2,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstdio>
+
 #include "backends/cuda/cuda_device.h"
 #include "backends/replay.h"
 
@@ -159,6 +161,59 @@ TEST(CudaReplayTest, AllocationFailureNamesRequestInUseAndOp) {
   EXPECT_EQ(r.error().code, sim::ErrorCode::kLimitExceeded) << r.error().message;
   EXPECT_THAT(r.error().message, HasSubstr("op 'fwd.huge' requested"));
   EXPECT_THAT(r.error().message, HasSubstr("bytes in use"));
+}
+
+// gpu-check's first stage: attention throughput of the kernel the replay runs (the fallback is
+// expected at a few percent of the dense peak, a fused flash kernel at 40-70 %), and what the
+// pool's high-water marks count: requested bytes (used) against the allocator's granularity
+// (reserved). Printed for the log; the checks only bound the figures.
+TEST(CudaReplayTest, FirstLookAttentionThroughputAndPoolMarks) {
+  OFFSIM_REQUIRE_GPU(dev, 1);
+  StreamId s = *dev->create_stream(0, "rank0.compute");
+  EventId a = *dev->create_event(0), b = *dev->create_event(0);
+  const sim::AttentionShape shape{.batch = 1,
+                                  .heads = 32,
+                                  .kv_heads = 8,
+                                  .seq_q = 4096,
+                                  .seq_kv = 4096,
+                                  .head_dim = 128,
+                                  .causal = true};
+  const std::int64_t q = shape.heads * shape.seq_q * shape.head_dim * 2;
+  const std::int64_t kv = 2 * shape.kv_heads * shape.seq_kv * shape.head_dim * 2;
+  Buffer qkv = *dev->scratch(0, MemoryKind::kDevice, q + kv);
+  Buffer out = *dev->scratch(0, MemoryKind::kDevice, q);
+  ASSERT_TRUE(dev->attention(s, shape, qkv, out));  // warm-up
+  ASSERT_TRUE(dev->record(s, a));
+  ASSERT_TRUE(dev->attention(s, shape, qkv, out));
+  ASSERT_TRUE(dev->record(s, b));
+  sim::Status st = dev->synchronize(60s);
+  ASSERT_TRUE(st) << st.error().message;
+  const double seconds = sim::to_seconds(*dev->elapsed(a, b));
+  // QK^T and PV: 4·heads·seq²·head_dim FLOPs, halved by the causal mask.
+  const double flops = 4.0 * 32 * 4096.0 * 4096.0 * 128 / 2;
+  std::printf(
+      "first look: attention fwd 32/8 heads, 4096 tokens, head_dim 128 (%s): %.3f ms, "
+      "%.1f TFLOP/s\n",
+      dev->info().note.c_str(), seconds * 1e3, flops / seconds / 1e12);
+  EXPECT_GT(seconds, 0.0);
+
+  // Pool marks: 3 allocations of 64 MiB + 1 byte each.
+  ASSERT_TRUE(dev->reset_pool_high_water(0));
+  const std::int64_t each = 64 * kMiB + 1;
+  for (std::uint64_t key = 1; key <= 3; ++key) ASSERT_TRUE(dev->allocate(s, key, each, "look"));
+  st = dev->synchronize(60s);
+  ASSERT_TRUE(st) << st.error().message;
+  PoolUsage u = *dev->pool_usage(0);
+  std::printf(
+      "first look: pool after 3 x %lld B: in use %lld, used high %lld, reserved high "
+      "%lld B\n",
+      static_cast<long long>(each), static_cast<long long>(u.in_use_bytes),
+      static_cast<long long>(u.used_high_bytes), static_cast<long long>(u.reserved_high_bytes));
+  EXPECT_GE(u.used_high_bytes, 3 * each);
+  EXPECT_GE(u.reserved_high_bytes, u.used_high_bytes);
+  for (std::uint64_t key = 1; key <= 3; ++key) ASSERT_TRUE(dev->release(s, key));
+  st = dev->synchronize(60s);
+  ASSERT_TRUE(st) << st.error().message;
 }
 
 }  // namespace
