@@ -88,7 +88,10 @@ fi
 # The CUDA 13 libraries come from the machine: the dynamic loader's cache, the toolkit's
 # folders, else the pip wheels of its Python (nvidia-nccl-cu13 in nvidia/nccl/lib; CUDA 13's
 # cuBLAS and runtime wheels in nvidia/cu13/lib or nvidia/<name>/lib, depending on the wheel).
-needed=(libcudart.so.13 libcublasLt.so.13 libnccl.so.2)
+# The module links cudart and cuBLASLt; NCCL (first communicator) and cuDNN are opened on
+# demand, so they are looked for but a one-GPU check runs without them.
+needed=(libcudart.so.13 libcublasLt.so.13)
+optional=(libnccl.so.2 libcudnn.so.9)
 search_dirs=(/usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib)
 for d in /usr/local/cuda-13*/lib64 /usr/local/cuda-13*/targets/x86_64-linux/lib; do
   [[ -d "$d" ]] && search_dirs+=("$d")
@@ -104,7 +107,8 @@ if command -v python3 >/dev/null; then
 fi
 libs=$bundle/lib
 missing=()
-for so in "${needed[@]}"; do
+optional_missing=()
+for so in "${needed[@]}" "${optional[@]}"; do
   if ldconfig -p 2>/dev/null | grep -q "[[:space:]]$so "; then continue; fi
   found=""
   for d in "${search_dirs[@]}"; do
@@ -114,10 +118,14 @@ for so in "${needed[@]}"; do
   done
   if [[ -n "$found" ]]; then
     libs=$libs:$(dirname "$found")
+  elif [[ " ${optional[*]} " == *" $so "* ]]; then
+    optional_missing+=("$so")
   else
     missing+=("$so")
   fi
 done
+((${#optional_missing[@]})) &&
+  say "  not found (loaded on demand, not needed on one GPU): ${optional_missing[*]}"
 # Debian 12's libstdc++ only where the machine's is older (it lacks GCC 12's GLIBCXX_3.4.30).
 sys_stdcxx=$(ldconfig -p 2>/dev/null | awk '/libstdc\+\+\.so\.6 / {print $NF; exit}')
 if [[ -z "$sys_stdcxx" ]] || ! grep -q GLIBCXX_3.4.30 "$sys_stdcxx" 2>/dev/null; then
