@@ -1,8 +1,8 @@
 // CudnnApi: cuDNN 9's graph (backend) API, loaded with dlopen on demand like NCCL, so that
 // liboffsim_gpu.so runs without cuDNN; `cudnn_error` maps a cudnnStatus_t to offsim's errors.
-// The replay's fused attention is meant to run through this API (an SDPA operation graph); until
-// that graph exists the device runs its fallback kernel and says so in its report note, which
-// also carries the cuDNN version found (or why none was).
+// cudnn_sdpa.h builds the fused attention (SDPA) operation graph on it; the replay's device runs
+// its fallback kernel, and says so in its report note, until that graph has been checked
+// against the fallback on a GPU.
 //
 //   OFFSIM_ASSIGN_OR_RETURN(const cuda::CudnnApi* dnn, cuda::cudnn_api());
 //   cudnnHandle_t h = nullptr;
