@@ -246,20 +246,27 @@ class Fitter {
     auto eff = [&](const std::vector<AttentionSample>& v) {
       std::vector<double> e;
       for (const AttentionSample& a : v) {
+        // The fallback kernel's speed says nothing about flash attention (see AttentionKernel).
+        if (a.kernel != AttentionKernel::kCudnnSdpa) continue;
         const double peak = p_.gpu.dense_flops(a.shape.dtype);
         if (usable(a.seconds) && usable(peak) && usable(a.flops))
           e.push_back(a.flops / a.seconds / peak);
       }
       return e.empty() ? 0.0 : median_of(e);
     };
-    // The replay's attention kernel is what the profile describes, so the forecast of a replay
-    // uses the same kernel's efficiency.
-    set_fraction(p_.attention.flash_fwd, eff(s_.attention_fwd), "attention.flash_fwd",
-                 fmt::format("median over {} shapes of the backend's attention kernel",
-                             s_.attention_fwd.size()));
-    set_fraction(p_.attention.flash_bwd, eff(s_.attention_bwd), "attention.flash_bwd",
-                 fmt::format("median over {} shapes of the backend's attention kernel (backward)",
-                             s_.attention_bwd.size()));
+    // Only cuDNN's fused SDPA measures the flash-attention efficiencies (provenance keys
+    // attention.cudnn_sdpa.*); samples of the fallback kernel stay in the samples file only.
+    auto fused = [](const std::vector<AttentionSample>& v) {
+      return std::count_if(v.begin(), v.end(), [](const AttentionSample& a) {
+        return a.kernel == AttentionKernel::kCudnnSdpa;
+      });
+    };
+    set_fraction(p_.attention.flash_fwd, eff(s_.attention_fwd), "attention.cudnn_sdpa.fwd",
+                 fmt::format("median over {} shapes of cuDNN's fused SDPA (forward)",
+                             fused(s_.attention_fwd)));
+    set_fraction(p_.attention.flash_bwd, eff(s_.attention_bwd), "attention.cudnn_sdpa.bwd",
+                 fmt::format("median over {} shapes of cuDNN's fused SDPA (backward)",
+                             fused(s_.attention_bwd)));
   }
 
   sim::Status fit_collectives() {
@@ -420,6 +427,16 @@ double bus_factor(sim::CollectiveKind kind, int ranks) {
   }
 }
 
+const char* to_string(AttentionKernel kernel) {
+  switch (kernel) {
+    case AttentionKernel::kFallback:
+      return "fallback";
+    case AttentionKernel::kCudnnSdpa:
+      return "cudnn_sdpa";
+  }
+  return "fallback";
+}
+
 double attention_flops(const sim::AttentionShape& a) {
   // QK^T: 2·b·h·sq·skv·d, PV the same.
   double f = 4.0 * static_cast<double>(a.batch) * static_cast<double>(a.heads) *
@@ -505,7 +522,8 @@ nlohmann::json samples_to_json(const Samples& s) {
                      {"head_dim", a.shape.head_dim},
                      {"causal", a.shape.causal},
                      {"flops", a.flops},
-                     {"seconds", a.seconds}});
+                     {"seconds", a.seconds},
+                     {"kernel", to_string(a.kernel)}});
     }
     j[list == &s.attention_fwd ? "attention_fwd" : "attention_bwd"] = arr;
   }
@@ -533,6 +551,17 @@ nlohmann::json samples_to_json(const Samples& s) {
   }
   j["kernel_launch_s"] = s.kernel_launch_s;
   j["copy_submit_s"] = s.copy_submit_s;
+  j["timings"] = json::array();
+  for (const TimingRecord& t : s.timings) {
+    j["timings"].push_back({{"what", t.what},
+                            {"median_s", t.median_s},
+                            {"min_s", t.min_s},
+                            {"noise", t.noise},
+                            {"samples", t.samples},
+                            {"stable", t.stable}});
+  }
+  j["nvml_before"] = s.nvml_before;
+  j["nvml_after"] = s.nvml_after;
   return j;
 }
 

@@ -48,10 +48,27 @@ struct MemoryKernelSample {
   double seconds = 0.0;
 };
 
+// Which kernel ran an attention sample. Only a fused flash-attention kernel (cuDNN's SDPA
+// graph) describes what the forecast's attention.flash_* efficiencies mean; the replay's scalar
+// fallback kernel is one to two orders of magnitude slower and must never be stored under them.
+enum class AttentionKernel { kFallback, kCudnnSdpa };
+const char* to_string(AttentionKernel kernel);  // "fallback", "cudnn_sdpa"
+
 struct AttentionSample {
   sim::AttentionShape shape;
   double flops = 0.0;  // the useful FLOPs of the shape (see attention_flops)
   double seconds = 0.0;
+  AttentionKernel kernel = AttentionKernel::kFallback;
+};
+
+// Noise of one timed benchmark (nvbench's rule: keep the spread, not only the median).
+struct TimingRecord {
+  std::string what;  // "gemm 4096x4096x4096 bf16", ...
+  double median_s = 0.0;
+  double min_s = 0.0;
+  double noise = 0.0;  // (p75 - p25) / median
+  int samples = 0;
+  bool stable = false;
 };
 
 struct CollectiveSample {
@@ -96,6 +113,9 @@ struct Samples {
   std::vector<AllocatorSample> allocator;
   std::vector<double> kernel_launch_s;  // gap per back-to-back launch
   std::vector<double> copy_submit_s;    // host time of one cudaMemcpyAsync
+  std::vector<TimingRecord> timings;    // every benchmark's spread, in the order taken
+  // NVML readings ("sm 1980 MHz, mem 3201 MHz, 612 W of 700 W, 61 C") before and after.
+  std::string nvml_before, nvml_after;
 };
 
 nlohmann::json samples_to_json(const Samples& samples);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <string>
 
 #include <fmt/format.h>
 
@@ -13,6 +14,25 @@ namespace offsim::calibrate {
 using backends::MemoryKind;
 
 namespace {
+
+// The attention kernel the module's CUDA device runs (offsim_gpu_attention_kernel_v1); a module
+// without the entry point runs the fallback kernel.
+AttentionKernel attention_kernel_of_module() {
+  auto entry = backends::gpu_plugin_symbol("offsim_gpu_attention_kernel_v1");
+  if (!entry) return AttentionKernel::kFallback;
+  const char* name = reinterpret_cast<const char* (*)()>(*entry)();
+  return name && std::string(name) == "cudnn_sdpa" ? AttentionKernel::kCudnnSdpa
+                                                   : AttentionKernel::kFallback;
+}
+
+// NVML's clocks, power and temperature of `gpu`, or why there is no reading.
+std::string nvml_reading(int gpu) {
+  auto entry = backends::gpu_plugin_symbol("offsim_gpu_nvml_reading_v1");
+  if (!entry) return "no NVML entry point in the GPU module";
+  char text[512] = {};
+  reinterpret_cast<int (*)(int, char*, int)> (*entry)(gpu, text, static_cast<int>(sizeof text));
+  return text;
+}
 
 constexpr std::chrono::milliseconds kWatchdog{60000};
 
@@ -70,17 +90,25 @@ sim::Status ensure(backends::Device& dev, Scratch& s, int rank, MemoryKind kind,
 }  // namespace
 
 sim::Result<double> MicroBench::gemm(const sim::GemmShape& shape, int reps) {
+  // Larger than any GPU's L2 (H100/H200: 50 MB, B200: 126 MB; vendor datasheets).
+  constexpr std::int64_t kL2FlushBytes = std::int64_t{256} << 20;
   OFFSIM_RETURN_IF_ERROR(
       ensure(*device_, device_scratch_[0], 0, MemoryKind::kDevice, gemm_bytes(shape)));
+  OFFSIM_RETURN_IF_ERROR(ensure(*device_, l2_flush_, 0, MemoryKind::kDevice, kL2FlushBytes));
   const Lane& l = compute_[0];
   const Scratch& s = device_scratch_[0];
-  OFFSIM_RETURN_IF_ERROR(device_->record(l.stream, l.start));
-  for (int i = 0; i < reps; ++i)
+  double total = 0.0;
+  for (int i = 0; i < reps; ++i) {
+    OFFSIM_RETURN_IF_ERROR(
+        device_->elementwise(l.stream, 2 * kL2FlushBytes, l2_flush_.a, l2_flush_.b));
+    OFFSIM_RETURN_IF_ERROR(device_->record(l.stream, l.start));
     OFFSIM_RETURN_IF_ERROR(device_->gemm(l.stream, shape, s.a, s.b, s.c));
-  OFFSIM_RETURN_IF_ERROR(device_->record(l.stream, l.end));
-  OFFSIM_RETURN_IF_ERROR(sync());
-  OFFSIM_ASSIGN_OR_RETURN(double t, elapsed_s(l));
-  return t / reps;
+    OFFSIM_RETURN_IF_ERROR(device_->record(l.stream, l.end));
+    OFFSIM_RETURN_IF_ERROR(sync());
+    OFFSIM_ASSIGN_OR_RETURN(double t, elapsed_s(l));
+    total += t;
+  }
+  return total / std::max(reps, 1);
 }
 
 sim::Result<double> MicroBench::attention(const sim::AttentionShape& a, int reps) {
@@ -309,7 +337,9 @@ sim::Result<Samples> measure_machine(const CalibrateOptions& options) {
                                          .max_noise = 0.005,
                                          .max_total_s = 2.0};
   std::optional<sim::Error> failure;
-  auto stable = [&](auto&& one) -> double {
+  Samples s;
+  // Every benchmark's spread is kept with its median (nvbench reports noise, not only times).
+  auto stable = [&](const std::string& what, auto&& one) -> double {
     StableTiming t = measure_stable(
         [&]() -> double {
           if (failure) return -1.0;
@@ -321,21 +351,22 @@ sim::Result<Samples> measure_machine(const CalibrateOptions& options) {
           return *r;
         },
         rule);
+    if (!failure) s.timings.push_back({what, t.median_s, t.min_s, t.noise, t.samples, t.stable});
     return t.median_s;
   };
 #define OFFSIM_STOP_ON_FAILURE() \
   if (failure) return sim::fail(*failure)
 
-  Samples s;
   const backends::DeviceInfo& info = bench.info();
   s.machine.gpu_name = info.name;
   s.machine.gpu_count = gpus;
   s.machine.driver_version = info.driver_version;
   s.machine.cuda_version = info.runtime_version;
   s.machine.cublas_version = info.blas_version;
-  s.machine.nccl_version = info.comm_version;
   s.machine.context_bytes = bench.context_bytes();
   s.machine.clocks = gpu->clock_summary(options.first_gpu);
+  s.nvml_before = nvml_reading(options.first_gpu);
+  const AttentionKernel attention_kernel = attention_kernel_of_module();
 
   // Copies: 4 KiB .. 1 GiB (quick: every 16x; full: every 4x).
   std::vector<std::int64_t> sizes;
@@ -343,7 +374,8 @@ sim::Result<Samples> measure_machine(const CalibrateOptions& options) {
   if (sizes.back() != (std::int64_t{1} << 30)) sizes.push_back(std::int64_t{1} << 30);
   for (CopyLink link : {CopyLink::kH2D, CopyLink::kD2H, CopyLink::kBidirectional, CopyLink::kD2D}) {
     for (std::int64_t b : sizes) {
-      const double t = stable([&] { return bench.copy(link, true, b); });
+      const double t = stable(fmt::format("copy {} pinned {} B", to_string(link), b),
+                              [&] { return bench.copy(link, true, b); });
       OFFSIM_STOP_ON_FAILURE();
       s.copies.push_back({link, true, b, t, 1});
     }
@@ -351,20 +383,22 @@ sim::Result<Samples> measure_machine(const CalibrateOptions& options) {
   for (CopyLink link : {CopyLink::kH2D, CopyLink::kD2H}) {
     for (std::int64_t b : sizes) {
       if (quick && b < (std::int64_t{1} << 20)) continue;
-      const double t = stable([&] { return bench.copy(link, false, b); });
+      const double t = stable(fmt::format("copy {} pageable {} B", to_string(link), b),
+                              [&] { return bench.copy(link, false, b); });
       OFFSIM_STOP_ON_FAILURE();
       s.copies.push_back({link, false, b, t, 1});
     }
   }
   if (gpus > 1) {
     const std::int64_t b = std::int64_t{256} << 20;
-    const double t = stable([&] { return bench.copy(CopyLink::kH2D, true, b, gpus); });
+    const double t = stable(fmt::format("copy h2d pinned {} B on {} GPUs", b, gpus),
+                            [&] { return bench.copy(CopyLink::kH2D, true, b, gpus); });
     OFFSIM_STOP_ON_FAILURE();
     s.copies.push_back({CopyLink::kH2D, true, b, t, gpus});
   }
-  s.copy_submit_s.push_back(stable([&] { return bench.copy_submit_gap(); }));
+  s.copy_submit_s.push_back(stable("copy submit gap", [&] { return bench.copy_submit_gap(); }));
   OFFSIM_STOP_ON_FAILURE();
-  s.kernel_launch_s.push_back(stable([&] { return bench.launch_gap(); }));
+  s.kernel_launch_s.push_back(stable("kernel launch gap", [&] { return bench.launch_gap(); }));
   OFFSIM_STOP_ON_FAILURE();
 
   // GEMMs: the catalogue's layer shapes (Llama-3 8B/70B projections at 4096 and 8192 tokens)
@@ -386,14 +420,16 @@ sim::Result<Samples> measure_machine(const CalibrateOptions& options) {
     for (std::int64_t d : {4096, 8192}) shapes.push_back({.m = d, .n = d, .k = d, .dtype = dt});
   }
   for (const sim::GemmShape& g : shapes) {
-    const double t = stable([&] { return bench.gemm(g); });
+    const double t = stable(fmt::format("gemm {}x{}x{} {}", g.m, g.n, g.k, sim::to_string(g.dtype)),
+                            [&] { return bench.gemm(g); });
     OFFSIM_STOP_ON_FAILURE();
     s.gemms.push_back({g, t});
   }
 
   // Memory-bound kernel: 1 MiB .. 4 GiB moved (read + written).
   for (std::int64_t b = std::int64_t{1} << 20; b <= (std::int64_t{4} << 30); b *= quick ? 16 : 4) {
-    const double t = stable([&] { return bench.memory_kernel(b); });
+    const double t =
+        stable(fmt::format("memory kernel {} B", b), [&] { return bench.memory_kernel(b); });
     OFFSIM_STOP_ON_FAILURE();
     s.memory_kernels.push_back({b, t});
   }
@@ -410,9 +446,12 @@ sim::Result<Samples> measure_machine(const CalibrateOptions& options) {
                             .head_dim = 128,
                             .causal = true,
                             .backward = bwd};
-      const double t = stable([&] { return bench.attention(a); });
+      const double t = stable(fmt::format("attention {} seq {} ({})", bwd ? "bwd" : "fwd", seq,
+                                          to_string(attention_kernel)),
+                              [&] { return bench.attention(a); });
       OFFSIM_STOP_ON_FAILURE();
-      (bwd ? s.attention_bwd : s.attention_fwd).push_back({a, attention_flops(a), t});
+      (bwd ? s.attention_bwd : s.attention_fwd)
+          .push_back({a, attention_flops(a), t, attention_kernel});
     }
   }
 
@@ -431,13 +470,17 @@ sim::Result<Samples> measure_machine(const CalibrateOptions& options) {
                       sim::CollectiveKind::kReduceScatter}) {
       for (std::int64_t b = std::int64_t{1} << 20; b <= (std::int64_t{1} << 30);
            b *= quick ? 32 : 4) {
-        const double t = stable([&] { return bench.collective(kind, b); });
+        const double t = stable(fmt::format("{} {} B on {} GPUs", sim::to_string(kind), b, gpus),
+                                [&] { return bench.collective(kind, b); });
         OFFSIM_STOP_ON_FAILURE();
         s.collectives.push_back({kind, gpus, b, t});
       }
     }
   }
 #undef OFFSIM_STOP_ON_FAILURE
+  // NCCL is loaded by the first communicator: its version is known only now ("" on one GPU).
+  s.machine.nccl_version = bench.info().comm_version;
+  s.nvml_after = nvml_reading(options.first_gpu);
   return s;
 }
 

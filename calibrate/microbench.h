@@ -30,6 +30,9 @@ class MicroBench {
   const backends::DeviceInfo& info() const { return device_->info(); }
 
   // One sample each, in seconds (CUDA events around `reps` back-to-back runs, divided by reps).
+  // GEMMs instead time each of `reps` runs alone, right after a pass that evicts L2 (nvbench's
+  // rule: operands come from HBM, as in a training step, and the GPU is busy, not idle, when
+  // the timed kernel starts).
   sim::Result<double> gemm(const sim::GemmShape& shape, int reps = 3);
   sim::Result<double> attention(const sim::AttentionShape& shape, int reps = 3);
   sim::Result<double> memory_kernel(std::int64_t bytes, int reps = 3);  // bytes read + written
@@ -61,6 +64,7 @@ class MicroBench {
     std::int64_t bytes = 0;
   };
   std::vector<Scratch> device_scratch_, pinned_scratch_, pageable_scratch_;
+  Scratch l2_flush_;  // GPU 0: overwritten before every timed GEMM (see gemm())
   std::uint64_t next_key_ = 1;
   std::optional<backends::CommId> comm_;  // all GPUs, made on first use
 };

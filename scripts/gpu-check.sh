@@ -2,6 +2,7 @@
 # GPU validation in one go, on a machine with one or more NVIDIA GPUs, using the binaries that
 # scripts/bundle-gpu-check.sh put into .bundle/ (nothing is built or fetched here):
 #   0. preflight: the CUDA 13 libraries the GPU module needs are found, and a GPU is visible;
+#      then a first look (45 s at most): attention throughput and the pool's high-water marks;
 #   1. the `gpu` tests (replay on CUDA, calibration microbenchmarks);
 #   2. `offsim calibrate --quick` → a fresh calibration profile;
 #   3. replays of three example scenarios scaled with --layers to fit one GPU — no offload,
@@ -87,7 +88,10 @@ fi
 # The CUDA 13 libraries come from the machine: the dynamic loader's cache, the toolkit's
 # folders, else the pip wheels of its Python (nvidia-nccl-cu13 in nvidia/nccl/lib; CUDA 13's
 # cuBLAS and runtime wheels in nvidia/cu13/lib or nvidia/<name>/lib, depending on the wheel).
-needed=(libcudart.so.13 libcublasLt.so.13 libnccl.so.2)
+# The module links cudart and cuBLASLt; NCCL (first communicator) and cuDNN are opened on
+# demand, so they are looked for but a one-GPU check runs without them.
+needed=(libcudart.so.13 libcublasLt.so.13)
+optional=(libnccl.so.2 libcudnn.so.9)
 search_dirs=(/usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib)
 for d in /usr/local/cuda-13*/lib64 /usr/local/cuda-13*/targets/x86_64-linux/lib; do
   [[ -d "$d" ]] && search_dirs+=("$d")
@@ -103,7 +107,8 @@ if command -v python3 >/dev/null; then
 fi
 libs=$bundle/lib
 missing=()
-for so in "${needed[@]}"; do
+optional_missing=()
+for so in "${needed[@]}" "${optional[@]}"; do
   if ldconfig -p 2>/dev/null | grep -q "[[:space:]]$so "; then continue; fi
   found=""
   for d in "${search_dirs[@]}"; do
@@ -113,10 +118,14 @@ for so in "${needed[@]}"; do
   done
   if [[ -n "$found" ]]; then
     libs=$libs:$(dirname "$found")
+  elif [[ " ${optional[*]} " == *" $so "* ]]; then
+    optional_missing+=("$so")
   else
     missing+=("$so")
   fi
 done
+((${#optional_missing[@]})) &&
+  say "  not found (loaded on demand, not needed on one GPU): ${optional_missing[*]}"
 # Debian 12's libstdc++ only where the machine's is older (it lacks GCC 12's GLIBCXX_3.4.30).
 sys_stdcxx=$(ldconfig -p 2>/dev/null | awk '/libstdc\+\+\.so\.6 / {print $NF; exit}')
 if [[ -z "$sys_stdcxx" ]] || ! grep -q GLIBCXX_3.4.30 "$sys_stdcxx" 2>/dev/null; then
@@ -178,10 +187,18 @@ if ((!gpu_ok)); then
   say "REPLAY_DEVICE=$device: rehearsing the stages without a GPU"
 fi
 
-say "1/4 gpu tests"
+say "0/4 first look"
+# First, whatever happens later: attention throughput of the kernel the replay runs and of the
+# cuDNN SDPA graph (checked against it), and what the pool's high-water marks count (used vs
+# reserved), printed into the log.
 tests_ok=1
-run_stage "backends_cuda_replay_test" 120 "$bundle/bin/backends_cuda_replay_test" --gtest_brief=1 ||
-  tests_ok=0
+run_stage "first look" 45 "$bundle/bin/backends_cuda_replay_test" --gtest_brief=1 \
+  --gtest_filter='*FirstLook*:*CudnnSdpa*' || tests_ok=0
+grep '^first look:' "$log" | while read -r line; do say "  $line"; done
+
+say "1/4 gpu tests"
+run_stage "backends_cuda_replay_test" 120 "$bundle/bin/backends_cuda_replay_test" --gtest_brief=1 \
+  --gtest_filter='-*FirstLook*:*CudnnSdpa*' || tests_ok=0
 # The quick calibration is run below through the CLI; the test's own copy of it is skipped here.
 run_stage "calibrate_gpu_test" 60 "$bundle/bin/calibrate_gpu_test" --gtest_brief=1 \
   --gtest_filter=-*QuickCalibrationFitsAProfile* || tests_ok=0

@@ -4,12 +4,15 @@
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 #if OFFSIM_HAVE_NCCL
-#include <nccl.h>
+#include "backends/cuda/nccl_api.h"
 #endif
+
+#include <sched.h>
 
 #include <algorithm>
 #include <cmath>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -18,6 +21,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <system_error>
 #include <thread>
 #include <tuple>
@@ -161,20 +165,24 @@ struct RankState {
 struct CommState {
   std::vector<int> ranks;  // local ranks, member index = position
 #if OFFSIM_HAVE_NCCL
-  std::vector<ncclComm_t> comms;  // by member index
+  const cuda::NcclApi* nccl = nullptr;  // null: one member and no NCCL, nothing to exchange
+  std::vector<ncclComm_t> comms;        // by member index
 #endif
 };
 
 struct HostPass {
   float* data;
   std::size_t count;
+  unsigned threads;
 };
 
 // The host pass stands for a CPU optimizer step (DeepSpeed's CPU Adam streams the optimizer
-// state with one thread per core), so it is split over the machine's cores: one thread would
-// measure a single core against a forecast made for the whole socket. Threads without CUDA
-// calls may be started from a host function; each element is updated once, so the result is
-// the same for any thread count.
+// state with one thread per core). It moves the bytes the forecast charges (models/cost_model:
+// host_compute charges `dram_bytes` of DRAM traffic; each float here is read and written, so
+// size_bytes / 8 floats) on the cores the forecast gives one rank: the host's physical cores
+// divided among the GPUs this device drives (the forecast divides a socket's cores among the
+// GPUs on it). Threads without CUDA calls may be started from a host function; each element is
+// updated once, so the result is the same for any thread count.
 constexpr std::size_t kMinFloatsPerHostThread = std::size_t{1} << 20;
 constexpr unsigned kMaxHostThreads = 64;
 
@@ -184,10 +192,8 @@ void host_pass_range(float* data, std::size_t begin, std::size_t end) {
 
 void CUDART_CB run_host_pass(void* arg) {
   std::unique_ptr<HostPass> pass(static_cast<HostPass*>(arg));
-  const unsigned cores =
-      std::max(1u, std::min(std::thread::hardware_concurrency(), kMaxHostThreads));
-  const std::size_t threads =
-      std::min<std::size_t>(cores, std::max<std::size_t>(1, pass->count / kMinFloatsPerHostThread));
+  const std::size_t threads = std::min<std::size_t>(
+      pass->threads, std::max<std::size_t>(1, pass->count / kMinFloatsPerHostThread));
   const std::size_t chunk = (pass->count + threads - 1) / threads;
   std::vector<std::thread> helpers;
   for (std::size_t t = 1; t < threads; ++t) {
@@ -219,6 +225,33 @@ void CUDART_CB run_host_copy(void* arg) {
   delete copy;
 }
 
+// Physical cores this process may run on: distinct (package, core) pairs of the CPUs in its
+// affinity mask, from sysfs; the logical CPU count when the topology cannot be read.
+unsigned physical_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  const bool have_mask = sched_getaffinity(0, sizeof set, &set) == 0;
+  std::set<std::pair<long, long>> cores;
+  unsigned logical = 0;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (have_mask && !CPU_ISSET(cpu, &set)) continue;
+    const std::string dir = fmt::format("/sys/devices/system/cpu/cpu{}/topology/", cpu);
+    long package = -1, core = -1;
+    std::FILE* f = std::fopen((dir + "physical_package_id").c_str(), "r");
+    if (!f) continue;
+    const bool a = std::fscanf(f, "%ld", &package) == 1;
+    std::fclose(f);
+    f = std::fopen((dir + "core_id").c_str(), "r");
+    if (!f) continue;
+    const bool b = std::fscanf(f, "%ld", &core) == 1;
+    std::fclose(f);
+    if (a && b) cores.emplace(package, core);
+    ++logical;
+  }
+  if (!cores.empty()) return static_cast<unsigned>(cores.size());
+  return std::max(1u, logical ? logical : std::thread::hardware_concurrency());
+}
+
 std::string version_string(int v) {  // CUDA's 1000·major + 10·minor
   return fmt::format("{}.{}", v / 1000, (v % 1000) / 10);
 }
@@ -228,14 +261,9 @@ std::string cublas_version() {
   return fmt::format("{}.{}.{}", v / 10000, (v / 100) % 100, v % 100);
 }
 
-std::string nccl_version() {
-#if OFFSIM_HAVE_NCCL
-  int v = 0;
-  if (ncclGetVersion(&v) != ncclSuccess) return "";
+// NCCL's version once it is loaded (by the first communicator); "" before.
+std::string nccl_version_string(int v) {
   return fmt::format("{}.{}.{}", v / 10000, (v / 100) % 100, v % 100);
-#else
-  return "";
-#endif
 }
 
 DeviceInfo gpu_info(int gpu, int ranks) {
@@ -251,7 +279,6 @@ DeviceInfo gpu_info(int gpu, int ranks) {
   if (cudaDriverGetVersion(&v) == cudaSuccess) info.driver_version = version_string(v);
   if (cudaRuntimeGetVersion(&v) == cudaSuccess) info.runtime_version = version_string(v);
   info.blas_version = cublas_version();
-  info.comm_version = nccl_version();
   return info;
 }
 
@@ -369,10 +396,16 @@ class CudaDevice final : public Device {
       OFFSIM_CUBLAS_CHECK(cublasLtCreate(&r.lt));
     }
     info_ = gpu_info(first_gpu_, static_cast<int>(ranks_.size()));
+    host_threads_ =
+        std::clamp(physical_cores() / static_cast<unsigned>(ranks_.size()), 1u, kMaxHostThreads);
     info_.note = fmt::format(
-        "GPUs {}..{}; attention runs the backend's bf16 kernel (backward: "
-        "two forward passes); host compute runs on all host cores",
-        first_gpu_, first_gpu_ + static_cast<int>(ranks_.size()) - 1);
+        "GPUs {}..{}; attention: fallback kernel (offsim's scalar bf16 kernel, not a fused "
+        "flash-attention kernel; backward = two forward passes), so attention runs far slower "
+        "than the forecast assumes; host compute: {} thread(s) per GPU ({} physical cores / "
+        "{} GPUs), moving the bytes the forecast charges; NCCL loaded on the first "
+        "communicator",
+        first_gpu_, first_gpu_ + static_cast<int>(ranks_.size()) - 1, host_threads_,
+        physical_cores(), ranks_.size());
     for (std::size_t i = 0; i < ranks_.size(); ++i) {
       RankState* r = ranks_[i].get();
       r->thread = std::thread([this, r] { run_worker(*r); });
@@ -736,11 +769,13 @@ class CudaDevice final : public Device {
     if (h->kind == MemoryKind::kDevice) {
       return sim::fail(sim::ErrorCode::kInvalidInput, "host compute on a device buffer");
     }
+    // size_bytes of traffic: each float is read and written (8 bytes).
     const std::size_t count = static_cast<std::size_t>(
-        std::min(std::max<std::int64_t>(size_bytes, 0), h->memory->bytes()) / 4);
+        std::min(std::max<std::int64_t>(size_bytes, 0) / 8, h->memory->bytes() / 4));
     float* data = static_cast<float*>(h->memory->get());
-    push_locked(s->rank, "host compute", [s, data, count]() -> sim::Status {
-      auto* pass = new HostPass{data, count};
+    const unsigned threads = host_threads_;
+    push_locked(s->rank, "host compute", [s, data, count, threads]() -> sim::Status {
+      auto* pass = new HostPass{data, count, threads};
       const cudaError_t err = cudaLaunchHostFunc(s->stream.get(), run_host_pass, pass);
       if (err != cudaSuccess) {
         delete pass;
@@ -761,11 +796,17 @@ class CudaDevice final : public Device {
     auto c = std::make_unique<CommState>();
     c->ranks = ranks;
 #if OFFSIM_HAVE_NCCL
-    std::vector<int> devs;
-    for (int r : ranks) devs.push_back(ranks_[static_cast<std::size_t>(r)]->gpu);
-    c->comms.resize(ranks.size());
-    OFFSIM_NCCL_CHECK(
-        ncclCommInitAll(c->comms.data(), static_cast<int>(ranks.size()), devs.data()));
+    // NCCL is loaded here, by the first communicator: a one-GPU replay never needs it.
+    auto api = cuda::nccl_api();
+    if (!api) {
+      if (ranks.size() > 1) {
+        return sim::fail(sim::with_context(
+            api.error(), fmt::format("collectives between {} GPUs: ", ranks.size())));
+      }
+      // One member: a collective has nothing to exchange and runs as nothing.
+    } else {
+      OFFSIM_RETURN_IF_ERROR(init_nccl_comm(*c, **api));
+    }
 #else
     if (ranks.size() > 1) {
       return sim::fail(sim::ErrorCode::kUnsupported,
@@ -787,55 +828,71 @@ class CudaDevice final : public Device {
     const std::int64_t bytes = std::min(std::max<std::int64_t>(size_bytes, 0), b->memory->bytes());
     char* p = static_cast<char*>(b->memory->get());
 #if OFFSIM_HAVE_NCCL
+    if (!c->nccl) {  // one member without NCCL: nothing to exchange
+      (void)member;
+      (void)kind;
+      (void)bytes;
+      (void)p;
+      return sim::ok();
+    }
+    const cuda::NcclApi* api = c->nccl;
     ncclComm_t nc = c->comms[static_cast<std::size_t>(member)];
     const int n = static_cast<int>(c->ranks.size());
     push_locked(
         s->rank, fmt::format("collective '{}'", op_name),
-        [s, nc, n, member, kind, bytes, p]() -> sim::Status {
+        [this, api, s, nc, n, member, kind, bytes, p]() -> sim::Status {
           cudaStream_t st = s->stream.get();
           const std::size_t floats = static_cast<std::size_t>(bytes / 4);
           const std::size_t chunk = static_cast<std::size_t>(bytes / n);
+          const char* call = "";
+          ncclResult_t res = ncclSuccess;
           switch (kind) {
             case sim::CollectiveKind::kAllReduce:
-              OFFSIM_NCCL_CHECK(ncclAllReduce(p, p, floats, ncclFloat, ncclSum, nc, st));
+              call = "ncclAllReduce";
+              res = api->AllReduce(p, p, floats, ncclFloat, ncclSum, nc, st);
               break;
             case sim::CollectiveKind::kAllGather:  // in place: our chunk at our offset
-              OFFSIM_NCCL_CHECK(ncclAllGather(p + member * chunk, p, chunk, ncclInt8, nc, st));
+              call = "ncclAllGather";
+              res = api->AllGather(p + member * chunk, p, chunk, ncclInt8, nc, st);
               break;
             case sim::CollectiveKind::kReduceScatter:
-              OFFSIM_NCCL_CHECK(ncclReduceScatter(p, p + member * (floats / n) * 4, floats / n,
-                                                  ncclFloat, ncclSum, nc, st));
+              call = "ncclReduceScatter";
+              res = api->ReduceScatter(p, p + member * (floats / n) * 4, floats / n, ncclFloat,
+                                       ncclSum, nc, st);
               break;
             case sim::CollectiveKind::kBroadcast:
-              OFFSIM_NCCL_CHECK(
-                  ncclBroadcast(p, p, static_cast<std::size_t>(bytes), ncclInt8, 0, nc, st));
+              call = "ncclBroadcast";
+              res = api->Broadcast(p, p, static_cast<std::size_t>(bytes), ncclInt8, 0, nc, st);
               break;
             case sim::CollectiveKind::kAllToAll: {
               // Sends from the buffer's first half, receives into its second half.
               const std::size_t part = static_cast<std::size_t>(bytes / 2 / n);
-              OFFSIM_NCCL_CHECK(ncclGroupStart());
+              OFFSIM_RETURN_IF_ERROR(api->check(api->GroupStart(), "ncclGroupStart"));
               // The group is closed on every path: a thread left inside a group would defer
               // (and so lose) every later NCCL call it makes.
               ncclResult_t first = ncclSuccess;
               const char* failed = "";
-              for (int peer = 0; peer < n && first == ncclSuccess; ++peer) {
-                first = ncclSend(p + peer * part, part, ncclInt8, peer, nc, st);
-                if (first != ncclSuccess) {
+              for (int peer = 0; peer < n; ++peer) {
+                first = api->Send(p + peer * part, part, ncclInt8, peer, nc, st);
+                if (first != ncclSuccess && first != ncclInProgress) {
                   failed = "ncclSend (all-to-all)";
                   break;
                 }
-                first = ncclRecv(p + bytes / 2 + peer * part, part, ncclInt8, peer, nc, st);
-                if (first != ncclSuccess) failed = "ncclRecv (all-to-all)";
+                first = api->Recv(p + bytes / 2 + peer * part, part, ncclInt8, peer, nc, st);
+                if (first != ncclSuccess && first != ncclInProgress) {
+                  failed = "ncclRecv (all-to-all)";
+                  break;
+                }
               }
-              const ncclResult_t ended = ncclGroupEnd();
-              if (first != ncclSuccess) {
-                return sim::fail(
-                    cuda::nccl_error(static_cast<int>(first), ncclGetErrorString(first), failed));
-              }
-              OFFSIM_NCCL_CHECK(ended);
+              const ncclResult_t ended = api->GroupEnd();
+              OFFSIM_RETURN_IF_ERROR(api->check(first, failed));
+              call = "ncclGroupEnd (all-to-all)";
+              res = ended;
               break;
             }
           }
+          OFFSIM_RETURN_IF_ERROR(api->check(res, call));
+          if (res == ncclInProgress) return settle(*api, nc, call);
           return sim::ok();
         });
     return sim::ok();
@@ -860,14 +917,20 @@ class CudaDevice final : public Device {
         std::min(std::max<std::int64_t>(size_bytes, 0), b->memory->bytes()));
     void* p = b->memory->get();
 #if OFFSIM_HAVE_NCCL
+    if (!c->nccl) {
+      return sim::fail(sim::ErrorCode::kUnsupported,
+                       "p2p '{}' inside a one-member communicator (NCCL not loaded)", op_name);
+    }
+    const cuda::NcclApi* api = c->nccl;
     ncclComm_t nc = c->comms[static_cast<std::size_t>(member)];
     push_locked(s->rank, fmt::format("p2p '{}'", op_name),
-                [s, nc, other, send, bytes, p]() -> sim::Status {
-                  if (send) {
-                    OFFSIM_NCCL_CHECK(ncclSend(p, bytes, ncclInt8, other, nc, s->stream.get()));
-                  } else {
-                    OFFSIM_NCCL_CHECK(ncclRecv(p, bytes, ncclInt8, other, nc, s->stream.get()));
-                  }
+                [this, api, s, nc, other, send, bytes, p]() -> sim::Status {
+                  const char* call = send ? "ncclSend" : "ncclRecv";
+                  const ncclResult_t res =
+                      send ? api->Send(p, bytes, ncclInt8, other, nc, s->stream.get())
+                           : api->Recv(p, bytes, ncclInt8, other, nc, s->stream.get());
+                  OFFSIM_RETURN_IF_ERROR(api->check(res, call));
+                  if (res == ncclInProgress) return settle(*api, nc, call);
                   return sim::ok();
                 });
     return sim::ok();
@@ -938,6 +1001,10 @@ class CudaDevice final : public Device {
       }
       aborted_ = true;
       cv_.notify_all();
+      // Workers polling a non-blocking NCCL call stop at aborted_; let them leave the
+      // communicators before ncclCommAbort frees them (bounded: a stuck CUDA call must not
+      // hold the watchdog).
+      cv_.wait_for(lock, std::chrono::seconds(2), [&] { return all_idle_locked(); });
       lock.unlock();
       abort_comms(/*destroy=*/false);
       lock.lock();
@@ -1006,12 +1073,13 @@ class CudaDevice final : public Device {
 #if OFFSIM_HAVE_NCCL
     std::lock_guard lock(mu_);
     for (const auto& c : comms_) {
+      if (!c->nccl) continue;
       for (ncclComm_t nc : c->comms) {
         if (!nc) continue;  // aborted
         ncclResult_t async = ncclSuccess;
-        if (ncclCommGetAsyncError(nc, &async) == ncclSuccess && async != ncclSuccess &&
+        if (c->nccl->CommGetAsyncError(nc, &async) == ncclSuccess && async != ncclSuccess &&
             async != ncclInProgress) {
-          return cuda::nccl_error(static_cast<int>(async), ncclGetErrorString(async),
+          return cuda::nccl_error(static_cast<int>(async), c->nccl->GetErrorString(async),
                                   "a collective (ncclCommGetAsyncError)");
         }
       }
@@ -1019,6 +1087,65 @@ class CudaDevice final : public Device {
 #endif
     return std::nullopt;
   }
+
+#if OFFSIM_HAVE_NCCL
+  // Waits for a non-blocking NCCL call on `comm` to finish; stops when the device aborts.
+  sim::Status settle(const cuda::NcclApi& api, ncclComm_t comm, std::string_view call) {
+    return api.settle(comm, call, [this] {
+      std::lock_guard lock(mu_);
+      return aborted_;
+    });
+  }
+
+  // One NCCL rank per member GPU: ncclCommInitRankConfig (non-blocking) for each member inside
+  // one group, then bounded polling until every rank is ready. A communicator that does not come
+  // up within kCommInitTimeout is aborted and reported.
+  sim::Status init_nccl_comm(CommState& c, const cuda::NcclApi& api) {
+    constexpr auto kCommInitTimeout = std::chrono::seconds(60);
+    const int n = static_cast<int>(c.ranks.size());
+    ncclUniqueId id{};
+    OFFSIM_RETURN_IF_ERROR(api.check(api.GetUniqueId(&id), "ncclGetUniqueId"));
+    c.comms.assign(c.ranks.size(), nullptr);
+    ncclConfig_t config = cuda::nonblocking_config();
+    OFFSIM_RETURN_IF_ERROR(api.check(api.GroupStart(), "ncclGroupStart"));
+    ncclResult_t first = ncclSuccess;
+    for (int i = 0; i < n; ++i) {
+      const int gpu = ranks_[static_cast<std::size_t>(c.ranks[static_cast<std::size_t>(i)])]->gpu;
+      if (cudaSetDevice(gpu) != cudaSuccess) {
+        cudaGetLastError();
+        first = ncclUnhandledCudaError;
+        break;
+      }
+      first = api.CommInitRankConfig(&c.comms[static_cast<std::size_t>(i)], n, id, i, &config);
+      if (first != ncclSuccess && first != ncclInProgress) break;
+    }
+    const ncclResult_t ended = api.GroupEnd();
+    auto abort_all = [&] {
+      for (ncclComm_t& nc : c.comms) {
+        if (nc) api.CommAbort(nc);
+        nc = nullptr;
+      }
+    };
+    sim::Status status = api.check(first, "ncclCommInitRankConfig");
+    if (status) status = api.check(ended, "ncclGroupEnd (communicator creation)");
+    const auto deadline = std::chrono::steady_clock::now() + kCommInitTimeout;
+    for (std::size_t i = 0; status && i < c.comms.size(); ++i) {
+      status = api.settle(c.comms[i], "ncclCommInitRankConfig",
+                          [&] { return std::chrono::steady_clock::now() >= deadline; });
+    }
+    if (!status) {
+      abort_all();
+      return sim::fail(sim::with_context(
+          status.error(),
+          fmt::format("NCCL communicator over {} GPU(s) (NCCL {}, {}; timeout {} s): ", n,
+                      nccl_version_string(api.version), api.file, kCommInitTimeout.count())));
+    }
+    c.nccl = &api;
+    std::lock_guard lock(mu_);
+    info_.comm_version = nccl_version_string(api.version);
+    return sim::ok();
+  }
+#endif
 
   // ncclCommAbort unblocks kernels and host calls waiting on peers; destroy=true is the orderly
   // end of a healthy device.
@@ -1036,21 +1163,34 @@ class CudaDevice final : public Device {
       // All members of a communicator live in this process and are finalized together: one
       // thread finalizing them one by one could wait on a peer it has not finalized yet.
       for (auto& c : comms) {
-        ncclGroupStart();
+        if (!c->nccl) continue;
+        const cuda::NcclApi& api = *c->nccl;
+        api.GroupStart();
         for (ncclComm_t nc : c->comms) {
-          if (nc) ncclCommFinalize(nc);
+          if (nc) api.CommFinalize(nc);
         }
-        ncclGroupEnd();
+        api.GroupEnd();
+        // Non-blocking communicators finalize in the background: wait (bounded) for each to
+        // finish before destroying it, and abort one that does not.
+        bool finished = true;
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
         for (ncclComm_t nc : c->comms) {
-          if (nc) ncclCommDestroy(nc);
+          if (!nc) continue;
+          const sim::Status done = api.settle(
+              nc, "ncclCommFinalize", [&] { return std::chrono::steady_clock::now() >= deadline; });
+          if (!done) finished = false;
+        }
+        for (ncclComm_t nc : c->comms) {
+          if (nc) finished ? api.CommDestroy(nc) : api.CommAbort(nc);
         }
       }
       return;
     }
     std::lock_guard lock(mu_);
     for (auto& c : comms_) {
+      if (!c->nccl) continue;
       for (ncclComm_t& nc : c->comms) {
-        if (nc) ncclCommAbort(nc);
+        if (nc) c->nccl->CommAbort(nc);
         nc = nullptr;
       }
     }
@@ -1159,6 +1299,7 @@ class CudaDevice final : public Device {
   }
 
   int first_gpu_;
+  unsigned host_threads_ = 1;  // per host-compute pass (see HostPass)
   DeviceInfo info_;
   std::vector<std::unique_ptr<RankState>> ranks_;
   std::mutex mu_;

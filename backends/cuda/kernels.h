@@ -15,8 +15,9 @@
 
 namespace offsim::backends::cuda {
 
-// Fills `bytes` with byte values 0x3C..0x3F: finite, non-zero numbers read as fp32, bf16, fp16
-// or fp8 (e4m3 and e5m2), so no kernel runs on zeros, NaN or denormals.
+// Fills `bytes` with pseudo-random byte values 0x38..0x3F and 0xB8..0xBF (random sign): finite,
+// non-zero numbers read as fp32, bf16, fp16 or fp8 (e4m3 and e5m2), so no kernel runs on zeros,
+// NaN, denormals or near-constant data.
 cudaError_t launch_fill(void* data, std::int64_t bytes, std::uint32_t seed, cudaStream_t stream);
 
 // Reads `bytes_each` bytes from `in` and writes as many to `out` (16-byte accesses).

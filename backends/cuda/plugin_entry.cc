@@ -2,13 +2,16 @@
 // few device queries calibrate/ needs, behind plain function pointers.
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
 
 #include <fmt/format.h>
 
 #include "backends/cuda/cuda_device.h"
+#include "backends/cuda/nvml.h"
 #include "backends/gpu_plugin.h"
 
 namespace offsim::backends {
@@ -45,4 +48,34 @@ offsim_gpu_plugin_v1() {
       .clock_summary = &offsim::backends::clock_summary,
   };
   return &plugin;
+}
+
+// The attention kernel the CUDA device runs: "fallback" (offsim's scalar bf16 kernel). A fused
+// cuDNN SDPA path would answer "cudnn_sdpa"; calibration stores flash-attention efficiencies
+// only from that one (calibrate/fit.h, AttentionKernel).
+extern "C" __attribute__((visibility("default"))) const char* offsim_gpu_attention_kernel_v1() {
+  return "fallback";
+}
+
+// NVML's clocks, power and temperature of CUDA device `gpu` into `out` (NUL-terminated, at most
+// `capacity` bytes): 0 on success, 1 with the reason in `out` otherwise.
+extern "C" __attribute__((visibility("default"))) int offsim_gpu_nvml_reading_v1(int gpu, char* out,
+                                                                                 int capacity) {
+  if (!out || capacity <= 0) return 1;
+  std::string text;
+  int rc = 1;
+  char bus[32] = {};
+  if (cudaDeviceGetPCIBusId(bus, static_cast<int>(sizeof bus), gpu) != cudaSuccess) {
+    cudaGetLastError();
+    text = fmt::format("no PCI bus id for GPU {}", gpu);
+  } else if (auto r = offsim::backends::cuda::nvml_reading(bus)) {
+    text = *r;
+    rc = 0;
+  } else {
+    text = r.error().message;
+  }
+  const std::size_t n = std::min(text.size(), static_cast<std::size_t>(capacity - 1));
+  std::memcpy(out, text.data(), n);
+  out[n] = '\0';
+  return rc;
 }

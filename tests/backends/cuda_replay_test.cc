@@ -2,7 +2,14 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
 #include "backends/cuda/cuda_device.h"
+#include "backends/cuda/cudnn_sdpa.h"
+#include "backends/cuda/kernels.h"
 #include "backends/replay.h"
 
 namespace offsim::backends {
@@ -159,6 +166,152 @@ TEST(CudaReplayTest, AllocationFailureNamesRequestInUseAndOp) {
   EXPECT_EQ(r.error().code, sim::ErrorCode::kLimitExceeded) << r.error().message;
   EXPECT_THAT(r.error().message, HasSubstr("op 'fwd.huge' requested"));
   EXPECT_THAT(r.error().message, HasSubstr("bytes in use"));
+}
+
+// gpu-check's first stage: attention throughput of the kernel the replay runs (the fallback is
+// expected at a few percent of the dense peak, a fused flash kernel at 40-70 %), and what the
+// pool's high-water marks count: requested bytes (used) against the allocator's granularity
+// (reserved). Printed for the log; the checks only bound the figures.
+TEST(CudaReplayTest, FirstLookAttentionThroughputAndPoolMarks) {
+  OFFSIM_REQUIRE_GPU(dev, 1);
+  StreamId s = *dev->create_stream(0, "rank0.compute");
+  EventId a = *dev->create_event(0), b = *dev->create_event(0);
+  const sim::AttentionShape shape{.batch = 1,
+                                  .heads = 32,
+                                  .kv_heads = 8,
+                                  .seq_q = 4096,
+                                  .seq_kv = 4096,
+                                  .head_dim = 128,
+                                  .causal = true};
+  const std::int64_t q = shape.heads * shape.seq_q * shape.head_dim * 2;
+  const std::int64_t kv = 2 * shape.kv_heads * shape.seq_kv * shape.head_dim * 2;
+  Buffer qkv = *dev->scratch(0, MemoryKind::kDevice, q + kv);
+  Buffer out = *dev->scratch(0, MemoryKind::kDevice, q);
+  ASSERT_TRUE(dev->attention(s, shape, qkv, out));  // warm-up
+  ASSERT_TRUE(dev->record(s, a));
+  ASSERT_TRUE(dev->attention(s, shape, qkv, out));
+  ASSERT_TRUE(dev->record(s, b));
+  sim::Status st = dev->synchronize(60s);
+  ASSERT_TRUE(st) << st.error().message;
+  const double seconds = sim::to_seconds(*dev->elapsed(a, b));
+  // QK^T and PV: 4·heads·seq²·head_dim FLOPs, halved by the causal mask.
+  const double flops = 4.0 * 32 * 4096.0 * 4096.0 * 128 / 2;
+  std::printf(
+      "first look: attention fwd 32/8 heads, 4096 tokens, head_dim 128 (%s): %.3f ms, "
+      "%.1f TFLOP/s\n",
+      dev->info().note.c_str(), seconds * 1e3, flops / seconds / 1e12);
+  EXPECT_GT(seconds, 0.0);
+
+  // Pool marks: 3 allocations of 64 MiB + 1 byte each.
+  ASSERT_TRUE(dev->reset_pool_high_water(0));
+  const std::int64_t each = 64 * kMiB + 1;
+  for (std::uint64_t key = 1; key <= 3; ++key) ASSERT_TRUE(dev->allocate(s, key, each, "look"));
+  st = dev->synchronize(60s);
+  ASSERT_TRUE(st) << st.error().message;
+  PoolUsage u = *dev->pool_usage(0);
+  std::printf(
+      "first look: pool after 3 x %lld B: in use %lld, used high %lld, reserved high "
+      "%lld B\n",
+      static_cast<long long>(each), static_cast<long long>(u.in_use_bytes),
+      static_cast<long long>(u.used_high_bytes), static_cast<long long>(u.reserved_high_bytes));
+  EXPECT_GE(u.used_high_bytes, 3 * each);
+  EXPECT_GE(u.reserved_high_bytes, u.used_high_bytes);
+  for (std::uint64_t key = 1; key <= 3; ++key) ASSERT_TRUE(dev->release(s, key));
+  st = dev->synchronize(60s);
+  ASSERT_TRUE(st) << st.error().message;
+}
+
+// The cuDNN SDPA graph (cudnn_sdpa.h) computes what the fallback kernel computes: causal
+// attention with scale 1/sqrt(head_dim), GQA 4/2 heads. Passing this on a GPU is what allows the
+// replay to switch to it.
+TEST(CudaReplayTest, CudnnSdpaMatchesTheFallbackKernel) {
+  int gpus = 0;
+  if (cudaGetDeviceCount(&gpus) != cudaSuccess || gpus == 0) {
+    cudaGetLastError();
+    GTEST_SKIP() << "no GPU";
+  }
+  auto dnn = cuda::cudnn_api();
+  if (!dnn) GTEST_SKIP() << dnn.error().message;
+  const cuda::CudnnApi& api = **dnn;
+  cudnnHandle_t handle = nullptr;
+  ASSERT_TRUE(api.check(api.Create(&handle), "cudnnCreate"));
+  const cuda::SdpaShape shape{
+      .batch = 1, .q_heads = 4, .kv_heads = 2, .seq_q = 256, .seq_kv = 256, .head_dim = 64};
+  auto sdpa = cuda::CudnnSdpaForward::build(api, handle, shape);
+  ASSERT_TRUE(sdpa) << sdpa.error().message;
+  const std::int64_t q_elems = shape.q_heads * shape.seq_q * shape.head_dim;
+  const std::int64_t kv_elems = shape.kv_heads * shape.seq_kv * shape.head_dim;
+  const std::int64_t qkv_bytes = (q_elems + 2 * kv_elems) * 2;
+  void *raw = nullptr, *ref = nullptr, *got = nullptr, *ws = nullptr;
+  ASSERT_EQ(cudaMalloc(&raw, qkv_bytes), cudaSuccess);
+  char* qkv = static_cast<char*>(raw);
+  ASSERT_EQ(cudaMalloc(&ref, q_elems * 2), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&got, q_elems * 2), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&ws, std::max<std::int64_t>((*sdpa)->workspace_bytes(), 256)), cudaSuccess);
+  ASSERT_EQ(cuda::launch_fill(qkv, qkv_bytes, 11, nullptr), cudaSuccess);
+  const cuda::AttentionLaunch l{shape.q_heads,  shape.q_heads / shape.kv_heads,
+                                shape.seq_q,    shape.seq_kv,
+                                shape.head_dim, true};
+  ASSERT_EQ(cuda::launch_attention(qkv, ref, l, nullptr), cudaSuccess);
+  ASSERT_TRUE(api.check(api.SetStream(handle, nullptr), "cudnnSetStream"));
+  const sim::Status ran =
+      (*sdpa)->run(handle, qkv, qkv + q_elems * 2, qkv + (q_elems + kv_elems) * 2, got, ws);
+  ASSERT_TRUE(ran) << ran.error().message;
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  std::vector<std::uint16_t> a(static_cast<std::size_t>(q_elems)), b(a.size());
+  ASSERT_EQ(cudaMemcpy(a.data(), ref, q_elems * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(b.data(), got, q_elems * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+  auto to_float = [](std::uint16_t h) {
+    const std::uint32_t bits = std::uint32_t{h} << 16;
+    float f = 0.0f;
+    std::memcpy(&f, &bits, sizeof f);
+    return f;
+  };
+  double max_ref = 0.0, max_diff = 0.0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    max_ref = std::max(max_ref, std::abs(static_cast<double>(to_float(a[i]))));
+    max_diff = std::max(max_diff, std::abs(static_cast<double>(to_float(a[i]) - to_float(b[i]))));
+  }
+  EXPECT_GT(max_ref, 0.0);
+  EXPECT_LT(max_diff, 0.02 * max_ref) << "max |cudnn - fallback| " << max_diff << " of " << max_ref;
+  cudaFree(ws);
+  cudaFree(got);
+  cudaFree(ref);
+  cudaFree(raw);
+
+  // Throughput at the first-look shape (32/8 heads, 4096 tokens, head_dim 128), for the log.
+  const cuda::SdpaShape big{
+      .batch = 1, .q_heads = 32, .kv_heads = 8, .seq_q = 4096, .seq_kv = 4096, .head_dim = 128};
+  auto fast = cuda::CudnnSdpaForward::build(api, handle, big);
+  ASSERT_TRUE(fast) << fast.error().message;
+  const std::int64_t bq = big.q_heads * big.seq_q * big.head_dim * 2;
+  const std::int64_t bkv = big.kv_heads * big.seq_kv * big.head_dim * 2;
+  ASSERT_EQ(cudaMalloc(&raw, bq + 2 * bkv), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&got, bq), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&ws, std::max<std::int64_t>((*fast)->workspace_bytes(), 256)), cudaSuccess);
+  ASSERT_EQ(cuda::launch_fill(raw, bq + 2 * bkv, 12, nullptr), cudaSuccess);
+  char* p = static_cast<char*>(raw);
+  cudaEvent_t e0 = nullptr, e1 = nullptr;
+  ASSERT_EQ(cudaEventCreate(&e0), cudaSuccess);
+  ASSERT_EQ(cudaEventCreate(&e1), cudaSuccess);
+  ASSERT_TRUE((*fast)->run(handle, p, p + bq, p + bq + bkv, got, ws));  // warm-up
+  ASSERT_EQ(cudaEventRecord(e0, nullptr), cudaSuccess);
+  ASSERT_TRUE((*fast)->run(handle, p, p + bq, p + bq + bkv, got, ws));
+  ASSERT_EQ(cudaEventRecord(e1, nullptr), cudaSuccess);
+  ASSERT_EQ(cudaEventSynchronize(e1), cudaSuccess);
+  float ms = 0.0f;
+  ASSERT_EQ(cudaEventElapsedTime(&ms, e0, e1), cudaSuccess);
+  const double flops = 4.0 * 32 * 4096.0 * 4096.0 * 128 / 2;
+  std::printf(
+      "first look: cuDNN SDPA fwd 32/8 heads, 4096 tokens, head_dim 128: %.3f ms, "
+      "%.1f TFLOP/s\n",
+      ms, flops / (ms * 1e-3) / 1e12);
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  cudaFree(ws);
+  cudaFree(got);
+  cudaFree(raw);
+  api.Destroy(handle);
 }
 
 }  // namespace

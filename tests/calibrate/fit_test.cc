@@ -13,6 +13,7 @@ namespace {
 
 using ::testing::Contains;
 using ::testing::HasSubstr;
+using ::testing::Not;
 namespace platform = sim::platform;
 
 std::vector<std::int64_t> copy_sizes() {
@@ -151,8 +152,9 @@ Samples synthetic(const platform::CalibrationProfile& base) {
                         .seq_kv = 4096,
                         .head_dim = 128,
                         .causal = true};
-  s.attention_fwd.push_back(
-      {a, attention_flops(a), attention_flops(a) / (0.4 * base.gpu.dense_flops_bf16.value)});
+  s.attention_fwd.push_back({a, attention_flops(a),
+                             attention_flops(a) / (0.4 * base.gpu.dense_flops_bf16.value),
+                             AttentionKernel::kCudnnSdpa});
   // A 3 GB memory-bound pass: 1.0 ms alone (3 TB/s); with a 50 GB/s copy it loses 50 GB/s of
   // HBM (one HBM byte per copy byte): 3e9 / (3e12 - 50e9) s.
   s.interference.push_back(
@@ -161,6 +163,48 @@ Samples synthetic(const platform::CalibrationProfile& base) {
   s.kernel_launch_s = {4e-6, 5e-6, 6e-6};
   s.copy_submit_s = {2e-6, 3e-6, 2.5e-6};
   return s;
+}
+
+// The replay's scalar fallback kernel is far slower than flash attention: its samples never
+// reach the attention.flash_* efficiencies the forecast uses, fused cuDNN samples do.
+TEST(FitTest, FallbackAttentionNeverSetsTheFlashEfficiencies) {
+  auto base = platform::builtin_profile("h200");
+  ASSERT_TRUE(base) << base.error().message;
+  Samples s = synthetic(*base);
+  for (AttentionSample& a : s.attention_fwd) {
+    a.kernel = AttentionKernel::kFallback;
+    a.seconds *= 100.0;  // 0.4 % of the peak, as the scalar kernel measures
+  }
+  s.attention_bwd = s.attention_fwd;
+  auto fitted = fit_profile(s, *base);
+  ASSERT_TRUE(fitted) << fitted.error().message;
+  EXPECT_EQ(fitted->attention.flash_fwd, base->attention.flash_fwd);
+  EXPECT_EQ(fitted->attention.flash_bwd, base->attention.flash_bwd);
+  EXPECT_THAT(fitted->provenance.measured, Not(Contains("attention.cudnn_sdpa.fwd")));
+  EXPECT_THAT(fitted->provenance.measured, Not(Contains("attention.flash_fwd")));
+  // The samples file still names the kernel of each sample.
+  const nlohmann::json j = samples_to_json(s);
+  EXPECT_EQ(j["attention_fwd"][0]["kernel"], "fallback");
+
+  s.attention_fwd[0].kernel = AttentionKernel::kCudnnSdpa;
+  s.attention_fwd[0].seconds /= 100.0;
+  fitted = fit_profile(s, *base);
+  ASSERT_TRUE(fitted) << fitted.error().message;
+  EXPECT_NEAR(fitted->attention.flash_fwd.value, 0.4, 1e-9);
+  EXPECT_THAT(fitted->provenance.measured, Contains("attention.cudnn_sdpa.fwd"));
+  EXPECT_EQ(fitted->attention.flash_bwd, base->attention.flash_bwd);  // all bwd were fallback
+}
+
+TEST(FitTest, SamplesKeepEveryBenchmarksNoiseAndNvmlReadings) {
+  Samples s;
+  s.timings.push_back({"gemm 4096x4096x4096 bf16", 1e-3, 0.9e-3, 0.004, 12, true});
+  s.nvml_before = "sm 1980 MHz";
+  const nlohmann::json j = samples_to_json(s);
+  ASSERT_EQ(j["timings"].size(), 1u);
+  EXPECT_EQ(j["timings"][0]["what"], "gemm 4096x4096x4096 bf16");
+  EXPECT_DOUBLE_EQ(j["timings"][0]["noise"].get<double>(), 0.004);
+  EXPECT_EQ(j["timings"][0]["samples"], 12);
+  EXPECT_EQ(j["nvml_before"], "sm 1980 MHz");
 }
 
 TEST(FitTest, ProfileFromSyntheticSamples) {

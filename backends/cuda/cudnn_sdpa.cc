@@ -1,0 +1,335 @@
+#include "backends/cuda/cudnn_sdpa.h"
+
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include <fmt/format.h>
+
+namespace offsim::backends::cuda {
+namespace {
+
+// Tensor unique ids: the five real operands, the two by-value scalars, then the virtual ones.
+enum Uid : std::int64_t {
+  kQ = 1,
+  kK = 2,
+  kV = 3,
+  kO = 4,
+  kScale = 5,
+  kMasked = 6,
+  kS = 101,
+  kScaled,
+  kRow,
+  kCol,
+  kMask,
+  kMaskedS,
+  kMax,
+  kCentered,
+  kExp,
+  kSum,
+  kP,
+};
+
+using Dims = std::vector<std::int64_t>;
+
+// Packed strides of `dims` (last dimension contiguous).
+Dims packed(const Dims& dims) {
+  Dims s(dims.size(), 1);
+  for (std::size_t i = dims.size() - 1; i > 0; --i) s[i - 1] = s[i] * dims[i];
+  return s;
+}
+
+// Builds descriptors, keeps them for destruction, and names the failing call in errors.
+class Builder {
+ public:
+  Builder(const CudnnApi& api, std::vector<cudnnBackendDescriptor_t>& owned)
+      : api_(api), owned_(owned) {}
+
+  sim::Result<cudnnBackendDescriptor_t> make(cudnnBackendDescriptorType_t type, const char* what) {
+    cudnnBackendDescriptor_t d = nullptr;
+    OFFSIM_RETURN_IF_ERROR(api_.check(api_.BackendCreateDescriptor(type, &d),
+                                      fmt::format("cudnnBackendCreateDescriptor ({})", what)));
+    owned_.push_back(d);
+    return d;
+  }
+  sim::Status set(cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t name,
+                  cudnnBackendAttributeType_t type, std::int64_t count, const void* value,
+                  const char* what) {
+    return api_.check(
+        api_.BackendSetAttribute(d, name, type, count, value),
+        fmt::format("cudnnBackendSetAttribute ({}, attribute {})", what, static_cast<int>(name)));
+  }
+  sim::Status finalize(cudnnBackendDescriptor_t d, const char* what) {
+    return api_.check(api_.BackendFinalize(d), fmt::format("cudnnBackendFinalize ({})", what));
+  }
+
+  sim::Result<cudnnBackendDescriptor_t> tensor(std::int64_t uid, const Dims& dims,
+                                               const Dims& strides, cudnnDataType_t type,
+                                               bool is_virtual, bool by_value = false) {
+    OFFSIM_ASSIGN_OR_RETURN(cudnnBackendDescriptor_t t,
+                            make(CUDNN_BACKEND_TENSOR_DESCRIPTOR, "tensor"));
+    const std::int64_t alignment = 16;
+    const auto n = static_cast<std::int64_t>(dims.size());
+    OFFSIM_RETURN_IF_ERROR(
+        set(t, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &type, "tensor"));
+    OFFSIM_RETURN_IF_ERROR(
+        set(t, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, n, dims.data(), "tensor"));
+    OFFSIM_RETURN_IF_ERROR(
+        set(t, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, n, strides.data(), "tensor"));
+    OFFSIM_RETURN_IF_ERROR(
+        set(t, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid, "tensor"));
+    OFFSIM_RETURN_IF_ERROR(
+        set(t, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &alignment, "tensor"));
+    if (is_virtual) {
+      const bool yes = true;
+      OFFSIM_RETURN_IF_ERROR(
+          set(t, CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &yes, "tensor"));
+    }
+    if (by_value) {
+      const bool yes = true;
+      OFFSIM_RETURN_IF_ERROR(
+          set(t, CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &yes, "tensor"));
+    }
+    OFFSIM_RETURN_IF_ERROR(finalize(t, "tensor"));
+    return t;
+  }
+
+  sim::Result<cudnnBackendDescriptor_t> matmul(cudnnBackendDescriptor_t a,
+                                               cudnnBackendDescriptor_t b,
+                                               cudnnBackendDescriptor_t c) {
+    OFFSIM_ASSIGN_OR_RETURN(cudnnBackendDescriptor_t desc,
+                            make(CUDNN_BACKEND_MATMUL_DESCRIPTOR, "matmul"));
+    const cudnnDataType_t fp32 = CUDNN_DATA_FLOAT;
+    OFFSIM_RETURN_IF_ERROR(
+        set(desc, CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &fp32, "matmul"));
+    OFFSIM_RETURN_IF_ERROR(finalize(desc, "matmul"));
+    OFFSIM_ASSIGN_OR_RETURN(cudnnBackendDescriptor_t op,
+                            make(CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR, "matmul op"));
+    OFFSIM_RETURN_IF_ERROR(set(op, CUDNN_ATTR_OPERATION_MATMUL_ADESC, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                               1, &a, "matmul op"));
+    OFFSIM_RETURN_IF_ERROR(set(op, CUDNN_ATTR_OPERATION_MATMUL_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                               1, &b, "matmul op"));
+    OFFSIM_RETURN_IF_ERROR(set(op, CUDNN_ATTR_OPERATION_MATMUL_CDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                               1, &c, "matmul op"));
+    OFFSIM_RETURN_IF_ERROR(set(op, CUDNN_ATTR_OPERATION_MATMUL_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                               1, &desc, "matmul op"));
+    OFFSIM_RETURN_IF_ERROR(finalize(op, "matmul op"));
+    return op;
+  }
+
+  // y = mode(x[, b][, t]); `axis` >= 0 only for GEN_INDEX.
+  sim::Result<cudnnBackendDescriptor_t> pointwise(
+      cudnnPointwiseMode_t mode, cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t b,
+      cudnnBackendDescriptor_t t, cudnnBackendDescriptor_t y, std::int64_t axis = -1) {
+    OFFSIM_ASSIGN_OR_RETURN(cudnnBackendDescriptor_t desc,
+                            make(CUDNN_BACKEND_POINTWISE_DESCRIPTOR, "pointwise"));
+    const cudnnDataType_t fp32 = CUDNN_DATA_FLOAT;
+    OFFSIM_RETURN_IF_ERROR(
+        set(desc, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode, "pointwise"));
+    OFFSIM_RETURN_IF_ERROR(
+        set(desc, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &fp32, "pointwise"));
+    if (axis >= 0) {
+      OFFSIM_RETURN_IF_ERROR(
+          set(desc, CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, 1, &axis, "pointwise"));
+    }
+    OFFSIM_RETURN_IF_ERROR(finalize(desc, "pointwise"));
+    OFFSIM_ASSIGN_OR_RETURN(cudnnBackendDescriptor_t op,
+                            make(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, "pointwise op"));
+    OFFSIM_RETURN_IF_ERROR(set(op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR,
+                               CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &desc, "pointwise op"));
+    OFFSIM_RETURN_IF_ERROR(set(op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC,
+                               CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x, "pointwise op"));
+    if (b) {
+      OFFSIM_RETURN_IF_ERROR(set(op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC,
+                                 CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b, "pointwise op"));
+    }
+    if (t) {
+      OFFSIM_RETURN_IF_ERROR(set(op, CUDNN_ATTR_OPERATION_POINTWISE_TDESC,
+                                 CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &t, "pointwise op"));
+    }
+    OFFSIM_RETURN_IF_ERROR(set(op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC,
+                               CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y, "pointwise op"));
+    OFFSIM_RETURN_IF_ERROR(finalize(op, "pointwise op"));
+    return op;
+  }
+
+  sim::Result<cudnnBackendDescriptor_t> reduction(cudnnReduceTensorOp_t how,
+                                                  cudnnBackendDescriptor_t x,
+                                                  cudnnBackendDescriptor_t y) {
+    OFFSIM_ASSIGN_OR_RETURN(cudnnBackendDescriptor_t desc,
+                            make(CUDNN_BACKEND_REDUCTION_DESCRIPTOR, "reduction"));
+    const cudnnDataType_t fp32 = CUDNN_DATA_FLOAT;
+    OFFSIM_RETURN_IF_ERROR(set(desc, CUDNN_ATTR_REDUCTION_OPERATOR,
+                               CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1, &how, "reduction"));
+    OFFSIM_RETURN_IF_ERROR(
+        set(desc, CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &fp32, "reduction"));
+    OFFSIM_RETURN_IF_ERROR(finalize(desc, "reduction"));
+    OFFSIM_ASSIGN_OR_RETURN(cudnnBackendDescriptor_t op,
+                            make(CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR, "reduction op"));
+    OFFSIM_RETURN_IF_ERROR(set(op, CUDNN_ATTR_OPERATION_REDUCTION_XDESC,
+                               CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x, "reduction op"));
+    OFFSIM_RETURN_IF_ERROR(set(op, CUDNN_ATTR_OPERATION_REDUCTION_YDESC,
+                               CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y, "reduction op"));
+    OFFSIM_RETURN_IF_ERROR(set(op, CUDNN_ATTR_OPERATION_REDUCTION_DESC,
+                               CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &desc, "reduction op"));
+    OFFSIM_RETURN_IF_ERROR(finalize(op, "reduction op"));
+    return op;
+  }
+
+ private:
+  const CudnnApi& api_;
+  std::vector<cudnnBackendDescriptor_t>& owned_;
+};
+
+}  // namespace
+
+CudnnSdpaForward::~CudnnSdpaForward() {
+  for (auto it = owned_.rbegin(); it != owned_.rend(); ++it) api_.BackendDestroyDescriptor(*it);
+}
+
+sim::Result<std::unique_ptr<CudnnSdpaForward>> CudnnSdpaForward::build(const CudnnApi& api,
+                                                                       cudnnHandle_t handle,
+                                                                       const SdpaShape& s) {
+  if (s.batch < 1 || s.q_heads < 1 || s.kv_heads < 1 || s.q_heads % s.kv_heads != 0 ||
+      s.seq_q < 1 || s.seq_kv < 1 || s.head_dim < 1 || s.head_dim % 8 != 0) {
+    return sim::fail(sim::ErrorCode::kUnsupported,
+                     "cuDNN SDPA: batch {} heads {}/{} seq {}x{} head_dim {} (needs positive "
+                     "sizes, kv heads dividing query heads, head_dim a multiple of 8)",
+                     s.batch, s.q_heads, s.kv_heads, s.seq_q, s.seq_kv, s.head_dim);
+  }
+  std::unique_ptr<CudnnSdpaForward> f(new CudnnSdpaForward(api));
+  f->scale_ = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
+  f->masked_ = -std::numeric_limits<float>::infinity();
+  Builder b(api, f->owned_);
+  const cudnnDataType_t bf16 = CUDNN_DATA_BFLOAT16, fp32 = CUDNN_DATA_FLOAT;
+  const Dims q_dims{s.batch, s.q_heads, s.seq_q, s.head_dim};
+  const Dims kv_dims{s.batch, s.kv_heads, s.seq_kv, s.head_dim};
+  const Dims kv_strides = packed(kv_dims);
+  // Kᵀ: the same memory as K read with its last two dimensions swapped.
+  const Dims kt_dims{s.batch, s.kv_heads, s.head_dim, s.seq_kv};
+  const Dims kt_strides{kv_strides[0], kv_strides[1], 1, s.head_dim};
+  const Dims s_dims{s.batch, s.q_heads, s.seq_q, s.seq_kv};
+  const Dims row_dims{s.batch, s.q_heads, s.seq_q, 1};
+  const Dims one{1, 1, 1, 1};
+
+  OFFSIM_ASSIGN_OR_RETURN(auto q, b.tensor(kQ, q_dims, packed(q_dims), bf16, false));
+  OFFSIM_ASSIGN_OR_RETURN(auto kt, b.tensor(kK, kt_dims, kt_strides, bf16, false));
+  OFFSIM_ASSIGN_OR_RETURN(auto v, b.tensor(kV, kv_dims, kv_strides, bf16, false));
+  OFFSIM_ASSIGN_OR_RETURN(auto o, b.tensor(kO, q_dims, packed(q_dims), bf16, false));
+  OFFSIM_ASSIGN_OR_RETURN(auto scale, b.tensor(kScale, one, one, fp32, false, true));
+  OFFSIM_ASSIGN_OR_RETURN(auto masked, b.tensor(kMasked, one, one, fp32, false, true));
+  OFFSIM_ASSIGN_OR_RETURN(auto t_s, b.tensor(kS, s_dims, packed(s_dims), fp32, true));
+  OFFSIM_ASSIGN_OR_RETURN(auto t_scaled, b.tensor(kScaled, s_dims, packed(s_dims), fp32, true));
+  OFFSIM_ASSIGN_OR_RETURN(auto t_row,
+                          b.tensor(kRow, s_dims, packed(s_dims), CUDNN_DATA_INT32, true));
+  OFFSIM_ASSIGN_OR_RETURN(auto t_col,
+                          b.tensor(kCol, s_dims, packed(s_dims), CUDNN_DATA_INT32, true));
+  OFFSIM_ASSIGN_OR_RETURN(auto t_mask,
+                          b.tensor(kMask, s_dims, packed(s_dims), CUDNN_DATA_BOOLEAN, true));
+  OFFSIM_ASSIGN_OR_RETURN(auto t_masked, b.tensor(kMaskedS, s_dims, packed(s_dims), fp32, true));
+  OFFSIM_ASSIGN_OR_RETURN(auto t_max, b.tensor(kMax, row_dims, packed(row_dims), fp32, true));
+  OFFSIM_ASSIGN_OR_RETURN(auto t_centered, b.tensor(kCentered, s_dims, packed(s_dims), fp32, true));
+  OFFSIM_ASSIGN_OR_RETURN(auto t_exp, b.tensor(kExp, s_dims, packed(s_dims), fp32, true));
+  OFFSIM_ASSIGN_OR_RETURN(auto t_sum, b.tensor(kSum, row_dims, packed(row_dims), fp32, true));
+  // Probabilities in bf16 for the second tensor-core GEMM, as flash attention does.
+  OFFSIM_ASSIGN_OR_RETURN(auto t_p, b.tensor(kP, s_dims, packed(s_dims), bf16, true));
+
+  std::vector<cudnnBackendDescriptor_t> ops;
+  auto add = [&](sim::Result<cudnnBackendDescriptor_t> op) -> sim::Status {
+    if (!op) return sim::fail(op.error());
+    ops.push_back(*op);
+    return sim::ok();
+  };
+  OFFSIM_RETURN_IF_ERROR(add(b.matmul(q, kt, t_s)));
+  OFFSIM_RETURN_IF_ERROR(add(b.pointwise(CUDNN_POINTWISE_MUL, t_s, scale, nullptr, t_scaled)));
+  OFFSIM_RETURN_IF_ERROR(
+      add(b.pointwise(CUDNN_POINTWISE_GEN_INDEX, t_scaled, nullptr, nullptr, t_row, 2)));
+  OFFSIM_RETURN_IF_ERROR(
+      add(b.pointwise(CUDNN_POINTWISE_GEN_INDEX, t_scaled, nullptr, nullptr, t_col, 3)));
+  OFFSIM_RETURN_IF_ERROR(add(b.pointwise(CUDNN_POINTWISE_CMP_GE, t_row, t_col, nullptr, t_mask)));
+  OFFSIM_RETURN_IF_ERROR(
+      add(b.pointwise(CUDNN_POINTWISE_BINARY_SELECT, t_scaled, masked, t_mask, t_masked)));
+  OFFSIM_RETURN_IF_ERROR(add(b.reduction(CUDNN_REDUCE_TENSOR_MAX, t_masked, t_max)));
+  OFFSIM_RETURN_IF_ERROR(
+      add(b.pointwise(CUDNN_POINTWISE_SUB, t_masked, t_max, nullptr, t_centered)));
+  OFFSIM_RETURN_IF_ERROR(
+      add(b.pointwise(CUDNN_POINTWISE_EXP, t_centered, nullptr, nullptr, t_exp)));
+  OFFSIM_RETURN_IF_ERROR(add(b.reduction(CUDNN_REDUCE_TENSOR_ADD, t_exp, t_sum)));
+  OFFSIM_RETURN_IF_ERROR(add(b.pointwise(CUDNN_POINTWISE_DIV, t_exp, t_sum, nullptr, t_p)));
+  OFFSIM_RETURN_IF_ERROR(add(b.matmul(t_p, v, o)));
+
+  OFFSIM_ASSIGN_OR_RETURN(auto graph, b.make(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, "graph"));
+  OFFSIM_RETURN_IF_ERROR(
+      b.set(graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle, "graph"));
+  OFFSIM_RETURN_IF_ERROR(b.set(graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                               static_cast<std::int64_t>(ops.size()), ops.data(), "graph"));
+  OFFSIM_RETURN_IF_ERROR(b.finalize(graph, "graph"));
+
+  OFFSIM_ASSIGN_OR_RETURN(auto heur, b.make(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, "heuristics"));
+  const cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
+  OFFSIM_RETURN_IF_ERROR(b.set(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH,
+                               CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph, "heuristics"));
+  OFFSIM_RETURN_IF_ERROR(
+      b.set(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode, "heuristics"));
+  OFFSIM_RETURN_IF_ERROR(b.finalize(heur, "heuristics"));
+  constexpr int kMaxConfigs = 8;
+  std::vector<cudnnBackendDescriptor_t> configs;
+  for (int i = 0; i < kMaxConfigs; ++i) {
+    OFFSIM_ASSIGN_OR_RETURN(auto c, b.make(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, "engine config"));
+    configs.push_back(c);
+  }
+  std::int64_t found = 0;
+  OFFSIM_RETURN_IF_ERROR(api.check(
+      api.BackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                              kMaxConfigs, &found, configs.data()),
+      "cudnnBackendGetAttribute (heuristic results)"));
+  sim::Status last = sim::fail(sim::ErrorCode::kUnsupported,
+                               "cuDNN SDPA: the heuristics offer no engine for this graph");
+  for (std::int64_t i = 0; i < found && i < kMaxConfigs; ++i) {
+    OFFSIM_ASSIGN_OR_RETURN(auto plan, b.make(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, "plan"));
+    OFFSIM_RETURN_IF_ERROR(
+        b.set(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle, "plan"));
+    OFFSIM_RETURN_IF_ERROR(b.set(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG,
+                                 CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+                                 &configs[static_cast<std::size_t>(i)], "plan"));
+    last = b.finalize(plan, "execution plan");
+    if (!last) continue;  // this engine cannot run the graph here: try the next one
+    std::int64_t got = 0;
+    OFFSIM_RETURN_IF_ERROR(
+        api.check(api.BackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+                                          CUDNN_TYPE_INT64, 1, &got, &f->workspace_bytes_),
+                  "cudnnBackendGetAttribute (workspace size)"));
+    f->plan_ = plan;
+    return f;
+  }
+  return sim::fail(sim::with_context(last.error(), "cuDNN SDPA forward: "));
+}
+
+sim::Status CudnnSdpaForward::run(cudnnHandle_t handle, const void* q, const void* k, const void* v,
+                                  void* out, void* workspace) const {
+  std::vector<cudnnBackendDescriptor_t> pack_owner;
+  Builder b(api_, pack_owner);
+  auto destroy = [&] {
+    for (auto d : pack_owner) api_.BackendDestroyDescriptor(d);
+  };
+  const std::int64_t uids[] = {kQ, kK, kV, kO, kScale, kMasked};
+  void* ptrs[] = {const_cast<void*>(q),        const_cast<void*>(k),
+                  const_cast<void*>(v),        out,
+                  const_cast<float*>(&scale_), const_cast<float*>(&masked_)};
+  auto pack = b.make(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, "variant pack");
+  sim::Status st = pack ? sim::ok() : sim::fail(pack.error());
+  if (st) st = b.set(*pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 6, uids, "pack");
+  if (st) {
+    st = b.set(*pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 6, ptrs, "pack");
+  }
+  if (st) {
+    st =
+        b.set(*pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspace, "pack");
+  }
+  if (st) st = b.finalize(*pack, "variant pack");
+  if (st) st = api_.check(api_.BackendExecute(handle, plan_, *pack), "cudnnBackendExecute");
+  destroy();
+  return st;
+}
+
+}  // namespace offsim::backends::cuda
