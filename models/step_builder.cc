@@ -1047,6 +1047,7 @@ class StepBuilder {
       for (const auto& [key, op] : r.reduce_op) reduces.push_back(op);
       grad_passes(r, reduces);
     }
+    bool cpu_step_started = false;
     for (ParamGroup& g : r.groups) {
       const int key = g.layer >= 0 ? g.layer : (g.name == "embed" ? -1 : -2);
       auto it = r.reduce_op.find(key);
@@ -1060,9 +1061,13 @@ class StepBuilder {
       OpId done{};
       if (g.opt_on_host && s_.offload.optimizer_on_cpu) {
         // The host step clips by the global gradient norm, so no group updates before every
-        // gradient has arrived (DeepSpeed runs the whole CPU step after the backward).
-        for (const auto& [other, op] : r.reduce_op) {
-          if (other != key) deps.push_back(op);
+        // gradient has arrived (DeepSpeed runs the whole CPU step after the backward). The CPU
+        // lane runs its ops in order: the first update waiting for them all is enough.
+        if (!cpu_step_started) {
+          for (const auto& [other, op] : r.reduce_op) {
+            if (other != key) deps.push_back(op);
+          }
+          cpu_step_started = true;
         }
         if (!g.grads_on_host) {
           deps = {copy(r, sim::CopyDirection::kD2H, g.name + ".grads_d2h", "offload", g.layer,
