@@ -600,22 +600,33 @@ OpCost CostModel::p2p(int src_rank, int dst_rank, std::int64_t bytes) const {
   return c;
 }
 
-OpCost CostModel::host_compute(int rank, std::int64_t dram_bytes, double flops) const {
+OpCost CostModel::host_compute(int rank, std::int64_t dram_bytes, double flops,
+                               const CpuThreads& threads) const {
   const RankResources& rr = at(rank);
   const auto& h = profile_.host;
   OpCost c;
   c.multiplicity = rr.multiplicity;
-  // The rank's process gets its socket's cores divided among the GPUs on that socket.
-  const double cores =
-      std::max(1.0, std::floor(h.cores_per_socket.value / system_.gpus_per_socket()));
-  const double per_core_bytes = h.adam_bytes_per_s_per_core.value;
+  // The rank's process gets the node's physical cores divided among the job's ranks on the node
+  // (DeepSpeed's --bind_cores_to_rank splits them so; unbound OpenMP teams of every logical CPU
+  // time-share the cores to the same share), or `threads` cores when fewer.
+  const int sockets = std::max(1, system_.sockets_per_node);
+  const int local = threads.local_ranks > 0 ? std::min(threads.local_ranks, system_.gpus_per_node)
+                                            : system_.gpus_per_node;
+  const double per_socket = std::max(1.0, h.cores_per_socket.value);
+  double cores = std::max(1.0, std::floor(per_socket * sockets / std::max(1, local)));
+  if (threads.threads > 0) cores = std::min(cores, static_cast<double>(threads.threads));
+  // Sockets the rank's threads run on: its bound cores' sockets, or every socket when unbound.
+  const double spanned =
+      threads.bind_cores ? std::min<double>(sockets, std::ceil(cores / per_socket)) : sockets;
+  const double numa =
+      1.0 + (spanned - 1.0) / spanned * (std::max(1.0, h.remote_dram_time_ratio.value) - 1.0);
+  const double per_core_bytes = h.adam_bytes_per_s_per_core.value / numa;
   const double per_core_flops = h.flops_per_s_per_core.value;
   if (dram_bytes <= 0) {
     if (flops <= 0.0) return c;
     // Arithmetic only: measured in core-seconds on the socket's cores.
     c.work = flops;
     c.max_rate = cores * per_core_flops;
-    c.uses.push_back({rr.host_cpu, per_core_bytes / per_core_flops});
     return c;
   }
   const double bytes = static_cast<double>(dram_bytes);
@@ -624,7 +635,7 @@ OpCost CostModel::host_compute(int rank, std::int64_t dram_bytes, double flops) 
       std::max(1.0, flops > 0.0 ? (flops / bytes) * per_core_bytes / per_core_flops : 0.0);
   c.work = bytes;
   c.max_rate = cores * per_core_bytes / cpu_per_byte;
-  c.uses.push_back({rr.host_cpu, cpu_per_byte});
+  // The cores are the rank's own share (above), so only the socket's DRAM is shared.
   c.uses.push_back({rr.host_dram, 1.0});
   return c;
 }

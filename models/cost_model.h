@@ -101,8 +101,24 @@ class CostModel {
   CollectivePlan plan_collective(sim::CollectiveKind kind, const std::vector<int>& group,
                                  std::int64_t bytes) const;
   sim::OpCost p2p(int src_rank, int dst_rank, std::int64_t bytes) const;
-  // CPU work on the rank's socket: streams `dram_bytes` through host DRAM, `flops` on its cores.
-  sim::OpCost host_compute(int rank, std::int64_t dram_bytes, double flops) const;
+  // CPU work of the rank: streams `dram_bytes` through host DRAM, `flops` on its cores. The rank
+  // gets its share of the node's physical cores, c = floor(cores per node / local ranks), or
+  // fewer with `threads`; bound (DeepSpeed --bind_cores_to_rank), its threads span the
+  // k = ceil(c / cores per socket) sockets its cores lie on, unbound they migrate over every
+  // socket of the node, while its pinned buffers stay on one socket. A thread then spends
+  // (k-1)/k of its time on remote DRAM, each byte taking remote_dram_time_ratio (r) times as
+  // long: rate = c · adam_bytes_per_s_per_core / (1 + (k-1)/k · (r-1)), and no more than the
+  // socket's DRAM allows.
+  struct CpuThreads {
+    bool bind_cores = true;
+    int threads = 0;      // OMP_NUM_THREADS; 0 = every core of the rank's share
+    int local_ranks = 0;  // ranks of the job on one node; 0 = every GPU of the node
+  };
+  sim::OpCost host_compute(int rank, std::int64_t dram_bytes, double flops,
+                           const CpuThreads& threads) const;
+  sim::OpCost host_compute(int rank, std::int64_t dram_bytes, double flops) const {
+    return host_compute(rank, dram_bytes, flops, CpuThreads{});
+  }
 
   sim::PoolId hbm_pool(int rank) const;  // "rank<r>.hbm", capacity = usable HBM
   // "node<n>.pinned": the host memory of the node, scaled for representatives: an allocation of

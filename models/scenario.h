@@ -209,6 +209,12 @@ struct OffloadPolicy {
   // A JAX/MaxText remat policy: the named activations are saved or offloaded and everything else
   // is rematerialized, so it expects recompute.mode full (set by those presets).
   bool remat_unsaved = false;
+  // How the CPU optimizer's threads run (offload.cpu): DeepSpeed's --bind_cores_to_rank pins
+  // each rank's process to its own physical cores (its share of the node), so its threads and
+  // memory stay on one socket; unbound, the threads migrate over every socket. cpu_threads is
+  // OMP_NUM_THREADS; 0 = the runtime's default (every logical CPU, or the bound cores).
+  bool cpu_bind_cores = false;
+  int cpu_threads = 0;
 };
 
 struct HardwareConfig {

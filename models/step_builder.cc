@@ -41,6 +41,27 @@ std::int64_t adam_bytes_per_param(const ResolvedDtypes& d) {
 }
 constexpr double kAdamFlopsPerParam = 12.0;
 
+// The host step of ZeRO-Offload (DeepSpeed stage 1/2 with offload_optimizer: cpu) per parameter
+// of the rank's shard, as DeepSpeed runs it: the gradient arrives in its compute dtype (PyTorch
+// converts dtypes on the CPU in CPU-GPU copies) and is widened into the fp32 gradient buffer
+// (read g, write 4); the gradient norm (read 4); unscale and clip, a multiply DeepSpeed applies
+// every step (read 4, write 4); Adam on fp32 gradient, master and moments (read 4, read and write
+// the master and both moments); the updated fp32 master narrowed into the parameter dtype for
+// the H2D copy (read master, write p). bf16 parameters and gradients with fp32 master and
+// moments: 6 + 4 + 8 + 28 + 6 = 52 bytes.
+std::int64_t cpu_step_bytes_per_param(const ResolvedDtypes& d) {
+  const std::int64_t master = sim::dtype_bytes(d.master.value_or(d.params));
+  const std::int64_t g = sim::dtype_bytes(d.grads);
+  const std::int64_t widen = g == 4 ? 0 : g + 4;
+  const std::int64_t adam =
+      4 + 2 * master + 2 * sim::dtype_bytes(d.first_moment) + 2 * sim::dtype_bytes(d.second_moment);
+  const std::int64_t narrow = d.master ? master + sim::dtype_bytes(d.params) : 0;
+  return widen + 4 + 8 + adam + narrow;
+}
+// FLOPs per parameter of that step: Adam's 12, the widening 1, the norm's multiply-add 2, the
+// clip multiply 1, the narrowing 1.
+constexpr double kCpuStepFlopsPerParam = 12.0 + 1.0 + 2.0 + 1.0 + 1.0;
+
 struct Task {
   bool forward = true;
   int mb = 0;
@@ -1315,6 +1336,7 @@ class StepBuilder {
       for (const auto& [key, op] : r.reduce_op) reduces.push_back(op);
       grad_passes(r, reduces);
     }
+    bool cpu_step_started = false;
     for (ParamGroup& g : r.groups) {
       const int key = g.layer >= 0 ? g.layer : (g.name == "embed" ? -1 : -2);
       const std::map<int, OpId>& reduced = g.expert ? r.expert_reduce_op : r.reduce_op;
@@ -1329,15 +1351,30 @@ class StepBuilder {
       const std::int64_t gbytes = sim::dtype_bytes(dt_.grads);
       OpId done{};
       if (g.opt_on_host && s_.offload.optimizer_on_cpu) {
+        // The host step clips by the global gradient norm, so no group updates before every
+        // gradient has arrived (DeepSpeed runs the whole CPU step after the backward). The CPU
+        // lane runs its ops in order: the first update waiting for them all is enough.
+        if (!cpu_step_started) {
+          for (const auto& [other, op] : r.reduce_op) {
+            if (other != key) deps.push_back(op);
+          }
+          cpu_step_started = true;
+        }
         if (!g.grads_on_host) {
           deps = {copy(r, sim::CopyDirection::kD2H, g.name + ".grads_d2h", "offload", g.layer,
                        shard * gbytes, deps)};
         }
         sim::OpSizes sz;
-        sz.bytes = adam_bytes_per_param(dt_) * shard;
-        sz.flops = kAdamFlopsPerParam * static_cast<double>(shard);
+        sz.bytes = cpu_step_bytes_per_param(dt_) * shard;
+        sz.flops = kCpuStepFlopsPerParam * static_cast<double>(shard);
+        const CostModel::CpuThreads threads{.bind_cores = s_.offload.cpu_bind_cores,
+                                            .threads = s_.offload.cpu_threads,
+                                            .local_ranks = static_cast<int>(std::min<std::int64_t>(
+                                                static_cast<std::int64_t>(s_.parallelism.dp) *
+                                                    s_.parallelism.tp * s_.parallelism.pp,
+                                                cm_.system().gpus_per_node))};
         done = add(r, r.cpu, g.name + ".adam.cpu", OpKind::kHostCompute, "cpu_optimizer", g.layer,
-                   cm_.host_compute(r.rank, sz.bytes, sz.flops), sz, deps);
+                   cm_.host_compute(r.rank, sz.bytes, sz.flops, threads), sz, deps);
         if (!g.params_on_host) {
           done = copy(r, sim::CopyDirection::kH2D, g.name + ".params_h2d", "offload", g.layer,
                       shard * pbytes, {done});

@@ -683,6 +683,15 @@ sim::Result<OffloadPolicy> read_offload(const Node& node) {
   if (const Node* label = r.get("label")) {
     OFFSIM_ASSIGN_OR_RETURN(policy.preset, string_of(*label, "offload.label"));
   }
+  if (const Node* cpu = r.get("cpu")) {
+    if (cpu->kind != NodeKind::kMap) {
+      return type_error(*cpu, "offload.cpu", "a map with bind_cores and threads");
+    }
+    MapReader c(*cpu, "offload.cpu");
+    OFFSIM_RETURN_IF_ERROR(read_bool(c, "bind_cores", policy.cpu_bind_cores));
+    OFFSIM_RETURN_IF_ERROR(read_int(c, "threads", policy.cpu_threads, 1, 65536));
+    OFFSIM_RETURN_IF_ERROR(c.finish());
+  }
   OFFSIM_RETURN_IF_ERROR(r.finish());
   return policy;
 }
@@ -1051,6 +1060,12 @@ Node scenario_to_document(const Scenario& s) {
   }
   put(off, "rules", std::move(rules));
   put(off, "optimizer", scalar_node(s.offload.optimizer_on_cpu ? "cpu" : "gpu"));
+  if (s.offload.cpu_bind_cores || s.offload.cpu_threads > 0) {
+    Node cpu = make_map();
+    put(cpu, "bind_cores", bool_node(s.offload.cpu_bind_cores));
+    if (s.offload.cpu_threads > 0) put(cpu, "threads", number_node(s.offload.cpu_threads));
+    put(off, "cpu", std::move(cpu));
+  }
   put(root, "offload", std::move(off));
   return root;
 }

@@ -58,6 +58,28 @@ constexpr const char* kSrcC2c =
 
 const double kStreamFraction = 290.0 / 307.2;
 
+// DeepSpeed CPU Adam on a 512-bit (AVX-512) core. DeepSpeed PR #735 (the CPU-Adam author):
+// "reduces the optimizer time from 56 seconds to 8.2 seconds [for] an 11.6B parameter GPT2
+// model" (one GPU, ZeRO-Offload, so one process with every core of the host). The host is taken
+// to be the ZeRO-Offload paper's DGX-2: 2x Xeon Platinum 8168, 24 AVX-512 cores each (NVIDIA
+// DGX-2 datasheet). The optimizer time is the host step, streamed at 52 bytes per parameter
+// (models/step_builder.cc: bf16/fp16 gradient to fp32 6, norm 4, unscale/clip 8, Adam 28,
+// fp32 to 16-bit parameter copy 6): 11.6e9 x 52 B / 8.2 s / 48 cores.
+constexpr double kAdamParams = 11.6e9, kAdamSeconds = 8.2, kAdamCores = 48.0;
+constexpr double kAdamBytesPerParam = 52.0;
+const double kAdamBytesPerCore512 = kAdamParams * kAdamBytesPerParam / kAdamSeconds / kAdamCores;
+constexpr const char* kSrcAdam =
+    "published: DeepSpeed PR #735, CPU-Adam 8.2 s per step for an 11.6B-parameter GPT-2 "
+    "(ZeRO-Offload, one GPU), host taken as DGX-2's 2x Xeon Platinum 8168 (48 AVX-512 cores, "
+    "NVIDIA DGX-2 datasheet; the PR does not name it): 11.6e9 x 52 B / 8.2 s / 48 cores, "
+    "scaled by vector width / 512 bits (DeepSpeed's AVX-512 and AVX2 kernels: 16 and 8 fp32 "
+    "lanes); the step time may include the parameter H2D copy (then this rate is low)";
+constexpr const char* kSrcRemote =
+    "assumption: a core streaming from the other socket's DRAM takes 1.6x as long per byte "
+    "(cross-socket latency about 1.6x local on two-socket x86 servers, the order that "
+    "arXiv 2204.03290 reports for EPYC Rome and Cascade Lake); not fitted to any table";
+constexpr double kRemoteRatio = 1.6;
+
 Host x86(std::string name, std::string description, HostLinkKind attach, double cores,
          double vector_bits, double channels, double mts, double lanes, double numa,
          const char* src, const char* numa_src) {
@@ -77,6 +99,9 @@ Host x86(std::string name, std::string description, HostLinkKind attach, double 
   h.pcie_lanes_per_socket = fig(lanes, Origin::kDatasheet, src);
   h.root_complex_bytes_per_s = fig(278 * kGB / 2 * lanes / 80.0, Origin::kAssumption, kSrcRcScaled);
   h.numa_nodes_per_socket = fig(numa, Origin::kDatasheet, numa_src);
+  h.adam_bytes_per_s_per_core =
+      fig(kAdamBytesPerCore512 * vector_bits / 512.0, Origin::kPublished, kSrcAdam);
+  h.remote_dram_time_ratio = fig(kRemoteRatio, Origin::kAssumption, kSrcRemote);
   return h;
 }
 
@@ -151,6 +176,11 @@ std::vector<Host> make_catalogue() {
     h.root_complex_bytes_per_s = fig((360 + 297) * kGB / 2, Origin::kPublished, kSrcC2c);
     h.numa_nodes_per_socket =
         fig(1, Origin::kDatasheet, "one NUMA node per Grace CPU (the GPU's HBM is another)");
+    // Four 128-bit SVE2 pipes: the vector throughput per cycle of a 512-bit core.
+    h.adam_bytes_per_s_per_core =
+        fig(kAdamBytesPerCore512, Origin::kAssumption,
+            std::string(kSrcAdam) + "; Grace's 4x128-bit SVE2 pipes taken as one 512-bit core");
+    h.remote_dram_time_ratio = fig(kRemoteRatio, Origin::kAssumption, kSrcRemote);
     out.push_back(h);
   }
   return out;
@@ -245,6 +275,8 @@ void apply_host(const Host& host, CalibrationProfile& p, bool keep_measured) {
   set(p.host.cores_per_socket, host.cores_per_socket);
   set(p.host.dram_bytes_per_s_per_socket, host.dram_bytes_per_s_per_socket);
   set(p.host_link.root_complex_bytes_per_s, host.root_complex_bytes_per_s);
+  set(p.host.adam_bytes_per_s_per_core, host.adam_bytes_per_s_per_core);
+  set(p.host.remote_dram_time_ratio, host.remote_dram_time_ratio);
 }
 
 std::vector<std::string> override_paths(const System& system, const CalibrationProfile& profile) {

@@ -40,6 +40,12 @@ struct Host {
   Figure pcie_lanes_per_socket;             // usable for devices in a two-socket server
   Figure root_complex_bytes_per_s;          // per socket and direction, all its GPUs' DMA
   Figure numa_nodes_per_socket;             // default BIOS setting (SNC / NPS)
+  // DeepSpeed CPU Adam's host step (gradient conversion, norm, clipping, Adam, parameter
+  // conversion) in bytes streamed per second per core: the published rate of a 512-bit core
+  // scaled by this core's vector width (DeepSpeed compiles its AVX-512 or its AVX2 kernel).
+  Figure adam_bytes_per_s_per_core;
+  // Time per byte a thread takes on data in another socket's DRAM, over local DRAM.
+  Figure remote_dram_time_ratio;
   bool operator==(const Host&) const = default;
 };
 
@@ -52,7 +58,8 @@ Result<Host> find_host(std::string_view name);
 // enough PCIe lanes per socket for one x16 link per GPU or PCIe switch.
 Status check_attach(const Host& host, const System& system);
 
-// The profile's host figures replaced by the host's (cores, DRAM bandwidth, root complex).
+// The profile's host figures replaced by the host's (cores, DRAM bandwidth, root complex, CPU
+// Adam rate, remote-DRAM ratio).
 // With `keep_measured`, figures that the profile measured stay.
 void apply_host(const Host& host, CalibrationProfile& profile, bool keep_measured);
 

@@ -207,7 +207,8 @@ std::vector<FigureField> fields(HostFigures& h) {
   return {{"dram_bytes_per_s_per_socket", &h.dram_bytes_per_s_per_socket, false},
           {"cores_per_socket", &h.cores_per_socket, false},
           {"adam_bytes_per_s_per_core", &h.adam_bytes_per_s_per_core, false},
-          {"flops_per_s_per_core", &h.flops_per_s_per_core, false}};
+          {"flops_per_s_per_core", &h.flops_per_s_per_core, false},
+          {"remote_dram_time_ratio", &h.remote_dram_time_ratio, false}};
 }
 std::vector<FigureField> fields(NvlinkFigures& n) {
   return {{"bytes_per_s_per_gpu", &n.bytes_per_s_per_gpu, false},
@@ -307,6 +308,8 @@ constexpr FigureRange kFigureRanges[] = {
      "sustained fp32 FLOP/s of one CPU core; an AVX-512 core peaks near 1e11"},
     {"host.adam_bytes_per_s_per_core", 1e6, 1e12, false,
      "optimizer-state bytes per second one CPU core updates; measured 1e9-1e10"},
+    {"host.remote_dram_time_ratio", 1.0, 10.0, false,
+     "time per byte from another socket's DRAM over local DRAM; about 1.3-2 on servers"},
     {"interference.copy_hbm_bytes_per_byte", 0.0, 16.0, true,
      "HBM bytes that one copied byte costs; a read plus a write is 2"},
     {"interference.nccl_compute_slowdown", 0.0, 1.0, true,
@@ -637,11 +640,19 @@ Result<CalibrationProfile> profile_from_json(const json& root, const std::string
     }
     std::vector<std::string> allowed;
     for (const FigureField& f : fs) allowed.emplace_back(f.key);
-    if (Status s = pr.keys(**obj, allowed, path); !s) {
+    // Added after format 1 was first written: optional, 1 (no remote-DRAM penalty) when absent.
+    const std::vector<std::string> optional = {"remote_dram_time_ratio"};
+    if (Status s = pr.keys(**obj, allowed, path, optional); !s) {
       status = s;
       return;
     }
     for (const FigureField& f : fs) {
+      if (!(*obj)->contains(f.key) && f.key == std::string_view("remote_dram_time_ratio")) {
+        *f.figure = Figure{.value = 1.0,
+                           .origin = Origin::kAssumption,
+                           .source = "absent from the profile: no remote-DRAM penalty"};
+        continue;
+      }
       auto fig = pr.figure(**obj, f.key, path, f.is_fraction);
       if (!fig) {
         status = fail(fig.error());

@@ -149,15 +149,17 @@ struct HostLinkFigures {
   bool operator==(const HostLinkFigures&) const = default;
 };
 
-// CPU side. CPU Adam (and other streaming host work) on c cores runs at
-//   min(c · adam_bytes_per_s_per_core, the rank's share of dram_bytes_per_s_per_socket)
-// bytes of optimizer state streamed per second, or slower when its FLOPs need more than
-// c · flops_per_s_per_core.
+// CPU side. The CPU optimizer's host step on c cores runs at
+//   min(c · adam_bytes_per_s_per_core / numa, the rank's share of dram_bytes_per_s_per_socket)
+// bytes streamed per second, or slower when its FLOPs need more than c · flops_per_s_per_core;
+// numa = 1 + (k-1)/k · (remote_dram_time_ratio - 1) when its threads run on k sockets while its
+// memory is on one (models/cost_model.h).
 struct HostFigures {
   Figure dram_bytes_per_s_per_socket;
   Figure cores_per_socket;
   Figure adam_bytes_per_s_per_core;
-  Figure flops_per_s_per_core;  // sustained fp32 vector FLOP/s of one core on streaming code
+  Figure flops_per_s_per_core;    // sustained fp32 vector FLOP/s of one core on streaming code
+  Figure remote_dram_time_ratio;  // time per byte from another socket's DRAM over local DRAM
   bool operator==(const HostFigures&) const = default;
 };
 

@@ -237,11 +237,14 @@ TEST(CostModelTest, TwoGpusBehindOneSwitchHalveEachOthersCopies) {
 }
 
 // Simulates one CPU Adam step of `bytes` per listed rank, all at once; returns the makespan.
+// `adam_per_core` > 0 replaces the profile's per-core CPU Adam rate.
 double simulate_host_compute(const std::string& system, const std::vector<SimRank>& ranks,
-                             std::int64_t bytes) {
+                             std::int64_t bytes, double adam_per_core = 0.0) {
   auto sys = *find_system(system);
   sim::PlanBuilder b;
-  auto cm = CostModel::create(sys, *builtin_profile(sys.gpu), ranks, b);
+  auto profile = *builtin_profile(sys.gpu);
+  if (adam_per_core > 0.0) profile.host.adam_bytes_per_s_per_core.value = adam_per_core;
+  auto cm = CostModel::create(sys, profile, ranks, b);
   OFFSIM_CHECK(cm.has_value());
   for (const SimRank& r : ranks) {
     sim::Op op{.name = "adam",
@@ -264,12 +267,13 @@ TEST(CostModelTest, OneRepresentativeEqualsEightRanks) {
   EXPECT_NEAR(simulate_copies("dgx-a100-80gb", eight, gb), 0.080006, 2e-9);
   EXPECT_NEAR(simulate_copies("dgx-a100-80gb", {{.rank = 0, .multiplicity = 8, .stride = 1}}, gb),
               0.080006, 2e-9);
-  // DGX H100, CPU Adam over 16 GB per GPU on all 8 at once: 4 GPUs per socket share its
-  // 290 GB/s of DRAM (72.5 GB/s each, below the 14 cores' 112 GB/s): 16 / 72.5 = 0.2207 s.
+  // DGX H100, CPU Adam over 16 GB per GPU on all 8 at once, with cores of 8 GB/s: 4 GPUs per
+  // socket share its 290 GB/s of DRAM (72.5 GB/s each, below the 14 cores' 112 GB/s):
+  // 16 / 72.5 = 0.2207 s.
   const std::int64_t state = 16'000'000'000;
-  const double separate = simulate_host_compute("dgx-h100", eight, state);
+  const double separate = simulate_host_compute("dgx-h100", eight, state, 8e9);
   const double together =
-      simulate_host_compute("dgx-h100", {{.rank = 0, .multiplicity = 8, .stride = 1}}, state);
+      simulate_host_compute("dgx-h100", {{.rank = 0, .multiplicity = 8, .stride = 1}}, state, 8e9);
   EXPECT_NEAR(separate, 16e9 / 72.5e9, 2e-9);
   EXPECT_NEAR(together, separate, 2e-9);
 }
@@ -365,17 +369,60 @@ TEST(CostModelTest, P2pInsideAndAcrossNodes) {
 }
 
 TEST(CostModelTest, CpuAdamIsBoundByCoresThenByDram) {
-  // DGX H100 socket: 56 cores for 4 GPUs = 14 cores per rank at 8 GB/s = 112 GB/s.
+  // The built-in per-core rate: DeepSpeed PR #735, 11.6e9 parameters × 52 B in 8.2 s on 48
+  // cores = 1.5325 GB/s per core. DGX H100: 2 sockets × 56 cores for 8 GPUs = 14 cores per rank,
+  // all on the rank's socket when bound (the default): 16 GB / (14 × 1.5325 GB/s) = 0.7457 s.
+  const double per_core = 11.6e9 * 52.0 / 8.2 / 48.0;
   auto one = make("dgx-h100", {{.rank = 0}});
   const std::int64_t bytes = 16'000'000'000;  // 1B parameters of fp32 Adam state
-  EXPECT_NEAR(seconds(one.cm.alone(one.cm.host_compute(0, bytes, 0.0))), 16e9 / 112e9, 2e-9);
-  // All 8 GPUs at once: the 2 sockets' DRAM (2 × 290 GB/s) shared by 8 = 72.5 GB/s each.
-  auto all = make("dgx-h100", {{.rank = 0, .multiplicity = 8, .stride = 1}});
-  EXPECT_NEAR(seconds(all.cm.alone(all.cm.host_compute(0, bytes, 0.0))), 16e9 / 72.5e9, 2e-9);
+  EXPECT_NEAR(seconds(one.cm.alone(one.cm.host_compute(0, bytes, 0.0))), 16e9 / (14 * per_core),
+              2e-9);
   // Arithmetic-heavy host work: 14 cores × 32 GFLOP/s = 448 GFLOP/s bounds 1e12 FLOPs over
   // 1 GB at 1e12 / 448e9 = 2.23 s.
   EXPECT_NEAR(seconds(one.cm.alone(one.cm.host_compute(0, 1'000'000'000, 1e12))), 1e12 / 448e9,
               2e-9);
+  // Faster cores (8 GB/s each, 112 GB/s per rank), all 8 GPUs at once: the 2 sockets' DRAM
+  // (2 × 290 GB/s) shared by 8 = 72.5 GB/s each bounds them.
+  auto fast = make("dgx-h100", {{.rank = 0, .multiplicity = 8, .stride = 1}});
+  fast.profile.host.adam_bytes_per_s_per_core.value = 8e9;
+  sim::PlanBuilder b;
+  auto all = *CostModel::create(fast.system, fast.profile,
+                                {{.rank = 0, .multiplicity = 8, .stride = 1}}, b);
+  EXPECT_NEAR(seconds(all.alone(all.host_compute(0, bytes, 0.0))), 16e9 / 72.5e9, 2e-9);
+}
+
+TEST(CostModelTest, CpuThreadsBindingAndNumaPlacement) {
+  // Rate = c × per-core / numa, numa = 1 + (k-1)/k × (r-1) with r = 1.6 (remote DRAM) and k the
+  // sockets the rank's threads run on.
+  const double per_core = 11.6e9 * 52.0 / 8.2 / 48.0;
+  const double r = 1.6;
+  auto f = make("dgx-h100", {{.rank = 0}});
+  const std::int64_t bytes = 16'000'000'000;
+  auto t = [&](const CostModel::CpuThreads& th) {
+    return seconds(f.cm.alone(f.cm.host_compute(0, bytes, 0.0, th)));
+  };
+  // Unbound, 8 local ranks: 14 cores' share, threads migrate over both sockets: k = 2.
+  EXPECT_NEAR(t({.bind_cores = false, .local_ranks = 8}),
+              16e9 * (1 + 0.5 * (r - 1)) / (14 * per_core), 2e-9);
+  // Bound, 2 local ranks (DeepSpeed --bind_cores_to_rank on 2 GPUs): 112 / 2 = 56 cores, one
+  // socket, no remote traffic.
+  EXPECT_NEAR(t({.bind_cores = true, .local_ranks = 2}), 16e9 / (56 * per_core), 2e-9);
+  // Unbound, 2 local ranks: the same 56 cores' share on both sockets: 1.3x as long.
+  EXPECT_NEAR(t({.bind_cores = false, .local_ranks = 2}),
+              16e9 * (1 + 0.5 * (r - 1)) / (56 * per_core), 2e-9);
+  // Bound, 1 local rank: all 112 cores span both sockets (k = 2); 132 GB/s stays below one
+  // socket's 290 GB/s of DRAM.
+  EXPECT_NEAR(t({.bind_cores = true, .local_ranks = 1}),
+              16e9 * (1 + 0.5 * (r - 1)) / (112 * per_core), 2e-9);
+  // OMP_NUM_THREADS = 4, bound: 4 cores on one socket.
+  EXPECT_NEAR(t({.bind_cores = true, .threads = 4, .local_ranks = 1}), 16e9 / (4 * per_core), 2e-9);
+  // A one-socket host has no remote DRAM: unbound equals bound.
+  auto single = make("h100-1gpu", {{.rank = 0}});
+  const CostModel::CpuThreads unbound{.bind_cores = false, .local_ranks = 1};
+  const CostModel::CpuThreads bound{.bind_cores = true, .local_ranks = 1};
+  ASSERT_EQ(single.system.sockets_per_node, 1);
+  EXPECT_DOUBLE_EQ(seconds(single.cm.alone(single.cm.host_compute(0, bytes, 0.0, unbound))),
+                   seconds(single.cm.alone(single.cm.host_compute(0, bytes, 0.0, bound))));
 }
 
 TEST(CostModelTest, RejectsBadRanks) {

@@ -160,6 +160,25 @@ TEST(BuildStep, ZeroOffloadMovesOptimizerStateToHost) {
   EXPECT_EQ(cpu_ops, s.model.layers + 2);  // every layer, the embedding and the head
 }
 
+TEST(BuildStep, ZeroOffloadHostStepStreamsDeepSpeedsPasses) {
+  // The CPU update of each parameter group streams, per parameter of the rank's shard, the
+  // bf16 gradient widened to fp32 (2 + 4), the norm (4), unscale/clip (4 + 4), Adam (4 + 3 x 8)
+  // and the fp32 master narrowed to bf16 for the H2D copy (4 + 2): 52 bytes.
+  Scenario s = base("llama3-8b", "dgx-h100");
+  s.parallelism = {.dp = 8, .zero_stage = 2};
+  s.offload = *offload_preset("zero_offload", {});
+  auto step = build_step(s);
+  ASSERT_TRUE(step);
+  std::int64_t bytes = 0;
+  for (const sim::Op& op : step->plan.ops) {
+    if (op.category == "cpu_optimizer") bytes += op.sizes.bytes;
+  }
+  // Each group's shard is ceil(params / 8): the sum lies within a few parameters of psi / 8.
+  const std::int64_t psi = parameter_count(s.model);
+  EXPECT_GE(bytes, 52 * (psi / 8));
+  EXPECT_LE(bytes, 52 * (psi / 8 + s.model.layers + 2));
+}
+
 TEST(BuildStep, SavedActivationsInPlanMatchFormula) {
   // One micro-batch, no offload: the activation tensors of layer 0 total the formula's bytes.
   Scenario s = base("llama3-8b", "dgx-h100");

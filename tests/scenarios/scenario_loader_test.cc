@@ -120,6 +120,29 @@ TEST_F(LoaderTest, BadValuesAreErrors) {
   EXPECT_EQ(preset_error.rfind(p(":12:10: offload: expected a preset ("), 0), 0u) << preset_error;
 }
 
+TEST_F(LoaderTest, CpuOptimizerThreadOptions) {
+  // offload.cpu.bind_cores / offload.cpu.threads reach the scenario, also through --set on a
+  // preset written as a plain name; bad values name the key.
+  const std::string path =
+      write("s.yaml", replace(kBase, "offload: megatron_activation_offload",
+                              "offload:\n  preset: zero_offload\n  cpu:\n    bind_cores: true\n"
+                              "    threads: 32"));
+  auto file = load_scenario_file(path);
+  ASSERT_TRUE(file) << file.error().message;
+  auto s = scenario_from_document(file->base, file->base_dir);
+  ASSERT_TRUE(s) << s.error().message;
+  EXPECT_TRUE(s->offload.cpu_bind_cores);
+  EXPECT_EQ(s->offload.cpu_threads, 32);
+  EXPECT_TRUE(check_loaded(*s, file->base));
+  const std::string negative = error_of(kBase, {"offload.cpu.threads=-4"});
+  EXPECT_NE(negative.find("offload.cpu.threads: expected an integer in 1..65536"),
+            std::string::npos)
+      << negative;
+  const std::string unknown = error_of(kBase, {"offload.cpu.pin=1"});
+  EXPECT_NE(unknown.find("offload.cpu"), std::string::npos) << unknown;
+  EXPECT_NE(unknown.find("pin"), std::string::npos) << unknown;
+}
+
 TEST_F(LoaderTest, ImpossibleConfigurationsPointAtTheKey) {
   // Llama 3 8B has 32 heads; TP 3 does not divide them.
   EXPECT_EQ(error_of(replace(kBase, "  tp: 1\n", "  tp: 3\n")),

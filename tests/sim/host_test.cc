@@ -75,6 +75,24 @@ TEST(Host, EverySystemsOwnHostAttachesAndLeavesItsDefaultProfileUnchanged) {
   }
 }
 
+TEST(Host, CpuAdamRateScalesWithVectorWidth) {
+  // DeepSpeed PR #735: 11.6e9 parameters x 52 B in 8.2 s on 48 AVX-512 cores per core; an AVX2
+  // core (EPYC 7742, 256 bits) runs DeepSpeed's 8-lane kernel at half that.
+  const double per_core_512 = 11.6e9 * 52.0 / 8.2 / 48.0;
+  auto xeon = find_host("xeon-8480c");
+  auto rome = find_host("epyc-7742");
+  ASSERT_TRUE(xeon && rome);
+  EXPECT_DOUBLE_EQ(xeon->adam_bytes_per_s_per_core.value, per_core_512);
+  EXPECT_DOUBLE_EQ(rome->adam_bytes_per_s_per_core.value, per_core_512 / 2);
+  EXPECT_EQ(rome->adam_bytes_per_s_per_core.origin, Origin::kPublished);
+  EXPECT_FALSE(rome->remote_dram_time_ratio.source.empty());
+  // The DGX A100 resolves to its EPYC 7742 host's rate.
+  const System a100 = system_named("dgx-a100-40gb");
+  auto hw = resolve_hardware(a100, profile_of(a100), "", {});
+  ASSERT_TRUE(hw) << hw.error().message;
+  EXPECT_DOUBLE_EQ(hw->profile.host.adam_bytes_per_s_per_core.value, per_core_512 / 2);
+}
+
 TEST(Host, AXeon6HostChangesTheHostFiguresOfHgxH200) {
   const System s = system_named("hgx-h200-xeon6");
   auto hw = resolve_hardware(s, profile_of(s), "", {});
