@@ -25,12 +25,12 @@
 #include "backends/replay.h"
 #include "calibrate/calibrate.h"
 #include "models/evaluate.h"
+#include "scenarios/break_even.h"
 #include "scenarios/cli/import_command.h"
 #include "scenarios/cli/sweep_mpi.h"
 #include "scenarios/importers/jax_memory.h"
-#include "scenarios/output_paths.h"
-#include "scenarios/break_even.h"
 #include "scenarios/memory_advice.h"
+#include "scenarios/output_paths.h"
 #include "scenarios/policy_search.h"
 #include "scenarios/report_format.h"
 #include "scenarios/resource_limits.h"
@@ -276,7 +276,8 @@ int cmd_run(const RunArgs& a) {
       const nlohmann::json cmp = scenarios::jax_memory_comparison(*jax, reports.front().report);
       scenarios::flatten_json(cmp, cmp, "jax_memory", records.front());
     }
-    fmt::print("{}\n", records.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
+    fmt::print("{}\n",
+               records.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
   } else if (a.format == "jsonl") {
     fmt::print("{}", scenarios::format_jsonl(reports));
   } else if (a.format == "csv") {
