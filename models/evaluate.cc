@@ -120,17 +120,17 @@ Report report_of(const Scenario& scenario, const BuiltStep& step, const sim::Tim
     const SimRankInfo& crit = step.ranks.front();
     r.time = seconds(x != nullptr ? x->split : sim::split_time(step.plan, t, crit.compute_lane));
   }
-  if (t.outcome.oom) {
-    const sim::OutOfMemory& o = *t.outcome.oom;
-    r.oom = OomReport{.op = o.op_name,
-                      .pool = o.pool,
-                      .time_s = sim::to_seconds(o.time),
-                      .requested_bytes = o.requested_bytes,
-                      .in_use_bytes = o.in_use_bytes,
-                      .capacity_bytes = o.capacity_bytes,
-                      .live = o.live,
-                      .device_memory = o.pool_kind == sim::PoolKind::kHbm};
-  }
+  const auto oom_report = [](const sim::OutOfMemory& o) {
+    return OomReport{.op = o.op_name,
+                     .pool = o.pool,
+                     .time_s = sim::to_seconds(o.time),
+                     .requested_bytes = o.requested_bytes,
+                     .in_use_bytes = o.in_use_bytes,
+                     .capacity_bytes = o.capacity_bytes,
+                     .live = o.live,
+                     .device_memory = o.pool_kind == sim::PoolKind::kHbm};
+  };
+  if (t.outcome.oom) r.oom = oom_report(*t.outcome.oom);
   // Pools over capacity (the step ran to its end with them unbounded): demand = true peak.
   for (const sim::OutOfMemory& o : t.outcome.over_capacity) {
     PoolDemand d;
@@ -138,13 +138,7 @@ Report report_of(const Scenario& scenario, const BuiltStep& step, const sim::Tim
     d.capacity_bytes = o.capacity_bytes;
     if (const sim::PoolTrace* p = find_pool(t, o.pool_id)) d.demand_bytes = p->peak_bytes;
     d.overshoot_bytes = d.demand_bytes - d.capacity_bytes;
-    d.first_failure = OomReport{.op = o.op_name,
-                                .pool = o.pool,
-                                .time_s = sim::to_seconds(o.time),
-                                .requested_bytes = o.requested_bytes,
-                                .in_use_bytes = o.in_use_bytes,
-                                .capacity_bytes = o.capacity_bytes,
-                                .live = o.live};
+    d.first_failure = oom_report(o);
     if (d.first_failure.live.size() > 20) d.first_failure.live.resize(20);
     r.over_capacity.push_back(std::move(d));
   }

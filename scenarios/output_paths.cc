@@ -11,21 +11,13 @@
 #include <fmt/format.h>
 
 #include "sim/core/escape.h"
+#include "sim/core/file_io.h"
 
 namespace offsim::scenarios {
 
 namespace {
 
 using sim::ErrorCode;
-
-const char* non_regular_kind(mode_t mode) {
-  if (S_ISDIR(mode)) return "a directory";
-  if (S_ISCHR(mode)) return "a character device";
-  if (S_ISBLK(mode)) return "a block device";
-  if (S_ISFIFO(mode)) return "a pipe (FIFO)";
-  if (S_ISSOCK(mode)) return "a socket";
-  return "not a regular file";
-}
 
 std::string extension_of(const std::string& path) {
   const std::string name = std::filesystem::path(path).filename().string();
@@ -73,7 +65,7 @@ sim::Status check_output_path(const std::string& flag, const std::string& path,
   if (exists && !S_ISREG(st.st_mode)) {
     return sim::fail(ErrorCode::kInvalidInput,
                      "{} {}: is {}, expected a regular file or a new file name", flag, shown,
-                     non_regular_kind(st.st_mode));
+                     sim::file_type_name(st.st_mode));
   }
   for (const char c : path) {
     if (static_cast<unsigned char>(c) < 0x20 || c == 0x7F) {

@@ -8,6 +8,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "sim/core/json_reader.h"
+
 namespace offsim::gui {
 namespace {
 
@@ -82,11 +84,13 @@ bool is_chrome_trace(std::string_view text) {
 
 sim::Result<std::vector<sim::Timeline>> timelines_from_chrome_trace(std::string_view text,
                                                                     const std::string& source) {
-  const json doc = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (doc.is_discarded()) {
-    return sim::fail(ErrorCode::kInvalidInput, "{}: not valid JSON (a Chrome trace was expected)",
-                     source);
+  // Strict JSON, as every input: a duplicate key is refused with its line and path.
+  auto parsed = sim::parse_json_text(std::string(text), source);
+  if (!parsed) {
+    return sim::fail(ErrorCode::kInvalidInput, "{} (a Chrome trace was expected)",
+                     parsed.error().message);
   }
+  const json doc = std::move(*parsed);
   auto events = doc.is_object() ? doc.find("traceEvents") : doc.end();
   if (!doc.is_array() && (events == doc.end() || !events->is_array())) {
     return sim::fail(ErrorCode::kInvalidInput,

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "scenarios/importers/importer.h"
+#include "scenarios/output_paths.h"
 #include "sim/core/file_io.h"
 
 namespace offsim::cli {
@@ -74,7 +75,18 @@ int cmd_import(const ImportArgs& a) {
     fmt::print("{}", text);
     return 0;
   }
-  if (auto st = sim::write_text_file_atomic(a.out, text); !st) {
+  // The output is checked like every command's (never one of the inputs, a directory or a
+  // device) and written through a temporary renamed into place.
+  scenarios::OutputFiles outputs(files);
+  if (auto st = outputs.reserve("--out", a.out, {".yaml", ".yml"}); !st) {
+    fmt::print(stderr, "offsim: error: {}\n", st.error().message);
+    return 2;
+  }
+  if (auto st = outputs.write(a.out, text); !st) {
+    fmt::print(stderr, "offsim: error: {}\n", st.error().message);
+    return 1;
+  }
+  if (auto st = outputs.commit(); !st) {
     fmt::print(stderr, "offsim: error: {}\n", st.error().message);
     return 1;
   }

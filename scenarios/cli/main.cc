@@ -231,6 +231,7 @@ int cmd_run(const RunArgs& a) {
   // their destinations together at the end.
   std::vector<std::string> inputs = a.scenarios;
   for (const Loaded& l : loaded) inputs.push_back(l.scenario.hardware.profile_path);
+  if (!a.jax_memory.empty()) inputs.push_back(a.jax_memory);
   scenarios::OutputFiles outputs(inputs);
   for (const auto& [flag, path] :
        {std::pair("--trace", &a.trace), std::pair("--timeline-out", &a.timeline_out),

@@ -12,15 +12,6 @@ namespace offsim::sim {
 
 namespace {
 
-const char* file_type_name(mode_t mode) {
-  if (S_ISDIR(mode)) return "a directory";
-  if (S_ISCHR(mode)) return "a character device";
-  if (S_ISBLK(mode)) return "a block device";
-  if (S_ISFIFO(mode)) return "a pipe (FIFO)";
-  if (S_ISSOCK(mode)) return "a socket";
-  return "not a regular file";
-}
-
 std::string size_text(std::int64_t bytes) {
   if (bytes >= (std::int64_t{1} << 30) && bytes % (std::int64_t{1} << 30) == 0) {
     return fmt::format("{} GiB", bytes >> 30);
@@ -46,6 +37,16 @@ class Fd {
 };
 
 }  // namespace
+
+const char* file_type_name(unsigned int st_mode) {
+  const auto mode = static_cast<mode_t>(st_mode);
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISFIFO(mode)) return "a pipe (FIFO)";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
 
 Result<std::string> read_input_file(const std::string& path, const InputKind& kind) {
   // stat() first: opening a FIFO would block until a writer appears, and opening some devices

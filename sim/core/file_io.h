@@ -43,6 +43,10 @@ inline constexpr InputKind kPlanInput{"a Plan JSON", std::int64_t{1} << 30};
 inline constexpr InputKind kSweepResultsInput{"a sweep result file (CSV or JSONL)",
                                               std::int64_t{4} << 30};
 
+// What a file that is not a regular file is, for messages: "a directory", "a character device",
+// "a block device", "a pipe (FIFO)", "a socket" (st_mode of stat()).
+const char* file_type_name(unsigned int st_mode);
+
 // Reads a regular file of at most kind.max_bytes bytes. Errors name the path and what was
 // expected: kNotFound (missing), kLimitExceeded (too large), kInvalidInput (not a regular file,
 // or unreadable: an input the user named that cannot be read is an input error).

@@ -86,6 +86,12 @@ TEST(ChromeTrace, ErrorsNameTheEventAndKey) {
   auto not_json = timelines_from_chrome_trace("{\"traceEvents\": [", "t.json");
   ASSERT_FALSE(not_json);
   EXPECT_NE(not_json.error().message.find("t.json: not valid JSON"), std::string::npos);
+  // Strict JSON, as every input: a duplicate key is refused with its line and path.
+  auto duplicate =
+      timelines_from_chrome_trace("{\"traceEvents\": [],\n \"traceEvents\": []}", "t.json");
+  ASSERT_FALSE(duplicate);
+  EXPECT_NE(duplicate.error().message.find("duplicate key 'traceEvents'"), std::string::npos)
+      << duplicate.error().message;
   auto no_events = timelines_from_chrome_trace(R"({"displayTimeUnit": "ns"})", "t.json");
   ASSERT_FALSE(no_events);
   EXPECT_NE(no_events.error().message.find("traceEvents"), std::string::npos);

@@ -409,6 +409,23 @@ TEST(ImportCommand, OutputRunsAndStrictFails) {
   a.push_back("--strict");
   EXPECT_EQ(testing::wait_exit(testing::spawn_process(OFFSIM_CLI_PATH, a, so, se)), 2);
   EXPECT_NE(testing::read_file(se).find("--strict refuses them"), std::string::npos);
+  // --out is checked like every output: never an input (the recipe would be overwritten), never
+  // a format the command does not write; nothing is written then.
+  const std::string recipe = (dir / "recipe.yaml").string();
+  fs::copy_file(kDir + "megatron-bridge-recipe.yaml", recipe);
+  const std::string before = testing::read_file(recipe);
+  EXPECT_EQ(testing::wait_exit(
+                testing::spawn_process(OFFSIM_CLI_PATH,
+                                       {"import", "--from", "megatron", recipe, "--gpus", "8",
+                                        "--set", "hardware.system=dgx-a100-80gb", "--out", recipe},
+                                       so, se)),
+            2);
+  EXPECT_NE(testing::read_file(se).find("--out"), std::string::npos) << testing::read_file(se);
+  EXPECT_EQ(testing::read_file(recipe), before);
+  a = args;
+  a.insert(a.end(), {"--out", (dir / "ds.parquet").string()});
+  EXPECT_EQ(testing::wait_exit(testing::spawn_process(OFFSIM_CLI_PATH, a, so, se)), 2);
+  EXPECT_FALSE(fs::exists(dir / "ds.parquet"));
   fs::remove_all(dir);
 }
 
