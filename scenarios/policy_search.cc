@@ -122,9 +122,9 @@ std::string describe_policy(const SearchSpace& space, const Candidate& c) {
   return out;
 }
 
-sim::Result<SearchResult> search_policies(const models::Scenario& base,
-                                          const SearchOptions& options) {
-  const auto started = std::chrono::steady_clock::now();
+namespace {
+
+sim::Status check_search_options(const SearchOptions& options) {
   const SearchSpace& space = options.space;
   if (space.fractions.empty() || space.fractions.front() != 0.0 ||
       !std::is_sorted(space.fractions.begin(), space.fractions.end())) {
@@ -139,157 +139,232 @@ sim::Result<SearchResult> search_policies(const models::Scenario& base,
     return sim::fail(sim::ErrorCode::kInvalidInput, "--top: expected K >= 1, got {}",
                      options.top_k);
   }
-  const std::vector<std::int64_t> mbs = space.micro_batches.empty()
-                                            ? std::vector<std::int64_t>{base.training.micro_batch}
-                                            : space.micro_batches;
-  const std::vector<RecomputeConfig::Mode> rcs =
-      space.recompute.empty() ? std::vector<RecomputeConfig::Mode>{base.recompute.mode}
-                              : space.recompute;
-  const auto opt_it =
-      std::find(space.classes.begin(), space.classes.end(), TensorClass::kOptimizerStates);
-  const int opt_class =
-      opt_it == space.classes.end() ? -1 : static_cast<int>(opt_it - space.classes.begin());
-  std::vector<bool> opt_choices = {false};
-  if (space.optimizer_choice && opt_class >= 0) opt_choices.push_back(true);
-  std::optional<int> gpus_per_node;
-  if (auto system = sim::platform::find_system(base.hardware.system)) {
-    gpus_per_node = system->gpus_per_node;
-  }
+  return sim::ok();
+}
 
-  // Enumerate the space in a fixed order; the index breaks ties between equal objectives.
-  const int n_classes = static_cast<int>(space.classes.size());
-  const int n_fractions = static_cast<int>(space.fractions.size());
-  const int n_prefetch = static_cast<int>(space.prefetch.size());
+// Every candidate in a fixed order (the index breaks ties between equal objectives), in groups
+// of one micro-batch, recompute mode and optimizer placement.
+struct Enumeration {
   std::vector<Entry> entries;
-  std::vector<std::size_t> group_top;  // the most-offloaded candidate of each group
-  int group = 0;
-  for (std::int64_t mb : mbs) {
-    for (RecomputeConfig::Mode rc : rcs) {
-      for (bool opt_cpu : opt_choices) {
-        std::optional<std::size_t> top;
-        std::vector<int> levels(static_cast<std::size_t>(n_classes), 0);
-        while (true) {
-          const bool none = std::all_of(levels.begin(), levels.end(), [](int l) { return l == 0; });
-          const bool opt_ok = !opt_cpu || levels[static_cast<std::size_t>(opt_class)] > 0;
-          for (int p = 0; p < n_prefetch; ++p) {
-            if (none && p > 0) break;  // without offload the prefetch depth means nothing
-            if (!opt_ok) break;
-            Entry e;
-            e.candidate =
-                Candidate{static_cast<std::int64_t>(entries.size()), levels, p, opt_cpu, mb, rc};
-            e.group = group;
-            e.wave = p;
-            for (int l : levels) e.wave += l;
-            const models::Scenario s = apply_candidate(base, space, e.candidate);
-            e.valid = gpus_per_node ? static_cast<bool>(models::check_scenario(s, *gpus_per_node))
-                                    : static_cast<bool>(models::check_scenario(s));
-            entries.push_back(std::move(e));
-            if (entries.back().valid) top = entries.size() - 1;  // enumeration ends at the top
-          }
-          int k = n_classes - 1;
-          while (k >= 0 && ++levels[static_cast<std::size_t>(k)] == n_fractions) {
-            levels[static_cast<std::size_t>(k)] = 0;
-            --k;
-          }
-          if (k < 0) break;
-        }
-        group_top.push_back(top.value_or(SIZE_MAX));
-        ++group;
-      }
+  std::vector<std::size_t> group_top;  // the most-offloaded valid candidate of each group
+};
+
+// The next offload levels in lexicographic order (the last class fastest); false after the last.
+bool next_levels(std::vector<int>& levels, int n_fractions) {
+  int k = static_cast<int>(levels.size()) - 1;
+  while (k >= 0 && ++levels[static_cast<std::size_t>(k)] == n_fractions) {
+    levels[static_cast<std::size_t>(k)] = 0;
+    --k;
+  }
+  return k >= 0;
+}
+
+class Enumerator {
+ public:
+  Enumerator(const models::Scenario& base, const SearchSpace& space) : base_(base), space_(space) {
+    const auto opt_it =
+        std::find(space.classes.begin(), space.classes.end(), TensorClass::kOptimizerStates);
+    opt_class_ =
+        opt_it == space.classes.end() ? -1 : static_cast<int>(opt_it - space.classes.begin());
+    if (auto system = sim::platform::find_system(base.hardware.system)) {
+      gpus_per_node_ = system->gpus_per_node;
     }
   }
 
-  SearchResult result;
-  result.space_size = static_cast<std::int64_t>(entries.size());
-  for (const Entry& e : entries) result.valid += e.valid ? 1 : 0;
-
-  Progress progress(result.valid, options.progress, 5.0);
-  std::mutex progress_mutex;
-  std::int64_t simulated = 0;
-  auto evaluate = [&](std::vector<std::size_t> todo) {
-    parallel_for(todo.size(), options.jobs, [&](std::size_t i) {
-      if (options.progress) {
-        const std::lock_guard<std::mutex> lock(progress_mutex);
-        progress.update(simulated++);
+  Enumeration run() {
+    const std::vector<std::int64_t> mbs =
+        space_.micro_batches.empty() ? std::vector<std::int64_t>{base_.training.micro_batch}
+                                     : space_.micro_batches;
+    const std::vector<RecomputeConfig::Mode> rcs =
+        space_.recompute.empty() ? std::vector<RecomputeConfig::Mode>{base_.recompute.mode}
+                                 : space_.recompute;
+    std::vector<bool> opt_choices = {false};
+    if (space_.optimizer_choice && opt_class_ >= 0) opt_choices.push_back(true);
+    for (std::int64_t mb : mbs) {
+      for (RecomputeConfig::Mode rc : rcs) {
+        for (bool opt_cpu : opt_choices) add_group(mb, rc, opt_cpu);
       }
-      Entry& e = entries[todo[i]];
-      auto eval = models::evaluate(apply_candidate(base, space, e.candidate), options.eval);
+    }
+    return std::move(out_);
+  }
+
+ private:
+  void add_group(std::int64_t mb, RecomputeConfig::Mode rc, bool opt_cpu) {
+    std::optional<std::size_t> top;
+    std::vector<int> levels(space_.classes.size(), 0);
+    do {
+      const bool none = std::all_of(levels.begin(), levels.end(), [](int l) { return l == 0; });
+      const bool opt_ok = !opt_cpu || levels[static_cast<std::size_t>(opt_class_)] > 0;
+      for (int p = 0; p < static_cast<int>(space_.prefetch.size()); ++p) {
+        if (none && p > 0) break;  // without offload the prefetch depth means nothing
+        if (!opt_ok) break;
+        add_entry(
+            Candidate{static_cast<std::int64_t>(out_.entries.size()), levels, p, opt_cpu, mb, rc});
+        if (out_.entries.back().valid) top = out_.entries.size() - 1;  // enumeration ends at top
+      }
+    } while (next_levels(levels, static_cast<int>(space_.fractions.size())));
+    out_.group_top.push_back(top.value_or(SIZE_MAX));
+  }
+
+  void add_entry(Candidate candidate) {
+    Entry e;
+    e.candidate = std::move(candidate);
+    e.group = static_cast<int>(out_.group_top.size());
+    e.wave = e.candidate.prefetch_level;
+    for (int l : e.candidate.levels) e.wave += l;
+    const models::Scenario s = apply_candidate(base_, space_, e.candidate);
+    e.valid = gpus_per_node_ ? static_cast<bool>(models::check_scenario(s, *gpus_per_node_))
+                             : static_cast<bool>(models::check_scenario(s));
+    out_.entries.push_back(std::move(e));
+  }
+
+  const models::Scenario& base_;
+  const SearchSpace& space_;
+  int opt_class_ = -1;
+  std::optional<int> gpus_per_node_;
+  Enumeration out_;
+};
+
+// Simulates lists of entries in parallel, recording each one's state, objective and report.
+class Evaluator {
+ public:
+  Evaluator(const models::Scenario& base, const SearchOptions& options, std::vector<Entry>& entries,
+            std::int64_t valid)
+      : base_(base),
+        options_(options),
+        entries_(entries),
+        progress_(valid, options.progress, 5.0) {}
+
+  void evaluate(const std::vector<std::size_t>& todo) {
+    parallel_for(todo.size(), options_.jobs, [&](std::size_t i) {
+      if (options_.progress) {
+        const std::lock_guard<std::mutex> lock(progress_mutex_);
+        progress_.update(simulated_++);
+      }
+      Entry& e = entries_[todo[i]];
+      auto eval =
+          models::evaluate(apply_candidate(base_, options_.space, e.candidate), options_.eval);
       if (!eval) {
         e.state = State::kOtherFailure;
         return;
       }
       e.state = classify(eval->report);
-      e.key = objective_key(eval->report, options.objective);
+      e.key = objective_key(eval->report, options_.objective);
       e.report = std::move(eval->report);
     });
-    result.evaluated += static_cast<std::int64_t>(todo.size());
-  };
+    evaluated_ += static_cast<std::int64_t>(todo.size());
+  }
 
+  std::int64_t evaluated() const { return evaluated_; }
+  void finish() {
+    if (options_.progress) progress_.finish(evaluated_);
+  }
+
+ private:
+  const models::Scenario& base_;
+  const SearchOptions& options_;
+  std::vector<Entry>& entries_;
+  Progress progress_;
+  std::mutex progress_mutex_;
+  std::int64_t simulated_ = 0;
+  std::int64_t evaluated_ = 0;
+};
+
+// The `bound_k`-th best objective among the fitting entries, when that many fit.
+std::optional<double> kth_key(const std::vector<Entry>& entries, int bound_k) {
+  std::vector<double> keys;
+  for (const Entry& e : entries)
+    if (e.state == State::kFits) keys.push_back(e.key);
+  if (static_cast<int>(keys.size()) < bound_k) return std::nullopt;
+  std::nth_element(keys.begin(), keys.begin() + (bound_k - 1), keys.end());
+  return keys[static_cast<std::size_t>(bound_k - 1)];
+}
+
+enum class Verdict { kEvaluate, kInfeasible, kBelowBound };
+
+// What the evaluated entries of x's group say about x: a candidate with no more offload that
+// overflows host memory, or one with at least as much that overflows HBM, means x does not fit;
+// the worst fitting candidate with no more offload bounds x's objective from below.
+Verdict judge(const std::vector<Entry>& entries, const Entry& x, std::optional<double> kth) {
+  bool infeasible = false;
+  std::optional<double> lower_bound;
+  for (const Entry& z : entries) {
+    if (z.group != x.group || z.state == State::kUnknown || &z == &x) continue;
+    if (z.state == State::kHostFull && below_or_equal(z.candidate, x.candidate)) infeasible = true;
+    if (z.state == State::kHbmFull && below_or_equal(x.candidate, z.candidate)) infeasible = true;
+    if (z.state == State::kFits && below_or_equal(z.candidate, x.candidate))
+      lower_bound = std::max(lower_bound.value_or(z.key), z.key);
+  }
+  if (infeasible) return Verdict::kInfeasible;
+  if (kth && lower_bound && *lower_bound > *kth) return Verdict::kBelowBound;
+  return Verdict::kEvaluate;
+}
+
+// Probes each group's top (when even it does not fit HBM, nothing in the group does), then
+// evaluates wave by wave (total offload level), skipping what the evaluated entries rule out.
+void pruned_search(Enumeration& en, const SearchOptions& options, Evaluator& evaluator,
+                   SearchResult& result) {
+  std::vector<Entry>& entries = en.entries;
+  std::vector<std::size_t> tops;
+  for (std::size_t t : en.group_top)
+    if (t != SIZE_MAX) tops.push_back(t);
+  evaluator.evaluate(tops);
+  std::vector<bool> group_dead(en.group_top.size(), false);
+  for (std::size_t g = 0; g < en.group_top.size(); ++g) {
+    if (en.group_top[g] != SIZE_MAX && entries[en.group_top[g]].state == State::kHbmFull)
+      group_dead[g] = true;
+  }
   // Equivalent candidates (the same policy reached with another prefetch depth or optimizer
   // placement when nothing they govern is offloaded) are listed once. A policy has at most
   // `copies` equivalent candidates, so the K·copies-th best key bounds the K-th distinct one.
-  const int copies = static_cast<int>(space.prefetch.size()) * (space.optimizer_choice ? 2 : 1);
+  const int copies =
+      static_cast<int>(options.space.prefetch.size()) * (options.space.optimizer_choice ? 2 : 1);
   const int bound_k = options.top_k * copies;
-  auto kth_key = [&]() -> std::optional<double> {
-    std::vector<double> keys;
-    for (const Entry& e : entries)
-      if (e.state == State::kFits) keys.push_back(e.key);
-    if (static_cast<int>(keys.size()) < bound_k) return std::nullopt;
-    std::nth_element(keys.begin(), keys.begin() + (bound_k - 1), keys.end());
-    return keys[static_cast<std::size_t>(bound_k - 1)];
-  };
-
-  if (options.method == SearchMethod::kExhaustive) {
+  int max_wave = 0;
+  for (const Entry& e : entries) max_wave = std::max(max_wave, e.wave);
+  for (int wave = 0; wave <= max_wave; ++wave) {
+    const std::optional<double> kth = kth_key(entries, bound_k);
     std::vector<std::size_t> todo;
-    for (std::size_t i = 0; i < entries.size(); ++i)
-      if (entries[i].valid) todo.push_back(i);
-    evaluate(todo);
-  } else {
-    // Probe each group's top: when even it does not fit HBM, nothing in the group does.
-    std::vector<std::size_t> tops;
-    for (std::size_t t : group_top)
-      if (t != SIZE_MAX) tops.push_back(t);
-    evaluate(tops);
-    std::vector<bool> group_dead(static_cast<std::size_t>(group), false);
-    for (std::size_t g = 0; g < group_top.size(); ++g) {
-      if (group_top[g] != SIZE_MAX && entries[group_top[g]].state == State::kHbmFull)
-        group_dead[g] = true;
-    }
-    int max_wave = 0;
-    for (const Entry& e : entries) max_wave = std::max(max_wave, e.wave);
-    for (int wave = 0; wave <= max_wave; ++wave) {
-      const std::optional<double> kth = kth_key();
-      std::vector<std::size_t> todo;
-      for (std::size_t i = 0; i < entries.size(); ++i) {
-        Entry& x = entries[i];
-        if (x.wave != wave || !x.valid || x.state != State::kUnknown) continue;
-        if (group_dead[static_cast<std::size_t>(x.group)]) {
-          ++result.skipped_infeasible;
-          continue;
-        }
-        bool infeasible = false;
-        std::optional<double> lower_bound;
-        for (const Entry& z : entries) {
-          if (z.group != x.group || z.state == State::kUnknown || &z == &x) continue;
-          if (z.state == State::kHostFull && below_or_equal(z.candidate, x.candidate))
-            infeasible = true;
-          if (z.state == State::kHbmFull && below_or_equal(x.candidate, z.candidate))
-            infeasible = true;
-          if (z.state == State::kFits && below_or_equal(z.candidate, x.candidate))
-            lower_bound = std::max(lower_bound.value_or(z.key), z.key);
-        }
-        if (infeasible) {
-          ++result.skipped_infeasible;
-        } else if (kth && lower_bound && *lower_bound > *kth) {
-          ++result.skipped_bound;
-        } else {
-          todo.push_back(i);
-        }
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+      const Entry& x = entries[i];
+      if (x.wave != wave || !x.valid || x.state != State::kUnknown) continue;
+      const Verdict verdict = group_dead[static_cast<std::size_t>(x.group)]
+                                  ? Verdict::kInfeasible
+                                  : judge(entries, x, kth);
+      if (verdict == Verdict::kInfeasible) {
+        ++result.skipped_infeasible;
+      } else if (verdict == Verdict::kBelowBound) {
+        ++result.skipped_bound;
+      } else {
+        todo.push_back(i);
       }
-      evaluate(todo);
+    }
+    evaluator.evaluate(todo);
+  }
+}
+
+RankedCandidate ranked(const models::Scenario& base, const SearchSpace& space,
+                       const std::vector<Entry>& entries, const Entry& e) {
+  RankedCandidate rc;
+  rc.candidate = e.candidate;
+  rc.scenario = apply_candidate(base, space, e.candidate);
+  rc.report = *e.report;
+  rc.policy = describe_policy(space, e.candidate);
+  rc.limit = limiting_factor(*e.report);
+  // Capacity-bound: one step less offload (or deeper prefetch) is known not to fit.
+  for (const Entry& z : entries) {
+    if (z.group != e.group || z.state != State::kHbmFull) continue;
+    if (below_or_equal(z.candidate, e.candidate) && z.wave + 1 == e.wave) {
+      rc.limit += "; capacity: less offload does not fit HBM";
+      break;
     }
   }
+  return rc;
+}
 
+// The best `top_k` distinct policies among the fitting entries, best first.
+void rank_best(const models::Scenario& base, const SearchOptions& options,
+               const std::vector<Entry>& entries, SearchResult& result) {
   std::vector<const Entry*> fitting;
   for (const Entry& e : entries)
     if (e.state == State::kFits) fitting.push_back(&e);
@@ -301,24 +376,34 @@ sim::Result<SearchResult> search_policies(const models::Scenario& base,
   for (std::size_t i = 0;
        i < fitting.size() && static_cast<int>(result.best.size()) < options.top_k; ++i) {
     const Entry& e = *fitting[i];
-    if (!listed.insert(describe_policy(space, e.candidate)).second) continue;
-    RankedCandidate rc;
-    rc.candidate = e.candidate;
-    rc.scenario = apply_candidate(base, space, e.candidate);
-    rc.report = *e.report;
-    rc.policy = describe_policy(space, e.candidate);
-    rc.limit = limiting_factor(*e.report);
-    // Capacity-bound: one step less offload (or deeper prefetch) is known not to fit.
-    for (const Entry& z : entries) {
-      if (z.group != e.group || z.state != State::kHbmFull) continue;
-      if (below_or_equal(z.candidate, e.candidate) && z.wave + 1 == e.wave) {
-        rc.limit += "; capacity: less offload does not fit HBM";
-        break;
-      }
-    }
-    result.best.push_back(std::move(rc));
+    if (!listed.insert(describe_policy(options.space, e.candidate)).second) continue;
+    result.best.push_back(ranked(base, options.space, entries, e));
   }
-  if (options.progress) progress.finish(result.evaluated);
+}
+
+}  // namespace
+
+sim::Result<SearchResult> search_policies(const models::Scenario& base,
+                                          const SearchOptions& options) {
+  const auto started = std::chrono::steady_clock::now();
+  OFFSIM_RETURN_IF_ERROR(check_search_options(options));
+  Enumeration en = Enumerator(base, options.space).run();
+  SearchResult result;
+  result.space_size = static_cast<std::int64_t>(en.entries.size());
+  for (const Entry& e : en.entries) result.valid += e.valid ? 1 : 0;
+
+  Evaluator evaluator(base, options, en.entries, result.valid);
+  if (options.method == SearchMethod::kExhaustive) {
+    std::vector<std::size_t> todo;
+    for (std::size_t i = 0; i < en.entries.size(); ++i)
+      if (en.entries[i].valid) todo.push_back(i);
+    evaluator.evaluate(todo);
+  } else {
+    pruned_search(en, options, evaluator, result);
+  }
+  result.evaluated = evaluator.evaluated();
+  rank_best(base, options, en.entries, result);
+  evaluator.finish();
   result.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   return result;
 }
