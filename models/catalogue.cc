@@ -1,7 +1,10 @@
 // The model catalogue, Hugging Face config import, parameter counts and offload presets.
 #include <algorithm>
 #include <cctype>
+#include <initializer_list>
 #include <limits>
+#include <optional>
+#include <string_view>
 #include <tuple>
 
 #include <fmt/format.h>
@@ -63,136 +66,146 @@ ModelArch llama(std::string name, std::int64_t vocab, std::int64_t hidden, std::
                    .attention = ModelArch::AttentionImpl::kFlash};
 }
 
+// GPT-3 and the Megatron-LM scaling study's GPT shapes.
+void add_gpt_models(std::vector<Entry>& e) {
+  const std::string gpt3 = "Brown et al. 2020 (GPT-3), Table 2.1; vocabulary 50257, context 2048";
+  e.push_back({gpt("gpt3-125m", 50257, 768, 12, 12, 2048), gpt3, {}});
+  e.push_back({gpt("gpt3-350m", 50257, 1024, 24, 16, 2048), gpt3, {}});
+  e.push_back({gpt("gpt3-760m", 50257, 1536, 24, 16, 2048), gpt3, {}});
+  e.push_back({gpt("gpt3-1.3b", 50257, 2048, 24, 16, 2048), gpt3, {}});
+  e.push_back({gpt("gpt3-2.7b", 50257, 2560, 32, 32, 2048), gpt3, {}});
+  e.push_back({gpt("gpt3-6.7b", 50257, 4096, 32, 32, 2048), gpt3, {}});
+  // The paper prints d_model 5140; 40 heads × 128 = 5120 is the size actually used.
+  e.push_back({gpt("gpt3-13b", 50257, 5120, 40, 40, 2048), gpt3 + " (d_model 5120)", {}});
+  e.push_back({gpt("gpt3-175b", 50257, 12288, 96, 96, 2048), gpt3, {"gpt3"}});
+
+  const std::string mlm =
+      "Narayanan et al. SC'21 (arXiv 2104.04473), Table 1; vocabulary 51200, sequence 2048";
+  const struct {
+    const char* name;
+    std::int64_t heads, hidden, layers;
+  } kMegatron[] = {{"megatron-1.7b", 24, 2304, 24},      {"megatron-3.6b", 32, 3072, 30},
+                   {"megatron-7.5b", 32, 4096, 36},      {"megatron-18.4b", 48, 6144, 40},
+                   {"megatron-39.1b", 64, 8192, 48},     {"megatron-76.1b", 80, 10240, 60},
+                   {"megatron-145.6b", 96, 12288, 80},   {"megatron-310.1b", 128, 16384, 96},
+                   {"megatron-529.6b", 128, 20480, 105}, {"megatron-1008b", 160, 25600, 128}};
+  for (const auto& m : kMegatron) {
+    e.push_back({gpt(m.name, 51200, m.hidden, m.layers, m.heads, 2048), mlm, {}});
+  }
+  e.push_back({gpt("megatron-174.6b", 51200, 12288, 96, 96, 2048),
+               "Narayanan et al. SC'21, Table 2 (GPT-3 175B shape, vocabulary 51200)",
+               {}});
+}
+
+// Llama 2 and 3, Mistral, Gemma and Qwen2.5 (dense, gated MLP, RMSNorm).
+void add_llama_family(std::vector<Entry>& e) {
+  const std::string l2 = "Touvron et al. 2023 (Llama 2) / meta-llama config.json; vocab 32000";
+  e.push_back({llama("llama2-7b", 32000, 4096, 32, 32, 32, 11008), l2, {}});
+  e.push_back({llama("llama2-13b", 32000, 5120, 40, 40, 40, 13824), l2, {}});
+  e.push_back({llama("llama2-70b", 32000, 8192, 80, 64, 8, 28672), l2, {}});
+  const std::string l3 =
+      "Meta 2024 (The Llama 3 Herd of Models), Table 3 / config.json; vocab 128256";
+  e.push_back({llama("llama3-8b", 128256, 4096, 32, 32, 8, 14336), l3, {"llama3.1-8b"}});
+  e.push_back({llama("llama3-70b", 128256, 8192, 80, 64, 8, 28672), l3, {"llama3.1-70b"}});
+  e.push_back({llama("llama3-405b", 128256, 16384, 126, 128, 8, 53248), l3, {"llama3.1-405b"}});
+  e.push_back({llama("mistral-7b", 32000, 4096, 32, 32, 8, 14336),
+               "mistralai/Mistral-7B-v0.1 config.json",
+               {}});
+
+  // The project brief's ~2B example: Gemma 2B (google/gemma-2b config.json): 18 layers, hidden
+  // 2048, 8 heads with one KV head, head_dim 256, gated GELU MLP of 16384 (modelled as the
+  // gated MLP: same shapes and FLOPs as SwiGLU), vocabulary 256000, tied embeddings.
+  ModelArch gemma = llama("gemma-2b", 256000, 2048, 18, 8, 1, 16384);
+  gemma.head_dim = 256;
+  gemma.tied_embeddings = true;
+  e.push_back({gemma, "google/gemma-2b config.json (GeGLU modelled as a gated MLP)", {"2b"}});
+  // The brief's 70B example is Llama 2 70B / Llama 3 70B above; "70b" names Llama 3 70B.
+  e.back().aliases.push_back("gemma-2b-like");
+  // Qwen2.5 (Qwen/Qwen2.5-1.5B and -3B config.json): SwiGLU, RMSNorm, GQA with 2 KV heads,
+  // vocabulary 151936, tied embeddings; the q/k/v projection biases (a few thousand
+  // parameters per layer) are not modelled. The DeepSpeed ZenFlow/core-binding measurements use
+  // them (docs/validation.md).
+  for (auto [name, hidden, layers, heads, ffn] : {std::tuple{"qwen2.5-1.5b", 1536, 28, 12, 8960},
+                                                  std::tuple{"qwen2.5-3b", 2048, 36, 16, 11008}}) {
+    ModelArch q = llama(name, 151936, hidden, layers, heads, 2, ffn);
+    q.tied_embeddings = true;
+    e.push_back({q, "Qwen/Qwen2.5 config.json (q/k/v biases not modelled)", {}});
+  }
+}
+
+void add_moe_models(std::vector<Entry>& e) {
+  // Mixture-of-experts models (config.json of each Hugging Face repository).
+  const auto moe = [](ModelArch m, std::int64_t experts, std::int64_t top_k,
+                      std::int64_t expert_ffn) {
+    m.moe.experts = experts;
+    m.moe.top_k = top_k;
+    m.moe.expert_ffn_hidden = expert_ffn;
+    return m;
+  };
+  // Qwen3-MoE: head_dim 128, no shared experts, every layer MoE (decoder_sparse_step 1); its
+  // per-head q/k RMSNorms (2 × 128 parameters per layer) are not counted.
+  ModelArch q30 = moe(llama("qwen3-30b-a3b", 151936, 2048, 48, 32, 4, 6144), 128, 8, 768);
+  q30.head_dim = 128;
+  e.push_back({q30,
+               "Qwen/Qwen3-30B-A3B config.json (128 experts, top-8, moe_intermediate_size 768); "
+               "Qwen3 technical report: 30.5B total, 3.3B active",
+               {"qwen3-30b"}});
+  ModelArch q235 = moe(llama("qwen3-235b-a22b", 151936, 4096, 94, 64, 4, 12288), 128, 8, 1536);
+  q235.head_dim = 128;
+  e.push_back({q235,
+               "Qwen/Qwen3-235B-A22B config.json (128 experts, top-8, moe_intermediate_size "
+               "1536); Qwen3 technical report: 235B total, 22B active",
+               {"qwen3-235b"}});
+  e.push_back({moe(llama("mixtral-8x7b", 32000, 4096, 32, 32, 8, 14336), 8, 2, 14336),
+               "mistralai/Mixtral-8x7B-v0.1 config.json (8 experts, top-2); Jiang et al. 2024: "
+               "46.7B total, 12.9B active",
+               {}});
+  e.push_back({moe(llama("mixtral-8x22b", 32768, 6144, 56, 48, 8, 16384), 8, 2, 16384),
+               "mistralai/Mixtral-8x22B-v0.1 config.json (8 experts, top-2, vocabulary 32768); "
+               "Mistral AI: 141B total, 39B active",
+               {}});
+  // gpt-oss: head_dim 64, biases on the attention projections, the experts and the router;
+  // its attention sinks and the 128-token sliding window of every other layer are not
+  // modelled (full causal attention is simulated on all layers).
+  const auto gpt_oss = [&](std::string name, std::int64_t layers, std::int64_t experts) {
+    ModelArch m = moe(llama(std::move(name), 201088, 2880, layers, 64, 8, 2880), experts, 4, 2880);
+    m.head_dim = 64;
+    m.linear_bias = true;
+    m.moe.router_bias = true;
+    return m;
+  };
+  e.push_back({gpt_oss("gpt-oss-20b", 24, 32),
+               "openai/gpt-oss-20b config.json (32 experts, top-4); gpt-oss model card: 20.91B "
+               "total, 3.61B active (embedding excluded)",
+               {}});
+  e.push_back({gpt_oss("gpt-oss-120b", 36, 128),
+               "openai/gpt-oss-120b config.json (128 experts, top-4); gpt-oss model card: "
+               "116.83B total, 5.13B active (embedding excluded)",
+               {}});
+  // DeepSeek-V3: MLA (q_lora_rank 1536, kv_lora_rank 512, nope 128 + rope 64, v 128), 256
+  // routed + 1 shared expert of 2048, top-8, first 3 layers dense (18432), one MTP module.
+  ModelArch ds = moe(llama("deepseek-v3", 129280, 7168, 61, 128, 128, 18432), 256, 8, 2048);
+  ds.head_dim = 128;
+  ds.moe.shared_experts = 1;
+  ds.moe.first_k_dense = 3;
+  ds.mla = {.q_lora_rank = 1536,
+            .kv_lora_rank = 512,
+            .qk_nope_head_dim = 128,
+            .qk_rope_head_dim = 64,
+            .v_head_dim = 128};
+  ds.mtp_layers = 1;
+  e.push_back({ds,
+               "deepseek-ai/DeepSeek-V3 config.json; DeepSeek-V3 technical report (arXiv "
+               "2412.19437): 671B total, 37B active, + 14B MTP module",
+               {"deepseek-r1"}});
+}
+
 const std::vector<Entry>& catalogue() {
   static const std::vector<Entry> kEntries = [] {
     std::vector<Entry> e;
-    const std::string gpt3 = "Brown et al. 2020 (GPT-3), Table 2.1; vocabulary 50257, context 2048";
-    e.push_back({gpt("gpt3-125m", 50257, 768, 12, 12, 2048), gpt3, {}});
-    e.push_back({gpt("gpt3-350m", 50257, 1024, 24, 16, 2048), gpt3, {}});
-    e.push_back({gpt("gpt3-760m", 50257, 1536, 24, 16, 2048), gpt3, {}});
-    e.push_back({gpt("gpt3-1.3b", 50257, 2048, 24, 16, 2048), gpt3, {}});
-    e.push_back({gpt("gpt3-2.7b", 50257, 2560, 32, 32, 2048), gpt3, {}});
-    e.push_back({gpt("gpt3-6.7b", 50257, 4096, 32, 32, 2048), gpt3, {}});
-    // The paper prints d_model 5140; 40 heads × 128 = 5120 is the size actually used.
-    e.push_back({gpt("gpt3-13b", 50257, 5120, 40, 40, 2048), gpt3 + " (d_model 5120)", {}});
-    e.push_back({gpt("gpt3-175b", 50257, 12288, 96, 96, 2048), gpt3, {"gpt3"}});
-
-    const std::string mlm =
-        "Narayanan et al. SC'21 (arXiv 2104.04473), Table 1; vocabulary 51200, sequence 2048";
-    const struct {
-      const char* name;
-      std::int64_t heads, hidden, layers;
-    } kMegatron[] = {{"megatron-1.7b", 24, 2304, 24},      {"megatron-3.6b", 32, 3072, 30},
-                     {"megatron-7.5b", 32, 4096, 36},      {"megatron-18.4b", 48, 6144, 40},
-                     {"megatron-39.1b", 64, 8192, 48},     {"megatron-76.1b", 80, 10240, 60},
-                     {"megatron-145.6b", 96, 12288, 80},   {"megatron-310.1b", 128, 16384, 96},
-                     {"megatron-529.6b", 128, 20480, 105}, {"megatron-1008b", 160, 25600, 128}};
-    for (const auto& m : kMegatron) {
-      e.push_back({gpt(m.name, 51200, m.hidden, m.layers, m.heads, 2048), mlm, {}});
-    }
-    e.push_back({gpt("megatron-174.6b", 51200, 12288, 96, 96, 2048),
-                 "Narayanan et al. SC'21, Table 2 (GPT-3 175B shape, vocabulary 51200)",
-                 {}});
-
-    const std::string l2 = "Touvron et al. 2023 (Llama 2) / meta-llama config.json; vocab 32000";
-    e.push_back({llama("llama2-7b", 32000, 4096, 32, 32, 32, 11008), l2, {}});
-    e.push_back({llama("llama2-13b", 32000, 5120, 40, 40, 40, 13824), l2, {}});
-    e.push_back({llama("llama2-70b", 32000, 8192, 80, 64, 8, 28672), l2, {}});
-    const std::string l3 =
-        "Meta 2024 (The Llama 3 Herd of Models), Table 3 / config.json; vocab 128256";
-    e.push_back({llama("llama3-8b", 128256, 4096, 32, 32, 8, 14336), l3, {"llama3.1-8b"}});
-    e.push_back({llama("llama3-70b", 128256, 8192, 80, 64, 8, 28672), l3, {"llama3.1-70b"}});
-    e.push_back({llama("llama3-405b", 128256, 16384, 126, 128, 8, 53248), l3, {"llama3.1-405b"}});
-    e.push_back({llama("mistral-7b", 32000, 4096, 32, 32, 8, 14336),
-                 "mistralai/Mistral-7B-v0.1 config.json",
-                 {}});
-
-    // The project brief's ~2B example: Gemma 2B (google/gemma-2b config.json): 18 layers, hidden
-    // 2048, 8 heads with one KV head, head_dim 256, gated GELU MLP of 16384 (modelled as the
-    // gated MLP: same shapes and FLOPs as SwiGLU), vocabulary 256000, tied embeddings.
-    ModelArch gemma = llama("gemma-2b", 256000, 2048, 18, 8, 1, 16384);
-    gemma.head_dim = 256;
-    gemma.tied_embeddings = true;
-    e.push_back({gemma, "google/gemma-2b config.json (GeGLU modelled as a gated MLP)", {"2b"}});
-    // The brief's 70B example is Llama 2 70B / Llama 3 70B above; "70b" names Llama 3 70B.
-    e.back().aliases.push_back("gemma-2b-like");
-    // Qwen2.5 (Qwen/Qwen2.5-1.5B and -3B config.json): SwiGLU, RMSNorm, GQA with 2 KV heads,
-    // vocabulary 151936, tied embeddings; the q/k/v projection biases (a few thousand
-    // parameters per layer) are not modelled. The DeepSpeed ZenFlow/core-binding measurements use
-    // them (docs/validation.md).
-    for (auto [name, hidden, layers, heads, ffn] :
-         {std::tuple{"qwen2.5-1.5b", 1536, 28, 12, 8960},
-          std::tuple{"qwen2.5-3b", 2048, 36, 16, 11008}}) {
-      ModelArch q = llama(name, 151936, hidden, layers, heads, 2, ffn);
-      q.tied_embeddings = true;
-      e.push_back({q, "Qwen/Qwen2.5 config.json (q/k/v biases not modelled)", {}});
-    }
-
-    // Mixture-of-experts models (config.json of each Hugging Face repository).
-    const auto moe = [](ModelArch m, std::int64_t experts, std::int64_t top_k,
-                        std::int64_t expert_ffn) {
-      m.moe.experts = experts;
-      m.moe.top_k = top_k;
-      m.moe.expert_ffn_hidden = expert_ffn;
-      return m;
-    };
-    // Qwen3-MoE: head_dim 128, no shared experts, every layer MoE (decoder_sparse_step 1); its
-    // per-head q/k RMSNorms (2 × 128 parameters per layer) are not counted.
-    ModelArch q30 = moe(llama("qwen3-30b-a3b", 151936, 2048, 48, 32, 4, 6144), 128, 8, 768);
-    q30.head_dim = 128;
-    e.push_back({q30,
-                 "Qwen/Qwen3-30B-A3B config.json (128 experts, top-8, moe_intermediate_size 768); "
-                 "Qwen3 technical report: 30.5B total, 3.3B active",
-                 {"qwen3-30b"}});
-    ModelArch q235 = moe(llama("qwen3-235b-a22b", 151936, 4096, 94, 64, 4, 12288), 128, 8, 1536);
-    q235.head_dim = 128;
-    e.push_back({q235,
-                 "Qwen/Qwen3-235B-A22B config.json (128 experts, top-8, moe_intermediate_size "
-                 "1536); Qwen3 technical report: 235B total, 22B active",
-                 {"qwen3-235b"}});
-    e.push_back({moe(llama("mixtral-8x7b", 32000, 4096, 32, 32, 8, 14336), 8, 2, 14336),
-                 "mistralai/Mixtral-8x7B-v0.1 config.json (8 experts, top-2); Jiang et al. 2024: "
-                 "46.7B total, 12.9B active",
-                 {}});
-    e.push_back({moe(llama("mixtral-8x22b", 32768, 6144, 56, 48, 8, 16384), 8, 2, 16384),
-                 "mistralai/Mixtral-8x22B-v0.1 config.json (8 experts, top-2, vocabulary 32768); "
-                 "Mistral AI: 141B total, 39B active",
-                 {}});
-    // gpt-oss: head_dim 64, biases on the attention projections, the experts and the router;
-    // its attention sinks and the 128-token sliding window of every other layer are not
-    // modelled (full causal attention is simulated on all layers).
-    const auto gpt_oss = [&](std::string name, std::int64_t layers, std::int64_t experts) {
-      ModelArch m =
-          moe(llama(std::move(name), 201088, 2880, layers, 64, 8, 2880), experts, 4, 2880);
-      m.head_dim = 64;
-      m.linear_bias = true;
-      m.moe.router_bias = true;
-      return m;
-    };
-    e.push_back({gpt_oss("gpt-oss-20b", 24, 32),
-                 "openai/gpt-oss-20b config.json (32 experts, top-4); gpt-oss model card: 20.91B "
-                 "total, 3.61B active (embedding excluded)",
-                 {}});
-    e.push_back({gpt_oss("gpt-oss-120b", 36, 128),
-                 "openai/gpt-oss-120b config.json (128 experts, top-4); gpt-oss model card: "
-                 "116.83B total, 5.13B active (embedding excluded)",
-                 {}});
-    // DeepSeek-V3: MLA (q_lora_rank 1536, kv_lora_rank 512, nope 128 + rope 64, v 128), 256
-    // routed + 1 shared expert of 2048, top-8, first 3 layers dense (18432), one MTP module.
-    ModelArch ds = moe(llama("deepseek-v3", 129280, 7168, 61, 128, 128, 18432), 256, 8, 2048);
-    ds.head_dim = 128;
-    ds.moe.shared_experts = 1;
-    ds.moe.first_k_dense = 3;
-    ds.mla = {.q_lora_rank = 1536,
-              .kv_lora_rank = 512,
-              .qk_nope_head_dim = 128,
-              .qk_rope_head_dim = 64,
-              .v_head_dim = 128};
-    ds.mtp_layers = 1;
-    e.push_back({ds,
-                 "deepseek-ai/DeepSeek-V3 config.json; DeepSeek-V3 technical report (arXiv "
-                 "2412.19437): 671B total, 37B active, + 14B MTP module",
-                 {"deepseek-r1"}});
+    add_gpt_models(e);
+    add_llama_family(e);
+    add_moe_models(e);
     return e;
   }();
   return kEntries;
@@ -319,37 +332,32 @@ std::int64_t parameter_count(const ModelArch& m) {
 
 namespace {
 
-// The mixture-of-experts and MLA keys of a Hugging Face config (Mixtral, Qwen3-MoE, DeepSeek-V3,
-// gpt-oss); absent keys leave a dense model.
-sim::Status read_hf_moe(const nlohmann::json& j, const std::string& type, const std::string& source,
-                        ModelArch& m) {
+// A count >= 0 under `key` of a Hugging Face config into `out`; an absent or null key leaves it.
+// `found` tells whether the key was there.
+sim::Status hf_count(const nlohmann::json& j, const std::string& source, const char* key,
+                     std::int64_t& out, bool* found = nullptr) {
   constexpr std::int64_t kMax = std::int64_t{1} << 24;
-  // A count >= 0; `found` tells whether the key was there.
-  const auto count = [&](const char* key, std::int64_t& out, bool* found = nullptr) -> sim::Status {
-    auto it = j.find(key);
-    if (found != nullptr) *found = false;
-    if (it == j.end() || it->is_null()) return sim::ok();
-    if (!it->is_number_integer() || it->get<std::int64_t>() < 0 || it->get<std::int64_t>() > kMax) {
-      return sim::fail(sim::ErrorCode::kInvalidInput, "{}: '{}' must be an integer in 0..{}",
-                       source, key, kMax);
-    }
-    out = it->get<std::int64_t>();
-    if (found != nullptr) *found = true;
-    return sim::ok();
-  };
-  std::int64_t experts = 0;
-  for (const char* key : {"num_local_experts", "num_experts", "n_routed_experts"}) {
-    std::int64_t v = 0;
-    bool found = false;
-    OFFSIM_RETURN_IF_ERROR(count(key, v, &found));
-    if (found && v > 0) experts = v;
+  auto it = j.find(key);
+  if (found != nullptr) *found = false;
+  if (it == j.end() || it->is_null()) return sim::ok();
+  if (!it->is_number_integer() || it->get<std::int64_t>() < 0 || it->get<std::int64_t>() > kMax) {
+    return sim::fail(sim::ErrorCode::kInvalidInput, "{}: '{}' must be an integer in 0..{}", source,
+                     key, kMax);
   }
-  if (experts == 0) return sim::ok();
+  out = it->get<std::int64_t>();
+  if (found != nullptr) *found = true;
+  return sim::ok();
+}
+
+// The routed experts per token, shared experts, expert width and MoE layer pattern of a config
+// with `experts` experts.
+sim::Status read_hf_experts(const nlohmann::json& j, const std::string& source,
+                            std::int64_t experts, ModelArch& m) {
   MoeConfig& e = m.moe;
   e.experts = experts;
   bool found = false;
-  OFFSIM_RETURN_IF_ERROR(count("num_experts_per_tok", e.top_k, &found));
-  if (!found) OFFSIM_RETURN_IF_ERROR(count("experts_per_token", e.top_k, &found));
+  OFFSIM_RETURN_IF_ERROR(hf_count(j, source, "num_experts_per_tok", e.top_k, &found));
+  if (!found) OFFSIM_RETURN_IF_ERROR(hf_count(j, source, "experts_per_token", e.top_k, &found));
   if (!found || e.top_k == 0) {
     return sim::fail(sim::ErrorCode::kInvalidInput,
                      "{}: missing key 'num_experts_per_tok' (a positive integer) for {} experts",
@@ -362,47 +370,97 @@ sim::Status read_hf_moe(const nlohmann::json& j, const std::string& type, const 
   }
   // Mixtral and gpt-oss: intermediate_size is the expert's; the others name it separately.
   e.expert_ffn_hidden = m.ffn_hidden;
-  OFFSIM_RETURN_IF_ERROR(count("moe_intermediate_size", e.expert_ffn_hidden));
-  OFFSIM_RETURN_IF_ERROR(count("n_shared_experts", e.shared_experts));
-  OFFSIM_RETURN_IF_ERROR(count("first_k_dense_replace", e.first_k_dense));
-  OFFSIM_RETURN_IF_ERROR(count("moe_layer_freq", e.layer_freq));
-  OFFSIM_RETURN_IF_ERROR(count("decoder_sparse_step", e.layer_freq));
+  OFFSIM_RETURN_IF_ERROR(hf_count(j, source, "moe_intermediate_size", e.expert_ffn_hidden));
+  OFFSIM_RETURN_IF_ERROR(hf_count(j, source, "n_shared_experts", e.shared_experts));
+  OFFSIM_RETURN_IF_ERROR(hf_count(j, source, "first_k_dense_replace", e.first_k_dense));
+  OFFSIM_RETURN_IF_ERROR(hf_count(j, source, "moe_layer_freq", e.layer_freq));
+  OFFSIM_RETURN_IF_ERROR(hf_count(j, source, "decoder_sparse_step", e.layer_freq));
   if (e.layer_freq == 0) e.layer_freq = 1;
   if (e.expert_ffn_hidden == 0) {
     return sim::fail(sim::ErrorCode::kInvalidInput, "{}: 'moe_intermediate_size' must be positive",
                      source);
   }
+  return sim::ok();
+}
+
+// Multi-head latent attention (DeepSeek-V3): present when kv_lora_rank is.
+sim::Status read_hf_mla(const nlohmann::json& j, const std::string& source, ModelArch& m) {
+  MlaConfig& a = m.mla;
+  OFFSIM_RETURN_IF_ERROR(hf_count(j, source, "kv_lora_rank", a.kv_lora_rank));
+  if (a.kv_lora_rank == 0) return sim::ok();
+  OFFSIM_RETURN_IF_ERROR(hf_count(j, source, "q_lora_rank", a.q_lora_rank));
+  OFFSIM_RETURN_IF_ERROR(hf_count(j, source, "qk_nope_head_dim", a.qk_nope_head_dim));
+  OFFSIM_RETURN_IF_ERROR(hf_count(j, source, "qk_rope_head_dim", a.qk_rope_head_dim));
+  OFFSIM_RETURN_IF_ERROR(hf_count(j, source, "v_head_dim", a.v_head_dim));
+  if (a.qk_nope_head_dim + a.qk_rope_head_dim == 0 || a.v_head_dim == 0) {
+    return sim::fail(sim::ErrorCode::kInvalidInput,
+                     "{}: MLA (kv_lora_rank) needs qk_nope_head_dim/qk_rope_head_dim and "
+                     "v_head_dim",
+                     source);
+  }
+  m.head_dim = a.v_head_dim;
+  return sim::ok();
+}
+
+// The mixture-of-experts and MLA keys of a Hugging Face config (Mixtral, Qwen3-MoE, DeepSeek-V3,
+// gpt-oss); absent keys leave a dense model.
+sim::Status read_hf_moe(const nlohmann::json& j, const std::string& type, const std::string& source,
+                        ModelArch& m) {
+  std::int64_t experts = 0;
+  for (const char* key : {"num_local_experts", "num_experts", "n_routed_experts"}) {
+    std::int64_t v = 0;
+    bool found = false;
+    OFFSIM_RETURN_IF_ERROR(hf_count(j, source, key, v, &found));
+    if (found && v > 0) experts = v;
+  }
+  if (experts == 0) return sim::ok();
+  OFFSIM_RETURN_IF_ERROR(read_hf_experts(j, source, experts, m));
   if (type == "gpt_oss") {
     m.moe.router_bias = true;
     auto bias = j.find("attention_bias");
     m.linear_bias = bias == j.end() || (bias->is_boolean() && bias->get<bool>());
   }
-  MlaConfig& a = m.mla;
-  OFFSIM_RETURN_IF_ERROR(count("kv_lora_rank", a.kv_lora_rank));
-  if (a.kv_lora_rank > 0) {
-    OFFSIM_RETURN_IF_ERROR(count("q_lora_rank", a.q_lora_rank));
-    OFFSIM_RETURN_IF_ERROR(count("qk_nope_head_dim", a.qk_nope_head_dim));
-    OFFSIM_RETURN_IF_ERROR(count("qk_rope_head_dim", a.qk_rope_head_dim));
-    OFFSIM_RETURN_IF_ERROR(count("v_head_dim", a.v_head_dim));
-    if (a.qk_nope_head_dim + a.qk_rope_head_dim == 0 || a.v_head_dim == 0) {
-      return sim::fail(sim::ErrorCode::kInvalidInput,
-                       "{}: MLA (kv_lora_rank) needs qk_nope_head_dim/qk_rope_head_dim and "
-                       "v_head_dim",
-                       source);
-    }
-    m.head_dim = a.v_head_dim;
-  }
-  OFFSIM_RETURN_IF_ERROR(count("num_nextn_predict_layers", m.mtp_layers));
+  OFFSIM_RETURN_IF_ERROR(read_hf_mla(j, source, m));
+  OFFSIM_RETURN_IF_ERROR(hf_count(j, source, "num_nextn_predict_layers", m.mtp_layers));
   return sim::ok();
 }
 
-}  // namespace
+// The largest value of each dimension offsim accepts, named by the config key: the same bounds
+// as check_scenario() (they keep every byte and FLOP count in 64-bit integers), so that an
+// imported config fails here with its own key rather than later with a derived model.* key.
+std::int64_t hf_max_of(std::string_view key) {
+  if (key == "hidden_size") return std::int64_t{1} << 20;
+  if (key == "intermediate_size") return std::int64_t{1} << 22;
+  if (key == "vocab_size") return std::int64_t{1} << 24;
+  return std::int64_t{1} << 16;  // layers, heads, head_dim
+}
 
-sim::Result<ModelArch> model_from_hf_config(const std::string& json_text,
-                                            const std::string& source) {
-  // Strict JSON: a duplicate key (which a plain parse resolves silently, last one wins) is an
-  // error naming the key and its line.
-  OFFSIM_ASSIGN_OR_RETURN(const nlohmann::json j, sim::parse_json_text(json_text, source));
+// A positive dimension under `key`, at most hf_max_of(key); `fallback` when it is absent and
+// not `required`.
+sim::Result<std::int64_t> hf_dim(const nlohmann::json& j, const std::string& source,
+                                 const char* key, bool required, std::int64_t fallback) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) {
+    if (required) {
+      return sim::fail(sim::ErrorCode::kInvalidInput, "{}: missing key '{}' (an integer)", source,
+                       key);
+    }
+    return fallback;
+  }
+  const std::int64_t kMax = hf_max_of(key);
+  if (!it->is_number_integer() || it->get<std::int64_t>() <= 0 ||
+      (it->is_number_unsigned() && it->get<std::uint64_t>() > static_cast<std::uint64_t>(kMax)) ||
+      it->get<std::int64_t>() > kMax) {
+    return sim::fail(sim::ErrorCode::kInvalidInput,
+                     "{}: '{}' must be a positive integer of at most {}, got {}", source, key, kMax,
+                     sim::escape_for_message(it->dump()));
+  }
+  return it->get<std::int64_t>();
+}
+
+// The config as a JSON object that is a Hugging Face config.json of a supported model_type;
+// returns that type.
+sim::Result<std::string> hf_model_type(const nlohmann::json& j, const std::string& source) {
   if (!j.is_object()) {
     return sim::fail(sim::ErrorCode::kInvalidInput, "{}: expected a JSON object, got {}", source,
                      sim::json_type_name(j));
@@ -415,35 +473,6 @@ sim::Result<ModelArch> model_from_hf_config(const std::string& json_text,
                      "hidden_size, num_hidden_layers, ...)",
                      source, kind);
   }
-  // The largest value of each dimension offsim accepts, named by the config key: the same bounds
-  // as check_scenario() (they keep every byte and FLOP count in 64-bit integers), so that an
-  // imported config fails here with its own key rather than later with a derived model.* key.
-  const auto max_of = [](std::string_view key) -> std::int64_t {
-    if (key == "hidden_size") return std::int64_t{1} << 20;
-    if (key == "intermediate_size") return std::int64_t{1} << 22;
-    if (key == "vocab_size") return std::int64_t{1} << 24;
-    return std::int64_t{1} << 16;  // layers, heads, head_dim
-  };
-  const auto get_int = [&](const char* key, bool required,
-                           std::int64_t fallback) -> sim::Result<std::int64_t> {
-    auto it = j.find(key);
-    if (it == j.end() || it->is_null()) {
-      if (required) {
-        return sim::fail(sim::ErrorCode::kInvalidInput, "{}: missing key '{}' (an integer)", source,
-                         key);
-      }
-      return fallback;
-    }
-    const std::int64_t kMax = max_of(key);
-    if (!it->is_number_integer() || it->get<std::int64_t>() <= 0 ||
-        (it->is_number_unsigned() && it->get<std::uint64_t>() > static_cast<std::uint64_t>(kMax)) ||
-        it->get<std::int64_t>() > kMax) {
-      return sim::fail(sim::ErrorCode::kInvalidInput,
-                       "{}: '{}' must be a positive integer of at most {}, got {}", source, key,
-                       kMax, sim::escape_for_message(it->dump()));
-    }
-    return it->get<std::int64_t>();
-  };
   for (const char* key : {"model_type", "_name_or_path"}) {
     auto it = j.find(key);
     if (it != j.end() && !it->is_string()) {
@@ -459,22 +488,24 @@ sim::Result<ModelArch> model_from_hf_config(const std::string& json_text,
                      "{}: model_type '{}' is not supported; expected one of {}", source,
                      sim::escape_for_message(type), fmt::join(kTypes, ", "));
   }
-  ModelArch m;
-  m.name = sim::escape_for_message(j.value("_name_or_path", std::string{}));
-  if (m.name.empty()) m.name = source;
-  OFFSIM_ASSIGN_OR_RETURN(m.hidden, get_int("hidden_size", true, 0));
-  OFFSIM_ASSIGN_OR_RETURN(m.layers, get_int("num_hidden_layers", true, 0));
-  OFFSIM_ASSIGN_OR_RETURN(m.heads, get_int("num_attention_heads", true, 0));
-  OFFSIM_ASSIGN_OR_RETURN(m.kv_heads, get_int("num_key_value_heads", false, m.heads));
-  OFFSIM_ASSIGN_OR_RETURN(m.ffn_hidden, get_int("intermediate_size", true, 0));
-  OFFSIM_ASSIGN_OR_RETURN(m.vocab_size, get_int("vocab_size", true, 0));
+  return type;
+}
+
+// Hidden size, layers, heads, KV heads, FFN width, vocabulary and head size.
+sim::Status read_hf_dims(const nlohmann::json& j, const std::string& source, ModelArch& m) {
+  OFFSIM_ASSIGN_OR_RETURN(m.hidden, hf_dim(j, source, "hidden_size", true, 0));
+  OFFSIM_ASSIGN_OR_RETURN(m.layers, hf_dim(j, source, "num_hidden_layers", true, 0));
+  OFFSIM_ASSIGN_OR_RETURN(m.heads, hf_dim(j, source, "num_attention_heads", true, 0));
+  OFFSIM_ASSIGN_OR_RETURN(m.kv_heads, hf_dim(j, source, "num_key_value_heads", false, m.heads));
+  OFFSIM_ASSIGN_OR_RETURN(m.ffn_hidden, hf_dim(j, source, "intermediate_size", true, 0));
+  OFFSIM_ASSIGN_OR_RETURN(m.vocab_size, hf_dim(j, source, "vocab_size", true, 0));
   if (!j.contains("head_dim") && m.hidden % m.heads != 0) {
     return sim::fail(sim::ErrorCode::kInvalidInput,
                      "{}: hidden_size {} is not a multiple of num_attention_heads {} (and there is "
                      "no head_dim key giving the head size)",
                      source, m.hidden, m.heads);
   }
-  OFFSIM_ASSIGN_OR_RETURN(m.head_dim, get_int("head_dim", false, m.hidden / m.heads));
+  OFFSIM_ASSIGN_OR_RETURN(m.head_dim, hf_dim(j, source, "head_dim", false, m.hidden / m.heads));
   if (m.heads * m.head_dim > (std::int64_t{1} << 20)) {
     return sim::fail(sim::ErrorCode::kInvalidInput,
                      "{}: num_attention_heads {} x head_dim {} is {}, above offsim's limit of {}",
@@ -485,6 +516,21 @@ sim::Result<ModelArch> model_from_hf_config(const std::string& json_text,
                      "{}: num_key_value_heads {} does not divide num_attention_heads {}", source,
                      m.kv_heads, m.heads);
   }
+  return sim::ok();
+}
+
+}  // namespace
+
+sim::Result<ModelArch> model_from_hf_config(const std::string& json_text,
+                                            const std::string& source) {
+  // Strict JSON: a duplicate key (which a plain parse resolves silently, last one wins) is an
+  // error naming the key and its line.
+  OFFSIM_ASSIGN_OR_RETURN(const nlohmann::json j, sim::parse_json_text(json_text, source));
+  OFFSIM_ASSIGN_OR_RETURN(const std::string type, hf_model_type(j, source));
+  ModelArch m;
+  m.name = sim::escape_for_message(j.value("_name_or_path", std::string{}));
+  if (m.name.empty()) m.name = source;
+  OFFSIM_RETURN_IF_ERROR(read_hf_dims(j, source, m));
   // Every supported family uses a gated MLP (SwiGLU; Gemma's GeGLU has the same shapes),
   // RMSNorm and rotary positions. Qwen2's QKV biases (3 small vectors per layer) are ignored.
   m.activation = Act::kSwiGlu;
@@ -639,139 +685,157 @@ sim::Result<std::string> maxtext_remat_preset(std::string_view policy) {
                    policy, fmt::join(maxtext_remat_policies(), ", "));
 }
 
+namespace {
+
+bool one_of(std::string_view name, std::initializer_list<std::string_view> names) {
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+// MaxText remat policies: the named activations kept on HBM (saved, not rematerialized) under
+// full recompute.
+std::optional<std::vector<std::string>> hbm_saved_names(std::string_view name) {
+  const std::vector<std::string> dots = {"query_proj", "key_proj", "value_proj",
+                                         "out_proj",   "mlpwi",    "mlpwo"};
+  if (name == "maxtext_minimal") return dots;
+  if (name == "maxtext_minimal_with_context") {
+    std::vector<std::string> list = dots;
+    list.push_back("context");
+    return list;
+  }
+  if (name == "maxtext_save_qkv_proj") return {{"query_proj", "key_proj", "value_proj"}};
+  if (name == "maxtext_save_out_proj") return {{"out_proj"}};
+  if (name == "maxtext_save_dot_except_mlpwi") {
+    return {{"query_proj", "key_proj", "value_proj", "out_proj", "mlpwo"}};
+  }
+  if (name == "maxtext_save_dot_except_mlp") {
+    return {{"query_proj", "key_proj", "value_proj", "out_proj"}};
+  }
+  return std::nullopt;
+}
+
+// The JAX/MaxText presets that name what is offloaded and rematerialize the rest.
+std::optional<std::vector<std::string>> host_offloaded_names(std::string_view name,
+                                                             const PresetOptions& o) {
+  if (name == "jax_offload_dot_with_no_batch_dims" || name == "maxtext_minimal_offloaded") {
+    return {{"query_proj", "key_proj", "value_proj", "out_proj", "mlpwi", "mlpwo"}};
+  }
+  if (name == "jax_save_and_offload_only_these_names") return o.names;
+  if (name == "maxtext_qkv_proj_offloaded") return {{"query_proj", "key_proj", "value_proj"}};
+  if (name == "maxtext_decoder_layer_input_offloaded") return {{"decoder_layer_input"}};
+  return std::nullopt;
+}
+
+sim::Status check_activation_names(std::string_view preset, const std::vector<std::string>& list) {
+  const auto& all = activation_names();
+  for (const std::string& n : list) {
+    if (std::find(all.begin(), all.end(), n) == all.end()) {
+      return sim::fail(sim::ErrorCode::kInvalidInput, "offload preset {}: '{}' is not one of {}",
+                       preset, n, fmt::join(all, ", "));
+    }
+  }
+  return sim::ok();
+}
+
+// jax_pinned_host_*: optimizer state (with the master weights) and/or parameters on the host.
+void add_pinned_host(std::string_view name, int k, OffloadPolicy& p) {
+  auto host = [&](TensorClass cls) {
+    p.rules.push_back({.cls = cls, .where = Placement::kHost, .prefetch_layers = k});
+  };
+  if (name != "jax_pinned_host_params") {
+    host(TensorClass::kOptimizerStates);
+    host(TensorClass::kMasterWeights);
+  }
+  if (name != "jax_pinned_host_opt_state") host(TensorClass::kParams);
+}
+
+// Whole-layer activation offload, of the first `num_layers` layers when given.
+void add_activation_offload(const PresetOptions& o, OffloadPolicy& p) {
+  OffloadRule r{.cls = TensorClass::kActivations,
+                .where = Placement::kHost,
+                .prefetch_layers = o.prefetch_layers};
+  if (o.num_layers >= 0) {
+    r.layers.kind = LayerSelection::Kind::kFirst;
+    r.layers.count = o.num_layers;
+  }
+  p.rules.push_back(r);
+}
+
+// ZeRO-Offload, FSDP CPU offload and Megatron's optimizer offload: optimizer state and master
+// weights on the host with a CPU update; gradients too (not Megatron), parameters too (FSDP).
+sim::Status add_optimizer_offload(std::string_view name, const PresetOptions& o, OffloadPolicy& p) {
+  if (!(o.fraction > 0.0 && o.fraction <= 1.0)) {
+    return sim::fail(sim::ErrorCode::kInvalidInput,
+                     "offload preset {}: fraction {} is not in (0, 1]", name, o.fraction);
+  }
+  LayerSelection sel;
+  if (o.fraction < 1.0) sel = {.kind = LayerSelection::Kind::kFraction, .fraction = o.fraction};
+  auto host = [&](TensorClass cls) {
+    p.rules.push_back({.cls = cls,
+                       .layers = sel,
+                       .where = Placement::kHost,
+                       .prefetch_layers = o.prefetch_layers});
+  };
+  host(TensorClass::kOptimizerStates);
+  host(TensorClass::kMasterWeights);
+  if (name != "megatron_optimizer_offload") host(TensorClass::kGrads);
+  if (name == "fsdp_cpu_offload" || name == "fsdp2_cpu_offload_policy") host(TensorClass::kParams);
+  p.optimizer_on_cpu = true;
+  return sim::ok();
+}
+
+}  // namespace
+
 sim::Result<OffloadPolicy> offload_preset(std::string_view name, const PresetOptions& o) {
   OffloadPolicy p;
   p.preset = std::string(name);
   const int k = o.prefetch_layers;
-  // The JAX/MaxText presets name what is saved or offloaded and rematerialize the rest.
-  const auto names = [&](std::vector<std::string> list) {
-    for (const std::string& n : list) p.rules.push_back(named(n, k));
-    p.remat_unsaved = true;
-  };
   if (name == "none" || name == "maxtext_full") return p;
-  // Named activations kept on HBM (saved, not rematerialized) under full recompute.
-  const auto saved = [&](std::vector<std::string> list) {
-    for (const std::string& n : list) {
+  if (auto list = hbm_saved_names(name)) {
+    for (const std::string& n : *list) {
       OffloadRule r = named(n, k);
       r.where = Placement::kHbm;
       p.rules.push_back(r);
     }
     return p;
-  };
-  const std::vector<std::string> dots = {"query_proj", "key_proj", "value_proj",
-                                         "out_proj",   "mlpwi",    "mlpwo"};
-  if (name == "maxtext_minimal") return saved(dots);
-  if (name == "maxtext_minimal_with_context") {
-    std::vector<std::string> list = dots;
-    list.push_back("context");
-    return saved(list);
-  }
-  if (name == "maxtext_save_qkv_proj") return saved({"query_proj", "key_proj", "value_proj"});
-  if (name == "maxtext_save_out_proj") return saved({"out_proj"});
-  if (name == "maxtext_save_dot_except_mlpwi") {
-    return saved({"query_proj", "key_proj", "value_proj", "out_proj", "mlpwo"});
-  }
-  if (name == "maxtext_save_dot_except_mlp") {
-    return saved({"query_proj", "key_proj", "value_proj", "out_proj"});
   }
   if (name == "megatron_fine_grained_activation_offload") {
     const std::vector<std::string> list =
         o.names.empty() ? std::vector<std::string>{"query_proj", "key_proj", "value_proj"}
                         : o.names;
-    for (const std::string& n : list) {
-      const auto& all = activation_names();
-      if (std::find(all.begin(), all.end(), n) == all.end()) {
-        return sim::fail(sim::ErrorCode::kInvalidInput, "offload preset {}: '{}' is not one of {}",
-                         name, n, fmt::join(all, ", "));
-      }
-      p.rules.push_back(named(n, k));
-    }
+    OFFSIM_RETURN_IF_ERROR(check_activation_names(name, list));
+    for (const std::string& n : list) p.rules.push_back(named(n, k));
     return p;
   }
-  if (name == "jax_pinned_host_opt_state" || name == "jax_pinned_host_params" ||
-      name == "jax_pinned_host_params_and_opt_state") {
-    auto host = [&](TensorClass cls) {
-      p.rules.push_back({.cls = cls, .where = Placement::kHost, .prefetch_layers = k});
-    };
-    if (name != "jax_pinned_host_params") {
-      host(TensorClass::kOptimizerStates);
-      host(TensorClass::kMasterWeights);
-    }
-    if (name != "jax_pinned_host_opt_state") host(TensorClass::kParams);
+  if (one_of(name, {"jax_pinned_host_opt_state", "jax_pinned_host_params",
+                    "jax_pinned_host_params_and_opt_state"})) {
+    add_pinned_host(name, k, p);
     return p;
   }
   if (name == "offloaded_gradient_checkpointing") {
     p.rules.push_back(named("decoder_layer_input", k));
     return p;
   }
-  if (name == "jax_offload_dot_with_no_batch_dims" || name == "maxtext_minimal_offloaded") {
-    names({"query_proj", "key_proj", "value_proj", "out_proj", "mlpwi", "mlpwo"});
-    return p;
-  }
-  if (name == "jax_save_and_offload_only_these_names") {
-    if (o.names.empty()) {
-      return sim::fail(sim::ErrorCode::kInvalidInput,
-                       "offload preset {}: needs the names to offload (one or more of {})", name,
-                       fmt::join(activation_names(), ", "));
-    }
-    for (const std::string& n : o.names) {
-      const auto& all = activation_names();
-      if (std::find(all.begin(), all.end(), n) == all.end()) {
-        return sim::fail(sim::ErrorCode::kInvalidInput, "offload preset {}: '{}' is not one of {}",
-                         name, n, fmt::join(all, ", "));
+  if (auto list = host_offloaded_names(name, o)) {
+    if (name == "jax_save_and_offload_only_these_names") {
+      if (o.names.empty()) {
+        return sim::fail(sim::ErrorCode::kInvalidInput,
+                         "offload preset {}: needs the names to offload (one or more of {})", name,
+                         fmt::join(activation_names(), ", "));
       }
+      OFFSIM_RETURN_IF_ERROR(check_activation_names(name, o.names));
     }
-    names(o.names);
+    for (const std::string& n : *list) p.rules.push_back(named(n, k));
+    p.remat_unsaved = true;
     return p;
   }
-  if (name == "maxtext_qkv_proj_offloaded") {
-    names({"query_proj", "key_proj", "value_proj"});
+  if (one_of(name, {"megatron_activation_offload", "te_cpu_offload",
+                    "torchtitan_activation_offload", "inductor_activation_offload"})) {
+    add_activation_offload(o, p);
     return p;
   }
-  if (name == "maxtext_decoder_layer_input_offloaded") {
-    names({"decoder_layer_input"});
-    return p;
-  }
-  if (name == "megatron_activation_offload" || name == "te_cpu_offload" ||
-      name == "torchtitan_activation_offload" || name == "inductor_activation_offload") {
-    OffloadRule r{
-        .cls = TensorClass::kActivations, .where = Placement::kHost, .prefetch_layers = k};
-    if (o.num_layers >= 0) {
-      r.layers.kind = LayerSelection::Kind::kFirst;
-      r.layers.count = o.num_layers;
-    }
-    p.rules.push_back(r);
-    return p;
-  }
-  if (name == "zero_offload" || name == "fsdp_cpu_offload" || name == "fsdp2_cpu_offload_policy" ||
-      name == "megatron_optimizer_offload") {
-    if (!(o.fraction > 0.0 && o.fraction <= 1.0)) {
-      return sim::fail(sim::ErrorCode::kInvalidInput,
-                       "offload preset {}: fraction {} is not in (0, 1]", name, o.fraction);
-    }
-    LayerSelection sel;
-    if (o.fraction < 1.0) sel = {.kind = LayerSelection::Kind::kFraction, .fraction = o.fraction};
-    p.rules.push_back({.cls = TensorClass::kOptimizerStates,
-                       .layers = sel,
-                       .where = Placement::kHost,
-                       .prefetch_layers = k});
-    p.rules.push_back({.cls = TensorClass::kMasterWeights,
-                       .layers = sel,
-                       .where = Placement::kHost,
-                       .prefetch_layers = k});
-    if (name != "megatron_optimizer_offload") {
-      p.rules.push_back({.cls = TensorClass::kGrads,
-                         .layers = sel,
-                         .where = Placement::kHost,
-                         .prefetch_layers = k});
-    }
-    if (name == "fsdp_cpu_offload" || name == "fsdp2_cpu_offload_policy") {
-      p.rules.push_back({.cls = TensorClass::kParams,
-                         .layers = sel,
-                         .where = Placement::kHost,
-                         .prefetch_layers = k});
-    }
-    p.optimizer_on_cpu = true;
+  if (one_of(name, {"zero_offload", "fsdp_cpu_offload", "fsdp2_cpu_offload_policy",
+                    "megatron_optimizer_offload"})) {
+    OFFSIM_RETURN_IF_ERROR(add_optimizer_offload(name, o, p));
     return p;
   }
   std::vector<std::string> all;

@@ -397,14 +397,22 @@ sim::Status check_moe(const Scenario& s) {
   return sim::ok();
 }
 
-}  // namespace
+sim::Status positive(std::int64_t v, const char* path) {
+  if (v <= 0) return invalid(fmt::format("{}: {} must be positive", path, v));
+  return sim::ok();
+}
 
-sim::Status check_scenario(const Scenario& s) {
+sim::Status at_most(std::int64_t v, std::int64_t limit, const char* path) {
+  if (v > limit) {
+    return invalid(fmt::format("{}: {} is above offsim's limit of {}", path, v, limit));
+  }
+  return sim::ok();
+}
+
+// The model's dimensions, and the bounds that keep every byte and FLOP count of the model in
+// 64-bit integers (the largest published dense models are far inside them).
+sim::Status check_sizes(const Scenario& s) {
   const ModelArch& m = s.model;
-  const auto positive = [](std::int64_t v, const char* path) -> sim::Status {
-    if (v <= 0) return invalid(fmt::format("{}: {} must be positive", path, v));
-    return sim::ok();
-  };
   OFFSIM_RETURN_IF_ERROR(positive(m.vocab_size, "model.vocab_size"));
   OFFSIM_RETURN_IF_ERROR(positive(m.hidden, "model.hidden"));
   OFFSIM_RETURN_IF_ERROR(positive(m.layers, "model.layers"));
@@ -412,14 +420,6 @@ sim::Status check_scenario(const Scenario& s) {
   OFFSIM_RETURN_IF_ERROR(positive(m.kv_heads, "model.kv_heads"));
   OFFSIM_RETURN_IF_ERROR(positive(m.head_dim, "model.head_dim"));
   OFFSIM_RETURN_IF_ERROR(positive(m.ffn_hidden, "model.ffn_hidden"));
-  // Bounds that keep every byte and FLOP count of the model in 64-bit integers (the largest
-  // published dense models are far inside them).
-  const auto at_most = [](std::int64_t v, std::int64_t limit, const char* path) -> sim::Status {
-    if (v > limit) {
-      return invalid(fmt::format("{}: {} is above offsim's limit of {}", path, v, limit));
-    }
-    return sim::ok();
-  };
   OFFSIM_RETURN_IF_ERROR(at_most(m.hidden, std::int64_t{1} << 20, "model.hidden"));
   OFFSIM_RETURN_IF_ERROR(at_most(m.ffn_hidden, std::int64_t{1} << 22, "model.ffn_hidden"));
   OFFSIM_RETURN_IF_ERROR(at_most(m.vocab_size, std::int64_t{1} << 24, "model.vocab_size"));
@@ -441,7 +441,11 @@ sim::Status check_scenario(const Scenario& s) {
   if (m.max_positions < 0) {
     return invalid(fmt::format("model.max_positions: {} must be >= 0", m.max_positions));
   }
+  return sim::ok();
+}
 
+sim::Status check_training(const Scenario& s) {
+  const ModelArch& m = s.model;
   const TrainingConfig& t = s.training;
   OFFSIM_RETURN_IF_ERROR(positive(t.global_batch, "training.global_batch"));
   OFFSIM_RETURN_IF_ERROR(positive(t.micro_batch, "training.micro_batch"));
@@ -457,13 +461,14 @@ sim::Status check_scenario(const Scenario& s) {
         "seq_len); expected at most one chunk per token",
         t.loss_chunks, t.micro_batch * t.seq_len));
   }
+  return sim::ok();
+}
 
+// Tensor parallelism divides the heads, KV heads, FFN width and (with sequence parallelism) the
+// sequence; ZeRO stage and FSDP agree.
+sim::Status check_tensor_parallel(const Scenario& s) {
+  const ModelArch& m = s.model;
   const ParallelConfig& p = s.parallelism;
-  OFFSIM_RETURN_IF_ERROR(positive(p.dp, "parallelism.dp"));
-  OFFSIM_RETURN_IF_ERROR(positive(p.tp, "parallelism.tp"));
-  OFFSIM_RETURN_IF_ERROR(positive(p.pp, "parallelism.pp"));
-  OFFSIM_RETURN_IF_ERROR(positive(p.virtual_stages, "parallelism.virtual_stages"));
-  OFFSIM_RETURN_IF_ERROR(check_moe(s));
   if (m.heads % p.tp != 0) {
     return invalid(fmt::format("parallelism.tp: {} does not divide model.heads {}", p.tp, m.heads));
   }
@@ -475,10 +480,10 @@ sim::Status check_scenario(const Scenario& s) {
     return invalid(
         fmt::format("parallelism.tp: {} does not divide model.ffn_hidden {}", p.tp, m.ffn_hidden));
   }
-  if (p.sequence_parallel && t.seq_len % p.tp != 0) {
+  if (p.sequence_parallel && s.training.seq_len % p.tp != 0) {
     return invalid(fmt::format(
         "parallelism.sequence_parallel: training.seq_len {} is not divisible by parallelism.tp {}",
-        t.seq_len, p.tp));
+        s.training.seq_len, p.tp));
   }
   if (p.zero_stage < 0 || p.zero_stage > 3) {
     return invalid(
@@ -489,6 +494,15 @@ sim::Status check_scenario(const Scenario& s) {
         "parallelism.fsdp: true shards like ZeRO-3 and contradicts parallelism.zero_stage {}",
         p.zero_stage));
   }
+  return sim::ok();
+}
+
+// Pipeline stages and virtual stages divide the layers; the batch divides into micro-batches
+// over the data-parallel ranks, and interleaved 1F1B gets a multiple of pp of them.
+sim::Status check_pipeline(const Scenario& s) {
+  const ModelArch& m = s.model;
+  const TrainingConfig& t = s.training;
+  const ParallelConfig& p = s.parallelism;
   const std::int64_t chunks = static_cast<std::int64_t>(p.pp) * p.virtual_stages;
   if (m.layers % chunks != 0) {
     return invalid(
@@ -515,37 +529,58 @@ sim::Status check_scenario(const Scenario& s) {
         "multiple of parallelism.pp {}",
         micro_batches, p.pp));
   }
+  return sim::ok();
+}
 
-  const RecomputeConfig& r = s.recompute;
-  for (const auto& [layer, mode] : r.per_layer) {
-    if (layer < 0 || layer >= m.layers) {
+sim::Status check_parallelism(const Scenario& s) {
+  const ParallelConfig& p = s.parallelism;
+  OFFSIM_RETURN_IF_ERROR(positive(p.dp, "parallelism.dp"));
+  OFFSIM_RETURN_IF_ERROR(positive(p.tp, "parallelism.tp"));
+  OFFSIM_RETURN_IF_ERROR(positive(p.pp, "parallelism.pp"));
+  OFFSIM_RETURN_IF_ERROR(positive(p.virtual_stages, "parallelism.virtual_stages"));
+  OFFSIM_RETURN_IF_ERROR(check_moe(s));
+  OFFSIM_RETURN_IF_ERROR(check_tensor_parallel(s));
+  return check_pipeline(s);
+}
+
+sim::Status check_recompute(const Scenario& s) {
+  for (const auto& [layer, mode] : s.recompute.per_layer) {
+    if (layer < 0 || layer >= s.model.layers) {
       return invalid(
-          fmt::format("recompute.per_layer: layer {} is outside 0..{}", layer, m.layers - 1));
+          fmt::format("recompute.per_layer: layer {} is outside 0..{}", layer, s.model.layers - 1));
     }
   }
+  return sim::ok();
+}
 
+sim::Status check_offload_rule(const OffloadRule& rule, std::int64_t layers,
+                               const std::string& path) {
+  OFFSIM_RETURN_IF_ERROR(check_selection(rule.layers, layers, path));
+  if (rule.cls == TensorClass::kNamedActivation) {
+    const auto& names = activation_names();
+    if (std::find(names.begin(), names.end(), rule.name) == names.end()) {
+      return invalid(
+          fmt::format("{}.name: '{}' is not one of {}", path, rule.name, fmt::join(names, ", ")));
+    }
+  } else if (!rule.name.empty()) {
+    return invalid(
+        fmt::format("{}.name: '{}' is only allowed with class named_activation", path, rule.name));
+  }
+  if (rule.prefetch_layers < 0) {
+    return invalid(fmt::format("{}.prefetch_layers: {} must be >= 0", path, rule.prefetch_layers));
+  }
+  if (rule.chunk_bytes < 0) {
+    return invalid(fmt::format("{}.chunk_bytes: {} must be >= 0", path, rule.chunk_bytes));
+  }
+  return sim::ok();
+}
+
+sim::Status check_offload(const Scenario& s) {
   bool optimizer_on_host = false;
   for (std::size_t i = 0; i < s.offload.rules.size(); ++i) {
     const OffloadRule& rule = s.offload.rules[i];
-    const std::string path = fmt::format("offload.rules[{}]", i);
-    OFFSIM_RETURN_IF_ERROR(check_selection(rule.layers, m.layers, path));
-    if (rule.cls == TensorClass::kNamedActivation) {
-      const auto& names = activation_names();
-      if (std::find(names.begin(), names.end(), rule.name) == names.end()) {
-        return invalid(
-            fmt::format("{}.name: '{}' is not one of {}", path, rule.name, fmt::join(names, ", ")));
-      }
-    } else if (!rule.name.empty()) {
-      return invalid(fmt::format("{}.name: '{}' is only allowed with class named_activation", path,
-                                 rule.name));
-    }
-    if (rule.prefetch_layers < 0) {
-      return invalid(
-          fmt::format("{}.prefetch_layers: {} must be >= 0", path, rule.prefetch_layers));
-    }
-    if (rule.chunk_bytes < 0) {
-      return invalid(fmt::format("{}.chunk_bytes: {} must be >= 0", path, rule.chunk_bytes));
-    }
+    OFFSIM_RETURN_IF_ERROR(
+        check_offload_rule(rule, s.model.layers, fmt::format("offload.rules[{}]", i)));
     if (rule.cls == TensorClass::kOptimizerStates && rule.where == Placement::kHost) {
       optimizer_on_host = true;
     }
@@ -553,10 +588,12 @@ sim::Status check_scenario(const Scenario& s) {
   if (s.offload.optimizer_on_cpu && !optimizer_on_host) {
     return invalid("offload.optimizer_on_cpu: true needs a rule placing optimizer_states on host");
   }
+  return sim::ok();
+}
 
-  OFFSIM_RETURN_IF_ERROR(check_dtypes(s.training));
-
+sim::Status check_hardware(const Scenario& s) {
   const HardwareConfig& h = s.hardware;
+  const ParallelConfig& p = s.parallelism;
   if (h.nodes < 1) return invalid(fmt::format("hardware.nodes: {} must be >= 1", h.nodes));
   if (h.gpus < 0) return invalid(fmt::format("hardware.gpus: {} must be >= 0", h.gpus));
   const std::int64_t used = static_cast<std::int64_t>(p.dp) * p.tp * p.pp;
@@ -566,6 +603,18 @@ sim::Status check_scenario(const Scenario& s) {
                     p.dp, p.tp, p.pp, used, h.gpus));
   }
   return sim::ok();
+}
+
+}  // namespace
+
+sim::Status check_scenario(const Scenario& s) {
+  OFFSIM_RETURN_IF_ERROR(check_sizes(s));
+  OFFSIM_RETURN_IF_ERROR(check_training(s));
+  OFFSIM_RETURN_IF_ERROR(check_parallelism(s));
+  OFFSIM_RETURN_IF_ERROR(check_recompute(s));
+  OFFSIM_RETURN_IF_ERROR(check_offload(s));
+  OFFSIM_RETURN_IF_ERROR(check_dtypes(s.training));
+  return check_hardware(s);
 }
 
 sim::Status check_scenario(const Scenario& s, int gpus_per_node) {
