@@ -154,10 +154,39 @@ struct ScanResult {
 
 constexpr int kMaxJsonDepth = 256;
 
-ScanResult scan_json(const std::string& text) {
-  // Keys are views into `text` (or into `decoded` for keys with escapes); objects with few keys
-  // are searched linearly, larger ones through a hash map, so that the scan stays linear.
-  constexpr std::size_t kLinearKeys = 16;
+// Keys are views into the text (or into `decoded_` for keys with escapes); objects with few keys
+// are searched linearly, larger ones through a hash map, so that the scan stays linear.
+class JsonScanner {
+ public:
+  explicit JsonScanner(const std::string& text) : text_(text) {}
+
+  ScanResult run() {
+    for (std::size_t i = 0; i < text_.size(); ++i) {
+      const char c = text_[i];
+      if (c == '\n') {
+        ++line_;
+        continue;
+      }
+      if (c == '"') {
+        const std::size_t begin = i;
+        bool has_escape = false;
+        i = skip_string(i, has_escape);
+        if (!stack_.empty() && stack_.back().is_object && stack_.back().expect_key) {
+          on_key(begin, i, has_escape);
+        }
+        continue;
+      }
+      if (!on_structural(c)) {
+        out_.too_deep = true;
+        return out_;
+      }
+    }
+    return out_;
+  }
+
+ private:
+  static constexpr std::size_t kLinearKeys = 16;
+
   struct Level {
     bool is_object = false;
     bool expect_key = false;
@@ -166,92 +195,100 @@ ScanResult scan_json(const std::string& text) {
     std::vector<std::pair<std::string_view, std::size_t>> keys;  // key, line
     std::unordered_map<std::string_view, std::size_t> many;
   };
-  // The JSON path of the innermost container, built only for a message.
-  const auto path_of = [](const std::vector<Level>& stack) {
-    std::string path = "$";
-    for (std::size_t d = 0; d + 1 < stack.size(); ++d) {
-      path += stack[d].is_object ? fmt::format(".{}", stack[d].last_key)
-                                 : fmt::format("[{}]", stack[d].index);
+
+  // From the opening quote at `i` to its closing quote (or the end of the text); counts lines.
+  std::size_t skip_string(std::size_t i, bool& has_escape) {
+    bool escaped = false;
+    for (++i; i < text_.size(); ++i) {
+      if (escaped) {
+        escaped = false;
+      } else if (text_[i] == '\\') {
+        escaped = has_escape = true;
+      } else if (text_[i] == '"') {
+        break;
+      } else if (text_[i] == '\n') {
+        ++line_;
+      }
     }
-    return path;
-  };
-  ScanResult out;
-  std::vector<Level> stack;
-  std::deque<std::string> decoded;
-  std::size_t line = 1;
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (c == '\n') {
-      ++line;
-      continue;
+    return i;
+  }
+
+  // Records the key, on this line, in the object; returns the line of an earlier equal key.
+  static std::optional<std::size_t> remember(Level& top, std::string_view key, std::size_t line) {
+    std::optional<std::size_t> first;
+    if (top.keys.size() < kLinearKeys) {
+      for (const auto& [k, l] : top.keys) {
+        if (k == key) first = l;
+      }
+      if (!first) top.keys.emplace_back(key, line);
+      if (top.keys.size() == kLinearKeys && top.many.empty()) {
+        for (const auto& [k, l] : top.keys) top.many.emplace(k, l);
+      }
+    } else {
+      const auto [it, inserted] = top.many.emplace(key, line);
+      if (!inserted) first = it->second;
     }
-    if (c == '"') {
-      const std::size_t begin = i;
-      bool escaped = false;
-      bool has_escape = false;
-      for (++i; i < text.size(); ++i) {
-        if (escaped) {
-          escaped = false;
-        } else if (text[i] == '\\') {
-          escaped = has_escape = true;
-        } else if (text[i] == '"') {
-          break;
-        } else if (text[i] == '\n') {
-          ++line;
-        }
-      }
-      if (stack.empty() || !stack.back().is_object || !stack.back().expect_key) continue;
-      Level& top = stack.back();
-      top.expect_key = false;
-      std::string_view key(text.data() + begin + 1, std::min(i, text.size()) - begin - 1);
-      if (has_escape) {
-        // Decode escapes so that "a" and "\u0061" are the same key.
-        const auto value = nlohmann::json::parse(text.substr(begin, i - begin + 1), nullptr,
-                                                 /*allow_exceptions=*/false);
-        if (value.is_string()) key = decoded.emplace_back(value.get<std::string>());
-      }
-      std::optional<std::size_t> first;
-      if (top.keys.size() < kLinearKeys) {
-        for (const auto& [k, l] : top.keys) {
-          if (k == key) first = l;
-        }
-        if (!first) top.keys.emplace_back(key, line);
-        if (top.keys.size() == kLinearKeys && top.many.empty()) {
-          for (const auto& [k, l] : top.keys) top.many.emplace(k, l);
-        }
-      } else {
-        const auto [it, inserted] = top.many.emplace(key, line);
-        if (!inserted) first = it->second;
-      }
-      if (first && out.duplicate_key.empty()) {
-        out.duplicate_key = std::string(key);
-        out.duplicate_path = path_of(stack);
-        out.duplicate_line = line;
-        out.first_line = *first;
-      }
-      top.last_key = key;
-      continue;
+    return first;
+  }
+
+  // The key between the quotes at `begin` and `end`.
+  void on_key(std::size_t begin, std::size_t end, bool has_escape) {
+    Level& top = stack_.back();
+    top.expect_key = false;
+    std::string_view key(text_.data() + begin + 1, std::min(end, text_.size()) - begin - 1);
+    if (has_escape) {
+      // Decode escapes so that "a" and "\u0061" are the same key.
+      const auto value = nlohmann::json::parse(text_.substr(begin, end - begin + 1), nullptr,
+                                               /*allow_exceptions=*/false);
+      if (value.is_string()) key = decoded_.emplace_back(value.get<std::string>());
     }
+    const std::optional<std::size_t> first = remember(top, key, line_);
+    if (first && out_.duplicate_key.empty()) {
+      out_.duplicate_key = std::string(key);
+      out_.duplicate_path = path();
+      out_.duplicate_line = line_;
+      out_.first_line = *first;
+    }
+    top.last_key = key;
+  }
+
+  // Brackets and commas; false when an opening bracket would exceed the depth limit.
+  bool on_structural(char c) {
     if (c == '{' || c == '[') {
-      if (static_cast<int>(stack.size()) >= kMaxJsonDepth) {
-        out.too_deep = true;
-        return out;
-      }
-      Level& next = stack.emplace_back();
+      if (static_cast<int>(stack_.size()) >= kMaxJsonDepth) return false;
+      Level& next = stack_.emplace_back();
       next.is_object = c == '{';
       next.expect_key = next.is_object;
     } else if (c == '}' || c == ']') {
-      if (!stack.empty()) stack.pop_back();
-    } else if (c == ',' && !stack.empty()) {
-      if (stack.back().is_object) {
-        stack.back().expect_key = true;
+      if (!stack_.empty()) stack_.pop_back();
+    } else if (c == ',' && !stack_.empty()) {
+      if (stack_.back().is_object) {
+        stack_.back().expect_key = true;
       } else {
-        ++stack.back().index;
+        ++stack_.back().index;
       }
     }
+    return true;
   }
-  return out;
-}
+
+  // The JSON path of the innermost container, built only for a message.
+  std::string path() const {
+    std::string path = "$";
+    for (std::size_t d = 0; d + 1 < stack_.size(); ++d) {
+      path += stack_[d].is_object ? fmt::format(".{}", stack_[d].last_key)
+                                  : fmt::format("[{}]", stack_[d].index);
+    }
+    return path;
+  }
+
+  const std::string& text_;
+  ScanResult out_;
+  std::vector<Level> stack_;
+  std::deque<std::string> decoded_;
+  std::size_t line_ = 1;
+};
+
+ScanResult scan_json(const std::string& text) { return JsonScanner(text).run(); }
 
 }  // namespace
 

@@ -545,13 +545,7 @@ class ProfileReader {
       return r_.error(p + ".gpu_count", fmt::format("expected a count >= 0, got {}", count));
     }
     out.gpu_count = static_cast<int>(count);
-    OFFSIM_ASSIGN_OR_RETURN(out.driver_version, r_.string(*j, "driver_version", p));
-    OFFSIM_ASSIGN_OR_RETURN(out.cuda_version, r_.string(*j, "cuda_version", p));
-    OFFSIM_ASSIGN_OR_RETURN(out.cublas_version, r_.string(*j, "cublas_version", p));
-    OFFSIM_ASSIGN_OR_RETURN(out.nccl_version, r_.string(*j, "nccl_version", p));
-    OFFSIM_ASSIGN_OR_RETURN(out.clocks, r_.string(*j, "clocks", p));
-    OFFSIM_ASSIGN_OR_RETURN(out.date, r_.string(*j, "date", p));
-    OFFSIM_ASSIGN_OR_RETURN(out.command_line, r_.string(*j, "command_line", p));
+    OFFSIM_RETURN_IF_ERROR(versions(*j, p, out));
     OFFSIM_ASSIGN_OR_RETURN(const json* measured, r_.array(*j, "measured", p));
     for (std::size_t i = 0; i < measured->size(); ++i) {
       OFFSIM_ASSIGN_OR_RETURN(std::string m,
@@ -562,6 +556,19 @@ class ProfileReader {
   }
 
   const JsonReader& reader() const { return r_; }
+
+ private:
+  // The software versions, clocks, date and command line of a provenance block.
+  Status versions(const json& j, const std::string& p, Provenance& out) const {
+    OFFSIM_ASSIGN_OR_RETURN(out.driver_version, r_.string(j, "driver_version", p));
+    OFFSIM_ASSIGN_OR_RETURN(out.cuda_version, r_.string(j, "cuda_version", p));
+    OFFSIM_ASSIGN_OR_RETURN(out.cublas_version, r_.string(j, "cublas_version", p));
+    OFFSIM_ASSIGN_OR_RETURN(out.nccl_version, r_.string(j, "nccl_version", p));
+    OFFSIM_ASSIGN_OR_RETURN(out.clocks, r_.string(j, "clocks", p));
+    OFFSIM_ASSIGN_OR_RETURN(out.date, r_.string(j, "date", p));
+    OFFSIM_ASSIGN_OR_RETURN(out.command_line, r_.string(j, "command_line", p));
+    return ok();
+  }
 
  private:
   JsonReader r_;
@@ -602,8 +609,10 @@ json profile_to_json(const CalibrationProfile& profile) {
   return j;
 }
 
-Result<CalibrationProfile> profile_from_json(const json& root, const std::string& source) {
-  ProfileReader pr(source);
+namespace {
+
+// The document kind, top-level keys, format name and version.
+Status read_header(const ProfileReader& pr, const json& root, CalibrationProfile& out) {
   const JsonReader& r = pr.reader();
   // Another of offsim's files given where a profile is expected: say which.
   if (const std::string kind = json_document_kind(root);
@@ -613,7 +622,6 @@ Result<CalibrationProfile> profile_from_json(const json& root, const std::string
                                     kind));
   }
   std::vector<std::string> top = {"format", "format_version", "provenance", "gemm", "memory_bound"};
-  CalibrationProfile out;
   for_each_section(out, [&](const char* section, const std::vector<FigureField>&) {
     top.emplace_back(section);
   });
@@ -627,42 +635,42 @@ Result<CalibrationProfile> profile_from_json(const json& root, const std::string
     return r.error("$.format_version",
                    fmt::format("expected {}, got {}", kProfileFormatVersion, version));
   }
-  OFFSIM_ASSIGN_OR_RETURN(out.provenance, pr.provenance(root));
+  return ok();
+}
 
+// One figure section (gpu, host_link, ...): its keys and every figure.
+Status read_section(const ProfileReader& pr, const json& root, const char* section,
+                    const std::vector<FigureField>& fs) {
+  const std::string path = std::string("$.") + section;
+  OFFSIM_ASSIGN_OR_RETURN(const json* obj, pr.reader().object(root, section, "$"));
+  std::vector<std::string> allowed;
+  for (const FigureField& f : fs) allowed.emplace_back(f.key);
+  // Added after format 1 was first written: optional, 1 (no remote-DRAM penalty) when absent.
+  const std::vector<std::string> optional = {"remote_dram_time_ratio"};
+  OFFSIM_RETURN_IF_ERROR(pr.keys(*obj, allowed, path, optional));
+  for (const FigureField& f : fs) {
+    if (!obj->contains(f.key) && f.key == std::string_view("remote_dram_time_ratio")) {
+      *f.figure = Figure{.value = 1.0,
+                         .origin = Origin::kAssumption,
+                         .source = "absent from the profile: no remote-DRAM penalty"};
+      continue;
+    }
+    OFFSIM_ASSIGN_OR_RETURN(*f.figure, pr.figure(*obj, f.key, path, f.is_fraction));
+  }
+  return ok();
+}
+
+Status read_sections(const ProfileReader& pr, const json& root, CalibrationProfile& out) {
   Status status = ok();
   for_each_section(out, [&](const char* section, const std::vector<FigureField>& fs) {
-    if (!status) return;
-    const std::string path = std::string("$.") + section;
-    auto obj = r.object(root, section, "$");
-    if (!obj) {
-      status = fail(obj.error());
-      return;
-    }
-    std::vector<std::string> allowed;
-    for (const FigureField& f : fs) allowed.emplace_back(f.key);
-    // Added after format 1 was first written: optional, 1 (no remote-DRAM penalty) when absent.
-    const std::vector<std::string> optional = {"remote_dram_time_ratio"};
-    if (Status s = pr.keys(**obj, allowed, path, optional); !s) {
-      status = s;
-      return;
-    }
-    for (const FigureField& f : fs) {
-      if (!(*obj)->contains(f.key) && f.key == std::string_view("remote_dram_time_ratio")) {
-        *f.figure = Figure{.value = 1.0,
-                           .origin = Origin::kAssumption,
-                           .source = "absent from the profile: no remote-DRAM penalty"};
-        continue;
-      }
-      auto fig = pr.figure(**obj, f.key, path, f.is_fraction);
-      if (!fig) {
-        status = fail(fig.error());
-        return;
-      }
-      *f.figure = std::move(*fig);
-    }
+    if (status) status = read_section(pr, root, section, fs);
   });
-  OFFSIM_RETURN_IF_ERROR(status);
+  return status;
+}
 
+// The GEMM efficiency points and curve, and the tile, alignment and wave-quantization figures.
+Status read_gemm(const ProfileReader& pr, const json& root, GemmEfficiency& out) {
+  const JsonReader& r = pr.reader();
   OFFSIM_ASSIGN_OR_RETURN(const json* gemm, r.object(root, "gemm", "$"));
   OFFSIM_RETURN_IF_ERROR(
       pr.keys(*gemm,
@@ -670,25 +678,25 @@ Result<CalibrationProfile> profile_from_json(const json& root, const std::string
                "sm_count", "wave_tile_m", "wave_tile_n", "k_overhead_elements", "reference_dim"},
               "$.gemm",
               {"sm_count", "wave_tile_m", "wave_tile_n", "k_overhead_elements", "reference_dim"}));
-  OFFSIM_ASSIGN_OR_RETURN(out.gemm.points, pr.points(*gemm, "$.gemm"));
-  OFFSIM_ASSIGN_OR_RETURN(out.gemm.curve, pr.knots(*gemm, "curve", "$.gemm"));
-  OFFSIM_ASSIGN_OR_RETURN(out.gemm.tile_size, pr.figure(*gemm, "tile_size", "$.gemm", false));
-  if (!(out.gemm.tile_size.value >= 1.0)) {
+  OFFSIM_ASSIGN_OR_RETURN(out.points, pr.points(*gemm, "$.gemm"));
+  OFFSIM_ASSIGN_OR_RETURN(out.curve, pr.knots(*gemm, "curve", "$.gemm"));
+  OFFSIM_ASSIGN_OR_RETURN(out.tile_size, pr.figure(*gemm, "tile_size", "$.gemm", false));
+  if (!(out.tile_size.value >= 1.0)) {
     return r.error("$.gemm.tile_size.value", "expected a tile size >= 1 element");
   }
-  OFFSIM_ASSIGN_OR_RETURN(out.gemm.alignment_elements,
+  OFFSIM_ASSIGN_OR_RETURN(out.alignment_elements,
                           pr.figure(*gemm, "alignment_elements", "$.gemm", false));
-  OFFSIM_ASSIGN_OR_RETURN(out.gemm.misaligned_factor,
+  OFFSIM_ASSIGN_OR_RETURN(out.misaligned_factor,
                           pr.figure(*gemm, "misaligned_factor", "$.gemm", true));
-  if (!(out.gemm.misaligned_factor.value > 0.0)) {
+  if (!(out.misaligned_factor.value > 0.0)) {
     return r.error("$.gemm.misaligned_factor.value", "expected a factor in (0, 1]");
   }
   // Added after format 1 was first written: optional, 0 (the older model) when absent.
   for (const auto& [key, figure] :
-       {std::pair("sm_count", &out.gemm.sm_count), std::pair("wave_tile_m", &out.gemm.wave_tile_m),
-        std::pair("wave_tile_n", &out.gemm.wave_tile_n),
-        std::pair("k_overhead_elements", &out.gemm.k_overhead_elements),
-        std::pair("reference_dim", &out.gemm.reference_dim)}) {
+       {std::pair("sm_count", &out.sm_count), std::pair("wave_tile_m", &out.wave_tile_m),
+        std::pair("wave_tile_n", &out.wave_tile_n),
+        std::pair("k_overhead_elements", &out.k_overhead_elements),
+        std::pair("reference_dim", &out.reference_dim)}) {
     if (!gemm->contains(key)) continue;
     OFFSIM_ASSIGN_OR_RETURN(*figure, pr.figure(*gemm, key, "$.gemm", false));
     // Counts and tile sides are converted to integers: keep them in a sane range.
@@ -696,9 +704,11 @@ Result<CalibrationProfile> profile_from_json(const json& root, const std::string
       return r.error(fmt::format("$.gemm.{}.value", key), "expected a value <= 1e6");
     }
   }
-  OFFSIM_ASSIGN_OR_RETURN(out.memory_bound, pr.knots(root, "memory_bound", "$"));
+  return ok();
+}
 
-  // Figures a model divides by must be positive.
+// Figures a model divides by must be positive; a GPU with NVLink needs its ring bandwidths.
+Status check_positive(const JsonReader& r, const CalibrationProfile& out) {
   const std::pair<const char*, double> positive[] = {
       {"$.gpu.hbm_usable_bytes", out.gpu.hbm_usable_bytes.value},
       {"$.gpu.hbm_peak_bytes_per_s", out.gpu.hbm_peak_bytes_per_s.value},
@@ -732,6 +742,20 @@ Result<CalibrationProfile> profile_from_json(const json& root, const std::string
         out.nvlink.ring_all_reduce_bus_bytes_per_s.value > 0.0)) {
     return r.error("$.nvlink", "a GPU with NVLink needs ring bus bandwidths > 0");
   }
+  return ok();
+}
+
+}  // namespace
+
+Result<CalibrationProfile> profile_from_json(const json& root, const std::string& source) {
+  ProfileReader pr(source);
+  CalibrationProfile out;
+  OFFSIM_RETURN_IF_ERROR(read_header(pr, root, out));
+  OFFSIM_ASSIGN_OR_RETURN(out.provenance, pr.provenance(root));
+  OFFSIM_RETURN_IF_ERROR(read_sections(pr, root, out));
+  OFFSIM_RETURN_IF_ERROR(read_gemm(pr, root, out.gemm));
+  OFFSIM_ASSIGN_OR_RETURN(out.memory_bound, pr.knots(root, "memory_bound", "$"));
+  OFFSIM_RETURN_IF_ERROR(check_positive(pr.reader(), out));
   return out;
 }
 

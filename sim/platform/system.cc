@@ -14,22 +14,61 @@ namespace {
 constexpr std::int64_t kGiB = std::int64_t{1} << 30;
 constexpr std::int64_t kGB = 1'000'000'000;
 
-std::vector<System> make_catalogue() {
-  std::vector<System> out;
-  auto dgx = [](std::string name, std::string gpu, HostLinkKind link, int per_switch,
-                std::int64_t host_bytes, std::string description) {
-    return System{.name = std::move(name),
-                  .description = std::move(description),
-                  .gpu = std::move(gpu),
-                  .gpus_per_node = 8,
-                  .nodes = 1,
-                  .sockets_per_node = 2,
-                  .gpus_per_pcie_switch = per_switch,
-                  .host_link = link,
-                  .nvlink_domain_gpus = 8,
-                  .nics_per_node = 8,
-                  .host_memory_bytes_per_node = host_bytes};
-  };
+// An 8-GPU NVSwitch node with two sockets and a NIC per GPU.
+System dgx(std::string name, std::string gpu, HostLinkKind link, int per_switch,
+           std::int64_t host_bytes, std::string description) {
+  return System{.name = std::move(name),
+                .description = std::move(description),
+                .gpu = std::move(gpu),
+                .gpus_per_node = 8,
+                .nodes = 1,
+                .sockets_per_node = 2,
+                .gpus_per_pcie_switch = per_switch,
+                .host_link = link,
+                .nvlink_domain_gpus = 8,
+                .nics_per_node = 8,
+                .host_memory_bytes_per_node = host_bytes};
+}
+
+// One GPU of the 8-GPU systems with its share (1/8) of the node's host memory: the machines
+// of single-GPU examples.
+System one_gpu_of(const System& base, std::string name) {
+  System s = base;
+  s.name = std::move(name);
+  s.description = "One GPU of a " + base.name + " with 1/8 of its host memory";
+  s.gpus_per_node = 1;
+  s.sockets_per_node = 1;
+  s.gpus_per_pcie_switch = 1;
+  s.nvlink_domain_gpus = 1;
+  s.nics_per_node = 1;
+  s.host_memory_bytes_per_node = base.host_memory_bytes_per_node / 8;
+  return s;
+}
+
+// A PCIe machine without NVLink: one GPU in a workstation, or several in a server.
+System pcie(std::string name, std::string gpu, HostLinkKind link, int gpus, int sockets,
+            int per_switch, std::int64_t host_bytes, std::string host, std::string description) {
+  return System{.name = std::move(name),
+                .description = std::move(description),
+                .gpu = std::move(gpu),
+                .gpus_per_node = gpus,
+                .nodes = 1,
+                .sockets_per_node = sockets,
+                .gpus_per_pcie_switch = per_switch,
+                .host_link = link,
+                .nvlink_domain_gpus = 1,
+                .nics_per_node = 0,
+                .host_memory_bytes_per_node = host_bytes,
+                .host = std::move(host)};
+}
+
+// A copy of the system of that name, which is in `systems`.
+System named(const std::vector<System>& systems, const char* n) {
+  return *std::find_if(systems.begin(), systems.end(),
+                       [&](const System& s) { return s.name == n; });
+}
+
+void add_nvlink_systems(std::vector<System>& out) {
   out.push_back(dgx("dgx-a100-40gb", "a100-40gb", HostLinkKind::kPcieGen4, 2, 1024 * kGiB,
                     "DGX A100 320GB: 8x A100-SXM4-40GB, NVSwitch, 2 GPUs per PCIe Gen4 switch, 4 "
                     "per socket, 2 sockets, 1 TB DDR4 (hardware.md; DGX A100 datasheet)"));
@@ -77,26 +116,11 @@ std::vector<System> make_catalogue() {
   out.push_back(dgx("dgx-b200", "b200", HostLinkKind::kPcieGen5, 1, 2048 * kGiB,
                     "DGX B200: 8x B200, NVSwitch (NVLink5), a Gen5 x16 path per GPU (assumed), 4 "
                     "GPUs per socket, 2 sockets, 2 TB DDR5"));
-  // One GPU of the 8-GPU systems with its share (1/8) of the node's host memory: the machines
-  // of single-GPU examples.
-  auto one = [](const System& base, std::string name) {
-    System s = base;
-    s.name = std::move(name);
-    s.description = "One GPU of a " + base.name + " with 1/8 of its host memory";
-    s.gpus_per_node = 1;
-    s.sockets_per_node = 1;
-    s.gpus_per_pcie_switch = 1;
-    s.nvlink_domain_gpus = 1;
-    s.nics_per_node = 1;
-    s.host_memory_bytes_per_node = base.host_memory_bytes_per_node / 8;
-    return s;
-  };
-  const std::vector<System> eight(out.begin(), out.end());
-  auto by_name = [&](const char* n) {
-    return *std::find_if(eight.begin(), eight.end(), [&](const System& s) { return s.name == n; });
-  };
-  // The CPU of each system's sockets (host.h). HGX H200 and DGX B200 hosts are taken as DGX
-  // H100's 8480C, as the profiles' host figures always were (DGX B200 ships Xeon 8570).
+}
+
+// The CPU of each system's sockets (host.h). HGX H200 and DGX B200 hosts are taken as DGX
+// H100's 8480C, as the profiles' host figures always were (DGX B200 ships Xeon 8570).
+void set_hosts(std::vector<System>& out) {
   for (System& s : out) {
     if (s.host_link == HostLinkKind::kNvlinkC2c) {
       s.host = "grace";
@@ -106,8 +130,12 @@ std::vector<System> make_catalogue() {
       s.host = "xeon-8480c";
     }
   }
+}
+
+// Xeon 6 and Blackwell Ultra systems, whose hosts are named.
+void add_newer_systems(std::vector<System>& out) {
   {
-    System s = by_name("hgx-h200");
+    System s = named(out, "hgx-h200");
     s.name = "hgx-h200-xeon6";
     s.host = "xeon-6960p";
     s.description =
@@ -126,7 +154,7 @@ std::vector<System> make_catalogue() {
     out.push_back(s);
   }
   {
-    System s = by_name("gb200-nvl72");
+    System s = named(out, "gb200-nvl72");
     s.name = "gb300-nvl72";
     s.gpu = "gb300";
     s.description =
@@ -135,23 +163,9 @@ std::vector<System> make_catalogue() {
     s.host = "grace";
     out.push_back(s);
   }
-  // PCIe machines without NVLink: one GPU in a workstation, or several in a server.
-  auto pcie = [](std::string name, std::string gpu, HostLinkKind link, int gpus, int sockets,
-                 int per_switch, std::int64_t host_bytes, std::string host,
-                 std::string description) {
-    return System{.name = std::move(name),
-                  .description = std::move(description),
-                  .gpu = std::move(gpu),
-                  .gpus_per_node = gpus,
-                  .nodes = 1,
-                  .sockets_per_node = sockets,
-                  .gpus_per_pcie_switch = per_switch,
-                  .host_link = link,
-                  .nvlink_domain_gpus = 1,
-                  .nics_per_node = 0,
-                  .host_memory_bytes_per_node = host_bytes,
-                  .host = std::move(host)};
-  };
+}
+
+void add_pcie_systems(std::vector<System>& out) {
   constexpr auto kGen4 = HostLinkKind::kPcieGen4;
   constexpr auto kGen5 = HostLinkKind::kPcieGen5;
   const std::vector<System> pcie_systems = {
@@ -182,16 +196,19 @@ std::vector<System> make_catalogue() {
            "DDR5 (assumed)"),
   };
   out.insert(out.end(), pcie_systems.begin(), pcie_systems.end());
-  const std::vector<System> with_hosts(out.begin(), out.end());
-  auto by_name2 = [&](const char* n) {
-    return *std::find_if(with_hosts.begin(), with_hosts.end(),
-                         [&](const System& s) { return s.name == n; });
-  };
-  out.push_back(one(by_name2("dgx-a100-40gb"), "a100-40gb-1gpu"));
-  out.push_back(one(by_name2("dgx-a100-80gb"), "a100-80gb-1gpu"));
-  out.push_back(one(by_name2("dgx-h100"), "h100-1gpu"));
-  out.push_back(one(by_name2("hgx-h200"), "h200-1gpu"));
-  out.push_back(one(by_name2("dgx-b200"), "b200-1gpu"));
+}
+
+std::vector<System> make_catalogue() {
+  std::vector<System> out;
+  add_nvlink_systems(out);
+  set_hosts(out);
+  add_newer_systems(out);
+  add_pcie_systems(out);
+  out.push_back(one_gpu_of(named(out, "dgx-a100-40gb"), "a100-40gb-1gpu"));
+  out.push_back(one_gpu_of(named(out, "dgx-a100-80gb"), "a100-80gb-1gpu"));
+  out.push_back(one_gpu_of(named(out, "dgx-h100"), "h100-1gpu"));
+  out.push_back(one_gpu_of(named(out, "hgx-h200"), "h200-1gpu"));
+  out.push_back(one_gpu_of(named(out, "dgx-b200"), "b200-1gpu"));
   return out;
 }
 

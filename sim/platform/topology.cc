@@ -73,7 +73,7 @@ void add_link(TopoGraph& g, VertexId near, VertexId far, LinkKind kind, const st
                 .down_bytes_per_s = down_bytes_per_s,
                 .up_bytes_per_s = up_bytes_per_s,
                 .duplex_bytes_per_s = duplex_bytes_per_s};
-  boost::add_edge(near, far, std::move(link), g);
+  boost::add_edge(near, far, link, g);
 }
 
 // One resource for both directions (DRAM bandwidth is shared by reads and writes).
@@ -87,30 +87,14 @@ void add_shared_link(TopoGraph& g, VertexId near, VertexId far, LinkKind kind,
                 .down_bytes_per_s = bytes_per_s,
                 .up_bytes_per_s = bytes_per_s,
                 .shared_directions = true};
-  boost::add_edge(near, far, std::move(link), g);
+  boost::add_edge(near, far, link, g);
 }
 
-}  // namespace
-
-Topology Topology::build(const System& system, const CalibrationProfile& profile) {
-  OFFSIM_CHECK_MSG(validate(system).has_value(), "invalid system {}", system.name);
-  Topology t;
-  t.system_ = system;
-  auto graph = std::make_shared<TopoGraph>();
-  TopoGraph& g = *graph;
-  t.graph_ = graph;
-  const HostLinkFigures& hl = profile.host_link;
-  const bool c2c = system.host_link == HostLinkKind::kNvlinkC2c;
-  const bool nvlink =
-      system.nvlink_domain_gpus > 1 && profile.nvlink.bytes_per_s_per_gpu.value > 0.0;
-  const bool multi_node = system.nodes > 1;
-  const int gpn = system.gpus_per_node;
-  const int per_socket = system.gpus_per_socket();
-
-  // Vertex order is part of the contract of gpu()/socket()/dram(): per node, GPUs first, then
-  // sockets, then DRAM; switches, NICs and shared vertices follow.
+// Vertex order is part of the contract of gpu()/socket()/dram(): per node, GPUs first, then
+// sockets, then DRAM; switches, NICs and shared vertices follow.
+void add_node_vertices(TopoGraph& g, const System& system, const HostLinkFigures& hl) {
   for (int n = 0; n < system.nodes; ++n) {
-    for (int i = 0; i < gpn; ++i) {
+    for (int i = 0; i < system.gpus_per_node; ++i) {
       add_vertex(g, VertexKind::kGpu, fmt::format("node{}.gpu{}", n, i), n, i);
     }
     for (int s = 0; s < system.sockets_per_node; ++s) {
@@ -122,79 +106,114 @@ Topology Topology::build(const System& system, const CalibrationProfile& profile
       add_vertex(g, VertexKind::kDram, fmt::format("node{}.dram{}", n, s), n, s);
     }
   }
-  std::vector<std::vector<VertexId>> all_switches(static_cast<std::size_t>(system.nodes));
+}
+
+// Node n's memory links, PCIe switches (with their uplinks) and GPU host links (PCIe, or C2C to
+// the socket); returns the switches.
+std::vector<VertexId> add_host_paths(TopoGraph& g, const Topology& t, const System& system,
+                                     const CalibrationProfile& profile, int n) {
+  const HostLinkFigures& hl = profile.host_link;
+  const bool c2c = system.host_link == HostLinkKind::kNvlinkC2c;
+  const int per_socket = system.gpus_per_socket();
+  for (int s = 0; s < system.sockets_per_node; ++s) {
+    add_shared_link(g, t.socket(n, s), t.dram(n, s), LinkKind::kMemory,
+                    fmt::format("node{}.socket{}.dram", n, s),
+                    profile.host.dram_bytes_per_s_per_socket.value);
+  }
+  std::vector<VertexId> switches;
+  if (!c2c) {
+    const int count = system.gpus_per_node / system.gpus_per_pcie_switch;
+    for (int w = 0; w < count; ++w) {
+      const std::string name = fmt::format("node{}.pcie_sw{}", n, w);
+      const VertexId sw = add_vertex(g, VertexKind::kPcieSwitch, name, n, w);
+      switches.push_back(sw);
+      const int socket = (w * system.gpus_per_pcie_switch) / per_socket;
+      add_link(g, sw, t.socket(n, socket), LinkKind::kSwitchUplink, name + ".up", "h2d", "d2h",
+               hl.switch_uplink_bytes_per_s.value, hl.switch_uplink_bytes_per_s.value, 0.0);
+    }
+  }
+  for (int i = 0; i < system.gpus_per_node; ++i) {
+    const VertexId gpu = t.gpu(n, i);
+    if (c2c) {
+      add_link(g, gpu, t.socket(n, i / per_socket), LinkKind::kC2c,
+               fmt::format("node{}.gpu{}.c2c", n, i), "h2d", "d2h", hl.h2d_bytes_per_s.value,
+               hl.d2h_bytes_per_s.value, hl.duplex_bytes_per_s.value);
+    } else {
+      add_link(g, gpu, switches[static_cast<std::size_t>(i / system.gpus_per_pcie_switch)],
+               LinkKind::kPcie, fmt::format("node{}.gpu{}.pcie", n, i), "h2d", "d2h",
+               hl.h2d_bytes_per_s.value, hl.d2h_bytes_per_s.value, hl.duplex_bytes_per_s.value);
+    }
+  }
+  return switches;
+}
+
+// One NVSwitch vertex per NVLink domain, each GPU linked to its domain's.
+void add_nvlink(TopoGraph& g, const Topology& t, const System& system,
+                const CalibrationProfile& profile) {
+  const int domains =
+      (system.gpu_count() + system.nvlink_domain_gpus - 1) / system.nvlink_domain_gpus;
+  std::vector<VertexId> nvswitches;
+  for (int d = 0; d < domains; ++d) {
+    nvswitches.push_back(add_vertex(g, VertexKind::kNvSwitch, fmt::format("nvswitch{}", d), -1, d));
+  }
+  const double bw = profile.nvlink.bytes_per_s_per_gpu.value;
+  for (int r = 0; r < system.gpu_count(); ++r) {
+    const int n = system.node_of(r);
+    const int i = system.local_gpu(r);
+    add_link(g, t.gpu(n, i), nvswitches[static_cast<std::size_t>(system.nvlink_domain_of(r))],
+             LinkKind::kNvlink, fmt::format("node{}.gpu{}.nvlink", n, i), "rx", "tx", bw, bw, 0.0);
+  }
+}
+
+// The NICs of every node and the fabric between them.
+void add_network(TopoGraph& g, const Topology& t, const System& system,
+                 const CalibrationProfile& profile,
+                 const std::vector<std::vector<VertexId>>& all_switches) {
+  const bool c2c = system.host_link == HostLinkKind::kNvlinkC2c;
+  const int gpn = system.gpus_per_node;
+  const int per_socket = system.gpus_per_socket();
+  const VertexId fabric = add_vertex(g, VertexKind::kFabric, "fabric", -1, 0);
+  const double bw = profile.inter_node.nic_bytes_per_s_per_gpu.value * static_cast<double>(gpn) /
+                    system.nics_per_node;
   for (int n = 0; n < system.nodes; ++n) {
-    for (int s = 0; s < system.sockets_per_node; ++s) {
-      add_shared_link(g, t.socket(n, s), t.dram(n, s), LinkKind::kMemory,
-                      fmt::format("node{}.socket{}.dram", n, s),
-                      profile.host.dram_bytes_per_s_per_socket.value);
-    }
-    std::vector<VertexId>& switches = all_switches[static_cast<std::size_t>(n)];
-    if (!c2c) {
-      const int count = gpn / system.gpus_per_pcie_switch;
-      for (int w = 0; w < count; ++w) {
-        const std::string name = fmt::format("node{}.pcie_sw{}", n, w);
-        const VertexId sw = add_vertex(g, VertexKind::kPcieSwitch, name, n, w);
-        switches.push_back(sw);
-        const int socket = (w * system.gpus_per_pcie_switch) / per_socket;
-        add_link(g, sw, t.socket(n, socket), LinkKind::kSwitchUplink, name + ".up", "h2d", "d2h",
-                 hl.switch_uplink_bytes_per_s.value, hl.switch_uplink_bytes_per_s.value, 0.0);
-      }
-    }
-    for (int i = 0; i < gpn; ++i) {
-      const VertexId gpu = t.gpu(n, i);
+    for (int k = 0; k < system.nics_per_node; ++k) {
+      const std::string name = fmt::format("node{}.nic{}", n, k);
+      const VertexId nic = add_vertex(g, VertexKind::kNic, name, n, k);
+      // A NIC sits beside the GPUs it serves: on their PCIe switch, or on the socket (C2C).
+      const int first_gpu = k * gpn / system.nics_per_node;
+      const std::string attach = fmt::format("{}.attach", name);
       if (c2c) {
-        add_link(g, gpu, t.socket(n, i / per_socket), LinkKind::kC2c,
-                 fmt::format("node{}.gpu{}.c2c", n, i), "h2d", "d2h", hl.h2d_bytes_per_s.value,
-                 hl.d2h_bytes_per_s.value, hl.duplex_bytes_per_s.value);
+        add_link(g, nic, t.socket(n, first_gpu / per_socket), LinkKind::kNicAttach, attach, "in",
+                 "out", bw, bw, 0.0);
       } else {
-        add_link(g, gpu, switches[static_cast<std::size_t>(i / system.gpus_per_pcie_switch)],
-                 LinkKind::kPcie, fmt::format("node{}.gpu{}.pcie", n, i), "h2d", "d2h",
-                 hl.h2d_bytes_per_s.value, hl.d2h_bytes_per_s.value, hl.duplex_bytes_per_s.value);
+        const auto& node_switches = all_switches[static_cast<std::size_t>(n)];
+        add_link(g, nic,
+                 node_switches[static_cast<std::size_t>(first_gpu / system.gpus_per_pcie_switch)],
+                 LinkKind::kNicAttach, attach, "in", "out", bw, bw, 0.0);
       }
+      add_link(g, nic, fabric, LinkKind::kInfiniband, name, "rx", "tx", bw, bw, 0.0);
     }
   }
-  if (nvlink) {
-    const int domains =
-        (system.gpu_count() + system.nvlink_domain_gpus - 1) / system.nvlink_domain_gpus;
-    std::vector<VertexId> nvswitches;
-    for (int d = 0; d < domains; ++d) {
-      nvswitches.push_back(
-          add_vertex(g, VertexKind::kNvSwitch, fmt::format("nvswitch{}", d), -1, d));
-    }
-    const double bw = profile.nvlink.bytes_per_s_per_gpu.value;
-    for (int r = 0; r < system.gpu_count(); ++r) {
-      const int n = system.node_of(r);
-      const int i = system.local_gpu(r);
-      add_link(g, t.gpu(n, i), nvswitches[static_cast<std::size_t>(system.nvlink_domain_of(r))],
-               LinkKind::kNvlink, fmt::format("node{}.gpu{}.nvlink", n, i), "rx", "tx", bw, bw,
-               0.0);
-    }
+}
+
+}  // namespace
+
+Topology Topology::build(const System& system, const CalibrationProfile& profile) {
+  OFFSIM_CHECK_MSG(validate(system).has_value(), "invalid system {}", system.name);
+  Topology t;
+  t.system_ = system;
+  auto graph = std::make_shared<TopoGraph>();
+  TopoGraph& g = *graph;
+  t.graph_ = graph;
+  add_node_vertices(g, system, profile.host_link);
+  std::vector<std::vector<VertexId>> all_switches;
+  for (int n = 0; n < system.nodes; ++n) {
+    all_switches.push_back(add_host_paths(g, t, system, profile, n));
   }
-  if (multi_node) {
-    const VertexId fabric = add_vertex(g, VertexKind::kFabric, "fabric", -1, 0);
-    const double bw = profile.inter_node.nic_bytes_per_s_per_gpu.value * static_cast<double>(gpn) /
-                      system.nics_per_node;
-    for (int n = 0; n < system.nodes; ++n) {
-      for (int k = 0; k < system.nics_per_node; ++k) {
-        const std::string name = fmt::format("node{}.nic{}", n, k);
-        const VertexId nic = add_vertex(g, VertexKind::kNic, name, n, k);
-        // A NIC sits beside the GPUs it serves: on their PCIe switch, or on the socket (C2C).
-        const int first_gpu = k * gpn / system.nics_per_node;
-        const std::string attach = fmt::format("{}.attach", name);
-        if (c2c) {
-          add_link(g, nic, t.socket(n, first_gpu / per_socket), LinkKind::kNicAttach, attach, "in",
-                   "out", bw, bw, 0.0);
-        } else {
-          const auto& node_switches = all_switches[static_cast<std::size_t>(n)];
-          add_link(g, nic,
-                   node_switches[static_cast<std::size_t>(first_gpu / system.gpus_per_pcie_switch)],
-                   LinkKind::kNicAttach, attach, "in", "out", bw, bw, 0.0);
-        }
-        add_link(g, nic, fabric, LinkKind::kInfiniband, name, "rx", "tx", bw, bw, 0.0);
-      }
-    }
+  if (system.nvlink_domain_gpus > 1 && profile.nvlink.bytes_per_s_per_gpu.value > 0.0) {
+    add_nvlink(g, t, system, profile);
   }
+  if (system.nodes > 1) add_network(g, t, system, profile, all_switches);
   return t;
 }
 
@@ -202,14 +221,16 @@ VertexId Topology::gpu(int node, int local_gpu) const {
   OFFSIM_CHECK(node >= 0 && node < system_.nodes);
   OFFSIM_CHECK(local_gpu >= 0 && local_gpu < system_.gpus_per_node);
   const int per_node = system_.gpus_per_node + 2 * system_.sockets_per_node;
-  return static_cast<VertexId>(node * per_node + local_gpu);
+  const int index = node * per_node + local_gpu;
+  return static_cast<VertexId>(index);
 }
 
 VertexId Topology::socket(int node, int socket) const {
   OFFSIM_CHECK(node >= 0 && node < system_.nodes);
   OFFSIM_CHECK(socket >= 0 && socket < system_.sockets_per_node);
   const int per_node = system_.gpus_per_node + 2 * system_.sockets_per_node;
-  return static_cast<VertexId>(node * per_node + system_.gpus_per_node + socket);
+  const int index = node * per_node + system_.gpus_per_node + socket;
+  return static_cast<VertexId>(index);
 }
 
 VertexId Topology::dram(int node, int socket) const {
