@@ -42,7 +42,7 @@ bool usable(double x) { return std::isfinite(x) && x > 0.0; }
 
 // Knots sorted by strictly increasing size: equal sizes merged by their median efficiency;
 // efficiencies clamped to (0, 1].
-std::vector<CurveKnot> knots_from(std::vector<std::pair<double, double>> size_eff,
+std::vector<CurveKnot> knots_from(const std::vector<std::pair<double, double>>& size_eff,
                                   const std::string& source) {
   std::map<double, std::vector<double>> by_size;
   for (auto [size, eff] : size_eff) {

@@ -494,7 +494,6 @@ sim::Status set_path(Node& root, std::string_view path, Node value) {
   std::string walked;
   for (std::size_t i = 0; i < parts.size(); ++i) {
     const std::string& part = parts[i];
-    const bool last = i + 1 == parts.size();
     if (node->kind == NodeKind::kNull) {
       node->kind = NodeKind::kMap;
       node->origin = value.origin;
@@ -520,8 +519,8 @@ sim::Status set_path(Node& root, std::string_view path, Node value) {
                        value.origin, path, walked, node->describe(), part);
     }
     walked += (walked.empty() ? "" : ".") + part;
-    if (last) *node = std::move(value);
   }
+  if (!parts.empty()) *node = std::move(value);
   return sim::ok();
 }
 
