@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(
-  build-essential cmake ninja-build pkg-config clang-format clang-14 libclang-rt-14-dev
+  build-essential cmake ninja-build pkg-config clang-format clang-14 clang-tidy-14 libclang-rt-14-dev
   libboost-graph-dev libfmt-dev nlohmann-json3-dev libyaml-cpp-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev librapidcheck-dev
   qt6-base-dev qt6-charts-dev libqt6opengl6-dev qt6-qpa-plugins libopenmpi-dev openmpi-bin
