@@ -25,6 +25,7 @@
 #include "backends/mpi_replay.h"
 #include "backends/replay.h"
 #include "calibrate/calibrate.h"
+#include "calibrate/host_calibration.h"
 #include "models/evaluate.h"
 #include "scenarios/break_even.h"
 #include "scenarios/cli/import_command.h"
@@ -847,6 +848,49 @@ int cmd_compare(const std::string& predicted_path, const std::string& measured_p
   return 0;
 }
 
+// The host stage (calibrate/host_calibration.h): cores, DRAM bandwidth per NUMA node and the
+// CPU Adam rate, written into `profile`'s host keys.
+sim::Status calibrate_host(bool quick, std::int64_t array_mib,
+                           sim::platform::CalibrationProfile& profile) {
+  calibrate::HostCalibrationOptions ho;
+  if (quick) {
+    ho.array_bytes = std::int64_t{64} << 20;
+    ho.samples = 5;
+    ho.adam_params = std::int64_t{4} << 20;
+    ho.adam_samples = 3;
+  }
+  if (array_mib > 0) ho.array_bytes = array_mib << 20;
+  OFFSIM_ASSIGN_OR_RETURN(calibrate::HostCalibration host, calibrate::measure_host(ho));
+  calibrate::apply_host_calibration(host, profile);
+  fmt::print("{}", calibrate::host_calibration_to_text(host));
+  return sim::ok();
+}
+
+// `calibrate --host --base KIND|profile.json`: the host stage alone over a base profile.
+int cmd_calibrate_host(bool quick, const std::string& base, std::int64_t array_mib,
+                       const std::string& out, const std::string& command_line) {
+  if (base.empty()) {
+    return usage_error(
+        "calibrate --host: --base is required: the GPU kind (e.g. h200) or the profile JSON "
+        "whose host keys the measurement replaces");
+  }
+  const std::string path = out.empty() ? "calibration-profile.json" : out;
+  const bool file = base.ends_with(".json");
+  scenarios::OutputFiles outputs(file ? std::vector<std::string>{base}
+                                      : std::vector<std::string>{});
+  if (auto st = outputs.reserve("--out", path, {".json"}); !st) return report(st.error());
+  auto profile =
+      file ? sim::platform::read_profile_file(base) : sim::platform::default_profile(base);
+  if (!profile) return report(profile.error());
+  if (auto st = calibrate_host(quick, array_mib, *profile); !st) return report(st.error());
+  profile->provenance.command_line = command_line;
+  auto st = outputs.write(path, sim::platform::profile_to_json(*profile).dump(2) + "\n");
+  if (st) st = outputs.commit();
+  if (!st) return report(st.error());
+  fmt::print("wrote the calibration profile with measured host figures to {}\n", path);
+  return 0;
+}
+
 int cmd_calibrate(bool quick, int gpus, const std::string& out, const std::string& command_line) {
   // The profile's path is checked and reserved before measuring (minutes of GPU time).
   const std::string path = out.empty() ? "calibration-profile.json" : out;
@@ -858,6 +902,7 @@ int cmd_calibrate(bool quick, int gpus, const std::string& out, const std::strin
   o.command_line = command_line;
   auto run = calibrate::run_calibration(o);
   if (!run) return report(run.error());
+  if (auto st = calibrate_host(quick, 0, run->profile); !st) return report(st.error());
   auto st = outputs.write(path, sim::platform::profile_to_json(run->profile).dump(2) + "\n");
   if (st) st = outputs.commit();
   if (!st) return report(st.error());
@@ -1082,11 +1127,24 @@ int main(int argc, char** argv) {
       app.add_subcommand("calibrate",
                          "Measure this machine's GPUs into a calibration profile.\n\nExamples:\n"
                          "  offsim calibrate --quick --out h200.json\n"
+                         "  offsim calibrate --host --base h200 --out h200-host.json\n"
                          "  offsim run ex.yaml --set hardware.profile=h200.json");
   calibrate_cmd->add_flag("--quick", cal_quick, "fewer sizes; under 3 minutes on one GPU");
   calibrate_cmd->add_option("--gpus", cal_gpus, "GPUs to use (default: all visible)")
       ->check(in_range(0, 1024, true, ""));
   calibrate_cmd->add_option("--out", cal_out, "profile file (default calibration-profile.json)");
+  bool cal_host = false;
+  std::string cal_base;
+  std::int64_t cal_host_mib = 0;
+  calibrate_cmd->add_flag("--host", cal_host,
+                          "measure only the host (cores, DRAM bandwidth per NUMA node, CPU Adam "
+                          "per core) into the host keys of --base");
+  calibrate_cmd->add_option("--base", cal_base,
+                            "with --host: GPU kind (h200, ...) or profile JSON to start from");
+  calibrate_cmd
+      ->add_option("--host-array-mib", cal_host_mib,
+                   "host DRAM test: MiB per array and NUMA node (default 256, 64 quick)")
+      ->check(in_range(1, 65536, true, ""));
 
   ImportArgs import_args;
   CLI::App* import_cmd = add_import_command(app, import_args);
@@ -1118,6 +1176,7 @@ int main(int argc, char** argv) {
   if (calibrate_cmd->parsed()) {
     std::string line;
     for (int i = 0; i < argc; ++i) line += (i ? " " : "") + std::string(argv[i]);
+    if (cal_host) return cmd_calibrate_host(cal_quick, cal_base, cal_host_mib, cal_out, line);
     return cmd_calibrate(cal_quick, cal_gpus, cal_out, line);
   }
   return 2;
