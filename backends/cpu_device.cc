@@ -474,6 +474,21 @@ class CpuDevice final : public Device {
     return sim::ok();
   }
 
+  sim::Status host_function(StreamId stream, Buffer buffer, std::string_view label,
+                            HostFunction fn) override {
+    std::lock_guard lock(mu_);
+    OFFSIM_ASSIGN_OR_RETURN(Stream * s, stream_locked(stream));
+    OFFSIM_ASSIGN_OR_RETURN(Storage * st, storage_locked(buffer));
+    push_locked(*s, std::string(label), [this, st, fn = std::move(fn)] {
+      const std::function<bool()> aborted = [this] {
+        std::lock_guard l(mu_);
+        return aborted_;
+      };
+      return fn(st->data.data(), st->real_bytes(), aborted);
+    });
+    return sim::ok();
+  }
+
   sim::Status synchronize(std::chrono::milliseconds timeout) override {
     std::unique_lock lock(mu_);
     const bool finished = cv_.wait_for(lock, timeout, [&] { return all_idle_locked(); });

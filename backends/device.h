@@ -19,6 +19,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -126,6 +127,15 @@ class Device {
   // Point-to-point between two members of `comm` (local ranks): `send` true sends to `peer`.
   virtual sim::Status p2p(StreamId stream, CommId comm, int peer, bool send, Buffer buffer,
                           std::int64_t size_bytes, std::string_view op_name) = 0;
+
+  // A host function ordered in `stream` (like cudaLaunchHostFunc), given the host-visible bytes of
+  // `buffer` and a query that turns true once the device aborts (a long wait must poll it).
+  // The replay's cross-process transport (backends/mpi_device.h) moves data this way on the CPU
+  // device. Devices without host-visible scratch return kUnsupported.
+  using HostFunction = std::function<sim::Status(void* data, std::int64_t bytes,
+                                                 const std::function<bool()>& aborted)>;
+  virtual sim::Status host_function(StreamId stream, Buffer buffer, std::string_view label,
+                                    HostFunction fn);
 
   // Waits for every stream. Returns the first error any work hit; when the work does not finish
   // within `timeout` the communicators are aborted and a kDevice "watchdog" error returned.

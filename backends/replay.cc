@@ -35,6 +35,11 @@ const char* to_string(MemoryKind kind) {
   return "?";
 }
 
+sim::Status Device::host_function(StreamId, Buffer, std::string_view label, HostFunction) {
+  return sim::fail(sim::ErrorCode::kUnsupported, "{}: the {} device runs no host functions", label,
+                   to_string(info().kind));
+}
+
 namespace {
 
 // Scratch operand sizes one lane needs (the max over its ops), in bytes.
@@ -200,6 +205,7 @@ class Replayer {
         for (int r = 0; r < local_count(); ++r)
           OFFSIM_RETURN_IF_ERROR(dev_.reset_pool_high_water(r));
       }
+      if (options_.before_step) OFFSIM_RETURN_IF_ERROR(options_.before_step(step));
       OFFSIM_RETURN_IF_ERROR(run_step(step, measured));
     }
     return finish();
@@ -211,6 +217,16 @@ class Replayer {
   int local_of(int global) const {
     auto it = std::find(ranks_.begin(), ranks_.end(), global);
     return it == ranks_.end() ? -1 : static_cast<int>(it - ranks_.begin());
+  }
+
+  // The device index of a global rank in communicators: local_of(), else the index that stands
+  // for a rank another process runs (ReplayOptions::remote_ranks), else -1.
+  int member_of(int global) const {
+    const int local = local_of(global);
+    if (local >= 0) return local;
+    const std::vector<int>& remote = options_.remote_ranks;
+    auto it = std::find(remote.begin(), remote.end(), global);
+    return it == remote.end() ? -1 : local_count() + static_cast<int>(it - remote.begin());
   }
 
   sim::Status choose_ranks() {
@@ -250,7 +266,7 @@ class Replayer {
     std::vector<LaneNeeds> needs(plan_.lanes.size());
     for (std::size_t i = 0; i < plan_.lanes.size(); ++i) {
       const int global = plan_.lanes[i].rank;
-      lanes_[i].local_rank = global < 0 ? 0 : local_of(global);
+      lanes_[i].local_rank = global < 0 ? (options_.run_unranked_lanes ? 0 : -1) : local_of(global);
     }
     for (const sim::Op& op : plan_.ops) add_needs(op, needs[op.lane.index()]);
     for (std::size_t i = 0; i < plan_.lanes.size(); ++i) {
@@ -345,14 +361,17 @@ class Replayer {
   std::vector<int> comm_members(const sim::Op& op, const LanePlan& lp) const {
     std::vector<int> locals;
     if (op.kind == sim::OpKind::kP2P) {
-      const int peer = local_of(op.sizes.peer);
+      const int peer = member_of(op.sizes.peer);
       if (peer < 0 || peer == lp.local_rank) return {};
       return {std::min(lp.local_rank, peer), std::max(lp.local_rank, peer)};
     }
     std::vector<int> group = op.sizes.collective.group;
-    if (group.empty()) group = ranks_;
+    if (group.empty()) {
+      group = ranks_;
+      group.insert(group.end(), options_.remote_ranks.begin(), options_.remote_ranks.end());
+    }
     for (int g : group) {
-      const int l = local_of(g);
+      const int l = member_of(g);
       if (l >= 0 && std::find(locals.begin(), locals.end(), l) == locals.end()) locals.push_back(l);
     }
     if (locals.size() < 2 ||
@@ -421,7 +440,7 @@ class Replayer {
           if (op.sizes.p2p_role == sim::P2PRole::kRecv) return sim::ok();
           return dev_.copy(s, lp.z, lp.x, bytes);
         }
-        const int peer = local_of(op.sizes.peer);
+        const int peer = member_of(op.sizes.peer);
         const bool send = op.sizes.p2p_role == sim::P2PRole::kSend;
         OFFSIM_ASSIGN_OR_RETURN(CommId c, comm_for(members));
         return dev_.p2p(s, c, peer, send, lp.x, bytes, op.name);

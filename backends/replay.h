@@ -29,6 +29,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -54,6 +55,14 @@ struct ReplayOptions {
   std::chrono::milliseconds watchdog_timeout{120000};
   CpuDeviceOptions cpu;  // for DeviceKind::kCpu; `ranks` is set by replay()
   int first_gpu = 0;     // for DeviceKind::kCuda: run rank i uses GPU first_gpu + i
+  // Ranks that other processes run (`replay --mpi`, backends/mpi_replay.h). In communicators the
+  // device's local indices ranks.size(), ranks.size() + 1, ... stand for them, in this order, so
+  // collectives and p2p with them go through the device (which carries them across processes)
+  // instead of running locally. Lanes without a rank run only where `run_unranked_lanes`.
+  std::vector<int> remote_ranks;
+  bool run_unranked_lanes = true;
+  // Called before each step's work is issued (the MPI replay aligns the processes' steps).
+  std::function<sim::Status(int step)> before_step;
 };
 
 // Per plan pool of a run rank's HBM: what the device's allocator saw in the measured steps.

@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "backends/mpi_replay.h"
 #include "backends/replay.h"
 #include "models/evaluate.h"
 #include "scenarios/cli/commands.h"
@@ -49,6 +50,66 @@ sim::Status write_outputs(const ReplayArgs& a, const sim::Timeline& predicted,
   return outputs.commit();
 }
 
+// `mpirun -np N offsim replay --mpi ...` (backends/mpi_replay.h): every process loads and
+// forecasts the scenario, replays its rank, and rank 0 writes the outputs and the comparison.
+// An input error is reported once (by the lowest rank that hit it) with exit code 2; a failure
+// during the replay ends every process (MPI_Abort) with a message naming the rank.
+int cmd_replay_mpi(const ReplayArgs& a) {
+  auto session = backends::MpiSession::start();
+  if (!session) return report(session.error());
+  const backends::MpiSession& mpi = **session;
+  const bool root = mpi.rank() == 0;
+  // Exit status after a step every process took: -1 to go on.
+  auto agree = [&](const sim::Status& st) -> int {
+    const int failed = mpi.first_failed(st.has_value());
+    if (failed < 0) return -1;
+    if (failed == mpi.rank()) return report(st.error());
+    return st ? 2 : exit_code(st.error());
+  };
+  std::vector<std::string> sets = a.sets;
+  if (a.layers > 0) sets.push_back(fmt::format("model.layers={}", a.layers));
+  if (!a.profile.empty()) sets.push_back(fmt::format("hardware.profile={}", a.profile));
+  auto l = load_checked(a.scenario, sets);
+  if (int rc = agree(l ? sim::ok() : sim::fail(l.error())); rc >= 0) return rc;
+  scenarios::OutputFiles outputs({a.scenario, l->scenario.hardware.profile_path});
+  sim::Status st = sim::ok();
+  if (root) {
+    for (const auto& [flag, path] :
+         {std::pair("--out", &a.out), std::pair("--predicted-out", &a.predicted_out),
+          std::pair("--trace", &a.trace)}) {
+      if (st) st = outputs.reserve(flag, *path, {".json"});
+    }
+  }
+  if (int rc = agree(st); rc >= 0) return rc;
+  models::EvalOptions eo;
+  eo.keep_plan = true;
+  eo.keep_timeline = true;
+  st = scenarios::check_plan_size(l->scenario, a.limits, {.with_memory_samples = true});
+  if (!st) st = sim::fail(eval_error(st.error(), a.scenario));
+  if (int rc = agree(st); rc >= 0) return rc;
+  auto eval = models::evaluate(l->scenario, eo);
+  if (int rc = agree(eval ? sim::ok() : sim::fail(eval_error(eval.error(), a.scenario))); rc >= 0)
+    return rc;
+  backends::ReplayOptions ro;
+  ro.measured_steps = a.steps;
+  ro.warmup_steps = a.warmup;
+  ro.device = a.device == "cuda" ? backends::DeviceKind::kCuda : backends::DeviceKind::kCpu;
+  if (a.all_ranks) {
+    return agree(sim::fail(sim::ErrorCode::kInvalidInput,
+                           "replay: --mpi runs one rank per process; drop --all-ranks"));
+  }
+  auto measured = backends::replay_mpi(mpi, *eval->plan, ro);
+  if (!measured) mpi.abort(measured.error());
+  if (!root) return 0;
+  const sim::Timeline& timeline = measured->merged.timeline;
+  if (st = write_outputs(a, *eval->timeline, timeline, outputs); !st) return report(st.error());
+  auto cmp = sim::compare_timelines(*eval->timeline, timeline);
+  if (!cmp) return report(cmp.error());
+  fmt::print("replayed {} on {} ({} measured steps)\nmpi: {}\n{}", l->scenario.name,
+             measured->merged.device.name, a.steps, measured->note, sim::comparison_to_text(*cmp));
+  return 0;
+}
+
 }  // namespace
 
 CLI::App* add_replay_command(CLI::App& app, ReplayArgs& replay) {
@@ -57,7 +118,8 @@ CLI::App* add_replay_command(CLI::App& app, ReplayArgs& replay) {
       "Execute a scenario's Plan for real (CUDA/NCCL, or the CPU device) and compare the\n"
       "measured timeline with the forecast.\n\nExamples:\n"
       "  offsim replay ex.yaml --layers 4 --out measured.json --predicted-out predicted.json\n"
-      "  offsim replay ex.yaml --device cpu --steps 2");
+      "  offsim replay ex.yaml --device cpu --steps 2\n"
+      "  mpirun -np 2 offsim replay ex.yaml --mpi --device cpu --steps 2");
   cmd->add_option("scenario", replay.scenario, "scenario file")
       ->required()
       ->check(CLI::ExistingFile);
@@ -77,11 +139,15 @@ CLI::App* add_replay_command(CLI::App& app, ReplayArgs& replay) {
   cmd->add_option("--trace", replay.trace, "Chrome trace with predicted and measured");
   cmd->add_flag("--all-ranks", replay.all_ranks,
                 "run every rank the simulated ones stand for (data/tensor-parallel peers)");
+  cmd->add_flag("--mpi", replay.mpi,
+                "one rank per MPI process (mpirun -np N offsim replay --mpi ...); rank 0 "
+                "writes the outputs and the comparison");
   add_limit_options(cmd, replay.limits, nullptr);
   return cmd;
 }
 
 int cmd_replay(const ReplayArgs& a) {
+  if (a.mpi) return cmd_replay_mpi(a);
   std::vector<std::string> sets = a.sets;
   if (a.layers > 0) sets.push_back(fmt::format("model.layers={}", a.layers));
   if (!a.profile.empty()) sets.push_back(fmt::format("hardware.profile={}", a.profile));

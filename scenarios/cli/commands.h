@@ -100,6 +100,7 @@ struct ReplayArgs {
   std::string predicted_out;
   std::string trace;
   bool all_ranks = false;
+  bool mpi = false;  // one rank per MPI process (cmd_replay_mpi)
   scenarios::ResourceLimits limits;
 };
 CLI::App* add_replay_command(CLI::App& app, ReplayArgs& args);
@@ -120,6 +121,9 @@ struct CalibrateArgs {
   int gpus = 0;
   std::string out;
   std::string command_line;  // recorded in the profile; main() sets it from argv
+  bool host = false;         // --host: only the host stage, over --base
+  std::string base;          // GPU kind or profile JSON whose host keys are replaced
+  std::int64_t host_array_mib = 0;
 };
 CLI::App* add_calibrate_command(CLI::App& app, CalibrateArgs& args);
 int cmd_calibrate(const CalibrateArgs& args);
