@@ -136,6 +136,7 @@ class StepBuilder {
                                                : static_cast<int>(grad_accum_steps(s.training, p));
     last_label_ =
         options.last_micro_batch_label >= 0 ? options.last_micro_batch_label : micro_batches_ - 1;
+    static_only_ = options.static_only;
     gdtype_ = s.training.compute_dtype;
     adtype_ = gdtype_ == sim::DType::kFp8 ? sim::DType::kBf16 : gdtype_;
     dt_ = resolve_dtypes(s.training);
@@ -499,6 +500,7 @@ class StepBuilder {
 
     make_param_groups(r);
     make_static_tensors(r);
+    if (static_only_) return sim::ok();
 
     const bool interleaved = p.schedule == ParallelConfig::PipelineSchedule::kInterleaved1F1B;
     for (const Task& t :
@@ -1430,6 +1432,7 @@ class StepBuilder {
   std::vector<std::pair<OpId, SendKey>> pending_recv_;
   std::vector<OpId> deferred_reduce_;  // gradient reductions that wait for the whole backward
   OpId last_compute_;                  // the latest op emitted on the current rank's compute lane
+  bool static_only_ = false;           // BuildOptions::static_only
 };
 
 std::vector<std::string> scenario_flags(const Scenario& s) {

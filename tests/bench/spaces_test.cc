@@ -5,6 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <set>
+#include <utility>
+
+#include "bench/check.h"
 
 namespace offsim::bench {
 namespace {
@@ -40,6 +43,25 @@ TEST(Spaces, SpaceBHas918Points) {
   const SpacePoint ref = megatron_1t_reference();
   EXPECT_EQ(ref.dp, 2);
   EXPECT_EQ(ref.scenario.model.layers, 128);
+}
+
+// A subsample of both spaces through the path a sweep takes, each against the full simulation
+// (offsim-bench --check runs all of them). Every 37th point of A and every 61st of B: both have
+// early answers, and full or steady-state steps.
+TEST(Spaces, ShortcutsAgreeWithTheFullSimulationOnASubsample) {
+  int early = 0;
+  int others = 0;
+  for (const auto& [space, stride] : {std::pair{Space::kA, 37}, std::pair{Space::kB, 61}}) {
+    const std::vector<SpacePoint> points = space_points(space_definition(space));
+    for (std::size_t i = 0; i < points.size(); i += static_cast<std::size_t>(stride)) {
+      auto e = models::evaluate(points[i].scenario, sweep_eval_options(false));
+      ASSERT_TRUE(e) << points[i].label << ": " << e.error().message;
+      EXPECT_EQ(compare_with_full_path(points[i].scenario, *e), "") << points[i].label;
+      (e->early_answer ? early : others) += 1;
+    }
+  }
+  EXPECT_GE(early, 5);
+  EXPECT_GE(others, 5);
 }
 
 }  // namespace
