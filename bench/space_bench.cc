@@ -9,6 +9,7 @@
 // models::evaluate() of each point, with the options a sweep uses; minor page faults come from
 // getrusage(RUSAGE_THREAD). Each point is counted under the path it took: early (an exact early
 // answer, no plan built), steady (the steady-state fast path) or full (the whole step simulated).
+// --phases splits each full-path point into lowering, simulation and freeing.
 // For space B it also times the reference step (megatron_1t_reference(), best of 3).
 // --check evaluates every point a second time on the full path (no shortcut) and compares every
 // field the shortcut can know; any difference is printed and the exit code is 1.
@@ -27,6 +28,8 @@
 #include "bench/check.h"
 #include "bench/spaces.h"
 #include "models/evaluate.h"
+#include "models/step_builder.h"
+#include "sim/engine/simulator.h"
 
 namespace offsim::bench {
 namespace {
@@ -48,14 +51,50 @@ struct Args {
   int stride = 1;
   bool check = false;
   bool full_path = false;
+  bool phases = false;
 };
 
 int usage(const std::string& why) {
   fmt::print(stderr,
              "offsim-bench: {}\nusage: offsim-bench space-a|space-b [--stride N] [--check] "
-             "[--full-path]\n",
+             "[--full-path] [--phases]\n",
              why);
   return 2;
+}
+
+// Where a full-path point's time goes: lowering (build_step), simulation, freeing plan and
+// timeline (--phases: each full-path point is evaluated a second time, phase by phase).
+struct Phases {
+  double build_s = 0.0;
+  double simulate_s = 0.0;
+  double free_s = 0.0;
+  double ops = 0.0;
+  int points = 0;
+};
+
+void time_phases(const models::Scenario& s, Phases& p) {
+  double t0 = thread_cpu_s();
+  auto* step = new sim::Result<models::BuiltStep>(models::build_step(s));
+  double t1 = thread_cpu_s();
+  if (!*step) {
+    delete step;
+    return;
+  }
+  sim::SimOptions o;
+  o.validate_plan = false;
+  o.record_memory = false;
+  o.run_past_capacity = true;
+  o.record_op_infos = false;
+  auto* result = new sim::Result<sim::SimResult>(sim::simulate((*step)->plan, o));
+  double t2 = thread_cpu_s();
+  p.ops += static_cast<double>((*step)->plan.ops.size());
+  delete result;
+  delete step;
+  double t3 = thread_cpu_s();
+  p.build_s += t1 - t0;
+  p.simulate_s += t2 - t1;
+  p.free_s += t3 - t2;
+  ++p.points;
 }
 
 struct PathStats {
@@ -75,12 +114,15 @@ int run(const Args& a) {
   double cpu_total = 0.0;
   double cpu_max = 0.0;
   std::string slowest;
-  const long faults0 = minor_faults();
+  long faults = 0;
+  Phases phases;
   for (std::size_t i = 0; i < points.size(); i += static_cast<std::size_t>(a.stride)) {
     const SpacePoint& p = points[i];
+    const long f0 = minor_faults();
     const double t0 = thread_cpu_s();
     sim::Result<models::Evaluation> e = models::evaluate(p.scenario, options);
     const double dt = thread_cpu_s() - t0;
+    faults += minor_faults() - f0;
     ++evaluated;
     cpu_total += dt;
     if (dt > cpu_max) {
@@ -96,6 +138,7 @@ int run(const Args& a) {
     ++ps.points;
     ps.cpu_s += dt;
     if (e->report.fits) ++fits;
+    if (a.phases && path_of(*e) == "full") time_phases(p.scenario, phases);
     if (a.check) {
       const std::string diff = compare_with_full_path(p.scenario, *e);
       if (!diff.empty()) {
@@ -104,7 +147,6 @@ int run(const Args& a) {
       }
     }
   }
-  const long faults = minor_faults() - faults0;
   fmt::print("{}: {} of {} points (stride {}), {} fit, {} errors\n", def.name, evaluated,
              points.size(), a.stride, fits, errors);
   fmt::print(
@@ -116,6 +158,15 @@ int run(const Args& a) {
   for (const auto& [name, ps] : paths) {
     fmt::print("path {:7} {:5} points, cpu {:8.3f} s, {:8.2f} ms per point\n", name, ps.points,
                ps.cpu_s, ps.points > 0 ? 1e3 * ps.cpu_s / ps.points : 0.0);
+  }
+  if (phases.points > 0) {
+    const double n = phases.points;
+    fmt::print(
+        "phases of {} full-path points: build {:.2f} ms, simulate {:.2f} ms, free {:.2f} "
+        "ms per point; {:.0f} ops per point, {:.2f} us per op\n",
+        phases.points, 1e3 * phases.build_s / n, 1e3 * phases.simulate_s / n,
+        1e3 * phases.free_s / n, phases.ops / n,
+        1e6 * (phases.build_s + phases.simulate_s + phases.free_s) / phases.ops);
   }
   if (a.space == Space::kB) {
     const SpacePoint ref = megatron_1t_reference();
@@ -152,6 +203,8 @@ int main(int argc, char** argv) {
     const std::string arg = argv[i];
     if (arg == "--check") {
       a.check = true;
+    } else if (arg == "--phases") {
+      a.phases = true;
     } else if (arg == "--full-path") {
       a.full_path = true;
     } else if (arg == "--stride") {

@@ -450,6 +450,7 @@ sim::Result<Evaluation> evaluate(const Scenario& scenario, const EvalOptions& op
   sim_options.cancel = options.cancel;
   // A step that does not fit still runs to its end, so the report gives each pool's demand.
   sim_options.run_past_capacity = true;
+  sim_options.record_op_infos = options.keep_timeline;  // the report reads the plan
   OFFSIM_ASSIGN_OR_RETURN(sim::SimResult result, sim::simulate(step.plan, sim_options));
   Evaluation e;
   e.report = make_report(scenario, step, result.timeline);

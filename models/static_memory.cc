@@ -16,6 +16,7 @@ std::optional<Report> static_memory_report(const Scenario& scenario, const Build
   sim_options.record_memory = false;
   sim_options.validate_plan = false;
   sim_options.run_past_capacity = true;
+  sim_options.record_op_infos = false;
   sim::Result<sim::SimResult> result = sim::simulate(step->plan, sim_options);
   if (!result) return std::nullopt;
   const sim::Timeline& t = result->timeline;
