@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "models/static_memory.h"
 #include "sim/engine/engine_probe.h"
 #include "sim/engine/simulator.h"
 #include "sim/trace/analysis.h"
@@ -422,6 +423,14 @@ Report make_report(const Scenario& scenario, const BuiltStep& step, const sim::T
 }
 
 sim::Result<Evaluation> evaluate(const Scenario& scenario, const EvalOptions& options) {
+  if (options.early_answers && !options.keep_timeline && !options.keep_plan) {
+    if (std::optional<Report> early = static_memory_report(scenario, options.build)) {
+      Evaluation e;
+      e.report = std::move(*early);
+      e.early_answer = true;
+      return e;
+    }
+  }
   std::string why = "disabled";
   if (scenario.hardware.runtime != HardwareConfig::Runtime::kNone) {
     why = "hardware.runtime: the allocator replay needs the whole step's allocation order";
@@ -441,6 +450,7 @@ sim::Result<Evaluation> evaluate(const Scenario& scenario, const EvalOptions& op
   sim_options.cancel = options.cancel;
   // A step that does not fit still runs to its end, so the report gives each pool's demand.
   sim_options.run_past_capacity = true;
+  sim_options.record_op_infos = options.keep_timeline;  // the report reads the plan
   OFFSIM_ASSIGN_OR_RETURN(sim::SimResult result, sim::simulate(step.plan, sim_options));
   Evaluation e;
   e.report = make_report(scenario, step, result.timeline);

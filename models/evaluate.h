@@ -27,6 +27,10 @@ struct EvalOptions {
   // periodic steady state (see models/README.md); the report is bit-identical to the full
   // simulation's. Never with keep_timeline or keep_plan.
   bool steady_state = true;
+  // Answer a step whose static memory exceeds a pool before building it (static_memory.h):
+  // exact in every field the full simulation shares, demand and peaks as lower bounds. Sweeps
+  // and the policy search use it; `offsim run` does not, so it reports the true demand.
+  bool early_answers = false;
   BuildOptions build;
   const std::atomic<bool>* cancel = nullptr;  // polled by the engine; set: fails with kCancelled
 };
@@ -36,6 +40,7 @@ struct Evaluation {
   std::optional<sim::Timeline> timeline;
   std::optional<sim::Plan> plan;
   bool steady_state = false;     // the report came from the steady-state fast path
+  bool early_answer = false;     // the report came from static_memory_report()
   std::string full_path_reason;  // otherwise, why the full step was simulated
 };
 

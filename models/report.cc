@@ -111,6 +111,7 @@ nlohmann::json report_to_json(const Report& r) {
                       {"capacity_bytes", d.capacity_bytes},
                       {"overshoot_bytes", d.overshoot_bytes},
                       {"first_failure", oom_json(d.first_failure)}});
+    if (d.demand_is_lower_bound) demand.back()["demand_is_lower_bound"] = true;
   }
   j["over_capacity"] = demand;
   nlohmann::json meta = nlohmann::json::object();

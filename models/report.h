@@ -89,6 +89,9 @@ struct PoolDemand {
   std::int64_t capacity_bytes = 0;
   std::int64_t overshoot_bytes = 0;
   OomReport first_failure;  // the pool's first allocation that did not fit
+  // An early answer (models/static_memory.h): the step was not simulated and demand_bytes is the
+  // pool's static memory, a lower bound of the true demand (JSON "demand_is_lower_bound": true).
+  bool demand_is_lower_bound = false;
 };
 
 struct Report {

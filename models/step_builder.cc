@@ -16,6 +16,7 @@
 
 #include "models/cost_model.h"
 #include "models/formulas.h"
+#include "models/plan_size.h"
 #include "sim/platform/host.h"
 #include "sim/platform/profile.h"
 #include "sim/platform/system.h"
@@ -136,6 +137,7 @@ class StepBuilder {
                                                : static_cast<int>(grad_accum_steps(s.training, p));
     last_label_ =
         options.last_micro_batch_label >= 0 ? options.last_micro_batch_label : micro_batches_ - 1;
+    static_only_ = options.static_only;
     gdtype_ = s.training.compute_dtype;
     adtype_ = gdtype_ == sim::DType::kFp8 ? sim::DType::kBf16 : gdtype_;
     dt_ = resolve_dtypes(s.training);
@@ -499,6 +501,7 @@ class StepBuilder {
 
     make_param_groups(r);
     make_static_tensors(r);
+    if (static_only_) return sim::ok();
 
     const bool interleaved = p.schedule == ParallelConfig::PipelineSchedule::kInterleaved1F1B;
     for (const Task& t :
@@ -1430,6 +1433,7 @@ class StepBuilder {
   std::vector<std::pair<OpId, SendKey>> pending_recv_;
   std::vector<OpId> deferred_reduce_;  // gradient reductions that wait for the whole backward
   OpId last_compute_;                  // the latest op emitted on the current rank's compute lane
+  bool static_only_ = false;           // BuildOptions::static_only
 };
 
 std::vector<std::string> scenario_flags(const Scenario& s) {
@@ -1633,6 +1637,13 @@ sim::Result<BuiltStep> build_step(const Scenario& s, const BuildOptions& options
     for (const std::string& note : out.runtime.notes) out.flags.push_back(note);
   }
 
+  if (options.micro_batches == 0 && !options.static_only) {
+    // The closed-form size is within a few percent of the plan's (plan_size_test): 5% more room
+    // keeps the ops and tensors from being moved as the plan grows.
+    const PlanSize size = estimate_plan_size(s);
+    b.reserve(static_cast<std::size_t>(size.ops * 1.05) + 64,
+              static_cast<std::size_t>(size.tensors * 1.05) + 64);
+  }
   StepBuilder builder(s, cm, b, out, options);
   OFFSIM_RETURN_IF_ERROR(builder.build());
 

@@ -31,6 +31,9 @@ struct BuildOptions {
   // own index), so that its names are those the full step gives its last micro-batch.
   int micro_batches = 0;
   int last_micro_batch_label = -1;
+  // Only the static state: lanes, pools and the tensors alive at t = 0 (weights, gradients,
+  // optimizer state, workspace) in the full step's order, and no ops (static_memory.h).
+  bool static_only = false;
 };
 
 // Where one micro-batch's ops and tensors begin in the plan (ids of its first ones).

@@ -51,7 +51,7 @@ struct SearchOptions {
   // Candidates simulated so far, on stderr (a bar on a terminal; progress.h), out of the valid
   // ones (the pruned search finishes early).
   bool progress = false;
-  models::EvalOptions eval;
+  models::EvalOptions eval{.early_answers = true};  // static-memory early answers (static_memory.h)
 };
 
 struct Candidate {

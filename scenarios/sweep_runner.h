@@ -61,7 +61,7 @@ struct SweepRunOptions {
   int shard_count = 1;
   bool progress = true;  // on stderr: a bar on a terminal, a line every few s otherwise
   double progress_interval_s = 5.0;
-  models::EvalOptions eval;
+  models::EvalOptions eval{.early_answers = true};  // static-memory early answers (static_memory.h)
   // Plan-size limits per point (over them: an error row); time_limit_s bounds the whole sweep:
   // rows finished by then stay in the file and run_sweep fails with kLimitExceeded.
   ResourceLimits limits;
@@ -99,7 +99,7 @@ struct PreparedSweep {
   std::string header;  // CSV header line (sweep_columns()); empty for JSONL
   ResultsFile::Spec file_spec;
   OpenMode mode = OpenMode::kCreate;
-  models::EvalOptions eval;
+  models::EvalOptions eval{.early_answers = true};  // static-memory early answers (static_memory.h)
   ResourceLimits limits;
 
   // Evaluates the k-th point of this shard and formats its row; `error` tells whether the row

@@ -825,7 +825,7 @@ Result<SimResult> Engine::run() {
                 plan_.ops.size(), kNone - 1);
   }
   SimResult result;
-  result.timeline = timeline_skeleton(plan_);
+  result.timeline = timeline_skeleton(plan_, options_.record_op_infos);
   result.timeline.source = "predicted";
   timeline_ = &result.timeline;
   setup();

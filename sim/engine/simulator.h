@@ -32,6 +32,9 @@ struct SimOptions {
   // if the pool were unbounded, so the run reaches its end and each pool's peak is its demand;
   // the outcome is still kOutOfMemory (outcome.oom is the first failure over all pools).
   bool run_past_capacity = false;
+  // false: Timeline::ops (each op's name, category and deps, copied for display and analysis)
+  // is left empty; for callers that read the Plan instead (models::evaluate without a timeline).
+  bool record_op_infos = true;
 };
 
 struct SimStats {

@@ -230,6 +230,11 @@ OpId PlanBuilder::op(Op op) {
   return OpId{plan_.ops.size() - 1};
 }
 
+void PlanBuilder::reserve(std::size_t ops, std::size_t tensors) {
+  plan_.ops.reserve(ops);
+  plan_.tensors.reserve(tensors);
+}
+
 void PlanBuilder::initial(TensorId tensor) { plan_.initial_tensors.push_back(tensor); }
 
 void PlanBuilder::metadata(const std::string& key, const std::string& value) {

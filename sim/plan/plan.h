@@ -251,6 +251,9 @@ class PlanBuilder {
   TensorId tensor(const std::string& name, PoolId pool, std::int64_t bytes,
                   const std::string& category);
   OpId op(Op op);
+  // Room for this many ops and tensors (e.g. models::estimate_plan_size's), so the plan grows
+  // without moving what it holds.
+  void reserve(std::size_t ops, std::size_t tensors);
   void initial(TensorId tensor);
   void metadata(const std::string& key, const std::string& value);
   void representative(Representative r) { plan_.representatives.push_back(r); }

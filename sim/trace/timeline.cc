@@ -16,7 +16,7 @@ const char* to_string(OutcomeKind kind) {
   return "?";
 }
 
-Timeline timeline_skeleton(const Plan& plan) {
+Timeline timeline_skeleton(const Plan& plan, bool with_op_infos) {
   Timeline t;
   t.lanes.reserve(plan.lanes.size());
   t.lane_identity.reserve(plan.lanes.size());
@@ -24,10 +24,12 @@ Timeline timeline_skeleton(const Plan& plan) {
     t.lanes.push_back(lane.name);
     t.lane_identity.push_back({.rank = lane.rank, .stage = lane.stage, .role = lane.role});
   }
-  t.ops.reserve(plan.ops.size());
-  for (const Op& op : plan.ops) {
-    t.ops.push_back(
-        OpInfo{op.name, op.kind, op.category, op.layer, op.sizes.flops, op.sizes.bytes, op.deps});
+  if (with_op_infos) {
+    t.ops.reserve(plan.ops.size());
+    for (const Op& op : plan.ops) {
+      t.ops.push_back(
+          OpInfo{op.name, op.kind, op.category, op.layer, op.sizes.flops, op.sizes.bytes, op.deps});
+    }
   }
   t.pools.reserve(plan.pools.size());
   for (const Pool& pool : plan.pools) {

@@ -116,7 +116,7 @@ struct Timeline {
 };
 
 // Copies op names, kinds, sizes and deps, lanes with their identity, and pools with their kind and
-// owner from a plan into an empty timeline.
-Timeline timeline_skeleton(const Plan& plan);
+// owner from a plan into an empty timeline (without the ops' infos when !with_op_infos).
+Timeline timeline_skeleton(const Plan& plan, bool with_op_infos = true);
 
 }  // namespace offsim::sim
