@@ -1632,7 +1632,8 @@ sim::Result<BuiltStep> build_step(const Scenario& s, const BuildOptions& options
   for (int l = 0; l < s.model.layers; ++l) {
     std::set<std::string> named;
     for (const OffloadRule& r : s.offload.rules) {
-      if (r.cls == TensorClass::kNamedActivation && r.layers.contains(l, s.model.layers)) {
+      if (r.cls == TensorClass::kNamedActivation &&
+          r.layers.contains(l, s.model.layers, s.parallelism.pp, s.parallelism.virtual_stages)) {
         named.insert(r.name);
       }
     }
