@@ -590,8 +590,10 @@ constexpr PresetDef kPresets[] = {
      "state on the host, the optimizer step on the CPU; parameters stream H2D one layer ahead."},
     {"megatron_optimizer_offload",
      "Megatron-Core distributed optimizer with optimizer_cpu_offload and "
-     "optimizer_offload_fraction = fraction: that fraction of the optimizer state (moments and "
-     "master weights) on the host and updated by the CPU."},
+     "optimizer_offload_fraction = fraction (HybridDeviceOptimizer): that fraction of each "
+     "rank's parameters (the first layers of every pipeline stage) has its Adam moments on the "
+     "host and is updated there by torch AdamW on a pinned fp32 clone of the master, which goes "
+     "back to the GPU's fp32 main parameter; the master weights stay on the GPU."},
     // Framework names, one each (several are the same policy under the name its users know).
     {"te_cpu_offload",
      "Transformer Engine get_cpu_offload_context(enabled=True, num_layers=...): the saved "
@@ -767,8 +769,19 @@ sim::Status add_optimizer_offload(std::string_view name, const PresetOptions& o,
     return sim::fail(sim::ErrorCode::kInvalidInput,
                      "offload preset {}: fraction {} is not in (0, 1]", name, o.fraction);
   }
+  // Megatron-Core's HybridDeviceOptimizer offloads `fraction` of the parameters each rank
+  // updates (hybrid_optimizer.py: offload_threshold = the rank's GPU parameter count times
+  // offload_fraction), so every pipeline stage offloads that share of its own layers. The
+  // distributed optimizer keeps its fp32 main parameter on the GPU and hands it to the
+  // HybridDeviceOptimizer, which updates a pinned host clone and copies it back: the moments
+  // move (8 bytes per parameter, the published 3.8 GB per 25%), the master stays.
+  const bool megatron = name == "megatron_optimizer_offload";
   LayerSelection sel;
-  if (o.fraction < 1.0) sel = {.kind = LayerSelection::Kind::kFraction, .fraction = o.fraction};
+  if (o.fraction < 1.0) {
+    sel = {
+        .kind = megatron ? LayerSelection::Kind::kStageFraction : LayerSelection::Kind::kFraction,
+        .fraction = o.fraction};
+  }
   auto host = [&](TensorClass cls) {
     p.rules.push_back({.cls = cls,
                        .layers = sel,
@@ -776,7 +789,14 @@ sim::Status add_optimizer_offload(std::string_view name, const PresetOptions& o,
                        .prefetch_layers = o.prefetch_layers});
   };
   host(TensorClass::kOptimizerStates);
-  host(TensorClass::kMasterWeights);
+  if (megatron) {
+    p.rules.push_back({.cls = TensorClass::kMasterWeights,
+                       .layers = LayerSelection{},
+                       .where = Placement::kHbm,
+                       .prefetch_layers = o.prefetch_layers});
+  } else {
+    host(TensorClass::kMasterWeights);
+  }
   if (name != "megatron_optimizer_offload") host(TensorClass::kGrads);
   if (name == "fsdp_cpu_offload" || name == "fsdp2_cpu_offload_policy") host(TensorClass::kParams);
   p.optimizer_on_cpu = true;

@@ -164,7 +164,8 @@ const std::vector<std::string>& activation_names() {
   return kNames;
 }
 
-bool LayerSelection::contains(int layer, std::int64_t num_layers) const {
+bool LayerSelection::contains(int layer, std::int64_t num_layers, int pp,
+                              int virtual_stages) const {
   switch (kind) {
     case Kind::kAll:
       return true;
@@ -175,6 +176,17 @@ bool LayerSelection::contains(int layer, std::int64_t num_layers) const {
              static_cast<std::int64_t>(std::llround(fraction * static_cast<double>(num_layers)));
     case Kind::kFirst:
       return layer < count;
+    case Kind::kStageFraction: {
+      // Stage s holds chunks c = 0..v-1 of layers_per_chunk layers each, chunk c of stage s
+      // being the model's chunk c * pp + s; the layer's position among its stage's layers:
+      const std::int64_t per_stage = num_layers / std::max(1, pp);
+      const std::int64_t per_chunk =
+          std::max<std::int64_t>(1, per_stage / std::max(1, virtual_stages));
+      const std::int64_t chunk = layer / per_chunk;
+      const std::int64_t position = (chunk / std::max(1, pp)) * per_chunk + layer % per_chunk;
+      return position <
+             static_cast<std::int64_t>(std::llround(fraction * static_cast<double>(per_stage)));
+    }
   }
   return false;
 }
@@ -209,6 +221,7 @@ sim::Status check_selection(const LayerSelection& sel, std::int64_t layers,
       }
       break;
     case LayerSelection::Kind::kFraction:
+    case LayerSelection::Kind::kStageFraction:
       if (!(sel.fraction >= 0.0 && sel.fraction <= 1.0)) {
         return invalid(fmt::format("{}.layers: fraction {} is not in [0, 1]", path, sel.fraction));
       }

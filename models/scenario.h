@@ -167,14 +167,18 @@ struct RecomputeConfig {
 
 // Which layers a rule applies to.
 struct LayerSelection {
-  enum class Kind { kAll, kList, kFraction, kFirst };
+  enum class Kind { kAll, kList, kFraction, kFirst, kStageFraction };
 
   Kind kind = Kind::kAll;
   std::vector<int> list;   // kList: layer indices
-  double fraction = 1.0;   // kFraction: the first round(fraction * layers) layers
+  double fraction = 1.0;   // kFraction: the first round(fraction * layers) layers;
+                           // kStageFraction: the first round(fraction * layers / pp) layers of
+                           // every pipeline stage, in the order the stage holds them (Megatron's
+                           // optimizer_offload_fraction is a fraction of each rank's state)
   std::int64_t count = 0;  // kFirst: the first `count` layers (Megatron/TE num_layers)
 
-  bool contains(int layer, std::int64_t num_layers) const;
+  // pp and virtual_stages place the layer on its stage (kStageFraction only).
+  bool contains(int layer, std::int64_t num_layers, int pp = 1, int virtual_stages = 1) const;
 };
 
 enum class TensorClass {

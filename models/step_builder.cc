@@ -59,6 +59,18 @@ std::int64_t cpu_step_bytes_per_param(const ResolvedDtypes& d) {
   const std::int64_t narrow = d.master ? master + sim::dtype_bytes(d.params) : 0;
   return widen + 4 + 8 + adam + narrow;
 }
+// The host step of Megatron-Core's HybridDeviceOptimizer (megatron/core/optimizer/
+// cpu_offloading/hybrid_optimizer.py with the distributed optimizer): the gradient is copied
+// into a pinned fp32 host buffer (the dtype conversion happens in the copy), torch.optim.AdamW
+// (fused=True, the CPU optimizer Megatron-Core's optimizer/__init__.py builds) reads the fp32
+// gradient and reads and writes the fp32 master clone and both moments, and the master itself is
+// copied back to the GPU's main parameter (no narrowing on the host). Clipping by the global
+// norm runs on the GPU before the step, as MegatronOptimizer.step() does. fp32: 4 + 8 + 16 = 28.
+std::int64_t hdo_step_bytes_per_param(const ResolvedDtypes& d) {
+  const std::int64_t master = sim::dtype_bytes(d.master.value_or(d.params));
+  return 4 + 2 * master + 2 * sim::dtype_bytes(d.first_moment) +
+         2 * sim::dtype_bytes(d.second_moment);
+}
 // FLOPs per parameter of that step: Adam's 12, the widening 1, the norm's multiply-add 2, the
 // clip multiply 1, the narrowing 1.
 constexpr double kCpuStepFlopsPerParam = 12.0 + 1.0 + 2.0 + 1.0 + 1.0;
@@ -118,6 +130,7 @@ struct ParamGroup {
   bool grads_on_host = false;
   bool opt_on_host = false;
   bool master_on_host = false;
+  bool master_on_hbm = false;  // kept on HBM by a rule while the moments are on the host
   // The routed experts of an MoE layer: sharded and reduced over the expert data-parallel group
   // (tp · dp / (ep · etp) ranks) instead of the data-parallel one.
   bool expert = false;
@@ -213,6 +226,7 @@ class StepBuilder {
     g.grads_on_host = p.grads_on_host;
     g.opt_on_host = p.opt_on_host;
     g.master_on_host = p.master_on_host;
+    g.master_on_hbm = p.master_on_hbm;
   }
 
   // --- helpers ------------------------------------------------------------------------------
@@ -554,7 +568,8 @@ class StepBuilder {
                      .params_on_host = lp.params_on_host,
                      .grads_on_host = lp.grads_on_host,
                      .opt_on_host = lp.opt_on_host,
-                     .master_on_host = lp.master_on_host};
+                     .master_on_host = lp.master_on_host,
+                     .master_on_hbm = lp.master_on_hbm};
         r.group_of_layer[l] = r.groups.size();
         finish(g);
         if (ld(l).moe) {
@@ -567,6 +582,7 @@ class StepBuilder {
                        .grads_on_host = lp.grads_on_host,
                        .opt_on_host = lp.opt_on_host,
                        .master_on_host = lp.master_on_host,
+                       .master_on_hbm = lp.master_on_hbm,
                        .expert = true};
           ParallelConfig pe = p;
           pe.dp = edp();
@@ -601,7 +617,7 @@ class StepBuilder {
       b_.initial(g.grads_t);
       b_.initial(g.opt_t);
       if (master > 0) {
-        const bool host = g.master_on_host || g.opt_on_host;
+        const bool host = g.master_on_host || (g.opt_on_host && !g.master_on_hbm);
         g.master_t = tensor(host ? r.host : r.hbm, g.name + ".master", master, "optimizer");
         b_.initial(g.master_t);
       }
@@ -614,6 +630,7 @@ class StepBuilder {
       if (!g.params_on_host) hbm_static += g.mem.params_bytes;
       if (!g.grads_on_host) hbm_static += g.mem.grads_bytes;
       if (!g.opt_on_host) hbm_static += g.mem.optimizer_bytes;
+      if (g.opt_on_host && g.master_on_hbm) hbm_static += g.mem.master_bytes;
     }
     const RuntimeModel& rt = out_.runtime;
     if (rt.runtime == HardwareConfig::Runtime::kNone) {
@@ -1367,9 +1384,12 @@ class StepBuilder {
           deps = {copy(r, sim::CopyDirection::kD2H, g.name + ".grads_d2h", "offload", g.layer,
                        shard * gbytes, deps)};
         }
+        // Megatron's HybridDeviceOptimizer keeps the fp32 master on the GPU and updates a pinned
+        // host clone of it (see hdo_step_bytes_per_param); DeepSpeed's master lives on the host.
+        const bool hdo = g.master_on_hbm && g.mem.master_bytes > 0;
         sim::OpSizes sz;
-        sz.bytes = cpu_step_bytes_per_param(dt_) * shard;
-        sz.flops = kCpuStepFlopsPerParam * static_cast<double>(shard);
+        sz.bytes = (hdo ? hdo_step_bytes_per_param(dt_) : cpu_step_bytes_per_param(dt_)) * shard;
+        sz.flops = (hdo ? kAdamFlopsPerParam : kCpuStepFlopsPerParam) * static_cast<double>(shard);
         const CostModel::CpuThreads threads{.bind_cores = s_.offload.cpu_bind_cores,
                                             .threads = s_.offload.cpu_threads,
                                             .local_ranks = static_cast<int>(std::min<std::int64_t>(
@@ -1379,8 +1399,13 @@ class StepBuilder {
         done = add(r, r.cpu, g.name + ".adam.cpu", OpKind::kHostCompute, "cpu_optimizer", g.layer,
                    cm_.host_compute(r.rank, sz.bytes, sz.flops, threads), sz, deps);
         if (!g.params_on_host) {
-          done = copy(r, sim::CopyDirection::kH2D, g.name + ".params_h2d", "offload", g.layer,
-                      shard * pbytes, {done});
+          // HybridDeviceOptimizer copies the updated fp32 master back into the GPU's main
+          // parameter (the distributed optimizer then casts it to the model parameter on the
+          // GPU, a pass of a few milliseconds not modelled); DeepSpeed copies the narrowed one.
+          const std::int64_t bytes =
+              shard * (hdo ? sim::dtype_bytes(dt_.master.value_or(dt_.params)) : pbytes);
+          done = copy(r, sim::CopyDirection::kH2D, g.name + (hdo ? ".master_h2d" : ".params_h2d"),
+                      "offload", g.layer, bytes, {done});
         }
       } else {
         std::optional<TensorId> stage_buf;
@@ -1501,7 +1526,9 @@ LayerPolicy layer_policy(const Scenario& s, const LayerDims& d, int layer) {
   std::array<bool, kNumActs> host{};
   bool any_host_rule = false;
   for (const OffloadRule& r : s.offload.rules) {
-    if (!r.layers.contains(layer, s.model.layers)) continue;
+    if (!r.layers.contains(layer, s.model.layers, s.parallelism.pp, s.parallelism.virtual_stages)) {
+      continue;
+    }
     const bool to_host = r.where == Placement::kHost;
     switch (r.cls) {
       case TensorClass::kActivations:
@@ -1525,6 +1552,7 @@ LayerPolicy layer_policy(const Scenario& s, const LayerDims& d, int layer) {
         break;
       case TensorClass::kMasterWeights:
         lp.master_on_host = to_host;
+        lp.master_on_hbm = !to_host;
         break;
     }
     if (to_host && (r.cls == TensorClass::kActivations || r.cls == TensorClass::kNamedActivation)) {
@@ -1554,6 +1582,7 @@ GroupPlacement non_layer_placement(const Scenario& s) {
         break;
       case TensorClass::kMasterWeights:
         p.master_on_host = to_host;
+        p.master_on_hbm = !to_host;
         break;
       default:
         break;
@@ -1607,7 +1636,8 @@ sim::Result<BuiltStep> build_step(const Scenario& s, const BuildOptions& options
   for (int l = 0; l < s.model.layers; ++l) {
     std::set<std::string> named;
     for (const OffloadRule& r : s.offload.rules) {
-      if (r.cls == TensorClass::kNamedActivation && r.layers.contains(l, s.model.layers)) {
+      if (r.cls == TensorClass::kNamedActivation &&
+          r.layers.contains(l, s.model.layers, s.parallelism.pp, s.parallelism.virtual_stages)) {
         named.insert(r.name);
       }
     }

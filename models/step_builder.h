@@ -84,6 +84,9 @@ struct LayerPolicy {
   bool grads_on_host = false;
   bool opt_on_host = false;
   bool master_on_host = false;
+  // A master-weights rule keeps them on HBM while the moments go to the host (Megatron-Core's
+  // HybridDeviceOptimizer under the distributed optimizer); without one they follow the moments.
+  bool master_on_hbm = false;
   int param_prefetch = 1;
 };
 LayerPolicy layer_policy(const Scenario& scenario, const LayerDims& dims, int layer);
@@ -95,6 +98,7 @@ struct GroupPlacement {
   bool grads_on_host = false;
   bool opt_on_host = false;
   bool master_on_host = false;
+  bool master_on_hbm = false;  // as LayerPolicy::master_on_hbm
 };
 GroupPlacement non_layer_placement(const Scenario& scenario);
 

@@ -519,7 +519,8 @@ sim::Status read_recompute(const Node& node, RecomputeConfig& rc) {
 
 sim::Result<models::LayerSelection> read_layers(const Node& node, const std::string& path) {
   models::LayerSelection sel;
-  const std::string what = "all, a list of layer indices, {fraction: f} or {first: n}";
+  const std::string what =
+      "all, a list of layer indices, {fraction: f}, {stage_fraction: f} or {first: n}";
   if (node.kind == NodeKind::kScalar && !node.quoted && node.scalar == "all") return sel;
   if (node.kind == NodeKind::kSequence) {
     sel.kind = models::LayerSelection::Kind::kList;
@@ -537,6 +538,11 @@ sim::Result<models::LayerSelection> read_layers(const Node& node, const std::str
     if (node.find("fraction") != nullptr) {
       sel.kind = models::LayerSelection::Kind::kFraction;
       OFFSIM_RETURN_IF_ERROR(read_double(r, "fraction", sel.fraction, 0.0, 1.0));
+      return sel;
+    }
+    if (node.find("stage_fraction") != nullptr) {
+      sel.kind = models::LayerSelection::Kind::kStageFraction;
+      OFFSIM_RETURN_IF_ERROR(read_double(r, "stage_fraction", sel.fraction, 0.0, 1.0));
       return sel;
     }
     if (node.find("first") != nullptr) {
@@ -725,6 +731,11 @@ Node layers_node(const models::LayerSelection& sel) {
     case models::LayerSelection::Kind::kFirst: {
       Node m = make_map();
       put(m, "first", number_node(sel.count));
+      return m;
+    }
+    case models::LayerSelection::Kind::kStageFraction: {
+      Node m = make_map();
+      put(m, "stage_fraction", number_node(sel.fraction));
       return m;
     }
   }

@@ -52,6 +52,7 @@ void list_policies() {
       "                    named_activation (with name:) | an activation name directly\n"
       "  name:             {}\n"
       "  layers:           all | [0, 1, ...] | {{fraction: 0.5}} | {{first: 20}}\n"
+      "                    | {{stage_fraction: 0.25}} (the first 25% of each pipeline stage's)\n"
       "  where:            host | hbm\n"
       "  prefetch_layers:  H2D this many layers ahead of use (default 1)\n"
       "  chunk_bytes:      split copies into chunks of at most this size (0 = whole)\n"

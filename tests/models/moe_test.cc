@@ -4,6 +4,7 @@
 // all-to-all and grouped-GEMM ops.
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -262,6 +263,73 @@ TEST(MoeOffload, ParameterOffloadBringsTheExpertsIn) {
   const std::int64_t experts = expert_parameter_count_per_rank(s.model, 4, 1);
   EXPECT_EQ(experts, 32LL * 3 * 2048 * 768);
   EXPECT_EQ(h2d, 2 * (dense + experts));
+}
+
+// Megatron's optimizer_offload_fraction is a fraction of each rank's parameters: with pp = 2
+// and 4 layers per stage, 25% offloads the first layer of each stage (0 and 4), not the first
+// quarter of the model (0 and 1, all on stage 0).
+TEST(MoeOffload, OptimizerOffloadFractionIsPerStage) {
+  LayerSelection sel{.kind = LayerSelection::Kind::kStageFraction, .fraction = 0.25};
+  std::vector<int> picked;
+  for (int l = 0; l < 8; ++l) {
+    if (sel.contains(l, 8, 2, 1)) picked.push_back(l);
+  }
+  EXPECT_EQ(picked, (std::vector<int>{0, 4}));
+  // Interleaved, 2 chunks of 2 layers per stage: stage 0 holds 0, 1, 4, 5; stage 1 2, 3, 6, 7.
+  sel.fraction = 0.5;
+  picked.clear();
+  for (int l = 0; l < 8; ++l) {
+    if (sel.contains(l, 8, 2, 2)) picked.push_back(l);
+  }
+  EXPECT_EQ(picked, (std::vector<int>{0, 1, 2, 3}));
+  auto p = offload_preset("megatron_optimizer_offload", {.fraction = 0.25});
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(p->rules[0].layers.kind, LayerSelection::Kind::kStageFraction);
+}
+
+// HybridDeviceOptimizer moves the moments, keeps the fp32 master on the GPU and runs the host
+// AdamW on 28 bytes per parameter; the master comes back H2D in fp32.
+TEST(MoeOffload, MegatronOptimizerOffloadKeepsTheMasterOnTheGpu) {
+  Scenario s = small_moe();
+  s.offload = *offload_preset("megatron_optimizer_offload", {.fraction = 1.0});
+  auto step = build_step(s);
+  ASSERT_TRUE(step.has_value()) << step.error().message;
+  const std::int64_t shard = expert_parameter_count_per_rank(s.model, 4, 1) / 2;  // edp 2
+  bool master_on_hbm = false;
+  bool moments_on_host = false;
+  std::int64_t h2d = 0;
+  std::int64_t cpu_bytes = 0;
+  const auto kind = [](const sim::Plan& plan, const sim::Tensor& t) {
+    return plan.pools[t.pool.index()].kind;
+  };
+  for (const sim::Tensor& t : step->plan.tensors) {
+    if (t.name == "l0.experts.master") {
+      master_on_hbm = kind(step->plan, t) == sim::PoolKind::kHbm;
+    }
+    if (t.name == "l0.experts.moments") {
+      moments_on_host = kind(step->plan, t) == sim::PoolKind::kPinnedHost;
+    }
+  }
+  for (const sim::Op& op : step->plan.ops) {
+    if (op.name == "l0.experts.master_h2d") h2d = op.sizes.bytes;
+    if (op.name == "l0.experts.adam.cpu") cpu_bytes = op.sizes.bytes;
+  }
+  EXPECT_TRUE(master_on_hbm);  // named once per simulated rank
+  EXPECT_TRUE(moments_on_host);
+  EXPECT_EQ(h2d, 4 * shard);
+  EXPECT_EQ(cpu_bytes, 28 * shard);
+  // DeepSpeed's ZeRO-Offload moves the master with the moments.
+  s.offload = *offload_preset("zero_offload", {.fraction = 1.0});
+  auto ds = build_step(s);
+  ASSERT_TRUE(ds.has_value()) << ds.error().message;
+  int ds_masters = 0;
+  for (const sim::Tensor& t : ds->plan.tensors) {
+    if (t.name == "l0.experts.master") {
+      EXPECT_EQ(kind(ds->plan, t), sim::PoolKind::kPinnedHost);
+      ++ds_masters;
+    }
+  }
+  EXPECT_EQ(ds_masters, 1);
 }
 
 TEST(MoeHf, ImportsGptOss) {
