@@ -294,22 +294,9 @@ sim::Status check_dtypes(const TrainingConfig& t) {
   return sim::ok();
 }
 
-// The mixture-of-experts keys and expert parallelism.
-sim::Status check_moe(const Scenario& s) {
+// The expert count, widths and routing figures of an MoE model.
+sim::Status check_moe_shape(const Scenario& s) {
   const MoeConfig& e = s.model.moe;
-  const ParallelConfig& p = s.parallelism;
-  if (p.ep < 1) return invalid(fmt::format("parallelism.ep: {} must be positive", p.ep));
-  if (p.etp < 1) return invalid(fmt::format("parallelism.etp: {} must be positive", p.etp));
-  if (e.experts < 0) return invalid(fmt::format("model.moe.experts: {} must be >= 0", e.experts));
-  if (e.experts == 0) {
-    if (p.ep > 1 || p.etp > 1) {
-      return invalid(fmt::format(
-          "parallelism.ep: expert parallelism ({} x etp {}) needs an MoE model (model.moe.experts "
-          "> 0)",
-          p.ep, p.etp));
-    }
-    return sim::ok();
-  }
   if (e.experts > (std::int64_t{1} << 16)) {
     return invalid(
         fmt::format("model.moe.experts: {} is above offsim's limit of 65536", e.experts));
@@ -347,28 +334,41 @@ sim::Status check_moe(const Scenario& s) {
         "the mean; at most model.moe.experts)",
         e.load_imbalance, e.experts));
   }
-  if (!e.expert_loads.empty()) {
-    if (static_cast<std::int64_t>(e.expert_loads.size()) != e.experts) {
-      return invalid(fmt::format("model.moe.expert_loads: {} entries, expected one per expert ({})",
-                                 e.expert_loads.size(), e.experts));
-    }
-    double sum = 0.0;
-    for (std::size_t i = 0; i < e.expert_loads.size(); ++i) {
-      const double v = e.expert_loads[i];
-      if (!(v >= 0.0 && v < 1e15)) {
-        return invalid(fmt::format("model.moe.expert_loads[{}]: {} must be >= 0", i, v));
-      }
-      sum += v;
-    }
-    const double expected =
-        static_cast<double>(s.training.micro_batch * s.training.seq_len * e.top_k);
-    if (std::abs(sum - expected) > 0.5) {
-      return invalid(fmt::format(
-          "model.moe.expert_loads: sum {} differs from the {} token-expert assignments of a "
-          "micro-batch (training.micro_batch × training.seq_len × model.moe.top_k)",
-          sum, expected));
-    }
+  return sim::ok();
+}
+
+// Measured per-expert token counts: one per expert, summing to the micro-batch's assignments.
+sim::Status check_expert_loads(const Scenario& s) {
+  const MoeConfig& e = s.model.moe;
+  if (e.expert_loads.empty()) return sim::ok();
+  if (static_cast<std::int64_t>(e.expert_loads.size()) != e.experts) {
+    return invalid(fmt::format("model.moe.expert_loads: {} entries, expected one per expert ({})",
+                               e.expert_loads.size(), e.experts));
   }
+  double sum = 0.0;
+  for (std::size_t i = 0; i < e.expert_loads.size(); ++i) {
+    const double v = e.expert_loads[i];
+    if (!(v >= 0.0 && v < 1e15)) {
+      return invalid(fmt::format("model.moe.expert_loads[{}]: {} must be >= 0", i, v));
+    }
+    sum += v;
+  }
+  const double expected =
+      static_cast<double>(s.training.micro_batch * s.training.seq_len * e.top_k);
+  if (std::abs(sum - expected) > 0.5) {
+    return invalid(fmt::format(
+        "model.moe.expert_loads: sum {} differs from the {} token-expert assignments of a "
+        "micro-batch (training.micro_batch × training.seq_len × model.moe.top_k)",
+        sum, expected));
+  }
+  return sim::ok();
+}
+
+// Expert (and expert-tensor) parallelism folded into the tensor- and data-parallel grid, with the
+// sequence parallelism and ZeRO stage Megatron-Core supports for MoE.
+sim::Status check_expert_parallel(const Scenario& s) {
+  const MoeConfig& e = s.model.moe;
+  const ParallelConfig& p = s.parallelism;
   if (e.experts % p.ep != 0) {
     return invalid(
         fmt::format("parallelism.ep: {} does not divide model.moe.experts {}", p.ep, e.experts));
@@ -402,6 +402,28 @@ sim::Status check_moe(const Scenario& s) {
         "distributed optimizer), without FSDP; got zero_stage {}{}",
         p.zero_stage, p.fsdp ? " with fsdp" : ""));
   }
+  return sim::ok();
+}
+
+// The mixture-of-experts keys and expert parallelism.
+sim::Status check_moe(const Scenario& s) {
+  const MoeConfig& e = s.model.moe;
+  const ParallelConfig& p = s.parallelism;
+  if (p.ep < 1) return invalid(fmt::format("parallelism.ep: {} must be positive", p.ep));
+  if (p.etp < 1) return invalid(fmt::format("parallelism.etp: {} must be positive", p.etp));
+  if (e.experts < 0) return invalid(fmt::format("model.moe.experts: {} must be >= 0", e.experts));
+  if (e.experts == 0) {
+    if (p.ep > 1 || p.etp > 1) {
+      return invalid(fmt::format(
+          "parallelism.ep: expert parallelism ({} x etp {}) needs an MoE model (model.moe.experts "
+          "> 0)",
+          p.ep, p.etp));
+    }
+    return sim::ok();
+  }
+  OFFSIM_RETURN_IF_ERROR(check_moe_shape(s));
+  OFFSIM_RETURN_IF_ERROR(check_expert_loads(s));
+  OFFSIM_RETURN_IF_ERROR(check_expert_parallel(s));
   const MlaConfig& a = s.model.mla;
   if (a.kv_lora_rank < 0 || a.q_lora_rank < 0 || a.qk_nope_head_dim < 0 || a.qk_rope_head_dim < 0 ||
       a.v_head_dim < 0) {

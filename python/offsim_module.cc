@@ -301,6 +301,8 @@ py::dict import_config(const std::string& framework, const std::vector<std::stri
 PYBIND11_MODULE(_offsim, m) {
   using namespace offsim::python;
   m.doc() = "offsim's C++ core; use the `offsim` package";
+  // pybind11's ExceptionTranslator is a function pointer taking the pointer by value.
+  // NOLINTNEXTLINE(performance-unnecessary-value-param)
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);

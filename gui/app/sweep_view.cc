@@ -27,6 +27,63 @@ SweepMetric metric_of(int which) {
   return which == 0 ? SweepMetric::kStepTime : SweepMetric::kTokensPerS;
 }
 
+// One scatter series per legend entry: categories, or buckets of a numeric axis; one "fits"
+// series without colouring.
+std::vector<QScatterSeries*> group_series(const AxisColouring& colouring, const std::string& axis) {
+  int groups = 1;
+  if (!colouring.value.empty()) {
+    groups = colouring.numeric ? kNumericBuckets
+                               : std::max<int>(1, static_cast<int>(colouring.categories.size()));
+  }
+  std::vector<QScatterSeries*> series;
+  for (int g = 0; g < groups; ++g) {
+    auto* s = new QScatterSeries;
+    s->setMarkerSize(9);
+    s->setBorderColor(Qt::transparent);
+    if (colouring.value.empty()) {
+      s->setName("fits");
+      s->setColor(category_colour(0));
+    } else if (colouring.numeric) {
+      const double lo = colouring.min + (colouring.max - colouring.min) * g / kNumericBuckets;
+      const double hi = colouring.min + (colouring.max - colouring.min) * (g + 1) / kNumericBuckets;
+      s->setName(QString::fromStdString(fmt::format("{} {:.3g}–{:.3g}", axis, lo, hi)));
+      s->setColor(gradient_colour((g + 0.5) / kNumericBuckets));
+    } else {
+      s->setName(QString::fromStdString(colouring.categories[static_cast<std::size_t>(g)]));
+      s->setColor(category_colour(g));
+    }
+    series.push_back(s);
+  }
+  return series;
+}
+
+QScatterSeries* infeasible_series() {
+  auto* infeasible = new QScatterSeries;
+  infeasible->setName("does not fit (no step time)");
+  infeasible->setMarkerShape(QScatterSeries::MarkerShapeRectangle);
+  infeasible->setMarkerSize(8);
+  infeasible->setColor(QColor(190, 190, 190));
+  infeasible->setBorderColor(QColor(200, 0, 0));
+  return infeasible;
+}
+
+// The Pareto front (time vs HBM) as a dashed line, in the metric `which` (0: step time).
+QLineSeries* pareto_line(const SweepTable& table, const std::vector<std::size_t>& front,
+                         int which) {
+  auto* line = new QLineSeries;
+  line->setName("Pareto front (time vs HBM)");
+  QPen pen(QColor(40, 40, 40));
+  pen.setWidthF(1.5);
+  pen.setStyle(Qt::DashLine);
+  line->setPen(pen);
+  for (std::size_t i : front) {
+    const SweepRow& row = table.rows[i];
+    const auto y = which == 0 ? row.step_time_s : row.tokens_per_s;
+    if (y) line->append(double(*row.hbm_peak_bytes) / kGiB, *y);
+  }
+  return line;
+}
+
 }  // namespace
 
 SweepView::SweepView(QWidget* parent) : QWidget(parent) {
@@ -130,36 +187,8 @@ void SweepView::rebuild() {
       }
       return static_cast<int>(colouring.value[row]);
     };
-    int groups = 1;
-    if (!colouring.value.empty()) {
-      groups = colouring.numeric ? kNumericBuckets
-                                 : std::max<int>(1, static_cast<int>(colouring.categories.size()));
-    }
-    for (int g = 0; g < groups; ++g) {
-      auto* s = new QScatterSeries;
-      s->setMarkerSize(9);
-      s->setBorderColor(Qt::transparent);
-      if (colouring.value.empty()) {
-        s->setName("fits");
-        s->setColor(category_colour(0));
-      } else if (colouring.numeric) {
-        const double lo = colouring.min + (colouring.max - colouring.min) * g / kNumericBuckets;
-        const double hi =
-            colouring.min + (colouring.max - colouring.min) * (g + 1) / kNumericBuckets;
-        s->setName(QString::fromStdString(fmt::format("{} {:.3g}–{:.3g}", axis, lo, hi)));
-        s->setColor(gradient_colour((g + 0.5) / kNumericBuckets));
-      } else {
-        s->setName(QString::fromStdString(colouring.categories[static_cast<std::size_t>(g)]));
-        s->setColor(category_colour(g));
-      }
-      series.push_back(s);
-    }
-    auto* infeasible = new QScatterSeries;
-    infeasible->setName("does not fit (no step time)");
-    infeasible->setMarkerShape(QScatterSeries::MarkerShapeRectangle);
-    infeasible->setMarkerSize(8);
-    infeasible->setColor(QColor(190, 190, 190));
-    infeasible->setBorderColor(QColor(200, 0, 0));
+    series = group_series(colouring, axis);
+    QScatterSeries* infeasible = infeasible_series();
     // Points that do not fit sit at the slow end (plot_points), never among the fast ones.
     for (const PlotPoint& p : plot_points(*table_, metric_of(which))) {
       const double x = p.hbm_peak_bytes / kGiB;
@@ -185,17 +214,7 @@ void SweepView::rebuild() {
     const std::vector<std::size_t> front = pareto_front(*table_);
     front_size_ = front.size();
     if (!front.empty()) {
-      auto* line = new QLineSeries;
-      line->setName("Pareto front (time vs HBM)");
-      QPen pen(QColor(40, 40, 40));
-      pen.setWidthF(1.5);
-      pen.setStyle(Qt::DashLine);
-      line->setPen(pen);
-      for (std::size_t i : front) {
-        const SweepRow& row = table_->rows[i];
-        const auto y = which == 0 ? row.step_time_s : row.tokens_per_s;
-        if (y) line->append(double(*row.hbm_peak_bytes) / kGiB, *y);
-      }
+      QLineSeries* line = pareto_line(*table_, front, which);
       chart->addSeries(line);
       line->attachAxis(axis_x);
       line->attachAxis(axis_y);

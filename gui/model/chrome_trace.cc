@@ -82,6 +82,109 @@ bool is_chrome_trace(std::string_view text) {
   return false;
 }
 
+namespace {
+
+// A complete event (ph X): one slice on thread `tid`.
+sim::Status read_slice(const json& e, const json& args, const std::string& where,
+                       Process& process) {
+  OFFSIM_ASSIGN_OR_RETURN(const std::int64_t tid, integer(e, "tid", where));
+  OFFSIM_ASSIGN_OR_RETURN(const double ts, micros(e, "ts", where, -kMaxMicros));
+  OFFSIM_ASSIGN_OR_RETURN(const double dur, micros(e, "dur", where, 0.0));
+  sim::OpInfo op;
+  op.name = text_of(e, "name");
+  op.kind = sim::op_kind_from_string(text_of(args, "kind")).value_or(sim::OpKind::kMarker);
+  op.category = text_of(args, "category");
+  op.flops = std::max(0.0, number_of(args, "flops"));
+  op.bytes = static_cast<std::int64_t>(std::clamp(number_of(args, "bytes"), 0.0, 9.0e18));
+  const std::int64_t start = ns_of(ts);
+  process.slices.push_back({tid, start, start + ns_of(dur), std::move(op)});
+  if (!process.threads.count(tid)) process.threads[tid] = "";
+  return sim::ok();
+}
+
+// A counter event (ph C): a bytes_in_use sample of the counter's pool.
+sim::Status read_counter(const json& e, const json& args, const std::string& where,
+                         Process& process) {
+  OFFSIM_ASSIGN_OR_RETURN(const double ts, micros(e, "ts", where, -kMaxMicros));
+  auto bytes = args.find("bytes_in_use");
+  if (bytes == args.end() || !bytes->is_number() || !std::isfinite(bytes->get<double>()) ||
+      bytes->get<double>() < 0.0 || bytes->get<double>() > 9.0e18) {
+    return sim::fail(ErrorCode::kInvalidInput, "{}.args.bytes_in_use: expected a byte count >= 0",
+                     where);
+  }
+  process.counters[text_of(e, "name")].push_back(
+      {sim::kTimeZero + sim::Duration{ns_of(ts)},
+       static_cast<std::int64_t>(std::llround(bytes->get<double>()))});
+  return sim::ok();
+}
+
+// One trace event into its process: names (ph M), slices (X) and counters (C); the rest
+// (flows, instants, ...) is not drawn.
+sim::Status read_event(const json& e, const std::string& where,
+                       std::map<std::int64_t, Process>& processes) {
+  if (!e.is_object()) {
+    return sim::fail(ErrorCode::kInvalidInput, "{}: expected an object", where);
+  }
+  const std::string ph = text_of(e, "ph");
+  if (ph != "M" && ph != "X" && ph != "C") return sim::ok();
+  OFFSIM_ASSIGN_OR_RETURN(const std::int64_t pid, integer(e, "pid", where));
+  Process& process = processes[pid];
+  const json empty = json::object();
+  auto args_it = e.find("args");
+  const json& args = args_it != e.end() && args_it->is_object() ? *args_it : empty;
+  if (ph == "X") return read_slice(e, args, where, process);
+  if (ph == "C") return read_counter(e, args, where, process);
+  const std::string name = text_of(e, "name");
+  if (name == "process_name") process.name = text_of(args, "name");
+  if (name == "thread_name") {
+    OFFSIM_ASSIGN_OR_RETURN(const std::int64_t tid, integer(e, "tid", where));
+    process.threads[tid] = text_of(args, "name");
+  }
+  return sim::ok();
+}
+
+// A process as a Timeline: a lane per thread, ops in file order, spans by end time then op id
+// (the Timeline's order), a pool per counter.
+sim::Timeline timeline_of(std::int64_t pid, Process& process) {
+  sim::Timeline t;
+  t.source = process.name.empty() ? fmt::format("pid {}", pid) : process.name;
+  std::map<std::int64_t, std::size_t> lane_of;
+  for (const auto& [tid, name] : process.threads) {
+    lane_of[tid] = t.lanes.size();
+    t.lanes.push_back(name.empty() ? fmt::format("tid {}", tid) : name);
+  }
+  for (auto& slice : process.slices) {
+    const sim::OpId op(t.ops.size());
+    t.ops.push_back(std::move(slice.op));
+    t.spans.push_back({op, sim::LaneId(lane_of.at(slice.tid)),
+                       sim::kTimeZero + sim::Duration{slice.start_ns},
+                       sim::kTimeZero + sim::Duration{slice.end_ns}});
+    t.makespan = std::max(t.makespan, t.spans.back().end);
+  }
+  std::stable_sort(t.spans.begin(), t.spans.end(), [](const sim::Span& a, const sim::Span& b) {
+    return std::tie(a.end, a.op) < std::tie(b.end, b.op);
+  });
+  for (auto& [name, samples] : process.counters) {
+    sim::PoolTrace pool;
+    pool.name = name;
+    std::stable_sort(
+        samples.begin(), samples.end(),
+        [](const sim::MemorySample& a, const sim::MemorySample& b) { return a.time < b.time; });
+    pool.samples = std::move(samples);
+    for (const sim::MemorySample& s : pool.samples) {
+      if (s.bytes_in_use > pool.peak_bytes) {
+        pool.peak_bytes = s.bytes_in_use;
+        pool.peak_time = s.time;
+      }
+    }
+    t.pools.push_back(std::move(pool));
+  }
+  t.metadata.emplace_back("format", "Chrome trace");
+  return t;
+}
+
+}  // namespace
+
 sim::Result<std::vector<sim::Timeline>> timelines_from_chrome_trace(std::string_view text,
                                                                     const std::string& source) {
   // Strict JSON, as every input: a duplicate key is refused with its line and path.
@@ -99,90 +202,13 @@ sim::Result<std::vector<sim::Timeline>> timelines_from_chrome_trace(std::string_
   const json& list = doc.is_array() ? doc : *events;
   std::map<std::int64_t, Process> processes;
   for (std::size_t i = 0; i < list.size(); ++i) {
-    const json& e = list[i];
-    const std::string where = fmt::format("{}: traceEvents[{}]", source, i);
-    if (!e.is_object()) {
-      return sim::fail(ErrorCode::kInvalidInput, "{}: expected an object", where);
-    }
-    const std::string ph = text_of(e, "ph");
-    if (ph != "M" && ph != "X" && ph != "C") continue;  // flows, instants, ...: not drawn
-    OFFSIM_ASSIGN_OR_RETURN(const std::int64_t pid, integer(e, "pid", where));
-    Process& process = processes[pid];
-    const json empty = json::object();
-    auto args_it = e.find("args");
-    const json& args = args_it != e.end() && args_it->is_object() ? *args_it : empty;
-    if (ph == "M") {
-      const std::string name = text_of(e, "name");
-      if (name == "process_name") process.name = text_of(args, "name");
-      if (name == "thread_name") {
-        OFFSIM_ASSIGN_OR_RETURN(const std::int64_t tid, integer(e, "tid", where));
-        process.threads[tid] = text_of(args, "name");
-      }
-    } else if (ph == "X") {
-      OFFSIM_ASSIGN_OR_RETURN(const std::int64_t tid, integer(e, "tid", where));
-      OFFSIM_ASSIGN_OR_RETURN(const double ts, micros(e, "ts", where, -kMaxMicros));
-      OFFSIM_ASSIGN_OR_RETURN(const double dur, micros(e, "dur", where, 0.0));
-      sim::OpInfo op;
-      op.name = text_of(e, "name");
-      op.kind = sim::op_kind_from_string(text_of(args, "kind")).value_or(sim::OpKind::kMarker);
-      op.category = text_of(args, "category");
-      op.flops = std::max(0.0, number_of(args, "flops"));
-      op.bytes = static_cast<std::int64_t>(std::clamp(number_of(args, "bytes"), 0.0, 9.0e18));
-      const std::int64_t start = ns_of(ts);
-      process.slices.push_back({tid, start, start + ns_of(dur), std::move(op)});
-      if (!process.threads.count(tid)) process.threads[tid] = "";
-    } else {  // "C"
-      OFFSIM_ASSIGN_OR_RETURN(const double ts, micros(e, "ts", where, -kMaxMicros));
-      auto bytes = args.find("bytes_in_use");
-      if (bytes == args.end() || !bytes->is_number() || !std::isfinite(bytes->get<double>()) ||
-          bytes->get<double>() < 0.0 || bytes->get<double>() > 9.0e18) {
-        return sim::fail(ErrorCode::kInvalidInput,
-                         "{}.args.bytes_in_use: expected a byte count >= 0", where);
-      }
-      process.counters[text_of(e, "name")].push_back(
-          {sim::kTimeZero + sim::Duration{ns_of(ts)},
-           static_cast<std::int64_t>(std::llround(bytes->get<double>()))});
-    }
+    OFFSIM_RETURN_IF_ERROR(
+        read_event(list[i], fmt::format("{}: traceEvents[{}]", source, i), processes));
   }
   std::vector<sim::Timeline> out;
   for (auto& [pid, process] : processes) {
     if (process.slices.empty() && process.counters.empty()) continue;
-    sim::Timeline t;
-    t.source = process.name.empty() ? fmt::format("pid {}", pid) : process.name;
-    std::map<std::int64_t, std::size_t> lane_of;
-    for (const auto& [tid, name] : process.threads) {
-      lane_of[tid] = t.lanes.size();
-      t.lanes.push_back(name.empty() ? fmt::format("tid {}", tid) : name);
-    }
-    // Ops in file order; spans by end time, then op id (the Timeline's order).
-    for (auto& slice : process.slices) {
-      const sim::OpId op(t.ops.size());
-      t.ops.push_back(std::move(slice.op));
-      t.spans.push_back({op, sim::LaneId(lane_of.at(slice.tid)),
-                         sim::kTimeZero + sim::Duration{slice.start_ns},
-                         sim::kTimeZero + sim::Duration{slice.end_ns}});
-      t.makespan = std::max(t.makespan, t.spans.back().end);
-    }
-    std::stable_sort(t.spans.begin(), t.spans.end(), [](const sim::Span& a, const sim::Span& b) {
-      return std::tie(a.end, a.op) < std::tie(b.end, b.op);
-    });
-    for (auto& [name, samples] : process.counters) {
-      sim::PoolTrace pool;
-      pool.name = name;
-      std::stable_sort(
-          samples.begin(), samples.end(),
-          [](const sim::MemorySample& a, const sim::MemorySample& b) { return a.time < b.time; });
-      pool.samples = std::move(samples);
-      for (const sim::MemorySample& s : pool.samples) {
-        if (s.bytes_in_use > pool.peak_bytes) {
-          pool.peak_bytes = s.bytes_in_use;
-          pool.peak_time = s.time;
-        }
-      }
-      t.pools.push_back(std::move(pool));
-    }
-    t.metadata.emplace_back("format", "Chrome trace");
-    out.push_back(std::move(t));
+    out.push_back(timeline_of(pid, process));
   }
   if (out.empty()) {
     return sim::fail(ErrorCode::kInvalidInput,

@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -76,12 +77,15 @@ sim::Status set_report_field(SweepRow& row, const std::string& where, const std:
   return sim::ok();
 }
 
-sim::Result<SweepRow> row_from_json(const nlohmann::json& line, SweepTable& table,
-                                    const std::string& where) {
-  if (!line.is_object()) {
-    return sim::fail(sim::ErrorCode::kInvalidInput, "{}: expected a JSON object", where);
-  }
-  SweepRow row;
+// The error message of a failed point ("error" when it is empty).
+std::string error_text(const nlohmann::json& error) {
+  std::string text = error.is_string() ? error.get<std::string>() : error.dump();
+  return text.empty() ? "error" : text;
+}
+
+// index, scenario and the nested axes object of a record.
+sim::Status read_row_header(const nlohmann::json& line, SweepTable& table, const std::string& where,
+                            SweepRow& row) {
   auto index = line.find("index");
   if (index == line.end() || !index->is_number_integer() || index->get<std::int64_t>() < 0 ||
       index->get<std::int64_t>() > std::numeric_limits<int>::max()) {
@@ -105,58 +109,74 @@ sim::Result<SweepRow> row_from_json(const nlohmann::json& line, SweepTable& tabl
       row.axis_values[slot] = scalar_text(it.value());
     }
   }
+  return sim::ok();
+}
+
+// A flat record: axes.<path> members, report columns, and error (null when it ran).
+sim::Status read_flat_record(const nlohmann::json& line, SweepTable& table,
+                             const std::string& where, SweepRow& row) {
+  bool has_fits = false;
+  for (auto it = line.begin(); it != line.end(); ++it) {
+    const std::string& key = it.key();
+    if (key.rfind("axes.", 0) == 0) {
+      const std::size_t slot = axis_slot(table, key.substr(5));
+      if (row.axis_values.size() <= slot) row.axis_values.resize(slot + 1);
+      row.axis_values[slot] = scalar_text(it.value());
+    } else if (key == "error") {
+      if (!it.value().is_null()) row.error = error_text(it.value());
+    } else if (key == "fits") {
+      if (it.value().is_null()) continue;
+      if (!it.value().is_boolean()) {
+        return sim::fail(sim::ErrorCode::kInvalidInput, "{}: 'fits' is not a boolean", where);
+      }
+      row.fits = it.value().get<bool>();
+      has_fits = true;
+    } else if (key != "index" && it.value().is_number()) {
+      OFFSIM_RETURN_IF_ERROR(set_report_field(row, where, key, it.value().get<double>()));
+    }
+  }
+  if (!has_fits && row.error.empty()) {
+    return sim::fail(sim::ErrorCode::kInvalidInput,
+                     "{}: expected 'fits' (a point that ran) or 'error' (one that failed)", where);
+  }
+  return sim::ok();
+}
+
+// The nested form's report object.
+sim::Status read_report_object(const nlohmann::json& report, const std::string& where,
+                               SweepRow& row) {
+  if (!report.is_object()) {
+    return sim::fail(sim::ErrorCode::kInvalidInput, "{}: 'report' is not an object", where);
+  }
+  for (auto it = report.begin(); it != report.end(); ++it) {
+    if (it.key() == "fits") {
+      if (!it.value().is_boolean()) {
+        return sim::fail(sim::ErrorCode::kInvalidInput, "{}: 'report.fits' is not a boolean",
+                         where);
+      }
+      row.fits = it.value().get<bool>();
+    } else if (it.value().is_number()) {
+      OFFSIM_RETURN_IF_ERROR(set_report_field(row, where, it.key(), it.value().get<double>()));
+    }
+  }
+  return sim::ok();
+}
+
+sim::Result<SweepRow> row_from_json(const nlohmann::json& line, SweepTable& table,
+                                    const std::string& where) {
+  if (!line.is_object()) {
+    return sim::fail(sim::ErrorCode::kInvalidInput, "{}: expected a JSON object", where);
+  }
+  SweepRow row;
+  OFFSIM_RETURN_IF_ERROR(read_row_header(line, table, where, row));
   auto error = line.find("error");
   auto report = line.find("report");
   if (line.find("axes") == line.end() && report == line.end()) {
-    // A flat record: axes.<path> members, report columns, and error (null when it ran).
-    bool has_fits = false;
-    for (auto it = line.begin(); it != line.end(); ++it) {
-      const std::string& key = it.key();
-      if (key.rfind("axes.", 0) == 0) {
-        const std::size_t slot = axis_slot(table, key.substr(5));
-        if (row.axis_values.size() <= slot) row.axis_values.resize(slot + 1);
-        row.axis_values[slot] = scalar_text(it.value());
-      } else if (key == "error") {
-        if (!it.value().is_null()) {
-          row.error = it.value().is_string() ? it.value().get<std::string>() : it.value().dump();
-          if (row.error.empty()) row.error = "error";
-        }
-      } else if (key == "fits") {
-        if (it.value().is_null()) continue;
-        if (!it.value().is_boolean()) {
-          return sim::fail(sim::ErrorCode::kInvalidInput, "{}: 'fits' is not a boolean", where);
-        }
-        row.fits = it.value().get<bool>();
-        has_fits = true;
-      } else if (key != "index" && it.value().is_number()) {
-        OFFSIM_RETURN_IF_ERROR(set_report_field(row, where, key, it.value().get<double>()));
-      }
-    }
-    if (!has_fits && row.error.empty()) {
-      return sim::fail(sim::ErrorCode::kInvalidInput,
-                       "{}: expected 'fits' (a point that ran) or 'error' (one that failed)",
-                       where);
-    }
-    return row;
-  }
-  if (error != line.end()) {
-    row.error = error->is_string() ? error->get<std::string>() : error->dump();
-    if (row.error.empty()) row.error = "error";
+    OFFSIM_RETURN_IF_ERROR(read_flat_record(line, table, where, row));
+  } else if (error != line.end()) {
+    row.error = error_text(*error);
   } else if (report != line.end()) {
-    if (!report->is_object()) {
-      return sim::fail(sim::ErrorCode::kInvalidInput, "{}: 'report' is not an object", where);
-    }
-    for (auto it = report->begin(); it != report->end(); ++it) {
-      if (it.key() == "fits") {
-        if (!it.value().is_boolean()) {
-          return sim::fail(sim::ErrorCode::kInvalidInput, "{}: 'report.fits' is not a boolean",
-                           where);
-        }
-        row.fits = it.value().get<bool>();
-      } else if (it.value().is_number()) {
-        OFFSIM_RETURN_IF_ERROR(set_report_field(row, where, it.key(), it.value().get<double>()));
-      }
-    }
+    OFFSIM_RETURN_IF_ERROR(read_report_object(*report, where, row));
   } else {
     return sim::fail(sim::ErrorCode::kInvalidInput, "{}: expected 'report' or 'error'", where);
   }
@@ -250,14 +270,21 @@ sim::Result<SweepTable> parse_sweep_jsonl(std::string_view text, const std::stri
   return table;
 }
 
-sim::Result<SweepTable> parse_sweep_csv(std::string_view text, const std::string& source,
-                                        const std::atomic<bool>* cancel,
-                                        const ProgressFn& progress) {
-  SweepTable table;
-  table.source = source;
-  std::size_t pos = 0;
-  OFFSIM_ASSIGN_OR_RETURN(std::vector<std::string> header,
-                          csv_record(text, pos, fmt::format("{}:1", source)));
+namespace {
+
+// Where each kind of column is in a sweep CSV header.
+struct CsvColumns {
+  std::size_t index = 0;
+  std::optional<std::size_t> scenario;
+  std::optional<std::size_t> error;
+  std::vector<std::size_t> axes;
+  std::vector<std::size_t> report;
+};
+
+// The header's columns; the axis names go to `table`. Flat files name axes "axes.<path>";
+// the older layout has them between index and step_time_s.
+sim::Result<CsvColumns> csv_columns(const std::vector<std::string>& header,
+                                    const std::string& source, SweepTable& table) {
   auto column = [&](std::string_view name) -> std::optional<std::size_t> {
     auto it = std::find(header.begin(), header.end(), name);
     if (it == header.end()) return std::nullopt;
@@ -269,23 +296,82 @@ sim::Result<SweepTable> parse_sweep_csv(std::string_view text, const std::string
     return sim::fail(sim::ErrorCode::kInvalidInput,
                      "{}:1: expected a header 'index,axes.<path>...,step_time_s,...'", source);
   }
-  const auto scenario_col = column("scenario");
-  const auto error_col = column("error");
-  std::vector<std::size_t> axis_cols;
-  std::vector<std::size_t> report_cols;
+  CsvColumns cols;
+  cols.index = *index_col;
+  cols.scenario = column("scenario");
+  cols.error = column("error");
   const bool flat = std::any_of(header.begin(), header.end(),
                                 [](const std::string& h) { return h.rfind("axes.", 0) == 0; });
   for (std::size_t c = 0; c < header.size(); ++c) {
-    if (c == *index_col || (scenario_col && c == *scenario_col) || (error_col && c == *error_col)) {
+    if (c == cols.index || (cols.scenario && c == *cols.scenario) ||
+        (cols.error && c == *cols.error)) {
       continue;
     }
     if (flat ? header[c].rfind("axes.", 0) == 0 : (c > *index_col && c < *step_col)) {
-      axis_cols.push_back(c);
+      cols.axes.push_back(c);
       table.axes.push_back(flat ? header[c].substr(5) : header[c]);
     } else if (flat || c >= *step_col) {
-      report_cols.push_back(c);
+      cols.report.push_back(c);
     }
   }
+  return cols;
+}
+
+// One report column's field into the row; text columns (e.g. an outcome name) are skipped.
+sim::Status set_csv_field(SweepRow& row, const std::string& where, const std::string& name,
+                          const std::string& field) {
+  if (field.empty()) return sim::ok();
+  if (name == "fits") {
+    const auto fits = parse_bool(field);
+    if (!fits) {
+      return sim::fail(sim::ErrorCode::kInvalidInput, "{}: fits '{}' is not true or false", where,
+                       field);
+    }
+    row.fits = *fits;
+    return sim::ok();
+  }
+  const auto value = parse_double(field);
+  if (!value) {
+    if (name == "step_time_s" || name == "hbm_peak_bytes" || name == "tokens_per_s") {
+      return sim::fail(sim::ErrorCode::kInvalidInput, "{}: {} '{}' is not a number", where, name,
+                       field);
+    }
+    return sim::ok();
+  }
+  return set_report_field(row, where, name, *value);
+}
+
+sim::Result<SweepRow> row_from_csv(const std::vector<std::string>& fields,
+                                   const std::vector<std::string>& header, const CsvColumns& cols,
+                                   const std::string& where) {
+  SweepRow row;
+  const auto index = parse_double(fields[cols.index]);
+  if (!index || *index < 0 || *index != std::floor(*index) ||
+      *index > std::numeric_limits<int>::max()) {
+    return sim::fail(sim::ErrorCode::kInvalidInput, "{}: index '{}' is not a non-negative integer",
+                     where, fields[cols.index]);
+  }
+  row.index = static_cast<int>(*index);
+  if (cols.scenario) row.scenario = fields[*cols.scenario];
+  for (std::size_t c : cols.axes) row.axis_values.push_back(fields[c]);
+  if (cols.error && !fields[*cols.error].empty()) row.error = fields[*cols.error];
+  for (std::size_t c : cols.report) {
+    OFFSIM_RETURN_IF_ERROR(set_csv_field(row, where, header[c], fields[c]));
+  }
+  return row;
+}
+
+}  // namespace
+
+sim::Result<SweepTable> parse_sweep_csv(std::string_view text, const std::string& source,
+                                        const std::atomic<bool>* cancel,
+                                        const ProgressFn& progress) {
+  SweepTable table;
+  table.source = source;
+  std::size_t pos = 0;
+  OFFSIM_ASSIGN_OR_RETURN(std::vector<std::string> header,
+                          csv_record(text, pos, fmt::format("{}:1", source)));
+  OFFSIM_ASSIGN_OR_RETURN(const CsvColumns cols, csv_columns(header, source, table));
   int line_number = 1;
   while (pos < text.size()) {
     ++line_number;
@@ -301,40 +387,7 @@ sim::Result<SweepTable> parse_sweep_csv(std::string_view text, const std::string
       return sim::fail(sim::ErrorCode::kInvalidInput, "{}: {} fields; the header has {}", where,
                        fields.size(), header.size());
     }
-    SweepRow row;
-    const auto index = parse_double(fields[*index_col]);
-    if (!index || *index < 0 || *index != std::floor(*index) ||
-        *index > std::numeric_limits<int>::max()) {
-      return sim::fail(sim::ErrorCode::kInvalidInput,
-                       "{}: index '{}' is not a non-negative integer", where, fields[*index_col]);
-    }
-    row.index = static_cast<int>(*index);
-    if (scenario_col) row.scenario = fields[*scenario_col];
-    for (std::size_t c : axis_cols) row.axis_values.push_back(fields[c]);
-    if (error_col && !fields[*error_col].empty()) row.error = fields[*error_col];
-    for (std::size_t c : report_cols) {
-      const std::string& field = fields[c];
-      if (field.empty()) continue;
-      if (header[c] == "fits") {
-        const auto fits = parse_bool(field);
-        if (!fits) {
-          return sim::fail(sim::ErrorCode::kInvalidInput, "{}: fits '{}' is not true or false",
-                           where, field);
-        }
-        row.fits = *fits;
-        continue;
-      }
-      const auto value = parse_double(field);
-      if (!value) {
-        if (header[c] == "step_time_s" || header[c] == "hbm_peak_bytes" ||
-            header[c] == "tokens_per_s") {
-          return sim::fail(sim::ErrorCode::kInvalidInput, "{}: {} '{}' is not a number", where,
-                           header[c], field);
-        }
-        continue;  // a text column (e.g. an outcome name)
-      }
-      OFFSIM_RETURN_IF_ERROR(set_report_field(row, where, header[c], *value));
-    }
+    OFFSIM_ASSIGN_OR_RETURN(SweepRow row, row_from_csv(fields, header, cols, where));
     table.rows.push_back(std::move(row));
     if (table.rows.size() % kCancelStride == 0) {
       if (cancelled(cancel)) return sim::fail(sim::ErrorCode::kCancelled, "loading cancelled");

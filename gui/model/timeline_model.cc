@@ -159,6 +159,104 @@ int pool_rank_of(const sim::PoolTrace& pool) {
   return parse_lane_name(pool.name).rank;
 }
 
+namespace {
+
+// Checks that the span names a lane and an op of its timeline and does not end before it starts.
+sim::Status check_span(const sim::Timeline& t, std::size_t i) {
+  const sim::Span& span = t.spans[i];
+  if (!span.lane.valid() || span.lane.index() >= t.lanes.size()) {
+    return sim::fail(sim::ErrorCode::kInvalidInput,
+                     "timeline '{}': span {} names lane {} but the timeline has {} lanes", t.source,
+                     i, span.lane.value(), t.lanes.size());
+  }
+  if (!span.op.valid() || span.op.index() >= t.ops.size()) {
+    return sim::fail(sim::ErrorCode::kInvalidInput,
+                     "timeline '{}': span {} names op {} but the timeline has {} ops", t.source, i,
+                     span.op.value(), t.ops.size());
+  }
+  if (span.end < span.start) {
+    return sim::fail(sim::ErrorCode::kInvalidInput,
+                     "timeline '{}': span {} (op '{}') ends before it starts", t.source, i,
+                     t.ops[span.op.index()].name);
+  }
+  return sim::ok();
+}
+
+void append_lane_rows(const sim::Timeline& t, std::size_t s, std::size_t sources,
+                      std::vector<LaneRow>& rows) {
+  for (std::size_t l = 0; l < t.lanes.size(); ++l) {
+    LaneRow row;
+    row.lane_name = t.lanes[l];
+    row.label = sources > 1 ? fmt::format("{} ({})", t.lanes[l], t.source) : t.lanes[l];
+    row.source = static_cast<int>(s);
+    row.lane = sim::LaneId(l);
+    row.parsed = lane_of(t, l);
+    rows.push_back(std::move(row));
+  }
+}
+
+// A row's spans by start (then op id), with the prefix maximum of ends for binary search.
+void index_row(const sim::Timeline& t, LaneRow& row) {
+  std::sort(row.spans.begin(), row.spans.end(), [&](std::uint32_t a, std::uint32_t b) {
+    return std::tie(t.spans[a].start, t.spans[a].op) < std::tie(t.spans[b].start, t.spans[b].op);
+  });
+  row.start_ns.reserve(row.spans.size());
+  row.max_end_ns.reserve(row.spans.size());
+  row.kinds.reserve(row.spans.size());
+  row.duration_ns.reserve(row.spans.size());
+  std::int64_t max_end = std::numeric_limits<std::int64_t>::min();
+  for (std::uint32_t i : row.spans) {
+    row.start_ns.push_back(ns(t.spans[i].start));
+    max_end = std::max(max_end, ns(t.spans[i].end));
+    row.max_end_ns.push_back(max_end);
+    row.kinds.push_back(static_cast<std::uint8_t>(t.ops[t.spans[i].op.index()].kind));
+    row.duration_ns.push_back(ns(t.spans[i].end) - ns(t.spans[i].start));
+  }
+}
+
+// Row order: rank, lane kind, lane name, then source (predicted above measured).
+void order_rows(std::vector<LaneRow>& rows) {
+  std::vector<std::size_t> order(rows.size());
+  std::iota(order.begin(), order.end(), 0);
+  auto key = [&](std::size_t i) {
+    const LaneRow& r = rows[i];
+    const int rank = group_order(r.parsed) == 0 ? r.parsed.rank : 0;
+    return std::make_tuple(group_order(r.parsed), rank, kind_order(r.parsed.kind),
+                           std::string_view(r.lane_name), r.source);
+  };
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return key(a) < key(b); });
+  std::vector<LaneRow> ordered;
+  ordered.reserve(order.size());
+  for (std::size_t i : order) ordered.push_back(std::move(rows[i]));
+  rows = std::move(ordered);
+}
+
+// Exposed transfers of an h2d/d2h row: its copy spans minus the same rank's compute busy time.
+std::vector<TimeWindow> exposed_of(const sim::Timeline& t, const LaneRow& row,
+                                   const std::vector<LaneRow>& rows) {
+  std::vector<TimeWindow> copies;
+  for (std::uint32_t i : row.spans) {
+    if (t.ops[t.spans[i].op.index()].kind != sim::OpKind::kCopy) continue;
+    copies.push_back({ns(t.spans[i].start), ns(t.spans[i].end)});
+  }
+  std::vector<TimeWindow> compute;
+  for (const LaneRow& other : rows) {
+    if (other.source != row.source || other.parsed.rank != row.parsed.rank ||
+        other.parsed.kind != LaneKind::kCompute) {
+      continue;
+    }
+    for (std::uint32_t i : other.spans) {
+      compute.push_back({ns(t.spans[i].start), ns(t.spans[i].end)});
+    }
+  }
+  std::sort(compute.begin(), compute.end(),
+            [](const TimeWindow& a, const TimeWindow& b) { return a.start_ns < b.start_ns; });
+  return exposed_intervals(copies, compute);
+}
+
+}  // namespace
+
 sim::Result<TimelineModel> TimelineModel::build(std::vector<sim::Timeline> timelines,
                                                 const std::atomic<bool>* cancel,
                                                 const ProgressFn& progress) {
@@ -176,41 +274,16 @@ sim::Result<TimelineModel> TimelineModel::build(std::vector<sim::Timeline> timel
   for (std::size_t s = 0; s < sources; ++s) {
     const sim::Timeline& t = model.timelines_[s];
     const std::size_t first_row = model.rows_.size();
-    for (std::size_t l = 0; l < t.lanes.size(); ++l) {
-      LaneRow row;
-      row.lane_name = t.lanes[l];
-      row.label = sources > 1 ? fmt::format("{} ({})", t.lanes[l], t.source) : t.lanes[l];
-      row.source = static_cast<int>(s);
-      row.lane = sim::LaneId(l);
-      row.parsed = lane_of(t, l);
-      model.rows_.push_back(std::move(row));
-    }
+    append_lane_rows(t, s, sources, model.rows_);
     for (std::size_t i = 0; i < t.spans.size(); ++i) {
+      OFFSIM_RETURN_IF_ERROR(check_span(t, i));
       const sim::Span& span = t.spans[i];
-      if (!span.lane.valid() || span.lane.index() >= t.lanes.size()) {
-        return sim::fail(sim::ErrorCode::kInvalidInput,
-                         "timeline '{}': span {} names lane {} but the timeline has {} lanes",
-                         t.source, i, span.lane.value(), t.lanes.size());
-      }
-      if (!span.op.valid() || span.op.index() >= t.ops.size()) {
-        return sim::fail(sim::ErrorCode::kInvalidInput,
-                         "timeline '{}': span {} names op {} but the timeline has {} ops", t.source,
-                         i, span.op.value(), t.ops.size());
-      }
-      if (span.end < span.start) {
-        return sim::fail(sim::ErrorCode::kInvalidInput,
-                         "timeline '{}': span {} (op '{}') ends before it starts", t.source, i,
-                         t.ops[span.op.index()].name);
-      }
       model.rows_[first_row + span.lane.index()].spans.push_back(static_cast<std::uint32_t>(i));
       const TimeWindow w{ns(span.start), ns(span.end)};
-      if (!any_span) {
-        model.extent_ = w;
-        any_span = true;
-      } else {
-        model.extent_.start_ns = std::min(model.extent_.start_ns, w.start_ns);
-        model.extent_.end_ns = std::max(model.extent_.end_ns, w.end_ns);
-      }
+      model.extent_ = any_span ? TimeWindow{std::min(model.extent_.start_ns, w.start_ns),
+                                            std::max(model.extent_.end_ns, w.end_ns)}
+                               : w;
+      any_span = true;
       if (++done % kCancelStride == 0) {
         if (cancelled(cancel)) return sim::fail(sim::ErrorCode::kCancelled, "loading cancelled");
         report(0.5 * static_cast<double>(done) / static_cast<double>(total_spans));
@@ -219,70 +292,21 @@ sim::Result<TimelineModel> TimelineModel::build(std::vector<sim::Timeline> timel
   }
   model.span_count_ = total_spans;
 
-  // Per row: spans by start (then op id), and the prefix maximum of ends for binary search.
   std::size_t sorted = 0;
   for (LaneRow& row : model.rows_) {
-    const sim::Timeline& t = model.timelines_[static_cast<std::size_t>(row.source)];
-    std::sort(row.spans.begin(), row.spans.end(), [&](std::uint32_t a, std::uint32_t b) {
-      return std::tie(t.spans[a].start, t.spans[a].op) < std::tie(t.spans[b].start, t.spans[b].op);
-    });
-    row.start_ns.reserve(row.spans.size());
-    row.max_end_ns.reserve(row.spans.size());
-    row.kinds.reserve(row.spans.size());
-    row.duration_ns.reserve(row.spans.size());
-    std::int64_t max_end = std::numeric_limits<std::int64_t>::min();
-    for (std::uint32_t i : row.spans) {
-      row.start_ns.push_back(ns(t.spans[i].start));
-      max_end = std::max(max_end, ns(t.spans[i].end));
-      row.max_end_ns.push_back(max_end);
-      row.kinds.push_back(static_cast<std::uint8_t>(t.ops[t.spans[i].op.index()].kind));
-      row.duration_ns.push_back(ns(t.spans[i].end) - ns(t.spans[i].start));
-    }
+    index_row(model.timelines_[static_cast<std::size_t>(row.source)], row);
     sorted += row.spans.size();
     if (cancelled(cancel)) return sim::fail(sim::ErrorCode::kCancelled, "loading cancelled");
     if (total_spans > 0) {
       report(0.5 + 0.3 * static_cast<double>(sorted) / static_cast<double>(total_spans));
     }
   }
+  order_rows(model.rows_);
 
-  // Row order: rank, lane kind, lane name, then source (predicted above measured).
-  std::vector<std::size_t> order(model.rows_.size());
-  std::iota(order.begin(), order.end(), 0);
-  auto key = [&](std::size_t i) {
-    const LaneRow& r = model.rows_[i];
-    const int rank = group_order(r.parsed) == 0 ? r.parsed.rank : 0;
-    return std::make_tuple(group_order(r.parsed), rank, kind_order(r.parsed.kind),
-                           std::string_view(r.lane_name), r.source);
-  };
-  std::stable_sort(order.begin(), order.end(),
-                   [&](std::size_t a, std::size_t b) { return key(a) < key(b); });
-  std::vector<LaneRow> ordered;
-  ordered.reserve(order.size());
-  for (std::size_t i : order) ordered.push_back(std::move(model.rows_[i]));
-  model.rows_ = std::move(ordered);
-
-  // Exposed transfers: copy spans on h2d/d2h rows minus the same rank's compute busy time.
   for (LaneRow& row : model.rows_) {
     if (row.parsed.kind != LaneKind::kH2D && row.parsed.kind != LaneKind::kD2H) continue;
-    const sim::Timeline& t = model.timelines_[static_cast<std::size_t>(row.source)];
-    std::vector<TimeWindow> copies;
-    for (std::uint32_t i : row.spans) {
-      if (t.ops[t.spans[i].op.index()].kind != sim::OpKind::kCopy) continue;
-      copies.push_back({ns(t.spans[i].start), ns(t.spans[i].end)});
-    }
-    std::vector<TimeWindow> compute;
-    for (const LaneRow& other : model.rows_) {
-      if (other.source != row.source || other.parsed.rank != row.parsed.rank ||
-          other.parsed.kind != LaneKind::kCompute) {
-        continue;
-      }
-      for (std::uint32_t i : other.spans) {
-        compute.push_back({ns(t.spans[i].start), ns(t.spans[i].end)});
-      }
-    }
-    std::sort(compute.begin(), compute.end(),
-              [](const TimeWindow& a, const TimeWindow& b) { return a.start_ns < b.start_ns; });
-    row.exposed = exposed_intervals(copies, compute);
+    row.exposed =
+        exposed_of(model.timelines_[static_cast<std::size_t>(row.source)], row, model.rows_);
   }
   if (cancelled(cancel)) return sim::fail(sim::ErrorCode::kCancelled, "loading cancelled");
   report(0.85);
