@@ -603,6 +603,13 @@ class Replayer {
     }
     t.tensors = sim::tensor_infos(plan_);
     sim::fill_pool_traces(ledger, t.tensors, t.pools);
+    // A pool without any change (one of a rank that did not run) keeps no samples, so that
+    // `compare` can tell it was not measured.
+    std::vector<bool> changed(plan_.pools.size(), false);
+    for (const Change& c : changes) changed[plan_.tensors[c.tensor.index()].pool.index()] = true;
+    for (std::size_t p = 0; p < t.pools.size(); ++p) {
+      if (!changed[p]) t.pools[p].samples.clear();
+    }
     t.memory_events = ledger.take_events();
   }
 
