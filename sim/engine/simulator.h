@@ -24,11 +24,9 @@
 namespace offsim::sim {
 
 struct SimOptions {
-  bool record_spans = true;  // false: only makespan, outcome and pool peaks (fast sweeps)
-  // false: no per-change memory samples, memory events or tensors in the Timeline (peaks and live
-  // sets at the peaks are still kept).
-  bool record_memory = true;
-  bool validate_plan = true;                        // run validate() first
+  bool record_spans = true;   // false: only makespan, outcome and pool peaks (fast sweeps)
+  bool record_memory = true;  // false: no samples, memory events, tensors (peaks still kept)
+  bool validate_plan = true;  // run validate() first
   std::int64_t max_events = std::int64_t{1} << 40;  // ends the run with kLimitExceeded
   const std::atomic<bool>* cancel = nullptr;        // polled; set to stop with kCancelled
   // An alloc over a pool's capacity records the pool's first failing allocation and goes on as
