@@ -5,11 +5,13 @@
 #include <optional>
 #include <queue>
 #include <set>
+#include <tuple>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include "backends/gpu_plugin.h"
+#include "sim/trace/memory_ledger.h"
 
 namespace offsim::backends {
 
@@ -575,72 +577,59 @@ class Replayer {
     return result;
   }
 
-  // Pool samples from the measured spans: allocs at their op's start, frees at its end (frees
-  // first when both happen at one time), initial tensors at time zero. Pools of ranks that did
-  // not run, and tensors they hold, are left out.
+  // The measured memory events, applied to the memory ledger (sim/trace/memory_ledger.h) for
+  // the pools' samples, peaks and live sets: initial tensors at time zero, each op's allocs at its
+  // measured start and frees at its measured end; at one instant frees come first, then the
+  // device's order (the order the replay issued the ops). Pools of ranks that did not run, and
+  // tensors they hold, are left out.
   void fill_memory(sim::Timeline& t, const std::vector<sim::TimePoint>& start,
                    const std::vector<sim::TimePoint>& end) const {
     struct Change {
       sim::TimePoint time;
-      int order;  // 0 free, 1 alloc
+      int order;           // 0 free, 1 alloc
+      std::size_t issued;  // position in the device's issue order (initial tensors first)
       sim::TensorId tensor;
-      std::int64_t delta;
     };
-    std::vector<std::vector<Change>> changes(plan_.pools.size());
+    std::vector<Change> changes;
     auto pool_runs = [&](sim::TensorId tensor) {
       const std::size_t p = plan_.tensors[tensor.index()].pool.index();
       return device_pool_rank(plan_.pools[p]) < 0 || pool_local_[p] >= 0;
     };
     for (sim::TensorId tensor : plan_.initial_tensors) {
-      if (!pool_runs(tensor)) continue;
-      changes[plan_.tensors[tensor.index()].pool.index()].push_back(
-          {sim::kTimeZero, 1, tensor, plan_.tensors[tensor.index()].bytes});
+      if (pool_runs(tensor)) changes.push_back({sim::kTimeZero, 1, 0, tensor});
     }
-    for (std::size_t i = 0; i < plan_.ops.size(); ++i) {
+    for (std::size_t k = 0; k < order_.size(); ++k) {
+      const std::size_t i = order_[k];
       if (!run_op_[i]) continue;
       for (sim::TensorId tensor : plan_.ops[i].allocs) {
-        if (!pool_runs(tensor)) continue;
-        changes[plan_.tensors[tensor.index()].pool.index()].push_back(
-            {start[i], 1, tensor, plan_.tensors[tensor.index()].bytes});
+        if (pool_runs(tensor)) changes.push_back({start[i], 1, k + 1, tensor});
       }
       for (sim::TensorId tensor : plan_.ops[i].frees) {
-        if (!pool_runs(tensor)) continue;
-        changes[plan_.tensors[tensor.index()].pool.index()].push_back(
-            {end[i], 0, tensor, -plan_.tensors[tensor.index()].bytes});
+        if (pool_runs(tensor)) changes.push_back({end[i], 0, k + 1, tensor});
       }
     }
-    for (std::size_t p = 0; p < changes.size(); ++p) {
-      auto& list = changes[p];
-      std::stable_sort(list.begin(), list.end(), [](const Change& a, const Change& b) {
-        return a.time != b.time ? a.time < b.time : a.order < b.order;
-      });
-      sim::PoolTrace& trace = t.pools[p];
-      std::int64_t in_use = 0;
-      std::set<std::uint32_t> live, live_at_peak;
-      for (std::size_t k = 0; k < list.size(); ++k) {
-        in_use += list[k].delta;
-        if (list[k].delta >= 0) {
-          live.insert(list[k].tensor.value());
-        } else {
-          live.erase(list[k].tensor.value());
-        }
-        const bool last_at_time = k + 1 == list.size() || list[k + 1].time != list[k].time;
-        if (!last_at_time) continue;
-        trace.samples.push_back(sim::MemorySample{list[k].time, in_use});
-        if (in_use > trace.peak_bytes) {
-          trace.peak_bytes = in_use;
-          trace.peak_time = list[k].time;
-          live_at_peak = live;
-        }
+    std::stable_sort(changes.begin(), changes.end(), [](const Change& a, const Change& b) {
+      return std::tie(a.time, a.order, a.issued) < std::tie(b.time, b.order, b.issued);
+    });
+    sim::MemoryLedger ledger(plan_.pools.size(), {.record_samples = true, .record_events = true});
+    for (const Change& c : changes) {
+      const sim::Tensor& tensor = plan_.tensors[c.tensor.index()];
+      if (c.order == 1) {
+        ledger.alloc(c.time, c.tensor, tensor.pool, tensor.bytes);
+      } else {
+        ledger.free(c.time, c.tensor, tensor.pool, tensor.bytes);
       }
-      for (std::uint32_t id : live_at_peak) {
-        const sim::Tensor& tensor = plan_.tensors[id];
-        trace.live_at_peak.push_back(sim::LiveTensor{tensor.name, tensor.category, tensor.bytes});
-      }
-      std::stable_sort(
-          trace.live_at_peak.begin(), trace.live_at_peak.end(),
-          [](const sim::LiveTensor& a, const sim::LiveTensor& b) { return a.bytes > b.bytes; });
     }
+    t.tensors = sim::tensor_infos(plan_);
+    sim::fill_pool_traces(ledger, t.tensors, t.pools);
+    // A pool without any change (one of a rank that did not run) keeps no samples, so that
+    // `compare` can tell it was not measured.
+    std::vector<bool> changed(plan_.pools.size(), false);
+    for (const Change& c : changes) changed[plan_.tensors[c.tensor.index()].pool.index()] = true;
+    for (std::size_t p = 0; p < t.pools.size(); ++p) {
+      if (!changed[p]) t.pools[p].samples.clear();
+    }
+    t.memory_events = ledger.take_events();
   }
 
   Device& dev_;
@@ -690,6 +679,9 @@ void keep_original(const sim::Plan& plan, sim::Timeline& t) {
   t.lanes.resize(plan.lanes.size());
   if (t.lane_identity.size() > plan.lanes.size()) t.lane_identity.resize(plan.lanes.size());
   t.pools.resize(plan.pools.size());
+  t.tensors.resize(std::min(t.tensors.size(), plan.tensors.size()));
+  std::erase_if(t.memory_events,
+                [&](const sim::MemoryEvent& e) { return e.tensor.index() >= plan.tensors.size(); });
   std::erase_if(t.spans, [&](const sim::Span& s) { return s.op.index() >= plan.ops.size(); });
   t.makespan = sim::kTimeZero;
   for (const sim::Span& s : t.spans) t.makespan = std::max(t.makespan, s.end);

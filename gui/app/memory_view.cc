@@ -226,7 +226,8 @@ void MemoryView::show_live_at(int pool, std::int64_t t_ns) {
   live_label_->setText(QString::fromStdString(
       p.name + ": " + format_bytes(double(live.bytes_in_use)) + " in use at " +
       format_duration_ns(t_ns) + (t_ns == p.peak_time_ns ? " (the peak)" : "") +
-      (live.exact ? " — recorded live set" : " — inferred from allocations")));
+      (live.exact ? " — live tensors"
+                  : " — the timeline has no memory events for the live set here")));
   table_->setRowCount(static_cast<int>(live.entries.size()));
   for (std::size_t r = 0; r < live.entries.size(); ++r) {
     const LiveEntry& e = live.entries[r];

@@ -2,9 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numeric>
-
-#include <fmt/format.h>
+#include <limits>
 
 #include "gui/model/timeline_model.h"
 
@@ -12,12 +10,6 @@ namespace offsim::gui {
 namespace {
 
 std::int64_t ns(sim::TimePoint t) { return t.time_since_epoch().count(); }
-
-struct Allocation {
-  std::int64_t bytes;
-  std::string name;
-  std::string category;
-};
 
 }  // namespace
 
@@ -58,17 +50,9 @@ MemoryModel MemoryModel::build(const sim::Timeline& timeline, int source) {
     model.pools_.push_back(std::move(series));
     model.data_.push_back(std::move(data));
   }
-  const auto& spans = timeline.spans;
-  model.by_start_.resize(spans.size());
-  std::iota(model.by_start_.begin(), model.by_start_.end(), 0u);
-  std::sort(model.by_start_.begin(), model.by_start_.end(), [&](std::uint32_t a, std::uint32_t b) {
-    return std::tie(spans[a].start, spans[a].op) < std::tie(spans[b].start, spans[b].op);
-  });
-  model.start_ns_.reserve(spans.size());
-  for (std::uint32_t i : model.by_start_) model.start_ns_.push_back(ns(spans[i].start));
-  model.lane_rank_.reserve(timeline.lanes.size());
-  for (std::size_t l = 0; l < timeline.lanes.size(); ++l) {
-    model.lane_rank_.push_back(lane_of(timeline, l).rank);
+  if (!timeline.memory_events.empty()) {
+    sim::Result<sim::MemoryLedger> ledger = sim::MemoryLedger::replay(timeline);
+    if (ledger) model.ledger_ = std::move(*ledger);  // files were checked when read
   }
   return model;
 }
@@ -91,7 +75,14 @@ LiveSet MemoryModel::live_at(const sim::Timeline& timeline, std::size_t pool,
   LiveSet out;
   out.time_ns = t_ns;
   out.bytes_in_use = bytes_at(pool, t_ns);
-  // Exact at the peak: from the peak sample until the next change.
+  if (ledger_ && pool < ledger_->pool_count()) {
+    out.exact = true;
+    const std::vector<sim::LiveTensor> live = sim::describe_live(
+        timeline.tensors, ledger_->live_at(sim::PoolId{pool}, sim::TimePoint{sim::Duration{t_ns}}));
+    for (const sim::LiveTensor& t : live) out.entries.push_back({t.name, t.category, t.bytes});
+    return out;
+  }
+  // Without memory events: the recorded live set, from the peak sample until the next change.
   auto next =
       std::upper_bound(data.samples.begin(), data.samples.end(), series.peak_time_ns,
                        [](std::int64_t t, const sim::MemorySample& s) { return t < ns(s.time); });
@@ -105,57 +96,7 @@ LiveSet MemoryModel::live_at(const sim::Timeline& timeline, std::size_t pool,
     }
     std::stable_sort(out.entries.begin(), out.entries.end(),
                      [](const LiveEntry& a, const LiveEntry& b) { return a.bytes > b.bytes; });
-    return out;
   }
-  // Inferred: replay the changes up to t_ns.
-  std::vector<Allocation> live;
-  std::int64_t previous = 0;
-  for (const sim::MemorySample& s : data.samples) {
-    const std::int64_t t = ns(s.time);
-    if (t > t_ns) break;
-    const std::int64_t delta = s.bytes_in_use - previous;
-    previous = s.bytes_in_use;
-    if (delta > 0) {
-      // Ops that started at t on the pool's rank (any rank for host pools).
-      auto lo = std::lower_bound(start_ns_.begin(), start_ns_.end(), t);
-      std::vector<std::uint32_t> starters;
-      std::size_t matches = 0;
-      for (auto it = lo; it != start_ns_.end() && *it == t; ++it) {
-        const std::uint32_t span = by_start_[static_cast<std::size_t>(it - start_ns_.begin())];
-        const sim::LaneId lane = timeline.spans[span].lane;
-        const int rank = lane.index() < lane_rank_.size() ? lane_rank_[lane.index()] : -1;
-        if (series.rank >= 0 && rank != series.rank) continue;
-        if (++matches <= 1) starters.push_back(span);
-      }
-      Allocation a{delta, "(no op started here)", ""};
-      if (t == 0 && starters.empty()) a.name = "initial tensors";
-      if (!starters.empty()) {
-        const sim::OpInfo& op = timeline.ops[timeline.spans[starters[0]].op.index()];
-        a.name = matches > 1 ? fmt::format("{} (+{} ops)", op.name, matches - 1) : op.name;
-        a.category = op.category;
-      }
-      live.push_back(std::move(a));
-    } else if (delta < 0) {
-      std::int64_t to_free = -delta;
-      auto exact = std::find_if(live.rbegin(), live.rend(),
-                                [&](const Allocation& a) { return a.bytes == to_free; });
-      if (exact != live.rend()) {
-        live.erase(std::next(exact).base());
-        continue;
-      }
-      while (to_free > 0 && !live.empty()) {
-        const std::int64_t take = std::min(to_free, live.back().bytes);
-        live.back().bytes -= take;
-        to_free -= take;
-        if (live.back().bytes == 0) live.pop_back();
-      }
-    }
-  }
-  for (Allocation& a : live) {
-    out.entries.push_back({std::move(a.name), std::move(a.category), a.bytes});
-  }
-  std::stable_sort(out.entries.begin(), out.entries.end(),
-                   [](const LiveEntry& a, const LiveEntry& b) { return a.bytes > b.bytes; });
   return out;
 }
 

@@ -1,18 +1,22 @@
 // MemoryModel: bytes in use over time per pool as step curves, the capacity and peak, and the
-// live set at any time, shaped for the GUI's memory view.
+// live set at any time, shaped for the GUI's memory view. The live sets come from the memory
+// ledger (sim/trace/memory_ledger.h) replaying the timeline's memory events, the same account the
+// engine, the replay and `compare` keep.
 //
 //   gui::MemoryModel memory = gui::MemoryModel::build(timeline, /*source=*/0);
 //   for (const gui::PoolSeries& pool : memory.pools()) {
 //     draw_steps(pool.steps);                 // (time, bytes) corners of the step curve
 //     draw_capacity(pool.capacity_bytes);     // peak at (pool.peak_time_ns, pool.peak_bytes)
 //   }
-//   gui::LiveSet live = memory.live_at(timeline, 0, clicked_ns);  // exact at the peak
+//   gui::LiveSet live = memory.live_at(timeline, 0, clicked_ns);  // from the memory events
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "sim/trace/memory_ledger.h"
 #include "sim/trace/timeline.h"
 
 namespace offsim::gui {
@@ -37,8 +41,8 @@ struct PoolSeries {
 };
 
 struct LiveEntry {
-  std::string name;      // tensor name, or the op that allocated it when inferred
-  std::string category;  // "params", "activations", ... or the op's category when inferred
+  std::string name;      // tensor name
+  std::string category;  // "params", "activations", ...
   std::int64_t bytes = 0;
   bool operator==(const LiveEntry&) const = default;
 };
@@ -46,8 +50,8 @@ struct LiveEntry {
 struct LiveSet {
   std::int64_t time_ns = 0;
   std::int64_t bytes_in_use = 0;
-  // true: the timeline's recorded live set at the peak. false: reconstructed from the memory
-  // samples, naming each increase after the op(s) that started then (see live_at).
+  // true: the tensors live then (from the timeline's memory events, or its recorded live set at
+  // the peak). false: the timeline has neither for this time (entries empty).
   bool exact = false;
   std::vector<LiveEntry> entries;  // largest first
 };
@@ -62,13 +66,15 @@ class MemoryModel {
   // Bytes in use in pool `pool` at `t_ns` (the last sample at or before it; 0 before the first).
   std::int64_t bytes_at(std::size_t pool, std::int64_t t_ns) const;
 
-  // The live set of `pool` at `t_ns`. At the peak (any time from the peak sample until the next
-  // change) this is the timeline's recorded live set. Elsewhere it is inferred: every increase is
-  // an allocation named after the op(s) that started at that instant on the pool's rank (any lane
-  // for host pools); every decrease frees the most recent allocation of exactly that size, or
-  // else takes bytes back from the most recent allocations first.
-  // `timeline` is the one the model was built from (it supplies op names).
+  // The live set of `pool` at `t_ns` (after every memory event at or before it), replayed by the
+  // memory ledger from the timeline's memory events. A timeline without memory events (recorded
+  // without them, or imported) has only its recorded live set at the peak: that one from the
+  // peak sample until the next change, none elsewhere. `timeline` is the one the model was built
+  // from (it supplies the tensor names).
   LiveSet live_at(const sim::Timeline& timeline, std::size_t pool, std::int64_t t_ns) const;
+
+  // Whether the live set is known at every time (the timeline carries memory events).
+  bool has_memory_events() const { return ledger_.has_value(); }
 
  private:
   struct PoolData {
@@ -77,10 +83,7 @@ class MemoryModel {
   };
   std::vector<PoolSeries> pools_;
   std::vector<PoolData> data_;
-  // Span indices sorted by start, for naming allocations.
-  std::vector<std::uint32_t> by_start_;
-  std::vector<std::int64_t> start_ns_;
-  std::vector<int> lane_rank_;  // by lane id
+  std::optional<sim::MemoryLedger> ledger_;  // with the timeline's memory events
 };
 
 // Reduces a step curve to what a `width_px` wide plot of `window` can show: per pixel column the

@@ -11,6 +11,7 @@
 #include "sim/core/check.h"
 #include "sim/engine/engine_probe.h"
 #include "sim/engine/flow_solver.h"
+#include "sim/trace/memory_ledger.h"
 
 namespace offsim::sim {
 
@@ -158,13 +159,10 @@ struct Group {
   std::uint32_t live = 0;  // members still attached
 };
 
+// Bytes in use, peaks and live sets are the MemoryLedger's (sim/trace/memory_ledger.h).
 struct PoolState {
-  std::int64_t in_use = 0;
   std::int64_t capacity = 0;
-  std::int64_t peak = 0;
-  std::int64_t peak_ns = 0;
-  std::size_t peak_effect = 0;  // effects_ entries applied when the peak was reached
-  bool over_capacity = false;   // an alloc went past capacity (run_past_capacity)
+  bool over_capacity = false;  // an alloc went past capacity (run_past_capacity)
 };
 
 class Engine {
@@ -196,9 +194,8 @@ class Engine {
   void release_group(std::uint32_t group);
   bool alloc_tensor(TensorId tensor, std::uint32_t op);
   void free_tensor(TensorId tensor, std::uint32_t op);
-  void record_sample(std::uint32_t pool);
   std::vector<LiveTensor> live_tensors(std::uint32_t pool) const;
-  void fill_live_at_peak(Timeline& timeline) const;
+  void fill_memory(Timeline& timeline);
   void describe_deadlock(Timeline& timeline) const;
   void take_snapshot(std::size_t boundary);
   bool is_lane_head(std::uint32_t op) const {
@@ -226,9 +223,7 @@ class Engine {
   std::vector<std::uint32_t> dependents_;
   std::vector<std::uint32_t> lane_offsets_;  // CSR: ops of lane l in issue order
   std::vector<std::uint32_t> lane_ops_;
-  std::vector<std::uint32_t> lane_head_;       // position of the lane's next op to end
-  std::vector<std::uint32_t> tensor_offsets_;  // CSR: tensors of pool p
-  std::vector<std::uint32_t> pool_tensors_;
+  std::vector<std::uint32_t> lane_head_;  // position of the lane's next op to end
 
   std::vector<Event> heap_;
   std::uint64_t next_seq_ = 0;
@@ -243,10 +238,9 @@ class Engine {
   std::vector<std::uint32_t> released_;  // slots of flows that ended in this instant
 
   std::vector<PoolState> pools_;
-  std::vector<std::uint8_t> live_;      // by tensor
-  std::vector<std::uint32_t> effects_;  // tensor << 1 | is_free, in simulation order
+  std::vector<std::uint8_t> live_;  // by tensor
+  MemoryLedger ledger_;             // every alloc and free, in simulation order
   std::vector<Span> spans_;
-  Timeline* timeline_ = nullptr;
 
   std::int64_t now_ = 0;
   std::int64_t makespan_ = 0;
@@ -313,20 +307,13 @@ void Engine::setup() {
     lane_ops_[lane_count[ops_[i].lane]++] = static_cast<std::uint32_t>(i);
   lane_head_.assign(plan_.lanes.size(), 0);
 
-  std::vector<std::uint32_t> tensor_count(plan_.pools.size() + 1, 0);
-  for (const Tensor& t : plan_.tensors) ++tensor_count[t.pool.index()];
-  prefix(tensor_count);
-  tensor_offsets_ = tensor_count;
-  pool_tensors_.resize(plan_.tensors.size());
-  for (std::size_t t = 0; t < plan_.tensors.size(); ++t) {
-    pool_tensors_[tensor_count[plan_.tensors[t].pool.index()]++] = static_cast<std::uint32_t>(t);
-  }
-
   op_use_end_ = static_cast<std::uint32_t>(uses_.size());
   pools_.resize(plan_.pools.size());
   for (std::size_t p = 0; p < pools_.size(); ++p)
     pools_[p].capacity = plan_.pools[p].capacity_bytes;
   live_.assign(plan_.tensors.size(), 0);
+  ledger_ = MemoryLedger(plan_.pools.size(), {.record_samples = options_.record_memory,
+                                              .record_events = options_.record_memory});
 
   std::vector<double> capacities(plan_.resources.size());
   for (std::size_t r = 0; r < capacities.size(); ++r) capacities[r] = plan_.resources[r].capacity;
@@ -336,35 +323,9 @@ void Engine::setup() {
   if (options_.record_spans) spans_.reserve(n);
 }
 
-void Engine::record_sample(std::uint32_t pool) {
-  PoolState& p = pools_[pool];
-  if (p.in_use > p.peak) {
-    p.peak = p.in_use;
-    p.peak_ns = now_;
-    p.peak_effect = effects_.size();
-  }
-  if (!options_.record_memory) return;
-  std::vector<MemorySample>& s = timeline_->pools[pool].samples;
-  const TimePoint t{Duration{now_}};
-  if (!s.empty() && s.back().time == t) {
-    s.back().bytes_in_use = p.in_use;
-    if (s.size() >= 2 && s[s.size() - 2].bytes_in_use == p.in_use) s.pop_back();
-  } else if (s.empty() || s.back().bytes_in_use != p.in_use) {
-    s.push_back(MemorySample{t, p.in_use});
-  }
-}
-
+// The live set of a pool now (for an out-of-memory report).
 std::vector<LiveTensor> Engine::live_tensors(std::uint32_t pool) const {
-  std::vector<LiveTensor> live;
-  for (std::uint32_t i = tensor_offsets_[pool]; i < tensor_offsets_[pool + 1]; ++i) {
-    const std::uint32_t t = pool_tensors_[i];
-    if (!live_[t]) continue;
-    const Tensor& tensor = plan_.tensors[t];
-    live.push_back(LiveTensor{tensor.name, tensor.category, tensor.bytes});
-  }
-  std::stable_sort(live.begin(), live.end(),
-                   [](const LiveTensor& a, const LiveTensor& b) { return a.bytes > b.bytes; });
-  return live;
+  return describe_live(plan_.tensors, ledger_.live_after(PoolId{pool}, ledger_.event_count()));
 }
 
 bool Engine::alloc_tensor(TensorId tensor, std::uint32_t op) {
@@ -379,7 +340,8 @@ bool Engine::alloc_tensor(TensorId tensor, std::uint32_t op) {
   }
   const std::uint32_t pool = t.pool.value();
   PoolState& p = pools_[pool];
-  if (t.bytes > p.capacity - p.in_use && !p.over_capacity) {
+  const std::int64_t in_use = ledger_.in_use(t.pool);
+  if (t.bytes > p.capacity - in_use && !p.over_capacity) {
     OutOfMemory oom;
     oom.op = op == kNone ? OpId{} : OpId{op};
     oom.op_name = who();
@@ -388,7 +350,7 @@ bool Engine::alloc_tensor(TensorId tensor, std::uint32_t op) {
     oom.pool_id = PoolId{pool};
     oom.time = TimePoint{Duration{now_}};
     oom.requested_bytes = t.bytes;
-    oom.in_use_bytes = p.in_use;
+    oom.in_use_bytes = in_use;
     oom.capacity_bytes = p.capacity;
     oom.live = live_tensors(pool);
     if (options_.run_past_capacity) {
@@ -402,10 +364,8 @@ bool Engine::alloc_tensor(TensorId tensor, std::uint32_t op) {
       return false;
     }
   }
-  p.in_use += t.bytes;
   live_[tensor.index()] = 1;
-  effects_.push_back(tensor.value() << 1);
-  record_sample(pool);
+  ledger_.alloc(TimePoint{Duration{now_}}, tensor, t.pool, t.bytes);
   return true;
 }
 
@@ -418,11 +378,8 @@ void Engine::free_tensor(TensorId tensor, std::uint32_t op) {
                                       plan_.ops[op].name, t.name, format_ms(now_))});
     return;
   }
-  const std::uint32_t pool = t.pool.value();
-  pools_[pool].in_use -= t.bytes;
   live_[tensor.index()] = 0;
-  effects_.push_back(tensor.value() << 1 | 1u);
-  record_sample(pool);
+  ledger_.free(TimePoint{Duration{now_}}, tensor, t.pool, t.bytes);
 }
 
 void Engine::start_op(std::uint32_t op) {
@@ -635,34 +592,26 @@ void Engine::apply_solve() {
   }
 }
 
-void Engine::fill_live_at_peak(Timeline& timeline) const {
-  std::vector<std::uint32_t> order;
-  for (std::uint32_t p = 0; p < pools_.size(); ++p) {
-    if (pools_[p].peak > 0) order.push_back(p);
-  }
-  if (order.empty()) return;
-  std::stable_sort(order.begin(), order.end(), [this](std::uint32_t a, std::uint32_t b) {
-    return pools_[a].peak_effect < pools_[b].peak_effect;
-  });
-  // Replays the effects in simulation order and takes each pool's live set at its peak.
-  std::vector<std::uint8_t> live(plan_.tensors.size(), 0);
-  std::size_t applied = 0;
-  for (std::uint32_t p : order) {
-    for (; applied < pools_[p].peak_effect; ++applied) {
-      const std::uint32_t e = effects_[applied];
-      live[e >> 1] = (e & 1u) ? 0 : 1;
+// Each pool's peak, its time and live set, from the ledger; with record_memory, also the samples
+// and the memory events, and the tensors they name.
+void Engine::fill_memory(Timeline& timeline) {
+  const std::vector<std::vector<TensorId>> at_peak = ledger_.live_at_peaks();
+  for (std::size_t p = 0; p < pools_.size(); ++p) {
+    PoolTrace& trace = timeline.pools[p];
+    const PoolLedger& l = ledger_.pool(PoolId{p});
+    trace.peak_bytes = l.peak_bytes;
+    trace.peak_time = l.peak_time;
+    trace.live_at_peak = describe_live(plan_.tensors, at_peak[p]);
+    if (periods_ != nullptr) {
+      for (TensorId t : at_peak[p]) periods_->live_at_peak[p].push_back(t.value());
     }
-    std::vector<LiveTensor>& out = timeline.pools[p].live_at_peak;
-    for (std::uint32_t i = tensor_offsets_[p]; i < tensor_offsets_[p + 1]; ++i) {
-      const std::uint32_t t = pool_tensors_[i];
-      if (!live[t]) continue;
-      const Tensor& tensor = plan_.tensors[t];
-      out.push_back(LiveTensor{tensor.name, tensor.category, tensor.bytes});
-      if (periods_ != nullptr) periods_->live_at_peak[p].push_back(t);
-    }
-    std::stable_sort(out.begin(), out.end(),
-                     [](const LiveTensor& a, const LiveTensor& b) { return a.bytes > b.bytes; });
   }
+  if (!options_.record_memory) return;
+  for (std::size_t p = 0; p < pools_.size(); ++p) {
+    timeline.pools[p].samples = ledger_.take_samples(PoolId{p});
+  }
+  timeline.memory_events = ledger_.take_events();
+  timeline.tensors = tensor_infos(plan_);
 }
 
 void Engine::describe_deadlock(Timeline& timeline) const {
@@ -800,7 +749,9 @@ void Engine::take_snapshot(std::size_t boundary) {
   out.push_back(0xA4A4000000000000u);
   solver_.append_state(out);
   out.push_back(0xA5A5000000000000u);
-  for (const PoolState& p : pools_) out.push_back(static_cast<std::uint64_t>(p.in_use));
+  for (std::size_t p = 0; p < pools_.size(); ++p) {
+    out.push_back(static_cast<std::uint64_t>(ledger_.in_use(PoolId{p})));
+  }
   for (std::uint32_t t = 0; t < live_.size(); ++t) {
     if (!live_[t]) continue;
     if (t >= periods_->tensor_lo && t < periods_->tensor_hi) {
@@ -827,16 +778,12 @@ Result<SimResult> Engine::run() {
   SimResult result;
   result.timeline = timeline_skeleton(plan_, options_.record_op_infos);
   result.timeline.source = "predicted";
-  timeline_ = &result.timeline;
   setup();
   if (periods_ != nullptr) {
     periods_->snapshots.assign(periods_->boundaries.size(), {});
     periods_->live_at_peak.assign(plan_.pools.size(), {});
   }
 
-  for (std::uint32_t p = 0; p < pools_.size(); ++p) {
-    if (options_.record_memory) timeline_->pools[p].samples.push_back(MemorySample{kTimeZero, 0});
-  }
   for (TensorId t : plan_.initial_tensors) {
     if (!alloc_tensor(t, kNone)) break;
   }
@@ -915,11 +862,7 @@ Result<SimResult> Engine::run() {
   }
   t.spans = std::move(spans_);
   t.makespan = TimePoint{Duration{makespan_}};
-  for (std::size_t p = 0; p < pools_.size(); ++p) {
-    t.pools[p].peak_bytes = pools_[p].peak;
-    t.pools[p].peak_time = TimePoint{Duration{pools_[p].peak_ns}};
-  }
-  fill_live_at_peak(t);
+  fill_memory(t);
   if (oom_) {
     t.outcome.kind = OutcomeKind::kOutOfMemory;
     t.outcome.message = fmt::format(

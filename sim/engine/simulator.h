@@ -1,10 +1,11 @@
 // The discrete-event simulator: executes a Plan and returns the predicted Timeline.
 //
 // Lanes have CUDA-stream semantics; each op's cost is a flow over resources shared max-min
-// fairly (see flow_solver.h); memory pools record bytes in use, the peak and the live set there,
-// and an alloc over capacity ends the run with an out-of-memory outcome (or, with
-// run_past_capacity, is recorded and the run goes on to measure the demand). Identical input
-// gives bit-identical output.
+// fairly (see flow_solver.h); every alloc and free is applied to the memory ledger
+// (sim/trace/memory_ledger.h), which gives each pool's bytes in use, peak and live set, and an
+// alloc over capacity ends the run with an out-of-memory outcome (or, with run_past_capacity, is
+// recorded and the run goes on to measure the demand). Identical input gives bit-identical
+// output.
 //
 //   sim::SimOptions options;
 //   sim::Result<sim::SimResult> r = sim::simulate(plan, options);
@@ -24,7 +25,7 @@ namespace offsim::sim {
 
 struct SimOptions {
   bool record_spans = true;   // false: only makespan, outcome and pool peaks (fast sweeps)
-  bool record_memory = true;  // false: no per-change memory samples (peaks are still kept)
+  bool record_memory = true;  // false: no samples, memory events, tensors (peaks still kept)
   bool validate_plan = true;  // run validate() first
   std::int64_t max_events = std::int64_t{1} << 40;  // ends the run with kLimitExceeded
   const std::atomic<bool>* cancel = nullptr;        // polled; set to stop with kCancelled

@@ -3,12 +3,15 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <map>
+#include <optional>
 #include <set>
 
 #include <fmt/format.h>
 
 #include "sim/core/escape.h"
 #include "sim/trace/analysis.h"
+#include "sim/trace/memory_ledger.h"
 
 namespace offsim::sim {
 namespace {
@@ -145,6 +148,13 @@ Result<TimelineComparison> compare_timelines(const Timeline& predicted, const Ti
     if (!on_p.count(op)) c.only_on_measured_path.push_back(measured.ops[op.index()].name);
   }
 
+  // The measured memory events through the memory ledger, when both timelines carry them.
+  std::optional<MemoryLedger> measured_ledger;
+  if (!predicted.memory_events.empty() && !measured.memory_events.empty()) {
+    Result<MemoryLedger> l = MemoryLedger::replay(measured);
+    if (!l) return fail(with_context(l.error(), "measured timeline: "));
+    measured_ledger = std::move(*l);
+  }
   for (const PoolTrace& pp : predicted.pools) {
     auto it = std::find_if(measured.pools.begin(), measured.pools.end(),
                            [&](const PoolTrace& m) { return m.name == pp.name; });
@@ -153,6 +163,18 @@ Result<TimelineComparison> compare_timelines(const Timeline& predicted, const Ti
     if (it->samples.empty() && it->peak_bytes == 0) continue;
     PoolError e{pp.name, pp.peak_bytes, it->peak_bytes,
                 relative(static_cast<double>(pp.peak_bytes), static_cast<double>(it->peak_bytes))};
+    e.predicted_peak_time = pp.peak_time;
+    e.measured_peak_time = it->peak_time;
+    const auto m_index = static_cast<std::size_t>(it - measured.pools.begin());
+    if (measured_ledger && m_index < measured_ledger->pool_count()) {
+      e.measured_ledger_peak_bytes = measured_ledger->pool(PoolId{m_index}).peak_bytes;
+    }
+    std::map<std::string, std::pair<std::int64_t, std::int64_t>> by_category;
+    for (const LiveTensor& t : pp.live_at_peak) by_category[t.category].first += t.bytes;
+    for (const LiveTensor& t : it->live_at_peak) by_category[t.category].second += t.bytes;
+    for (const auto& [category, bytes] : by_category) {
+      e.categories.push_back({category, bytes.first, bytes.second});
+    }
     c.max_abs_pool_relative_error =
         std::max(c.max_abs_pool_relative_error, std::abs(e.relative_error));
     c.pools.push_back(std::move(e));
@@ -172,6 +194,14 @@ std::string comparison_to_text(const TimelineComparison& c) {
       out += fmt::format("  {:<24} predicted {:>12}  measured {:>12}  error {}\n", p.pool,
                          mib(p.predicted_peak_bytes), mib(p.measured_peak_bytes),
                          percent(p.relative_error));
+      if (p.measured_ledger_peak_bytes >= 0) {
+        out += fmt::format("  {:<24} measured alloc/free order gives {}\n", "",
+                           mib(p.measured_ledger_peak_bytes));
+      }
+      for (const CategoryAtPeak& k : p.categories) {
+        out += fmt::format("    {:<22} predicted {:>12}  measured {:>12}  (live at the peak)\n",
+                           k.category, mib(k.predicted_bytes), mib(k.measured_bytes));
+      }
     }
   }
   if (!c.lanes.empty()) {
@@ -240,10 +270,23 @@ nlohmann::json comparison_to_json(const TimelineComparison& c) {
                         {"only_on_measured", c.only_on_measured_path}};
   j["pools"] = json::array();
   for (const PoolError& p : c.pools) {
-    j["pools"].push_back({{"pool", p.pool},
-                          {"predicted_peak_bytes", p.predicted_peak_bytes},
-                          {"measured_peak_bytes", p.measured_peak_bytes},
-                          {"relative_error", p.relative_error}});
+    json categories = json::array();
+    for (const CategoryAtPeak& k : p.categories) {
+      categories.push_back({{"category", k.category},
+                            {"predicted_bytes", k.predicted_bytes},
+                            {"measured_bytes", k.measured_bytes}});
+    }
+    json pool = {{"pool", p.pool},
+                 {"predicted_peak_bytes", p.predicted_peak_bytes},
+                 {"measured_peak_bytes", p.measured_peak_bytes},
+                 {"relative_error", p.relative_error},
+                 {"predicted_peak_time_ns", p.predicted_peak_time.time_since_epoch().count()},
+                 {"measured_peak_time_ns", p.measured_peak_time.time_since_epoch().count()},
+                 {"categories_at_peak", std::move(categories)}};
+    if (p.measured_ledger_peak_bytes >= 0) {
+      pool["measured_ledger_peak_bytes"] = p.measured_ledger_peak_bytes;
+    }
+    j["pools"].push_back(std::move(pool));
   }
   j["max_abs_pool_relative_error"] = c.max_abs_pool_relative_error;
   return j;

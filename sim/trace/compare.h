@@ -3,7 +3,8 @@
 // The two are joined on op id (both come from one Plan; names must agree). Reported: step time
 // error, busy time error per lane, the ops with the largest absolute duration error, the
 // critical paths of both (walked back from the last span) and where they differ, and the peak
-// error per memory pool. Relative errors are (predicted - measured) / measured.
+// error per memory pool with its time and, by tensor category, what was live at each peak (from
+// the memory ledger). Relative errors are (predicted - measured) / measured.
 //
 //   sim::Result<sim::TimelineComparison> c = sim::compare_timelines(predicted, measured);
 //   if (!c) return fail(c.error());
@@ -44,11 +45,24 @@ struct LaneError {
   double relative_error = 0;
 };
 
+// Bytes of one tensor category live at each timeline's peak.
+struct CategoryAtPeak {
+  std::string category;
+  std::int64_t predicted_bytes = 0;
+  std::int64_t measured_bytes = 0;
+};
+
 struct PoolError {
   std::string pool;
   std::int64_t predicted_peak_bytes = 0;
-  std::int64_t measured_peak_bytes = 0;
+  std::int64_t measured_peak_bytes = 0;  // the timeline's: on a device, the allocator's high-water
   double relative_error = 0;
+  TimePoint predicted_peak_time;
+  TimePoint measured_peak_time;
+  // With memory events in both timelines: the peak the measured alloc/free order gives through
+  // the memory ledger (without the allocator's rounding), else -1.
+  std::int64_t measured_ledger_peak_bytes = -1;
+  std::vector<CategoryAtPeak> categories;  // the live sets at the two peaks, by category
 };
 
 // A chain of spans, each starting when (or after) the previous one ended, that ends at the

@@ -44,4 +44,11 @@ Timeline timeline_skeleton(const Plan& plan, bool with_op_infos) {
   return t;
 }
 
+std::vector<TensorInfo> tensor_infos(const Plan& plan) {
+  std::vector<TensorInfo> out;
+  out.reserve(plan.tensors.size());
+  for (const Tensor& t : plan.tensors) out.push_back({t.name, t.category, t.bytes, t.pool});
+  return out;
+}
+
 }  // namespace offsim::sim

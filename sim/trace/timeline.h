@@ -1,4 +1,5 @@
-// Timeline: what happened when a Plan ran — spans per op and memory samples per pool.
+// Timeline: what happened when a Plan ran — spans per op, memory samples per pool and, when
+// recorded, every memory event (alloc or free) in the order it was applied.
 //
 // The simulator (sim/engine) and the replay (backends/) both produce this type, so `compare`
 // joins a predicted and a measured timeline on op id. A Timeline stands alone: it carries the op
@@ -52,6 +53,27 @@ struct LiveTensor {
   std::string category;
   std::int64_t bytes = 0;
   bool operator==(const LiveTensor&) const = default;
+};
+
+// What a Timeline keeps of each tensor of its Plan, so that memory events name what was live.
+struct TensorInfo {
+  std::string name;
+  std::string category;
+  std::int64_t bytes = 0;
+  PoolId pool;
+  bool operator==(const TensorInfo&) const = default;
+};
+
+// One change of a pool's bytes in use: a tensor allocated (+bytes) or freed (-bytes). Events
+// are kept in the order they were applied (time-ordered; at one instant, in the order the
+// engine or the device applied them), so replaying them gives every pool's usage, peak and live
+// set (sim/trace/memory_ledger.h).
+struct MemoryEvent {
+  TimePoint time;
+  TensorId tensor;
+  std::int64_t delta_bytes = 0;  // +bytes for an alloc, -bytes for a free
+  PoolId pool;
+  bool operator==(const MemoryEvent&) const = default;
 };
 
 struct PoolTrace {
@@ -109,7 +131,11 @@ struct Timeline {
   std::vector<OpInfo> ops;       // by OpId
   std::vector<Span> spans;       // at most one per op, in order of end time then op id
   std::vector<PoolTrace> pools;  // by PoolId
-  TimePoint makespan;            // end of the last span
+  // By TensorId, and the memory events in applied order; both empty when memory events were not
+  // recorded (SimOptions::record_memory off, or a file written before timelines had them).
+  std::vector<TensorInfo> tensors;
+  std::vector<MemoryEvent> memory_events;
+  TimePoint makespan;  // end of the last span
   Outcome outcome;
   std::vector<std::pair<std::string, std::string>> metadata;
   bool operator==(const Timeline&) const = default;
@@ -118,5 +144,8 @@ struct Timeline {
 // Copies op names, kinds, sizes and deps, lanes with their identity, and pools with their kind and
 // owner from a plan into an empty timeline (without the ops' infos when !with_op_infos).
 Timeline timeline_skeleton(const Plan& plan, bool with_op_infos = true);
+
+// Name, category, bytes and pool of each of the plan's tensors (Timeline::tensors), by TensorId.
+std::vector<TensorInfo> tensor_infos(const Plan& plan);
 
 }  // namespace offsim::sim

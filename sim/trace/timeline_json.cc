@@ -10,6 +10,7 @@
 
 #include "sim/core/file_io.h"
 #include "sim/core/json_reader.h"
+#include "sim/trace/memory_ledger.h"
 
 namespace offsim::sim {
 
@@ -86,6 +87,23 @@ json timeline_to_json(const Timeline& timeline) {
     pools.push_back(std::move(o));
   }
   j["pools"] = std::move(pools);
+  if (!timeline.tensors.empty()) {
+    json tensors = json::array();
+    for (const TensorInfo& t : timeline.tensors) {
+      tensors.push_back({{"name", t.name},
+                         {"category", t.category},
+                         {"bytes", t.bytes},
+                         {"pool", t.pool.value()}});
+    }
+    j["tensors"] = std::move(tensors);
+  }
+  if (!timeline.memory_events.empty()) {
+    json events = json::array();
+    for (const MemoryEvent& e : timeline.memory_events) {
+      events.push_back(json::array({ns(e.time), e.tensor.value(), e.delta_bytes}));
+    }
+    j["memory_events"] = std::move(events);
+  }
   j["makespan_ns"] = ns(timeline.makespan);
   const Outcome& o = timeline.outcome;
   json outcome = {{"kind", to_string(o.kind)}, {"message", o.message}};
@@ -132,11 +150,11 @@ class TimelineParser {
                                        "offsim run --timeline-out or replay --out)",
                                        kind));
     }
-    OFFSIM_RETURN_IF_ERROR(
-        r_.only_keys(root,
-                     {"format", "format_version", "source", "metadata", "lanes", "lane_identity",
-                      "ops", "spans", "pools", "makespan_ns", "outcome"},
-                     "$"));
+    OFFSIM_RETURN_IF_ERROR(r_.only_keys(
+        root,
+        {"format", "format_version", "source", "metadata", "lanes", "lane_identity", "ops", "spans",
+         "pools", "tensors", "memory_events", "makespan_ns", "outcome"},
+        "$"));
     OFFSIM_ASSIGN_OR_RETURN(std::string format, r_.string(root, "format", "$"));
     if (format != kTimelineFormat) {
       return r_.error("$.format",
@@ -154,6 +172,8 @@ class TimelineParser {
     OFFSIM_RETURN_IF_ERROR(parse_ops(root));
     OFFSIM_RETURN_IF_ERROR(parse_spans(root));
     OFFSIM_RETURN_IF_ERROR(parse_pools(root));
+    OFFSIM_RETURN_IF_ERROR(parse_tensors(root));
+    OFFSIM_RETURN_IF_ERROR(parse_memory_events(root));
     OFFSIM_ASSIGN_OR_RETURN(std::int64_t makespan, r_.integer(root, "makespan_ns", "$"));
     if (makespan < 0) {
       return r_.error("$.makespan_ns", fmt::format("expected a time >= 0 ns, got {}", makespan));
@@ -306,6 +326,74 @@ class TimelineParser {
       span.start = at_ns(start);
       span.end = at_ns(end);
       t_.spans.push_back(span);
+    }
+    return ok();
+  }
+
+  // Optional: [{"name", "category", "bytes", "pool"}, ...], by tensor id.
+  Status parse_tensors(const json& root) {
+    OFFSIM_ASSIGN_OR_RETURN(const json* tensors, r_.optional_member(root, "tensors", "$"));
+    if (tensors == nullptr) return ok();
+    if (!tensors->is_array()) {
+      return r_.error("$.tensors", fmt::format("expected an array of tensors, got {}",
+                                               json_type_name(*tensors)));
+    }
+    t_.tensors.reserve(tensors->size());
+    for (std::size_t i = 0; i < tensors->size(); ++i) {
+      const std::string path = fmt::format("$.tensors[{}]", i);
+      const json& o = (*tensors)[i];
+      OFFSIM_RETURN_IF_ERROR(r_.only_keys(o, {"name", "category", "bytes", "pool"}, path));
+      TensorInfo info;
+      OFFSIM_ASSIGN_OR_RETURN(info.name, r_.string(o, "name", path));
+      OFFSIM_ASSIGN_OR_RETURN(info.category, r_.string(o, "category", path));
+      OFFSIM_ASSIGN_OR_RETURN(info.bytes, r_.integer(o, "bytes", path));
+      if (info.bytes < 0) {
+        return r_.error(path + ".bytes",
+                        fmt::format("expected a byte count >= 0, got {}", info.bytes));
+      }
+      OFFSIM_ASSIGN_OR_RETURN(std::uint32_t pool, index(o, "pool", path, t_.pools.size(), "pool"));
+      info.pool = PoolId{pool};
+      t_.tensors.push_back(std::move(info));
+    }
+    return ok();
+  }
+
+  // Optional: [[time_ns, tensor, delta_bytes], ...] in applied order; the pool is the tensor's.
+  // Checked by replaying them: each alloc of a tensor that is not live and each free of one that
+  // is, +bytes or -bytes of that tensor, times in order.
+  Status parse_memory_events(const json& root) {
+    OFFSIM_ASSIGN_OR_RETURN(const json* events, r_.optional_member(root, "memory_events", "$"));
+    if (events == nullptr) return ok();
+    if (!events->is_array()) {
+      return r_.error("$.memory_events",
+                      fmt::format("expected an array of events, got {}", json_type_name(*events)));
+    }
+    t_.memory_events.reserve(events->size());
+    for (std::size_t k = 0; k < events->size(); ++k) {
+      const std::string path = fmt::format("$.memory_events[{}]", k);
+      const json& e = (*events)[k];
+      if (!e.is_array() || e.size() != 3) {
+        return r_.error(path, "expected [time_ns, tensor, delta_bytes]");
+      }
+      OFFSIM_ASSIGN_OR_RETURN(std::int64_t time, r_.as_integer(e[0], path + "[0]"));
+      OFFSIM_ASSIGN_OR_RETURN(std::int64_t tensor, r_.as_integer(e[1], path + "[1]"));
+      OFFSIM_ASSIGN_OR_RETURN(std::int64_t delta, r_.as_integer(e[2], path + "[2]"));
+      if (time < 0) {
+        return r_.error(path + "[0]", fmt::format("expected a time >= 0 ns, got {}", time));
+      }
+      if (tensor < 0 || static_cast<std::size_t>(tensor) >= t_.tensors.size()) {
+        return r_.error(path + "[1]",
+                        fmt::format("tensor index {} is out of range (the timeline has {} "
+                                    "tensors in $.tensors)",
+                                    tensor, t_.tensors.size()));
+      }
+      const TensorInfo& info = t_.tensors[static_cast<std::size_t>(tensor)];
+      t_.memory_events.push_back(
+          MemoryEvent{at_ns(time), TensorId{static_cast<std::size_t>(tensor)}, delta, info.pool});
+    }
+    // The ledger's checks (order, sizes, allocs and frees of live tensors) name the event.
+    if (std::optional<MemoryEventProblem> bad = check_memory_events(t_)) {
+      return r_.error(fmt::format("$.memory_events[{}]", bad->index), bad->message);
     }
     return ok();
   }

@@ -5,6 +5,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "sim/trace/memory_ledger.h"
+
 namespace offsim::sim {
 namespace {
 
@@ -131,6 +133,46 @@ TEST(CompareTest, TextAndJsonRenderings) {
   EXPECT_EQ(j["top_ops"][0]["name"], "c");
   EXPECT_EQ(j["pools"][0]["measured_peak_bytes"], 1 << 20);
   EXPECT_EQ(j["critical_path"]["only_on_measured"][0], "b");
+}
+
+// Memory through the ledger: the predicted order frees w before taking x (peak 600 B: w), the
+// measured order takes x first (peak 1000 B: w and x); the device's high-water says 1024 B.
+TEST(CompareTest, MemoryEventsThroughTheLedger) {
+  auto with_events = [](bool x_first, std::int64_t peak) {
+    Timeline t = make({{0, 10}}, peak);
+    t.tensors = {{"w", "params", 600, PoolId{0}}, {"x", "activations", 400, PoolId{0}}};
+    const MemoryEvent alloc_w{us(0), TensorId{0}, 600, PoolId{0}};
+    const MemoryEvent free_w{us(5), TensorId{0}, -600, PoolId{0}};
+    const MemoryEvent alloc_x{us(5), TensorId{1}, 400, PoolId{0}};
+    t.memory_events = x_first ? std::vector<MemoryEvent>{alloc_w, alloc_x, free_w}
+                              : std::vector<MemoryEvent>{alloc_w, free_w, alloc_x};
+    Result<MemoryLedger> l = MemoryLedger::replay(t);
+    EXPECT_TRUE(l.has_value());
+    fill_pool_traces(*l, t.tensors, t.pools);
+    t.pools[0].peak_bytes = peak;  // as the replay does with the allocator's high-water
+    return t;
+  };
+  const Timeline p = with_events(false, 600);
+  const Timeline m = with_events(true, 1024);
+  Result<TimelineComparison> r = compare_timelines(p, m);
+  ASSERT_TRUE(r) << r.error().message;
+  ASSERT_EQ(r->pools.size(), 1u);
+  const PoolError& e = r->pools[0];
+  EXPECT_EQ(e.measured_peak_bytes, 1024);
+  EXPECT_EQ(e.measured_ledger_peak_bytes, 1000);
+  EXPECT_EQ(e.predicted_peak_time, us(0));
+  EXPECT_EQ(e.measured_peak_time, us(5));
+  ASSERT_EQ(e.categories.size(), 2u);
+  EXPECT_EQ(e.categories[0].category, "activations");
+  EXPECT_EQ(e.categories[0].predicted_bytes, 0);
+  EXPECT_EQ(e.categories[0].measured_bytes, 400);
+  EXPECT_EQ(e.categories[1].category, "params");
+  EXPECT_EQ(e.categories[1].predicted_bytes, 600);
+  EXPECT_EQ(e.categories[1].measured_bytes, 600);
+  const nlohmann::json j = comparison_to_json(*r);
+  EXPECT_EQ(j["pools"][0]["measured_ledger_peak_bytes"], 1000);
+  EXPECT_EQ(j["pools"][0]["categories_at_peak"][0]["measured_bytes"], 400);
+  EXPECT_THAT(comparison_to_text(*r), HasSubstr("measured alloc/free order gives"));
 }
 
 TEST(CompareTest, EmptyTimelines) {

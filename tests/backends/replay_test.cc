@@ -6,6 +6,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "sim/trace/memory_ledger.h"
+
 namespace offsim::backends {
 namespace {
 
@@ -148,6 +150,16 @@ TEST(ReplayTest, MemoryEffectsAndHighWaterMark) {
   EXPECT_EQ(r->pools[0].pool, "rank0.hbm");
   EXPECT_EQ(r->pools[0].planned_peak_bytes, 6 * kMiB);
   EXPECT_EQ(r->pools[0].used_high_bytes, 6 * kMiB);
+  // The measured memory events replay through the memory ledger to the same pools.
+  ASSERT_FALSE(r->timeline.memory_events.empty());
+  sim::Result<sim::MemoryLedger> ledger = sim::MemoryLedger::replay(r->timeline);
+  ASSERT_TRUE(ledger) << ledger.error().message;
+  std::vector<sim::PoolTrace> pools = r->timeline.pools;
+  sim::fill_pool_traces(*ledger, r->timeline.tensors, pools);
+  EXPECT_EQ(pools[0].peak_bytes, r->pools[0].planned_peak_bytes);
+  EXPECT_EQ(pools[0].live_at_peak, hbm.live_at_peak);
+  EXPECT_EQ(pools[0].samples, hbm.samples);
+  EXPECT_EQ(pools[1].live_at_peak, host.live_at_peak);
 }
 
 TEST(ReplayTest, PoolOneByteTooSmallFailsWithRequestedAndInUseBytes) {

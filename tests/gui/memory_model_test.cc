@@ -77,29 +77,40 @@ TEST(MemoryModel, LiveSetAtThePeakIsTheRecordedOne) {
   }
 }
 
-TEST(MemoryModel, LiveSetElsewhereIsInferredFromChanges) {
+TEST(MemoryModel, WithoutMemoryEventsOnlyThePeakHasALiveSet) {
   const sim::Timeline t = pool_timeline();
   MemoryModel model = MemoryModel::build(t, 0);
-  // Before the peak: only the 100 B present at t=0, when no op started.
+  EXPECT_FALSE(model.has_memory_events());
   LiveSet before = model.live_at(t, 0, 5);
   EXPECT_FALSE(before.exact);
-  EXPECT_EQ(before.entries, (std::vector<LiveEntry>{{"initial tensors", "", 100}}));
-  // After 20: 200 B freed, no allocation of exactly 200 B, so the latest (fwd's 150 B) goes
-  // first, then 50 B of the initial 100 B: 50 B of the initial tensors remain.
+  EXPECT_EQ(before.bytes_in_use, 100);
+  EXPECT_TRUE(before.entries.empty());
   LiveSet after = model.live_at(t, 0, 25);
   EXPECT_FALSE(after.exact);
-  EXPECT_EQ(after.bytes_in_use, 50);
-  EXPECT_EQ(after.entries, (std::vector<LiveEntry>{{"initial tensors", "", 50}}));
+  EXPECT_TRUE(after.entries.empty());
 }
 
-TEST(MemoryModel, InferredAllocationIsNamedAfterTheOpOnThePoolsRank) {
+// With memory events the live set at any time is the memory ledger's: w (100 B) from 0, act
+// (150 B) from 10, w freed at 20 and tmp (50 B) taken at 20.
+TEST(MemoryModel, LiveSetAtAnyTimeFromTheMemoryEvents) {
   sim::Timeline t = pool_timeline();
-  t.pools[0].live_at_peak.clear();  // no recorded live set: infer at the peak too
+  t.tensors = {{"w", "params", 100, sim::PoolId{0}},
+               {"act", "activations", 150, sim::PoolId{0}},
+               {"tmp", "workspace", 50, sim::PoolId{0}}};
+  t.memory_events = {{at(0), sim::TensorId{0}, 100, sim::PoolId{0}},
+                     {at(10), sim::TensorId{1}, 150, sim::PoolId{0}},
+                     {at(20), sim::TensorId{0}, -100, sim::PoolId{0}},
+                     {at(20), sim::TensorId{1}, -150, sim::PoolId{0}},
+                     {at(20), sim::TensorId{2}, 50, sim::PoolId{0}}};
   MemoryModel model = MemoryModel::build(t, 0);
-  LiveSet live = model.live_at(t, 0, 15);
-  EXPECT_FALSE(live.exact);
-  // 150 B allocated at 10 by "fwd" (rank 0); "other_rank" also started at 10 but on rank 1.
-  EXPECT_EQ(live.entries, (std::vector<LiveEntry>{{"fwd", "", 150}, {"initial tensors", "", 100}}));
+  EXPECT_TRUE(model.has_memory_events());
+  EXPECT_TRUE(model.live_at(t, 0, -1).entries.empty());
+  LiveSet before = model.live_at(t, 0, 5);
+  EXPECT_TRUE(before.exact);
+  EXPECT_EQ(before.entries, (std::vector<LiveEntry>{{"w", "params", 100}}));
+  EXPECT_EQ(model.live_at(t, 0, 15).entries,
+            (std::vector<LiveEntry>{{"act", "activations", 150}, {"w", "params", 100}}));
+  EXPECT_EQ(model.live_at(t, 0, 25).entries, (std::vector<LiveEntry>{{"tmp", "workspace", 50}}));
 }
 
 TEST(DecimateSteps, KeepsPeaksAndEdges) {

@@ -16,6 +16,7 @@
 
 #include "sim/engine/engine_probe.h"
 #include "sim/engine/simulator.h"
+#include "sim/trace/memory_ledger.h"
 
 #ifdef OFFSIM_HAVE_RAPIDCHECK
 #include <rapidcheck/gtest.h>
@@ -278,6 +279,19 @@ std::string check_memory(const Plan& plan, const Timeline& t) {
                               max_value, upper);
     }
   }
+  // The memory events: one per alloc and free of the plan (initial tensors included) at its op's
+  // start or end, and replaying them gives the engine's samples, peaks and live sets exactly.
+  std::size_t effects = plan.initial_tensors.size();
+  for (const Span& s : t.spans) {
+    effects += plan.ops[s.op.index()].allocs.size() + plan.ops[s.op.index()].frees.size();
+  }
+  if (t.memory_events.size() != effects) problems += "memory events missing\n";
+  if (t.tensors != tensor_infos(plan)) problems += "timeline tensors differ from the plan's\n";
+  Result<MemoryLedger> ledger = MemoryLedger::replay(t);
+  if (!ledger) return problems + "memory events do not replay: " + ledger.error().message + "\n";
+  std::vector<PoolTrace> replayed = t.pools;
+  fill_pool_traces(*ledger, t.tensors, replayed);
+  if (replayed != t.pools) problems += "replayed memory events differ from the engine's pools\n";
   return problems;
 }
 

@@ -140,6 +140,24 @@ TEST(TimelineJsonTest, ErrorsNameSourceAndPath) {
        "t.json: $.pools[0].live_at_peak[0].bytes: expected an integer, got number"},
       {"metadata", [](nlohmann::json& j) { j["metadata"][0] = "model"; },
        "t.json: $.metadata[0]: expected [key, value] strings"},
+      {"tensor pool", [](nlohmann::json& j) { j["tensors"][1]["pool"] = 4; },
+       "t.json: $.tensors[1].pool: pool index 4 is out of range (the timeline has 1 pools)"},
+      {"tensor key", [](nlohmann::json& j) { j["tensors"][0]["dtype"] = "bf16"; },
+       "t.json: $.tensors[0]: unknown key 'dtype'"},
+      {"event shape",
+       [](nlohmann::json& j) {
+         j["memory_events"][0] = {0, 1};
+       },
+       "t.json: $.memory_events[0]: expected [time_ns, tensor, delta_bytes]"},
+      {"event tensor", [](nlohmann::json& j) { j["memory_events"][1][1] = 7; },
+       "t.json: $.memory_events[1][1]: tensor index 7 is out of range (the timeline has 3 "
+       "tensors"},
+      {"event size", [](nlohmann::json& j) { j["memory_events"][1][2] = 5; },
+       "t.json: $.memory_events[1]: expected 250000 bytes (an alloc, as it is not live"},
+      {"event order", [](nlohmann::json& j) { j["memory_events"][2][0] = -2; },
+       "t.json: $.memory_events[2][0]: expected a time >= 0 ns, got -2"},
+      {"events without tensors", [](nlohmann::json& j) { j.erase("tensors"); },
+       "t.json: $.memory_events[0][1]: tensor index 0 is out of range (the timeline has 0"},
   };
   for (const BadCase& c : cases) {
     nlohmann::json j = good;
