@@ -722,6 +722,7 @@ int cmd_replay(const ReplayArgs& a) {
   ro.measured_steps = a.steps;
   ro.warmup_steps = a.warmup;
   ro.all_ranks = a.all_ranks;
+  ro.forecast = &*eval->timeline;  // the watchdog scales with it; memory shows its peaks
   if (a.device == "cpu") {
     ro.device = backends::DeviceKind::kCpu;
   } else if (a.device == "cuda") {
@@ -756,6 +757,7 @@ int cmd_replay(const ReplayArgs& a) {
   if (!cmp) return report(cmp.error());
   fmt::print("replayed {} on {} ({} measured steps)\n{}", l->scenario.name, measured->device.name,
              a.steps, sim::comparison_to_text(*cmp));
+  fmt::print("{}", backends::replay_report_text(*measured));
   return 0;
 }
 
