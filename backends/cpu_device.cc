@@ -13,6 +13,7 @@
 #include <thread>
 #include <tuple>
 #include <unordered_map>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -76,6 +77,7 @@ struct Allocation {
 struct RankPool {
   std::int64_t in_use = 0;
   std::int64_t high = 0;
+  std::vector<MemoryMark> marks;  // in the order the streams reached them
 };
 
 void fill_nonzero(std::vector<float>& data, std::uint32_t seed) {
@@ -254,6 +256,37 @@ class CpuDevice final : public Device {
     return sim::ok();
   }
 
+  sim::Status mark_memory(StreamId stream, std::uint64_t tag) override {
+    std::lock_guard lock(mu_);
+    OFFSIM_ASSIGN_OR_RETURN(Stream * s, stream_locked(stream));
+    const int rank = s->rank;
+    push_locked(*s, "memory mark", [this, rank, tag] {
+      std::lock_guard l(mu_);
+      RankPool& p = pools_[static_cast<std::size_t>(rank)];
+      p.marks.push_back(MemoryMark{tag, p.in_use, p.in_use});  // no granularity: reserved = used
+      return sim::ok();
+    });
+    return sim::ok();
+  }
+
+  sim::Result<std::vector<MemoryMark>> take_memory_marks(int rank) override {
+    OFFSIM_RETURN_IF_ERROR(check_rank(rank));
+    std::lock_guard lock(mu_);
+    return std::exchange(pools_[static_cast<std::size_t>(rank)].marks, {});
+  }
+
+  sim::Result<MemorySplit> memory_split(int rank) override {
+    OFFSIM_RETURN_IF_ERROR(check_rank(rank));
+    std::lock_guard lock(mu_);
+    MemorySplit m;
+    m.plan_used_high = m.plan_reserved_high = pools_[static_cast<std::size_t>(rank)].high;
+    for (const auto& st : storages_) {
+      if (st->rank == rank && st->kind == MemoryKind::kDevice)
+        m.replay_scratch += st->requested_bytes;
+    }
+    return m;
+  }
+
   sim::Result<Buffer> scratch(int rank, MemoryKind kind, std::int64_t size_bytes) override {
     OFFSIM_RETURN_IF_ERROR(check_rank(rank));
     if (size_bytes < 0) {
@@ -336,6 +369,14 @@ class CpuDevice final : public Device {
         std::max<std::int64_t>(1, std::min({std::max<std::int64_t>(shape.head_dim, 1), cap,
                                             std::min(in_floats / 3, out_floats) / seq}));
     const bool causal = shape.causal;
+    if (attention_calls_++ == options_.stall_attention_at) {
+      push_locked(*s, "attention (injected hang)", [this]() -> sim::Status {
+        std::unique_lock l(mu_);
+        cv_.wait(l, [&] { return aborted_; });
+        return aborted_error();
+      });
+      return sim::ok();
+    }
     push_locked(*s, "attention", [in, o, seq, dim, causal] {
       const float* q = in->data.data();
       const float* kk = q + seq * dim;
@@ -367,6 +408,18 @@ class CpuDevice final : public Device {
       return sim::ok();
     });
     return sim::ok();
+  }
+
+  sim::Result<AttentionKernelChoice> prepare_attention(int rank,
+                                                       const sim::AttentionShape& shape) override {
+    OFFSIM_RETURN_IF_ERROR(check_rank(rank));
+    if (!options_.attention_fallback) {
+      return AttentionKernelChoice{false, "cpu reference",
+                                   "the CPU device runs a scaled-down reference kernel"};
+    }
+    std::string reason = options_.attention_fallback(shape);
+    if (reason.empty()) return AttentionKernelChoice{true, "cpu reference (as fused)", ""};
+    return AttentionKernelChoice{false, "cpu reference (as fallback)", std::move(reason)};
   }
 
   sim::Status elementwise(StreamId stream, std::int64_t size_bytes, Buffer in,
@@ -510,6 +563,12 @@ class CpuDevice final : public Device {
     }
     if (first_error_) return sim::fail(*first_error_);
     return sim::ok();
+  }
+
+  sim::Result<bool> completed(EventId event) override {
+    std::lock_guard lock(mu_);
+    OFFSIM_ASSIGN_OR_RETURN(Event * e, event_locked(event));
+    return e->completed >= e->requested;
   }
 
   sim::Result<sim::Duration> elapsed(EventId from, EventId to) override {
@@ -675,6 +734,7 @@ class CpuDevice final : public Device {
   std::vector<RankPool> pools_;
   std::int64_t alloc_calls_ = 0;
   std::int64_t collective_calls_ = 0;
+  std::int64_t attention_calls_ = 0;
 };
 
 }  // namespace

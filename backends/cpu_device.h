@@ -10,12 +10,18 @@
 //   o.ranks = 2;
 //   o.pool_capacity_bytes = 64 << 20;
 //   o.fail_alloc_at = 3;                 // fault injection: the 4th allocate() fails
+//
+// Memory marks are exact: each is taken by the stream's thread when it reaches the mark, from the
+// pool's byte accounting; memory_split() has no runtime overheads and counts the scratch bytes
+// the replay asked for (what a GPU would hold), not the scaled-down bytes held here.
 //   std::unique_ptr<Device> dev = make_cpu_device(o);
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <memory>
+#include <string>
 
 #include "backends/device.h"
 
@@ -39,6 +45,14 @@ struct CpuDeviceOptions {
   // hangs, so only the watchdog in synchronize() can end it. -1 disables.
   std::int64_t fail_alloc_at = -1;
   std::int64_t stall_collective_at = -1;
+  // The `stall_attention_at`-th attention() call never ends (a kernel that hangs).
+  std::int64_t stall_attention_at = -1;
+
+  // Attention kernel bookkeeping. The CPU device has one kernel, a scaled-down reference; without
+  // this function prepare_attention() reports it as a fallback ("cpu reference"). With it, the
+  // function says why a shape would run on the fallback kernel, and "" makes the reference stand
+  // for the fused kernel, so tests drive the replay's fused/fallback reporting and its watchdog.
+  std::function<std::string(const sim::AttentionShape&)> attention_fallback;
 };
 
 std::unique_ptr<Device> make_cpu_device(const CpuDeviceOptions& options);

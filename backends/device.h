@@ -15,6 +15,11 @@
 //   OFFSIM_RETURN_IF_ERROR(dev->record(s, t1));
 //   OFFSIM_RETURN_IF_ERROR(dev->synchronize());
 //   sim::Duration d = *dev->elapsed(t0, t1);
+//
+// Attention runs the kernel prepare_attention() chose for its shape (a fused flash-attention
+// kernel, or a fallback that the replay report names); mark_memory() samples a rank's pool when
+// the stream reaches the mark, so high-water marks follow device time; memory_split() says who
+// holds the rank's memory (plan tensors, runtime overheads, the replay's own scratch).
 #pragma once
 
 #include <chrono>
@@ -76,6 +81,34 @@ struct PoolUsage {
   std::int64_t reserved_high_bytes = 0;  // most bytes the allocator held (granularity included)
 };
 
+// The kernel attention() runs for a shape on a rank.
+struct AttentionKernelChoice {
+  bool fused = false;  // a fused flash-attention kernel (cuDNN's SDPA graphs)
+  std::string kernel;  // "cudnn_sdpa", "fallback", "cpu reference"
+  std::string reason;  // why not fused ("" when fused): library missing, shape unsupported, error
+};
+
+// A sample of a rank's pool, taken when the device reached the mark in its stream.
+struct MemoryMark {
+  std::uint64_t tag = 0;             // the caller's (the replay: 2·op index, +1 after the op)
+  std::int64_t used_bytes = -1;      // live stream-ordered allocations then; -1: not known
+  std::int64_t reserved_bytes = -1;  // bytes the allocator held then; -1: not known
+};
+
+// Who holds a rank's device memory, in bytes. total() sums the parts; device_used is the device's
+// own figure for comparison (CUDA: total − free from cudaMemGetInfo), -1 when there is none.
+struct MemorySplit {
+  std::int64_t plan_used_high = 0;      // the pool: most bytes of plan tensors live at once
+  std::int64_t plan_reserved_high = 0;  // the pool: most bytes the allocator reserved for them
+  std::int64_t context = 0;             // runtime context and module images
+  std::int64_t comm_buffers = 0;        // communication library buffers (NCCL)
+  std::int64_t library_workspaces = 0;  // cuBLASLt and cuDNN workspaces
+  std::int64_t replay_scratch = 0;      // operands of the replay's kernels, copies and collectives
+  std::int64_t device_used = -1;
+  std::int64_t runtime_overheads() const { return context + comm_buffers + library_workspaces; }
+  std::int64_t total() const { return plan_reserved_high + runtime_overheads() + replay_scratch; }
+};
+
 class Device {
  public:
   virtual ~Device() = default;
@@ -101,6 +134,26 @@ class Device {
   virtual sim::Result<PoolUsage> pool_usage(int rank) = 0;
   // Starts a new high-water period (after warm-up).
   virtual sim::Status reset_pool_high_water(int rank) = 0;
+  // Samples the stream's rank's pool when `stream` reaches this point; take_memory_marks()
+  // returns a rank's samples in the order the device took them (device time) and forgets them.
+  virtual sim::Status mark_memory(StreamId stream, std::uint64_t tag) {
+    (void)stream;
+    (void)tag;
+    return sim::ok();
+  }
+  virtual sim::Result<std::vector<MemoryMark>> take_memory_marks(int rank) {
+    (void)rank;
+    return std::vector<MemoryMark>{};
+  }
+  // The rank's memory by holder, after synchronize(); the pool part covers the current
+  // high-water period.
+  virtual sim::Result<MemorySplit> memory_split(int rank) {
+    OFFSIM_ASSIGN_OR_RETURN(PoolUsage u, pool_usage(rank));
+    MemorySplit m;
+    m.plan_used_high = u.used_high_bytes;
+    m.plan_reserved_high = u.reserved_high_bytes;
+    return m;
+  }
 
   // Scratch operands, allocated now (not stream-ordered) and kept until the device goes away.
   virtual sim::Result<Buffer> scratch(int rank, MemoryKind kind, std::int64_t size_bytes) = 0;
@@ -110,9 +163,19 @@ class Device {
   // C = A·B of `shape`; a, b, c hold at least m·k, k·n and m·n elements (times batch).
   virtual sim::Status gemm(StreamId stream, const sim::GemmShape& shape, Buffer a, Buffer b,
                            Buffer c) = 0;
-  // Scaled-dot-product attention of `shape` over `qkv` (q, k, v) writing `out`.
+  // Scaled-dot-product attention of `shape` over `qkv` (q, k, v) writing `out` (a backward
+  // shape reads `out` as O and dO and writes dQ, dK, dV to the device's own scratch).
   virtual sim::Status attention(StreamId stream, const sim::AttentionShape& shape, Buffer qkv,
                                 Buffer out) = 0;
+  // Chooses, and prepares outside any measured work, the kernel attention() runs for `shape` on
+  // `rank` (builds the fused graphs, allocates their workspaces). The same shape always gets the
+  // same answer. An error is returned only for a failure that leaves no kernel at all.
+  virtual sim::Result<AttentionKernelChoice> prepare_attention(int rank,
+                                                               const sim::AttentionShape& shape) {
+    (void)rank;
+    (void)shape;
+    return AttentionKernelChoice{false, "fallback", "this device has no fused attention kernel"};
+  }
   // A memory-bound pass that reads size_bytes/2 from `in` and writes size_bytes/2 to `out`.
   virtual sim::Status elementwise(StreamId stream, std::int64_t size_bytes, Buffer in,
                                   Buffer out) = 0;
@@ -140,6 +203,12 @@ class Device {
   // Waits for every stream. Returns the first error any work hit; when the work does not finish
   // within `timeout` the communicators are aborted and a kDevice "watchdog" error returned.
   virtual sim::Status synchronize(std::chrono::milliseconds timeout) = 0;
+  // Whether the most recent record() of `event` has completed (a watchdog names the first op
+  // whose end has not).
+  virtual sim::Result<bool> completed(EventId event) {
+    (void)event;
+    return sim::fail(sim::ErrorCode::kUnsupported, "this device cannot query events");
+  }
   // Time from `from` to `to`; both recorded on the same rank and completed.
   virtual sim::Result<sim::Duration> elapsed(EventId from, EventId to) = 0;
 };

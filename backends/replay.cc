@@ -1,6 +1,7 @@
 #include "backends/replay.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <optional>
 #include <queue>
@@ -210,6 +211,7 @@ class Replayer {
       if (options_.before_step) OFFSIM_RETURN_IF_ERROR(options_.before_step(step));
       OFFSIM_RETURN_IF_ERROR(run_step(step, measured));
     }
+    OFFSIM_RETURN_IF_ERROR(read_memory());
     return finish();
   }
 
@@ -317,7 +319,82 @@ class Replayer {
       if (global >= 0) pool_local_[p] = local_of(global);
     }
     classify_tensors();
+    OFFSIM_RETURN_IF_ERROR(prepare_attention());
+    set_deadline();
     return create_communicators();
+  }
+
+  // Each attention shape is prepared once per rank before the first step (graph building and
+  // workspaces stay out of the measured steps); every op records the kernel it runs on.
+  sim::Status prepare_attention() {
+    attention_fallback_.assign(plan_.ops.size(), false);
+    std::map<std::pair<int, std::size_t>, AttentionKernelChoice> by_shape;
+    std::vector<sim::AttentionShape> shapes;
+    for (std::size_t i = 0; i < plan_.ops.size(); ++i) {
+      const sim::Op& op = plan_.ops[i];
+      if (!run_op_[i] || op.kind != sim::OpKind::kAttention) continue;
+      const int r = lanes_[op.lane.index()].local_rank;
+      auto shape_it = std::find(shapes.begin(), shapes.end(), op.sizes.attention);
+      const std::size_t shape_index = static_cast<std::size_t>(shape_it - shapes.begin());
+      if (shape_it == shapes.end()) shapes.push_back(op.sizes.attention);
+      auto it = by_shape.find({r, shape_index});
+      if (it == by_shape.end()) {
+        sim::Result<AttentionKernelChoice> c = dev_.prepare_attention(r, op.sizes.attention);
+        if (!c) {
+          return sim::fail(sim::with_context(
+              c.error(), fmt::format("replay: preparing attention for op '{}': ", op.name)));
+        }
+        it = by_shape.emplace(std::pair{r, shape_index}, *c).first;
+      }
+      attention_fallback_[i] = !it->second.fused;
+      attention_.push_back(
+          AttentionOpKernel{op.name, op.category, op.sizes.attention.backward, it->second});
+    }
+    return sim::ok();
+  }
+
+  // Predicted time of op `i` in ns: its forecast span, else its cost in isolation.
+  std::int64_t predicted_ns(std::size_t i) const {
+    if (options_.forecast && i < forecast_span_.size() && forecast_span_[i] >= 0) {
+      return forecast_span_[i];
+    }
+    const sim::OpCost& c = plan_.ops[i].cost;
+    double seconds = sim::to_seconds(c.latency);
+    if (c.work > 0.0 && c.max_rate > 0.0 && std::isfinite(c.max_rate))
+      seconds += c.work / c.max_rate;
+    return static_cast<std::int64_t>(seconds * 1e9);
+  }
+
+  // The per-step watchdog deadline (see replay.h).
+  void set_deadline() {
+    forecast_span_.assign(plan_.ops.size(), -1);
+    if (options_.forecast) {
+      for (const sim::Span& sp : options_.forecast->spans) {
+        if (sp.op.index() < forecast_span_.size()) {
+          forecast_span_[sp.op.index()] = (sp.end - sp.start).count();
+        }
+      }
+    }
+    std::vector<double> lane_sum(plan_.lanes.size(), 0.0);
+    double fallback_ns = 0.0;
+    for (std::size_t i = 0; i < plan_.ops.size(); ++i) {
+      if (!run_op_[i]) continue;
+      const double p = static_cast<double>(predicted_ns(i));
+      lane_sum[plan_.ops[i].lane.index()] += p;
+      if (attention_fallback_[i]) fallback_ns += p;
+    }
+    double step_ns = lane_sum.empty() ? 0.0 : *std::max_element(lane_sum.begin(), lane_sum.end());
+    if (options_.forecast) {
+      step_ns = static_cast<double>((options_.forecast->makespan - sim::kTimeZero).count());
+    }
+    const double extra =
+        std::max(options_.fallback_attention_factor - options_.watchdog_factor, 0.0);
+    const double scaled_ns = options_.watchdog_factor * step_ns + extra * fallback_ns;
+    const double floor_ns = static_cast<double>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(options_.watchdog_timeout).count());
+    // At most a year: a bound that still fits the clocks' arithmetic.
+    const double deadline_ns = std::min(std::max(floor_ns, scaled_ns), 3.15e16);
+    deadline_ = std::chrono::milliseconds{static_cast<std::int64_t>(std::ceil(deadline_ns / 1e6))};
   }
 
   bool on_device(sim::TensorId t, int local_rank) const {
@@ -350,10 +427,106 @@ class Replayer {
   }
 
   sim::Status sync(std::string_view what) {
-    sim::Status s = dev_.synchronize(options_.watchdog_timeout);
+    const auto began = std::chrono::steady_clock::now();
+    sim::Status s = dev_.synchronize(deadline_);
     if (!s) {
-      return sim::fail(s.error().code, "replay on {} ({}): {}", dev_.info().name, what,
+      std::string culprit;
+      if (s.error().code == sim::ErrorCode::kDevice &&
+          s.error().message.find("watchdog") != std::string::npos) {
+        const double waited_ms =
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - began)
+                .count();
+        culprit = watchdog_culprit(waited_ms);
+      }
+      return sim::fail(s.error().code, "replay on {} ({}): {}{}", dev_.info().name, what, culprit,
                        s.error().message);
+    }
+    return sim::ok();
+  }
+
+  // The first op in issue order whose end never completed, with its prediction and budget.
+  std::string watchdog_culprit(double waited_ms) {
+    for (const std::size_t i : order_) {
+      if (!run_op_[i]) continue;
+      sim::Result<bool> done = dev_.completed(end_ev_[i]);
+      if (!done || *done) continue;
+      const double predicted_ms = static_cast<double>(predicted_ns(i)) / 1e6;
+      const double factor =
+          attention_fallback_[i] ? options_.fallback_attention_factor : options_.watchdog_factor;
+      return fmt::format(
+          "op '{}' ({}{}) did not finish: predicted {:.3f} ms ({}), its budget {:.3f} ms ({}x); "
+          "waited {:.0f} ms for the step (deadline {} ms = max(floor {} ms, {}x the step's "
+          "prediction{})). ",
+          plan_.ops[i].name, sim::to_string(plan_.ops[i].kind),
+          attention_fallback_[i] ? " on the fallback attention kernel" : "", predicted_ms,
+          options_.forecast && forecast_span_[i] >= 0 ? "forecast span" : "cost in isolation",
+          predicted_ms * factor, factor, waited_ms, deadline_.count(),
+          options_.watchdog_timeout.count(), options_.watchdog_factor,
+          fallback_ops() > 0 ? fmt::format(" + {}x for {} fallback attention op(s)",
+                                           options_.fallback_attention_factor, fallback_ops())
+                             : std::string());
+    }
+    return "";
+  }
+
+  std::size_t fallback_ops() const {
+    std::size_t n = 0;
+    for (std::size_t i = 0; i < plan_.ops.size(); ++i) n += run_op_[i] && attention_fallback_[i];
+    return n;
+  }
+
+  // The split of every run rank after the measured steps, then the untimed marks step.
+  sim::Status read_memory() {
+    memory_.resize(ranks_.size());
+    for (int r = 0; r < local_count(); ++r) {
+      RankMemory& m = memory_[static_cast<std::size_t>(r)];
+      m.rank = ranks_[static_cast<std::size_t>(r)];
+      OFFSIM_ASSIGN_OR_RETURN(m.split, dev_.memory_split(r));
+      OFFSIM_ASSIGN_OR_RETURN(PoolUsage u, dev_.pool_usage(r));
+      usage_.push_back(u);
+    }
+    if (!options_.memory_marks) return sim::ok();
+    for (int r = 0; r < local_count(); ++r) {
+      static_cast<void>(dev_.take_memory_marks(r));  // nothing from the timed steps
+    }
+    const int step = options_.warmup_steps + options_.measured_steps;
+    OFFSIM_RETURN_IF_ERROR(run_step(step, /*measured=*/false, /*marks=*/true));
+    return sim::ok();
+  }
+
+  // Marks of the marks step, in device order: ops named, unknown used bytes filled from the
+  // plan's allocations (tag 2i: after op i's allocs; 2i+1: after its frees), high-water found.
+  sim::Status collect_marks() {
+    for (int r = 0; r < local_count(); ++r) {
+      RankMemory& m = memory_[static_cast<std::size_t>(r)];
+      OFFSIM_ASSIGN_OR_RETURN(m.marks, dev_.take_memory_marks(r));
+      std::int64_t in_use = 0;
+      for (sim::TensorId t : plan_.initial_tensors) {
+        if (device_tensor_[t.index()] && pool_local_[plan_.tensors[t.index()].pool.index()] == r) {
+          in_use += plan_.tensors[t.index()].bytes;
+        }
+      }
+      m.used_high_bytes = 0;
+      for (MemoryMark& mark : m.marks) {
+        const std::size_t i = static_cast<std::size_t>(mark.tag / 2);
+        if (i >= plan_.ops.size()) continue;
+        const bool after_frees = mark.tag % 2 == 1;
+        const sim::Op& op = plan_.ops[i];
+        for (sim::TensorId t : after_frees ? op.frees : op.allocs) {
+          if (!device_tensor_[t.index()] || pool_local_[plan_.tensors[t.index()].pool.index()] != r)
+            continue;
+          if (after_frees && !on_device(t, lanes_[op.lane.index()].local_rank)) continue;
+          in_use += after_frees ? -plan_.tensors[t.index()].bytes : plan_.tensors[t.index()].bytes;
+        }
+        if (mark.used_bytes < 0) mark.used_bytes = in_use;
+        m.mark_ops.push_back(
+            fmt::format("{} ({})", op.name, after_frees ? "after frees" : "after allocs"));
+        if (mark.used_bytes > m.used_high_bytes) {
+          m.used_high_bytes = mark.used_bytes;
+          m.used_high_op = m.mark_ops.back();
+        }
+        m.reserved_high_bytes = std::max(m.reserved_high_bytes, mark.reserved_bytes);
+      }
     }
     return sim::ok();
   }
@@ -457,7 +630,7 @@ class Replayer {
     return sim::ok();
   }
 
-  sim::Status run_step(int step, bool measured) {
+  sim::Status run_step(int step, bool measured, bool marks = false) {
     for (int r = 0; r < local_count(); ++r) {
       OFFSIM_RETURN_IF_ERROR(
           dev_.record(control_[static_cast<std::size_t>(r)], origin_[static_cast<std::size_t>(r)]));
@@ -486,6 +659,7 @@ class Replayer {
             dev_.allocate(lp.stream, t.value(), plan_.tensors[t.index()].bytes, op.name));
         live.push_back(t);
       }
+      if (marks) OFFSIM_RETURN_IF_ERROR(dev_.mark_memory(lp.stream, 2 * std::uint64_t{i}));
       OFFSIM_RETURN_IF_ERROR(issue_work(op, lp));
       for (sim::TensorId t : op.frees) {
         // A free on another rank's lane is left to the end of the step (below).
@@ -493,9 +667,13 @@ class Replayer {
         OFFSIM_RETURN_IF_ERROR(dev_.release(lp.stream, t.value()));
         freed[t.index()] = true;
       }
+      // Before the end record, so that a consumer on another stream marks after this mark.
+      if (marks) OFFSIM_RETURN_IF_ERROR(dev_.mark_memory(lp.stream, 2 * std::uint64_t{i} + 1));
       OFFSIM_RETURN_IF_ERROR(dev_.record(lp.stream, end_ev_[i]));
     }
-    OFFSIM_RETURN_IF_ERROR(sync(fmt::format("step {}", step)));
+    OFFSIM_RETURN_IF_ERROR(
+        sync(marks ? std::string("the memory marks step") : fmt::format("step {}", step)));
+    if (marks) OFFSIM_RETURN_IF_ERROR(collect_marks());
     if (measured) {
       std::vector<std::int64_t> ends_this_step;
       for (std::size_t i = 0; i < plan_.ops.size(); ++i) {
@@ -557,7 +735,12 @@ class Replayer {
     for (std::size_t p = 0; p < plan_.pools.size(); ++p) {
       const int r = pool_local_[p];
       if (r < 0) continue;
-      OFFSIM_ASSIGN_OR_RETURN(PoolUsage u, dev_.pool_usage(r));
+      const PoolUsage& u = usage_[static_cast<std::size_t>(r)];
+      if (options_.forecast && p < options_.forecast->pools.size()) {
+        RankMemory& m = memory_[static_cast<std::size_t>(r)];
+        m.forecast_peak_bytes =
+            std::max(m.forecast_peak_bytes, options_.forecast->pools[p].peak_bytes);
+      }
       PoolHighWater hw{plan_.pools[p].name, t.pools[p].peak_bytes, u.used_high_bytes,
                        u.reserved_high_bytes};
       // The allocator's own high-water is the measured peak (granularity included).
@@ -573,6 +756,11 @@ class Replayer {
     t.metadata.emplace_back("replay.warmup_steps", std::to_string(options_.warmup_steps));
     t.metadata.emplace_back("replay.measured_steps", std::to_string(options_.measured_steps));
     t.metadata.emplace_back("replay.skipped_ops", std::to_string(skipped_));
+    t.metadata.emplace_back("replay.watchdog_ms", std::to_string(deadline_.count()));
+    t.metadata.emplace_back("replay.attention_fallback_ops", std::to_string(fallback_ops()));
+    result.attention = attention_;
+    result.memory = memory_;
+    result.watchdog_deadline = deadline_;
     if (!dev_.info().note.empty()) t.metadata.emplace_back("replay.note", dev_.info().note);
     return result;
   }
@@ -648,6 +836,12 @@ class Replayer {
   std::map<std::vector<int>, CommId> comms_;
   std::vector<sim::Duration> step_times_;
   std::int64_t skipped_ = 0;
+  std::vector<bool> attention_fallback_;  // by op: an attention op on a fallback kernel
+  std::vector<AttentionOpKernel> attention_;
+  std::vector<std::int64_t> forecast_span_;  // by op, ns; -1 without a forecast span
+  std::chrono::milliseconds deadline_{60000};
+  std::vector<RankMemory> memory_;  // by local rank
+  std::vector<PoolUsage> usage_;    // by local rank, after the measured steps
 };
 
 std::vector<int> plan_ranks(const sim::Plan& plan, const std::vector<int>& asked) {
@@ -727,6 +921,73 @@ sim::Result<ReplayResult> replay(const sim::Plan& plan, const ReplayOptions& opt
     }
   }
   return sim::fail(sim::ErrorCode::kInvalidInput, "replay: unknown device kind");
+}
+
+namespace {
+
+std::string gib(std::int64_t bytes) {
+  return fmt::format("{:.2f} GiB", static_cast<double>(bytes) / static_cast<double>(1LL << 30));
+}
+
+}  // namespace
+
+std::string replay_report_text(const ReplayResult& r) {
+  std::string out;
+  if (!r.attention.empty()) {
+    // Groups of ops by (kernel, reason), in order of first appearance.
+    struct Group {
+      AttentionKernelChoice kernel;
+      std::vector<std::string> ops;
+    };
+    std::vector<Group> groups;
+    for (const AttentionOpKernel& a : r.attention) {
+      auto it = std::find_if(groups.begin(), groups.end(), [&](const Group& g) {
+        return g.kernel.kernel == a.kernel.kernel && g.kernel.reason == a.kernel.reason &&
+               g.kernel.fused == a.kernel.fused;
+      });
+      if (it == groups.end()) it = groups.insert(groups.end(), Group{a.kernel, {}});
+      it->ops.push_back(a.op);
+    }
+    out += "attention kernels:\n";
+    for (const Group& g : groups) {
+      const std::size_t shown = std::min<std::size_t>(g.ops.size(), 3);
+      out += fmt::format(
+          "  {} op(s) on {} ({}){}: {}{}\n", g.ops.size(), g.kernel.kernel,
+          g.kernel.fused ? "fused" : "FALLBACK",
+          g.kernel.fused ? "" : ", because " + g.kernel.reason,
+          fmt::join(g.ops.begin(), g.ops.begin() + static_cast<std::ptrdiff_t>(shown), ", "),
+          g.ops.size() > shown ? fmt::format(", ... ({} more)", g.ops.size() - shown) : "");
+    }
+  }
+  if (!r.memory.empty()) {
+    out +=
+        "device memory per rank (measured after the warm-up; high-water marks in device "
+        "order):\n";
+    for (const RankMemory& m : r.memory) {
+      const MemorySplit& s = m.split;
+      out += fmt::format(
+          "  rank{}: forecast peak {}; measured plan tensors {} used high, {} reserved "
+          "high",
+          m.rank, m.forecast_peak_bytes >= 0 ? gib(m.forecast_peak_bytes) : "n/a",
+          gib(s.plan_used_high), gib(s.plan_reserved_high));
+      out += fmt::format(
+          "; runtime overheads {} (context {}, NCCL {}, library workspaces {}); replay scratch "
+          "{}; total {}",
+          gib(s.runtime_overheads()), gib(s.context), gib(s.comm_buffers),
+          gib(s.library_workspaces), gib(s.replay_scratch), gib(s.total()));
+      if (s.device_used >= 0) out += fmt::format(" (device reports {} in use)", gib(s.device_used));
+      out += "\n";
+      if (!m.marks.empty()) {
+        out += fmt::format("    marks: {} samples, used high {} at {}", m.marks.size(),
+                           gib(m.used_high_bytes), m.used_high_op);
+        if (m.reserved_high_bytes >= 0) {
+          out += fmt::format(", reserved high {}", gib(m.reserved_high_bytes));
+        }
+        out += "\n";
+      }
+    }
+  }
+  return out;
 }
 
 std::vector<DeviceInfo> list_devices() {

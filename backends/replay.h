@@ -20,6 +20,22 @@
 // `p2p_pair`), and the device matches the two. With the peer not running, a send runs as a
 // local copy of its bytes and a receive does nothing.
 //
+// Attention. Before the first step the device prepares each attention shape (device.h,
+// prepare_attention()): a fused kernel (cuDNN's SDPA graphs on CUDA) where it can, else the
+// fallback kernel; ReplayResult::attention names, per op, the kernel and why a fallback ran.
+//
+// Watchdog. Each step's synchronize() waits max(watchdog_timeout, watchdog_factor × the step's
+// predicted time + (fallback_attention_factor − watchdog_factor) × the predicted time of the
+// attention ops on a fallback kernel). An op's predicted time is its span in `forecast` when
+// given, else its cost in isolation (latency + work / max_rate); the step's is the forecast's
+// makespan, else the longest lane's sum. When it fires, the error names the first unfinished op
+// in issue order, its predicted time, its own budget and how long the step waited.
+//
+// Memory. After the measured steps the device's split (plan tensors, runtime overheads, replay
+// scratch) is read per run rank; then one more step, not timed, marks each rank's pool after each
+// op's allocations and after its frees, and the marks come back in device-time order
+// (RankMemory::marks), with the high-water marks they reach.
+//
 //   ReplayOptions o;
 //   o.device = DeviceKind::kCpu;
 //   o.measured_steps = 3;
@@ -51,10 +67,15 @@ struct ReplayOptions {
   // the result keeps the spans of the plan's own ops (its representatives), so it compares with
   // the forecast. `ranks` must then be empty.
   bool all_ranks = false;
-  // synchronize() of each step waits at most this long, then aborts the communicators.
-  std::chrono::milliseconds watchdog_timeout{120000};
-  CpuDeviceOptions cpu;  // for DeviceKind::kCpu; `ranks` is set by replay()
-  int first_gpu = 0;     // for DeviceKind::kCuda: run rank i uses GPU first_gpu + i
+  // The watchdog's floor, factors and the forecast it scales with (see above). `forecast` is the
+  // predicted Timeline of the plan passed to replay() (ops by the same ids); may be null.
+  std::chrono::milliseconds watchdog_timeout{60000};
+  double watchdog_factor = 10.0;
+  double fallback_attention_factor = 150.0;
+  const sim::Timeline* forecast = nullptr;
+  bool memory_marks = true;  // run the untimed step that marks the pools after each op
+  CpuDeviceOptions cpu;      // for DeviceKind::kCpu; `ranks` is set by replay()
+  int first_gpu = 0;         // for DeviceKind::kCuda: run rank i uses GPU first_gpu + i
   // Ranks that other processes run (`replay --mpi`, backends/mpi_replay.h). In communicators the
   // device's local indices ranks.size(), ranks.size() + 1, ... stand for them, in this order, so
   // collectives and p2p with them go through the device (which carries them across processes)
@@ -73,6 +94,27 @@ struct PoolHighWater {
   std::int64_t reserved_high_bytes = 0;  // the allocator's most bytes reserved
 };
 
+// The kernel an attention op ran on (forward, backward or recompute; see prepare_attention()).
+struct AttentionOpKernel {
+  std::string op;
+  std::string category;  // the op's category: "compute", "recompute", ...
+  bool backward = false;
+  AttentionKernelChoice kernel;
+};
+
+// One run rank's device memory: the split after the measured steps, the forecast's peak of the
+// rank's HBM pool (-1 without a forecast) and the marks step's samples in device-time order.
+struct RankMemory {
+  int rank = 0;  // global
+  MemorySplit split;
+  std::int64_t forecast_peak_bytes = -1;
+  std::vector<MemoryMark> marks;      // used_bytes filled from the plan where the device has none
+  std::vector<std::string> mark_ops;  // the op of each mark ("after allocs"/"after frees" in tag)
+  std::int64_t used_high_bytes = 0;   // the highest mark
+  std::int64_t reserved_high_bytes = -1;
+  std::string used_high_op;  // the op whose mark reached used_high_bytes first
+};
+
 struct ReplayResult {
   sim::Timeline timeline;                 // source "measured"; spans of run ranks' ops only
   std::vector<sim::Duration> step_times;  // makespan of each measured step
@@ -80,7 +122,15 @@ struct ReplayResult {
   DeviceInfo device;
   std::vector<int> ranks;        // the global ranks that ran (all of them with all_ranks)
   std::int64_t skipped_ops = 0;  // ops of ranks that did not run
+  std::vector<AttentionOpKernel> attention;  // every attention op that ran, in plan order
+  std::vector<RankMemory> memory;            // by local rank
+  sim::Duration watchdog_deadline{0};        // per step
 };
+
+// The attention kernels and the memory of a replay as text for `offsim replay`: fused and
+// fallback counts (with reasons and example ops), and per rank the forecast's peak next to the
+// measured split and high-water marks.
+std::string replay_report_text(const ReplayResult& result);
 
 sim::Result<ReplayResult> replay(const sim::Plan& plan, const ReplayOptions& options);
 

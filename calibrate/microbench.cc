@@ -15,16 +15,6 @@ using backends::MemoryKind;
 
 namespace {
 
-// The attention kernel the module's CUDA device runs (offsim_gpu_attention_kernel_v1); a module
-// without the entry point runs the fallback kernel.
-AttentionKernel attention_kernel_of_module() {
-  auto entry = backends::gpu_plugin_symbol("offsim_gpu_attention_kernel_v1");
-  if (!entry) return AttentionKernel::kFallback;
-  const char* name = reinterpret_cast<const char* (*)()>(*entry)();
-  return name && std::string(name) == "cudnn_sdpa" ? AttentionKernel::kCudnnSdpa
-                                                   : AttentionKernel::kFallback;
-}
-
 // NVML's clocks, power and temperature of `gpu`, or why there is no reading.
 std::string nvml_reading(int gpu) {
   auto entry = backends::gpu_plugin_symbol("offsim_gpu_nvml_reading_v1");
@@ -109,6 +99,11 @@ sim::Result<double> MicroBench::gemm(const sim::GemmShape& shape, int reps) {
     total += t;
   }
   return total / std::max(reps, 1);
+}
+
+sim::Result<AttentionKernel> MicroBench::attention_kernel(const sim::AttentionShape& a) {
+  OFFSIM_ASSIGN_OR_RETURN(backends::AttentionKernelChoice c, device_->prepare_attention(0, a));
+  return c.fused ? AttentionKernel::kCudnnSdpa : AttentionKernel::kFallback;
 }
 
 sim::Result<double> MicroBench::attention(const sim::AttentionShape& a, int reps) {
@@ -366,7 +361,6 @@ sim::Result<Samples> measure_machine(const CalibrateOptions& options) {
   s.machine.context_bytes = bench.context_bytes();
   s.machine.clocks = gpu->clock_summary(options.first_gpu);
   s.nvml_before = nvml_reading(options.first_gpu);
-  const AttentionKernel attention_kernel = attention_kernel_of_module();
 
   // Copies: 4 KiB .. 1 GiB (quick: every 16x; full: every 4x).
   std::vector<std::int64_t> sizes;
@@ -446,6 +440,11 @@ sim::Result<Samples> measure_machine(const CalibrateOptions& options) {
                             .head_dim = 128,
                             .causal = true,
                             .backward = bwd};
+      // The kernel the device runs for this very shape: cuDNN's fused SDPA graphs, or the
+      // fallback (whose speed never reaches the flash-attention keys; see fit.h).
+      sim::Result<AttentionKernel> kernel = bench.attention_kernel(a);
+      if (!kernel) return sim::fail(kernel.error());
+      const AttentionKernel attention_kernel = *kernel;
       const double t = stable(fmt::format("attention {} seq {} ({})", bwd ? "bwd" : "fwd", seq,
                                           to_string(attention_kernel)),
                               [&] { return bench.attention(a); });

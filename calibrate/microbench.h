@@ -35,6 +35,8 @@ class MicroBench {
   // the timed kernel starts).
   sim::Result<double> gemm(const sim::GemmShape& shape, int reps = 3);
   sim::Result<double> attention(const sim::AttentionShape& shape, int reps = 3);
+  // The kernel attention() runs for `shape` on GPU 0 (prepared now, outside the timing).
+  sim::Result<AttentionKernel> attention_kernel(const sim::AttentionShape& shape);
   sim::Result<double> memory_kernel(std::int64_t bytes, int reps = 3);  // bytes read + written
   // H2D/D2H/D2D on GPU 0, or H2D on `gpus` GPUs at once (the slowest one's time).
   sim::Result<double> copy(CopyLink link, bool pinned, std::int64_t bytes, int gpus = 1);

@@ -26,11 +26,14 @@
 #include <thread>
 #include <tuple>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
 
 #include "backends/cuda/cuda_check.h"
+#include "backends/cuda/cudnn_api.h"
+#include "backends/cuda/cudnn_sdpa.h"
 #include "backends/cuda/gemm_layout.h"
 #include "backends/cuda/kernels.h"
 
@@ -146,6 +149,29 @@ struct PoolAllocation {
   std::int64_t bytes = 0;
 };
 
+// The kernel of one attention shape on one GPU: cuDNN's SDPA graphs with their workspace, the
+// forward's softmax statistics and (backward) K and V expanded to the query heads and the
+// gradients; or the fallback kernel, with the reason.
+struct AttentionPlan {
+  AttentionKernelChoice choice;
+  std::unique_ptr<cuda::CudnnSdpaForward> fwd;
+  std::unique_ptr<cuda::CudnnSdpaBackward> bwd;
+  std::unique_ptr<OwnedBuffer> workspace;  // library workspace
+  std::unique_ptr<OwnedBuffer> stats;      // replay scratch
+  std::unique_ptr<OwnedBuffer> grads;      // replay scratch: [K][V][dQ][dK][dV] (backward)
+  std::int64_t kv_bytes = 0;               // one of K, V, dK, dV in `grads`
+  std::int64_t q_bytes = 0;                // dQ in `grads`
+};
+
+using AttentionKey = std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t,
+                                std::int64_t, std::int64_t, bool, bool>;
+
+AttentionKey attention_key(const sim::AttentionShape& a) {
+  return {a.batch, a.heads, a.kv_heads, a.seq_q, a.seq_kv, a.head_dim, a.causal, a.backward};
+}
+
+struct MarkArg;
+
 struct RankState {
   int gpu = 0;
   cudaMemPool_t pool = nullptr;
@@ -155,12 +181,43 @@ struct RankState {
   std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, int>,
            std::unique_ptr<GemmPlan>>
       gemms;
+  cudnnHandle_t dnn = nullptr;  // made with the first attention shape (guarded by attention_mu_)
+  std::map<AttentionKey, std::unique_ptr<AttentionPlan>> attention;  // guarded by attention_mu_
+  // Device memory in use (cudaMemGetInfo) by the context alone, and what cuBLASLt's handle and
+  // NCCL's communicators added when they were made.
+  std::int64_t context_bytes = 0;
+  std::int64_t blas_handle_bytes = 0;
+  std::int64_t comm_bytes = 0;
+  std::vector<MemoryMark> marks;  // guarded by CudaDevice::marks_mu_
   // Worker queue, guarded by CudaDevice::mu_.
   std::deque<Task> queue;
   bool busy = false;
   std::string current;
   std::thread thread;
 };
+
+// A memory mark's host function: runs when the stream reaches it (device order).
+struct MarkArg {
+  std::mutex* mu;
+  std::vector<MemoryMark>* marks;
+  MemoryMark mark;
+};
+
+void CUDART_CB run_mark(void* arg) {
+  std::unique_ptr<MarkArg> m(static_cast<MarkArg*>(arg));
+  std::lock_guard lock(*m->mu);
+  m->marks->push_back(m->mark);
+}
+
+// Device memory in use on the current GPU (total − free), -1 when unknown.
+std::int64_t device_used_bytes() {
+  std::size_t free_b = 0, total_b = 0;
+  if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+    cudaGetLastError();
+    return -1;
+  }
+  return static_cast<std::int64_t>(total_b - free_b);
+}
 
 struct CommState {
   std::vector<int> ranks;  // local ranks, member index = position
@@ -357,6 +414,16 @@ class CudaDevice final : public Device {
       cudaSetDevice(r->gpu);
       if (!hung_) cudaDeviceSynchronize();
       r->gemms.clear();
+      for (auto& [key, plan] : r->attention) {
+        if (!hung_) continue;
+        for (auto* b : {plan->workspace.get(), plan->stats.get(), plan->grads.get()}) {
+          if (b) b->leak();
+        }
+      }
+      r->attention.clear();
+      if (r->dnn && !hung_) {
+        if (auto dnn = cuda::cudnn_api()) (*dnn)->Destroy(r->dnn);
+      }
     }
     buffers_.clear();
     events_.clear();
@@ -373,6 +440,8 @@ class CudaDevice final : public Device {
       r.gpu = first_gpu_ + static_cast<int>(i);
       OFFSIM_CUDA_CHECK(cudaSetDevice(r.gpu));
       OFFSIM_CUDA_CHECK(cudaFree(nullptr));  // creates the context; a busy GPU fails here
+      // Everything in use now is the context's (and other processes' on a shared GPU).
+      r.context_bytes = std::max<std::int64_t>(device_used_bytes(), 0);
       int pools = 0;  // some virtualized GPUs have no stream-ordered allocator
       OFFSIM_CUDA_CHECK(cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, r.gpu));
       if (!pools) {
@@ -393,17 +462,20 @@ class CudaDevice final : public Device {
       int no = 0;  // reuse must not add hidden cross-stream dependencies
       OFFSIM_CUDA_CHECK(
           cudaMemPoolSetAttribute(r.pool, cudaMemPoolReuseAllowInternalDependencies, &no));
+      const std::int64_t before_lt = device_used_bytes();
       OFFSIM_CUBLAS_CHECK(cublasLtCreate(&r.lt));
+      r.blas_handle_bytes = std::max<std::int64_t>(device_used_bytes() - before_lt, 0);
     }
     info_ = gpu_info(first_gpu_, static_cast<int>(ranks_.size()));
     host_threads_ =
         std::clamp(physical_cores() / static_cast<unsigned>(ranks_.size()), 1u, kMaxHostThreads);
     info_.note = fmt::format(
-        "GPUs {}..{}; attention: fallback kernel (offsim's scalar bf16 kernel, not a fused "
-        "flash-attention kernel; backward = two forward passes), so attention runs far slower "
-        "than the forecast assumes; host compute: {} thread(s) per GPU ({} physical cores / "
-        "{} GPUs), moving the bytes the forecast charges; NCCL loaded on the first "
-        "communicator",
+        "GPUs {}..{}; attention: cuDNN's fused SDPA graphs (forward with softmax statistics, "
+        "backward from them; a GQA backward runs with K and V expanded to the query heads) where "
+        "cuDNN builds them, else offsim's scalar bf16 fallback kernel (far slower; backward = "
+        "two forward passes), named per op in the report; host compute: {} thread(s) per GPU "
+        "({} physical cores / {} GPUs), moving the bytes the forecast charges; NCCL loaded on "
+        "the first communicator",
         first_gpu_, first_gpu_ + static_cast<int>(ranks_.size()) - 1, host_threads_,
         physical_cores(), ranks_.size());
     for (std::size_t i = 0; i < ranks_.size(); ++i) {
@@ -714,35 +786,143 @@ class CudaDevice final : public Device {
                        shape.batch, shape.heads, shape.seq_q, shape.seq_kv, shape.head_dim,
                        cuda::kMaxAttentionHeadDim);
     }
+    int rank = 0;
+    {
+      std::lock_guard lock(mu_);
+      OFFSIM_ASSIGN_OR_RETURN(StreamState * s, stream_locked(stream));
+      rank = s->rank;
+    }
+    // Prepared before the replay's steps; a caller that did not gets it prepared here.
+    OFFSIM_ASSIGN_OR_RETURN(AttentionPlan * plan, attention_plan(rank, shape));
     std::lock_guard lock(mu_);
     OFFSIM_ASSIGN_OR_RETURN(StreamState * s, stream_locked(stream));
     OFFSIM_ASSIGN_OR_RETURN(BufferState * in, buffer_locked(qkv));
     OFFSIM_ASSIGN_OR_RETURN(BufferState * o, buffer_locked(out));
     const std::int64_t kv_heads =
         shape.kv_heads > 0 && shape.heads % shape.kv_heads == 0 ? shape.kv_heads : shape.heads;
+    const std::int64_t q_bytes = shape.batch * shape.heads * shape.seq_q * shape.head_dim * 2;
+    const std::int64_t kv_bytes = shape.batch * kv_heads * shape.seq_kv * shape.head_dim * 2;
+    if (in->memory->bytes() < q_bytes + 2 * kv_bytes || o->memory->bytes() < q_bytes) {
+      return sim::fail(sim::ErrorCode::kInvalidInput, "attention: operand buffers too small");
+    }
+    char* pin = static_cast<char*>(in->memory->get());
+    void* pout = o->memory->get();
+    RankState* r = ranks_[static_cast<std::size_t>(s->rank)].get();
+    if (plan->choice.fused) {
+      const cuda::CudnnApi* api = *cuda::cudnn_api();  // loaded: the plan was built with it
+      if (!shape.backward) {
+        push_locked(s->rank, "attention (cuDNN SDPA forward)",
+                    [api, r, s, plan, pin, pout, q_bytes, kv_bytes]() -> sim::Status {
+                      OFFSIM_RETURN_IF_ERROR(
+                          api->check(api->SetStream(r->dnn, s->stream.get()), "cudnnSetStream"));
+                      return plan->fwd->run(r->dnn, pin, pin + q_bytes, pin + q_bytes + kv_bytes,
+                                            pout, plan->workspace->get(), plan->stats->get());
+                    });
+        return sim::ok();
+      }
+      // Backward: Q from the operands, K and V expanded to the query heads, O and dO both the
+      // output buffer (read only), the gradients into the plan's scratch.
+      push_locked(s->rank, "attention (cuDNN SDPA backward)",
+                  [api, r, s, plan, pin, pout]() -> sim::Status {
+                    OFFSIM_RETURN_IF_ERROR(
+                        api->check(api->SetStream(r->dnn, s->stream.get()), "cudnnSetStream"));
+                    char* g = static_cast<char*>(plan->grads->get());
+                    cuda::SdpaBackwardOperands x;
+                    x.q = pin;
+                    x.k = g;
+                    x.v = g + plan->kv_bytes;
+                    x.o = pout;
+                    x.d_o = pout;
+                    x.stats = plan->stats->get();
+                    x.dq = g + 2 * plan->kv_bytes;
+                    x.dk = g + 2 * plan->kv_bytes + plan->q_bytes;
+                    x.dv = g + 3 * plan->kv_bytes + plan->q_bytes;
+                    return plan->bwd->run(r->dnn, s->stream.get(), x, plan->workspace->get());
+                  });
+      return sim::ok();
+    }
     cuda::AttentionLaunch l{shape.batch * shape.heads,
                             shape.heads / std::max<std::int64_t>(kv_heads, 1),
                             shape.seq_q,
                             shape.seq_kv,
                             shape.head_dim,
                             shape.causal};
-    const std::int64_t need_in =
-        (shape.batch * shape.heads * shape.seq_q + 2 * shape.batch * kv_heads * shape.seq_kv) *
-        shape.head_dim * 2;
-    const std::int64_t need_out = shape.batch * shape.heads * shape.seq_q * shape.head_dim * 2;
-    if (in->memory->bytes() < need_in || o->memory->bytes() < need_out) {
-      return sim::fail(sim::ErrorCode::kInvalidInput, "attention: operand buffers too small");
-    }
-    const void* pin = in->memory->get();
-    void* pout = o->memory->get();
     const int passes = shape.backward ? 2 : 1;
-    push_locked(s->rank, "attention", [s, l, pin, pout, passes]() -> sim::Status {
+    push_locked(s->rank, "attention (fallback kernel)", [s, l, pin, pout, passes]() -> sim::Status {
       for (int i = 0; i < passes; ++i) {
         OFFSIM_CUDA_CHECK(cuda::launch_attention(pin, pout, l, s->stream.get()));
       }
       return sim::ok();
     });
     return sim::ok();
+  }
+
+  sim::Result<AttentionKernelChoice> prepare_attention(int rank,
+                                                       const sim::AttentionShape& shape) override {
+    OFFSIM_ASSIGN_OR_RETURN(AttentionPlan * plan, attention_plan(rank, shape));
+    return plan->choice;
+  }
+
+  sim::Status mark_memory(StreamId stream, std::uint64_t tag) override {
+    std::lock_guard lock(mu_);
+    OFFSIM_ASSIGN_OR_RETURN(StreamState * s, stream_locked(stream));
+    RankState* r = ranks_[static_cast<std::size_t>(s->rank)].get();
+    push_locked(s->rank, "memory mark", [this, r, s, tag]() -> sim::Status {
+      // The stream-ordered allocator reserves when cudaMallocFromPoolAsync is called, so the
+      // reserved bytes are read now, on the worker, in issue order; the used bytes at the mark
+      // come from the plan's allocations in the marks' device order (a host function may not
+      // call CUDA).
+      std::uint64_t reserved = 0;
+      OFFSIM_CUDA_CHECK(
+          cudaMemPoolGetAttribute(r->pool, cudaMemPoolAttrReservedMemCurrent, &reserved));
+      auto* arg = new MarkArg{&marks_mu_, &r->marks,
+                              MemoryMark{tag, -1, static_cast<std::int64_t>(reserved)}};
+      const cudaError_t err = cudaLaunchHostFunc(s->stream.get(), run_mark, arg);
+      if (err != cudaSuccess) {
+        delete arg;
+        return sim::fail(cuda_error(err, "cudaLaunchHostFunc (memory mark)"));
+      }
+      return sim::ok();
+    });
+    return sim::ok();
+  }
+
+  sim::Result<std::vector<MemoryMark>> take_memory_marks(int rank) override {
+    OFFSIM_ASSIGN_OR_RETURN(RankState * r, rank_state(rank));
+    std::lock_guard lock(marks_mu_);
+    return std::exchange(r->marks, {});
+  }
+
+  sim::Result<MemorySplit> memory_split(int rank) override {
+    OFFSIM_ASSIGN_OR_RETURN(RankState * r, rank_state(rank));
+    OFFSIM_ASSIGN_OR_RETURN(PoolUsage u, pool_usage(rank));
+    MemorySplit m;
+    m.plan_used_high = u.used_high_bytes;
+    m.plan_reserved_high = u.reserved_high_bytes;
+    m.context = r->context_bytes;
+    m.comm_buffers = r->comm_bytes;
+    m.library_workspaces = r->blas_handle_bytes;
+    {
+      std::lock_guard lock(mu_);
+      for (const auto& st : streams_) {
+        if (st->rank == rank) m.library_workspaces += static_cast<std::int64_t>(kWorkspaceBytes);
+      }
+      for (const auto& b : buffers_) {
+        if (b->rank == rank && b->kind == MemoryKind::kDevice)
+          m.replay_scratch += b->memory->bytes();
+      }
+    }
+    {
+      std::lock_guard lock(attention_mu_);
+      for (const auto& [key, plan] : r->attention) {
+        if (plan->workspace) m.library_workspaces += plan->workspace->bytes();
+        if (plan->stats) m.replay_scratch += plan->stats->bytes();
+        if (plan->grads) m.replay_scratch += plan->grads->bytes();
+      }
+    }
+    OFFSIM_CUDA_CHECK(cudaSetDevice(r->gpu));
+    m.device_used = device_used_bytes();
+    return m;
   }
 
   sim::Status elementwise(StreamId stream, std::int64_t size_bytes, Buffer in,
@@ -1014,6 +1194,17 @@ class CudaDevice final : public Device {
     return sim::ok();
   }
 
+  sim::Result<bool> completed(EventId event) override {
+    std::lock_guard lock(mu_);
+    OFFSIM_ASSIGN_OR_RETURN(EventState * e, event_locked(event));
+    if (e->requested == 0) return true;
+    if (e->enqueued < e->requested) return false;  // the record itself was never made
+    const cudaError_t q = cudaEventQuery(e->event.get());
+    if (q == cudaSuccess) return true;
+    cudaGetLastError();
+    return false;
+  }
+
   sim::Result<sim::Duration> elapsed(EventId from, EventId to) override {
     std::lock_guard lock(mu_);
     OFFSIM_ASSIGN_OR_RETURN(EventState * a, event_locked(from));
@@ -1106,6 +1297,15 @@ class CudaDevice final : public Device {
     ncclUniqueId id{};
     OFFSIM_RETURN_IF_ERROR(api.check(api.GetUniqueId(&id), "ncclGetUniqueId"));
     c.comms.assign(c.ranks.size(), nullptr);
+    // What the communicator takes on each member GPU (NCCL may allocate more at its first
+    // collective; memory_split()'s device figure shows that).
+    std::vector<std::int64_t> used_before(c.ranks.size(), -1);
+    for (std::size_t i = 0; i < c.ranks.size(); ++i) {
+      if (cudaSetDevice(ranks_[static_cast<std::size_t>(c.ranks[i])]->gpu) == cudaSuccess) {
+        used_before[i] = device_used_bytes();
+      }
+      cudaGetLastError();
+    }
     ncclConfig_t config = cuda::nonblocking_config();
     OFFSIM_RETURN_IF_ERROR(api.check(api.GroupStart(), "ncclGroupStart"));
     ncclResult_t first = ncclSuccess;
@@ -1141,6 +1341,12 @@ class CudaDevice final : public Device {
                       nccl_version_string(api.version), api.file, kCommInitTimeout.count())));
     }
     c.nccl = &api;
+    for (std::size_t i = 0; i < c.ranks.size(); ++i) {
+      RankState& member = *ranks_[static_cast<std::size_t>(c.ranks[i])];
+      if (used_before[i] < 0 || cudaSetDevice(member.gpu) != cudaSuccess) continue;
+      member.comm_bytes += std::max<std::int64_t>(device_used_bytes() - used_before[i], 0);
+    }
+    cudaGetLastError();
     std::lock_guard lock(mu_);
     info_.comm_version = nccl_version_string(api.version);
     return sim::ok();
@@ -1197,6 +1403,144 @@ class CudaDevice final : public Device {
 #else
     (void)destroy;
 #endif
+  }
+
+  // The attention plan of `shape` on `rank`, made on first use (see AttentionPlan). cuDNN that
+  // cannot be loaded, a shape its graphs do not take, or a cuDNN error while building or trying
+  // the graphs all leave the fallback kernel, with the reason; only a CUDA failure is an error.
+  sim::Result<AttentionPlan*> attention_plan(int rank, const sim::AttentionShape& shape) {
+    OFFSIM_ASSIGN_OR_RETURN(RankState * r, rank_state(rank));
+    std::lock_guard lock(attention_mu_);
+    const AttentionKey key = attention_key(shape);
+    auto it = r->attention.find(key);
+    if (it != r->attention.end()) return it->second.get();
+    auto plan = std::make_unique<AttentionPlan>();
+    auto fallback = [&](std::string reason) {
+      plan->fwd.reset();
+      plan->bwd.reset();
+      plan->workspace.reset();
+      plan->stats.reset();
+      plan->grads.reset();
+      plan->choice = AttentionKernelChoice{false, "fallback", std::move(reason)};
+    };
+    plan->choice = AttentionKernelChoice{true, "cudnn_sdpa", ""};
+    sim::Status built = build_cudnn_attention(*r, shape, *plan);
+    if (!built) {
+      const sim::Error& e = built.error();
+      bool falls_back = false;
+      for (const char* prefix :
+           {"cuDNN missing", "cuDNN error", "shape unsupported", "CUDA: out of memory"}) {
+        falls_back = falls_back || e.message.rfind(prefix, 0) == 0;
+      }
+      if (!falls_back) return sim::fail(e);  // the GPU itself failed: no kernel would run
+      fallback(e.message);
+    }
+    AttentionPlan* raw = plan.get();
+    r->attention.emplace(key, std::move(plan));
+    return raw;
+  }
+
+  // Builds the cuDNN graphs of `shape` into `plan` and runs each once (a graph that builds but
+  // does not run falls back here, not in a measured step). Errors name what was missing.
+  sim::Status build_cudnn_attention(RankState& r, const sim::AttentionShape& shape,
+                                    AttentionPlan& plan) {
+    sim::Result<const cuda::CudnnApi*> loaded = cuda::cudnn_api();
+    if (!loaded) {
+      return sim::fail(sim::ErrorCode::kUnsupported, "cuDNN missing: {}", loaded.error().message);
+    }
+    const cuda::CudnnApi& api = **loaded;
+    if (!shape.causal) {
+      return sim::fail(sim::ErrorCode::kUnsupported,
+                       "shape unsupported: non-causal attention (offsim's cuDNN graphs are "
+                       "causal)");
+    }
+    const std::int64_t kv_heads =
+        shape.kv_heads > 0 && shape.heads % shape.kv_heads == 0 ? shape.kv_heads : shape.heads;
+    OFFSIM_CUDA_CHECK(cudaSetDevice(r.gpu));
+    if (!r.dnn) {
+      sim::Status made = api.check(api.Create(&r.dnn), "cudnnCreate");
+      if (!made) {
+        r.dnn = nullptr;
+        return sim::fail(made.error().code, "cuDNN error: {}", made.error().message);
+      }
+    }
+    auto dnn_failed = [](const sim::Error& e) {
+      return sim::fail(
+          e.code, "{}{}",
+          e.code == sim::ErrorCode::kUnsupported ? "shape unsupported: " : "cuDNN error: ",
+          e.message);
+    };
+    // Forward: the op's own heads (GQA by broadcast). Backward: heads equal, K and V expanded.
+    cuda::SdpaShape fs{shape.batch, shape.heads,  shape.backward ? shape.heads : kv_heads,
+                       shape.seq_q, shape.seq_kv, shape.head_dim};
+    sim::Result<std::unique_ptr<cuda::CudnnSdpaForward>> fwd =
+        cuda::CudnnSdpaForward::build(api, r.dnn, fs, /*with_stats=*/true);
+    if (!fwd) return dnn_failed(fwd.error());
+    plan.fwd = std::move(*fwd);
+    std::int64_t ws = plan.fwd->workspace_bytes();
+    if (shape.backward) {
+      sim::Result<std::unique_ptr<cuda::CudnnSdpaBackward>> bwd =
+          cuda::CudnnSdpaBackward::build(api, r.dnn, fs);
+      if (!bwd) return dnn_failed(bwd.error());
+      plan.bwd = std::move(*bwd);
+      ws = std::max(ws, plan.bwd->workspace_bytes());
+    }
+    auto device_buffer = [&](std::int64_t bytes,
+                             const char* what) -> sim::Result<std::unique_ptr<OwnedBuffer>> {
+      void* p = nullptr;
+      const std::int64_t n = std::max<std::int64_t>(bytes, kMinScratchBytes);
+      const cudaError_t err = cudaMalloc(&p, static_cast<std::size_t>(n));
+      if (err != cudaSuccess) {
+        cudaGetLastError();
+        return sim::fail(sim::ErrorCode::kLimitExceeded,
+                         "CUDA: out of memory on GPU {} for the cuDNN attention {} ({} bytes): {}",
+                         r.gpu, what, n, cuda_error(err, "cudaMalloc").message);
+      }
+      return std::make_unique<OwnedBuffer>(MemoryKind::kDevice, p, n);
+    };
+    OFFSIM_ASSIGN_OR_RETURN(plan.workspace, device_buffer(ws, "workspace"));
+    OFFSIM_ASSIGN_OR_RETURN(
+        plan.stats, device_buffer(shape.batch * shape.heads * shape.seq_q * 4, "statistics"));
+    plan.q_bytes = shape.batch * shape.heads * shape.seq_q * shape.head_dim * 2;
+    plan.kv_bytes = shape.batch * fs.kv_heads * shape.seq_kv * shape.head_dim * 2;
+    if (plan.bwd) {
+      // Backward operands kept for the steps: [K][V] (query heads) [dQ][dK][dV].
+      OFFSIM_ASSIGN_OR_RETURN(plan.grads,
+                              device_buffer(4 * plan.kv_bytes + plan.q_bytes, "operands"));
+      OFFSIM_CUDA_CHECK(cuda::launch_fill(plan.grads->get(), plan.grads->bytes(), 17, nullptr));
+    }
+    // A try-out on [Q][O][K][V] of random data, which also fills the statistics.
+    OFFSIM_ASSIGN_OR_RETURN(std::unique_ptr<OwnedBuffer> trial,
+                            device_buffer(2 * plan.q_bytes + 2 * plan.kv_bytes, "try-out"));
+    char* q = static_cast<char*>(trial->get());
+    char* o = q + plan.q_bytes;
+    char* k = o + plan.q_bytes;
+    char* v = k + plan.kv_bytes;
+    OFFSIM_CUDA_CHECK(cuda::launch_fill(q, trial->bytes(), 19, nullptr));
+    OFFSIM_CUDA_CHECK(cudaDeviceSynchronize());
+    sim::Status tried = api.check(api.SetStream(r.dnn, nullptr), "cudnnSetStream");
+    if (tried) {
+      tried = plan.fwd->run(r.dnn, q, k, v, o, plan.workspace->get(), plan.stats->get());
+    }
+    if (tried && plan.bwd) {
+      char* g = static_cast<char*>(plan.grads->get());
+      const cuda::SdpaBackwardOperands x{q,
+                                         k,
+                                         v,
+                                         o,
+                                         o,
+                                         plan.stats->get(),
+                                         g + 2 * plan.kv_bytes,
+                                         g + 2 * plan.kv_bytes + plan.q_bytes,
+                                         g + 3 * plan.kv_bytes + plan.q_bytes};
+      tried = plan.bwd->run(r.dnn, nullptr, x, plan.workspace->get());
+    }
+    const cudaError_t synced = cudaDeviceSynchronize();
+    if (synced != cudaSuccess) {
+      return sim::fail(cuda_error(synced, "cudaDeviceSynchronize (cuDNN SDPA try-out)"));
+    }
+    if (!tried) return sim::fail(tried.error().code, "cuDNN error: {}", tried.error().message);
+    return sim::ok();
   }
 
   sim::Result<GemmPlan*> gemm_plan(RankState& r, const sim::GemmShape& g) {
@@ -1303,6 +1647,8 @@ class CudaDevice final : public Device {
   DeviceInfo info_;
   std::vector<std::unique_ptr<RankState>> ranks_;
   std::mutex mu_;
+  std::mutex attention_mu_;  // RankState::dnn and ::attention (never taken inside mu_)
+  std::mutex marks_mu_;      // RankState::marks (host functions of the marks)
   std::condition_variable cv_;
   bool stop_ = false;
   bool aborted_ = false;

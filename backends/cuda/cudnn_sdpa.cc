@@ -1,5 +1,7 @@
 #include "backends/cuda/cudnn_sdpa.h"
 
+#include <cuda_runtime_api.h>
+
 #include <cmath>
 #include <limits>
 #include <string>
@@ -17,6 +19,13 @@ enum Uid : std::int64_t {
   kO = 4,
   kScale = 5,
   kMasked = 6,
+  kStats = 7,
+  kDO = 8,
+  kDQ = 9,
+  kDK = 10,
+  kDV = 11,
+  kSoftmaxSum = 12,
+  kDQAccum = 13,
   kS = 101,
   kScaled,
   kRow,
@@ -28,6 +37,25 @@ enum Uid : std::int64_t {
   kExp,
   kSum,
   kP,
+  kLog,
+  // Backward's virtual tensors.
+  kDotDoO = 201,
+  kBS,
+  kBScaled,
+  kBRow,
+  kBCol,
+  kBMask,
+  kBMasked,
+  kBCentered,
+  kBP,
+  kBPt,
+  kBDP,
+  kBDPMinus,
+  kBDSRaw,
+  kBDS,
+  kBDSbf,
+  kBDSt,
+  kBK,
 };
 
 using Dims = std::vector<std::int64_t>;
@@ -65,7 +93,8 @@ class Builder {
 
   sim::Result<cudnnBackendDescriptor_t> tensor(std::int64_t uid, const Dims& dims,
                                                const Dims& strides, cudnnDataType_t type,
-                                               bool is_virtual, bool by_value = false) {
+                                               bool is_virtual, bool by_value = false,
+                                               bool reorder_f16x16 = false) {
     OFFSIM_ASSIGN_OR_RETURN(cudnnBackendDescriptor_t t,
                             make(CUDNN_BACKEND_TENSOR_DESCRIPTOR, "tensor"));
     const std::int64_t alignment = 16;
@@ -89,6 +118,12 @@ class Builder {
       const bool yes = true;
       OFFSIM_RETURN_IF_ERROR(
           set(t, CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &yes, "tensor"));
+    }
+    if (reorder_f16x16) {
+      // The fp32 dQ accumulator of the flash-attention backward, in the engine's tile order.
+      const cudnnBackendTensorReordering_t mode = CUDNN_TENSOR_REORDERING_F16x16;
+      OFFSIM_RETURN_IF_ERROR(set(t, CUDNN_ATTR_TENSOR_REORDERING_MODE,
+                                 CUDNN_TYPE_TENSOR_REORDERING_MODE, 1, &mode, "tensor"));
     }
     OFFSIM_RETURN_IF_ERROR(finalize(t, "tensor"));
     return t;
@@ -153,6 +188,19 @@ class Builder {
     return op;
   }
 
+  // y = x viewed with y's dimensions and strides (a transpose of a virtual tensor).
+  sim::Result<cudnnBackendDescriptor_t> reshape(cudnnBackendDescriptor_t x,
+                                                cudnnBackendDescriptor_t y) {
+    OFFSIM_ASSIGN_OR_RETURN(cudnnBackendDescriptor_t op,
+                            make(CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR, "reshape op"));
+    OFFSIM_RETURN_IF_ERROR(set(op, CUDNN_ATTR_OPERATION_RESHAPE_XDESC,
+                               CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x, "reshape op"));
+    OFFSIM_RETURN_IF_ERROR(set(op, CUDNN_ATTR_OPERATION_RESHAPE_YDESC,
+                               CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y, "reshape op"));
+    OFFSIM_RETURN_IF_ERROR(finalize(op, "reshape op"));
+    return op;
+  }
+
   sim::Result<cudnnBackendDescriptor_t> reduction(cudnnReduceTensorOp_t how,
                                                   cudnnBackendDescriptor_t x,
                                                   cudnnBackendDescriptor_t y) {
@@ -181,6 +229,85 @@ class Builder {
   std::vector<cudnnBackendDescriptor_t>& owned_;
 };
 
+// The operation graph of `ops`, its heuristics and the first engine config that finalizes into
+// an execution plan; that plan's workspace size goes to `workspace_bytes`.
+sim::Result<cudnnBackendDescriptor_t> plan_for(Builder& b, const CudnnApi& api,
+                                               cudnnHandle_t handle,
+                                               std::vector<cudnnBackendDescriptor_t>& ops,
+                                               std::int64_t& workspace_bytes) {
+  OFFSIM_ASSIGN_OR_RETURN(auto graph, b.make(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, "graph"));
+  OFFSIM_RETURN_IF_ERROR(
+      b.set(graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle, "graph"));
+  OFFSIM_RETURN_IF_ERROR(b.set(graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                               static_cast<std::int64_t>(ops.size()), ops.data(), "graph"));
+  OFFSIM_RETURN_IF_ERROR(b.finalize(graph, "graph"));
+
+  OFFSIM_ASSIGN_OR_RETURN(auto heur, b.make(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, "heuristics"));
+  const cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
+  OFFSIM_RETURN_IF_ERROR(b.set(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH,
+                               CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph, "heuristics"));
+  OFFSIM_RETURN_IF_ERROR(
+      b.set(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode, "heuristics"));
+  OFFSIM_RETURN_IF_ERROR(b.finalize(heur, "heuristics"));
+  constexpr int kMaxConfigs = 8;
+  std::vector<cudnnBackendDescriptor_t> configs;
+  for (int i = 0; i < kMaxConfigs; ++i) {
+    OFFSIM_ASSIGN_OR_RETURN(auto c, b.make(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, "engine config"));
+    configs.push_back(c);
+  }
+  std::int64_t found = 0;
+  OFFSIM_RETURN_IF_ERROR(api.check(
+      api.BackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                              kMaxConfigs, &found, configs.data()),
+      "cudnnBackendGetAttribute (heuristic results)"));
+  sim::Status last = sim::fail(sim::ErrorCode::kUnsupported,
+                               "cuDNN SDPA: the heuristics offer no engine for this graph");
+  for (std::int64_t i = 0; i < found && i < kMaxConfigs; ++i) {
+    OFFSIM_ASSIGN_OR_RETURN(auto plan, b.make(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, "plan"));
+    OFFSIM_RETURN_IF_ERROR(
+        b.set(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle, "plan"));
+    OFFSIM_RETURN_IF_ERROR(b.set(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG,
+                                 CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+                                 &configs[static_cast<std::size_t>(i)], "plan"));
+    last = b.finalize(plan, "execution plan");
+    if (!last) continue;  // this engine cannot run the graph here: try the next one
+    std::int64_t got = 0;
+    OFFSIM_RETURN_IF_ERROR(
+        api.check(api.BackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+                                          CUDNN_TYPE_INT64, 1, &got, &workspace_bytes),
+                  "cudnnBackendGetAttribute (workspace size)"));
+    return plan;
+  }
+  return sim::fail(last.error());
+}
+
+// Executes `plan` with the (uid, pointer) pairs and `workspace`.
+sim::Status execute(const CudnnApi& api, cudnnHandle_t handle, cudnnBackendDescriptor_t plan,
+                    const std::vector<std::int64_t>& uids, const std::vector<void*>& ptrs,
+                    void* workspace) {
+  std::vector<cudnnBackendDescriptor_t> pack_owner;
+  Builder b(api, pack_owner);
+  const auto n = static_cast<std::int64_t>(uids.size());
+  auto pack = b.make(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, "variant pack");
+  sim::Status st = pack ? sim::ok() : sim::fail(pack.error());
+  if (st)
+    st = b.set(*pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, n, uids.data(), "pack");
+  if (st) {
+    st = b.set(*pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, n, ptrs.data(),
+               "pack");
+  }
+  if (st) {
+    st =
+        b.set(*pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspace, "pack");
+  }
+  if (st) st = b.finalize(*pack, "variant pack");
+  if (st) st = api.check(api.BackendExecute(handle, plan, *pack), "cudnnBackendExecute");
+  for (auto d : pack_owner) api.BackendDestroyDescriptor(d);
+  return st;
+}
+
+std::int64_t align256(std::int64_t bytes) { return (bytes + 255) / 256 * 256; }
+
 }  // namespace
 
 CudnnSdpaForward::~CudnnSdpaForward() {
@@ -189,7 +316,8 @@ CudnnSdpaForward::~CudnnSdpaForward() {
 
 sim::Result<std::unique_ptr<CudnnSdpaForward>> CudnnSdpaForward::build(const CudnnApi& api,
                                                                        cudnnHandle_t handle,
-                                                                       const SdpaShape& s) {
+                                                                       const SdpaShape& s,
+                                                                       bool with_stats) {
   if (s.batch < 1 || s.q_heads < 1 || s.kv_heads < 1 || s.q_heads % s.kv_heads != 0 ||
       s.seq_q < 1 || s.seq_kv < 1 || s.head_dim < 1 || s.head_dim % 8 != 0) {
     return sim::fail(sim::ErrorCode::kUnsupported,
@@ -198,6 +326,7 @@ sim::Result<std::unique_ptr<CudnnSdpaForward>> CudnnSdpaForward::build(const Cud
                      s.batch, s.q_heads, s.kv_heads, s.seq_q, s.seq_kv, s.head_dim);
   }
   std::unique_ptr<CudnnSdpaForward> f(new CudnnSdpaForward(api));
+  f->with_stats_ = with_stats;
   f->scale_ = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
   f->masked_ = -std::numeric_limits<float>::infinity();
   Builder b(api, f->owned_);
@@ -255,81 +384,188 @@ sim::Result<std::unique_ptr<CudnnSdpaForward>> CudnnSdpaForward::build(const Cud
   OFFSIM_RETURN_IF_ERROR(
       add(b.pointwise(CUDNN_POINTWISE_EXP, t_centered, nullptr, nullptr, t_exp)));
   OFFSIM_RETURN_IF_ERROR(add(b.reduction(CUDNN_REDUCE_TENSOR_ADD, t_exp, t_sum)));
+  if (with_stats) {
+    // Stats = rowmax + log(rowsum): what the backward needs to rebuild P without a second pass.
+    OFFSIM_ASSIGN_OR_RETURN(auto t_log, b.tensor(kLog, row_dims, packed(row_dims), fp32, true));
+    OFFSIM_ASSIGN_OR_RETURN(auto stats, b.tensor(kStats, row_dims, packed(row_dims), fp32, false));
+    OFFSIM_RETURN_IF_ERROR(add(b.pointwise(CUDNN_POINTWISE_LOG, t_sum, nullptr, nullptr, t_log)));
+    OFFSIM_RETURN_IF_ERROR(add(b.pointwise(CUDNN_POINTWISE_ADD, t_log, t_max, nullptr, stats)));
+  }
   OFFSIM_RETURN_IF_ERROR(add(b.pointwise(CUDNN_POINTWISE_DIV, t_exp, t_sum, nullptr, t_p)));
   OFFSIM_RETURN_IF_ERROR(add(b.matmul(t_p, v, o)));
 
-  OFFSIM_ASSIGN_OR_RETURN(auto graph, b.make(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, "graph"));
-  OFFSIM_RETURN_IF_ERROR(
-      b.set(graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle, "graph"));
-  OFFSIM_RETURN_IF_ERROR(b.set(graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
-                               static_cast<std::int64_t>(ops.size()), ops.data(), "graph"));
-  OFFSIM_RETURN_IF_ERROR(b.finalize(graph, "graph"));
-
-  OFFSIM_ASSIGN_OR_RETURN(auto heur, b.make(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, "heuristics"));
-  const cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
-  OFFSIM_RETURN_IF_ERROR(b.set(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH,
-                               CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph, "heuristics"));
-  OFFSIM_RETURN_IF_ERROR(
-      b.set(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode, "heuristics"));
-  OFFSIM_RETURN_IF_ERROR(b.finalize(heur, "heuristics"));
-  constexpr int kMaxConfigs = 8;
-  std::vector<cudnnBackendDescriptor_t> configs;
-  for (int i = 0; i < kMaxConfigs; ++i) {
-    OFFSIM_ASSIGN_OR_RETURN(auto c, b.make(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, "engine config"));
-    configs.push_back(c);
-  }
-  std::int64_t found = 0;
-  OFFSIM_RETURN_IF_ERROR(api.check(
-      api.BackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
-                              kMaxConfigs, &found, configs.data()),
-      "cudnnBackendGetAttribute (heuristic results)"));
-  sim::Status last = sim::fail(sim::ErrorCode::kUnsupported,
-                               "cuDNN SDPA: the heuristics offer no engine for this graph");
-  for (std::int64_t i = 0; i < found && i < kMaxConfigs; ++i) {
-    OFFSIM_ASSIGN_OR_RETURN(auto plan, b.make(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, "plan"));
-    OFFSIM_RETURN_IF_ERROR(
-        b.set(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle, "plan"));
-    OFFSIM_RETURN_IF_ERROR(b.set(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG,
-                                 CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
-                                 &configs[static_cast<std::size_t>(i)], "plan"));
-    last = b.finalize(plan, "execution plan");
-    if (!last) continue;  // this engine cannot run the graph here: try the next one
-    std::int64_t got = 0;
-    OFFSIM_RETURN_IF_ERROR(
-        api.check(api.BackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
-                                          CUDNN_TYPE_INT64, 1, &got, &f->workspace_bytes_),
-                  "cudnnBackendGetAttribute (workspace size)"));
-    f->plan_ = plan;
-    return f;
-  }
-  return sim::fail(sim::with_context(last.error(), "cuDNN SDPA forward: "));
+  sim::Result<cudnnBackendDescriptor_t> plan = plan_for(b, api, handle, ops, f->workspace_bytes_);
+  if (!plan) return sim::fail(sim::with_context(plan.error(), "cuDNN SDPA forward: "));
+  f->plan_ = *plan;
+  return f;
 }
 
 sim::Status CudnnSdpaForward::run(cudnnHandle_t handle, const void* q, const void* k, const void* v,
-                                  void* out, void* workspace) const {
-  std::vector<cudnnBackendDescriptor_t> pack_owner;
-  Builder b(api_, pack_owner);
-  auto destroy = [&] {
-    for (auto d : pack_owner) api_.BackendDestroyDescriptor(d);
+                                  void* out, void* workspace, void* stats) const {
+  std::vector<std::int64_t> uids = {kQ, kK, kV, kO, kScale, kMasked};
+  std::vector<void*> ptrs = {const_cast<void*>(q),        const_cast<void*>(k),
+                             const_cast<void*>(v),        out,
+                             const_cast<float*>(&scale_), const_cast<float*>(&masked_)};
+  if (with_stats_) {
+    if (!stats) {
+      return sim::fail(sim::ErrorCode::kInvalidInput,
+                       "cuDNN SDPA forward built with statistics run without a stats buffer");
+    }
+    uids.push_back(kStats);
+    ptrs.push_back(stats);
+  }
+  return execute(api_, handle, plan_, uids, ptrs, workspace);
+}
+
+CudnnSdpaBackward::~CudnnSdpaBackward() {
+  for (auto it = owned_.rbegin(); it != owned_.rend(); ++it) api_.BackendDestroyDescriptor(*it);
+}
+
+sim::Result<std::unique_ptr<CudnnSdpaBackward>> CudnnSdpaBackward::build(const CudnnApi& api,
+                                                                         cudnnHandle_t handle,
+                                                                         const SdpaShape& s) {
+  if (s.batch < 1 || s.q_heads < 1 || s.kv_heads != s.q_heads || s.seq_q < 1 || s.seq_kv < 1 ||
+      s.head_dim < 1 || s.head_dim % 8 != 0) {
+    return sim::fail(sim::ErrorCode::kUnsupported,
+                     "cuDNN SDPA backward: batch {} heads {}/{} seq {}x{} head_dim {} (needs "
+                     "positive sizes, key/value heads equal to query heads, head_dim a multiple "
+                     "of 8)",
+                     s.batch, s.q_heads, s.kv_heads, s.seq_q, s.seq_kv, s.head_dim);
+  }
+  std::unique_ptr<CudnnSdpaBackward> f(new CudnnSdpaBackward(api));
+  f->scale_ = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
+  f->masked_ = -std::numeric_limits<float>::infinity();
+  Builder b(api, f->owned_);
+  const cudnnDataType_t bf16 = CUDNN_DATA_BFLOAT16, fp32 = CUDNN_DATA_FLOAT;
+  const Dims q_dims{s.batch, s.q_heads, s.seq_q, s.head_dim};
+  const Dims q_strides = packed(q_dims);
+  const Dims kv_dims{s.batch, s.kv_heads, s.seq_kv, s.head_dim};
+  const Dims kv_strides = packed(kv_dims);
+  // Kᵀ and Vᵀ: K and V read with their last two dimensions swapped.
+  const Dims t_dims{s.batch, s.kv_heads, s.head_dim, s.seq_kv};
+  const Dims t_strides{kv_strides[0], kv_strides[1], 1, s.head_dim};
+  const Dims p_dims{s.batch, s.q_heads, s.seq_q, s.seq_kv};
+  const Dims p_strides = packed(p_dims);
+  const Dims pt_dims{s.batch, s.q_heads, s.seq_kv, s.seq_q};
+  const Dims pt_strides{p_strides[0], p_strides[1], 1, s.seq_kv};
+  const Dims row_dims{s.batch, s.q_heads, s.seq_q, 1};
+  const Dims row_strides = packed(row_dims);
+  const Dims one{1, 1, 1, 1};
+
+  OFFSIM_ASSIGN_OR_RETURN(auto q, b.tensor(kQ, q_dims, q_strides, bf16, false));
+  OFFSIM_ASSIGN_OR_RETURN(auto kt, b.tensor(kK, t_dims, t_strides, bf16, false));
+  OFFSIM_ASSIGN_OR_RETURN(auto vt, b.tensor(kV, t_dims, t_strides, bf16, false));
+  OFFSIM_ASSIGN_OR_RETURN(auto o, b.tensor(kO, q_dims, q_strides, bf16, false));
+  OFFSIM_ASSIGN_OR_RETURN(auto d_o, b.tensor(kDO, q_dims, q_strides, bf16, false));
+  OFFSIM_ASSIGN_OR_RETURN(auto stats, b.tensor(kStats, row_dims, row_strides, fp32, false));
+  OFFSIM_ASSIGN_OR_RETURN(auto scale, b.tensor(kScale, one, one, fp32, false, true));
+  OFFSIM_ASSIGN_OR_RETURN(auto masked, b.tensor(kMasked, one, one, fp32, false, true));
+  OFFSIM_ASSIGN_OR_RETURN(auto dq, b.tensor(kDQ, q_dims, q_strides, bf16, false));
+  OFFSIM_ASSIGN_OR_RETURN(auto dk, b.tensor(kDK, kv_dims, kv_strides, bf16, false));
+  OFFSIM_ASSIGN_OR_RETURN(auto dv, b.tensor(kDV, kv_dims, kv_strides, bf16, false));
+  OFFSIM_ASSIGN_OR_RETURN(auto softmax_sum,
+                          b.tensor(kSoftmaxSum, row_dims, row_strides, fp32, false));
+  OFFSIM_ASSIGN_OR_RETURN(auto dq_accum,
+                          b.tensor(kDQAccum, q_dims, q_strides, fp32, false, false, true));
+
+  OFFSIM_ASSIGN_OR_RETURN(auto t_dot, b.tensor(kDotDoO, q_dims, q_strides, fp32, true));
+  OFFSIM_ASSIGN_OR_RETURN(auto t_s, b.tensor(kBS, p_dims, p_strides, fp32, true));
+  OFFSIM_ASSIGN_OR_RETURN(auto t_scaled, b.tensor(kBScaled, p_dims, p_strides, fp32, true));
+  OFFSIM_ASSIGN_OR_RETURN(auto t_row, b.tensor(kBRow, p_dims, p_strides, CUDNN_DATA_INT32, true));
+  OFFSIM_ASSIGN_OR_RETURN(auto t_col, b.tensor(kBCol, p_dims, p_strides, CUDNN_DATA_INT32, true));
+  OFFSIM_ASSIGN_OR_RETURN(auto t_mask,
+                          b.tensor(kBMask, p_dims, p_strides, CUDNN_DATA_BOOLEAN, true));
+  OFFSIM_ASSIGN_OR_RETURN(auto t_masked, b.tensor(kBMasked, p_dims, p_strides, fp32, true));
+  OFFSIM_ASSIGN_OR_RETURN(auto t_centered, b.tensor(kBCentered, p_dims, p_strides, fp32, true));
+  OFFSIM_ASSIGN_OR_RETURN(auto t_p, b.tensor(kBP, p_dims, p_strides, fp32, true));
+  OFFSIM_ASSIGN_OR_RETURN(auto t_pt, b.tensor(kBPt, pt_dims, pt_strides, bf16, true));
+  OFFSIM_ASSIGN_OR_RETURN(auto t_dp, b.tensor(kBDP, p_dims, p_strides, fp32, true));
+  OFFSIM_ASSIGN_OR_RETURN(auto t_dp_minus, b.tensor(kBDPMinus, p_dims, p_strides, fp32, true));
+  OFFSIM_ASSIGN_OR_RETURN(auto t_ds_raw, b.tensor(kBDSRaw, p_dims, p_strides, fp32, true));
+  OFFSIM_ASSIGN_OR_RETURN(auto t_ds, b.tensor(kBDS, p_dims, p_strides, fp32, true));
+  OFFSIM_ASSIGN_OR_RETURN(auto t_ds_bf, b.tensor(kBDSbf, p_dims, p_strides, bf16, true));
+  OFFSIM_ASSIGN_OR_RETURN(auto t_dst, b.tensor(kBDSt, pt_dims, pt_strides, bf16, true));
+  OFFSIM_ASSIGN_OR_RETURN(auto t_k, b.tensor(kBK, kv_dims, kv_strides, bf16, true));
+
+  std::vector<cudnnBackendDescriptor_t> ops;
+  auto add = [&](sim::Result<cudnnBackendDescriptor_t> op) -> sim::Status {
+    if (!op) return sim::fail(op.error());
+    ops.push_back(*op);
+    return sim::ok();
   };
-  const std::int64_t uids[] = {kQ, kK, kV, kO, kScale, kMasked};
-  void* ptrs[] = {const_cast<void*>(q),        const_cast<void*>(k),
-                  const_cast<void*>(v),        out,
-                  const_cast<float*>(&scale_), const_cast<float*>(&masked_)};
-  auto pack = b.make(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, "variant pack");
-  sim::Status st = pack ? sim::ok() : sim::fail(pack.error());
-  if (st) st = b.set(*pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 6, uids, "pack");
-  if (st) {
-    st = b.set(*pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 6, ptrs, "pack");
+  // softmax_sum = rowsum(dO ∘ O)
+  OFFSIM_RETURN_IF_ERROR(add(b.pointwise(CUDNN_POINTWISE_MUL, d_o, o, nullptr, t_dot)));
+  OFFSIM_RETURN_IF_ERROR(add(b.reduction(CUDNN_REDUCE_TENSOR_ADD, t_dot, softmax_sum)));
+  // P = exp(mask(scale · Q·Kᵀ) − Stats)
+  OFFSIM_RETURN_IF_ERROR(add(b.matmul(q, kt, t_s)));
+  OFFSIM_RETURN_IF_ERROR(add(b.pointwise(CUDNN_POINTWISE_MUL, t_s, scale, nullptr, t_scaled)));
+  OFFSIM_RETURN_IF_ERROR(
+      add(b.pointwise(CUDNN_POINTWISE_GEN_INDEX, t_scaled, nullptr, nullptr, t_row, 2)));
+  OFFSIM_RETURN_IF_ERROR(
+      add(b.pointwise(CUDNN_POINTWISE_GEN_INDEX, t_scaled, nullptr, nullptr, t_col, 3)));
+  OFFSIM_RETURN_IF_ERROR(add(b.pointwise(CUDNN_POINTWISE_CMP_GE, t_row, t_col, nullptr, t_mask)));
+  OFFSIM_RETURN_IF_ERROR(
+      add(b.pointwise(CUDNN_POINTWISE_BINARY_SELECT, t_scaled, masked, t_mask, t_masked)));
+  OFFSIM_RETURN_IF_ERROR(
+      add(b.pointwise(CUDNN_POINTWISE_SUB, t_masked, stats, nullptr, t_centered)));
+  OFFSIM_RETURN_IF_ERROR(add(b.pointwise(CUDNN_POINTWISE_EXP, t_centered, nullptr, nullptr, t_p)));
+  // dV = Pᵀ · dO
+  OFFSIM_RETURN_IF_ERROR(add(b.reshape(t_p, t_pt)));
+  OFFSIM_RETURN_IF_ERROR(add(b.matmul(t_pt, d_o, dv)));
+  // dS = scale · P ∘ (dO·Vᵀ − softmax_sum)
+  OFFSIM_RETURN_IF_ERROR(add(b.matmul(d_o, vt, t_dp)));
+  OFFSIM_RETURN_IF_ERROR(
+      add(b.pointwise(CUDNN_POINTWISE_SUB, t_dp, softmax_sum, nullptr, t_dp_minus)));
+  OFFSIM_RETURN_IF_ERROR(add(b.pointwise(CUDNN_POINTWISE_MUL, t_dp_minus, t_p, nullptr, t_ds_raw)));
+  OFFSIM_RETURN_IF_ERROR(add(b.pointwise(CUDNN_POINTWISE_MUL, t_ds_raw, scale, nullptr, t_ds)));
+  // dQ = dS · K, accumulated in fp32 then cast; dK = dSᵀ · Q.
+  OFFSIM_RETURN_IF_ERROR(add(b.reshape(kt, t_k)));
+  OFFSIM_RETURN_IF_ERROR(
+      add(b.pointwise(CUDNN_POINTWISE_IDENTITY, t_ds, nullptr, nullptr, t_ds_bf)));
+  OFFSIM_RETURN_IF_ERROR(add(b.matmul(t_ds_bf, t_k, dq_accum)));
+  OFFSIM_RETURN_IF_ERROR(add(b.reshape(t_ds_bf, t_dst)));
+  OFFSIM_RETURN_IF_ERROR(add(b.matmul(t_dst, q, dk)));
+  OFFSIM_RETURN_IF_ERROR(
+      add(b.pointwise(CUDNN_POINTWISE_IDENTITY, dq_accum, nullptr, nullptr, dq)));
+
+  sim::Result<cudnnBackendDescriptor_t> plan = plan_for(b, api, handle, ops, f->workspace_bytes_);
+  if (!plan) return sim::fail(sim::with_context(plan.error(), "cuDNN SDPA backward: "));
+  f->plan_ = *plan;
+  f->workspace_bytes_ = align256(f->workspace_bytes_);
+  f->sum_bytes_ = align256(s.batch * s.q_heads * s.seq_q * 4);
+  f->accum_bytes_ = align256(s.batch * s.q_heads * s.seq_q * s.head_dim * 4);
+  return f;
+}
+
+sim::Status CudnnSdpaBackward::run(cudnnHandle_t handle, cudaStream_t stream,
+                                   const SdpaBackwardOperands& x, void* workspace) const {
+  char* ws = static_cast<char*>(workspace);
+  void* sum = ws + workspace_bytes_;
+  void* accum = ws + workspace_bytes_ + sum_bytes_;
+  const cudaError_t zeroed =
+      cudaMemsetAsync(accum, 0, static_cast<std::size_t>(accum_bytes_), stream);
+  if (zeroed != cudaSuccess) {
+    cudaGetLastError();
+    return sim::fail(sim::ErrorCode::kDevice,
+                     "cuDNN SDPA backward: cudaMemsetAsync of the dQ accumulator: {}",
+                     cudaGetErrorString(zeroed));
   }
-  if (st) {
-    st =
-        b.set(*pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspace, "pack");
-  }
-  if (st) st = b.finalize(*pack, "variant pack");
-  if (st) st = api_.check(api_.BackendExecute(handle, plan_, *pack), "cudnnBackendExecute");
-  destroy();
-  return st;
+  const std::vector<std::int64_t> uids = {kQ,      kK,  kV,  kO,  kDO,         kStats,  kScale,
+                                          kMasked, kDQ, kDK, kDV, kSoftmaxSum, kDQAccum};
+  const std::vector<void*> ptrs = {const_cast<void*>(x.q),
+                                   const_cast<void*>(x.k),
+                                   const_cast<void*>(x.v),
+                                   const_cast<void*>(x.o),
+                                   const_cast<void*>(x.d_o),
+                                   const_cast<void*>(x.stats),
+                                   const_cast<float*>(&scale_),
+                                   const_cast<float*>(&masked_),
+                                   x.dq,
+                                   x.dk,
+                                   x.dv,
+                                   sum,
+                                   accum};
+  return execute(api_, handle, plan_, uids, ptrs, workspace);
 }
 
 }  // namespace offsim::backends::cuda

@@ -50,11 +50,12 @@ offsim_gpu_plugin_v1() {
   return &plugin;
 }
 
-// The attention kernel the CUDA device runs: "fallback" (offsim's scalar bf16 kernel). A fused
-// cuDNN SDPA path would answer "cudnn_sdpa"; calibration stores flash-attention efficiencies
-// only from that one (calibrate/fit.h, AttentionKernel).
+// The attention kernel of the CUDA device: "per_shape" — cuDNN's fused SDPA graphs where cuDNN
+// builds them for a shape, else the fallback kernel (Device::prepare_attention() says which, per
+// shape); calibration stores flash-attention efficiencies only from the fused one
+// (calibrate/fit.h, AttentionKernel).
 extern "C" __attribute__((visibility("default"))) const char* offsim_gpu_attention_kernel_v1() {
-  return "fallback";
+  return "per_shape";
 }
 
 // NVML's clocks, power and temperature of CUDA device `gpu` into `out` (NUL-terminated, at most

@@ -94,6 +94,7 @@ int cmd_replay_mpi(const ReplayArgs& a) {
   ro.measured_steps = a.steps;
   ro.warmup_steps = a.warmup;
   ro.device = a.device == "cuda" ? backends::DeviceKind::kCuda : backends::DeviceKind::kCpu;
+  ro.forecast = &*eval->timeline;
   if (a.all_ranks) {
     return agree(sim::fail(sim::ErrorCode::kInvalidInput,
                            "replay: --mpi runs one rank per process; drop --all-ranks"));
@@ -173,6 +174,7 @@ int cmd_replay(const ReplayArgs& a) {
   ro.warmup_steps = a.warmup;
   ro.all_ranks = a.all_ranks;
   ro.device = replay_device(a.device);
+  ro.forecast = &*eval->timeline;  // the watchdog scales with it; memory shows its peaks
   auto measured = backends::replay(*eval->plan, ro);
   if (!measured) return report(measured.error());
   if (auto st = write_outputs(a, *eval->timeline, measured->timeline, outputs); !st) {
@@ -182,6 +184,7 @@ int cmd_replay(const ReplayArgs& a) {
   if (!cmp) return report(cmp.error());
   fmt::print("replayed {} on {} ({} measured steps)\n{}", l->scenario.name, measured->device.name,
              a.steps, sim::comparison_to_text(*cmp));
+  fmt::print("{}", backends::replay_report_text(*measured));
   return 0;
 }
 
