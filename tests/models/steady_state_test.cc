@@ -258,6 +258,21 @@ TEST(SteadyState, SearchSpacesAAndBMatchTheFullSimulation) {
   }
 }
 
+TEST(SteadyState, TakenForGpt3OnAnEightStagePipeline) {
+  // A point of space A (models_evaluate_benchmark's BM_EvaluatePipelineGpt3): GPT-3 175B, tp 8,
+  // pp 8, dp 1, 256 micro-batches, a reduced step of 20.
+  Scenario s;
+  s.name = "gpt3-175b-64xa100-tp8-pp8";
+  s.model = *find_model("gpt3-175b");
+  s.hardware.system = "dgx-a100-80gb";
+  s.hardware.nodes = 8;
+  s.training = {.global_batch = 256, .micro_batch = 1, .seq_len = 2048};
+  s.parallelism = {.dp = 1, .tp = 8, .pp = 8};
+  const Both both = evaluate_both(s, s.name);
+  EXPECT_TRUE(both.fast.steady_state) << both.fast.full_path_reason;
+  EXPECT_TRUE(both.full.report.fits);
+}
+
 TEST(SteadyState, TakenForGradientAccumulationOnOneGpu) {
   // 2 × 16 micro-batches of one sequence on one A100: plain gradient accumulation.
   Scenario s = base("llama3-8b", "a100-80gb-1gpu", 16);
