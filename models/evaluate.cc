@@ -1,6 +1,8 @@
 #include "models/evaluate.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <limits>
 #include <map>
 
 #include <fmt/format.h>
@@ -312,6 +314,280 @@ std::optional<Report> steady_state_report(const Scenario& scenario, const EvalOp
   return report_of(scenario, step, t, &x);
 }
 
+// The pipeline steady state (pp > 1, 1F1B or interleaved 1F1B). The reduced step has K
+// micro-batches instead of the scenario's M, its last one named as the full step's last. Every
+// task (one forward or backward pass of a micro-batch over a model chunk on a stage, and each
+// receive) is numbered by its place in its stage's steady state (PipelineTask::index): a
+// stage's lanes run its tasks in the order (forward j, backward j), j = 0, 1, ... between its
+// warm-up forwards (index < 0) and its cool-down backwards, for every stage alike; one period is
+// P indices (1F1B: 1, one micro-batch; interleaved: pp · v, pp micro-batches). In the full step
+// the steady range of every stage is longer by (M - K) / P periods and otherwise the same: the
+// full step's plan is the reduced one with (M - K) / P copies of a period of tasks inserted in
+// every stage's steady range and in the receives, ids renumbered in an order-preserving way
+// (stage by stage, then the receives in send order), which the engine cannot tell apart.
+//
+// Checked here: tasks of index i and i + P of the same kind (stage, chunk, direction, receive)
+// are identical op for op (lane, kind, category, layer, cost, tensors' pool, bytes, category),
+// their dependencies, allocs and frees pointing to the same offset in the task of index + P
+// (or to the same op or tensor outside the tasks), for every i >= lo with i + P <= hi, hi being
+// below every stage's last steady index and its last micro-batch. The engine fingerprints its
+// complete state (sim::detail::PeriodProbe with segments) when stage 0's forward of index b and
+// b + P starts; ids are written as (kind, index - boundary index, offset). If both boundaries
+// are quiet (every lane's next op of index >= lo (b1) / lo + P (b2), nothing of index above
+// hi - P (b1) / hi (b2) or outside the tasks started) and the two fingerprints are equal, then
+// between b1 and b2 the engine touched only tasks in [lo, hi], which the full step has too,
+// identical and equally placed; by induction over the inserted periods the full step is the
+// reduced one with (M - K) / P copies of (b1, b2] inserted at b2, exactly as in the one-stage
+// case below: makespan + n·Δ, time split + n·(the window's share in integer ns), plan ops + n·
+// (ops of one period's tasks), pool peaks and live sets as in the reduced run when their live
+// tensors keep their names (before b2: no tensor of the last micro-batch, which the reduced
+// step renames; after b2: only tensors outside the tasks or of the last micro-batch).
+constexpr std::int64_t kMaxPeriodMultiple = 4;
+
+std::optional<Report> pipeline_steady_state_report(const Scenario& scenario,
+                                                   const EvalOptions& options, std::string& why) {
+  const ParallelConfig& par = scenario.parallelism;
+  const bool interleaved =
+      par.schedule == ParallelConfig::PipelineSchedule::kInterleaved1F1B && par.virtual_stages > 1;
+  const std::int64_t pp = par.pp;
+  const std::int64_t v = par.virtual_stages;
+  const std::int64_t period_mbs = interleaved ? pp : 1;
+  const std::int64_t period = interleaved ? pp * v : 1;  // in task indices
+  const std::int64_t m = grad_accum_steps(scenario.training, par);
+  // The engine's state may repeat only after q periods (flows can change slots from one
+  // period to the next, a permutation that comes back): boundaries at b1 + i·P for i = 0..Q,
+  // and M - K a multiple of Q periods so that any q dividing Q extrapolates. K: the warm-up,
+  // one period of margin below b1, Q periods, three of margin (a boundary sees tasks up to two
+  // periods ahead started) and the last micro-batch
+  // (1F1B: stage 0's steady indices end at K - pp; interleaved: at about (K/pp - 1)·pp·v).
+  const std::int64_t q_max = interleaved ? 2 : kMaxPeriodMultiple;
+  std::int64_t k = interleaved ? pp * (q_max + 5) : pp + 6 + q_max;
+  if (m > k) k += (m - k) % (q_max * period_mbs);
+  if (m <= k || m > std::int64_t{1} << 30 || (m - k) % period_mbs != 0) {
+    why = fmt::format("{} micro-batches (the pipeline fast path needs more than {})", m, k);
+    return std::nullopt;
+  }
+  BuildOptions reduced = options.build;
+  reduced.micro_batches = static_cast<int>(k);
+  reduced.last_micro_batch_label = static_cast<int>(m - 1);
+  sim::Result<BuiltStep> built = build_step(scenario, reduced);
+  if (!built) {
+    why = "the reduced step does not build";
+    return std::nullopt;
+  }
+  const BuiltStep& step = *built;
+  const sim::Plan& plan = step.plan;
+  const std::vector<PipelineTask>& tasks = step.pipeline_tasks;
+  if (tasks.empty() || step.ranks.empty()) {
+    why = "no pipeline task structure";
+    return std::nullopt;
+  }
+  const auto kind_of = [&](const PipelineTask& t) {
+    return static_cast<std::uint32_t>(((t.stage * v + t.chunk) * 2 + (t.forward ? 1 : 0)) * 2 +
+                                      (t.receive ? 1 : 0));
+  };
+  // hi: below every stage's last steady index (its forwards after warm-up) and below the
+  // indices of the last micro-batch's tasks.
+  std::int64_t hi = std::numeric_limits<std::int64_t>::max();
+  std::map<std::pair<std::uint32_t, std::int64_t>, std::size_t> by_kind;
+  for (std::size_t i = 0; i < tasks.size(); ++i) {
+    const PipelineTask& t = tasks[i];
+    by_kind[{kind_of(t), t.index}] = i;
+    if (t.mb == k - 1) hi = std::min(hi, t.index - 1);
+    if (i > 0 && t.op_begin < tasks[i - 1].op_end) {
+      why = "pipeline tasks out of order";
+      return std::nullopt;
+    }
+  }
+  std::map<int, std::int64_t> steady_end;  // stage -> its forwards' highest index
+  for (const PipelineTask& t : tasks) {
+    if (!t.receive && t.forward) steady_end[t.stage] = std::max(steady_end[t.stage], t.index);
+  }
+  for (const auto& [stage, last] : steady_end) hi = std::min(hi, last - 1);
+  // Ops and tensors of the tasks, for mapping a reference into the next period.
+  std::vector<std::size_t> with_tensors;
+  for (std::size_t i = 0; i < tasks.size(); ++i) {
+    if (tasks[i].tensor_end > tasks[i].tensor_begin) with_tensors.push_back(i);
+  }
+  std::sort(with_tensors.begin(), with_tensors.end(), [&](std::size_t a, std::size_t b) {
+    return tasks[a].tensor_begin < tasks[b].tensor_begin;
+  });
+  const auto task_of_op = [&](std::size_t x) -> const PipelineTask* {
+    auto it = std::upper_bound(tasks.begin(), tasks.end(), x,
+                               [](std::size_t o, const PipelineTask& t) { return o < t.op_begin; });
+    if (it == tasks.begin()) return nullptr;
+    --it;
+    return x < it->op_end ? &*it : nullptr;
+  };
+  const auto task_of_tensor = [&](std::size_t x) -> const PipelineTask* {
+    auto it =
+        std::upper_bound(with_tensors.begin(), with_tensors.end(), x,
+                         [&](std::size_t o, std::size_t t) { return o < tasks[t].tensor_begin; });
+    if (it == with_tensors.begin()) return nullptr;
+    --it;
+    return x < tasks[*it].tensor_end ? &tasks[*it] : nullptr;
+  };
+  const auto next_of = [&](const PipelineTask& t) -> const PipelineTask* {
+    auto it = by_kind.find({kind_of(t), t.index + period});
+    return it == by_kind.end() ? nullptr : &tasks[it->second];
+  };
+  // Op `y` is op `x` moved one period on (or the same op outside the tasks).
+  const auto moved_op = [&](std::size_t x, std::size_t y) {
+    const PipelineTask* t = task_of_op(x);
+    if (t == nullptr) return y == x;
+    const PipelineTask* n = next_of(*t);
+    return n != nullptr && n->op_end - n->op_begin == t->op_end - t->op_begin &&
+           y == n->op_begin + (x - t->op_begin);
+  };
+  const auto moved_tensor = [&](std::size_t x, std::size_t y) {
+    const PipelineTask* t = task_of_tensor(x);
+    if (t == nullptr) return y == x;
+    const PipelineTask* n = next_of(*t);
+    return n != nullptr && n->tensor_end - n->tensor_begin == t->tensor_end - t->tensor_begin &&
+           y == n->tensor_begin + (x - t->tensor_begin);
+  };
+  const auto same_task = [&](const PipelineTask& a, const PipelineTask& b) {
+    if (b.op_end - b.op_begin != a.op_end - a.op_begin ||
+        b.tensor_end - b.tensor_begin != a.tensor_end - a.tensor_begin) {
+      return false;
+    }
+    for (std::size_t i = 0; i < a.op_end - a.op_begin; ++i) {
+      const sim::Op& x = plan.ops[a.op_begin + i];
+      const sim::Op& y = plan.ops[b.op_begin + i];
+      if (x.lane != y.lane || x.kind != y.kind || x.category != y.category || x.layer != y.layer ||
+          !(x.cost == y.cost) || x.deps.size() != y.deps.size() ||
+          x.allocs.size() != y.allocs.size() || x.frees.size() != y.frees.size()) {
+        return false;
+      }
+      for (std::size_t j = 0; j < x.deps.size(); ++j) {
+        if (!moved_op(x.deps[j].index(), y.deps[j].index())) return false;
+      }
+      for (std::size_t j = 0; j < x.allocs.size(); ++j) {
+        if (!moved_tensor(x.allocs[j].index(), y.allocs[j].index())) return false;
+      }
+      for (std::size_t j = 0; j < x.frees.size(); ++j) {
+        if (!moved_tensor(x.frees[j].index(), y.frees[j].index())) return false;
+      }
+    }
+    for (std::size_t i = 0; i < a.tensor_end - a.tensor_begin; ++i) {
+      const sim::Tensor& x = plan.tensors[a.tensor_begin + i];
+      const sim::Tensor& y = plan.tensors[b.tensor_begin + i];
+      if (x.pool != y.pool || x.bytes != y.bytes || x.category != y.category) return false;
+    }
+    return true;
+  };
+  // lo: the lowest index from which every period is identical to the next, up to hi.
+  std::int64_t lo = 0;
+  for (const PipelineTask& t : tasks) {
+    if (t.index < 0 || t.index + period > hi) continue;
+    const PipelineTask* n = next_of(t);
+    if (n == nullptr || !same_task(t, *n)) lo = std::max(lo, t.index + 1);
+  }
+  // Boundaries at b1 + i·P, i = 0..Q, one period above lo.
+  const std::int64_t b1 = lo + period;
+  if (b1 + (q_max + 1) * period > hi) {
+    why = fmt::format("no identical periods in the reduced step's steady state (from {} to {})", lo,
+                      hi);
+    return std::nullopt;
+  }
+  // The last micro-batch's tasks stand for the full step's last: outside the periodic segments
+  // (ids written as they are; they may only wait at a boundary).
+  sim::detail::PeriodProbe probe;
+  for (const PipelineTask& t : tasks) {
+    if (t.mb == k - 1) continue;
+    probe.segments.push_back({.op_begin = static_cast<std::uint32_t>(t.op_begin),
+                              .op_end = static_cast<std::uint32_t>(t.op_end),
+                              .tensor_begin = static_cast<std::uint32_t>(t.tensor_begin),
+                              .tensor_end = static_cast<std::uint32_t>(t.tensor_end),
+                              .kind = kind_of(t),
+                              .index = t.index});
+  }
+  for (std::int64_t i = 0; i <= q_max; ++i) {
+    const std::int64_t base = b1 + i * period;
+    const PipelineTask* first = nullptr;
+    for (const PipelineTask& t : tasks) {
+      if (t.stage == 0 && t.forward && !t.receive && t.index == base &&
+          (first == nullptr || t.op_begin < first->op_begin)) {
+        first = &t;
+      }
+    }
+    if (first == nullptr || first->op_end == first->op_begin) {
+      why = "no boundary task";
+      return std::nullopt;
+    }
+    probe.boundaries.push_back({.first_op = static_cast<std::uint32_t>(first->op_begin),
+                                .first_tensor = static_cast<std::uint32_t>(first->tensor_begin),
+                                .index = base,
+                                .min_index = lo + i * period,
+                                .max_index = hi});
+  }
+  sim::SimOptions sim_options;
+  sim_options.record_spans = true;
+  sim_options.record_memory = false;
+  sim_options.validate_plan = false;
+  sim_options.cancel = options.cancel;
+  sim::Result<sim::SimResult> result =
+      sim::detail::simulate_with_periods(plan, sim_options, &probe);
+  if (!result) {
+    why = "the reduced step does not simulate";
+    return std::nullopt;
+  }
+  const sim::Timeline& t = result->timeline;
+  if (t.outcome.kind != sim::OutcomeKind::kCompleted) {
+    why = "the reduced step does not complete";
+    return std::nullopt;
+  }
+  // The smallest q (dividing Q) whose boundaries 0 and q are quiet (nothing above hi - q·P
+  // started at boundary 0) with equal states.
+  const auto& s1 = probe.snapshots[0];
+  std::int64_t q = 0;
+  why = "no periodic state";
+  for (std::int64_t c = 1; c <= q_max && q == 0; ++c) {
+    const auto& sc = probe.snapshots[static_cast<std::size_t>(c)];
+    if (q_max % c != 0 || !s1.taken || !sc.taken) continue;
+    if (!s1.quiet || !sc.quiet || s1.highest_index > hi - c * period) {
+      why = fmt::format(
+          "tasks in flight beyond the window (indices {}..{} and {}..{} at boundaries {} and "
+          "{}, window {}..{})",
+          s1.lowest_index, s1.highest_index, sc.lowest_index, sc.highest_index, b1, b1 + c * period,
+          lo, hi);
+      continue;
+    }
+    if (s1.state == sc.state && sc.time_ns > s1.time_ns) q = c;
+  }
+  if (q == 0) return std::nullopt;
+  const auto& s2 = probe.snapshots[static_cast<std::size_t>(q)];
+  const std::int64_t extra = (m - k) / (q * period_mbs);
+  const std::int64_t period_ns = s2.time_ns - s1.time_ns;
+  const sim::TimePoint t1{sim::Duration{s1.time_ns}};
+  const sim::TimePoint t2{sim::Duration{s2.time_ns}};
+  for (std::size_t p = 0; p < t.pools.size(); ++p) {
+    if (t.pools[p].peak_bytes == 0) continue;
+    const bool before = t.pools[p].peak_time <= t2;
+    for (std::uint32_t id : probe.live_at_peak[p]) {
+      const PipelineTask* owner = task_of_tensor(id);
+      const bool last = owner != nullptr && owner->mb == k - 1;
+      if (before ? last : (owner != nullptr && !last)) {
+        why = "a pool's peak holds tensors whose names move";
+        return std::nullopt;
+      }
+    }
+  }
+  std::int64_t period_ops = 0;  // the ops of q periods' tasks
+  for (const PipelineTask& t : tasks) {
+    if (t.index >= b1 && t.index < b1 + q * period) {
+      period_ops += static_cast<std::int64_t>(t.op_end - t.op_begin);
+    }
+  }
+  Extrapolation x;
+  x.makespan = t.makespan + sim::Duration{extra * period_ns};
+  x.plan_ops = static_cast<std::int64_t>(plan.ops.size()) + extra * period_ops;
+  const SimRankInfo& crit = step.ranks.front();
+  x.split = sim::split_time(plan, t, crit.compute_lane);
+  x.split.add(sim::split_time(plan, t, crit.compute_lane, StartWindow{t1, t2}), extra);
+  return report_of(scenario, step, t, &x);
+}
+
 // The framework's device allocator over each rank's HBM allocs and frees in simulated order
 // (runtime.h): reserved memory per rank, and a step that fits its tensors but not the
 // allocator's reserved memory (fragmentation, block rounding) does not fit.
@@ -435,7 +711,10 @@ sim::Result<Evaluation> evaluate(const Scenario& scenario, const EvalOptions& op
   if (scenario.hardware.runtime != HardwareConfig::Runtime::kNone) {
     why = "hardware.runtime: the allocator replay needs the whole step's allocation order";
   } else if (options.steady_state && !options.keep_timeline && !options.keep_plan) {
-    if (std::optional<Report> report = steady_state_report(scenario, options, why)) {
+    std::optional<Report> report = scenario.parallelism.pp == 1
+                                       ? steady_state_report(scenario, options, why)
+                                       : pipeline_steady_state_report(scenario, options, why);
+    if (report) {
       Evaluation e;
       e.report = std::move(*report);
       e.steady_state = true;

@@ -172,7 +172,22 @@ class StepBuilder {
     std::vector<OpId> sends;
     for (const auto& [key, send] : sends_) sends.push_back(send);
     std::sort(sends.begin(), sends.end());
-    for (const OpId send : sends) recv_of_send[send] = receive(send);
+    // Each receive is a one-op task of its own, numbered as the task of its send.
+    const std::size_t stage_tasks = out_.pipeline_tasks.size();
+    for (const OpId send : sends) {
+      recv_of_send[send] = receive(send);
+      const auto task = std::upper_bound(
+          out_.pipeline_tasks.begin(),
+          out_.pipeline_tasks.begin() + static_cast<std::ptrdiff_t>(stage_tasks), send.index(),
+          [](std::size_t op, const PipelineTask& x) { return op < x.op_begin; });
+      if (task == out_.pipeline_tasks.begin()) continue;
+      PipelineTask rt = *std::prev(task);
+      rt.receive = true;
+      rt.op_begin = recv_of_send[send].index();
+      rt.op_end = rt.op_begin + 1;
+      rt.tensor_begin = rt.tensor_end = b_.peek().tensors.size();
+      out_.pipeline_tasks.push_back(rt);
+    }
     for (const auto& [op, key] : pending_recv_) {
       auto it = sends_.find(key);
       if (it == sends_.end()) {
@@ -518,16 +533,35 @@ class StepBuilder {
     if (static_only_) return sim::ok();
 
     const bool interleaved = p.schedule == ParallelConfig::PipelineSchedule::kInterleaved1F1B;
-    for (const Task& t :
-         pipeline_schedule(stage, p.pp, p.virtual_stages, micro_batches_, interleaved)) {
+    const std::vector<Task> tasks =
+        pipeline_schedule(stage, p.pp, p.virtual_stages, micro_batches_, interleaved);
+    // Warm-up forwards: those before the first backward (the steady state's index origin).
+    const auto first_bwd =
+        std::find_if(tasks.begin(), tasks.end(), [](const Task& t) { return !t.forward; });
+    const std::int64_t warmup = first_bwd - tasks.begin();
+    std::int64_t forwards = 0;
+    std::int64_t backwards = 0;
+    for (const Task& t : tasks) {
       if (t.forward && p.pp == 1) {
         out_.micro_batch_starts.push_back(
             {.op = b_.peek().ops.size(), .tensor = b_.peek().tensors.size()});
       }
+      PipelineTask pt{.stage = stage,
+                      .chunk = t.chunk,
+                      .mb = t.mb,
+                      .forward = t.forward,
+                      .index = t.forward ? forwards++ - warmup : backwards++,
+                      .op_begin = b_.peek().ops.size(),
+                      .tensor_begin = b_.peek().tensors.size()};
       if (t.forward) {
         forward_task(r, t);
       } else {
         backward_task(r, t);
+      }
+      if (p.pp > 1) {
+        pt.op_end = b_.peek().ops.size();
+        pt.tensor_end = b_.peek().tensors.size();
+        out_.pipeline_tasks.push_back(pt);
       }
     }
     optimizer(r);

@@ -42,6 +42,25 @@ struct MicroBatchStart {
   std::size_t tensor = 0;
 };
 
+// One task of a pipeline plan (pp > 1): the forward or backward pass of micro-batch `mb` over
+// model chunk `chunk` on `stage`, as the ops [op_begin, op_end) and the tensors created with
+// them [tensor_begin, tensor_end); or (receive) the one receive op of such a task's send.
+// `index` numbers the stage's tasks as its steady state pairs them: a forward's ordinal among
+// the stage's forwards minus its warm-up forwards, a backward's ordinal among its backwards
+// (1F1B: forward of micro-batch w + j and backward of j have index j, w the warm-up).
+struct PipelineTask {
+  int stage = 0;
+  int chunk = 0;
+  int mb = 0;
+  bool forward = true;
+  bool receive = false;
+  std::int64_t index = 0;
+  std::size_t op_begin = 0;
+  std::size_t op_end = 0;
+  std::size_t tensor_begin = 0;
+  std::size_t tensor_end = 0;
+};
+
 // One simulated (representative) rank.
 struct SimRankInfo {
   int rank = 0;              // global rank of the representative
@@ -69,6 +88,8 @@ struct BuiltStep {
   // With one pipeline stage, micro-batch i's forward and backward ops are the plan's ops from
   // micro_batch_starts[i].op on (its tensors likewise); empty with pipeline parallelism.
   std::vector<MicroBatchStart> micro_batch_starts;
+  // With pipeline parallelism: every task in op order (the stages' tasks, then the receives).
+  std::vector<PipelineTask> pipeline_tasks;
 };
 
 sim::Result<BuiltStep> build_step(const Scenario& scenario, const BuildOptions& options = {});

@@ -48,16 +48,37 @@ Result<SimResult> simulate_with_probe(const Plan& plan, const SimOptions& option
 //   auto r = sim::detail::simulate_with_periods(plan, {}, &probe);
 //   bool periodic = probe.snapshots[0].quiet && probe.snapshots[0].state ==
 //   probe.snapshots[1].state;
+//
+// With `segments` (a pipeline's tasks) the periodic region is a set of numbered runs of ops
+// instead: each run (one task: its ops and the tensors created with them) has a kind and a
+// period index, the same task of the next period has the same kind and index + period. An op
+// or tensor of a segment is written as (kind, index - boundary.index, offset in the segment);
+// op_lo..tensor_hi and prev/next_first_op are then unused, and a boundary is quiet when every
+// lane's next op to end, if it belongs to a segment, has index >= min_index, and every op that
+// has started or ended belongs to a segment of index <= max_index (ops outside the segments,
+// such as the optimizer's, may only wait).
 struct PeriodProbe {
   std::uint32_t op_lo = 0;
   std::uint32_t op_hi = 0;
   std::uint32_t tensor_lo = 0;
   std::uint32_t tensor_hi = 0;
+  struct Segment {
+    std::uint32_t op_begin = 0;  // ops [op_begin, op_end)
+    std::uint32_t op_end = 0;
+    std::uint32_t tensor_begin = 0;  // tensors [tensor_begin, tensor_end)
+    std::uint32_t tensor_end = 0;
+    std::uint32_t kind = 0;
+    std::int64_t index = 0;
+  };
+  std::vector<Segment> segments;  // sorted by op_begin, disjoint; tensor ranges disjoint
   struct Boundary {
     std::uint32_t first_op = 0;
     std::uint32_t first_tensor = 0;
     std::uint32_t prev_first_op = 0;  // every op before it must have ended at the boundary
     std::uint32_t next_first_op = 0;  // no op from it on may have started at the boundary
+    std::int64_t index = 0;           // with segments: the boundary's period index
+    std::int64_t min_index = 0;       // and the window of indices that may be in flight
+    std::int64_t max_index = 0;
   };
   std::vector<Boundary> boundaries;  // in the order their first ops start
 
@@ -66,6 +87,10 @@ struct PeriodProbe {
     bool quiet = false;  // the prev/next conditions above held
     std::int64_t time_ns = 0;
     std::vector<std::uint64_t> state;
+    // With segments: the lowest index among lanes' next ops and the highest among started ops
+    // (what the window had to allow; for choosing the reduced step's size).
+    std::int64_t lowest_index = 0;
+    std::int64_t highest_index = 0;
   };
   std::vector<Snapshot> snapshots;  // filled by the engine, one per boundary
   // Per pool: the tensors live at its peak (ids, in pool order), as in Timeline::live_at_peak.

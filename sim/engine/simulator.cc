@@ -651,10 +651,66 @@ void Engine::take_snapshot(std::size_t boundary) {
   std::vector<std::uint64_t>& out = snap.state;
   out.clear();
   const auto rel = [&](std::int64_t ns) { return static_cast<std::uint64_t>(ns - now_); };
+  // Segments (see detail::PeriodProbe): which one holds an op or a tensor.
+  using Segment = detail::PeriodProbe::Segment;
+  const std::vector<Segment>& segs = periods_->segments;
+  const bool segmented = !segs.empty();
+  const auto seg_of_op = [&](std::uint32_t x) -> const Segment* {
+    auto it = std::upper_bound(segs.begin(), segs.end(), x,
+                               [](std::uint32_t v, const Segment& g) { return v < g.op_begin; });
+    if (it == segs.begin()) return nullptr;
+    --it;
+    return x < it->op_end ? &*it : nullptr;
+  };
+  std::vector<const Segment*> by_tensor;  // segments with tensors, by tensor_begin
+  if (segmented) {
+    for (const Segment& g : segs) {
+      if (g.tensor_end > g.tensor_begin) by_tensor.push_back(&g);
+    }
+    std::sort(by_tensor.begin(), by_tensor.end(),
+              [](const Segment* a, const Segment* c) { return a->tensor_begin < c->tensor_begin; });
+  }
+  const auto seg_of_tensor = [&](std::uint32_t t) -> const Segment* {
+    auto it =
+        std::upper_bound(by_tensor.begin(), by_tensor.end(), t,
+                         [](std::uint32_t v, const Segment* g) { return v < g->tensor_begin; });
+    if (it == by_tensor.begin()) return nullptr;
+    --it;
+    return t < (*it)->tensor_end ? *it : nullptr;
+  };
+  bool quiet = true;
+  std::int64_t lowest = std::numeric_limits<std::int64_t>::max();
+  std::int64_t highest = std::numeric_limits<std::int64_t>::min();
+  // With segments: `x` is a lane's next op to end (head) or an op that started (ran).
+  const auto window = [&](std::uint32_t x, bool head, bool ran) {
+    const Segment* g = seg_of_op(x);
+    if (g == nullptr) {
+      if (ran) quiet = false;
+      return;
+    }
+    if (head) {
+      lowest = std::min(lowest, g->index);
+      if (g->index < b.min_index) quiet = false;
+    }
+    if (ran) {
+      highest = std::max(highest, g->index);
+      if (g->index > b.max_index) quiet = false;
+    }
+  };
   const auto op_id = [&](std::uint32_t x) {
     if (x == kNone) {
       out.push_back(2);
       out.push_back(0);
+    } else if (segmented) {
+      if (const Segment* g = seg_of_op(x)) {
+        out.push_back(3);
+        out.push_back(g->kind);
+        out.push_back(static_cast<std::uint64_t>(g->index - b.index));
+        out.push_back(x - g->op_begin);
+      } else {
+        out.push_back(0);
+        out.push_back(x);
+      }
     } else if (x >= periods_->op_lo && x < periods_->op_hi) {
       out.push_back(1);
       out.push_back(static_cast<std::uint64_t>(std::int64_t{x} - std::int64_t{b.first_op}));
@@ -663,7 +719,6 @@ void Engine::take_snapshot(std::size_t boundary) {
       out.push_back(x);
     }
   };
-  bool quiet = true;
   out.push_back(rel(makespan_));
   out.push_back(ready_.size() - ready_next_);
   out.push_back(released_.size());
@@ -674,7 +729,11 @@ void Engine::take_snapshot(std::size_t boundary) {
     out.push_back(0xA1A1000000000000u | lane);
     if (pos > lo) {
       const std::uint32_t prev = lane_ops_[pos - 1];
-      if (prev >= b.next_first_op) quiet = false;
+      if (segmented) {
+        window(prev, false, true);
+      } else if (prev >= b.next_first_op) {
+        quiet = false;
+      }
       out.push_back(rel(ops_[prev].end_ns));
     }
     if (pos >= hi) {
@@ -682,9 +741,13 @@ void Engine::take_snapshot(std::size_t boundary) {
       continue;
     }
     const std::uint32_t head = lane_ops_[pos];
-    if (head < b.prev_first_op) quiet = false;
     const OpState& h = ops_[head];
-    if (h.phase != Phase::kWaiting && head >= b.next_first_op) quiet = false;
+    if (segmented) {
+      window(head, true, h.phase != Phase::kWaiting);
+    } else {
+      if (head < b.prev_first_op) quiet = false;
+      if (h.phase != Phase::kWaiting && head >= b.next_first_op) quiet = false;
+    }
     op_id(head);
     out.push_back(static_cast<std::uint64_t>(h.phase));
     out.push_back(h.phase == Phase::kWaiting ? h.pending_deps : rel(h.start_ns));
@@ -754,7 +817,17 @@ void Engine::take_snapshot(std::size_t boundary) {
   }
   for (std::uint32_t t = 0; t < live_.size(); ++t) {
     if (!live_[t]) continue;
-    if (t >= periods_->tensor_lo && t < periods_->tensor_hi) {
+    if (segmented) {
+      if (const Segment* g = seg_of_tensor(t)) {
+        out.push_back(3);
+        out.push_back(g->kind);
+        out.push_back(static_cast<std::uint64_t>(g->index - b.index));
+        out.push_back(t - g->tensor_begin);
+      } else {
+        out.push_back(0);
+        out.push_back(t);
+      }
+    } else if (t >= periods_->tensor_lo && t < periods_->tensor_hi) {
       out.push_back(1);
       out.push_back(static_cast<std::uint64_t>(std::int64_t{t} - std::int64_t{b.first_tensor}));
     } else {
@@ -763,6 +836,8 @@ void Engine::take_snapshot(std::size_t boundary) {
     }
   }
   snap.quiet = quiet;
+  snap.lowest_index = lowest;
+  snap.highest_index = highest;
 }
 
 Result<SimResult> Engine::run() {

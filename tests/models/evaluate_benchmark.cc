@@ -44,6 +44,33 @@ void BM_Evaluate70B(benchmark::State& state) {
 }
 BENCHMARK(BM_Evaluate70B)->Arg(8)->Arg(32)->Arg(256)->Unit(benchmark::kMillisecond);
 
+// A point of search space A (GPT-3 175B on 64 A100-80GB, global batch 256): tp 8, pp 8, dp 1,
+// micro-batch 1, so 256 micro-batches through an 8-stage 1F1B pipeline. Arg: 1 = the default
+// options (the pipeline steady state: a reduced step of 20 micro-batches, extrapolated), 0 = the
+// full simulation; the counters give the path taken and the step's plan ops.
+void BM_EvaluatePipelineGpt3(benchmark::State& state) {
+  Scenario s;
+  s.name = "gpt3-175b-64xa100-tp8-pp8";
+  s.model = *find_model("gpt3-175b");
+  s.hardware.system = "dgx-a100-80gb";
+  s.hardware.nodes = 8;
+  s.training = {.global_batch = 256, .micro_batch = 1, .seq_len = 2048};
+  s.parallelism = {.dp = 1, .tp = 8, .pp = 8};
+  EvalOptions options;
+  options.steady_state = state.range(0) != 0;
+  bool steady = false;
+  std::int64_t ops = 0;
+  for (auto _ : state) {
+    auto e = evaluate(s, options);
+    steady = e->steady_state;
+    ops = e->report.plan_ops;
+    benchmark::DoNotOptimize(e);
+  }
+  state.counters["steady_state"] = steady ? 1.0 : 0.0;
+  state.counters["plan_ops"] = static_cast<double>(ops);
+}
+BENCHMARK(BM_EvaluatePipelineGpt3)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
+
 }  // namespace
 }  // namespace offsim::models
 
