@@ -1,6 +1,7 @@
 #include "scenarios/report_format.h"
 
 #include <algorithm>
+#include <span>
 
 #include <fmt/format.h>
 
@@ -83,112 +84,153 @@ std::string limiting_factor(const models::Report& r) {
   return out;
 }
 
-std::string format_table(const std::vector<NamedReport>& reports) {
-  std::vector<Row> rows;
-  auto add = [&](const std::string& label, auto cell) {
+namespace {
+
+using R = models::Report;
+
+// The table's rows, one cell per report, in the order added.
+class Table {
+ public:
+  explicit Table(const std::vector<NamedReport>& reports) : reports_(reports) {}
+
+  template <class Cell>
+  void add(const std::string& label, Cell cell) {
     Row row{label, {}};
-    for (const NamedReport& nr : reports) row.cells.push_back(cell(nr.report));
-    rows.push_back(std::move(row));
-  };
-  using R = models::Report;
-  // Rates and time splits exist only for a step that ran to the end; an out-of-memory run stops
-  // part-way, so its partial figures would mislead.
-  auto timed = [](auto cell) {
-    return [cell](const R& r) { return r.fits ? cell(r) : std::string("-"); };
-  };
-  if (reports.size() == 1) add("scenario", [&](const R& r) { return r.scenario; });
-  add("outcome", [](const R& r) {
+    for (const NamedReport& nr : reports_) row.cells.push_back(cell(nr.report));
+    rows_.push_back(std::move(row));
+  }
+
+  const std::vector<NamedReport>& reports() const { return reports_; }
+  std::vector<Row> take_rows() { return std::move(rows_); }
+
+ private:
+  const std::vector<NamedReport>& reports_;
+  std::vector<Row> rows_;
+};
+
+// Rates and time splits exist only for a step that ran to the end; an out-of-memory run stops
+// part-way, so its partial figures would mislead.
+template <class Cell>
+auto timed(Cell cell) {
+  return [cell](const R& r) { return r.fits ? cell(r) : std::string("-"); };
+}
+
+// A pool over capacity was run to the step's end unbounded: its peak is what the step needs.
+std::string peak_of(std::int64_t peak, std::int64_t capacity) {
+  if (capacity > 0 && peak > capacity) {
+    return fmt::format("needs {} of {} (over by {})", format_bytes(peak), format_bytes(capacity),
+                       format_bytes(peak - capacity));
+  }
+  return fmt::format("{} of {}", format_bytes(peak), format_bytes(capacity));
+}
+
+// Outcome, size, step time and rates.
+void add_summary_rows(Table& t) {
+  if (t.reports().size() == 1) t.add("scenario", [&](const R& r) { return r.scenario; });
+  t.add("outcome", [](const R& r) {
     return fmt::format("{}{}", r.outcome, r.fits ? ", fits" : ", DOES NOT FIT");
   });
-  add("GPUs", [](const R& r) { return std::to_string(r.gpus); });
-  add("step time", timed([](const R& r) { return seconds(r.step_time_s); }));
-  add("tokens/s", timed([](const R& r) {
-        return fmt::format("{} ({} per GPU)", with_thousands(r.tokens_per_s),
-                           with_thousands(r.tokens_per_s_per_gpu));
-      }));
-  add("TFLOP/s per GPU", timed([](const R& r) {
-        return fmt::format("{:.1f} model, {:.1f} hw", r.tflops_per_gpu, r.hw_tflops_per_gpu);
-      }));
-  add("MFU / HFU",
-      timed([](const R& r) { return fmt::format("{:.1f}% / {:.1f}%", 100 * r.mfu, 100 * r.hfu); }));
-  // A pool over capacity was run to the step's end unbounded: its peak is what the step needs.
-  const auto peak_of = [](std::int64_t peak, std::int64_t capacity) {
-    if (capacity > 0 && peak > capacity) {
-      return fmt::format("needs {} of {} (over by {})", format_bytes(peak), format_bytes(capacity),
-                         format_bytes(peak - capacity));
-    }
-    return fmt::format("{} of {}", format_bytes(peak), format_bytes(capacity));
-  };
-  add("HBM peak", [&](const R& r) {
+  t.add("GPUs", [](const R& r) { return std::to_string(r.gpus); });
+  t.add("step time", timed([](const R& r) { return seconds(r.step_time_s); }));
+  t.add("tokens/s", timed([](const R& r) {
+          return fmt::format("{} ({} per GPU)", with_thousands(r.tokens_per_s),
+                             with_thousands(r.tokens_per_s_per_gpu));
+        }));
+  t.add("TFLOP/s per GPU", timed([](const R& r) {
+          return fmt::format("{:.1f} model, {:.1f} hw", r.tflops_per_gpu, r.hw_tflops_per_gpu);
+        }));
+  t.add("MFU / HFU", timed([](const R& r) {
+          return fmt::format("{:.1f}% / {:.1f}%", 100 * r.mfu, 100 * r.hfu);
+        }));
+}
+
+// HBM peak (reserved when any run reserves), its parts, the pinned host peak.
+void add_memory_rows(Table& t) {
+  t.add("HBM peak", [&](const R& r) {
     return fmt::format("{} ({})", peak_of(r.hbm_peak_bytes, r.hbm_capacity_bytes), r.worst_rank);
   });
   bool any_reserved = false;
-  for (const NamedReport& nr : reports) any_reserved |= nr.report.hbm_reserved_bytes > 0;
+  for (const NamedReport& nr : t.reports()) any_reserved |= nr.report.hbm_reserved_bytes > 0;
   if (any_reserved) {
     // hardware.runtime: what the framework holds from the driver (allocator cache, context).
-    add("HBM reserved",
-        [&](const R& r) { return peak_of(r.hbm_reserved_bytes, r.hbm_capacity_bytes); });
+    t.add("HBM reserved",
+          [&](const R& r) { return peak_of(r.hbm_reserved_bytes, r.hbm_capacity_bytes); });
   }
-  add("  params", [](const R& r) { return format_bytes(r.memory.params_bytes); });
-  add("  grads", [](const R& r) { return format_bytes(r.memory.grads_bytes); });
-  add("  optimizer", [](const R& r) { return format_bytes(r.memory.optimizer_bytes); });
-  add("  activations", [](const R& r) { return format_bytes(r.memory.activations_bytes); });
-  add("  buffers", [](const R& r) { return format_bytes(r.memory.buffers_bytes); });
-  add("  workspace", [](const R& r) { return format_bytes(r.memory.workspace_bytes); });
-  add("  transients", [](const R& r) { return format_bytes(r.memory.transient_bytes); });
-  add("  runtime", [](const R& r) { return format_bytes(r.memory.runtime_bytes); });
-  add("host pinned peak",
-      [&](const R& r) { return peak_of(r.host_peak_bytes, r.host_capacity_bytes); });
-  add("time: compute", timed([](const R& r) {
-        return fmt::format("{} ({})", seconds(r.time.compute_s),
-                           percent(r.time.compute_s, r.step_time_s));
-      }));
-  const std::pair<const char*, double models::TimeSplit::*> parts[] = {
+  t.add("  params", [](const R& r) { return format_bytes(r.memory.params_bytes); });
+  t.add("  grads", [](const R& r) { return format_bytes(r.memory.grads_bytes); });
+  t.add("  optimizer", [](const R& r) { return format_bytes(r.memory.optimizer_bytes); });
+  t.add("  activations", [](const R& r) { return format_bytes(r.memory.activations_bytes); });
+  t.add("  buffers", [](const R& r) { return format_bytes(r.memory.buffers_bytes); });
+  t.add("  workspace", [](const R& r) { return format_bytes(r.memory.workspace_bytes); });
+  t.add("  transients", [](const R& r) { return format_bytes(r.memory.transient_bytes); });
+  t.add("  runtime", [](const R& r) { return format_bytes(r.memory.runtime_bytes); });
+  t.add("host pinned peak",
+        [&](const R& r) { return peak_of(r.host_peak_bytes, r.host_capacity_bytes); });
+}
+
+using TimePart = std::pair<const char*, double models::TimeSplit::*>;
+
+// One row per part of the step time: seconds and share of the step.
+void add_time_parts(Table& t, std::span<const TimePart> parts) {
+  for (const auto& [label, member] : parts) {
+    t.add(label, timed([member = member](const R& r) {
+            return fmt::format("{} ({})", seconds(r.time.*member),
+                               percent(r.time.*member, r.step_time_s));
+          }));
+  }
+}
+
+// The split of the step time; the MoE parts when any run has experts.
+void add_time_rows(Table& t) {
+  t.add("time: compute", timed([](const R& r) {
+          return fmt::format("{} ({})", seconds(r.time.compute_s),
+                             percent(r.time.compute_s, r.step_time_s));
+        }));
+  static constexpr TimePart kParts[] = {
       {"  recompute", &models::TimeSplit::recompute_s},
       {"  exposed comm", &models::TimeSplit::exposed_comm_s},
       {"  exposed offload", &models::TimeSplit::exposed_offload_s},
       {"  pipeline bubble", &models::TimeSplit::bubble_s},
       {"  CPU optimizer", &models::TimeSplit::cpu_optimizer_s},
       {"  other", &models::TimeSplit::other_s}};
-  for (const auto& [label, member] : parts) {
-    add(label, timed([member = member](const R& r) {
-          return fmt::format("{} ({})", seconds(r.time.*member),
-                             percent(r.time.*member, r.step_time_s));
-        }));
-  }
-  const bool moe = std::any_of(reports.begin(), reports.end(), [](const NamedReport& nr) {
+  add_time_parts(t, kParts);
+  const bool moe = std::any_of(t.reports().begin(), t.reports().end(), [](const NamedReport& nr) {
     return nr.report.time.moe_alltoall_s > 0.0 || nr.report.time.grouped_gemm_s > 0.0;
   });
   if (moe) {
-    const std::pair<const char*, double models::TimeSplit::*> moe_parts[] = {
+    static constexpr TimePart kMoeParts[] = {
         {"  of which MoE all-to-all", &models::TimeSplit::moe_alltoall_s},
         {"  of which grouped GEMMs", &models::TimeSplit::grouped_gemm_s}};
-    for (const auto& [label, member] : moe_parts) {
-      add(label, timed([member = member](const R& r) {
-            return fmt::format("{} ({})", seconds(r.time.*member),
-                               percent(r.time.*member, r.step_time_s));
-          }));
-    }
+    add_time_parts(t, kMoeParts);
   }
-  add("limited by", [](const R& r) { return limiting_factor(r); });
+}
+
+// What limits the step, the model's flags and where memory ran out.
+void add_diagnosis_rows(Table& t) {
+  t.add("limited by", [](const R& r) { return limiting_factor(r); });
   std::size_t max_flags = 0;
-  for (const NamedReport& nr : reports) max_flags = std::max(max_flags, nr.report.flags.size());
+  for (const NamedReport& nr : t.reports()) {
+    max_flags = std::max(max_flags, nr.report.flags.size());
+  }
   for (std::size_t i = 0; i < max_flags; ++i) {
-    add(i == 0 ? "flags" : "",
-        [i](const R& r) { return i < r.flags.size() ? r.flags[i] : std::string(); });
+    t.add(i == 0 ? "flags" : "",
+          [i](const R& r) { return i < r.flags.size() ? r.flags[i] : std::string(); });
   }
   bool any_oom = false;
-  for (const NamedReport& nr : reports) any_oom = any_oom || nr.report.oom.has_value();
+  for (const NamedReport& nr : t.reports()) any_oom = any_oom || nr.report.oom.has_value();
   if (any_oom) {
-    add("out of memory at", [](const R& r) {
+    t.add("out of memory at", [](const R& r) {
       if (!r.oom) return std::string("-");
       return fmt::format("{} on {} at {}: +{} with {} of {} in use", r.oom->op, r.oom->pool,
                          seconds(r.oom->time_s), format_bytes(r.oom->requested_bytes),
                          format_bytes(r.oom->in_use_bytes), format_bytes(r.oom->capacity_bytes));
     });
   }
+}
 
-  // Header line with each report's name, then aligned columns.
+// Header line with each report's name, then aligned columns (one report: no header, its
+// scenario row names it).
+std::string render(std::vector<Row> rows, const std::vector<NamedReport>& reports) {
   Row header{"", {}};
   for (const NamedReport& nr : reports) header.cells.push_back(nr.name);
   rows.insert(rows.begin(), header);
@@ -218,6 +260,17 @@ std::string format_table(const std::vector<NamedReport>& reports) {
     }
   }
   return out;
+}
+
+}  // namespace
+
+std::string format_table(const std::vector<NamedReport>& reports) {
+  Table table(reports);
+  add_summary_rows(table);
+  add_memory_rows(table);
+  add_time_rows(table);
+  add_diagnosis_rows(table);
+  return render(table.take_rows(), reports);
 }
 
 const std::vector<std::string>& report_columns() {

@@ -331,10 +331,8 @@ sim::Result<ModelArch> read_model(const Node& node, const std::string& base_dir)
   return m;
 }
 
-sim::Status read_hardware(const Node& node, const std::string& base_dir,
-                          models::HardwareConfig& h) {
-  OFFSIM_RETURN_IF_ERROR(expect_map(node, "hardware"));
-  MapReader r(node, "hardware");
+// hardware.system: required, one of the catalogue's systems.
+sim::Status read_system(MapReader& r, const Node& node, models::HardwareConfig& h) {
   const Node* system = r.get("system");
   if (system == nullptr) {
     return missing_key(node, "hardware", "system",
@@ -345,6 +343,42 @@ sim::Status read_hardware(const Node& node, const std::string& base_dir,
   if (!known.empty() && std::find(known.begin(), known.end(), h.system) == known.end()) {
     return type_error(*system, "hardware.system", fmt::format("one of {}", fmt::join(known, ", ")));
   }
+  return sim::ok();
+}
+
+// hardware.host: null or one of the host catalogue's names.
+sim::Status read_host(const Node& host, models::HardwareConfig& h) {
+  if (is_null_scalar(host)) return sim::ok();
+  OFFSIM_ASSIGN_OR_RETURN(h.host, string_of(host, "hardware.host"));
+  if (!sim::platform::find_host(h.host)) {
+    std::vector<std::string> names;
+    for (const auto& known_host : sim::platform::list_hosts()) names.push_back(known_host.name);
+    return type_error(host, "hardware.host", fmt::format("one of {}", fmt::join(names, ", ")));
+  }
+  return sim::ok();
+}
+
+// hardware.overrides: a map of figure paths, nested or dotted, to numbers, flattened in order.
+sim::Status read_overrides(const Node& map, const std::string& prefix,
+                           std::vector<std::pair<std::string, double>>& out) {
+  for (const auto& [key, value] : map.entries) {
+    const std::string path = prefix.empty() ? key : prefix + "." + key;
+    if (value.kind == NodeKind::kMap) {
+      OFFSIM_RETURN_IF_ERROR(read_overrides(value, path, out));
+      continue;
+    }
+    const auto v = scalar_double(value);
+    if (!v) return type_error(value, "hardware.overrides." + path, "a number");
+    out.emplace_back(path, *v);
+  }
+  return sim::ok();
+}
+
+sim::Status read_hardware(const Node& node, const std::string& base_dir,
+                          models::HardwareConfig& h) {
+  OFFSIM_RETURN_IF_ERROR(expect_map(node, "hardware"));
+  MapReader r(node, "hardware");
+  OFFSIM_RETURN_IF_ERROR(read_system(r, node, h));
   OFFSIM_RETURN_IF_ERROR(read_int(r, "nodes", h.nodes, 1, 100'000));
   OFFSIM_RETURN_IF_ERROR(read_int(r, "gpus", h.gpus, 0, 10'000'000));
   if (const Node* profile = r.get("profile")) {
@@ -361,34 +395,13 @@ sim::Status read_hardware(const Node& node, const std::string& base_dir,
   }
   // hardware.host and hardware.overrides (a map of figure paths, nested or dotted, to numbers).
   if (const Node* host = r.get("host")) {
-    if (!is_null_scalar(*host)) {
-      OFFSIM_ASSIGN_OR_RETURN(h.host, string_of(*host, "hardware.host"));
-      if (!sim::platform::find_host(h.host)) {
-        std::vector<std::string> names;
-        for (const auto& known_host : sim::platform::list_hosts()) names.push_back(known_host.name);
-        return type_error(*host, "hardware.host", fmt::format("one of {}", fmt::join(names, ", ")));
-      }
-    }
+    OFFSIM_RETURN_IF_ERROR(read_host(*host, h));
   }
   if (const Node* overrides = r.get("overrides")) {
     if (!is_null_scalar(*overrides)) {
       OFFSIM_RETURN_IF_ERROR(expect_map(*overrides, "hardware.overrides"));
       h.overrides.clear();
-      std::function<sim::Status(const Node&, const std::string&)> flatten =
-          [&](const Node& map, const std::string& prefix) -> sim::Status {
-        for (const auto& [key, value] : map.entries) {
-          const std::string path = prefix.empty() ? key : prefix + "." + key;
-          if (value.kind == NodeKind::kMap) {
-            OFFSIM_RETURN_IF_ERROR(flatten(value, path));
-            continue;
-          }
-          const auto v = scalar_double(value);
-          if (!v) return type_error(value, "hardware.overrides." + path, "a number");
-          h.overrides.emplace_back(path, *v);
-        }
-        return sim::ok();
-      };
-      OFFSIM_RETURN_IF_ERROR(flatten(*overrides, ""));
+      OFFSIM_RETURN_IF_ERROR(read_overrides(*overrides, "", h.overrides));
     }
   }
   return r.finish();
@@ -928,11 +941,39 @@ sim::Status check_loaded(const Scenario& scenario, const Node& doc) {
   return sim::ok();
 }
 
-Node scenario_to_document(const Scenario& s) {
-  Node root = make_map();
-  put(root, "name", quoted_node(s.name));
+namespace {
 
-  const ModelArch& m = s.model;
+Node moe_node(const models::MoeConfig& e) {
+  Node moe = make_map();
+  put(moe, "experts", number_node(e.experts));
+  put(moe, "top_k", number_node(e.top_k));
+  put(moe, "expert_ffn_hidden", number_node(e.expert_ffn_hidden));
+  put(moe, "shared_experts", number_node(e.shared_experts));
+  put(moe, "shared_ffn_hidden", number_node(e.shared_ffn_hidden));
+  put(moe, "first_k_dense", number_node(e.first_k_dense));
+  put(moe, "layer_freq", number_node(e.layer_freq));
+  if (e.capacity_factor > 0.0) put(moe, "capacity_factor", number_node(e.capacity_factor));
+  put(moe, "load_imbalance", number_node(e.load_imbalance));
+  if (!e.expert_loads.empty()) {
+    Node loads = make_sequence();
+    for (double v : e.expert_loads) loads.items.push_back(number_node(v));
+    put(moe, "expert_loads", std::move(loads));
+  }
+  put(moe, "router_bias", bool_node(e.router_bias));
+  return moe;
+}
+
+Node mla_node(const models::MlaConfig& a) {
+  Node mla = make_map();
+  put(mla, "q_lora_rank", number_node(a.q_lora_rank));
+  put(mla, "kv_lora_rank", number_node(a.kv_lora_rank));
+  put(mla, "qk_nope_head_dim", number_node(a.qk_nope_head_dim));
+  put(mla, "qk_rope_head_dim", number_node(a.qk_rope_head_dim));
+  put(mla, "v_head_dim", number_node(a.v_head_dim));
+  return mla;
+}
+
+Node model_node(const ModelArch& m) {
   Node model = make_map();
   put(model, "name", quoted_node(m.name));
   put(model, "vocab_size", number_node(m.vocab_size));
@@ -949,56 +990,29 @@ Node scenario_to_document(const Scenario& s) {
   put(model, "linear_bias", bool_node(m.linear_bias));
   put(model, "max_positions", number_node(m.max_positions));
   put(model, "dropout", bool_node(m.dropout));
-  if (m.moe.experts > 0) {
-    const models::MoeConfig& e = m.moe;
-    Node moe = make_map();
-    put(moe, "experts", number_node(e.experts));
-    put(moe, "top_k", number_node(e.top_k));
-    put(moe, "expert_ffn_hidden", number_node(e.expert_ffn_hidden));
-    put(moe, "shared_experts", number_node(e.shared_experts));
-    put(moe, "shared_ffn_hidden", number_node(e.shared_ffn_hidden));
-    put(moe, "first_k_dense", number_node(e.first_k_dense));
-    put(moe, "layer_freq", number_node(e.layer_freq));
-    if (e.capacity_factor > 0.0) put(moe, "capacity_factor", number_node(e.capacity_factor));
-    put(moe, "load_imbalance", number_node(e.load_imbalance));
-    if (!e.expert_loads.empty()) {
-      Node loads = make_sequence();
-      for (double v : e.expert_loads) loads.items.push_back(number_node(v));
-      put(moe, "expert_loads", std::move(loads));
-    }
-    put(moe, "router_bias", bool_node(e.router_bias));
-    put(model, "moe", std::move(moe));
-  }
-  if (m.mla.kv_lora_rank > 0) {
-    Node mla = make_map();
-    put(mla, "q_lora_rank", number_node(m.mla.q_lora_rank));
-    put(mla, "kv_lora_rank", number_node(m.mla.kv_lora_rank));
-    put(mla, "qk_nope_head_dim", number_node(m.mla.qk_nope_head_dim));
-    put(mla, "qk_rope_head_dim", number_node(m.mla.qk_rope_head_dim));
-    put(mla, "v_head_dim", number_node(m.mla.v_head_dim));
-    put(model, "mla", std::move(mla));
-  }
+  if (m.moe.experts > 0) put(model, "moe", moe_node(m.moe));
+  if (m.mla.kv_lora_rank > 0) put(model, "mla", mla_node(m.mla));
   if (m.mtp_layers > 0) put(model, "mtp_layers", number_node(m.mtp_layers));
-  put(root, "model", std::move(model));
+  return model;
+}
 
+Node hardware_node(const models::HardwareConfig& h) {
   Node hw = make_map();
-  put(hw, "system", quoted_node(s.hardware.system));
-  put(hw, "nodes", number_node(s.hardware.nodes));
-  put(hw, "gpus", number_node(s.hardware.gpus));
-  if (s.hardware.runtime != models::HardwareConfig::Runtime::kNone) {
-    put(hw, "runtime", scalar_node(models::to_string(s.hardware.runtime)));
+  put(hw, "system", quoted_node(h.system));
+  put(hw, "nodes", number_node(h.nodes));
+  put(hw, "gpus", number_node(h.gpus));
+  if (h.runtime != models::HardwareConfig::Runtime::kNone) {
+    put(hw, "runtime", scalar_node(models::to_string(h.runtime)));
   }
-  put(hw, "profile",
-      s.hardware.profile_path.empty() ? Node{} : quoted_node(s.hardware.profile_path));
-  put(hw, "host", s.hardware.host.empty() ? Node{} : quoted_node(s.hardware.host));
-  {
-    Node overrides = make_map();
-    for (const auto& [path, value] : s.hardware.overrides) put(overrides, path, number_node(value));
-    put(hw, "overrides", std::move(overrides));
-  }
-  put(root, "hardware", std::move(hw));
+  put(hw, "profile", h.profile_path.empty() ? Node{} : quoted_node(h.profile_path));
+  put(hw, "host", h.host.empty() ? Node{} : quoted_node(h.host));
+  Node overrides = make_map();
+  for (const auto& [path, value] : h.overrides) put(overrides, path, number_node(value));
+  put(hw, "overrides", std::move(overrides));
+  return hw;
+}
 
-  const models::TrainingConfig& t = s.training;
+Node training_node(const models::TrainingConfig& t) {
   Node training = make_map();
   put(training, "global_batch", number_node(t.global_batch));
   put(training, "micro_batch", number_node(t.micro_batch));
@@ -1008,28 +1022,27 @@ Node scenario_to_document(const Scenario& s) {
   put(training, "loss_chunks", number_node(t.loss_chunks));
   put(training, "gradient_accumulation_fusion", bool_node(t.gradient_accumulation_fusion));
   if (!t.dtype_preset.empty()) put(training, "dtype_preset", scalar_node(t.dtype_preset));
-  {
-    Node dtypes = make_map();
-    const std::pair<const char*, const std::optional<sim::DType>*> entries[] = {
-        {"params", &t.dtypes.params},
-        {"grads", &t.dtypes.grads},
-        {"master", &t.dtypes.master},
-        {"first_moment", &t.dtypes.first_moment},
-        {"second_moment", &t.dtypes.second_moment},
-        {"all_gather", &t.dtypes.all_gather},
-        {"reduce_scatter", &t.dtypes.reduce_scatter}};
-    bool any = false;
-    for (const auto& [key, value] : entries) {
-      if (!*value) continue;
-      put(dtypes, key, scalar_node(sim::to_string(**value)));
-      any = true;
-    }
-    if (any) put(training, "dtypes", std::move(dtypes));
+  Node dtypes = make_map();
+  const std::pair<const char*, const std::optional<sim::DType>*> entries[] = {
+      {"params", &t.dtypes.params},
+      {"grads", &t.dtypes.grads},
+      {"master", &t.dtypes.master},
+      {"first_moment", &t.dtypes.first_moment},
+      {"second_moment", &t.dtypes.second_moment},
+      {"all_gather", &t.dtypes.all_gather},
+      {"reduce_scatter", &t.dtypes.reduce_scatter}};
+  bool any = false;
+  for (const auto& [key, value] : entries) {
+    if (!*value) continue;
+    put(dtypes, key, scalar_node(sim::to_string(**value)));
+    any = true;
   }
+  if (any) put(training, "dtypes", std::move(dtypes));
   put(training, "optimizer", scalar_node("adamw"));
-  put(root, "training", std::move(training));
+  return training;
+}
 
-  const ParallelConfig& p = s.parallelism;
+Node parallelism_node(const ParallelConfig& p) {
   Node par = make_map();
   put(par, "dp", number_node(p.dp));
   put(par, "tp", number_node(p.tp));
@@ -1045,21 +1058,25 @@ Node scenario_to_document(const Scenario& s) {
     put(par, "ep", number_node(p.ep));
     put(par, "etp", number_node(p.etp));
   }
-  put(root, "parallelism", std::move(par));
+  return par;
+}
 
+Node recompute_node(const RecomputeConfig& recompute) {
   Node rc = make_map();
-  put(rc, "mode", scalar_node(models::to_string(s.recompute.mode)));
+  put(rc, "mode", scalar_node(models::to_string(recompute.mode)));
   Node per = make_map();
-  for (const auto& [layer, mode] : s.recompute.per_layer) {
+  for (const auto& [layer, mode] : recompute.per_layer) {
     put(per, std::to_string(layer), scalar_node(models::to_string(mode)));
   }
   put(rc, "per_layer", std::move(per));
-  put(root, "recompute", std::move(rc));
+  return rc;
+}
 
+Node offload_node(const OffloadPolicy& o) {
   Node off = make_map();
-  put(off, "label", quoted_node(s.offload.preset.empty() ? "custom" : s.offload.preset));
+  put(off, "label", quoted_node(o.preset.empty() ? "custom" : o.preset));
   Node rules = make_sequence();
-  for (const OffloadRule& rule : s.offload.rules) {
+  for (const OffloadRule& rule : o.rules) {
     Node rn = make_map();
     put(rn, "tensor", scalar_node(models::to_string(rule.cls)));
     if (rule.cls == models::TensorClass::kNamedActivation) put(rn, "name", scalar_node(rule.name));
@@ -1070,14 +1087,27 @@ Node scenario_to_document(const Scenario& s) {
     rules.items.push_back(std::move(rn));
   }
   put(off, "rules", std::move(rules));
-  put(off, "optimizer", scalar_node(s.offload.optimizer_on_cpu ? "cpu" : "gpu"));
-  if (s.offload.cpu_bind_cores || s.offload.cpu_threads > 0) {
+  put(off, "optimizer", scalar_node(o.optimizer_on_cpu ? "cpu" : "gpu"));
+  if (o.cpu_bind_cores || o.cpu_threads > 0) {
     Node cpu = make_map();
-    put(cpu, "bind_cores", bool_node(s.offload.cpu_bind_cores));
-    if (s.offload.cpu_threads > 0) put(cpu, "threads", number_node(s.offload.cpu_threads));
+    put(cpu, "bind_cores", bool_node(o.cpu_bind_cores));
+    if (o.cpu_threads > 0) put(cpu, "threads", number_node(o.cpu_threads));
     put(off, "cpu", std::move(cpu));
   }
-  put(root, "offload", std::move(off));
+  return off;
+}
+
+}  // namespace
+
+Node scenario_to_document(const Scenario& s) {
+  Node root = make_map();
+  put(root, "name", quoted_node(s.name));
+  put(root, "model", model_node(s.model));
+  put(root, "hardware", hardware_node(s.hardware));
+  put(root, "training", training_node(s.training));
+  put(root, "parallelism", parallelism_node(s.parallelism));
+  put(root, "recompute", recompute_node(s.recompute));
+  put(root, "offload", offload_node(s.offload));
   return root;
 }
 

@@ -49,6 +49,61 @@ class LocalRows {
   std::deque<std::string> rows_;
 };
 
+// Rank 0's output: the results file (opened or resumed) or stdout, and the first row to
+// evaluate; first is -1 when the file could not be opened (code: the exit code).
+struct Output {
+  std::int64_t first = 0;
+  int code = 0;
+  std::optional<scenarios::ResultsFile> file;
+};
+
+Output open_output(const scenarios::PreparedSweep& p) {
+  Output out;
+  if (p.to_stdout) {
+    std::fputs((p.header + "\n").c_str(), stdout);
+  } else if (auto f = scenarios::ResultsFile::open(p.file_spec, p.mode)) {
+    out.first = f->rows_done();
+    out.file.emplace(std::move(*f));
+  } else {
+    fmt::print(stderr, "offsim: error: {}\n", f.error().message);
+    out.code = exit_code(f.error());
+    out.first = -1;
+  }
+  return out;
+}
+
+// A row sent by another rank (its length from the probe).
+std::string receive_row(int owner) {
+  MPI_Status st;
+  MPI_Probe(owner, kRowTag, MPI_COMM_WORLD, &st);
+  int bytes = 0;
+  MPI_Get_count(&st, MPI_CHAR, &bytes);
+  std::string row(static_cast<std::size_t>(bytes), '\0');
+  MPI_Recv(row.data(), bytes, MPI_CHAR, owner, kRowTag, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+  return row;
+}
+
+// Rank 0 writes the n rows in order: its own from `local`, the others' as they arrive. After a
+// write error the remaining rows are still received (the other ranks block on their sends).
+sim::Status write_rows(std::int64_t n, int size, LocalRows& local, Output& out,
+                       scenarios::Progress& progress) {
+  sim::Status status = sim::ok();
+  for (std::int64_t k = 0; k < n; ++k) {
+    const int owner = static_cast<int>(k % size);
+    std::string row = owner == 0 ? local.pop() : receive_row(owner);
+    if (status) {
+      if (out.file) {
+        std::vector<std::string> one = {std::move(row)};
+        status = out.file->append(one);
+      } else {
+        std::fputs((row + "\n").c_str(), stdout);
+      }
+    }
+    progress.update(k + 1);
+  }
+  return status;
+}
+
 }  // namespace
 
 int run_sweep_mpi(const scenarios::ScenarioFile& file, const scenarios::SweepRunOptions& options) {
@@ -72,23 +127,10 @@ int run_sweep_mpi(const scenarios::ScenarioFile& file, const scenarios::SweepRun
   const auto total = static_cast<std::int64_t>(p.points.size());
 
   // Rank 0 opens or resumes the file and tells everyone where to start (-1: it failed).
-  std::int64_t first = 0;
-  int open_code = 0;
-  std::optional<scenarios::ResultsFile> out;
-  if (rank == 0) {
-    if (p.to_stdout) {
-      std::fputs((p.header + "\n").c_str(), stdout);
-    } else if (auto f = scenarios::ResultsFile::open(p.file_spec, p.mode)) {
-      first = f->rows_done();
-      out.emplace(std::move(*f));
-    } else {
-      fmt::print(stderr, "offsim: error: {}\n", f.error().message);
-      open_code = exit_code(f.error());
-      first = -1;
-    }
-  }
+  Output out = rank == 0 ? open_output(p) : Output{};
+  std::int64_t first = out.first;
   MPI_Bcast(&first, 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
-  if (first < 0) return finish(rank == 0 ? open_code : 1);
+  if (first < 0) return finish(rank == 0 ? out.code : 1);
 
   // Row k (0-based after the resumed ones) belongs to rank k % size.
   const std::int64_t n = total - first;
@@ -117,30 +159,7 @@ int run_sweep_mpi(const scenarios::ScenarioFile& file, const scenarios::SweepRun
     (void)scenarios::run_ordered(count, options.jobs, work, keep);
   });
   scenarios::Progress progress(n, options.progress, options.progress_interval_s);
-  sim::Status status = sim::ok();
-  for (std::int64_t k = 0; k < n; ++k) {
-    const int owner = static_cast<int>(k % size);
-    std::string row;
-    if (owner == 0) {
-      row = local.pop();
-    } else {
-      MPI_Status st;
-      MPI_Probe(owner, kRowTag, MPI_COMM_WORLD, &st);
-      int bytes = 0;
-      MPI_Get_count(&st, MPI_CHAR, &bytes);
-      row.resize(static_cast<std::size_t>(bytes));
-      MPI_Recv(row.data(), bytes, MPI_CHAR, owner, kRowTag, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-    }
-    if (status) {
-      if (out) {
-        std::vector<std::string> one = {std::move(row)};
-        status = out->append(one);
-      } else {
-        std::fputs((row + "\n").c_str(), stdout);
-      }
-    }
-    progress.update(k + 1);
-  }
+  const sim::Status status = write_rows(n, size, local, out, progress);
   producer.join();
   progress.finish(n);
   if (!status) {

@@ -39,10 +39,7 @@ std::string ignore_reason(const std::string& key) {
   return {};
 }
 
-}  // namespace
-
-sim::Result<ImportResult> import_deepspeed(const std::vector<std::string>& files,
-                                           const ImportOptions& options) {
+sim::Result<Fields> read_fields(const std::vector<std::string>& files) {
   Fields fields;
   for (const std::string& path : files) {
     OFFSIM_ASSIGN_OR_RETURN(Node doc, load_document_file(path));
@@ -54,9 +51,12 @@ sim::Result<ImportResult> import_deepspeed(const std::vector<std::string>& files
     }
     flatten(doc, "", fields);
   }
-  Mapper m(Framework::kDeepSpeed);
+  return fields;
+}
 
-  // --- batch: train_batch_size = micro x gradient_accumulation_steps x data-parallel size
+// --- batch: train_batch_size = micro x gradient_accumulation_steps x data-parallel size.
+// Returns the data-parallel size.
+sim::Result<std::int64_t> map_batch(Fields& fields, Mapper& m, const ImportOptions& options) {
   Field* tbs = fields.get("train_batch_size");
   Field* mbs = fields.get("train_micro_batch_size_per_gpu");
   Field* gas = fields.get("gradient_accumulation_steps");
@@ -103,8 +103,11 @@ sim::Result<ImportResult> import_deepspeed(const std::vector<std::string>& files
       m.set_from({tbs, mbs, gas}, "training.global_batch", std::to_string(tbs_v)));
   OFFSIM_RETURN_IF_ERROR(m.set_from({mbs}, "training.micro_batch", std::to_string(mbs_v)));
   OFFSIM_RETURN_IF_ERROR(m.set_from({tbs, mbs, gas}, "parallelism.dp", std::to_string(dp)));
+  return dp;
+}
 
-  // --- precision
+// --- precision: bf16.enabled (or bfloat16.enabled), fp16.enabled; neither is fp32.
+sim::Status map_precision(Fields& fields, Mapper& m, const std::vector<std::string>& files) {
   bool bf16 = false, fp16 = false;
   for (const char* key : {"bf16.enabled", "bfloat16.enabled"}) {
     if (Field* f = fields.get(key)) {
@@ -131,8 +134,75 @@ sim::Result<ImportResult> import_deepspeed(const std::vector<std::string>& files
                                  .value = "(neither)",
                                  .reason = "fp32 training is not modelled; bf16 rates are used"});
   }
+  return {};
+}
 
-  // --- ZeRO
+// The offload rules of the ZeRO config and where the optimizer update runs.
+struct Offload {
+  Node rules = make_sequence();
+  bool optimizer_cpu = false;
+
+  void add_rule(const char* tensor, const Field& f) {
+    Node r = make_map(f.value.origin);
+    r.entries.emplace_back("tensor", make_scalar(tensor, f.value.origin));
+    r.entries.emplace_back("where", make_scalar("host", f.value.origin));
+    rules.items.push_back(std::move(r));
+  }
+};
+
+// zero_optimization.offload_optimizer or .offload_param: device (cpu, nvme, none), pin_memory.
+sim::Status map_offload_device(Fields& fields, Mapper& m, const char* what, std::int64_t stage,
+                               Offload& offload) {
+  const std::string base = fmt::format("zero_optimization.{}", what);
+  Field* dev = fields.get(base + ".device");
+  Field* pin = fields.get(base + ".pin_memory");
+  if (dev == nullptr) {
+    if (pin != nullptr) m.ignored(*pin, "no device given: no offload");
+    return {};
+  }
+  OFFSIM_ASSIGN_OR_RETURN(std::string d, m.one_of(*dev, {"cpu", "nvme", "none"}));
+  if (d == "none") {
+    m.mapped(*dev, "(no offload)");
+    if (pin != nullptr) m.ignored(*pin, "no offload");
+    return {};
+  }
+  if (d == "nvme") {
+    m.unmapped(*dev, "NVMe offload (ZeRO-Infinity) is not modelled; host memory is used");
+  }
+  const bool param = std::string(what) == "offload_param";
+  if (param && stage != 3) {
+    return m.error(*dev, fmt::format("parameter offload needs ZeRO stage 3 (DeepSpeed "
+                                     "refuses it at stage {})",
+                                     stage));
+  }
+  if (!param && stage == 0) {
+    return m.error(*dev,
+                   "optimizer offload needs ZeRO stage 1, 2 or 3 (DeepSpeed refuses it "
+                   "at stage 0)");
+  }
+  if (param) {
+    offload.add_rule("params", *dev);
+  } else {
+    // ZeRO-Offload: fp32 master weights, moments and gradients on the host, Adam on the CPU.
+    offload.add_rule("optimizer_states", *dev);
+    offload.add_rule("master_weights", *dev);
+    offload.add_rule("grads", *dev);
+    offload.optimizer_cpu = true;
+  }
+  if (d == "cpu") m.mapped(*dev, "offload.rules");
+  if (pin != nullptr) {
+    OFFSIM_ASSIGN_OR_RETURN(bool pinned, m.boolean(*pin));
+    if (pinned) {
+      m.mapped(*pin, "(pinned host memory: offsim's host pool)");
+    } else {
+      m.unmapped(*pin, "pageable host copies are not modelled; pinned bandwidth is used");
+    }
+  }
+  return {};
+}
+
+// --- ZeRO: stage, overlap and the offload devices.
+sim::Status map_zero(Fields& fields, Mapper& m) {
   std::int64_t stage = 0;
   if (Field* f = fields.get("zero_optimization.stage")) {
     OFFSIM_ASSIGN_OR_RETURN(stage, m.int_in(*f, 0, 3));
@@ -142,67 +212,20 @@ sim::Result<ImportResult> import_deepspeed(const std::vector<std::string>& files
     OFFSIM_ASSIGN_OR_RETURN(bool on, m.boolean(*f));
     OFFSIM_RETURN_IF_ERROR(m.set(*f, "parallelism.overlap_grad_reduce", on ? "true" : "false"));
   }
-  Node rules = make_sequence();
-  bool optimizer_cpu = false;
-  const auto add_rule = [&](const char* tensor, const Field& f) {
-    Node r = make_map(f.value.origin);
-    r.entries.emplace_back("tensor", make_scalar(tensor, f.value.origin));
-    r.entries.emplace_back("where", make_scalar("host", f.value.origin));
-    rules.items.push_back(std::move(r));
-  };
+  Offload offload;
   for (const char* what : {"offload_optimizer", "offload_param"}) {
-    const std::string base = fmt::format("zero_optimization.{}", what);
-    Field* dev = fields.get(base + ".device");
-    Field* pin = fields.get(base + ".pin_memory");
-    if (dev == nullptr) {
-      if (pin != nullptr) m.ignored(*pin, "no device given: no offload");
-      continue;
-    }
-    OFFSIM_ASSIGN_OR_RETURN(std::string d, m.one_of(*dev, {"cpu", "nvme", "none"}));
-    if (d == "none") {
-      m.mapped(*dev, "(no offload)");
-      if (pin != nullptr) m.ignored(*pin, "no offload");
-      continue;
-    }
-    if (d == "nvme") {
-      m.unmapped(*dev, "NVMe offload (ZeRO-Infinity) is not modelled; host memory is used");
-    }
-    const bool param = std::string(what) == "offload_param";
-    if (param && stage != 3) {
-      return m.error(*dev, fmt::format("parameter offload needs ZeRO stage 3 (DeepSpeed "
-                                       "refuses it at stage {})",
-                                       stage));
-    }
-    if (!param && stage == 0) {
-      return m.error(*dev,
-                     "optimizer offload needs ZeRO stage 1, 2 or 3 (DeepSpeed refuses it "
-                     "at stage 0)");
-    }
-    if (param) {
-      add_rule("params", *dev);
-    } else {
-      // ZeRO-Offload: fp32 master weights, moments and gradients on the host, Adam on the CPU.
-      add_rule("optimizer_states", *dev);
-      add_rule("master_weights", *dev);
-      add_rule("grads", *dev);
-      optimizer_cpu = true;
-    }
-    if (d == "cpu") m.mapped(*dev, "offload.rules");
-    if (pin != nullptr) {
-      OFFSIM_ASSIGN_OR_RETURN(bool pinned, m.boolean(*pin));
-      if (pinned) {
-        m.mapped(*pin, "(pinned host memory: offsim's host pool)");
-      } else {
-        m.unmapped(*pin, "pageable host copies are not modelled; pinned bandwidth is used");
-      }
-    }
+    OFFSIM_RETURN_IF_ERROR(map_offload_device(fields, m, what, stage, offload));
   }
-  if (!rules.items.empty()) {
-    Node off = make_map();
-    off.entries.emplace_back("rules", std::move(rules));
-    off.entries.emplace_back("optimizer", make_scalar(optimizer_cpu ? "cpu" : "gpu"));
-    OFFSIM_RETURN_IF_ERROR(set_path(m.doc, "offload", std::move(off)));
-  }
+  if (offload.rules.items.empty()) return {};
+  Node off = make_map();
+  off.entries.emplace_back("rules", std::move(offload.rules));
+  off.entries.emplace_back("optimizer", make_scalar(offload.optimizer_cpu ? "cpu" : "gpu"));
+  return set_path(m.doc, "offload", std::move(off));
+}
+
+// ZeRO's bucket sizes and communication details, the optimizer type and activation
+// checkpointing settings (which the model code, not the config, switches on).
+sim::Status map_details(Fields& fields, Mapper& m) {
   for (const char* key :
        {"zero_optimization.reduce_bucket_size", "zero_optimization.allgather_bucket_size",
         "zero_optimization.stage3_prefetch_bucket_size",
@@ -241,7 +264,19 @@ sim::Result<ImportResult> import_deepspeed(const std::vector<std::string>& files
                  "config; give it with --set recompute=full (and an offload rule)");
     }
   }
+  return {};
+}
 
+}  // namespace
+
+sim::Result<ImportResult> import_deepspeed(const std::vector<std::string>& files,
+                                           const ImportOptions& options) {
+  OFFSIM_ASSIGN_OR_RETURN(Fields fields, read_fields(files));
+  Mapper m(Framework::kDeepSpeed);
+  OFFSIM_ASSIGN_OR_RETURN(const std::int64_t dp, map_batch(fields, m, options));
+  OFFSIM_RETURN_IF_ERROR(map_precision(fields, m, files));
+  OFFSIM_RETURN_IF_ERROR(map_zero(fields, m));
+  OFFSIM_RETURN_IF_ERROR(map_details(fields, m));
   settle_leftovers(fields, m, ignore_reason);
   return finish(m, options, {.world_gpus = static_cast<int>(dp), .name = file_stem(files.front())});
 }

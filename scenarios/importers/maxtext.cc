@@ -107,10 +107,9 @@ Node rule(const std::string& tensor, const std::string& where, const std::string
   return r;
 }
 
-}  // namespace
-
-sim::Result<ImportResult> import_maxtext(const std::vector<std::string>& files,
-                                         const ImportOptions& options) {
+// base.yml, the model config, then the command-line overrides; a later value replaces an earlier.
+sim::Result<Fields> read_fields(const std::vector<std::string>& files,
+                                const ImportOptions& options) {
   Fields fields;
   for (const std::string& path : files) {
     OFFSIM_ASSIGN_OR_RETURN(Node doc, load_document_file(path));
@@ -131,36 +130,123 @@ sim::Result<ImportResult> import_maxtext(const std::vector<std::string>& files,
     v.origin = "command line " + o;
     fields.put(o.substr(0, eq), std::move(v));
   }
-  Mapper m(Framework::kMaxText);
+  return fields;
+}
 
-  // --- mesh: ici_* x dcn_* degrees; one -1 per level takes the remaining devices.
+// The ici_* and dcn_* degrees as given; one -1 per level takes the remaining devices.
+struct Mesh {
   std::map<std::string, std::int64_t> ici, dcn;
   std::map<std::string, Field*> ici_f, dcn_f;
   Field* ici_fill = nullptr;
   Field* dcn_fill = nullptr;
-  std::int64_t ici_known = 1, dcn_known = 1;
+  std::int64_t ici_known = 1, dcn_known = 1;  // product of the degrees other than -1
+};
+
+// The mesh's degrees per axis, and what offsim lays out of them.
+struct Layout {
+  std::map<std::string, std::int64_t> degree;
+  std::int64_t product = 1;  // devices of the whole mesh
+  std::int64_t dp = 1, tp = 1, pp = 1;
+};
+
+sim::Status read_axis(Fields& fields, const Mapper& m, const char* axis, int level, Mesh& mesh) {
+  const std::string key = fmt::format("{}_{}_parallelism", level == 0 ? "ici" : "dcn", axis);
+  auto& degrees = level == 0 ? mesh.ici : mesh.dcn;
+  auto& fs = level == 0 ? mesh.ici_f : mesh.dcn_f;
+  Field* f = fields.get(key);
+  degrees[axis] = 1;
+  fs[axis] = f;
+  if (f == nullptr) return {};
+  OFFSIM_ASSIGN_OR_RETURN(std::int64_t v, m.int_in(*f, -1, 1'000'000));
+  if (v == 0) return m.error(*f, "expected -1 (the remaining devices) or a degree >= 1, got 0");
+  Field*& fill = level == 0 ? mesh.ici_fill : mesh.dcn_fill;
+  if (v == -1) {
+    if (fill != nullptr) {
+      return m.error(*f, fmt::format("only one {} axis may be -1; {} is -1 too",
+                                     level == 0 ? "ici" : "dcn", fill->key));
+    }
+    fill = f;
+  } else {
+    (level == 0 ? mesh.ici_known : mesh.dcn_known) *= v;
+  }
+  degrees[axis] = v;
+  return {};
+}
+
+// Resolves the -1 axes from the job's GPU count (--gpus) and the slice count.
+sim::Status fill_mesh(const Mapper& m, std::int64_t world, std::int64_t slices, Mesh& mesh) {
+  if (mesh.ici_fill == nullptr && mesh.dcn_fill == nullptr) return {};
+  if (world <= 0) {
+    Field* f = mesh.ici_fill != nullptr ? mesh.ici_fill : mesh.dcn_fill;
+    return m.error(*f, "-1 takes the remaining devices; pass --gpus N (the job's GPU count)");
+  }
+  if (mesh.dcn_fill == nullptr) {
+    slices = mesh.dcn_known;
+  } else if (slices == 0) {
+    if (mesh.ici_fill != nullptr) {
+      return m.error(*mesh.dcn_fill, "with an ici and a dcn axis both -1, num_slices is needed");
+    }
+    slices = world / mesh.ici_known;
+  }
+  if (world % slices != 0) {
+    return sim::fail(ErrorCode::kInvalidInput, "--gpus {}: not divisible into {} slices", world,
+                     slices);
+  }
+  const std::int64_t per_slice = world / slices;
+  if (mesh.ici_fill != nullptr) {
+    if (per_slice % mesh.ici_known != 0) {
+      return m.error(*mesh.ici_fill, fmt::format("the other ici degrees ({}) do not divide the {} "
+                                                 "devices of a slice",
+                                                 mesh.ici_known, per_slice));
+    }
+    const std::string& key = mesh.ici_fill->key;
+    mesh.ici[key.substr(4, key.size() - 4 - 12)] = per_slice / mesh.ici_known;
+  }
+  if (mesh.dcn_fill != nullptr) {
+    if (slices % mesh.dcn_known != 0) {
+      return m.error(*mesh.dcn_fill,
+                     fmt::format("the other dcn degrees ({}) do not divide {} slices",
+                                 mesh.dcn_known, slices));
+    }
+    const std::string& key = mesh.dcn_fill->key;
+    mesh.dcn[key.substr(4, key.size() - 4 - 12)] = slices / mesh.dcn_known;
+  }
+  return {};
+}
+
+// The axes offsim does not lay out: fine at degree 1, unmapped otherwise; data x fsdp hybrid
+// sharding is modelled as full FSDP.
+void note_unmodelled_axes(Mapper& m, Mesh& mesh, const Layout& layout, bool fsdp) {
+  for (const char* axis :
+       {"sequence", "context", "tensor_transpose", "tensor_sequence", "autoregressive", "expert"}) {
+    for (Field* f : {mesh.ici_f[axis], mesh.dcn_f[axis]}) {
+      if (f == nullptr) continue;
+      if (layout.degree.at(axis) == 1) {
+        m.mapped(*f, "(degree 1: nothing to model)");
+      } else {
+        m.unmapped(*f, fmt::format("{} parallelism is not modelled; offsim lays out only "
+                                   "dp x tp x pp = {} of the {} devices",
+                                   axis, layout.dp * layout.tp * layout.pp, layout.product));
+      }
+    }
+  }
+  if (fsdp && layout.degree.at("data") > 1) {
+    for (Field* f : {mesh.ici_f["data"], mesh.dcn_f["data"]}) {
+      if (f != nullptr) {
+        m.unmapped(*f,
+                   "data x fsdp hybrid sharding: offsim shards over all dp ranks "
+                   "(memory per GPU is that of full FSDP)");
+      }
+    }
+  }
+}
+
+// --- mesh: ici_* x dcn_* degrees -> parallelism.dp/fsdp/tp/pp.
+sim::Result<Layout> map_mesh(Fields& fields, Mapper& m, const ImportOptions& options) {
+  Mesh mesh;
   for (const char* axis : kAxes) {
     for (int level = 0; level < 2; ++level) {
-      const std::string key = fmt::format("{}_{}_parallelism", level == 0 ? "ici" : "dcn", axis);
-      auto& degrees = level == 0 ? ici : dcn;
-      auto& fs = level == 0 ? ici_f : dcn_f;
-      Field* f = fields.get(key);
-      degrees[axis] = 1;
-      fs[axis] = f;
-      if (f == nullptr) continue;
-      OFFSIM_ASSIGN_OR_RETURN(std::int64_t v, m.int_in(*f, -1, 1'000'000));
-      if (v == 0) return m.error(*f, "expected -1 (the remaining devices) or a degree >= 1, got 0");
-      Field*& fill = level == 0 ? ici_fill : dcn_fill;
-      if (v == -1) {
-        if (fill != nullptr) {
-          return m.error(*f, fmt::format("only one {} axis may be -1; {} is -1 too",
-                                         level == 0 ? "ici" : "dcn", fill->key));
-        }
-        fill = f;
-      } else {
-        (level == 0 ? ici_known : dcn_known) *= v;
-      }
-      degrees[axis] = v;
+      OFFSIM_RETURN_IF_ERROR(read_axis(fields, m, axis, level, mesh));
     }
   }
   Field* slices_f = fields.get("num_slices");
@@ -169,97 +255,47 @@ sim::Result<ImportResult> import_maxtext(const std::vector<std::string>& files,
     OFFSIM_ASSIGN_OR_RETURN(slices, m.int_in(*slices_f, -1, 100'000));
     if (slices < 1) slices = 0;
   }
-  std::int64_t world = options.gpus;
-  if (ici_fill != nullptr || dcn_fill != nullptr) {
-    if (world <= 0) {
-      Field* f = ici_fill != nullptr ? ici_fill : dcn_fill;
-      return m.error(*f, "-1 takes the remaining devices; pass --gpus N (the job's GPU count)");
-    }
-    if (dcn_fill == nullptr) {
-      slices = dcn_known;
-    } else if (slices == 0) {
-      if (ici_fill != nullptr) {
-        return m.error(*dcn_fill, "with an ici and a dcn axis both -1, num_slices is needed");
-      }
-      slices = world / ici_known;
-    }
-    if (world % slices != 0) {
-      return sim::fail(ErrorCode::kInvalidInput, "--gpus {}: not divisible into {} slices", world,
-                       slices);
-    }
-    const std::int64_t per_slice = world / slices;
-    if (ici_fill != nullptr) {
-      if (per_slice % ici_known != 0) {
-        return m.error(*ici_fill, fmt::format("the other ici degrees ({}) do not divide the {} "
-                                              "devices of a slice",
-                                              ici_known, per_slice));
-      }
-      ici[ici_fill->key.substr(4, ici_fill->key.size() - 4 - 12)] = per_slice / ici_known;
-    }
-    if (dcn_fill != nullptr) {
-      if (slices % dcn_known != 0) {
-        return m.error(*dcn_fill, fmt::format("the other dcn degrees ({}) do not divide {} slices",
-                                              dcn_known, slices));
-      }
-      dcn[dcn_fill->key.substr(4, dcn_fill->key.size() - 4 - 12)] = slices / dcn_known;
-    }
-  }
-  std::map<std::string, std::int64_t> degree;
-  std::int64_t product = 1;
+  const std::int64_t world = options.gpus;
+  OFFSIM_RETURN_IF_ERROR(fill_mesh(m, world, slices, mesh));
+  Layout layout;
+  auto& degree = layout.degree;
   for (const char* axis : kAxes) {
-    degree[axis] = ici[axis] * dcn[axis];
-    product *= degree[axis];
+    degree[axis] = mesh.ici[axis] * mesh.dcn[axis];
+    layout.product *= degree[axis];
   }
-  if (world > 0 && product != world) {
+  if (world > 0 && layout.product != world) {
     return sim::fail(ErrorCode::kInvalidInput,
                      "MaxText mesh: the ici_* x dcn_* degrees multiply to {} devices, not the {} "
                      "of --gpus",
-                     product, world);
+                     layout.product, world);
   }
-  const std::int64_t dp = degree["data"] * degree["fsdp"] * degree["fsdp_transpose"];
-  const std::int64_t tp = degree["tensor"];
-  const std::int64_t pp = degree["pipeline"];
+  layout.dp = degree["data"] * degree["fsdp"] * degree["fsdp_transpose"];
+  layout.tp = degree["tensor"];
+  layout.pp = degree["pipeline"];
   auto axis_fields = [&](std::initializer_list<const char*> axes) {
     std::vector<const Field*> out;
     for (const char* a : axes) {
-      out.push_back(ici_f[a]);
-      out.push_back(dcn_f[a]);
+      out.push_back(mesh.ici_f[a]);
+      out.push_back(mesh.dcn_f[a]);
     }
     return out;
   };
   OFFSIM_RETURN_IF_ERROR(m.set_from(axis_fields({"data", "fsdp", "fsdp_transpose"}),
-                                    "parallelism.dp", std::to_string(dp)));
+                                    "parallelism.dp", std::to_string(layout.dp)));
   const bool fsdp = degree["fsdp"] * degree["fsdp_transpose"] > 1;
   OFFSIM_RETURN_IF_ERROR(m.set_from(axis_fields({"fsdp", "fsdp_transpose"}), "parallelism.fsdp",
                                     fsdp ? "true" : "false"));
-  OFFSIM_RETURN_IF_ERROR(m.set_from(axis_fields({"tensor"}), "parallelism.tp", std::to_string(tp)));
   OFFSIM_RETURN_IF_ERROR(
-      m.set_from(axis_fields({"pipeline"}), "parallelism.pp", std::to_string(pp)));
+      m.set_from(axis_fields({"tensor"}), "parallelism.tp", std::to_string(layout.tp)));
+  OFFSIM_RETURN_IF_ERROR(
+      m.set_from(axis_fields({"pipeline"}), "parallelism.pp", std::to_string(layout.pp)));
   if (slices_f != nullptr) m.mapped(*slices_f, "hardware.nodes");
-  for (const char* axis :
-       {"sequence", "context", "tensor_transpose", "tensor_sequence", "autoregressive", "expert"}) {
-    for (Field* f : {ici_f[axis], dcn_f[axis]}) {
-      if (f == nullptr) continue;
-      if (degree[axis] == 1) {
-        m.mapped(*f, "(degree 1: nothing to model)");
-      } else {
-        m.unmapped(*f, fmt::format("{} parallelism is not modelled; offsim lays out only "
-                                   "dp x tp x pp = {} of the {} devices",
-                                   axis, dp * tp * pp, product));
-      }
-    }
-  }
-  if (fsdp && degree["data"] > 1) {
-    for (Field* f : {ici_f["data"], dcn_f["data"]}) {
-      if (f != nullptr) {
-        m.unmapped(*f,
-                   "data x fsdp hybrid sharding: offsim shards over all dp ranks "
-                   "(memory per GPU is that of full FSDP)");
-      }
-    }
-  }
+  note_unmodelled_axes(m, mesh, layout, fsdp);
+  return layout;
+}
 
-  // --- batch
+// --- batch: per_device_batch_size x devices x gradient_accumulation_steps, and the sequence.
+sim::Status map_batch(Fields& fields, Mapper& m, const Layout& layout) {
   Field* pdbs_f = fields.get("per_device_batch_size");
   if (pdbs_f == nullptr) {
     return sim::fail(ErrorCode::kInvalidInput,
@@ -274,16 +310,17 @@ sim::Result<ImportResult> import_maxtext(const std::vector<std::string>& files,
   }
   // MaxText: global batch = per_device_batch_size x devices x gradient_accumulation_steps; each
   // data-parallel replica spans world/dp devices.
-  const double per_replica = pdbs * static_cast<double>(product / dp);
+  const std::int64_t dp = layout.dp;
+  const double per_replica = pdbs * static_cast<double>(layout.product / dp);
   if (per_replica != std::floor(per_replica) || per_replica < 1) {
     return m.error(*pdbs_f, fmt::format("x the {} devices of a data-parallel replica gives {} "
                                         "sequences; expected a whole number >= 1",
-                                        product / dp, per_replica));
+                                        layout.product / dp, per_replica));
   }
   std::int64_t micro = static_cast<std::int64_t>(per_replica);
   std::int64_t global = micro * dp * gas;
-  if (pp > 1) {
-    std::int64_t nmb = pp;
+  if (layout.pp > 1) {
+    std::int64_t nmb = layout.pp;
     Field* nmb_f = fields.get("num_pipeline_microbatches");
     if (nmb_f != nullptr) {
       OFFSIM_ASSIGN_OR_RETURN(std::int64_t v, m.int_in(*nmb_f, -1, 1'000'000));
@@ -307,100 +344,122 @@ sim::Result<ImportResult> import_maxtext(const std::vector<std::string>& files,
                      "max_target_length: not given (the sequence length)");
   }
   OFFSIM_ASSIGN_OR_RETURN(std::int64_t seq, m.int_in(*seq_f, 1, 100'000'000));
-  OFFSIM_RETURN_IF_ERROR(m.set(*seq_f, "training.seq_len", std::to_string(seq)));
+  return m.set(*seq_f, "training.seq_len", std::to_string(seq));
+}
 
-  // --- model
-  Field* name_f = fields.get("model_name");
-  const bool inline_model = fields.has("base_emb_dim");
-  if (inline_model) {
-    const std::string mname = name_f != nullptr ? name_f->value.scalar : file_stem(files.back());
-    if (name_f != nullptr) {
-      OFFSIM_RETURN_IF_ERROR(m.set(*name_f, "model.name", mname));
-    } else {
-      OFFSIM_RETURN_IF_ERROR(set_path(m.doc, "model.name", make_scalar(mname, files.back())));
-    }
-    const std::pair<const char*, const char*> dims[] = {
-        {"vocab_size", "model.vocab_size"},          {"base_emb_dim", "model.hidden"},
-        {"base_num_decoder_layers", "model.layers"}, {"base_num_query_heads", "model.heads"},
-        {"base_num_kv_heads", "model.kv_heads"},     {"head_dim", "model.head_dim"},
-        {"base_mlp_dim", "model.ffn_hidden"}};
-    for (const auto& [key, path] : dims) {
-      if (Field* f = fields.get(key)) {
-        OFFSIM_ASSIGN_OR_RETURN(std::int64_t v, m.int_in(*f, 1, 100'000'000));
-        OFFSIM_RETURN_IF_ERROR(m.set(*f, path, std::to_string(v)));
-      }
-    }
-    if (Field* f = fields.get("mlp_activations")) {
-      std::vector<std::string> acts;
-      for (const Node& n : f->value.items) acts.push_back(n.scalar);
-      if (f->value.kind != NodeKind::kSequence || acts.empty()) {
-        return m.error(*f, fmt::format("expected a list such as [\"silu\", \"linear\"], got {}",
-                                       f->value.describe()));
-      }
-      if (acts.size() == 2 && acts[1] == "linear" && (acts[0] == "silu" || acts[0] == "gelu")) {
-        OFFSIM_RETURN_IF_ERROR(m.set(*f, "model.activation", "swiglu"));  // gated MLP
-      } else if (acts.size() == 1 && acts[0] == "gelu") {
-        OFFSIM_RETURN_IF_ERROR(m.set(*f, "model.activation", "gelu"));
-      } else {
-        m.unmapped(*f, "only gated [silu|gelu, linear] and plain [gelu] MLPs are modelled");
-      }
-    }
-    if (Field* f = fields.get("decoder_block")) {
-      OFFSIM_ASSIGN_OR_RETURN(std::string block, m.text(*f));
-      if (block == "llama2" || block == "mistral" || block == "gemma" || block == "gemma2" ||
-          block == "llama3" || block == "qwen3") {
-        OFFSIM_RETURN_IF_ERROR(m.set(*f, "model.norm", "rmsnorm"));
-        OFFSIM_RETURN_IF_ERROR(m.set(*f, "model.linear_bias", "false"));
-      } else if (block == "gpt3") {
-        OFFSIM_RETURN_IF_ERROR(m.set(*f, "model.norm", "layernorm"));
-        OFFSIM_RETURN_IF_ERROR(m.set(*f, "model.linear_bias", "true"));
-      } else {
-        m.unmapped(*f, fmt::format("decoder_block {} (MoE or other) is not modelled; the "
-                                   "dense decoder is used",
-                                   block));
-      }
-    }
-    if (Field* f = fields.get("logits_via_embedding")) {
-      OFFSIM_ASSIGN_OR_RETURN(bool tied, m.boolean(*f));
-      OFFSIM_RETURN_IF_ERROR(m.set(*f, "model.tied_embeddings", tied ? "true" : "false"));
-    }
-    Field* drop_f = fields.get("enable_dropout");
-    Field* rate_f = fields.get("dropout_rate");
-    if (drop_f != nullptr || rate_f != nullptr) {
-      bool on = true;
-      if (drop_f != nullptr) {
-        OFFSIM_ASSIGN_OR_RETURN(on, m.boolean(*drop_f));
-      }
-      double rate = 0.0;
-      if (rate_f != nullptr) {
-        OFFSIM_ASSIGN_OR_RETURN(rate, m.number_in(*rate_f, 0.0, 1.0));
-      }
-      OFFSIM_RETURN_IF_ERROR(
-          m.set_from({drop_f, rate_f}, "model.dropout", on && rate > 0.0 ? "true" : "false"));
-    }
-    if (Field* f = fields.get("attention")) {
-      OFFSIM_ASSIGN_OR_RETURN(
-          std::string a, m.one_of(*f, {"autoselected", "dot_product", "flash", "cudnn_flash_te",
-                                       "cudnn_flash_jax", "paged"}));
-      if (a == "paged") {
-        m.unmapped(*f, "paged attention (inference) is not modelled");
-      } else {
-        OFFSIM_RETURN_IF_ERROR(
-            m.set(*f, "model.attention", a == "dot_product" ? "classic" : "flash"));
-      }
-    }
-  } else if (name_f != nullptr) {
-    OFFSIM_ASSIGN_OR_RETURN(std::string mname, m.text(*name_f));
-    if (!models::find_model(mname)) {
-      return m.error(*name_f, fmt::format("'{}' is neither in offsim's catalogue (`offsim list "
-                                          "models`) nor given by base_emb_dim etc.; pass the "
-                                          "model config file",
-                                          mname));
-    }
-    OFFSIM_RETURN_IF_ERROR(m.set(*name_f, "model", mname));
+sim::Status map_mlp_activations(Mapper& m, Field& f) {
+  std::vector<std::string> acts;
+  for (const Node& n : f.value.items) acts.push_back(n.scalar);
+  if (f.value.kind != NodeKind::kSequence || acts.empty()) {
+    return m.error(f, fmt::format("expected a list such as [\"silu\", \"linear\"], got {}",
+                                  f.value.describe()));
   }
+  if (acts.size() == 2 && acts[1] == "linear" && (acts[0] == "silu" || acts[0] == "gelu")) {
+    return m.set(f, "model.activation", "swiglu");  // gated MLP
+  }
+  if (acts.size() == 1 && acts[0] == "gelu") return m.set(f, "model.activation", "gelu");
+  m.unmapped(f, "only gated [silu|gelu, linear] and plain [gelu] MLPs are modelled");
+  return {};
+}
 
-  // --- precision and optimizer
+sim::Status map_decoder_block(Mapper& m, Field& f) {
+  OFFSIM_ASSIGN_OR_RETURN(std::string block, m.text(f));
+  if (block == "llama2" || block == "mistral" || block == "gemma" || block == "gemma2" ||
+      block == "llama3" || block == "qwen3") {
+    OFFSIM_RETURN_IF_ERROR(m.set(f, "model.norm", "rmsnorm"));
+    return m.set(f, "model.linear_bias", "false");
+  }
+  if (block == "gpt3") {
+    OFFSIM_RETURN_IF_ERROR(m.set(f, "model.norm", "layernorm"));
+    return m.set(f, "model.linear_bias", "true");
+  }
+  m.unmapped(f, fmt::format("decoder_block {} (MoE or other) is not modelled; the "
+                            "dense decoder is used",
+                            block));
+  return {};
+}
+
+// enable_dropout and dropout_rate -> model.dropout (on when enabled with a rate above 0).
+sim::Status map_dropout(Fields& fields, Mapper& m) {
+  Field* drop_f = fields.get("enable_dropout");
+  Field* rate_f = fields.get("dropout_rate");
+  if (drop_f == nullptr && rate_f == nullptr) return {};
+  bool on = true;
+  if (drop_f != nullptr) {
+    OFFSIM_ASSIGN_OR_RETURN(on, m.boolean(*drop_f));
+  }
+  double rate = 0.0;
+  if (rate_f != nullptr) {
+    OFFSIM_ASSIGN_OR_RETURN(rate, m.number_in(*rate_f, 0.0, 1.0));
+  }
+  return m.set_from({drop_f, rate_f}, "model.dropout", on && rate > 0.0 ? "true" : "false");
+}
+
+sim::Status map_attention(Mapper& m, Field& f) {
+  OFFSIM_ASSIGN_OR_RETURN(std::string a,
+                          m.one_of(f, {"autoselected", "dot_product", "flash", "cudnn_flash_te",
+                                       "cudnn_flash_jax", "paged"}));
+  if (a == "paged") {
+    m.unmapped(f, "paged attention (inference) is not modelled");
+    return {};
+  }
+  return m.set(f, "model.attention", a == "dot_product" ? "classic" : "flash");
+}
+
+// A model given by its dimensions (base_emb_dim etc.), named by model_name or the last file.
+sim::Status map_inline_model(Fields& fields, Mapper& m, const std::vector<std::string>& files) {
+  Field* name_f = fields.get("model_name");
+  const std::string mname = name_f != nullptr ? name_f->value.scalar : file_stem(files.back());
+  if (name_f != nullptr) {
+    OFFSIM_RETURN_IF_ERROR(m.set(*name_f, "model.name", mname));
+  } else {
+    OFFSIM_RETURN_IF_ERROR(set_path(m.doc, "model.name", make_scalar(mname, files.back())));
+  }
+  const std::pair<const char*, const char*> dims[] = {
+      {"vocab_size", "model.vocab_size"},          {"base_emb_dim", "model.hidden"},
+      {"base_num_decoder_layers", "model.layers"}, {"base_num_query_heads", "model.heads"},
+      {"base_num_kv_heads", "model.kv_heads"},     {"head_dim", "model.head_dim"},
+      {"base_mlp_dim", "model.ffn_hidden"}};
+  for (const auto& [key, path] : dims) {
+    if (Field* f = fields.get(key)) {
+      OFFSIM_ASSIGN_OR_RETURN(std::int64_t v, m.int_in(*f, 1, 100'000'000));
+      OFFSIM_RETURN_IF_ERROR(m.set(*f, path, std::to_string(v)));
+    }
+  }
+  if (Field* f = fields.get("mlp_activations")) {
+    OFFSIM_RETURN_IF_ERROR(map_mlp_activations(m, *f));
+  }
+  if (Field* f = fields.get("decoder_block")) {
+    OFFSIM_RETURN_IF_ERROR(map_decoder_block(m, *f));
+  }
+  if (Field* f = fields.get("logits_via_embedding")) {
+    OFFSIM_ASSIGN_OR_RETURN(bool tied, m.boolean(*f));
+    OFFSIM_RETURN_IF_ERROR(m.set(*f, "model.tied_embeddings", tied ? "true" : "false"));
+  }
+  OFFSIM_RETURN_IF_ERROR(map_dropout(fields, m));
+  if (Field* f = fields.get("attention")) {
+    OFFSIM_RETURN_IF_ERROR(map_attention(m, *f));
+  }
+  return {};
+}
+
+// --- model: inline dimensions, or a catalogue model by model_name.
+sim::Status map_model(Fields& fields, Mapper& m, const std::vector<std::string>& files) {
+  if (fields.has("base_emb_dim")) return map_inline_model(fields, m, files);
+  Field* name_f = fields.get("model_name");
+  if (name_f == nullptr) return {};
+  OFFSIM_ASSIGN_OR_RETURN(std::string mname, m.text(*name_f));
+  if (!models::find_model(mname)) {
+    return m.error(*name_f, fmt::format("'{}' is neither in offsim's catalogue (`offsim list "
+                                        "models`) nor given by base_emb_dim etc.; pass the "
+                                        "model config file",
+                                        mname));
+  }
+  return m.set(*name_f, "model", mname);
+}
+
+// --- precision: dtype, quantization, weight_dtype.
+sim::Status map_precision(Fields& fields, Mapper& m) {
   if (Field* f = fields.get("dtype")) {
     OFFSIM_ASSIGN_OR_RETURN(std::string d, m.one_of(*f, {"bfloat16", "float16", "float32"}));
     if (d == "float32") {
@@ -424,6 +483,11 @@ sim::Result<ImportResult> import_maxtext(const std::vector<std::string>& files,
     OFFSIM_RETURN_IF_ERROR(
         m.set(*f, "training.fp32_master_weights", d == "float32" ? "true" : "false"));
   }
+  return {};
+}
+
+// --- optimizer, loss tiling and the hardware kind.
+sim::Status map_optimizer_and_hardware(Fields& fields, Mapper& m) {
   if (Field* f = fields.get("opt_type")) {
     OFFSIM_ASSIGN_OR_RETURN(std::string o, m.text(*f));
     if (o == "adamw" || o == "adam_pax") {
@@ -444,15 +508,15 @@ sim::Result<ImportResult> import_maxtext(const std::vector<std::string>& files,
       m.unmapped(*f, fmt::format("hardware {}: offsim models NVIDIA GPU systems", h));
     }
   }
+  return {};
+}
 
-  // --- remat policy and offload
-  Node rules = make_sequence();
+// remat_policy: custom (each named activation remat, device or offload) or a named policy.
+sim::Status map_remat(Fields& fields, Mapper& m, Node& rules) {
   Field* remat_f = fields.get("remat_policy");
-  std::string policy = "full";
-  if (remat_f != nullptr) {
-    OFFSIM_ASSIGN_OR_RETURN(policy, m.text(*remat_f));
-  }
-  if (remat_f != nullptr && policy == "custom") {
+  if (remat_f == nullptr) return {};
+  OFFSIM_ASSIGN_OR_RETURN(std::string policy, m.text(*remat_f));
+  if (policy == "custom") {
     OFFSIM_RETURN_IF_ERROR(m.set(*remat_f, "recompute", "full"));
     for (const std::string& n : models::activation_names()) {
       Field* f = fields.get(n);
@@ -465,24 +529,31 @@ sim::Result<ImportResult> import_maxtext(const std::vector<std::string>& files,
       rules.items.push_back(rule(n, where == "device" ? "hbm" : "host", f->value.origin));
       m.mapped(*f, "offload.rules");
     }
-  } else if (remat_f != nullptr) {
-    const auto names = policy_names(policy);
-    if (!names) {
-      return m.error(*remat_f,
-                     "expected a MaxText remat_policy (full, minimal, "
-                     "minimal_with_context, save_dot_with_context_except_mlp, "
-                     "save_dot_except_mlpwi, save_dot_except_mlp, save_qkv_proj, "
-                     "save_out_proj, qkv_proj_offloaded, minimal_offloaded, custom), "
-                     "got " +
-                         remat_f->value.describe());
-    }
-    OFFSIM_RETURN_IF_ERROR(m.set(*remat_f, "recompute", "full"));
-    for (const std::string& n : names->hbm)
-      rules.items.push_back(rule(n, "hbm", remat_f->value.origin));
-    for (const std::string& n : names->host)
-      rules.items.push_back(rule(n, "host", remat_f->value.origin));
-    if (!names->hbm.empty() || !names->host.empty()) m.mapped(*remat_f, "offload.rules");
+    return {};
   }
+  const auto names = policy_names(policy);
+  if (!names) {
+    return m.error(*remat_f,
+                   "expected a MaxText remat_policy (full, minimal, "
+                   "minimal_with_context, save_dot_with_context_except_mlp, "
+                   "save_dot_except_mlpwi, save_dot_except_mlp, save_qkv_proj, "
+                   "save_out_proj, qkv_proj_offloaded, minimal_offloaded, custom), "
+                   "got " +
+                       remat_f->value.describe());
+  }
+  OFFSIM_RETURN_IF_ERROR(m.set(*remat_f, "recompute", "full"));
+  for (const std::string& n : names->hbm)
+    rules.items.push_back(rule(n, "hbm", remat_f->value.origin));
+  for (const std::string& n : names->host)
+    rules.items.push_back(rule(n, "host", remat_f->value.origin));
+  if (!names->hbm.empty() || !names->host.empty()) m.mapped(*remat_f, "offload.rules");
+  return {};
+}
+
+// --- remat policy and the optimizer/parameter host offload -> offload.rules.
+sim::Status map_offload(Fields& fields, Mapper& m) {
+  Node rules = make_sequence();
+  OFFSIM_RETURN_IF_ERROR(map_remat(fields, m, rules));
   if (Field* f = fields.get("optimizer_memory_host_offload")) {
     OFFSIM_ASSIGN_OR_RETURN(bool on, m.boolean(*f));
     if (on) {
@@ -507,10 +578,25 @@ sim::Result<ImportResult> import_maxtext(const std::vector<std::string>& files,
   for (const std::string& n : models::activation_names()) {
     if (Field* f = fields.get(n)) m.ignored(*f, "used only with remat_policy: custom");
   }
+  return {};
+}
 
+}  // namespace
+
+sim::Result<ImportResult> import_maxtext(const std::vector<std::string>& files,
+                                         const ImportOptions& options) {
+  OFFSIM_ASSIGN_OR_RETURN(Fields fields, read_fields(files, options));
+  Mapper m(Framework::kMaxText);
+  OFFSIM_ASSIGN_OR_RETURN(const Layout layout, map_mesh(fields, m, options));
+  OFFSIM_RETURN_IF_ERROR(map_batch(fields, m, layout));
+  OFFSIM_RETURN_IF_ERROR(map_model(fields, m, files));
+  OFFSIM_RETURN_IF_ERROR(map_precision(fields, m));
+  OFFSIM_RETURN_IF_ERROR(map_optimizer_and_hardware(fields, m));
+  OFFSIM_RETURN_IF_ERROR(map_offload(fields, m));
   settle_leftovers(fields, m, ignore_reason);
   return finish(m, options,
-                {.world_gpus = static_cast<int>(dp * tp * pp), .name = file_stem(files.back())});
+                {.world_gpus = static_cast<int>(layout.dp * layout.tp * layout.pp),
+                 .name = file_stem(files.back())});
 }
 
 }  // namespace offsim::scenarios::detail

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <span>
 
 #include <fmt/format.h>
 
@@ -20,60 +21,84 @@ bool ends_with(const std::string& s, const char* suffix) {
   return s.size() >= x.size() && s.compare(s.size() - x.size(), x.size(), x) == 0;
 }
 
+// Reads one token of `line` from `i` (up to whitespace outside quotes); quotes are removed.
+std::string next_token(const std::string& line, std::size_t& i) {
+  std::string tok;
+  char quote = 0;
+  while (i < line.size() && (quote != 0 || !std::isspace(static_cast<unsigned char>(line[i])))) {
+    const char c = line[i++];
+    if (quote == 0 && (c == '"' || c == '\'')) {
+      quote = c;
+    } else if (quote != 0 && c == quote) {
+      quote = 0;
+    } else {
+      tok += c;
+    }
+  }
+  return tok;
+}
+
+// Pairs the tokens into `--flag value`, `--flag=value` and bare `--flag` (true) fields.
+class FlagPairs {
+ public:
+  explicit FlagPairs(Fields& out) : out_(out) {}
+
+  void add(const std::string& tok, const std::string& origin) {
+    if (tok.rfind("--", 0) == 0 && tok.size() > 2) {
+      flush();
+      const auto eq = tok.find('=');
+      if (eq != std::string::npos) {
+        out_.put(tok.substr(0, eq), make_scalar(tok.substr(eq + 1), origin));
+      } else {
+        pending_flag_ = tok;
+        pending_origin_ = origin;
+      }
+    } else if (!pending_flag_.empty()) {
+      out_.put(pending_flag_, make_scalar(tok, pending_origin_));
+      pending_flag_.clear();
+    }
+  }
+
+  // A flag still waiting for its value has none: it is a switch.
+  void flush() {
+    if (!pending_flag_.empty()) out_.put(pending_flag_, make_scalar("true", pending_origin_));
+    pending_flag_.clear();
+  }
+
+ private:
+  Fields& out_;
+  std::string pending_flag_;
+  std::string pending_origin_;
+};
+
+// The tokens of one script line, up to a comment; shell punctuation is skipped.
+void read_line(const std::string& line, const std::string& path, int line_no, FlagPairs& pairs) {
+  std::size_t i = 0;
+  while (i < line.size()) {
+    while (i < line.size() && std::isspace(static_cast<unsigned char>(line[i]))) ++i;
+    if (i >= line.size() || line[i] == '#') break;
+    const std::size_t col = i + 1;
+    std::string tok = next_token(line, i);
+    if (tok == "\\" || tok == "(" || tok == ")" || tok == "|" || tok == "&&") continue;
+    if (!tok.empty() && tok.back() == ')') tok.pop_back();
+    pairs.add(tok, fmt::format("{}:{}:{}", path, line_no, col));
+  }
+}
+
 // Splits a shell script into `--flag [value]` pairs. Quotes are removed; a value that still
 // holds a `$` is a shell variable the importer cannot expand (an error when it is mapped).
 sim::Status read_script(const std::string& path, const std::string& text, Fields& out) {
+  FlagPairs pairs(out);
   int line_no = 0;
   std::size_t pos = 0;
-  std::string pending_flag;
-  std::string pending_origin;
-  const auto flush_flag = [&]() {
-    if (!pending_flag.empty()) out.put(pending_flag, make_scalar("true", pending_origin));
-    pending_flag.clear();
-  };
   while (pos <= text.size()) {
     const std::size_t end = std::min(text.find('\n', pos), text.size());
-    std::string line = text.substr(pos, end - pos);
     ++line_no;
+    read_line(text.substr(pos, end - pos), path, line_no, pairs);
     pos = end + 1;
-    std::size_t i = 0;
-    while (i < line.size()) {
-      while (i < line.size() && std::isspace(static_cast<unsigned char>(line[i]))) ++i;
-      if (i >= line.size() || line[i] == '#') break;
-      const std::size_t col = i + 1;
-      std::string tok;
-      char quote = 0;
-      while (i < line.size() &&
-             (quote != 0 || !std::isspace(static_cast<unsigned char>(line[i])))) {
-        const char c = line[i++];
-        if (quote == 0 && (c == '"' || c == '\'')) {
-          quote = c;
-        } else if (quote != 0 && c == quote) {
-          quote = 0;
-        } else {
-          tok += c;
-        }
-      }
-      if (tok == "\\" || tok == "(" || tok == ")" || tok == "|" || tok == "&&") continue;
-      if (!tok.empty() && tok.back() == ')') tok.pop_back();
-      const std::string origin = fmt::format("{}:{}:{}", path, line_no, col);
-      if (tok.rfind("--", 0) == 0 && tok.size() > 2) {
-        flush_flag();
-        const auto eq = tok.find('=');
-        if (eq != std::string::npos) {
-          out.put(tok.substr(0, eq), make_scalar(tok.substr(eq + 1), origin));
-        } else {
-          pending_flag = tok;
-          pending_origin = origin;
-        }
-      } else if (!pending_flag.empty()) {
-        out.put(pending_flag, make_scalar(tok, pending_origin));
-        pending_flag.clear();
-      }
-    }
     if (end == text.size()) break;
   }
-  flush_flag();
+  pairs.flush();
   return sim::ok();
 }
 
@@ -142,373 +167,467 @@ std::string ignore_reason(const std::string& key) {
   return {};
 }
 
-}  // namespace
+// A Megatron-Bridge recipe: its sections (model, train, optimizer, ddp, dataset, ...) hold
+// Megatron's argument names with underscores; the leaf name is the argument.
+sim::Status read_recipe(const std::string& path, Fields& fields) {
+  OFFSIM_ASSIGN_OR_RETURN(Node doc, load_document_file(path));
+  if (doc.kind != NodeKind::kMap) {
+    return sim::fail(ErrorCode::kInvalidInput,
+                     "{}: expected a Megatron-Bridge recipe (a "
+                     "map), got {}",
+                     path, doc.describe());
+  }
+  Fields nested;
+  flatten(doc, "", nested);
+  for (Field& f : nested.all()) {
+    const auto dot = f.key.rfind('.');
+    const std::string leaf = dot == std::string::npos ? f.key : f.key.substr(dot + 1);
+    if (f.value.kind == NodeKind::kScalar && leaf == "mixed_precision") {
+      // Megatron-Bridge: mixed_precision: bf16_mixed | fp16_mixed | bf16_with_fp8_...
+      fields.put("--mixed-precision", f.value);
+      continue;
+    }
+    fields.put(dashes(leaf), f.value);
+  }
+  return {};
+}
 
-sim::Result<ImportResult> import_megatron(const std::vector<std::string>& files,
-                                          const ImportOptions& options) {
+sim::Result<Fields> read_files(const std::vector<std::string>& files) {
   Fields fields;
   for (const std::string& path : files) {
     if (ends_with(path, ".yaml") || ends_with(path, ".yml")) {
-      OFFSIM_ASSIGN_OR_RETURN(Node doc, load_document_file(path));
-      if (doc.kind != NodeKind::kMap) {
-        return sim::fail(ErrorCode::kInvalidInput,
-                         "{}: expected a Megatron-Bridge recipe (a "
-                         "map), got {}",
-                         path, doc.describe());
-      }
-      Fields nested;
-      flatten(doc, "", nested);
-      // A recipe's sections (model, train, optimizer, ddp, dataset, ...) hold Megatron's argument
-      // names with underscores; the leaf name is the argument.
-      for (Field& f : nested.all()) {
-        const auto dot = f.key.rfind('.');
-        const std::string leaf = dot == std::string::npos ? f.key : f.key.substr(dot + 1);
-        std::string value = f.value.scalar;
-        if (f.value.kind == NodeKind::kScalar && leaf == "mixed_precision") {
-          // Megatron-Bridge: mixed_precision: bf16_mixed | fp16_mixed | bf16_with_fp8_...
-          fields.put("--mixed-precision", f.value);
-          continue;
-        }
-        fields.put(dashes(leaf), f.value);
-      }
+      OFFSIM_RETURN_IF_ERROR(read_recipe(path, fields));
     } else {
       OFFSIM_ASSIGN_OR_RETURN(std::string text, read_file(path));
       OFFSIM_RETURN_IF_ERROR(read_script(path, text, fields));
     }
   }
-  Mapper m(Framework::kMegatron);
-  const auto get = [&](const char* key) { return fields.get(key); };
+  return fields;
+}
 
-  const auto int_arg = [&](Field* f, std::int64_t min,
-                           std::int64_t max) -> sim::Result<std::int64_t> {
+// The arguments and the mapper, with Megatron's typed reads.
+struct Args {
+  Fields& fields;
+  Mapper& m;
+
+  Field* get(const char* key) { return fields.get(key); }
+
+  // A number; a `$VAR` left in the script is refused with a hint.
+  sim::Result<std::int64_t> int_arg(Field* f, std::int64_t min, std::int64_t max) const {
     if (f->value.scalar.find('$') != std::string::npos) {
       return m.error(
           *f, fmt::format("{} is a shell variable; expand it or give the number", f->value.scalar));
     }
     return m.int_in(*f, min, max);
-  };
-  const auto flag = [&](Field* f) -> sim::Result<bool> {
+  }
+
+  // A switch; absent is false.
+  sim::Result<bool> flag(Field* f) const {
     if (f == nullptr) return false;
     return m.boolean(*f);
-  };
+  }
+};
 
-  // --- parallel layout
+struct Layout {
   std::int64_t tp = 1, pp = 1;
-  if (Field* f = get("--tensor-model-parallel-size")) {
-    OFFSIM_ASSIGN_OR_RETURN(tp, int_arg(f, 1, 1'000'000));
-    OFFSIM_RETURN_IF_ERROR(m.set(*f, "parallelism.tp", std::to_string(tp)));
+  std::int64_t world = 0;  // the job's GPUs; 0: not known
+};
+
+// --- parallel layout: tp, pp and, from torchrun's GPU count, dp.
+sim::Result<Layout> map_layout(Args& a, const ImportOptions& options) {
+  Layout l;
+  if (Field* f = a.get("--tensor-model-parallel-size")) {
+    OFFSIM_ASSIGN_OR_RETURN(l.tp, a.int_arg(f, 1, 1'000'000));
+    OFFSIM_RETURN_IF_ERROR(a.m.set(*f, "parallelism.tp", std::to_string(l.tp)));
   }
-  if (Field* f = get("--pipeline-model-parallel-size")) {
-    OFFSIM_ASSIGN_OR_RETURN(pp, int_arg(f, 1, 1'000'000));
-    OFFSIM_RETURN_IF_ERROR(m.set(*f, "parallelism.pp", std::to_string(pp)));
+  if (Field* f = a.get("--pipeline-model-parallel-size")) {
+    OFFSIM_ASSIGN_OR_RETURN(l.pp, a.int_arg(f, 1, 1'000'000));
+    OFFSIM_RETURN_IF_ERROR(a.m.set(*f, "parallelism.pp", std::to_string(l.pp)));
   }
-  Field* nproc = get("--nproc_per_node");
-  if (nproc == nullptr) nproc = get("--nproc-per-node");
-  Field* nnodes = get("--nnodes");
-  std::int64_t world = options.gpus;
+  Field* nproc = a.get("--nproc_per_node");
+  if (nproc == nullptr) nproc = a.get("--nproc-per-node");
+  Field* nnodes = a.get("--nnodes");
+  l.world = options.gpus;
   if (nproc != nullptr) {
-    OFFSIM_ASSIGN_OR_RETURN(std::int64_t per_node, int_arg(nproc, 1, 1'000'000));
+    OFFSIM_ASSIGN_OR_RETURN(std::int64_t per_node, a.int_arg(nproc, 1, 1'000'000));
     std::int64_t n = 1;
     if (nnodes != nullptr) {
-      OFFSIM_ASSIGN_OR_RETURN(n, int_arg(nnodes, 1, 1'000'000));
+      OFFSIM_ASSIGN_OR_RETURN(n, a.int_arg(nnodes, 1, 1'000'000));
     }
-    world = per_node * n;
+    l.world = per_node * n;
   }
-  if (world > 0) {
-    if (world % (tp * pp) != 0) {
+  if (l.world > 0) {
+    if (l.world % (l.tp * l.pp) != 0) {
       return sim::fail(ErrorCode::kInvalidInput,
                        "{} GPUs are not divisible by tensor x pipeline parallel size {} x {}",
-                       world, tp, pp);
+                       l.world, l.tp, l.pp);
     }
     OFFSIM_RETURN_IF_ERROR(
-        m.set_from({nproc, nnodes}, "parallelism.dp", std::to_string(world / (tp * pp))));
+        a.m.set_from({nproc, nnodes}, "parallelism.dp", std::to_string(l.world / (l.tp * l.pp))));
   }
-  if (Field* f = get("--context-parallel-size")) {
-    OFFSIM_ASSIGN_OR_RETURN(std::int64_t cp, int_arg(f, 1, 1'000'000));
+  return l;
+}
+
+// Context and sequence parallelism, the distributed optimizer and gradient-reduce overlap.
+sim::Status map_parallel_flags(Args& a) {
+  if (Field* f = a.get("--context-parallel-size")) {
+    OFFSIM_ASSIGN_OR_RETURN(std::int64_t cp, a.int_arg(f, 1, 1'000'000));
     if (cp == 1) {
-      m.mapped(*f, "(1: nothing to model)");
+      a.m.mapped(*f, "(1: nothing to model)");
     } else {
-      m.unmapped(*f, "context parallelism is not modelled");
+      a.m.unmapped(*f, "context parallelism is not modelled");
     }
   }
-  if (Field* f = get("--sequence-parallel")) {
-    OFFSIM_ASSIGN_OR_RETURN(bool on, flag(f));
-    OFFSIM_RETURN_IF_ERROR(m.set(*f, "parallelism.sequence_parallel", on ? "true" : "false"));
+  if (Field* f = a.get("--sequence-parallel")) {
+    OFFSIM_ASSIGN_OR_RETURN(bool on, a.flag(f));
+    OFFSIM_RETURN_IF_ERROR(a.m.set(*f, "parallelism.sequence_parallel", on ? "true" : "false"));
   }
-  if (Field* f = get("--use-distributed-optimizer")) {
-    OFFSIM_ASSIGN_OR_RETURN(bool on, flag(f));
-    OFFSIM_RETURN_IF_ERROR(m.set(*f, "parallelism.zero_stage", on ? "1" : "0"));
+  if (Field* f = a.get("--use-distributed-optimizer")) {
+    OFFSIM_ASSIGN_OR_RETURN(bool on, a.flag(f));
+    OFFSIM_RETURN_IF_ERROR(a.m.set(*f, "parallelism.zero_stage", on ? "1" : "0"));
   }
   // Megatron's default is no overlap; --overlap-grad-reduce turns it on.
-  {
-    Field* f = get("--overlap-grad-reduce");
-    bool on = false;
-    if (f != nullptr) {
-      OFFSIM_ASSIGN_OR_RETURN(on, flag(f));
-    }
-    OFFSIM_RETURN_IF_ERROR(
-        m.set_from({f}, "parallelism.overlap_grad_reduce", on ? "true" : "false"));
+  Field* f = a.get("--overlap-grad-reduce");
+  bool on = false;
+  if (f != nullptr) {
+    OFFSIM_ASSIGN_OR_RETURN(on, a.flag(f));
   }
-  if (Field* f = get("--num-layers-per-virtual-pipeline-stage")) {
-    OFFSIM_ASSIGN_OR_RETURN(std::int64_t per, int_arg(f, 1, 1'000'000));
-    Field* layers_f = fields.get("--num-layers");
-    if (layers_f == nullptr) return m.error(*f, "needs --num-layers to derive the virtual stages");
-    layers_f->used = false;
-    OFFSIM_ASSIGN_OR_RETURN(std::int64_t layers, int_arg(layers_f, 1, 1'000'000));
-    if (layers % (pp * per) != 0) {
-      return m.error(*f, fmt::format("{} x pipeline size {} does not divide --num-layers {}", per,
-                                     pp, layers));
-    }
-    OFFSIM_RETURN_IF_ERROR(
-        m.set(*f, "parallelism.virtual_stages", std::to_string(layers / (pp * per))));
-    OFFSIM_RETURN_IF_ERROR(m.set(*f, "parallelism.schedule", "interleaved_1f1b"));
-  }
-  if (Field* f = get("--virtual-pipeline-model-parallel-size")) {
-    OFFSIM_ASSIGN_OR_RETURN(std::int64_t v, int_arg(f, 1, 1'000'000));
-    OFFSIM_RETURN_IF_ERROR(m.set(*f, "parallelism.virtual_stages", std::to_string(v)));
-    if (v > 1) OFFSIM_RETURN_IF_ERROR(m.set(*f, "parallelism.schedule", "interleaved_1f1b"));
-  }
+  return a.m.set_from({f}, "parallelism.overlap_grad_reduce", on ? "true" : "false");
+}
 
+// Interleaved 1F1B: layers per virtual stage, or the virtual stage count.
+sim::Status map_virtual_stages(Args& a, std::int64_t pp) {
+  if (Field* f = a.get("--num-layers-per-virtual-pipeline-stage")) {
+    OFFSIM_ASSIGN_OR_RETURN(std::int64_t per, a.int_arg(f, 1, 1'000'000));
+    Field* layers_f = a.fields.get("--num-layers");
+    if (layers_f == nullptr) {
+      return a.m.error(*f, "needs --num-layers to derive the virtual stages");
+    }
+    layers_f->used = false;
+    OFFSIM_ASSIGN_OR_RETURN(std::int64_t layers, a.int_arg(layers_f, 1, 1'000'000));
+    if (layers % (pp * per) != 0) {
+      return a.m.error(*f, fmt::format("{} x pipeline size {} does not divide --num-layers {}", per,
+                                       pp, layers));
+    }
+    OFFSIM_RETURN_IF_ERROR(
+        a.m.set(*f, "parallelism.virtual_stages", std::to_string(layers / (pp * per))));
+    OFFSIM_RETURN_IF_ERROR(a.m.set(*f, "parallelism.schedule", "interleaved_1f1b"));
+  }
+  if (Field* f = a.get("--virtual-pipeline-model-parallel-size")) {
+    OFFSIM_ASSIGN_OR_RETURN(std::int64_t v, a.int_arg(f, 1, 1'000'000));
+    OFFSIM_RETURN_IF_ERROR(a.m.set(*f, "parallelism.virtual_stages", std::to_string(v)));
+    if (v > 1) OFFSIM_RETURN_IF_ERROR(a.m.set(*f, "parallelism.schedule", "interleaved_1f1b"));
+  }
+  return {};
+}
+
+// Integer arguments copied to scenario keys, in the order given.
+sim::Status map_ints(Args& a, std::span<const std::pair<const char*, const char*>> keys) {
+  for (const auto& [key, path] : keys) {
+    if (Field* f = a.get(key)) {
+      OFFSIM_ASSIGN_OR_RETURN(std::int64_t v, a.int_arg(f, 1, 100'000'000));
+      OFFSIM_RETURN_IF_ERROR(a.m.set(*f, path, std::to_string(v)));
+    }
+  }
+  return {};
+}
+
+// --swiglu (or Megatron-Core's --gated-linear-unit) and --normalization.
+sim::Status map_activation_and_norm(Args& a) {
+  Field* swiglu = a.get("--swiglu");
+  if (swiglu == nullptr) swiglu = a.get("--gated-linear-unit");  // Megatron-Core config name
+  OFFSIM_ASSIGN_OR_RETURN(bool gated, a.flag(swiglu));
+  OFFSIM_RETURN_IF_ERROR(a.m.set_from({swiglu}, "model.activation", gated ? "swiglu" : "gelu"));
+  Field* norm = a.get("--normalization");
+  std::string norm_v = "LayerNorm";
+  if (norm != nullptr) {
+    OFFSIM_ASSIGN_OR_RETURN(norm_v, a.m.one_of(*norm, {"LayerNorm", "RMSNorm"}));
+  }
+  return a.m.set_from({norm}, "model.norm", norm_v == "RMSNorm" ? "rmsnorm" : "layernorm");
+}
+
+// Tied embeddings and linear biases, by the Megatron-LM or the Megatron-Core argument.
+sim::Status map_ties_and_biases(Args& a) {
+  Field* untie = a.get("--untie-embeddings-and-output-weights");
+  OFFSIM_ASSIGN_OR_RETURN(bool untied, a.flag(untie));
+  if (Field* share = a.get("--share-embeddings-and-output-weights")) {  // Megatron-Core name
+    OFFSIM_ASSIGN_OR_RETURN(bool shared, a.flag(share));
+    untied = !shared;
+    untie = share;
+  }
+  OFFSIM_RETURN_IF_ERROR(a.m.set_from({untie}, "model.tied_embeddings", untied ? "false" : "true"));
+  Field* nobias = a.get("--disable-bias-linear");
+  OFFSIM_ASSIGN_OR_RETURN(bool no_bias, a.flag(nobias));
+  if (Field* add = a.get("--add-bias-linear")) {  // Megatron-Core name
+    OFFSIM_ASSIGN_OR_RETURN(bool bias, a.flag(add));
+    no_bias = !bias;
+    nobias = add;
+  }
+  return a.m.set_from({nobias}, "model.linear_bias", no_bias ? "false" : "true");
+}
+
+// Learned absolute positions need --max-position-embeddings; RoPE or none have no table.
+sim::Status map_positions(Args& a) {
+  Field* pos = a.get("--position-embedding-type");
+  std::string pos_v = "learned_absolute";
+  if (pos != nullptr) {
+    OFFSIM_ASSIGN_OR_RETURN(pos_v, a.m.one_of(*pos, {"learned_absolute", "rope", "none"}));
+  }
+  Field* maxpos = a.get("--max-position-embeddings");
+  if (pos_v != "learned_absolute") {
+    OFFSIM_RETURN_IF_ERROR(a.m.set_from({pos}, "model.max_positions", "0"));
+    if (maxpos != nullptr) a.m.ignored(*maxpos, "only the RoPE range; no position table");
+    return {};
+  }
+  if (maxpos == nullptr) {
+    return sim::fail(ErrorCode::kInvalidInput,
+                     "--max-position-embeddings: needed with learned absolute positions "
+                     "(Megatron's default --position-embedding-type)");
+  }
+  OFFSIM_ASSIGN_OR_RETURN(std::int64_t v, a.int_arg(maxpos, 1, 100'000'000));
+  return a.m.set_from({maxpos, pos}, "model.max_positions", std::to_string(v));
+}
+
+// Dropout (Megatron's defaults 0.1) and flash attention.
+sim::Status map_dropout_and_attention(Args& a) {
+  Field* hd = a.get("--hidden-dropout");
+  Field* ad = a.get("--attention-dropout");
+  double hd_v = 0.1, ad_v = 0.1;
+  if (hd != nullptr) {
+    OFFSIM_ASSIGN_OR_RETURN(hd_v, a.m.number_in(*hd, 0.0, 1.0));
+  }
+  if (ad != nullptr) {
+    OFFSIM_ASSIGN_OR_RETURN(ad_v, a.m.number_in(*ad, 0.0, 1.0));
+  }
+  OFFSIM_RETURN_IF_ERROR(
+      a.m.set_from({hd, ad}, "model.dropout", hd_v > 0 || ad_v > 0 ? "true" : "false"));
+  if (Field* f = a.get("--use-flash-attn")) {
+    OFFSIM_ASSIGN_OR_RETURN(bool on, a.flag(f));
+    OFFSIM_RETURN_IF_ERROR(a.m.set(*f, "model.attention", on ? "flash" : "classic"));
+  }
+  return {};
+}
+
+// --- model (Megatron's GPT defaults: learned positions, biases, LayerNorm, GeLU, tied
+// embeddings, dropout 0.1), when the script gives one.
+sim::Status map_model(Args& a, const std::vector<std::string>& files) {
+  if (!a.fields.has("--num-layers") && !a.fields.has("--hidden-size")) return {};
+  std::string name = file_stem(files.front());
+  OFFSIM_RETURN_IF_ERROR(set_path(a.m.doc, "model.name", make_scalar(name, files.front(), true)));
+  static constexpr std::pair<const char*, const char*> kDims[] = {
+      {"--num-layers", "model.layers"},          {"--hidden-size", "model.hidden"},
+      {"--ffn-hidden-size", "model.ffn_hidden"}, {"--num-attention-heads", "model.heads"},
+      {"--num-query-groups", "model.kv_heads"},  {"--kv-channels", "model.head_dim"},
+      {"--vocab-size", "model.vocab_size"},      {"--padded-vocab-size", "model.vocab_size"}};
+  OFFSIM_RETURN_IF_ERROR(map_ints(a, kDims));
+  if (Field* f = a.get("--group-query-attention")) a.m.mapped(*f, "model.kv_heads");
+  OFFSIM_RETURN_IF_ERROR(map_activation_and_norm(a));
+  OFFSIM_RETURN_IF_ERROR(map_ties_and_biases(a));
+  OFFSIM_RETURN_IF_ERROR(map_positions(a));
+  OFFSIM_RETURN_IF_ERROR(map_dropout_and_attention(a));
+  if (!a.fields.has("--vocab-size") && !a.fields.has("--padded-vocab-size")) {
+    return sim::fail(ErrorCode::kInvalidInput,
+                     "model.vocab_size: Megatron takes the vocabulary from the tokenizer; give "
+                     "--vocab-size in the script or --set model.vocab_size=N");
+  }
+  return {};
+}
+
+// --- precision: --bf16, --fp16, a Megatron-Bridge mixed_precision recipe, --fp8-format.
+sim::Status map_precision(Args& a) {
+  bool bf16_on = false;
+  if (Field* f = a.get("--bf16")) {
+    OFFSIM_ASSIGN_OR_RETURN(bf16_on, a.flag(f));
+    if (bf16_on) OFFSIM_RETURN_IF_ERROR(a.m.set(*f, "training.precision", "bf16"));
+  }
+  if (Field* f = a.get("--fp16")) {
+    OFFSIM_ASSIGN_OR_RETURN(bool on, a.flag(f));
+    if (on && bf16_on)
+      return a.m.error(*f, "--fp16 and --bf16 are exclusive (Megatron refuses both)");
+    if (on) OFFSIM_RETURN_IF_ERROR(a.m.set(*f, "training.precision", "fp16"));
+  }
+  if (Field* f = a.get("--mixed-precision")) {
+    OFFSIM_ASSIGN_OR_RETURN(std::string mp, a.m.text(*f));
+    if (mp.rfind("bf16", 0) == 0 && mp.find("fp8") == std::string::npos) {
+      OFFSIM_RETURN_IF_ERROR(a.m.set(*f, "training.precision", "bf16"));
+    } else if (mp.rfind("fp16", 0) == 0) {
+      OFFSIM_RETURN_IF_ERROR(a.m.set(*f, "training.precision", "fp16"));
+    } else if (mp.find("fp8") != std::string::npos) {
+      OFFSIM_RETURN_IF_ERROR(a.m.set(*f, "training.precision", "fp8"));
+    } else {
+      a.m.unmapped(*f, fmt::format("mixed precision recipe {} is not modelled", mp));
+    }
+  }
+  if (Field* f = a.get("--fp8-format")) {
+    OFFSIM_ASSIGN_OR_RETURN(std::string v, a.m.one_of(*f, {"e4m3", "hybrid"}));
+    OFFSIM_RETURN_IF_ERROR(a.m.set(*f, "training.precision", "fp8"));
+  }
+  return {};
+}
+
+// --- optimizer and gradient-accumulation fusion.
+sim::Status map_optimizer(Args& a) {
+  if (Field* f = a.get("--optimizer")) {
+    OFFSIM_ASSIGN_OR_RETURN(std::string o, a.m.one_of(*f, {"adam", "sgd"}));
+    if (o == "adam") {
+      OFFSIM_RETURN_IF_ERROR(a.m.set(*f, "training.optimizer", "adamw"));
+    } else {
+      a.m.unmapped(*f, "SGD is not modelled (AdamW state sizes are used)");
+    }
+  }
+  if (Field* f = a.get("--no-gradient-accumulation-fusion")) {
+    OFFSIM_ASSIGN_OR_RETURN(bool off, a.flag(f));
+    OFFSIM_RETURN_IF_ERROR(
+        a.m.set(*f, "training.gradient_accumulation_fusion", off ? "false" : "true"));
+  }
+  return {};
+}
+
+// --recompute-method and --recompute-num-layers: offsim recomputes every layer on its own.
+sim::Status map_recompute_method(Args& a) {
+  Field* method = a.get("--recompute-method");
+  Field* rnum = a.get("--recompute-num-layers");
+  if (method == nullptr) {
+    if (rnum != nullptr) a.m.unmapped(*rnum, "without --recompute-method Megatron ignores it");
+    return {};
+  }
+  OFFSIM_ASSIGN_OR_RETURN(std::string mv, a.m.one_of(*method, {"uniform", "block"}));
+  std::int64_t n = 1;
+  if (rnum != nullptr) {
+    OFFSIM_ASSIGN_OR_RETURN(n, a.int_arg(rnum, 1, 1'000'000));
+  }
+  if (mv != "uniform") {
+    a.m.unmapped(*method,
+                 "block recompute of the first N layers per stage is modelled as all "
+                 "layers");
+    if (rnum != nullptr) a.m.unmapped(*rnum, "see --recompute-method block");
+    return {};
+  }
+  a.m.mapped(*method, "recompute (every layer)");
+  if (rnum != nullptr && n == 1) {
+    a.m.mapped(*rnum, "recompute (every layer its own checkpoint)");
+  } else if (rnum != nullptr) {
+    a.m.unmapped(*rnum,
+                 "uniform recompute of groups of N layers is modelled as every layer "
+                 "recomputed on its own (same FLOPs, checkpoints of every layer)");
+  }
+  return {};
+}
+
+// --- recompute
+sim::Status map_recompute(Args& a) {
+  if (Field* f = a.get("--recompute-granularity")) {
+    OFFSIM_ASSIGN_OR_RETURN(std::string g, a.m.one_of(*f, {"full", "selective"}));
+    OFFSIM_RETURN_IF_ERROR(a.m.set(*f, "recompute", g));
+  } else if (Field* f2 = a.get("--recompute-activations")) {
+    OFFSIM_ASSIGN_OR_RETURN(bool on, a.flag(f2));
+    if (on) OFFSIM_RETURN_IF_ERROR(a.m.set(*f2, "recompute", "selective"));
+  }
+  return map_recompute_method(a);
+}
+
+// --cpu-offloading [--cpu-offloading-num-layers N] -> an activations rule (first N layers).
+sim::Status map_activation_offload(Args& a, Field* act, bool act_on, Node& rules) {
+  Field* act_n = a.get("--cpu-offloading-num-layers");
+  if (!act_on) {
+    if (act != nullptr) a.m.mapped(*act, "(off)");
+    if (act_n != nullptr) a.m.ignored(*act_n, "used only with --cpu-offloading");
+    return {};
+  }
+  Node r = make_map(act->value.origin);
+  r.entries.emplace_back("tensor", make_scalar("activations", act->value.origin));
+  r.entries.emplace_back("where", make_scalar("host", act->value.origin));
+  if (act_n != nullptr) {
+    OFFSIM_ASSIGN_OR_RETURN(std::int64_t n, a.int_arg(act_n, 0, 1'000'000));
+    Node first = make_map(act_n->value.origin);
+    first.entries.emplace_back("first", make_scalar(std::to_string(n), act_n->value.origin));
+    r.entries.emplace_back("layers", std::move(first));
+    a.m.mapped(*act_n, "offload.rules");
+  }
+  rules.items.push_back(std::move(r));
+  a.m.mapped(*act, "offload.rules");
+  return {};
+}
+
+// --optimizer-cpu-offload [--optimizer-offload-fraction F] -> optimizer state and master
+// weight rules.
+sim::Status map_optimizer_offload(Args& a, Field* opt, bool opt_on, Node& rules) {
+  Field* frac = a.get("--optimizer-offload-fraction");
+  if (!opt_on) {
+    if (opt != nullptr) a.m.mapped(*opt, "(off)");
+    if (frac != nullptr) a.m.ignored(*frac, "used only with --optimizer-cpu-offload");
+    return {};
+  }
+  double fraction = 1.0;
+  if (frac != nullptr) {
+    OFFSIM_ASSIGN_OR_RETURN(fraction, a.m.number_in(*frac, 0.0, 1.0));
+  }
+  for (const char* tensor : {"optimizer_states", "master_weights"}) {
+    Node r = make_map(opt->value.origin);
+    r.entries.emplace_back("tensor", make_scalar(tensor, opt->value.origin));
+    r.entries.emplace_back("where", make_scalar("host", opt->value.origin));
+    if (fraction < 1.0) {
+      Node sel = make_map(frac->value.origin);
+      sel.entries.emplace_back("fraction", make_scalar(fmt::format("{}", fraction)));
+      r.entries.emplace_back("layers", std::move(sel));
+    }
+    rules.items.push_back(std::move(r));
+  }
+  a.m.mapped(*opt, "offload.rules, offload.optimizer");
+  if (frac != nullptr) a.m.mapped(*frac, "offload.rules");
+  return {};
+}
+
+// --- offload
+sim::Status map_offload(Args& a) {
+  Field* act = a.get("--cpu-offloading");
+  Field* opt = a.get("--optimizer-cpu-offload");
+  OFFSIM_ASSIGN_OR_RETURN(bool act_on, a.flag(act));
+  OFFSIM_ASSIGN_OR_RETURN(bool opt_on, a.flag(opt));
+  Node rules = make_sequence();
+  OFFSIM_RETURN_IF_ERROR(map_activation_offload(a, act, act_on, rules));
+  for (const char* key : {"--cpu-offloading-activations", "--cpu-offloading-weights"}) {
+    if (Field* f = a.get(key)) {
+      OFFSIM_ASSIGN_OR_RETURN(bool on, a.flag(f));
+      if (std::string(key) == "--cpu-offloading-weights" && on) {
+        a.m.unmapped(*f, "Transformer Engine weight offload is not modelled");
+      } else {
+        a.m.mapped(*f, "offload.rules");
+      }
+    }
+  }
+  OFFSIM_RETURN_IF_ERROR(map_optimizer_offload(a, opt, opt_on, rules));
+  if (rules.items.empty()) return {};
+  Node off = make_map();
+  off.entries.emplace_back("rules", std::move(rules));
+  off.entries.emplace_back("optimizer", make_scalar(opt_on ? "cpu" : "gpu"));
+  return set_path(a.m.doc, "offload", std::move(off));
+}
+
+}  // namespace
+
+sim::Result<ImportResult> import_megatron(const std::vector<std::string>& files,
+                                          const ImportOptions& options) {
+  OFFSIM_ASSIGN_OR_RETURN(Fields fields, read_files(files));
+  Mapper m(Framework::kMegatron);
+  Args a{.fields = fields, .m = m};
+  OFFSIM_ASSIGN_OR_RETURN(const Layout layout, map_layout(a, options));
+  OFFSIM_RETURN_IF_ERROR(map_parallel_flags(a));
+  OFFSIM_RETURN_IF_ERROR(map_virtual_stages(a, layout.pp));
   // --- batch and sequence
-  const std::pair<const char*, const char*> ints[] = {
+  static constexpr std::pair<const char*, const char*> kBatch[] = {
       {"--micro-batch-size", "training.micro_batch"},
       {"--global-batch-size", "training.global_batch"},
       {"--seq-length", "training.seq_len"}};
-  for (const auto& [key, path] : ints) {
-    if (Field* f = get(key)) {
-      OFFSIM_ASSIGN_OR_RETURN(std::int64_t v, int_arg(f, 1, 100'000'000));
-      OFFSIM_RETURN_IF_ERROR(m.set(*f, path, std::to_string(v)));
-    }
-  }
-
-  // --- model (Megatron's GPT defaults: learned positions, biases, LayerNorm, GeLU, tied
-  // embeddings, dropout 0.1)
-  if (fields.has("--num-layers") || fields.has("--hidden-size")) {
-    std::string name = file_stem(files.front());
-    OFFSIM_RETURN_IF_ERROR(set_path(m.doc, "model.name", make_scalar(name, files.front(), true)));
-    const std::pair<const char*, const char*> dims[] = {
-        {"--num-layers", "model.layers"},          {"--hidden-size", "model.hidden"},
-        {"--ffn-hidden-size", "model.ffn_hidden"}, {"--num-attention-heads", "model.heads"},
-        {"--num-query-groups", "model.kv_heads"},  {"--kv-channels", "model.head_dim"},
-        {"--vocab-size", "model.vocab_size"},      {"--padded-vocab-size", "model.vocab_size"}};
-    for (const auto& [key, path] : dims) {
-      if (Field* f = get(key)) {
-        OFFSIM_ASSIGN_OR_RETURN(std::int64_t v, int_arg(f, 1, 100'000'000));
-        OFFSIM_RETURN_IF_ERROR(m.set(*f, path, std::to_string(v)));
-      }
-    }
-    if (Field* f = get("--group-query-attention")) m.mapped(*f, "model.kv_heads");
-    Field* swiglu = get("--swiglu");
-    if (swiglu == nullptr) swiglu = get("--gated-linear-unit");  // Megatron-Core config name
-    OFFSIM_ASSIGN_OR_RETURN(bool gated, flag(swiglu));
-    OFFSIM_RETURN_IF_ERROR(m.set_from({swiglu}, "model.activation", gated ? "swiglu" : "gelu"));
-    Field* norm = get("--normalization");
-    std::string norm_v = "LayerNorm";
-    if (norm != nullptr) {
-      OFFSIM_ASSIGN_OR_RETURN(norm_v, m.one_of(*norm, {"LayerNorm", "RMSNorm"}));
-    }
-    OFFSIM_RETURN_IF_ERROR(
-        m.set_from({norm}, "model.norm", norm_v == "RMSNorm" ? "rmsnorm" : "layernorm"));
-    Field* untie = get("--untie-embeddings-and-output-weights");
-    OFFSIM_ASSIGN_OR_RETURN(bool untied, flag(untie));
-    if (Field* share = get("--share-embeddings-and-output-weights")) {  // Megatron-Core name
-      OFFSIM_ASSIGN_OR_RETURN(bool shared, flag(share));
-      untied = !shared;
-      untie = share;
-    }
-    OFFSIM_RETURN_IF_ERROR(m.set_from({untie}, "model.tied_embeddings", untied ? "false" : "true"));
-    Field* nobias = get("--disable-bias-linear");
-    OFFSIM_ASSIGN_OR_RETURN(bool no_bias, flag(nobias));
-    if (Field* add = get("--add-bias-linear")) {  // Megatron-Core name
-      OFFSIM_ASSIGN_OR_RETURN(bool bias, flag(add));
-      no_bias = !bias;
-      nobias = add;
-    }
-    OFFSIM_RETURN_IF_ERROR(m.set_from({nobias}, "model.linear_bias", no_bias ? "false" : "true"));
-    Field* pos = get("--position-embedding-type");
-    std::string pos_v = "learned_absolute";
-    if (pos != nullptr) {
-      OFFSIM_ASSIGN_OR_RETURN(pos_v, m.one_of(*pos, {"learned_absolute", "rope", "none"}));
-    }
-    Field* maxpos = get("--max-position-embeddings");
-    if (pos_v == "learned_absolute") {
-      if (maxpos == nullptr) {
-        return sim::fail(ErrorCode::kInvalidInput,
-                         "--max-position-embeddings: needed with learned absolute positions "
-                         "(Megatron's default --position-embedding-type)");
-      }
-      OFFSIM_ASSIGN_OR_RETURN(std::int64_t v, int_arg(maxpos, 1, 100'000'000));
-      OFFSIM_RETURN_IF_ERROR(m.set_from({maxpos, pos}, "model.max_positions", std::to_string(v)));
-    } else {
-      OFFSIM_RETURN_IF_ERROR(m.set_from({pos}, "model.max_positions", "0"));
-      if (maxpos != nullptr) m.ignored(*maxpos, "only the RoPE range; no position table");
-    }
-    Field* hd = get("--hidden-dropout");
-    Field* ad = get("--attention-dropout");
-    double hd_v = 0.1, ad_v = 0.1;
-    if (hd != nullptr) {
-      OFFSIM_ASSIGN_OR_RETURN(hd_v, m.number_in(*hd, 0.0, 1.0));
-    }
-    if (ad != nullptr) {
-      OFFSIM_ASSIGN_OR_RETURN(ad_v, m.number_in(*ad, 0.0, 1.0));
-    }
-    OFFSIM_RETURN_IF_ERROR(
-        m.set_from({hd, ad}, "model.dropout", hd_v > 0 || ad_v > 0 ? "true" : "false"));
-    if (Field* f = get("--use-flash-attn")) {
-      OFFSIM_ASSIGN_OR_RETURN(bool on, flag(f));
-      OFFSIM_RETURN_IF_ERROR(m.set(*f, "model.attention", on ? "flash" : "classic"));
-    }
-    if (!fields.has("--vocab-size") && !fields.has("--padded-vocab-size")) {
-      return sim::fail(ErrorCode::kInvalidInput,
-                       "model.vocab_size: Megatron takes the vocabulary from the tokenizer; give "
-                       "--vocab-size in the script or --set model.vocab_size=N");
-    }
-  }
-
-  // --- precision
-  bool bf16_on = false;
-  if (Field* f = get("--bf16")) {
-    OFFSIM_ASSIGN_OR_RETURN(bf16_on, flag(f));
-    if (bf16_on) OFFSIM_RETURN_IF_ERROR(m.set(*f, "training.precision", "bf16"));
-  }
-  if (Field* f = get("--fp16")) {
-    OFFSIM_ASSIGN_OR_RETURN(bool on, flag(f));
-    if (on && bf16_on)
-      return m.error(*f, "--fp16 and --bf16 are exclusive (Megatron refuses both)");
-    if (on) OFFSIM_RETURN_IF_ERROR(m.set(*f, "training.precision", "fp16"));
-  }
-  if (Field* f = get("--mixed-precision")) {
-    OFFSIM_ASSIGN_OR_RETURN(std::string mp, m.text(*f));
-    if (mp.rfind("bf16", 0) == 0 && mp.find("fp8") == std::string::npos) {
-      OFFSIM_RETURN_IF_ERROR(m.set(*f, "training.precision", "bf16"));
-    } else if (mp.rfind("fp16", 0) == 0) {
-      OFFSIM_RETURN_IF_ERROR(m.set(*f, "training.precision", "fp16"));
-    } else if (mp.find("fp8") != std::string::npos) {
-      OFFSIM_RETURN_IF_ERROR(m.set(*f, "training.precision", "fp8"));
-    } else {
-      m.unmapped(*f, fmt::format("mixed precision recipe {} is not modelled", mp));
-    }
-  }
-  if (Field* f = get("--fp8-format")) {
-    OFFSIM_ASSIGN_OR_RETURN(std::string v, m.one_of(*f, {"e4m3", "hybrid"}));
-    OFFSIM_RETURN_IF_ERROR(m.set(*f, "training.precision", "fp8"));
-  }
-  if (Field* f = get("--optimizer")) {
-    OFFSIM_ASSIGN_OR_RETURN(std::string o, m.one_of(*f, {"adam", "sgd"}));
-    if (o == "adam") {
-      OFFSIM_RETURN_IF_ERROR(m.set(*f, "training.optimizer", "adamw"));
-    } else {
-      m.unmapped(*f, "SGD is not modelled (AdamW state sizes are used)");
-    }
-  }
-  if (Field* f = get("--no-gradient-accumulation-fusion")) {
-    OFFSIM_ASSIGN_OR_RETURN(bool off, flag(f));
-    OFFSIM_RETURN_IF_ERROR(
-        m.set(*f, "training.gradient_accumulation_fusion", off ? "false" : "true"));
-  }
-
-  // --- recompute
-  if (Field* f = get("--recompute-granularity")) {
-    OFFSIM_ASSIGN_OR_RETURN(std::string g, m.one_of(*f, {"full", "selective"}));
-    OFFSIM_RETURN_IF_ERROR(m.set(*f, "recompute", g));
-  } else if (Field* f2 = get("--recompute-activations")) {
-    OFFSIM_ASSIGN_OR_RETURN(bool on, flag(f2));
-    if (on) OFFSIM_RETURN_IF_ERROR(m.set(*f2, "recompute", "selective"));
-  }
-  Field* method = get("--recompute-method");
-  Field* rnum = get("--recompute-num-layers");
-  if (method != nullptr) {
-    OFFSIM_ASSIGN_OR_RETURN(std::string mv, m.one_of(*method, {"uniform", "block"}));
-    std::int64_t n = 1;
-    if (rnum != nullptr) {
-      OFFSIM_ASSIGN_OR_RETURN(n, int_arg(rnum, 1, 1'000'000));
-    }
-    if (mv == "uniform") {
-      m.mapped(*method, "recompute (every layer)");
-      if (rnum != nullptr && n == 1) {
-        m.mapped(*rnum, "recompute (every layer its own checkpoint)");
-      } else if (rnum != nullptr) {
-        m.unmapped(*rnum,
-                   "uniform recompute of groups of N layers is modelled as every layer "
-                   "recomputed on its own (same FLOPs, checkpoints of every layer)");
-      }
-    } else {
-      m.unmapped(*method,
-                 "block recompute of the first N layers per stage is modelled as all "
-                 "layers");
-      if (rnum != nullptr) m.unmapped(*rnum, "see --recompute-method block");
-    }
-  } else if (rnum != nullptr) {
-    m.unmapped(*rnum, "without --recompute-method Megatron ignores it");
-  }
-
-  // --- offload
-  Field* act = get("--cpu-offloading");
-  Field* act_n = get("--cpu-offloading-num-layers");
-  Field* opt = get("--optimizer-cpu-offload");
-  Field* frac = get("--optimizer-offload-fraction");
-  OFFSIM_ASSIGN_OR_RETURN(bool act_on, flag(act));
-  OFFSIM_ASSIGN_OR_RETURN(bool opt_on, flag(opt));
-  Node rules = make_sequence();
-  if (act_on) {
-    Node r = make_map(act->value.origin);
-    r.entries.emplace_back("tensor", make_scalar("activations", act->value.origin));
-    r.entries.emplace_back("where", make_scalar("host", act->value.origin));
-    if (act_n != nullptr) {
-      OFFSIM_ASSIGN_OR_RETURN(std::int64_t n, int_arg(act_n, 0, 1'000'000));
-      Node first = make_map(act_n->value.origin);
-      first.entries.emplace_back("first", make_scalar(std::to_string(n), act_n->value.origin));
-      r.entries.emplace_back("layers", std::move(first));
-      m.mapped(*act_n, "offload.rules");
-    }
-    rules.items.push_back(std::move(r));
-    m.mapped(*act, "offload.rules");
-  } else {
-    if (act != nullptr) m.mapped(*act, "(off)");
-    if (act_n != nullptr) m.ignored(*act_n, "used only with --cpu-offloading");
-  }
-  for (const char* key : {"--cpu-offloading-activations", "--cpu-offloading-weights"}) {
-    if (Field* f = get(key)) {
-      OFFSIM_ASSIGN_OR_RETURN(bool on, flag(f));
-      if (std::string(key) == "--cpu-offloading-weights" && on) {
-        m.unmapped(*f, "Transformer Engine weight offload is not modelled");
-      } else {
-        m.mapped(*f, "offload.rules");
-      }
-    }
-  }
-  if (opt_on) {
-    double fraction = 1.0;
-    if (frac != nullptr) {
-      OFFSIM_ASSIGN_OR_RETURN(fraction, m.number_in(*frac, 0.0, 1.0));
-    }
-    for (const char* tensor : {"optimizer_states", "master_weights"}) {
-      Node r = make_map(opt->value.origin);
-      r.entries.emplace_back("tensor", make_scalar(tensor, opt->value.origin));
-      r.entries.emplace_back("where", make_scalar("host", opt->value.origin));
-      if (fraction < 1.0) {
-        Node sel = make_map(frac->value.origin);
-        sel.entries.emplace_back("fraction", make_scalar(fmt::format("{}", fraction)));
-        r.entries.emplace_back("layers", std::move(sel));
-      }
-      rules.items.push_back(std::move(r));
-    }
-    m.mapped(*opt, "offload.rules, offload.optimizer");
-    if (frac != nullptr) m.mapped(*frac, "offload.rules");
-  } else {
-    if (opt != nullptr) m.mapped(*opt, "(off)");
-    if (frac != nullptr) m.ignored(*frac, "used only with --optimizer-cpu-offload");
-  }
-  if (!rules.items.empty()) {
-    Node off = make_map();
-    off.entries.emplace_back("rules", std::move(rules));
-    off.entries.emplace_back("optimizer", make_scalar(opt_on ? "cpu" : "gpu"));
-    OFFSIM_RETURN_IF_ERROR(set_path(m.doc, "offload", std::move(off)));
-  }
-
+  OFFSIM_RETURN_IF_ERROR(map_ints(a, kBatch));
+  OFFSIM_RETURN_IF_ERROR(map_model(a, files));
+  OFFSIM_RETURN_IF_ERROR(map_precision(a));
+  OFFSIM_RETURN_IF_ERROR(map_optimizer(a));
+  OFFSIM_RETURN_IF_ERROR(map_recompute(a));
+  OFFSIM_RETURN_IF_ERROR(map_offload(a));
   settle_leftovers(fields, m, ignore_reason);
   return finish(m, options,
-                {.world_gpus = static_cast<int>(world), .name = file_stem(files.front())});
+                {.world_gpus = static_cast<int>(layout.world), .name = file_stem(files.front())});
 }
 
 }  // namespace offsim::scenarios::detail

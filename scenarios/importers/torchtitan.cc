@@ -66,10 +66,7 @@ std::string ignore_reason(const std::string& key) {
   return {};
 }
 
-}  // namespace
-
-sim::Result<ImportResult> import_torchtitan(const std::vector<std::string>& files,
-                                            const ImportOptions& options) {
+sim::Result<Fields> read_fields(const std::vector<std::string>& files) {
   Fields fields;
   for (const std::string& path : files) {
     OFFSIM_ASSIGN_OR_RETURN(std::string text, read_file(path));
@@ -81,19 +78,26 @@ sim::Result<ImportResult> import_torchtitan(const std::vector<std::string>& file
                        e.description());
     }
   }
-  Mapper m(Framework::kTorchtitan);
-  // Older torchtitan releases kept the parallel degrees under [training].
-  const auto get = [&](const char* key) -> Field* {
-    if (Field* f = fields.get(fmt::format("parallelism.{}", key))) return f;
-    return fields.get(fmt::format("training.{}", key));
-  };
+  return fields;
+}
 
-  // --- parallel layout; data_parallel_shard_degree -1 takes the remaining GPUs
+// A [parallelism] key; older torchtitan releases kept the parallel degrees under [training].
+Field* parallel_field(Fields& fields, const char* key) {
+  if (Field* f = fields.get(fmt::format("parallelism.{}", key))) return f;
+  return fields.get(fmt::format("training.{}", key));
+}
+
+struct Layout {
+  std::int64_t dp = 1, tp = 1, pp = 1;
+};
+
+// --- parallel layout; data_parallel_shard_degree -1 takes the remaining GPUs
+sim::Result<Layout> map_layout(Fields& fields, Mapper& m, const ImportOptions& options) {
   std::int64_t replicate = 1, shard = -1, tp = 1, pp = 1;
-  Field* rep_f = get("data_parallel_replicate_degree");
-  Field* shard_f = get("data_parallel_shard_degree");
-  Field* tp_f = get("tensor_parallel_degree");
-  Field* pp_f = get("pipeline_parallel_degree");
+  Field* rep_f = parallel_field(fields, "data_parallel_replicate_degree");
+  Field* shard_f = parallel_field(fields, "data_parallel_shard_degree");
+  Field* tp_f = parallel_field(fields, "tensor_parallel_degree");
+  Field* pp_f = parallel_field(fields, "pipeline_parallel_degree");
   if (rep_f != nullptr) {
     OFFSIM_ASSIGN_OR_RETURN(replicate, m.int_in(*rep_f, 1, 1'000'000));
   }
@@ -135,7 +139,12 @@ sim::Result<ImportResult> import_torchtitan(const std::vector<std::string>& file
     if (tp > 1) OFFSIM_RETURN_IF_ERROR(m.set(*tp_f, "parallelism.sequence_parallel", "true"));
   }
   if (pp_f != nullptr) OFFSIM_RETURN_IF_ERROR(m.set(*pp_f, "parallelism.pp", std::to_string(pp)));
-  if (Field* f = get("pipeline_parallel_schedule")) {
+  return Layout{.dp = dp, .tp = tp, .pp = pp};
+}
+
+// The pipeline schedule, context parallelism and the parallel switches offsim does not model.
+sim::Status map_parallel_options(Fields& fields, Mapper& m) {
+  if (Field* f = parallel_field(fields, "pipeline_parallel_schedule")) {
     OFFSIM_ASSIGN_OR_RETURN(std::string s, m.text(*f));
     if (s == "1F1B") {
       OFFSIM_RETURN_IF_ERROR(m.set(*f, "parallelism.schedule", "1f1b"));
@@ -147,7 +156,7 @@ sim::Result<ImportResult> import_torchtitan(const std::vector<std::string>& file
                                  s));
     }
   }
-  if (Field* f = get("context_parallel_degree")) {
+  if (Field* f = parallel_field(fields, "context_parallel_degree")) {
     OFFSIM_ASSIGN_OR_RETURN(std::int64_t cp, m.int_in(*f, 1, 1'000'000));
     if (cp == 1)
       m.mapped(*f, "(1: nothing to model)");
@@ -156,10 +165,13 @@ sim::Result<ImportResult> import_torchtitan(const std::vector<std::string>& file
   }
   for (const char* key : {"enable_async_tensor_parallel", "fsdp_reshard_after_forward",
                           "enable_compiled_autograd", "disable_loss_parallel"}) {
-    if (Field* f = get(key)) m.unmapped(*f, "not modelled");
+    if (Field* f = parallel_field(fields, key)) m.unmapped(*f, "not modelled");
   }
+  return {};
+}
 
-  // --- batch
+// --- batch: local batch x dp, or the global batch as a multiple of it; the sequence length.
+sim::Status map_batch(Fields& fields, Mapper& m, std::int64_t dp) {
   Field* local = fields.get("training.local_batch_size");
   if (local == nullptr) local = fields.get("training.batch_size");
   if (local == nullptr) {
@@ -185,6 +197,11 @@ sim::Result<ImportResult> import_torchtitan(const std::vector<std::string>& file
     OFFSIM_ASSIGN_OR_RETURN(std::int64_t s, m.int_in(*f, 1, 100'000'000));
     OFFSIM_RETURN_IF_ERROR(m.set(*f, "training.seq_len", std::to_string(s)));
   }
+  return {};
+}
+
+// Mixed precision and FSDP CPU offload.
+sim::Status map_precision_and_offload(Fields& fields, Mapper& m) {
   if (Field* f = fields.get("training.mixed_precision_param")) {
     OFFSIM_ASSIGN_OR_RETURN(std::string p, m.one_of(*f, {"bfloat16", "float32"}));
     if (p == "bfloat16")
@@ -202,8 +219,12 @@ sim::Result<ImportResult> import_torchtitan(const std::vector<std::string>& file
     else
       m.mapped(*f, "(off)");
   }
+  return {};
+}
 
-  // --- model: name + flavor name a catalogue model ("llama3" + "8B" -> llama3-8b)
+// --- model: name + flavor name a catalogue model ("llama3" + "8B" -> llama3-8b); float8
+// converters; the optimizer.
+sim::Status map_model(Fields& fields, Mapper& m) {
   Field* name_f = fields.get("model.name");
   Field* flavor_f = fields.get("model.flavor");
   if (name_f != nullptr && flavor_f != nullptr) {
@@ -233,8 +254,11 @@ sim::Result<ImportResult> import_torchtitan(const std::vector<std::string>& file
     else
       m.unmapped(*f, fmt::format("optimizer {} is not modelled", o));
   }
+  return {};
+}
 
-  // --- activation checkpointing
+// --- activation checkpointing; the float8 section's details.
+sim::Status map_checkpointing(Fields& fields, Mapper& m) {
   if (Field* f = fields.get("activation_checkpoint.mode")) {
     OFFSIM_ASSIGN_OR_RETURN(std::string mode, m.one_of(*f, {"none", "selective", "full"}));
     OFFSIM_RETURN_IF_ERROR(m.set(*f, "recompute", mode));
@@ -257,10 +281,25 @@ sim::Result<ImportResult> import_torchtitan(const std::vector<std::string>& file
       m.unmapped(f, "float8 details are not modelled (model.converters = [\"float8\"] is)");
     }
   }
+  return {};
+}
 
+}  // namespace
+
+sim::Result<ImportResult> import_torchtitan(const std::vector<std::string>& files,
+                                            const ImportOptions& options) {
+  OFFSIM_ASSIGN_OR_RETURN(Fields fields, read_fields(files));
+  Mapper m(Framework::kTorchtitan);
+  OFFSIM_ASSIGN_OR_RETURN(const Layout layout, map_layout(fields, m, options));
+  OFFSIM_RETURN_IF_ERROR(map_parallel_options(fields, m));
+  OFFSIM_RETURN_IF_ERROR(map_batch(fields, m, layout.dp));
+  OFFSIM_RETURN_IF_ERROR(map_precision_and_offload(fields, m));
+  OFFSIM_RETURN_IF_ERROR(map_model(fields, m));
+  OFFSIM_RETURN_IF_ERROR(map_checkpointing(fields, m));
   settle_leftovers(fields, m, ignore_reason);
   return finish(m, options,
-                {.world_gpus = static_cast<int>(dp * tp * pp), .name = file_stem(files.front())});
+                {.world_gpus = static_cast<int>(layout.dp * layout.tp * layout.pp),
+                 .name = file_stem(files.front())});
 }
 
 }  // namespace offsim::scenarios::detail
