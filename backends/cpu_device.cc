@@ -10,6 +10,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <thread>
 #include <tuple>
 #include <unordered_map>
@@ -525,6 +526,26 @@ class CpuDevice final : public Device {
               [c, key] { c->p2p_rounds.erase(key); });
         });
     return sim::ok();
+  }
+
+  // Across processes the CPU device moves bytes through MpiDevice's MPI transport; the id and the
+  // join exist so that replay --mpi agrees on communicators the way it does on GPUs (the id is
+  // random, as NCCL's is, so only a broadcast makes the members agree).
+  sim::Result<CommUniqueId> new_comm_unique_id() override {
+    std::random_device entropy;
+    CommUniqueId id{};
+    for (char& c : id) c = static_cast<char>(entropy() & 0xffu);
+    return id;
+  }
+  sim::Result<CommId> join_communicator(int rank, int members, int my_index,
+                                        const CommUniqueId& id) override {
+    (void)id;
+    if (members < 1 || my_index < 0 || my_index >= members) {
+      return sim::fail(sim::ErrorCode::kInvalidInput,
+                       "joining a communicator as member {} of {}: not a member index", my_index,
+                       members);
+    }
+    return create_communicator({rank});  // this process's member only
   }
 
   sim::Status host_function(StreamId stream, Buffer buffer, std::string_view label,

@@ -22,6 +22,7 @@
 // holds the rank's memory (plan tensors, runtime overheads, the replay's own scratch).
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -190,6 +191,25 @@ class Device {
   // Point-to-point between two members of `comm` (local ranks): `send` true sends to `peer`.
   virtual sim::Status p2p(StreamId stream, CommId comm, int peer, bool send, Buffer buffer,
                           std::int64_t size_bytes, std::string_view op_name) = 0;
+
+  // Communicators across processes (replay --mpi): one process of a group makes the id
+  // (NCCL: ncclGetUniqueId, 128 bytes), every member receives it by MPI and joins as member
+  // `my_index` of `members` with local rank `rank`. Collectives on the joined communicator
+  // involve every member; p2p peers are member indexes (NCCL ranks), not local ranks.
+  using CommUniqueId = std::array<char, 128>;
+  virtual sim::Result<CommUniqueId> new_comm_unique_id() {
+    return sim::fail(sim::ErrorCode::kUnsupported,
+                     "this device cannot make communicators across processes");
+  }
+  virtual sim::Result<CommId> join_communicator(int rank, int members, int my_index,
+                                                const CommUniqueId& id) {
+    (void)rank;
+    (void)members;
+    (void)my_index;
+    (void)id;
+    return sim::fail(sim::ErrorCode::kUnsupported,
+                     "this device cannot join communicators across processes");
+  }
 
   // A host function ordered in `stream` (like cudaLaunchHostFunc), given the host-visible bytes of
   // `buffer` and a query that turns true once the device aborts (a long wait must poll it).

@@ -16,6 +16,7 @@ namespace {
 // A communicator of the wrapper: either the inner device's (every member local) or an MPI group.
 struct CommEntry {
   bool remote = false;
+  bool joined = false;  // remote, but the inner device's communicator (NCCL) carries it
   CommId inner;
   MPI_Comm mpi = MPI_COMM_NULL;
   std::vector<int> members;  // global ranks, sorted (MPI rank = position)
@@ -95,6 +96,23 @@ class MpiDevice final : public Device {
   sim::Status synchronize(std::chrono::milliseconds timeout) override {
     return inner_->synchronize(timeout);
   }
+  sim::Result<bool> completed(EventId event) override { return inner_->completed(event); }
+  sim::Status mark_memory(StreamId stream, std::uint64_t tag) override {
+    return inner_->mark_memory(stream, tag);
+  }
+  sim::Result<std::vector<MemoryMark>> take_memory_marks(int rank) override {
+    return inner_->take_memory_marks(rank);
+  }
+  sim::Result<MemorySplit> memory_split(int rank) override { return inner_->memory_split(rank); }
+  sim::Result<AttentionKernelChoice> prepare_attention(int rank,
+                                                       const sim::AttentionShape& shape) override {
+    return inner_->prepare_attention(rank, shape);
+  }
+  sim::Result<CommUniqueId> new_comm_unique_id() override { return inner_->new_comm_unique_id(); }
+  sim::Result<CommId> join_communicator(int rank, int members, int my_index,
+                                        const CommUniqueId& id) override {
+    return inner_->join_communicator(rank, members, my_index, id);
+  }
   sim::Result<sim::Duration> elapsed(EventId from, EventId to) override {
     return inner_->elapsed(from, to);
   }
@@ -127,6 +145,10 @@ class MpiDevice final : public Device {
       const int self = options_.globals[0];
       entry->me = static_cast<int>(std::find(entry->members.begin(), entry->members.end(), self) -
                                    entry->members.begin());
+      if (auto j = options_.joined.find(entry->members); j != options_.joined.end()) {
+        entry->joined = true;
+        entry->inner = j->second;
+      }
     }
     comms_.push_back(std::move(entry));
     return CommId{static_cast<std::uint32_t>(comms_.size() - 1)};
@@ -135,7 +157,9 @@ class MpiDevice final : public Device {
   sim::Status collective(StreamId stream, CommId comm, sim::CollectiveKind kind, Buffer buffer,
                          std::int64_t size_bytes, std::string_view op_name) override {
     OFFSIM_ASSIGN_OR_RETURN(CommEntry * c, entry(comm));
-    if (!c->remote) return inner_->collective(stream, c->inner, kind, buffer, size_bytes, op_name);
+    if (!c->remote || c->joined) {
+      return inner_->collective(stream, c->inner, kind, buffer, size_bytes, op_name);
+    }
     const int tag = static_cast<int>(2 * (c->next_collective++ % tag_space_));
     const std::int64_t bytes = std::max<std::int64_t>(size_bytes, 0);
     return inner_->host_function(
@@ -163,6 +187,7 @@ class MpiDevice final : public Device {
                        global, fmt::join(c->members, ","));
     }
     const int other = static_cast<int>(it - c->members.begin());
+    if (c->joined) return inner_->p2p(stream, c->inner, other, send, buffer, size_bytes, op_name);
     const int src = send ? c->me : other;
     const int dst = send ? other : c->me;
     const int tag = static_cast<int>(2 * (c->next_p2p[{src, dst}]++ % tag_space_) + 1);

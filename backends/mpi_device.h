@@ -10,7 +10,8 @@
 // order, so every member ends with the same bytes (sums are summed in one fixed order). Waits
 // poll the messages, the device's abort and the watchdog, so a peer that never arrives ends in
 // a kDevice error naming the op and the peers, never in a hang. The CPU device is the only one
-// with host-visible scratch; on a GPU the cross-process path is NCCL's (not built here).
+// with host-visible scratch; on a GPU the inner device joins each group's NCCL communicator
+// (MpiDeviceOptions::joined) and the wrapper only translates peers to member indexes.
 //
 //   MpiDeviceOptions o;
 //   o.globals = {1, 0};                            // device index 0: rank 1 (here), 1: rank 0
@@ -39,6 +40,10 @@ struct MpiDeviceOptions {
   // Every group this process is a member of: its global ranks sorted ascending -> an MPI
   // communicator whose rank order is that order.
   std::map<std::vector<int>, MPI_Comm> groups;
+  // Groups the inner device joined across processes (Device::join_communicator; NCCL on GPUs):
+  // sorted global ranks -> the inner device's communicator. Their collectives and p2p go to the
+  // inner device (peers as member indexes); other groups with a remote member use MPI messages.
+  std::map<std::vector<int>, CommId> joined;
   // A message of a collective or p2p carries at most this many bytes (the CPU device's
   // max_buffer_bytes, the same on every process).
   std::int64_t max_message_bytes = std::int64_t{1} << 20;

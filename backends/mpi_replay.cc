@@ -6,6 +6,7 @@
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <set>
 
 #include <fmt/format.h>
@@ -13,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backends/cpu_device.h"
+#include "backends/gpu_plugin.h"
 #include "backends/mpi_device.h"
 #include "sim/trace/timeline_json.h"
 
@@ -233,6 +235,65 @@ void keep_original(const sim::Plan& plan, sim::Timeline& t) {
   for (const sim::Span& s : t.spans) t.makespan = std::max(t.makespan, s.end);
 }
 
+// A short fingerprint of a communicator id (FNV-1a, 64 bits), for the record of who joined what.
+std::string id_fingerprint(const Device::CommUniqueId& id) {
+  std::uint64_t h = 1469598103934665603ull;
+  for (char c : id) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 1099511628211ull;
+  }
+  return fmt::format("{:016x}", h);
+}
+
+// This process's device: the CPU device, or GPU `local_rank` through the GPU module.
+sim::Result<std::unique_ptr<Device>> make_process_device(const MpiSession& session,
+                                                         const ReplayOptions& options,
+                                                         const CpuDeviceOptions& cpu) {
+  if (options.device == DeviceKind::kCpu) return make_cpu_device(cpu);
+  auto plugin = load_gpu_plugin();
+  if (!plugin) return sim::fail(sim::with_context(plugin.error(), "replay --mpi on cuda: "));
+  auto dev = (*plugin)->make_cuda_device(session.local_rank(), 1);
+  if (!dev) {
+    return sim::fail(sim::with_context(
+        dev.error(), fmt::format("replay --mpi on cuda (GPU {}, the process's local rank): ",
+                                 session.local_rank())));
+  }
+  return std::move(*dev);
+}
+
+// Every group this process is a member of gets one communicator of the device: its first member
+// makes the id (NCCL: ncclGetUniqueId), MPI_Bcast carries the 128 bytes to the others, every
+// member joins with its position in the group. Groups are visited in the same (sorted) order in
+// every process, so no two processes wait on each other's groups in opposite orders. `record`
+// gets "ranks G as member I id FINGERPRINT" per group.
+sim::Result<std::map<std::vector<int>, CommId>> join_groups(
+    Device& device, const std::map<std::vector<int>, MPI_Comm>& groups, int mine,
+    std::vector<std::string>& record) {
+  std::map<std::vector<int>, CommId> joined;
+  for (const auto& [members, comm] : groups) {
+    const int me =
+        static_cast<int>(std::find(members.begin(), members.end(), mine) - members.begin());
+    Device::CommUniqueId id{};
+    if (me == 0) {
+      OFFSIM_ASSIGN_OR_RETURN(id, device.new_comm_unique_id());
+    }
+    if (MPI_Bcast(id.data(), static_cast<int>(id.size()), MPI_CHAR, 0, comm) != MPI_SUCCESS) {
+      return sim::fail(sim::ErrorCode::kDevice,
+                       "MPI_Bcast of the communicator id for ranks {} failed",
+                       fmt::join(members, ","));
+    }
+    auto c = device.join_communicator(0, static_cast<int>(members.size()), me, id);
+    if (!c) {
+      return sim::fail(sim::with_context(
+          c.error(), fmt::format("communicator of ranks {}: ", fmt::join(members, ","))));
+    }
+    joined.emplace(members, *c);
+    record.push_back(fmt::format("ranks {} as member {} id {}", fmt::join(members, ","), me,
+                                 id_fingerprint(id)));
+  }
+  return joined;
+}
+
 struct Comms {
   std::map<std::vector<int>, MPI_Comm> groups;
   MPI_Comm runners = MPI_COMM_NULL;
@@ -246,13 +307,6 @@ struct Comms {
 
 sim::Result<MpiReplayResult> replay_mpi(const MpiSession& session, const sim::Plan& plan,
                                         const ReplayOptions& options) {
-  if (options.device != DeviceKind::kCpu) {
-    return sim::fail(sim::ErrorCode::kUnsupported,
-                     "replay --mpi on {}: ranks in other processes are reached through the CPU "
-                     "device's MPI transport only (NCCL communicators across processes are not "
-                     "built yet); use --device cpu",
-                     to_string(options.device));
-  }
   if (!options.ranks.empty() || options.all_ranks) {
     return sim::fail(sim::ErrorCode::kInvalidInput,
                      "replay --mpi chooses the ranks itself (one per process); a list of ranks "
@@ -308,6 +362,7 @@ sim::Result<MpiReplayResult> replay_mpi(const MpiSession& session, const sim::Pl
 
   std::string payload;
   ReplayResult own;
+  std::vector<std::string> joins;  // this process's communicator joins
   if (mine >= 0) {
     CpuDeviceOptions cpu = options.cpu;
     cpu.ranks = 1;
@@ -331,13 +386,25 @@ sim::Result<MpiReplayResult> replay_mpi(const MpiSession& session, const sim::Pl
       }
       return sim::ok();
     };
-    sim::Result<ReplayResult> r = [&] {
-      std::unique_ptr<Device> device = make_mpi_device(make_cpu_device(cpu), mo);
+    sim::Result<ReplayResult> r = [&]() -> sim::Result<ReplayResult> {
+      // A failure below destroys the device before the caller's MPI_Abort: the CUDA device
+      // aborts its NCCL communicators (ncclCommAbort) when it goes away after an error.
+      OFFSIM_ASSIGN_OR_RETURN(std::unique_ptr<Device> inner,
+                              make_process_device(session, options, cpu));
+      OFFSIM_ASSIGN_OR_RETURN(auto joined, join_groups(*inner, comms.groups, mine, joins));
+      // On the CPU device the bytes travel by MPI messages (the joined one-member communicators
+      // only rehearse the agreement); on GPUs NCCL carries them.
+      if (options.device != DeviceKind::kCpu) mo.joined = std::move(joined);
+      std::unique_ptr<Device> device = make_mpi_device(std::move(inner), mo);
       return replay_on(*device, full, o);
     }();
     if (!r) return sim::fail(r.error());
     own = std::move(*r);
-    if (!out.root) payload = result_to_json(own).dump();
+    if (!out.root) {
+      nlohmann::json j = result_to_json(own);
+      j["joins"] = joins;
+      payload = j.dump();
+    }
   }
   OFFSIM_ASSIGN_OR_RETURN(std::vector<std::string> payloads, gather_strings(session, payload));
   if (!out.root) return out;
@@ -345,6 +412,19 @@ sim::Result<MpiReplayResult> replay_mpi(const MpiSession& session, const sim::Pl
   ReplayResult& m = out.merged;
   m = std::move(own);
   OFFSIM_RETURN_IF_ERROR(merge(full, run, payloads, m));
+  // Who joined which communicator with which id, per rank (every member must hold its first
+  // member's id).
+  std::vector<std::string> all_joins;
+  for (const std::string& j : joins) all_joins.push_back(fmt::format("rank {}: {}", run[0], j));
+  for (std::size_t q = 1; q < run.size() && q < payloads.size(); ++q) {
+    nlohmann::json j = nlohmann::json::parse(payloads[q], nullptr, false);
+    if (j.is_discarded() || !j.is_object()) continue;  // merge() has checked it already
+    for (const auto& e : j.value("joins", nlohmann::json::array())) {
+      if (e.is_string()) {
+        all_joins.push_back(fmt::format("rank {}: {}", run[q], e.get<std::string>()));
+      }
+    }
+  }
   m.ranks = run;
   m.skipped_ops = 0;
   for (const sim::Op& op : full.ops) {
@@ -355,6 +435,7 @@ sim::Result<MpiReplayResult> replay_mpi(const MpiSession& session, const sim::Pl
   set_metadata(m.timeline, "replay.ranks", fmt::format("{}", fmt::join(run, ",")));
   set_metadata(m.timeline, "replay.skipped_ops", std::to_string(m.skipped_ops));
   set_metadata(m.timeline, "replay.mpi", out.note);
+  set_metadata(m.timeline, "replay.communicators", fmt::format("{}", fmt::join(all_joins, "; ")));
   m.timeline.outcome.message = fmt::format("replayed {} measured steps on {} ({} processes)",
                                            options.measured_steps, m.device.name, n);
   return out;

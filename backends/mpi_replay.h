@@ -8,7 +8,10 @@
 // Processes beyond the ranks idle. Before the replay the processes agree on every communicator
 // group in one order and create one MPI communicator per group (the CPU device's stand-in for
 // NCCL: its collectives and p2p exchange bytes through MPI, see mpi_device.h); each step starts
-// after a barrier of the running processes. Each process's spans, pool traces and step times are
+// after a barrier of the running processes. Every member of a group also joins one communicator
+// of its device with the id the group's first member made and MPI_Bcast to the others (on GPUs
+// the NCCL communicator that carries the group's collectives and p2p; --device cuda drives
+// GPU = the process's local rank). Each process's spans, pool traces and step times are
 // gathered to world rank 0, which merges them into one measured timeline of the original plan's
 // ops (comparable with the forecast).
 //

@@ -221,6 +221,10 @@ std::int64_t device_used_bytes() {
 
 struct CommState {
   std::vector<int> ranks;  // local ranks, member index = position
+  // A communicator joined across processes (join_communicator): its `members` NCCL ranks live in
+  // several processes and ranks[0] is NCCL rank `first_member`. 0 members: every member is local.
+  int first_member = 0;
+  int members = 0;
 #if OFFSIM_HAVE_NCCL
   const cuda::NcclApi* nccl = nullptr;  // null: one member and no NCCL, nothing to exchange
   std::vector<ncclComm_t> comms;        // by member index
@@ -998,6 +1002,85 @@ class CudaDevice final : public Device {
     return CommId{static_cast<std::uint32_t>(comms_.size() - 1)};
   }
 
+  sim::Result<CommUniqueId> new_comm_unique_id() override {
+#if OFFSIM_HAVE_NCCL
+    auto api = cuda::nccl_api();
+    if (!api) return sim::fail(sim::with_context(api.error(), "communicator across processes: "));
+    ncclUniqueId nid{};
+    OFFSIM_RETURN_IF_ERROR((*api)->check((*api)->GetUniqueId(&nid), "ncclGetUniqueId"));
+    static_assert(sizeof nid == sizeof(CommUniqueId), "NCCL's unique id is 128 bytes");
+    CommUniqueId id{};
+    std::memcpy(id.data(), &nid, sizeof nid);
+    return id;
+#else
+    return sim::fail(sim::ErrorCode::kUnsupported,
+                     "communicators across processes: offsim was built without NCCL");
+#endif
+  }
+
+  // ncclCommInitRankConfig (non-blocking) for local `rank` as NCCL rank `my_index` of `members`,
+  // polled until it is ready; the other members call it in their processes with the same id.
+  // A communicator that does not come up within the timeout (a peer that never joins) is
+  // aborted and reported.
+  sim::Result<CommId> join_communicator(int rank, int members, int my_index,
+                                        const CommUniqueId& id) override {
+    OFFSIM_ASSIGN_OR_RETURN(RankState * r, rank_state(rank));
+    if (members < 1 || my_index < 0 || my_index >= members) {
+      return sim::fail(sim::ErrorCode::kInvalidInput,
+                       "joining a communicator as member {} of {}: not a member index", my_index,
+                       members);
+    }
+    auto c = std::make_unique<CommState>();
+    c->ranks = {rank};
+    c->first_member = my_index;
+    c->members = members;
+#if OFFSIM_HAVE_NCCL
+    constexpr auto kJoinTimeout = std::chrono::seconds(120);
+    OFFSIM_ASSIGN_OR_RETURN(const cuda::NcclApi* api, cuda::nccl_api());
+    ncclUniqueId nid{};
+    std::memcpy(&nid, id.data(), sizeof nid);
+    if (cudaSetDevice(r->gpu) != cudaSuccess) {
+      return sim::fail(cuda_error(cudaGetLastError(), "cudaSetDevice (communicator join)"));
+    }
+    const std::int64_t used_before = device_used_bytes();
+    ncclConfig_t config = cuda::nonblocking_config();
+    c->comms.assign(1, nullptr);
+    sim::Status status =
+        api->check(api->CommInitRankConfig(&c->comms[0], members, nid, my_index, &config),
+                   "ncclCommInitRankConfig");
+    const auto deadline = std::chrono::steady_clock::now() + kJoinTimeout;
+    if (status) {
+      status = api->settle(c->comms[0], "ncclCommInitRankConfig", [&] {
+        std::lock_guard lock(mu_);
+        return aborted_ || std::chrono::steady_clock::now() >= deadline;
+      });
+    }
+    if (!status) {
+      if (c->comms[0]) api->CommAbort(c->comms[0]);
+      return sim::fail(sim::with_context(
+          status.error(),
+          fmt::format("NCCL communicator across processes, member {} of {} on GPU {} (NCCL {}, "
+                      "{}; timeout {} s): ",
+                      my_index, members, r->gpu, nccl_version_string(api->version), api->file,
+                      kJoinTimeout.count())));
+    }
+    c->nccl = api;
+    if (used_before >= 0) {
+      r->comm_bytes += std::max<std::int64_t>(device_used_bytes() - used_before, 0);
+    }
+    cudaGetLastError();
+    std::lock_guard lock(mu_);
+    info_.comm_version = nccl_version_string(api->version);
+    comms_.push_back(std::move(c));
+    return CommId{static_cast<std::uint32_t>(comms_.size() - 1)};
+#else
+    (void)r;
+    (void)id;
+    return sim::fail(sim::ErrorCode::kUnsupported,
+                     "communicators across processes: offsim was built without NCCL");
+#endif
+  }
+
   sim::Status collective(StreamId stream, CommId comm, sim::CollectiveKind kind, Buffer buffer,
                          std::int64_t size_bytes, std::string_view op_name) override {
     std::lock_guard lock(mu_);
@@ -1017,7 +1100,8 @@ class CudaDevice final : public Device {
     }
     const cuda::NcclApi* api = c->nccl;
     ncclComm_t nc = c->comms[static_cast<std::size_t>(member)];
-    const int n = static_cast<int>(c->ranks.size());
+    const int n = c->members > 0 ? c->members : static_cast<int>(c->ranks.size());
+    member += c->first_member;  // the NCCL rank
     push_locked(
         s->rank, fmt::format("collective '{}'", op_name),
         [this, api, s, nc, n, member, kind, bytes, p]() -> sim::Status {
@@ -1092,7 +1176,14 @@ class CudaDevice final : public Device {
     OFFSIM_ASSIGN_OR_RETURN(CommState * c, comm_locked(comm));
     OFFSIM_ASSIGN_OR_RETURN(BufferState * b, buffer_locked(buffer));
     OFFSIM_ASSIGN_OR_RETURN(int member, member_of(*c, s->rank, op_name));
-    OFFSIM_ASSIGN_OR_RETURN(int other, member_of(*c, peer, op_name));
+    int other = peer;  // joined across processes: the peer is its NCCL rank
+    if (c->members == 0) {
+      OFFSIM_ASSIGN_OR_RETURN(other, member_of(*c, peer, op_name));
+    } else if (peer < 0 || peer >= c->members || peer == c->first_member + member) {
+      return sim::fail(sim::ErrorCode::kInvalidInput,
+                       "p2p '{}': peer {} is not another member of a {}-member communicator",
+                       op_name, peer, c->members);
+    }
     const std::size_t bytes = static_cast<std::size_t>(
         std::min(std::max<std::int64_t>(size_bytes, 0), b->memory->bytes()));
     void* p = b->memory->get();

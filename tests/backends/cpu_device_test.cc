@@ -147,5 +147,21 @@ TEST(CpuDeviceTest, RejectsBadArguments) {
   EXPECT_FALSE(dev->gemm(s, sim::GemmShape{.m = 0, .n = 1, .k = 1}, b, b, b));
 }
 
+// replay --mpi relies on ids that differ unless broadcast: two ids made independently differ,
+// and a member index outside the group, or an unknown local rank, is refused.
+TEST(CpuDeviceTest, CommunicatorIdsAreRandomAndJoiningChecksTheMember) {
+  auto dev = make_cpu_device({});
+  auto a = dev->new_comm_unique_id();
+  auto b = dev->new_comm_unique_id();
+  ASSERT_TRUE(a && b);
+  EXPECT_NE(*a, *b);
+  EXPECT_TRUE(dev->join_communicator(0, 2, 1, *a));
+  auto outside = dev->join_communicator(0, 2, 2, *a);
+  ASSERT_FALSE(outside);
+  EXPECT_EQ(outside.error().code, sim::ErrorCode::kInvalidInput);
+  EXPECT_THAT(outside.error().message, HasSubstr("member 2 of 2"));
+  EXPECT_FALSE(dev->join_communicator(3, 2, 0, *a));
+}
+
 }  // namespace
 }  // namespace offsim::backends
