@@ -195,6 +195,27 @@ bool same_block_op(const sim::Op& a, const sim::Op& b, std::size_t shift_ops,
   return true;
 }
 
+// Simulates a reduced step with the period probe; nullopt (and why) unless it completes.
+std::optional<sim::SimResult> simulate_reduced(const sim::Plan& plan, const EvalOptions& options,
+                                               sim::detail::PeriodProbe& probe, std::string& why) {
+  sim::SimOptions sim_options;
+  sim_options.record_spans = true;
+  sim_options.record_memory = false;
+  sim_options.validate_plan = false;
+  sim_options.cancel = options.cancel;
+  sim::Result<sim::SimResult> result =
+      sim::detail::simulate_with_periods(plan, sim_options, &probe);
+  if (!result) {
+    why = "the reduced step does not simulate";
+    return std::nullopt;
+  }
+  if (result->timeline.outcome.kind != sim::OutcomeKind::kCompleted) {
+    why = "the reduced step does not complete";
+    return std::nullopt;
+  }
+  return std::move(*result);
+}
+
 std::optional<Report> steady_state_report(const Scenario& scenario, const EvalOptions& options,
                                           std::string& why) {
   constexpr int kK = kReducedMicroBatches;
@@ -260,22 +281,9 @@ std::optional<Report> steady_state_report(const Scenario& scenario, const EvalOp
                                 .prev_first_op = static_cast<std::uint32_t>(mb[i - 1].op),
                                 .next_first_op = static_cast<std::uint32_t>(mb[i + 1].op)});
   }
-  sim::SimOptions sim_options;
-  sim_options.record_spans = true;
-  sim_options.record_memory = false;
-  sim_options.validate_plan = false;
-  sim_options.cancel = options.cancel;
-  sim::Result<sim::SimResult> result =
-      sim::detail::simulate_with_periods(plan, sim_options, &probe);
-  if (!result) {
-    why = "the reduced step does not simulate";
-    return std::nullopt;
-  }
+  std::optional<sim::SimResult> result = simulate_reduced(plan, options, probe, why);
+  if (!result) return std::nullopt;
   const sim::Timeline& t = result->timeline;
-  if (t.outcome.kind != sim::OutcomeKind::kCompleted) {
-    why = "the reduced step does not complete";
-    return std::nullopt;
-  }
   const auto& s1 = probe.snapshots[0];
   const auto& s2 = probe.snapshots[1];
   if (!s1.taken || !s2.taken || !s1.quiet || !s2.quiet) {
@@ -521,22 +529,9 @@ std::optional<Report> pipeline_steady_state_report(const Scenario& scenario,
                                 .min_index = lo + i * period,
                                 .max_index = hi});
   }
-  sim::SimOptions sim_options;
-  sim_options.record_spans = true;
-  sim_options.record_memory = false;
-  sim_options.validate_plan = false;
-  sim_options.cancel = options.cancel;
-  sim::Result<sim::SimResult> result =
-      sim::detail::simulate_with_periods(plan, sim_options, &probe);
-  if (!result) {
-    why = "the reduced step does not simulate";
-    return std::nullopt;
-  }
+  std::optional<sim::SimResult> result = simulate_reduced(plan, options, probe, why);
+  if (!result) return std::nullopt;
   const sim::Timeline& t = result->timeline;
-  if (t.outcome.kind != sim::OutcomeKind::kCompleted) {
-    why = "the reduced step does not complete";
-    return std::nullopt;
-  }
   // The smallest q (dividing Q) whose boundaries 0 and q are quiet (nothing above hi - q·P
   // started at boundary 0) with equal states.
   const auto& s1 = probe.snapshots[0];
