@@ -97,7 +97,7 @@ struct PoolHighWater {
 // The kernel an attention op ran on (forward, backward or recompute; see prepare_attention()).
 struct AttentionOpKernel {
   std::string op;
-  std::string category;  // the op's category: "compute", "recompute", ...
+  sim::OpCategory category = sim::OpCategory::kNone;  // the op's category
   bool backward = false;
   AttentionKernelChoice kernel;
 };

@@ -20,7 +20,7 @@ void same(std::string& out, const std::string& what, const T& full, const T& ear
 
 json live(const std::vector<sim::LiveTensor>& v) {
   json a = json::array();
-  for (const sim::LiveTensor& t : v) a.push_back({t.name, t.category, t.bytes});
+  for (const sim::LiveTensor& t : v) a.push_back({t.name, sim::to_string(t.category), t.bytes});
   return a;
 }
 

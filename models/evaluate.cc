@@ -16,23 +16,34 @@ namespace offsim::models {
 
 namespace {
 
-void add_to(MemoryBreakdown& m, const std::string& category, std::int64_t bytes) {
-  if (category == "params") {
-    m.params_bytes += bytes;
-  } else if (category == "grads") {
-    m.grads_bytes += bytes;
-  } else if (category == "optimizer") {
-    m.optimizer_bytes += bytes;
-  } else if (category == "activations") {
-    m.activations_bytes += bytes;
-  } else if (category == "buffers") {
-    m.buffers_bytes += bytes;
-  } else if (category == "transients") {
-    m.transient_bytes += bytes;
-  } else if (category == "runtime") {
-    m.runtime_bytes += bytes;
-  } else {
-    m.workspace_bytes += bytes;
+void add_to(MemoryBreakdown& m, sim::TensorCategory category, std::int64_t bytes) {
+  using sim::TensorCategory;
+  switch (category) {
+    case TensorCategory::kParams:
+      m.params_bytes += bytes;
+      return;
+    case TensorCategory::kGrads:
+      m.grads_bytes += bytes;
+      return;
+    case TensorCategory::kOptimizer:
+      m.optimizer_bytes += bytes;
+      return;
+    case TensorCategory::kActivations:
+      m.activations_bytes += bytes;
+      return;
+    case TensorCategory::kBuffers:
+      m.buffers_bytes += bytes;
+      return;
+    case TensorCategory::kTransients:
+      m.transient_bytes += bytes;
+      return;
+    case TensorCategory::kRuntime:
+      m.runtime_bytes += bytes;
+      return;
+    case TensorCategory::kWorkspace:
+    case TensorCategory::kNone:
+      m.workspace_bytes += bytes;
+      return;
   }
 }
 
@@ -599,7 +610,7 @@ void apply_allocator(const BuiltStep& step, const sim::Timeline& t, Report& r) {
     const std::optional<std::size_t> pool = info.hbm_pool.index();
     const auto mine = [&](sim::TensorId id) {
       const sim::Tensor& x = plan.tensors[id.index()];
-      return x.pool.index() == *pool && x.category != "runtime";
+      return x.pool.index() == *pool && x.category != sim::TensorCategory::kRuntime;
     };
     // (time, frees before allocs as the engine orders an instant, op, position) -> event.
     struct Timed {

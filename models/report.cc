@@ -9,7 +9,7 @@ namespace {
 nlohmann::json live_json(const std::vector<sim::LiveTensor>& live) {
   nlohmann::json a = nlohmann::json::array();
   for (const sim::LiveTensor& t : live) {
-    a.push_back({{"name", t.name}, {"category", t.category}, {"bytes", t.bytes}});
+    a.push_back({{"name", t.name}, {"category", sim::to_string(t.category)}, {"bytes", t.bytes}});
   }
   return a;
 }

@@ -26,9 +26,11 @@ namespace offsim::models {
 namespace {
 
 using sim::LaneId;
+using sim::OpCategory;
 using sim::OpId;
 using sim::OpKind;
 using sim::PoolId;
+using sim::TensorCategory;
 using sim::TensorId;
 using Mode = RecomputeConfig::Mode;
 
@@ -122,7 +124,9 @@ constexpr std::size_t kOffloadWindowLayers = 2;
 
 // Where a piece of parameters lives and how its optimizer runs.
 struct ParamGroup {
-  std::string name;         // "l3", "embed", "head"
+  enum class Role { kLayer, kEmbed, kHead };
+  std::string name;  // "l3", "embed", "head", for display
+  Role role = Role::kLayer;
   int layer = -1;           // transformer layer or -1
   std::int64_t params = 0;  // on this rank (tensor-sharded, before ZeRO)
   StaticMemory mem;
@@ -135,6 +139,8 @@ struct ParamGroup {
   // (tp · dp / (ep · etp) ranks) instead of the data-parallel one.
   bool expert = false;
   TensorId params_t, grads_t, opt_t, master_t;
+  // The key of its gradient reduction (grads_done): the layer, -1 embedding, -2 head.
+  int reduce_key() const { return role == Role::kEmbed ? -1 : role == Role::kHead ? -2 : layer; }
 };
 
 using SendKey = std::tuple<bool, int, int, int>;  // forward?, mb, destination stage, dest chunk
@@ -270,8 +276,8 @@ class StepBuilder {
     return b_.op(std::move(op));
   }
 
-  OpId add(Rank& r, LaneId lane, std::string name, OpKind kind, const std::string& category,
-           int layer, sim::OpCost cost, sim::OpSizes sizes = {}, std::vector<OpId> deps = {}) {
+  OpId add(Rank& r, LaneId lane, std::string name, OpKind kind, OpCategory category, int layer,
+           sim::OpCost cost, sim::OpSizes sizes = {}, std::vector<OpId> deps = {}) {
     sim::Op op;
     op.name = std::move(name);
     op.lane = lane;
@@ -288,12 +294,12 @@ class StepBuilder {
   }
 
   // A weight-gradient GEMM: with fp8 it reuses the transposes its forward and dgrad cast.
-  OpId wgrad_gemm(Rank& r, const std::string& name, const std::string& cat, int layer,
-                  std::int64_t m, std::int64_t n, std::int64_t k) {
+  OpId wgrad_gemm(Rank& r, const std::string& name, OpCategory cat, int layer, std::int64_t m,
+                  std::int64_t n, std::int64_t k) {
     return gemm(r, name, cat, layer, m, n, k, /*weight_grad=*/true);
   }
 
-  OpId gemm(Rank& r, const std::string& name, const std::string& cat, int layer, std::int64_t m,
+  OpId gemm(Rank& r, const std::string& name, OpCategory cat, int layer, std::int64_t m,
             std::int64_t n, std::int64_t k, bool weight_grad = false) {
     return gemm_as(gdtype_, r, name, cat, layer, m, n, k, weight_grad);
   }
@@ -302,11 +308,11 @@ class StepBuilder {
   // layer, so FP8 runs keep it in bf16 (the activation dtype), without FP8 casts.
   OpId head_gemm(Rank& r, const std::string& name, std::int64_t m, std::int64_t n, std::int64_t k,
                  bool weight_grad = false) {
-    return gemm_as(adtype_, r, name, "compute", -1, m, n, k, weight_grad);
+    return gemm_as(adtype_, r, name, OpCategory::kCompute, -1, m, n, k, weight_grad);
   }
 
-  OpId gemm_as(sim::DType dtype, Rank& r, const std::string& name, const std::string& cat,
-               int layer, std::int64_t m, std::int64_t n, std::int64_t k, bool weight_grad) {
+  OpId gemm_as(sim::DType dtype, Rank& r, const std::string& name, OpCategory cat, int layer,
+               std::int64_t m, std::int64_t n, std::int64_t k, bool weight_grad) {
     sim::GemmShape shape{.m = m, .n = n, .k = k, .batch = 1, .dtype = dtype};
     if (dtype == sim::DType::kFp8 && !weight_grad) {
       // Transformer Engine casts the GEMM's bf16 activation input (forward) or output gradient
@@ -320,8 +326,8 @@ class StepBuilder {
     return add(r, r.compute, name, OpKind::kGemm, cat, layer, cm_.gemm(r.rank, shape), sz);
   }
 
-  OpId elementwise(Rank& r, const std::string& name, const std::string& cat, int layer,
-                   std::int64_t bytes, double flops) {
+  OpId elementwise(Rank& r, const std::string& name, OpCategory cat, int layer, std::int64_t bytes,
+                   double flops) {
     sim::OpSizes sz;
     sz.bytes = bytes;
     sz.flops = flops;
@@ -329,8 +335,7 @@ class StepBuilder {
                cm_.memory_bound(r.rank, bytes, flops), sz);
   }
 
-  OpId attention(Rank& r, const std::string& name, const std::string& cat, int layer,
-                 bool backward) {
+  OpId attention(Rank& r, const std::string& name, OpCategory cat, int layer, bool backward) {
     sim::AttentionShape shape{.batch = d_.b,
                               .heads = d_.a,
                               .kv_heads = d_.kvh,
@@ -347,7 +352,7 @@ class StepBuilder {
                cm_.attention(r.rank, shape, d_.flash, d_.dropout), sz);
   }
 
-  OpId collective(Rank& r, LaneId lane, const std::string& name, const std::string& cat, int layer,
+  OpId collective(Rank& r, LaneId lane, const std::string& name, OpCategory cat, int layer,
                   sim::CollectiveKind kind, const std::vector<int>& group, std::int64_t bytes,
                   std::vector<OpId> deps = {}) {
     sim::OpSizes sz;
@@ -357,8 +362,8 @@ class StepBuilder {
                cm_.collective(r.rank, kind, group, bytes), sz, std::move(deps));
   }
 
-  OpId copy(Rank& r, sim::CopyDirection dir, const std::string& name, const std::string& cat,
-            int layer, std::int64_t bytes, std::vector<OpId> deps) {
+  OpId copy(Rank& r, sim::CopyDirection dir, const std::string& name, OpCategory cat, int layer,
+            std::int64_t bytes, std::vector<OpId> deps) {
     sim::OpSizes sz;
     sz.bytes = bytes;
     sz.copy_direction = dir;
@@ -367,11 +372,10 @@ class StepBuilder {
                std::move(deps));
   }
 
-  TensorId tensor(PoolId pool, const std::string& name, std::int64_t bytes,
-                  const std::string& cat) {
+  TensorId tensor(PoolId pool, const std::string& name, std::int64_t bytes, TensorCategory cat) {
     // The framework's allocator rounds every block it hands out (runtime.h); what lives outside
     // it (CUDA context, NCCL buffers) is not rounded.
-    if (cat != "runtime" &&
+    if (cat != TensorCategory::kRuntime &&
         std::find(hbm_pools_.begin(), hbm_pools_.end(), pool) != hbm_pools_.end()) {
       bytes = rounded_allocation(out_.runtime, bytes);
     }
@@ -390,7 +394,7 @@ class StepBuilder {
   OpId rotary(Rank& r, const std::string& name, int layer) {
     if (!rotary_positions()) return last_compute_;
     const std::int64_t elems = d_.tokens() * (d_.q() + d_.kv());
-    return elementwise(r, name, "compute", layer, 2 * elems * d_.e,
+    return elementwise(r, name, OpCategory::kCompute, layer, 2 * elems * d_.e,
                        3.0 * static_cast<double>(elems));
   }
 
@@ -402,8 +406,8 @@ class StepBuilder {
     const std::int64_t gated = d_.gated ? 2 : 1;
     const std::int64_t weights =
         d_.h * (d_.q() + 2 * d_.kv()) + d_.q() * d_.h + d_.h * d_.f * gated + d_.f * d_.h;
-    const OpId cast = elementwise(r, g.name + ".fp8_weight_cast", "optimizer", g.layer, 4 * weights,
-                                  static_cast<double>(weights));
+    const OpId cast = elementwise(r, g.name + ".fp8_weight_cast", OpCategory::kOptimizer, g.layer,
+                                  4 * weights, static_cast<double>(weights));
     b_.op_at(cast).deps.push_back(after);
     return cast;
   }
@@ -421,11 +425,11 @@ class StepBuilder {
     }
     const std::int64_t gbytes = s_.training.fp32_master_weights ? 4 : 2;
     if (gdtype_ == sim::DType::kFp16) {
-      const OpId u = elementwise(r, "unscale_inf_check", "optimizer", -1, 2 * gbytes * shard,
-                                 2.0 * static_cast<double>(shard));
+      const OpId u = elementwise(r, "unscale_inf_check", OpCategory::kOptimizer, -1,
+                                 2 * gbytes * shard, 2.0 * static_cast<double>(shard));
       b_.op_at(u).deps.insert(b_.op_at(u).deps.end(), deps.begin(), deps.end());
     }
-    const OpId n = elementwise(r, "grad_norm", "optimizer", -1, gbytes * shard,
+    const OpId n = elementwise(r, "grad_norm", OpCategory::kOptimizer, -1, gbytes * shard,
                                2.0 * static_cast<double>(shard));
     b_.op_at(n).deps.insert(b_.op_at(n).deps.end(), deps.begin(), deps.end());
   }
@@ -433,14 +437,14 @@ class StepBuilder {
   // TP collective after a row-parallel GEMM (all-reduce, or reduce-scatter with SP) and before
   // a column-parallel GEMM with SP (all-gather). On the compute lane: Megatron runs them on the
   // compute stream and the next GEMM needs their result.
-  void tp_reduce(Rank& r, const std::string& name, const std::string& cat, int layer) {
+  void tp_reduce(Rank& r, const std::string& name, OpCategory cat, int layer) {
     if (d_.t == 1) return;
     const std::int64_t bytes = d_.tokens() * d_.h * d_.e;
     collective(r, r.compute, name, cat, layer,
                d_.sp > 1 ? sim::CollectiveKind::kReduceScatter : sim::CollectiveKind::kAllReduce,
                r.tp_group, bytes);
   }
-  void tp_gather(Rank& r, const std::string& name, const std::string& cat, int layer) {
+  void tp_gather(Rank& r, const std::string& name, OpCategory cat, int layer) {
     if (d_.t == 1 || d_.sp == 1) return;
     collective(r, r.compute, name, cat, layer, sim::CollectiveKind::kAllGather, r.tp_group,
                d_.tokens() * d_.h * d_.e);
@@ -470,7 +474,7 @@ class StepBuilder {
   // wgrad GEMM accumulating in place) removed that pass.
   void grad_accumulation(Rank& r, const std::string& name, int layer, std::int64_t params) {
     const std::int64_t bytes = 3 * params * sim::dtype_bytes(dt_.grads);
-    elementwise(r, name, "compute", layer, bytes, static_cast<double>(params));
+    elementwise(r, name, OpCategory::kCompute, layer, bytes, static_cast<double>(params));
   }
   std::int64_t norm_flops() const { return 5 * d_.tokens() * d_.h / d_.sp; }
 
@@ -588,8 +592,10 @@ class StepBuilder {
       r.groups.push_back(std::move(g));
     };
     if (r.stage == 0) {
-      ParamGroup g{
-          .name = "embed", .layer = -1, .params = d_.v * m.hidden + m.max_positions * m.hidden};
+      ParamGroup g{.name = "embed",
+                   .role = ParamGroup::Role::kEmbed,
+                   .layer = -1,
+                   .params = d_.v * m.hidden + m.max_positions * m.hidden};
       non_layer_policy(g);
       finish(g);
     }
@@ -631,8 +637,10 @@ class StepBuilder {
       // Untied: the output projection. Tied with pp > 1: Megatron keeps a copy of the word
       // embedding on the last stage. Tied with pp = 1: shared with "embed".
       const bool head_matrix = !m.tied_embeddings || p.pp > 1;
-      ParamGroup g{
-          .name = "head", .layer = -1, .params = norm + (head_matrix ? d_.v * m.hidden : 0)};
+      ParamGroup g{.name = "head",
+                   .role = ParamGroup::Role::kHead,
+                   .layer = -1,
+                   .params = norm + (head_matrix ? d_.v * m.hidden : 0)};
       non_layer_policy(g);
       finish(g);
     }
@@ -643,16 +651,18 @@ class StepBuilder {
       const std::int64_t master = g.mem.master_bytes;
       const std::int64_t moments = g.mem.optimizer_bytes - master;
       g.params_t = tensor(g.params_on_host ? r.host : r.hbm, g.name + ".params", g.mem.params_bytes,
-                          "params");
-      g.grads_t =
-          tensor(g.grads_on_host ? r.host : r.hbm, g.name + ".grads", g.mem.grads_bytes, "grads");
-      g.opt_t = tensor(g.opt_on_host ? r.host : r.hbm, g.name + ".moments", moments, "optimizer");
+                          TensorCategory::kParams);
+      g.grads_t = tensor(g.grads_on_host ? r.host : r.hbm, g.name + ".grads", g.mem.grads_bytes,
+                         TensorCategory::kGrads);
+      g.opt_t = tensor(g.opt_on_host ? r.host : r.hbm, g.name + ".moments", moments,
+                       TensorCategory::kOptimizer);
       b_.initial(g.params_t);
       b_.initial(g.grads_t);
       b_.initial(g.opt_t);
       if (master > 0) {
         const bool host = g.master_on_host || (g.opt_on_host && !g.master_on_hbm);
-        g.master_t = tensor(host ? r.host : r.hbm, g.name + ".master", master, "optimizer");
+        g.master_t =
+            tensor(host ? r.host : r.hbm, g.name + ".master", master, TensorCategory::kOptimizer);
         b_.initial(g.master_t);
       }
     }
@@ -671,20 +681,22 @@ class StepBuilder {
       const auto ws =
           static_cast<std::int64_t>(alloc.fixed_bytes.value + alloc.overhead_fraction.value *
                                                                   static_cast<double>(hbm_static));
-      b_.initial(tensor(r.hbm, "workspace", ws, "workspace"));
+      b_.initial(tensor(r.hbm, "workspace", ws, TensorCategory::kWorkspace));
       return;
     }
     // The runtime's own figures replace the profile's lump: the CUDA context and NCCL buffers
     // on the device outside the allocator (JAX: outside its preallocated pool, so not here), the
     // cuBLAS workspace through it.
     if (!rt.preallocated) {
-      b_.initial(tensor(r.hbm, "runtime.cuda_context", rt.cuda_context_bytes, "runtime"));
+      b_.initial(
+          tensor(r.hbm, "runtime.cuda_context", rt.cuda_context_bytes, TensorCategory::kRuntime));
       if (rt.nccl_bytes > 0) {
-        b_.initial(tensor(r.hbm, "runtime.nccl_buffers", rt.nccl_bytes, "runtime"));
+        b_.initial(tensor(r.hbm, "runtime.nccl_buffers", rt.nccl_bytes, TensorCategory::kRuntime));
       }
     }
     if (rt.cublas_workspace_bytes > 0) {
-      b_.initial(tensor(r.hbm, "cublas_workspace", rt.cublas_workspace_bytes, "workspace"));
+      b_.initial(
+          tensor(r.hbm, "cublas_workspace", rt.cublas_workspace_bytes, TensorCategory::kWorkspace));
     }
   }
 
@@ -712,21 +724,21 @@ class StepBuilder {
     if (after) deps.push_back(*after);
     if (g.params_on_host) {
       const std::int64_t in_bytes = g.mem.params_bytes + expert_bytes;
-      const TensorId buf =
-          tensor(r.hbm, fmt::format("{}.{}.params_in", g.name, tag), in_bytes, "buffers");
+      const TensorId buf = tensor(r.hbm, fmt::format("{}.{}.params_in", g.name, tag), in_bytes,
+                                  TensorCategory::kBuffers);
       const OpId c = copy(r, sim::CopyDirection::kH2D, fmt::format("{}.{}.params_h2d", g.name, tag),
-                          "offload", layer, in_bytes, deps);
+                          OpCategory::kOffload, layer, in_bytes, deps);
       b_.op_at(c).allocs.push_back(buf);
       f.buffers.push_back(buf);
       deps = {c};
       f.wait = {c};
     }
     if (shard_params() && dp() > 1) {
-      const TensorId buf =
-          tensor(r.hbm, fmt::format("{}.{}.params_gathered", g.name, tag), full, "buffers");
-      const OpId ag =
-          collective(r, r.comm, fmt::format("{}.{}.params_allgather", g.name, tag), "comm", layer,
-                     sim::CollectiveKind::kAllGather, r.dp_group, full, deps);
+      const TensorId buf = tensor(r.hbm, fmt::format("{}.{}.params_gathered", g.name, tag), full,
+                                  TensorCategory::kBuffers);
+      const OpId ag = collective(r, r.comm, fmt::format("{}.{}.params_allgather", g.name, tag),
+                                 OpCategory::kComm, layer, sim::CollectiveKind::kAllGather,
+                                 r.dp_group, full, deps);
       b_.op_at(ag).allocs.push_back(buf);
       f.buffers.push_back(buf);
       f.wait = {ag};
@@ -746,7 +758,7 @@ class StepBuilder {
       first = false;
     };
     if (has_embedding(r.stage, t.chunk)) {
-      last = elementwise(r, fmt::format("mb{}.embed.fwd", lbl(t.mb)), "compute", -1,
+      last = elementwise(r, fmt::format("mb{}.embed.fwd", lbl(t.mb)), OpCategory::kCompute, -1,
                          2 * residual_bytes(), 0.0);
       note_first(last);
     }
@@ -786,7 +798,7 @@ class StepBuilder {
       sz.peer = dst;
       const OpId send =
           add(r, p2p_lane(r), fmt::format("mb{}.c{}.fwd.send", lbl(t.mb), t.chunk), OpKind::kP2P,
-              "comm", -1, cm_.p2p(r.rank, dst, p2p_bytes()), sz, {last});
+              OpCategory::kComm, -1, cm_.p2p(r.rank, dst, p2p_bytes()), sz, {last});
       sends_[SendKey{true, t.mb, dst_stage, dst_chunk}] = send;
       recv_names_[send] = fmt::format("mb{}.c{}.fwd.recv", lbl(t.mb), t.chunk);
     }
@@ -805,7 +817,7 @@ class StepBuilder {
   OpId layer_forward(Rank& r, int mb, int l, Fetch& fetch) {
     const LayerPolicy& lp = policies_[l];
     const std::string p = pfx(mb, l);
-    const std::string cat = "compute";
+    const OpCategory cat = OpCategory::kCompute;
     std::vector<OpId> ops;
     const auto push = [&](OpId op) {
       ops.push_back(op);
@@ -825,7 +837,7 @@ class StepBuilder {
     for (OpId w : fetch.wait) b_.op_at(ops.front()).deps.push_back(w);
     r.layer_first_fwd[{mb, l}] = ops.front();
     if (hbm_bytes > 0) {
-      saved.hbm = tensor(r.hbm, p + ".act", hbm_bytes, "activations");
+      saved.hbm = tensor(r.hbm, p + ".act", hbm_bytes, TensorCategory::kActivations);
       b_.op_at(ops.front()).allocs.push_back(saved.hbm);
     }
     std::vector<TensorId> staging;
@@ -834,29 +846,29 @@ class StepBuilder {
       for (std::int64_t off = 0; off < host_bytes; off += chunk) {
         const std::int64_t n = std::min(chunk, host_bytes - off);
         saved.chunks.push_back(n);
-        const TensorId st =
-            tensor(r.hbm, fmt::format("{}.act_offload{}", p, staging.size()), n, "activations");
+        const TensorId st = tensor(r.hbm, fmt::format("{}.act_offload{}", p, staging.size()), n,
+                                   TensorCategory::kActivations);
         b_.op_at(ops.front()).allocs.push_back(st);
         staging.push_back(st);
       }
     }
-    tp_gather(r, p + ".qkv.tp_allgather", "comm", l);
+    tp_gather(r, p + ".qkv.tp_allgather", OpCategory::kComm, l);
     push(gemm(r, p + ".qkv.fwd", cat, l, d_.tokens(), d_.qkv_n(), d_.h));
     rotary(r, p + ".rope.fwd", l);
     push(attention(r, p + ".attn.fwd", cat, l, false));
     push(gemm(r, p + ".out_proj.fwd", cat, l, d_.tokens(), d_.h, d_.o()));
-    tp_reduce(r, p + ".out_proj.tp_reduce", "comm", l);
+    tp_reduce(r, p + ".out_proj.tp_reduce", OpCategory::kComm, l);
     push(elementwise(r, p + ".res1_ln2.fwd", cat, l, res1_ln2_fwd_bytes(), 2 * norm_flops()));
     if (ld(l).moe) {
       moe_forward(r, p, cat, l, push);
     } else {
-      tp_gather(r, p + ".mlp.tp_allgather", "comm", l);
+      tp_gather(r, p + ".mlp.tp_allgather", OpCategory::kComm, l);
       const std::int64_t g = d_.gated ? 2 : 1;
       push(gemm(r, p + ".mlpwi.fwd", cat, l, d_.tokens(), d_.f * g, d_.h));
       push(elementwise(r, p + ".act.fwd", cat, l, d_.tokens() * d_.f * d_.e * (g + 1),
                        static_cast<double>(8 * d_.tokens() * d_.f)));
       push(gemm(r, p + ".mlpwo.fwd", cat, l, d_.tokens(), d_.h, d_.f));
-      tp_reduce(r, p + ".mlpwo.tp_reduce", "comm", l);
+      tp_reduce(r, p + ".mlpwo.tp_reduce", OpCategory::kComm, l);
     }
     const OpId last = push(elementwise(r, p + ".res2.fwd", cat, l, res2_fwd_bytes(),
                                        static_cast<double>(d_.tokens() * d_.h / d_.sp)));
@@ -864,10 +876,10 @@ class StepBuilder {
 
     // Eager D2H of the offloaded tensors once the layer's forward is done.
     for (std::size_t c = 0; c < staging.size(); ++c) {
-      const TensorId host =
-          tensor(r.host, fmt::format("{}.act_host{}", p, c), saved.chunks[c], "activations");
+      const TensorId host = tensor(r.host, fmt::format("{}.act_host{}", p, c), saved.chunks[c],
+                                   TensorCategory::kActivations);
       const OpId cp = copy(r, sim::CopyDirection::kD2H, fmt::format("{}.act.d2h{}", p, c),
-                           "offload", l, saved.chunks[c], {last});
+                           OpCategory::kOffload, l, saved.chunks[c], {last});
       b_.op_at(cp).allocs.push_back(host);
       b_.op_at(cp).frees.push_back(staging[c]);
       saved.host.push_back(host);
@@ -884,14 +896,15 @@ class StepBuilder {
     // Saved until the head's backward: the final-norm input and output and the fp32 logits'
     // softmax the vocabulary-parallel cross entropy keeps.
     const std::int64_t bytes = 2 * residual_bytes() + d_.tokens() * d_.v * 4;
-    const TensorId t = tensor(r.hbm, p + ".act", bytes, "activations");
-    const OpId norm =
-        elementwise(r, p + ".final_norm.fwd", "compute", -1, 2 * residual_bytes(), norm_flops());
+    const TensorId t = tensor(r.hbm, p + ".act", bytes, TensorCategory::kActivations);
+    const OpId norm = elementwise(r, p + ".final_norm.fwd", OpCategory::kCompute, -1,
+                                  2 * residual_bytes(), norm_flops());
     b_.op_at(norm).allocs.push_back(t);
-    tp_gather(r, p + ".tp_allgather", "comm", -1);
+    tp_gather(r, p + ".tp_allgather", OpCategory::kComm, -1);
     head_gemm(r, p + ".lm_head.fwd", d_.tokens(), d_.v, d_.h);
     r.head_saved[mb] = t;
-    return elementwise(r, p + ".loss.fwd", "compute", -1, d_.tokens() * d_.v * (d_.e + 4),
+    return elementwise(r, p + ".loss.fwd", OpCategory::kCompute, -1,
+                       d_.tokens() * d_.v * (d_.e + 4),
                        static_cast<double>(5 * d_.tokens() * d_.v));
   }
 
@@ -903,23 +916,25 @@ class StepBuilder {
   // and the gradient of the head's input (tokens × hidden each, like the residual).
   OpId head_forward_chunked(Rank& r, int mb, std::int64_t chunks) {
     const std::string p = fmt::format("mb{}.head", lbl(mb));
-    const TensorId t = tensor(r.hbm, p + ".act", 3 * residual_bytes(), "activations");
-    const OpId norm =
-        elementwise(r, p + ".final_norm.fwd", "compute", -1, 2 * residual_bytes(), norm_flops());
+    const TensorId t =
+        tensor(r.hbm, p + ".act", 3 * residual_bytes(), TensorCategory::kActivations);
+    const OpId norm = elementwise(r, p + ".final_norm.fwd", OpCategory::kCompute, -1,
+                                  2 * residual_bytes(), norm_flops());
     b_.op_at(norm).allocs.push_back(t);
-    tp_gather(r, p + ".tp_allgather", "comm", -1);
+    tp_gather(r, p + ".tp_allgather", OpCategory::kComm, -1);
     const std::int64_t tokens = d_.tokens();
     OpId last = norm;
     for (std::int64_t c = 0; c < chunks; ++c) {
       // Tokens [c·tokens/chunks, (c+1)·tokens/chunks): the chunks differ by at most one token.
       const std::int64_t n = (c + 1) * tokens / chunks - c * tokens / chunks;
       const std::string q = fmt::format("{}.chunk{}", p, c);
-      const TensorId logits = tensor(r.hbm, q + ".logits", n * d_.v * 4, "activations");
+      const TensorId logits =
+          tensor(r.hbm, q + ".logits", n * d_.v * 4, TensorCategory::kActivations);
       const OpId fwd = head_gemm(r, q + ".lm_head.fwd", n, d_.v, d_.h);
       b_.op_at(fwd).allocs.push_back(logits);
-      elementwise(r, q + ".loss.fwd", "compute", -1, n * d_.v * (d_.e + 4),
+      elementwise(r, q + ".loss.fwd", OpCategory::kCompute, -1, n * d_.v * (d_.e + 4),
                   static_cast<double>(5 * n * d_.v));
-      elementwise(r, q + ".loss.bwd", "compute", -1, n * d_.v * (d_.e + 4),
+      elementwise(r, q + ".loss.bwd", OpCategory::kCompute, -1, n * d_.v * (d_.e + 4),
                   static_cast<double>(3 * n * d_.v));
       head_gemm(r, q + ".lm_head.dgrad", n, d_.h, d_.v);
       last = head_gemm(r, q + ".lm_head.wgrad", d_.h, d_.v, n, /*weight_grad=*/true);
@@ -975,7 +990,7 @@ class StepBuilder {
       if (!task_first) task_first = firsts.front();
     }
     if (has_embedding(r.stage, t.chunk)) {
-      last = elementwise(r, fmt::format("mb{}.embed.bwd", lbl(t.mb)), "compute", -1,
+      last = elementwise(r, fmt::format("mb{}.embed.bwd", lbl(t.mb)), OpCategory::kCompute, -1,
                          2 * residual_bytes(), 0.0);
       grads_done(r, -1, t.mb, last);
     } else {
@@ -986,7 +1001,7 @@ class StepBuilder {
       sz.peer = dst;
       const OpId send =
           add(r, p2p_lane(r), fmt::format("mb{}.c{}.bwd.send", lbl(t.mb), t.chunk), OpKind::kP2P,
-              "comm", -1, cm_.p2p(r.rank, dst, p2p_bytes()), sz, {last});
+              OpCategory::kComm, -1, cm_.p2p(r.rank, dst, p2p_bytes()), sz, {last});
       sends_[SendKey{false, t.mb, dst_stage, dst_chunk}] = send;
       recv_names_[send] = fmt::format("mb{}.c{}.bwd.recv", lbl(t.mb), t.chunk);
     }
@@ -998,17 +1013,18 @@ class StepBuilder {
     if (s_.training.loss_chunks > 1) {
       // The head's gradients were made in the forward: scale the saved input gradient by the
       // loss gradient (one pass over tokens × hidden).
-      first = elementwise(r, p + ".loss.bwd", "compute", -1, 2 * residual_bytes(),
+      first = elementwise(r, p + ".loss.bwd", OpCategory::kCompute, -1, 2 * residual_bytes(),
                           static_cast<double>(residual_bytes() / d_.e));
     } else {
-      first = elementwise(r, p + ".loss.bwd", "compute", -1, d_.tokens() * d_.v * (d_.e + 4),
-                          static_cast<double>(3 * d_.tokens() * d_.v));
+      first =
+          elementwise(r, p + ".loss.bwd", OpCategory::kCompute, -1, d_.tokens() * d_.v * (d_.e + 4),
+                      static_cast<double>(3 * d_.tokens() * d_.v));
       head_gemm(r, p + ".lm_head.dgrad", d_.tokens(), d_.h, d_.v);
       head_gemm(r, p + ".lm_head.wgrad", d_.h, d_.v, d_.tokens(), /*weight_grad=*/true);
     }
-    tp_reduce(r, p + ".tp_reduce", "comm", -1);
-    const OpId last = elementwise(r, p + ".final_norm.bwd", "compute", -1, 3 * residual_bytes(),
-                                  2 * norm_flops());
+    tp_reduce(r, p + ".tp_reduce", OpCategory::kComm, -1);
+    const OpId last = elementwise(r, p + ".final_norm.bwd", OpCategory::kCompute, -1,
+                                  3 * residual_bytes(), 2 * norm_flops());
     b_.op_at(last).frees.push_back(r.head_saved.at(mb));
     grads_done(r, -2, mb, last);
     return first;
@@ -1028,10 +1044,10 @@ class StepBuilder {
     for (std::size_t c = 0; c < saved.host.size(); ++c) {
       std::vector<OpId> deps = {saved.d2h[c]};
       if (act_after) deps.push_back(*act_after);
-      const TensorId back =
-          tensor(r.hbm, fmt::format("{}.act_reload{}", p, c), saved.chunks[c], "activations");
+      const TensorId back = tensor(r.hbm, fmt::format("{}.act_reload{}", p, c), saved.chunks[c],
+                                   TensorCategory::kActivations);
       const OpId cp = copy(r, sim::CopyDirection::kH2D, fmt::format("{}.act.h2d{}", p, c),
-                           "offload", l, saved.chunks[c], deps);
+                           OpCategory::kOffload, l, saved.chunks[c], deps);
       b_.op_at(cp).allocs.push_back(back);
       b_.op_at(cp).frees.push_back(saved.host[c]);
       if (recv) pending_recv_.push_back({cp, *recv});
@@ -1051,7 +1067,7 @@ class StepBuilder {
 
     // Recompute the forward ops the backward needs and nobody saved.
     const auto& rc = lp.acts.recompute;
-    const std::string rcat = "recompute";
+    const OpCategory rcat = OpCategory::kRecompute;
     const std::int64_t g = d_.gated ? 2 : 1;
     const std::int64_t recomputed = lp.acts.recomputed_bytes(ld(l));
     std::optional<TensorId> recomp_t;
@@ -1059,7 +1075,7 @@ class StepBuilder {
       first_op(op);
       if (!recomp_t && recomputed > 0) {
         // Re-created for this layer's backward only: a transient, not a saved activation.
-        recomp_t = tensor(r.hbm, p + ".recomputed", recomputed, "transients");
+        recomp_t = tensor(r.hbm, p + ".recomputed", recomputed, TensorCategory::kTransients);
         b_.op_at(op).allocs.push_back(*recomp_t);
       }
     };
@@ -1069,7 +1085,7 @@ class StepBuilder {
     }
     if (rc[idx(FwdOp::kQkv)]) {
       if (d_.t > 1 && d_.sp > 1) {
-        rc_op(collective(r, r.compute, p + ".qkv.tp_allgather.recompute", "comm", l,
+        rc_op(collective(r, r.compute, p + ".qkv.tp_allgather.recompute", OpCategory::kComm, l,
                          sim::CollectiveKind::kAllGather, r.tp_group, d_.tokens() * d_.h * d_.e));
       }
       rc_op(gemm(r, p + ".qkv.recompute", rcat, l, d_.tokens(), d_.qkv_n(), d_.h));
@@ -1080,7 +1096,7 @@ class StepBuilder {
       rc_op(gemm(r, p + ".out_proj.recompute", rcat, l, d_.tokens(), d_.h, d_.o()));
       if (d_.t > 1) {
         rc_op(collective(
-            r, r.compute, p + ".out_proj.tp_reduce.recompute", "comm", l,
+            r, r.compute, p + ".out_proj.tp_reduce.recompute", OpCategory::kComm, l,
             d_.sp > 1 ? sim::CollectiveKind::kReduceScatter : sim::CollectiveKind::kAllReduce,
             r.tp_group, d_.tokens() * d_.h * d_.e));
       }
@@ -1094,7 +1110,7 @@ class StepBuilder {
       moe_forward(r, p, rcat, l, rc_op, ".recompute");
     } else if (rc[idx(FwdOp::kMlpWi)]) {
       if (d_.t > 1 && d_.sp > 1) {
-        rc_op(collective(r, r.compute, p + ".mlp.tp_allgather.recompute", "comm", l,
+        rc_op(collective(r, r.compute, p + ".mlp.tp_allgather.recompute", OpCategory::kComm, l,
                          sim::CollectiveKind::kAllGather, r.tp_group, d_.tokens() * d_.h * d_.e));
       }
       rc_op(gemm(r, p + ".mlpwi.recompute", rcat, l, d_.tokens(), d_.f * g, d_.h));
@@ -1107,31 +1123,31 @@ class StepBuilder {
       rc_op(gemm(r, p + ".mlpwo.recompute", rcat, l, d_.tokens(), d_.h, d_.f));
     }
 
-    const std::string cat = "compute";
+    const OpCategory cat = OpCategory::kCompute;
     first_op(elementwise(r, p + ".res2.bwd", cat, l, 2 * residual_bytes() + dropout_mask_bytes(),
                          static_cast<double>(d_.tokens() * d_.h / d_.sp)));
     if (ld(l).moe) {
       moe_backward(r, p, cat, l);
     } else {
-      tp_gather(r, p + ".mlpwo.bwd.tp_allgather", "comm", l);
+      tp_gather(r, p + ".mlpwo.bwd.tp_allgather", OpCategory::kComm, l);
       gemm(r, p + ".mlpwo.dgrad", cat, l, d_.tokens(), d_.f, d_.h);
       wgrad_gemm(r, p + ".mlpwo.wgrad", cat, l, d_.f, d_.h, d_.tokens());
       elementwise(r, p + ".act.bwd", cat, l, d_.tokens() * d_.f * d_.e * (2 * g + 1),
                   static_cast<double>(10 * d_.tokens() * d_.f));
       gemm(r, p + ".mlpwi.dgrad", cat, l, d_.tokens(), d_.h, d_.f * g);
       wgrad_gemm(r, p + ".mlpwi.wgrad", cat, l, d_.h, d_.f * g, d_.tokens());
-      tp_reduce(r, p + ".mlpwi.bwd.tp_reduce", "comm", l);
+      tp_reduce(r, p + ".mlpwi.bwd.tp_reduce", OpCategory::kComm, l);
     }
     elementwise(r, p + ".res1_ln2.bwd", cat, l, 6 * residual_bytes() + dropout_mask_bytes(),
                 4 * norm_flops());
-    tp_gather(r, p + ".out_proj.bwd.tp_allgather", "comm", l);
+    tp_gather(r, p + ".out_proj.bwd.tp_allgather", OpCategory::kComm, l);
     gemm(r, p + ".out_proj.dgrad", cat, l, d_.tokens(), d_.o(), d_.h);
     wgrad_gemm(r, p + ".out_proj.wgrad", cat, l, d_.o(), d_.h, d_.tokens());
     attention(r, p + ".attn.bwd", cat, l, true);
     rotary(r, p + ".rope.bwd", l);
     gemm(r, p + ".qkv.dgrad", cat, l, d_.tokens(), d_.h, d_.qkv_n());
     wgrad_gemm(r, p + ".qkv.wgrad", cat, l, d_.h, d_.qkv_n(), d_.tokens());
-    tp_reduce(r, p + ".qkv.bwd.tp_reduce", "comm", l);
+    tp_reduce(r, p + ".qkv.bwd.tp_reduce", OpCategory::kComm, l);
     const OpId last =
         elementwise(r, p + ".ln1.bwd", cat, l, 3 * residual_bytes(), 2 * norm_flops());
     sim::Op& lo = b_.op_at(last);
@@ -1157,7 +1173,7 @@ class StepBuilder {
   // the others sharing the rest evenly; `shape(rows)` gives one expert's GEMM for `rows` token
   // rows. Its plan shape is the mean expert's, batched over the local experts.
   template <class Shape>
-  OpId grouped_gemm(Rank& r, const std::string& name, const std::string& cat, int layer,
+  OpId grouped_gemm(Rank& r, const std::string& name, OpCategory cat, int layer,
                     const LayerDims& md, Shape shape) {
     const std::int64_t n = md.local_experts;
     std::vector<sim::GemmShape> groups;
@@ -1197,7 +1213,7 @@ class StepBuilder {
   // The MoE FFN forward of layer l (after the second norm): router, dispatch, the experts'
   // grouped GEMMs, combine, and the shared experts. `emit` sees every compute-lane op.
   template <class Emit>
-  void moe_forward(Rank& r, const std::string& p, const std::string& cat, int l, Emit&& emit,
+  void moe_forward(Rank& r, const std::string& p, OpCategory cat, int l, Emit&& emit,
                    const std::string& sfx = ".fwd") {
     const LayerDims& md = ld(l);
     const std::int64_t g = md.gated ? 2 : 1;
@@ -1208,11 +1224,11 @@ class StepBuilder {
                      static_cast<double>(5 * t * md.experts)));
     emit(elementwise(r, p + ".moe.permute" + sfx, cat, l, 2 * assigned * md.h * md.e, 0.0));
     if (md.ep > 1) {
-      emit(collective(r, r.compute, p + ".moe.dispatch.alltoall" + sfx, "comm", l,
+      emit(collective(r, r.compute, p + ".moe.dispatch.alltoall" + sfx, OpCategory::kComm, l,
                       sim::CollectiveKind::kAllToAll, r.ep_group, alltoall_bytes(md)));
     }
     if (md.etp > 1) {
-      emit(collective(r, r.compute, p + ".moe.etp_allgather" + sfx, "comm", l,
+      emit(collective(r, r.compute, p + ".moe.etp_allgather" + sfx, OpCategory::kComm, l,
                       sim::CollectiveKind::kAllGather, r.etp_group, md.routed * md.h * md.e));
     }
     emit(grouped_gemm(r, p + ".experts.fc1.grouped_gemm" + sfx, cat, l, md, [&](std::int64_t rows) {
@@ -1224,11 +1240,11 @@ class StepBuilder {
       return sim::GemmShape{.m = rows, .n = md.h, .k = md.fe};
     }));
     if (md.etp > 1) {
-      emit(collective(r, r.compute, p + ".moe.etp_reducescatter" + sfx, "comm", l,
+      emit(collective(r, r.compute, p + ".moe.etp_reducescatter" + sfx, OpCategory::kComm, l,
                       sim::CollectiveKind::kReduceScatter, r.etp_group, md.routed * md.h * md.e));
     }
     if (md.ep > 1) {
-      emit(collective(r, r.compute, p + ".moe.combine.alltoall" + sfx, "comm", l,
+      emit(collective(r, r.compute, p + ".moe.combine.alltoall" + sfx, OpCategory::kComm, l,
                       sim::CollectiveKind::kAllToAll, r.ep_group, alltoall_bytes(md)));
     }
     // Unpermute: read the top_k expert outputs and their weights, write the token sum.
@@ -1236,7 +1252,7 @@ class StepBuilder {
                      static_cast<double>(2 * assigned * md.h)));
     if (md.fs > 0) {
       if (d_.t > 1 && d_.sp > 1) {
-        emit(collective(r, r.compute, p + ".shared.tp_allgather" + sfx, "comm", l,
+        emit(collective(r, r.compute, p + ".shared.tp_allgather" + sfx, OpCategory::kComm, l,
                         sim::CollectiveKind::kAllGather, r.tp_group, d_.tokens() * d_.h * d_.e));
       }
       emit(gemm(r, p + ".shared.mlpwi" + sfx, cat, l, d_.tokens(), md.fs * g, d_.h));
@@ -1245,7 +1261,7 @@ class StepBuilder {
       emit(gemm(r, p + ".shared.mlpwo" + sfx, cat, l, d_.tokens(), d_.h, md.fs));
       if (d_.t > 1) {
         emit(collective(
-            r, r.compute, p + ".shared.tp_reduce" + sfx, "comm", l,
+            r, r.compute, p + ".shared.tp_reduce" + sfx, OpCategory::kComm, l,
             d_.sp > 1 ? sim::CollectiveKind::kReduceScatter : sim::CollectiveKind::kAllReduce,
             r.tp_group, d_.tokens() * d_.h * d_.e));
       }
@@ -1254,29 +1270,29 @@ class StepBuilder {
 
   // The MoE FFN backward: shared experts, then combine's gradient back to the experts, their
   // data- and weight-gradient grouped GEMMs, and the dispatch's gradient back to the tokens.
-  void moe_backward(Rank& r, const std::string& p, const std::string& cat, int l) {
+  void moe_backward(Rank& r, const std::string& p, OpCategory cat, int l) {
     const LayerDims& md = ld(l);
     const std::int64_t g = md.gated ? 2 : 1;
     const std::int64_t t = md.moe_tokens;
     const std::int64_t assigned = t * md.top_k;
     if (md.fs > 0) {
-      tp_gather(r, p + ".shared.bwd.tp_allgather", "comm", l);
+      tp_gather(r, p + ".shared.bwd.tp_allgather", OpCategory::kComm, l);
       gemm(r, p + ".shared.mlpwo.dgrad", cat, l, d_.tokens(), md.fs, d_.h);
       wgrad_gemm(r, p + ".shared.mlpwo.wgrad", cat, l, md.fs, d_.h, d_.tokens());
       elementwise(r, p + ".shared.act.bwd", cat, l, d_.tokens() * md.fs * d_.e * (2 * g + 1),
                   static_cast<double>(10 * d_.tokens() * md.fs));
       gemm(r, p + ".shared.mlpwi.dgrad", cat, l, d_.tokens(), d_.h, md.fs * g);
       wgrad_gemm(r, p + ".shared.mlpwi.wgrad", cat, l, d_.h, md.fs * g, d_.tokens());
-      tp_reduce(r, p + ".shared.bwd.tp_reduce", "comm", l);
+      tp_reduce(r, p + ".shared.bwd.tp_reduce", OpCategory::kComm, l);
     }
     elementwise(r, p + ".moe.unpermute.bwd", cat, l, (2 * assigned + t) * md.h * md.e,
                 static_cast<double>(2 * assigned * md.h));
     if (md.ep > 1) {
-      collective(r, r.compute, p + ".moe.combine.alltoall.bwd", "comm", l,
+      collective(r, r.compute, p + ".moe.combine.alltoall.bwd", OpCategory::kComm, l,
                  sim::CollectiveKind::kAllToAll, r.ep_group, alltoall_bytes(md));
     }
     if (md.etp > 1) {
-      collective(r, r.compute, p + ".moe.etp_allgather.bwd", "comm", l,
+      collective(r, r.compute, p + ".moe.etp_allgather.bwd", OpCategory::kComm, l,
                  sim::CollectiveKind::kAllGather, r.etp_group, md.routed * md.h * md.e);
     }
     grouped_gemm(r, p + ".experts.fc2.grouped_gemm.dgrad", cat, l, md, [&](std::int64_t rows) {
@@ -1294,11 +1310,11 @@ class StepBuilder {
       return sim::GemmShape{.m = md.h, .n = md.fe * g, .k = rows};
     });
     if (md.etp > 1) {
-      collective(r, r.compute, p + ".moe.etp_reducescatter.bwd", "comm", l,
+      collective(r, r.compute, p + ".moe.etp_reducescatter.bwd", OpCategory::kComm, l,
                  sim::CollectiveKind::kReduceScatter, r.etp_group, md.routed * md.h * md.e);
     }
     if (md.ep > 1) {
-      collective(r, r.compute, p + ".moe.dispatch.alltoall.bwd", "comm", l,
+      collective(r, r.compute, p + ".moe.dispatch.alltoall.bwd", OpCategory::kComm, l,
                  sim::CollectiveKind::kAllToAll, r.ep_group, alltoall_bytes(md));
     }
     elementwise(r, p + ".moe.permute.bwd", cat, l, 2 * assigned * md.h * md.e, 0.0);
@@ -1320,14 +1336,14 @@ class StepBuilder {
           r, r.comm,
           fmt::format("mb{}.{}.grad_{}", lbl(mb), g.name,
                       reduce_scatter ? "reducescatter" : "allreduce"),
-          "comm", layer,
+          OpCategory::kComm, layer,
           reduce_scatter ? sim::CollectiveKind::kReduceScatter : sim::CollectiveKind::kAllReduce,
           r.edp_group, g.params * sim::dtype_bytes(dt_.reduce_scatter), {last});
       if (!s_.parallelism.overlap_grad_reduce) deferred_reduce_.push_back(after);
     }
     if (g.grads_on_host) {
       after = copy(r, sim::CopyDirection::kD2H, fmt::format("mb{}.{}.grads_d2h", lbl(mb), g.name),
-                   "offload", layer, g.mem.grads_bytes, {after});
+                   OpCategory::kOffload, layer, g.mem.grads_bytes, {after});
     }
     r.expert_reduce_op[layer] = after;
   }
@@ -1339,10 +1355,7 @@ class StepBuilder {
     ParamGroup* gp = nullptr;
     for (ParamGroup& g : r.groups) {
       if (g.expert) continue;
-      if ((key >= 0 && g.layer == key) || (key == -1 && g.name == "embed") ||
-          (key == -2 && g.name == "head")) {
-        gp = &g;
-      }
+      if (g.reduce_key() == key) gp = &g;
     }
     if (key >= 0 && r.expert_group_of_layer.count(key) != 0) expert_grads_done(r, key, mb, last);
     if (gp == nullptr) return;
@@ -1355,7 +1368,8 @@ class StepBuilder {
       std::optional<TensorId> buf;
       if (shard_grads()) {
         // The layer's full gradient exists until its reduce-scatter is done.
-        buf = tensor(r.hbm, fmt::format("mb{}.{}.grad_bucket", lbl(mb), gp->name), full, "buffers");
+        buf = tensor(r.hbm, fmt::format("mb{}.{}.grad_bucket", lbl(mb), gp->name), full,
+                     TensorCategory::kBuffers);
         b_.op_at(r.layer_first_bwd.count({mb, gp->layer}) ? r.layer_first_bwd.at({mb, gp->layer})
                                                           : last)
             .allocs.push_back(*buf);
@@ -1365,7 +1379,7 @@ class StepBuilder {
           r, r.comm,
           fmt::format("mb{}.{}.grad_{}", lbl(mb), gp->name,
                       reduce_scatter ? "reducescatter" : "allreduce"),
-          "comm", gp->layer,
+          OpCategory::kComm, gp->layer,
           reduce_scatter ? sim::CollectiveKind::kReduceScatter : sim::CollectiveKind::kAllReduce,
           r.dp_group, wire, {last});
       if (buf) b_.op_at(after).frees.push_back(*buf);
@@ -1375,7 +1389,7 @@ class StepBuilder {
     }
     if (gp->grads_on_host && (shard_grads() || last_mb)) {
       after = copy(r, sim::CopyDirection::kD2H, fmt::format("mb{}.{}.grads_d2h", lbl(mb), gp->name),
-                   "offload", gp->layer, gp->mem.grads_bytes, {after});
+                   OpCategory::kOffload, gp->layer, gp->mem.grads_bytes, {after});
     }
     if (last_mb) r.reduce_op[key] = after;
   }
@@ -1392,7 +1406,7 @@ class StepBuilder {
     }
     bool cpu_step_started = false;
     for (ParamGroup& g : r.groups) {
-      const int key = g.layer >= 0 ? g.layer : (g.name == "embed" ? -1 : -2);
+      const int key = g.reduce_key();
       const std::map<int, OpId>& reduced = g.expert ? r.expert_reduce_op : r.reduce_op;
       auto it = reduced.find(key);
       std::vector<OpId> deps;
@@ -1415,8 +1429,8 @@ class StepBuilder {
           cpu_step_started = true;
         }
         if (!g.grads_on_host) {
-          deps = {copy(r, sim::CopyDirection::kD2H, g.name + ".grads_d2h", "offload", g.layer,
-                       shard * gbytes, deps)};
+          deps = {copy(r, sim::CopyDirection::kD2H, g.name + ".grads_d2h", OpCategory::kOffload,
+                       g.layer, shard * gbytes, deps)};
         }
         // Megatron's HybridDeviceOptimizer keeps the fp32 master on the GPU and updates a pinned
         // host clone of it (see hdo_step_bytes_per_param); DeepSpeed's master lives on the host.
@@ -1430,8 +1444,8 @@ class StepBuilder {
                                                 static_cast<std::int64_t>(s_.parallelism.dp) *
                                                     s_.parallelism.tp * s_.parallelism.pp,
                                                 cm_.system().gpus_per_node))};
-        done = add(r, r.cpu, g.name + ".adam.cpu", OpKind::kHostCompute, "cpu_optimizer", g.layer,
-                   cm_.host_compute(r.rank, sz.bytes, sz.flops, threads), sz, deps);
+        done = add(r, r.cpu, g.name + ".adam.cpu", OpKind::kHostCompute, OpCategory::kCpuOptimizer,
+                   g.layer, cm_.host_compute(r.rank, sz.bytes, sz.flops, threads), sz, deps);
         if (!g.params_on_host) {
           // HybridDeviceOptimizer copies the updated fp32 master back into the GPU's main
           // parameter (the distributed optimizer then casts it to the model parameter on the
@@ -1439,34 +1453,34 @@ class StepBuilder {
           const std::int64_t bytes =
               shard * (hdo ? sim::dtype_bytes(dt_.master.value_or(dt_.params)) : pbytes);
           done = copy(r, sim::CopyDirection::kH2D, g.name + (hdo ? ".master_h2d" : ".params_h2d"),
-                      "offload", g.layer, bytes, {done});
+                      OpCategory::kOffload, g.layer, bytes, {done});
         }
       } else {
         std::optional<TensorId> stage_buf;
         if (g.opt_on_host) {
           // States streamed in, updated on the GPU, streamed out.
           const std::int64_t states = g.mem.optimizer_bytes;
-          stage_buf = tensor(r.hbm, g.name + ".optimizer_in", states, "optimizer");
-          const OpId in = copy(r, sim::CopyDirection::kH2D, g.name + ".optimizer_h2d", "offload",
-                               g.layer, states, deps);
+          stage_buf = tensor(r.hbm, g.name + ".optimizer_in", states, TensorCategory::kOptimizer);
+          const OpId in = copy(r, sim::CopyDirection::kH2D, g.name + ".optimizer_h2d",
+                               OpCategory::kOffload, g.layer, states, deps);
           b_.op_at(in).allocs.push_back(*stage_buf);
           deps = {in};
         }
         sim::OpSizes sz;
         sz.bytes = adam_bytes_per_param(dt_) * shard;
         sz.flops = kAdamFlopsPerParam * static_cast<double>(shard);
-        done = add(r, r.compute, g.name + ".adam", OpKind::kElementwise, "optimizer", g.layer,
-                   cm_.memory_bound(r.rank, sz.bytes, sz.flops), sz, deps);
+        done = add(r, r.compute, g.name + ".adam", OpKind::kElementwise, OpCategory::kOptimizer,
+                   g.layer, cm_.memory_bound(r.rank, sz.bytes, sz.flops), sz, deps);
         if (stage_buf) {
-          done = copy(r, sim::CopyDirection::kD2H, g.name + ".optimizer_d2h", "offload", g.layer,
-                      g.mem.optimizer_bytes, {done});
+          done = copy(r, sim::CopyDirection::kD2H, g.name + ".optimizer_d2h", OpCategory::kOffload,
+                      g.layer, g.mem.optimizer_bytes, {done});
           b_.op_at(done).frees.push_back(*stage_buf);
         }
       }
       if (gdtype_ == sim::DType::kFp8 && g.layer >= 0) done = fp8_weight_cast(r, g, done);
       // ZeRO-1/2: updated parameter shards are all-gathered for the next step.
       if (gdp > 1 && !shard_params() && s_.parallelism.zero_stage >= 1) {
-        collective(r, r.comm, g.name + ".params_allgather", "comm", g.layer,
+        collective(r, r.comm, g.name + ".params_allgather", OpCategory::kComm, g.layer,
                    sim::CollectiveKind::kAllGather, g.expert ? r.edp_group : r.dp_group,
                    g.params * sim::dtype_bytes(dt_.all_gather), {done});
       }
@@ -1527,6 +1541,7 @@ std::vector<std::string> scenario_flags(const Scenario& s) {
   const ParallelConfig& p = s.parallelism;
   if (p.dp > 1 && !p.fsdp) {
     std::vector<std::string> replicated;
+    bool params_replicated = false;
     for (const OffloadRule& r : s.offload.rules) {
       if (r.where != Placement::kHost) continue;
       const bool sharded =
@@ -1538,6 +1553,7 @@ std::vector<std::string> scenario_flags(const Scenario& s) {
       const std::string name = to_string(r.cls);
       if (!sharded && std::find(replicated.begin(), replicated.end(), name) == replicated.end()) {
         replicated.push_back(name);
+        params_replicated = params_replicated || r.cls == TensorClass::kParams;
       }
     }
     if (!replicated.empty()) {
@@ -1545,8 +1561,7 @@ std::vector<std::string> scenario_flags(const Scenario& s) {
           "host state replicated over dp={} ranks: every rank keeps the whole {} on the host "
           "(zero_stage {}); ZeRO-Offload partitions it over the data-parallel ranks: set "
           "parallelism.zero_stage: {} (or parallelism.fsdp: true)",
-          p.dp, fmt::join(replicated, ", "), p.zero_stage,
-          std::find(replicated.begin(), replicated.end(), "params") != replicated.end() ? 3 : 2));
+          p.dp, fmt::join(replicated, ", "), p.zero_stage, params_replicated ? 3 : 2));
     }
   }
   return flags;

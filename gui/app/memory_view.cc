@@ -233,7 +233,7 @@ void MemoryView::show_live_at(int pool, std::int64_t t_ns) {
     const LiveEntry& e = live.entries[r];
     const int row = static_cast<int>(r);
     table_->setItem(row, 0, new QTableWidgetItem(QString::fromStdString(e.name)));
-    table_->setItem(row, 1, new QTableWidgetItem(QString::fromStdString(e.category)));
+    table_->setItem(row, 1, new QTableWidgetItem(QString::fromUtf8(sim::to_string(e.category))));
     auto* size = new QTableWidgetItem(QString::fromStdString(format_bytes(double(e.bytes))));
     size->setTextAlignment(Qt::AlignRight | Qt::AlignVCenter);
     table_->setItem(row, 2, size);

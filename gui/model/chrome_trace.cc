@@ -93,7 +93,8 @@ sim::Status read_slice(const json& e, const json& args, const std::string& where
   sim::OpInfo op;
   op.name = text_of(e, "name");
   op.kind = sim::op_kind_from_string(text_of(args, "kind")).value_or(sim::OpKind::kMarker);
-  op.category = text_of(args, "category");
+  op.category =
+      sim::op_category_from_string(text_of(args, "category")).value_or(sim::OpCategory::kNone);
   op.flops = std::max(0.0, number_of(args, "flops"));
   op.bytes = static_cast<std::int64_t>(std::clamp(number_of(args, "bytes"), 0.0, 9.0e18));
   const std::int64_t start = ns_of(ts);

@@ -41,8 +41,8 @@ struct PoolSeries {
 };
 
 struct LiveEntry {
-  std::string name;      // tensor name
-  std::string category;  // "params", "activations", ...
+  std::string name;  // tensor name
+  sim::TensorCategory category = sim::TensorCategory::kNone;
   std::int64_t bytes = 0;
   bool operator==(const LiveEntry&) const = default;
 };

@@ -523,7 +523,9 @@ std::string span_tooltip(const sim::Timeline& timeline, std::uint32_t span_index
     size = "-";
   }
   std::string detail = sim::to_string(op.kind);
-  if (!op.category.empty()) detail += fmt::format(", {}", op.category);
+  if (op.category != sim::OpCategory::kNone) {
+    detail += fmt::format(", {}", sim::to_string(op.category));
+  }
   if (op.layer >= 0) detail += fmt::format(", layer {}", op.layer);
   const std::string lane =
       span.lane.index() < timeline.lanes.size() ? timeline.lanes[span.lane.index()] : "?";

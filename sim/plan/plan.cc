@@ -124,6 +124,50 @@ const char* to_string(P2PRole role) {
   return "?";
 }
 
+const char* to_string(OpCategory category) {
+  switch (category) {
+    case OpCategory::kNone:
+      return "";
+    case OpCategory::kCompute:
+      return "compute";
+    case OpCategory::kRecompute:
+      return "recompute";
+    case OpCategory::kComm:
+      return "comm";
+    case OpCategory::kOffload:
+      return "offload";
+    case OpCategory::kOptimizer:
+      return "optimizer";
+    case OpCategory::kCpuOptimizer:
+      return "cpu_optimizer";
+  }
+  return "?";
+}
+
+const char* to_string(TensorCategory category) {
+  switch (category) {
+    case TensorCategory::kNone:
+      return "";
+    case TensorCategory::kParams:
+      return "params";
+    case TensorCategory::kGrads:
+      return "grads";
+    case TensorCategory::kOptimizer:
+      return "optimizer";
+    case TensorCategory::kActivations:
+      return "activations";
+    case TensorCategory::kBuffers:
+      return "buffers";
+    case TensorCategory::kTransients:
+      return "transients";
+    case TensorCategory::kRuntime:
+      return "runtime";
+    case TensorCategory::kWorkspace:
+      return "workspace";
+  }
+  return "?";
+}
+
 namespace {
 
 template <class Enum, int N>
@@ -134,7 +178,40 @@ std::optional<Enum> parse_enum(std::string_view name, const Enum (&values)[N]) {
   return std::nullopt;
 }
 
+template <class Enum, int N>
+std::string enum_names(const Enum (&values)[N]) {
+  std::string out;
+  for (Enum v : values) {
+    if (!out.empty()) out += ", ";
+    out += '"';
+    out += to_string(v);
+    out += '"';
+  }
+  return out;
+}
+
+constexpr OpCategory kOpCategories[] = {
+    OpCategory::kNone,    OpCategory::kCompute,   OpCategory::kRecompute,   OpCategory::kComm,
+    OpCategory::kOffload, OpCategory::kOptimizer, OpCategory::kCpuOptimizer};
+
+constexpr TensorCategory kTensorCategories[] = {
+    TensorCategory::kNone,       TensorCategory::kParams,      TensorCategory::kGrads,
+    TensorCategory::kOptimizer,  TensorCategory::kActivations, TensorCategory::kBuffers,
+    TensorCategory::kTransients, TensorCategory::kRuntime,     TensorCategory::kWorkspace};
+
 }  // namespace
+
+std::optional<OpCategory> op_category_from_string(std::string_view name) {
+  return parse_enum(name, kOpCategories);
+}
+
+std::optional<TensorCategory> tensor_category_from_string(std::string_view name) {
+  return parse_enum(name, kTensorCategories);
+}
+
+std::string op_category_names() { return enum_names(kOpCategories); }
+
+std::string tensor_category_names() { return enum_names(kTensorCategories); }
 
 std::optional<OpKind> op_kind_from_string(std::string_view name) {
   static constexpr OpKind kAll[] = {
@@ -220,7 +297,7 @@ PoolId PlanBuilder::pool(const std::string& name, std::int64_t capacity_bytes, P
 }
 
 TensorId PlanBuilder::tensor(const std::string& name, PoolId pool, std::int64_t bytes,
-                             const std::string& category) {
+                             TensorCategory category) {
   plan_.tensors.push_back(Tensor{name, pool, bytes, category});
   return TensorId{plan_.tensors.size() - 1};
 }

@@ -69,6 +69,25 @@ enum class PoolKind { kOther, kHbm, kPinnedHost };
 // Which end of a point-to-point transfer an op is.
 enum class P2PRole { kSend, kRecv };
 
+// The report bucket of an op, chosen by models/. Its name (to_string) is what JSON, traces and
+// reports show: "" (none), "compute", "recompute", "comm", "offload", "optimizer",
+// "cpu_optimizer".
+enum class OpCategory { kNone, kCompute, kRecompute, kComm, kOffload, kOptimizer, kCpuOptimizer };
+
+// What a tensor holds. Names: "" (none), "params", "grads", "optimizer", "activations",
+// "buffers", "transients", "runtime", "workspace".
+enum class TensorCategory {
+  kNone,
+  kParams,
+  kGrads,
+  kOptimizer,
+  kActivations,
+  kBuffers,
+  kTransients,
+  kRuntime,
+  kWorkspace,
+};
+
 const char* to_string(OpKind kind);
 const char* to_string(DType dtype);
 const char* to_string(CollectiveKind kind);
@@ -76,6 +95,8 @@ const char* to_string(CopyDirection direction);
 const char* to_string(LaneRole role);
 const char* to_string(PoolKind kind);
 const char* to_string(P2PRole role);
+const char* to_string(OpCategory category);
+const char* to_string(TensorCategory category);
 std::optional<OpKind> op_kind_from_string(std::string_view name);
 std::optional<DType> dtype_from_string(std::string_view name);
 std::optional<CollectiveKind> collective_kind_from_string(std::string_view name);
@@ -83,6 +104,11 @@ std::optional<CopyDirection> copy_direction_from_string(std::string_view name);
 std::optional<LaneRole> lane_role_from_string(std::string_view name);
 std::optional<PoolKind> pool_kind_from_string(std::string_view name);
 std::optional<P2PRole> p2p_role_from_string(std::string_view name);
+std::optional<OpCategory> op_category_from_string(std::string_view name);
+std::optional<TensorCategory> tensor_category_from_string(std::string_view name);
+// The valid names, quoted and comma-separated, for error messages: "\"\", \"compute\", ...".
+std::string op_category_names();
+std::string tensor_category_names();
 std::int64_t dtype_bytes(DType dtype);
 
 // C[m×n] = A[m×k] · B[k×n], `batch` independent products.
@@ -153,8 +179,8 @@ struct Op {
   std::string name;
   LaneId lane;
   OpKind kind = OpKind::kMarker;
-  std::string category;  // report bucket chosen by models/: "compute", "recompute", "comm", ...
-  int layer = -1;        // transformer layer, -1 when none
+  OpCategory category = OpCategory::kNone;  // report bucket chosen by models/
+  int layer = -1;                           // transformer layer, -1 when none
   OpSizes sizes;
   OpCost cost;
   std::vector<OpId> deps;        // cross-lane dependencies: ops that must end first
@@ -189,7 +215,7 @@ struct Tensor {
   std::string name;  // "l3.act.mlpwi"
   PoolId pool;
   std::int64_t bytes = 0;
-  std::string category;  // "params", "grads", "optimizer", "activations", "buffers", "workspace"
+  TensorCategory category = TensorCategory::kNone;
   bool operator==(const Tensor&) const = default;
 };
 
@@ -249,7 +275,7 @@ class PlanBuilder {
   PoolId pool(const std::string& name, std::int64_t capacity_bytes,
               PoolKind kind = PoolKind::kOther, int owner = -1);
   TensorId tensor(const std::string& name, PoolId pool, std::int64_t bytes,
-                  const std::string& category);
+                  TensorCategory category);
   OpId op(Op op);
   // Room for this many ops and tensors (e.g. models::estimate_plan_size's), so the plan grows
   // without moving what it holds.

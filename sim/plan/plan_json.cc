@@ -118,7 +118,7 @@ json plan_to_json(const Plan& plan) {
     tensors.push_back({{"name", t.name},
                        {"pool", plan.pools[t.pool.index()].name},
                        {"bytes", t.bytes},
-                       {"category", t.category}});
+                       {"category", to_string(t.category)}});
   }
   j["tensors"] = std::move(tensors);
   j["initial_tensors"] = ids_to_json(plan.initial_tensors);
@@ -128,7 +128,7 @@ json plan_to_json(const Plan& plan) {
     o["name"] = op.name;
     o["lane"] = plan.lanes[op.lane.index()].name;
     o["kind"] = to_string(op.kind);
-    if (!op.category.empty()) o["category"] = op.category;
+    if (op.category != OpCategory::kNone) o["category"] = to_string(op.category);
     if (op.layer >= 0) o["layer"] = op.layer;
     json sizes = sizes_to_json(op);
     if (!sizes.empty()) o["sizes"] = std::move(sizes);
@@ -313,6 +313,16 @@ class PlanParser {
     return ok();
   }
 
+  Result<OpCategory> parse_op_category(const json& value, const std::string& path) {
+    OFFSIM_ASSIGN_OR_RETURN(std::string name, r_.as_string(value, path));
+    auto c = op_category_from_string(name);
+    if (!c) {
+      return r_.error(path, fmt::format("unknown op category '{}' (expected one of {})", name,
+                                        op_category_names()));
+    }
+    return *c;
+  }
+
   Status parse_tensors(const json& root) {
     OFFSIM_ASSIGN_OR_RETURN(const json* list, r_.array(root, "tensors", "$"));
     for (std::size_t i = 0; i < list->size(); ++i) {
@@ -328,7 +338,14 @@ class PlanParser {
       }
       t.pool = it->second;
       OFFSIM_ASSIGN_OR_RETURN(t.bytes, r_.integer(item, "bytes", path));
-      OFFSIM_ASSIGN_OR_RETURN(t.category, r_.string(item, "category", path));
+      OFFSIM_ASSIGN_OR_RETURN(std::string category, r_.string(item, "category", path));
+      auto c = tensor_category_from_string(category);
+      if (!c) {
+        return r_.error(path + ".category",
+                        fmt::format("unknown tensor category '{}' (expected one of {})", category,
+                                    tensor_category_names()));
+      }
+      t.category = *c;
       plan_.tensors.push_back(std::move(t));
     }
     return ok();
@@ -530,7 +547,7 @@ class PlanParser {
       op.kind = *k;
       OFFSIM_ASSIGN_OR_RETURN(const json* category, r_.optional_member(item, "category", path));
       if (category) {
-        OFFSIM_ASSIGN_OR_RETURN(op.category, r_.as_string(*category, path + ".category"));
+        OFFSIM_ASSIGN_OR_RETURN(op.category, parse_op_category(*category, path + ".category"));
       }
       OFFSIM_ASSIGN_OR_RETURN(const json* layer, r_.optional_member(item, "layer", path));
       if (layer) {

@@ -135,9 +135,9 @@ TimeSplitNs split_time(const Plan& plan, const Timeline& t, LaneId compute_lane,
       }
     }
     const std::int64_t busy = (s.end - std::max(s.start, cursor)).count();
-    if (op.category == "recompute") {
+    if (op.category == OpCategory::kRecompute) {
       split.recompute += busy;
-    } else if (op.category == "comm") {
+    } else if (op.category == OpCategory::kComm) {
       split.exposed_comm += busy;
     } else {
       split.compute += busy;

@@ -21,6 +21,13 @@ double relative(double predicted, double measured) {
   return (predicted - measured) / measured;
 }
 
+// Categories in the order of their names, as reports list them.
+struct ByName {
+  bool operator()(TensorCategory a, TensorCategory b) const {
+    return std::string_view(to_string(a)) < std::string_view(to_string(b));
+  }
+};
+
 std::vector<const Span*> spans_by_op(const Timeline& t) {
   std::vector<const Span*> out(t.ops.size(), nullptr);
   for (const Span& s : t.spans) {
@@ -169,7 +176,7 @@ Result<TimelineComparison> compare_timelines(const Timeline& predicted, const Ti
     if (measured_ledger && m_index < measured_ledger->pool_count()) {
       e.measured_ledger_peak_bytes = measured_ledger->pool(PoolId{m_index}).peak_bytes;
     }
-    std::map<std::string, std::pair<std::int64_t, std::int64_t>> by_category;
+    std::map<TensorCategory, std::pair<std::int64_t, std::int64_t>, ByName> by_category;
     for (const LiveTensor& t : pp.live_at_peak) by_category[t.category].first += t.bytes;
     for (const LiveTensor& t : it->live_at_peak) by_category[t.category].second += t.bytes;
     for (const auto& [category, bytes] : by_category) {
@@ -200,7 +207,7 @@ std::string comparison_to_text(const TimelineComparison& c) {
       }
       for (const CategoryAtPeak& k : p.categories) {
         out += fmt::format("    {:<22} predicted {:>12}  measured {:>12}  (live at the peak)\n",
-                           k.category, mib(k.predicted_bytes), mib(k.measured_bytes));
+                           to_string(k.category), mib(k.predicted_bytes), mib(k.measured_bytes));
       }
     }
   }
@@ -272,7 +279,7 @@ nlohmann::json comparison_to_json(const TimelineComparison& c) {
   for (const PoolError& p : c.pools) {
     json categories = json::array();
     for (const CategoryAtPeak& k : p.categories) {
-      categories.push_back({{"category", k.category},
+      categories.push_back({{"category", to_string(k.category)},
                             {"predicted_bytes", k.predicted_bytes},
                             {"measured_bytes", k.measured_bytes}});
     }

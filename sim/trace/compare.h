@@ -47,7 +47,7 @@ struct LaneError {
 
 // Bytes of one tensor category live at each timeline's peak.
 struct CategoryAtPeak {
-  std::string category;
+  TensorCategory category = TensorCategory::kNone;
   std::int64_t predicted_bytes = 0;
   std::int64_t measured_bytes = 0;
 };

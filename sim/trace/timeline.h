@@ -34,7 +34,7 @@ struct Span {
 struct OpInfo {
   std::string name;
   OpKind kind = OpKind::kMarker;
-  std::string category;
+  OpCategory category = OpCategory::kNone;
   int layer = -1;
   double flops = 0.0;
   std::int64_t bytes = 0;
@@ -50,7 +50,7 @@ struct MemorySample {
 
 struct LiveTensor {
   std::string name;
-  std::string category;
+  TensorCategory category = TensorCategory::kNone;
   std::int64_t bytes = 0;
   bool operator==(const LiveTensor&) const = default;
 };
@@ -58,7 +58,7 @@ struct LiveTensor {
 // What a Timeline keeps of each tensor of its Plan, so that memory events name what was live.
 struct TensorInfo {
   std::string name;
-  std::string category;
+  TensorCategory category = TensorCategory::kNone;
   std::int64_t bytes = 0;
   PoolId pool;
   bool operator==(const TensorInfo&) const = default;

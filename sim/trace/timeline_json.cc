@@ -23,7 +23,7 @@ constexpr const char* kTimelineFormat = "offsim-timeline";
 json live_to_json(const std::vector<LiveTensor>& live) {
   json j = json::array();
   for (const LiveTensor& t : live) {
-    j.push_back({{"name", t.name}, {"category", t.category}, {"bytes", t.bytes}});
+    j.push_back({{"name", t.name}, {"category", to_string(t.category)}, {"bytes", t.bytes}});
   }
   return j;
 }
@@ -51,8 +51,9 @@ json timeline_to_json(const Timeline& timeline) {
   }
   json ops = json::array();
   for (const OpInfo& op : timeline.ops) {
-    json o = {{"name", op.name},   {"kind", to_string(op.kind)}, {"category", op.category},
-              {"layer", op.layer}, {"flops", op.flops},          {"bytes", op.bytes}};
+    json o = {
+        {"name", op.name},   {"kind", to_string(op.kind)}, {"category", to_string(op.category)},
+        {"layer", op.layer}, {"flops", op.flops},          {"bytes", op.bytes}};
     if (!op.deps.empty()) {
       json deps = json::array();
       for (OpId d : op.deps) deps.push_back(d.value());
@@ -91,7 +92,7 @@ json timeline_to_json(const Timeline& timeline) {
     json tensors = json::array();
     for (const TensorInfo& t : timeline.tensors) {
       tensors.push_back({{"name", t.name},
-                         {"category", t.category},
+                         {"category", to_string(t.category)},
                          {"bytes", t.bytes},
                          {"pool", t.pool.value()}});
     }
@@ -229,7 +230,7 @@ class TimelineParser {
       std::optional<OpKind> k = op_kind_from_string(kind);
       if (!k) return r_.error(path + ".kind", fmt::format("unknown op kind \"{}\"", kind));
       info.kind = *k;
-      OFFSIM_ASSIGN_OR_RETURN(info.category, r_.string(o, "category", path));
+      OFFSIM_ASSIGN_OR_RETURN(info.category, op_category(o, path));
       OFFSIM_ASSIGN_OR_RETURN(std::int64_t layer, r_.integer(o, "layer", path));
       if (layer < -1 || layer > std::numeric_limits<int>::max()) {
         return r_.error(path + ".layer",
@@ -330,6 +331,30 @@ class TimelineParser {
     return ok();
   }
 
+  // The "category" key of an op (OpCategory's names).
+  Result<OpCategory> op_category(const json& o, const std::string& path) {
+    OFFSIM_ASSIGN_OR_RETURN(std::string name, r_.string(o, "category", path));
+    std::optional<OpCategory> c = op_category_from_string(name);
+    if (!c) {
+      return r_.error(path + ".category",
+                      fmt::format("unknown op category \"{}\" (expected one of {})", name,
+                                  op_category_names()));
+    }
+    return *c;
+  }
+
+  // The "category" key of a tensor (TensorCategory's names).
+  Result<TensorCategory> tensor_category(const json& o, const std::string& path) {
+    OFFSIM_ASSIGN_OR_RETURN(std::string name, r_.string(o, "category", path));
+    std::optional<TensorCategory> c = tensor_category_from_string(name);
+    if (!c) {
+      return r_.error(path + ".category",
+                      fmt::format("unknown tensor category \"{}\" (expected one of {})", name,
+                                  tensor_category_names()));
+    }
+    return *c;
+  }
+
   // Optional: [{"name", "category", "bytes", "pool"}, ...], by tensor id.
   Status parse_tensors(const json& root) {
     OFFSIM_ASSIGN_OR_RETURN(const json* tensors, r_.optional_member(root, "tensors", "$"));
@@ -345,7 +370,7 @@ class TimelineParser {
       OFFSIM_RETURN_IF_ERROR(r_.only_keys(o, {"name", "category", "bytes", "pool"}, path));
       TensorInfo info;
       OFFSIM_ASSIGN_OR_RETURN(info.name, r_.string(o, "name", path));
-      OFFSIM_ASSIGN_OR_RETURN(info.category, r_.string(o, "category", path));
+      OFFSIM_ASSIGN_OR_RETURN(info.category, tensor_category(o, path));
       OFFSIM_ASSIGN_OR_RETURN(info.bytes, r_.integer(o, "bytes", path));
       if (info.bytes < 0) {
         return r_.error(path + ".bytes",
@@ -408,7 +433,7 @@ class TimelineParser {
       OFFSIM_RETURN_IF_ERROR(r_.only_keys(list[i], {"name", "category", "bytes"}, p));
       LiveTensor t;
       OFFSIM_ASSIGN_OR_RETURN(t.name, r_.string(list[i], "name", p));
-      OFFSIM_ASSIGN_OR_RETURN(t.category, r_.string(list[i], "category", p));
+      OFFSIM_ASSIGN_OR_RETURN(t.category, tensor_category(list[i], p));
       OFFSIM_ASSIGN_OR_RETURN(t.bytes, r_.integer(list[i], "bytes", p));
       live.push_back(std::move(t));
     }
@@ -625,13 +650,15 @@ std::string chrome_trace_json(const std::vector<const Timeline*>& timelines) {
     for (const Span& s : t.spans) {
       const OpInfo& op = t.ops[s.op.index()];
       const char* kind = to_string(op.kind);
+      const char* category = to_string(op.category);
       const std::int64_t start = s.start.time_since_epoch().count();
       const std::int64_t end = s.end.time_since_epoch().count();
       emit(fmt::format(
           R"({{"ph":"X","pid":{},"tid":{},"name":{},"cat":{},"ts":{},"dur":{},"args":{{"op":{},"kind":"{}","category":{},"flops":{},"bytes":{}}}}})",
           pid, s.lane.index() + 1, json_string(op.name),
-          json_string(op.category.empty() ? kind : op.category), micros(start), micros(end - start),
-          s.op.value(), kind, json_string(op.category), number(op.flops), op.bytes));
+          json_string(op.category == OpCategory::kNone ? kind : category), micros(start),
+          micros(end - start), s.op.value(), kind, json_string(category), number(op.flops),
+          op.bytes));
     }
     // Flow arrows for cross-lane dependencies: from the end of the dependency's slice to the
     // start of the waiting op's slice ("s" binds to the slice enclosing its time stamp, "f" with

@@ -140,7 +140,8 @@ TEST(CompareTest, TextAndJsonRenderings) {
 TEST(CompareTest, MemoryEventsThroughTheLedger) {
   auto with_events = [](bool x_first, std::int64_t peak) {
     Timeline t = make({{0, 10}}, peak);
-    t.tensors = {{"w", "params", 600, PoolId{0}}, {"x", "activations", 400, PoolId{0}}};
+    t.tensors = {{"w", sim::TensorCategory::kParams, 600, PoolId{0}},
+                 {"x", sim::TensorCategory::kActivations, 400, PoolId{0}}};
     const MemoryEvent alloc_w{us(0), TensorId{0}, 600, PoolId{0}};
     const MemoryEvent free_w{us(5), TensorId{0}, -600, PoolId{0}};
     const MemoryEvent alloc_x{us(5), TensorId{1}, 400, PoolId{0}};
@@ -163,10 +164,10 @@ TEST(CompareTest, MemoryEventsThroughTheLedger) {
   EXPECT_EQ(e.predicted_peak_time, us(0));
   EXPECT_EQ(e.measured_peak_time, us(5));
   ASSERT_EQ(e.categories.size(), 2u);
-  EXPECT_EQ(e.categories[0].category, "activations");
+  EXPECT_EQ(e.categories[0].category, sim::TensorCategory::kActivations);
   EXPECT_EQ(e.categories[0].predicted_bytes, 0);
   EXPECT_EQ(e.categories[0].measured_bytes, 400);
-  EXPECT_EQ(e.categories[1].category, "params");
+  EXPECT_EQ(e.categories[1].category, sim::TensorCategory::kParams);
   EXPECT_EQ(e.categories[1].predicted_bytes, 600);
   EXPECT_EQ(e.categories[1].measured_bytes, 600);
   const nlohmann::json j = comparison_to_json(*r);

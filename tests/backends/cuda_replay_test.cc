@@ -40,10 +40,11 @@ sim::Plan gpu_plan() {
   sim::LaneId h2d = b.lane("rank0.h2d", {.rank = 0, .role = sim::LaneRole::kH2D});
   sim::PoolId hbm = b.pool("rank0.hbm", std::int64_t{140} << 30, sim::PoolKind::kHbm, 0);
   sim::PoolId pinned = b.pool("host0.pinned", std::int64_t{1} << 40, sim::PoolKind::kPinnedHost, 0);
-  sim::TensorId w = b.tensor("weights", hbm, 256 * kMiB, "params");
-  sim::TensorId act = b.tensor("act", hbm, 64 * kMiB, "activations");
-  sim::TensorId act_host = b.tensor("act.host", pinned, 64 * kMiB, "activations");
-  sim::TensorId act_back = b.tensor("act.back", hbm, 64 * kMiB, "activations");
+  sim::TensorId w = b.tensor("weights", hbm, 256 * kMiB, sim::TensorCategory::kParams);
+  sim::TensorId act = b.tensor("act", hbm, 64 * kMiB, sim::TensorCategory::kActivations);
+  sim::TensorId act_host =
+      b.tensor("act.host", pinned, 64 * kMiB, sim::TensorCategory::kActivations);
+  sim::TensorId act_back = b.tensor("act.back", hbm, 64 * kMiB, sim::TensorCategory::kActivations);
   b.initial(w);
   auto gemm = [&](const char* name) {
     sim::Op op{.name = name, .lane = compute, .kind = sim::OpKind::kGemm};
@@ -155,7 +156,7 @@ TEST(CudaReplayTest, AllocationFailureNamesRequestInUseAndOp) {
   sim::PlanBuilder b;
   sim::LaneId compute = b.lane("rank0.compute", {.rank = 0, .role = sim::LaneRole::kCompute});
   sim::PoolId hbm = b.pool("rank0.hbm", too_much * 2, sim::PoolKind::kHbm, 0);
-  sim::TensorId big = b.tensor("huge", hbm, too_much, "activations");
+  sim::TensorId big = b.tensor("huge", hbm, too_much, sim::TensorCategory::kActivations);
   sim::Op op{.name = "fwd.huge", .lane = compute, .kind = sim::OpKind::kMarker};
   op.allocs = {big};
   op.frees = {big};

@@ -37,12 +37,12 @@ sim::Plan attention_plan() {
   sim::PlanBuilder b;
   sim::LaneId compute = b.lane("rank0.compute", {.rank = 0, .role = sim::LaneRole::kCompute});
   sim::PoolId hbm = b.pool("rank0.hbm", 64 * kMiB, sim::PoolKind::kHbm, 0);
-  sim::TensorId w = b.tensor("weights", hbm, 4 * kMiB, "params");
-  sim::TensorId act = b.tensor("act", hbm, 3 * kMiB, "activations");
-  sim::TensorId tmp = b.tensor("tmp", hbm, kMiB, "activations");
-  sim::TensorId x = b.tensor("x", hbm, 2 * kMiB, "workspace");
+  sim::TensorId w = b.tensor("weights", hbm, 4 * kMiB, sim::TensorCategory::kParams);
+  sim::TensorId act = b.tensor("act", hbm, 3 * kMiB, sim::TensorCategory::kActivations);
+  sim::TensorId tmp = b.tensor("tmp", hbm, kMiB, sim::TensorCategory::kActivations);
+  sim::TensorId x = b.tensor("x", hbm, 2 * kMiB, sim::TensorCategory::kWorkspace);
   b.initial(w);
-  auto attn = [&](const char* name, const char* category, bool backward, std::int64_t dim) {
+  auto attn = [&](const char* name, sim::OpCategory category, bool backward, std::int64_t dim) {
     sim::Op op{.name = name, .lane = compute, .kind = sim::OpKind::kAttention};
     op.category = category;
     op.sizes.attention = attention_shape(backward, dim);
@@ -50,16 +50,16 @@ sim::Plan attention_plan() {
     op.cost.max_rate = 1e12;  // 1 ms in isolation
     return op;
   };
-  sim::Op fwd = attn("l0.attn.fwd", "compute", false, 64);
+  sim::Op fwd = attn("l0.attn.fwd", sim::OpCategory::kCompute, false, 64);
   fwd.allocs = {act};
   b.op(fwd);
-  sim::Op re = attn("l0.attn.recompute", "recompute", false, 64);
+  sim::Op re = attn("l0.attn.recompute", sim::OpCategory::kRecompute, false, 64);
   re.allocs = {tmp};
   b.op(re);
-  sim::Op bwd = attn("l0.attn.bwd", "compute", true, 64);
+  sim::Op bwd = attn("l0.attn.bwd", sim::OpCategory::kCompute, true, 64);
   bwd.frees = {tmp, act};
   b.op(bwd);
-  sim::Op odd = attn("l1.attn.fwd", "compute", false, 60);
+  sim::Op odd = attn("l1.attn.fwd", sim::OpCategory::kCompute, false, 60);
   odd.allocs = {x};
   odd.frees = {x};
   b.op(odd);
@@ -82,7 +82,7 @@ TEST(ReplayMeasuresTest, EveryAttentionOpNamesItsKernelAndWhyAFallbackRan) {
   ASSERT_EQ(r->attention.size(), 4u);
   EXPECT_EQ(r->attention[0].op, "l0.attn.fwd");
   EXPECT_TRUE(r->attention[0].kernel.fused);
-  EXPECT_EQ(r->attention[1].category, "recompute");
+  EXPECT_EQ(r->attention[1].category, sim::OpCategory::kRecompute);
   EXPECT_TRUE(r->attention[1].kernel.fused);
   EXPECT_TRUE(r->attention[2].backward);
   EXPECT_TRUE(r->attention[2].kernel.fused);
@@ -233,8 +233,8 @@ TEST(ReplayMeasuresTest, MarksOfTwoLanesFollowDeviceTime) {
   sim::LaneId compute = b.lane("rank0.compute", {.rank = 0, .role = sim::LaneRole::kCompute});
   sim::LaneId d2h = b.lane("rank0.d2h", {.rank = 0, .role = sim::LaneRole::kD2H});
   sim::PoolId hbm = b.pool("rank0.hbm", 64 * kMiB, sim::PoolKind::kHbm, 0);
-  sim::TensorId a = b.tensor("a", hbm, kMiB, "activations");
-  sim::TensorId c = b.tensor("c", hbm, 2 * kMiB, "activations");
+  sim::TensorId a = b.tensor("a", hbm, kMiB, sim::TensorCategory::kActivations);
+  sim::TensorId c = b.tensor("c", hbm, 2 * kMiB, sim::TensorCategory::kActivations);
   sim::Op g0{.name = "g0", .lane = compute, .kind = sim::OpKind::kElementwise};
   g0.sizes.bytes = 4096;
   g0.allocs = {a};

@@ -50,11 +50,11 @@ OffloadPlan offload_plan() {
   sim::LaneId h2d = b.lane("rank0.h2d", {.rank = 0, .role = sim::LaneRole::kH2D});
   sim::PoolId hbm = b.pool("rank0.hbm", 64 * kMiB, sim::PoolKind::kHbm, 0);
   sim::PoolId pinned = b.pool("host0.pinned", 64 * kMiB, sim::PoolKind::kPinnedHost, 0);
-  sim::TensorId weights = b.tensor("weights", hbm, 4 * kMiB, "params");
-  sim::TensorId act0 = b.tensor("act0", hbm, kMiB, "activations");
-  sim::TensorId act0_host = b.tensor("act0.host", pinned, kMiB, "activations");
-  sim::TensorId act1 = b.tensor("act1", hbm, 2 * kMiB, "activations");
-  sim::TensorId act0_back = b.tensor("act0.back", hbm, kMiB, "activations");
+  sim::TensorId weights = b.tensor("weights", hbm, 4 * kMiB, sim::TensorCategory::kParams);
+  sim::TensorId act0 = b.tensor("act0", hbm, kMiB, sim::TensorCategory::kActivations);
+  sim::TensorId act0_host = b.tensor("act0.host", pinned, kMiB, sim::TensorCategory::kActivations);
+  sim::TensorId act1 = b.tensor("act1", hbm, 2 * kMiB, sim::TensorCategory::kActivations);
+  sim::TensorId act0_back = b.tensor("act0.back", hbm, kMiB, sim::TensorCategory::kActivations);
   b.initial(weights);
   OffloadPlan p;
   sim::Op g0 = gemm_op("g0", compute);

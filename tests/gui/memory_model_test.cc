@@ -24,7 +24,8 @@ sim::Timeline pool_timeline() {
   pool.samples = {{at(0), 100}, {at(10), 300}, {at(10), 250}, {at(20), 50}};
   pool.peak_bytes = 250;
   pool.peak_time = at(10);
-  pool.live_at_peak = {{"l0.act", "activations", 150}, {"w", "params", 100}};
+  pool.live_at_peak = {{"l0.act", sim::TensorCategory::kActivations, 150},
+                       {"w", sim::TensorCategory::kParams, 100}};
   t.pools.push_back(pool);
   return t;
 }
@@ -73,7 +74,8 @@ TEST(MemoryModel, LiveSetAtThePeakIsTheRecordedOne) {
     EXPECT_TRUE(live.exact);
     EXPECT_EQ(live.bytes_in_use, 250);
     EXPECT_EQ(live.entries,
-              (std::vector<LiveEntry>{{"l0.act", "activations", 150}, {"w", "params", 100}}));
+              (std::vector<LiveEntry>{{"l0.act", sim::TensorCategory::kActivations, 150},
+                                      {"w", sim::TensorCategory::kParams, 100}}));
   }
 }
 
@@ -94,9 +96,9 @@ TEST(MemoryModel, WithoutMemoryEventsOnlyThePeakHasALiveSet) {
 // (150 B) from 10, w freed at 20 and tmp (50 B) taken at 20.
 TEST(MemoryModel, LiveSetAtAnyTimeFromTheMemoryEvents) {
   sim::Timeline t = pool_timeline();
-  t.tensors = {{"w", "params", 100, sim::PoolId{0}},
-               {"act", "activations", 150, sim::PoolId{0}},
-               {"tmp", "workspace", 50, sim::PoolId{0}}};
+  t.tensors = {{"w", sim::TensorCategory::kParams, 100, sim::PoolId{0}},
+               {"act", sim::TensorCategory::kActivations, 150, sim::PoolId{0}},
+               {"tmp", sim::TensorCategory::kWorkspace, 50, sim::PoolId{0}}};
   t.memory_events = {{at(0), sim::TensorId{0}, 100, sim::PoolId{0}},
                      {at(10), sim::TensorId{1}, 150, sim::PoolId{0}},
                      {at(20), sim::TensorId{0}, -100, sim::PoolId{0}},
@@ -107,10 +109,12 @@ TEST(MemoryModel, LiveSetAtAnyTimeFromTheMemoryEvents) {
   EXPECT_TRUE(model.live_at(t, 0, -1).entries.empty());
   LiveSet before = model.live_at(t, 0, 5);
   EXPECT_TRUE(before.exact);
-  EXPECT_EQ(before.entries, (std::vector<LiveEntry>{{"w", "params", 100}}));
+  EXPECT_EQ(before.entries, (std::vector<LiveEntry>{{"w", sim::TensorCategory::kParams, 100}}));
   EXPECT_EQ(model.live_at(t, 0, 15).entries,
-            (std::vector<LiveEntry>{{"act", "activations", 150}, {"w", "params", 100}}));
-  EXPECT_EQ(model.live_at(t, 0, 25).entries, (std::vector<LiveEntry>{{"tmp", "workspace", 50}}));
+            (std::vector<LiveEntry>{{"act", sim::TensorCategory::kActivations, 150},
+                                    {"w", sim::TensorCategory::kParams, 100}}));
+  EXPECT_EQ(model.live_at(t, 0, 25).entries,
+            (std::vector<LiveEntry>{{"tmp", sim::TensorCategory::kWorkspace, 50}}));
 }
 
 TEST(DecimateSteps, KeepsPeaksAndEdges) {

@@ -41,22 +41,24 @@ inline sim::Plan sample_offload_plan(const SamplePlanOptions& options) {
         b.resource(fmt::format("rank{}.pcie.d2h", r), options.pcie_bytes_per_s);
     const sim::PoolId hbm = b.pool(fmt::format("rank{}.hbm", r), options.hbm_capacity_bytes);
     std::vector<sim::OpId> gemms;
-    b.initial(b.tensor(fmt::format("rank{}.resident", r), hbm, 1'000'000'000, "params"));
+    b.initial(b.tensor(fmt::format("rank{}.resident", r), hbm, 1'000'000'000,
+                       sim::TensorCategory::kParams));
     sim::OpId offload;
     for (int l = 0; l < layers; ++l) {
       // Weights: 40 MB at 25 GB/s = 1.6 ms alone; activations 40 MB (1.6 ms alone).
       const std::int64_t weight_bytes = 40'000'000;
       const std::int64_t act_bytes = 40'000'000;
       const double flops = 2.0 * 4096 * 4096 * 16384;  // 5.5e11 FLOP = 1.37 ms at 400 TFLOP/s
-      const sim::TensorId w = b.tensor(fmt::format("r{}.l{}.w", r, l), hbm, weight_bytes, "params");
-      const sim::TensorId a =
-          b.tensor(fmt::format("r{}.l{}.act", r, l), hbm, act_bytes, "activations");
-      const sim::TensorId ah =
-          b.tensor(fmt::format("r{}.l{}.act_host", r, l), pinned, act_bytes, "activations");
+      const sim::TensorId w =
+          b.tensor(fmt::format("r{}.l{}.w", r, l), hbm, weight_bytes, sim::TensorCategory::kParams);
+      const sim::TensorId a = b.tensor(fmt::format("r{}.l{}.act", r, l), hbm, act_bytes,
+                                       sim::TensorCategory::kActivations);
+      const sim::TensorId ah = b.tensor(fmt::format("r{}.l{}.act_host", r, l), pinned, act_bytes,
+                                        sim::TensorCategory::kActivations);
       sim::Op copy_in{.name = fmt::format("r{}.l{}.prefetch_w", r, l),
                       .lane = h2d,
                       .kind = OpKind::kCopy,
-                      .category = "offload",
+                      .category = sim::OpCategory::kOffload,
                       .layer = l};
       copy_in.sizes.bytes = weight_bytes;
       copy_in.sizes.copy_direction = sim::CopyDirection::kH2D;
@@ -69,7 +71,7 @@ inline sim::Plan sample_offload_plan(const SamplePlanOptions& options) {
       sim::Op gemm{.name = fmt::format("r{}.l{}.fwd_gemm", r, l),
                    .lane = compute,
                    .kind = OpKind::kGemm,
-                   .category = "compute",
+                   .category = sim::OpCategory::kCompute,
                    .layer = l};
       gemm.sizes.flops = flops;
       gemm.sizes.gemm = {.m = 4096, .n = 4096, .k = 16384};
@@ -82,7 +84,7 @@ inline sim::Plan sample_offload_plan(const SamplePlanOptions& options) {
       sim::Op copy_out{.name = fmt::format("r{}.l{}.offload_act", r, l),
                        .lane = d2h,
                        .kind = OpKind::kCopy,
-                       .category = "offload",
+                       .category = sim::OpCategory::kOffload,
                        .layer = l};
       copy_out.sizes.bytes = act_bytes;
       copy_out.sizes.copy_direction = sim::CopyDirection::kD2H;
@@ -97,7 +99,7 @@ inline sim::Plan sample_offload_plan(const SamplePlanOptions& options) {
   sim::Op adam{.name = "cpu_adam",
                .lane = b.lane("host0.cpu"),
                .kind = OpKind::kHostCompute,
-               .category = "optimizer"};
+               .category = sim::OpCategory::kOptimizer};
   adam.sizes.flops = 4e9;  // 2 ms at 2 TFLOP/s
   adam.cost = {.work = 4e9, .uses = {{cpu, 1.0}}};
   adam.deps = last_offloads;

@@ -21,7 +21,7 @@ class TimelineBuilder {
   TimelineBuilder& span(const std::string& name, int lane, sim::OpKind kind, std::int64_t start_ns,
                         std::int64_t end_ns, double flops = 0.0, std::int64_t bytes = 0) {
     const sim::OpId op(timeline_.ops.size());
-    timeline_.ops.push_back(sim::OpInfo{name, kind, "", -1, flops, bytes});
+    timeline_.ops.push_back(sim::OpInfo{name, kind, sim::OpCategory::kNone, -1, flops, bytes});
     timeline_.spans.push_back(sim::Span{op, sim::LaneId(lane),
                                         sim::kTimeZero + sim::Duration{start_ns},
                                         sim::kTimeZero + sim::Duration{end_ns}});

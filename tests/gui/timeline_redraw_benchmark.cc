@@ -46,7 +46,7 @@ std::shared_ptr<const TimelineModel> million_span_model() {
     const std::int64_t gap = kind_index == 0 ? 0 : static_cast<std::int64_t>(next() % 40'000);
     const std::int64_t start = lane_time[lane] + gap;
     lane_time[lane] = start + duration;
-    t.ops.push_back(sim::OpInfo{"op", kind, "", -1, 1e9, 1'000'000});
+    t.ops.push_back(sim::OpInfo{"op", kind, sim::OpCategory::kNone, -1, 1e9, 1'000'000});
     t.spans.push_back(sim::Span{sim::OpId(static_cast<std::size_t>(i)), sim::LaneId(lane),
                                 sim::kTimeZero + sim::Duration{start},
                                 sim::kTimeZero + sim::Duration{start + duration}});

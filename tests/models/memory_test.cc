@@ -105,8 +105,8 @@ TEST(Dtypes, TheBuilderLowersThem) {
   const sim::Op* reduce = nullptr;
   for (sim::TensorId id : step->plan.initial_tensors) {
     const sim::Tensor& t = step->plan.tensors[id.index()];
-    if (t.category == "grads") grads += t.bytes;
-    if (t.category == "params") params += t.bytes;
+    if (t.category == sim::TensorCategory::kGrads) grads += t.bytes;
+    if (t.category == sim::TensorCategory::kParams) params += t.bytes;
   }
   EXPECT_EQ(grads, 4 * psi);
   EXPECT_EQ(params, 2 * psi);
@@ -247,7 +247,7 @@ TEST(ReportStructure, RanksCarryNumericIdentityAndStagesAreBrokenDown) {
   bool any = false;
   for (const sim::Tensor& t : step->plan.tensors) {
     if (t.name.ends_with(".recomputed")) {
-      EXPECT_EQ(t.category, "transients");
+      EXPECT_EQ(t.category, sim::TensorCategory::kTransients);
       any = true;
     }
   }

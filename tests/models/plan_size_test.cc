@@ -122,15 +122,15 @@ double vector_heap(const std::vector<T>& v) {
 double real_bytes(const sim::Plan& plan, const sim::Timeline& t) {
   double bytes = 0;
   for (const sim::Op& op : plan.ops) {
-    bytes += sizeof(sim::Op) + string_heap(op.name) + string_heap(op.category) +
-             vector_heap(op.deps) + vector_heap(op.allocs) + vector_heap(op.frees) +
-             vector_heap(op.cost.uses) + vector_heap(op.sizes.collective.group);
+    bytes += sizeof(sim::Op) + string_heap(op.name) + vector_heap(op.deps) +
+             vector_heap(op.allocs) + vector_heap(op.frees) + vector_heap(op.cost.uses) +
+             vector_heap(op.sizes.collective.group);
   }
   for (const sim::Tensor& tensor : plan.tensors) {
-    bytes += sizeof(sim::Tensor) + string_heap(tensor.name) + string_heap(tensor.category);
+    bytes += sizeof(sim::Tensor) + string_heap(tensor.name);
   }
   for (const sim::OpInfo& info : t.ops) {
-    bytes += sizeof(sim::OpInfo) + string_heap(info.name) + string_heap(info.category);
+    bytes += sizeof(sim::OpInfo) + string_heap(info.name);
   }
   bytes += vector_heap(t.spans);
   for (const sim::PoolTrace& p : t.pools) bytes += vector_heap(p.samples);

@@ -24,7 +24,7 @@ Scenario base(const std::string& model, const std::string& system) {
   return s;
 }
 
-std::int64_t initial_bytes(const sim::Plan& plan, sim::PoolId pool, const std::string& category) {
+std::int64_t initial_bytes(const sim::Plan& plan, sim::PoolId pool, sim::TensorCategory category) {
   std::int64_t total = 0;
   for (sim::TensorId id : plan.initial_tensors) {
     const sim::Tensor& t = plan.tensors[id.index()];
@@ -140,9 +140,9 @@ TEST(BuildStep, StaticMemoryPerZeroStageMatchesClosedForms) {
     auto step = build_step(s);
     ASSERT_TRUE(step) << step.error().message;
     const sim::PoolId pool = step->ranks.front().hbm_pool;
-    EXPECT_EQ(initial_bytes(step->plan, pool, "params"), c.params) << c.stage;
-    EXPECT_EQ(initial_bytes(step->plan, pool, "grads"), c.grads) << c.stage;
-    EXPECT_EQ(initial_bytes(step->plan, pool, "optimizer"), c.opt) << c.stage;
+    EXPECT_EQ(initial_bytes(step->plan, pool, sim::TensorCategory::kParams), c.params) << c.stage;
+    EXPECT_EQ(initial_bytes(step->plan, pool, sim::TensorCategory::kGrads), c.grads) << c.stage;
+    EXPECT_EQ(initial_bytes(step->plan, pool, sim::TensorCategory::kOptimizer), c.opt) << c.stage;
   }
 }
 
@@ -153,10 +153,13 @@ TEST(BuildStep, ZeroOffloadMovesOptimizerStateToHost) {
   auto step = build_step(s);
   ASSERT_TRUE(step);
   const std::int64_t psi = parameter_count(s.model);
-  EXPECT_EQ(initial_bytes(step->plan, step->ranks.front().hbm_pool, "optimizer"), 0);
-  EXPECT_EQ(initial_bytes(step->plan, step->ranks.front().host_pool, "optimizer"), 12 * psi / 8);
+  EXPECT_EQ(
+      initial_bytes(step->plan, step->ranks.front().hbm_pool, sim::TensorCategory::kOptimizer), 0);
+  EXPECT_EQ(
+      initial_bytes(step->plan, step->ranks.front().host_pool, sim::TensorCategory::kOptimizer),
+      12 * psi / 8);
   int cpu_ops = 0;
-  for (const sim::Op& op : step->plan.ops) cpu_ops += op.category == "cpu_optimizer";
+  for (const sim::Op& op : step->plan.ops) cpu_ops += op.category == sim::OpCategory::kCpuOptimizer;
   EXPECT_EQ(cpu_ops, s.model.layers + 2);  // every layer, the embedding and the head
 }
 
@@ -171,7 +174,7 @@ TEST(BuildStep, ZeroOffloadHostStepStreamsDeepSpeedsPasses) {
   ASSERT_TRUE(step);
   std::int64_t bytes = 0;
   for (const sim::Op& op : step->plan.ops) {
-    if (op.category == "cpu_optimizer") bytes += op.sizes.bytes;
+    if (op.category == sim::OpCategory::kCpuOptimizer) bytes += op.sizes.bytes;
   }
   // Each group's shard is ceil(params / 8): the sum lies within a few parameters of psi / 8.
   const std::int64_t psi = parameter_count(s.model);

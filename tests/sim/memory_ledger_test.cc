@@ -18,10 +18,10 @@ std::vector<std::string> names(const std::vector<LiveTensor>& live) {
 
 // Two pools; tensors a (pool 0, 100 B), b (pool 0, 60 B), c (pool 1, 30 B), d (pool 0, 60 B).
 std::vector<TensorInfo> tensors() {
-  return {{"a", "params", 100, PoolId{0}},
-          {"b", "activations", 60, PoolId{0}},
-          {"c", "buffers", 30, PoolId{1}},
-          {"d", "activations", 60, PoolId{0}}};
+  return {{"a", sim::TensorCategory::kParams, 100, PoolId{0}},
+          {"b", sim::TensorCategory::kActivations, 60, PoolId{0}},
+          {"c", sim::TensorCategory::kBuffers, 30, PoolId{1}},
+          {"d", sim::TensorCategory::kActivations, 60, PoolId{0}}};
 }
 
 TEST(MemoryLedgerTest, PeakIsTheFirstEventThatReachesTheMaximum) {
@@ -89,10 +89,10 @@ TEST(MemoryLedgerTest, ReplayChecksEveryEvent) {
 TEST(MemoryLedgerTest, EngineEventsReplayToTheEnginesPools) {
   PlanBuilder b;
   PoolId hbm = b.pool("hbm", 1 << 20);
-  TensorId x = b.tensor("x", hbm, 100, "activations");
-  TensorId y = b.tensor("y", hbm, 70, "activations");
-  TensorId z = b.tensor("z", hbm, 50, "activations");
-  TensorId w = b.tensor("w", hbm, 10, "params");
+  TensorId x = b.tensor("x", hbm, 100, sim::TensorCategory::kActivations);
+  TensorId y = b.tensor("y", hbm, 70, sim::TensorCategory::kActivations);
+  TensorId z = b.tensor("z", hbm, 50, sim::TensorCategory::kActivations);
+  TensorId w = b.tensor("w", hbm, 10, sim::TensorCategory::kParams);
   b.initial(w);
   auto timed = [&](const std::string& name, LaneId lane, double work) {
     Op op{.name = name, .lane = lane, .kind = OpKind::kGemm};

@@ -20,10 +20,10 @@ Plan blocks(double bytes) {
   const ResourceId sm = b.resource("sm", 1e12);
   const ResourceId link = b.resource("pcie", 25e9);
   const PoolId hbm = b.pool("hbm", std::int64_t{1} << 40);
-  b.initial(b.tensor("weights", hbm, 1000, "params"));
+  b.initial(b.tensor("weights", hbm, 1000, sim::TensorCategory::kParams));
   for (int i = 0; i < kBlocks; ++i) {
-    const TensorId act =
-        b.tensor(fmt::format("a{}", i), hbm, static_cast<std::int64_t>(bytes), "activations");
+    const TensorId act = b.tensor(fmt::format("a{}", i), hbm, static_cast<std::int64_t>(bytes),
+                                  sim::TensorCategory::kActivations);
     Op c{.name = fmt::format("c{}", i), .lane = compute, .kind = OpKind::kGemm};
     c.cost.work = 1e9;
     c.cost.uses = {{sm, 1.0}};

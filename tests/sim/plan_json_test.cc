@@ -19,11 +19,14 @@ Plan rich_plan() {
   const ResourceId nvl = b.resource("rank0.nvlink.tx", 450e9);
   const PoolId hbm = b.pool("rank0.hbm", 80LL << 30, PoolKind::kHbm, 0);
   b.pool("node0.pinned", 1LL << 40, PoolKind::kPinnedHost, 0);
-  const TensorId w = b.tensor("w", hbm, 1 << 20, "params");
-  const TensorId a = b.tensor("a", hbm, 4096, "activations");
+  const TensorId w = b.tensor("w", hbm, 1 << 20, sim::TensorCategory::kParams);
+  const TensorId a = b.tensor("a", hbm, 4096, sim::TensorCategory::kActivations);
   b.initial(w);
   b.metadata("model", "tiny");
-  Op gemm{.name = "fwd.l0.qkv", .lane = compute, .kind = OpKind::kGemm, .category = "compute"};
+  Op gemm{.name = "fwd.l0.qkv",
+          .lane = compute,
+          .kind = OpKind::kGemm,
+          .category = sim::OpCategory::kCompute};
   gemm.layer = 0;
   gemm.sizes.flops = 2.0 * 8 * 16 * 32;
   gemm.sizes.gemm = {.m = 8, .n = 16, .k = 32, .batch = 1, .dtype = DType::kBf16};
@@ -31,7 +34,8 @@ Plan rich_plan() {
   gemm.cost.latency = Duration{4000};
   gemm.allocs = {a};
   b.op(gemm);
-  Op ar{.name = "ar", .lane = comm, .kind = OpKind::kCollective, .category = "comm"};
+  Op ar{
+      .name = "ar", .lane = comm, .kind = OpKind::kCollective, .category = sim::OpCategory::kComm};
   ar.sizes.bytes = 4096;
   ar.sizes.collective = {.kind = CollectiveKind::kAllReduce, .group = {0, 1, 2, 3}};
   ar.cost = {.work = 4096, .uses = {{nvl, 1.5}}, .multiplicity = 4};
@@ -142,6 +146,48 @@ TEST(PlanJson, ErrorsNameSourceAndPath) {
   EXPECT_THAT(error_for([](auto& j) { j.erase("ops"); }), HasSubstr("$: missing key 'ops'"));
   EXPECT_THAT(error_for([](auto& j) { j["ops"][1]["sizes"]["collective"]["kind"] = "gossip"; }),
               HasSubstr("unknown collective 'gossip'"));
+  EXPECT_THAT(error_for([](auto& j) { j["ops"][0]["category"] = "gpu"; }),
+              HasSubstr("$.ops[0].category: unknown op category 'gpu' (expected one of \"\", "
+                        "\"compute\", \"recompute\", \"comm\", \"offload\", \"optimizer\", "
+                        "\"cpu_optimizer\")"));
+  EXPECT_THAT(error_for([](auto& j) { j["tensors"][0]["category"] = "weights"; }),
+              HasSubstr("$.tensors[0].category: unknown tensor category 'weights' (expected one "
+                        "of \"\", \"params\", \"grads\", \"optimizer\", \"activations\", "
+                        "\"buffers\", \"transients\", \"runtime\", \"workspace\")"));
+}
+
+// The categories' names are the strings plans, timelines and reports carried before they were
+// enums; each parses back to its value and nothing else parses.
+TEST(PlanJson, CategoryNamesRoundTrip) {
+  const std::vector<std::pair<OpCategory, std::string>> ops = {
+      {OpCategory::kNone, ""},
+      {OpCategory::kCompute, "compute"},
+      {OpCategory::kRecompute, "recompute"},
+      {OpCategory::kComm, "comm"},
+      {OpCategory::kOffload, "offload"},
+      {OpCategory::kOptimizer, "optimizer"},
+      {OpCategory::kCpuOptimizer, "cpu_optimizer"}};
+  for (const auto& [c, name] : ops) {
+    EXPECT_EQ(to_string(c), name);
+    EXPECT_EQ(op_category_from_string(name), c) << name;
+  }
+  const std::vector<std::pair<TensorCategory, std::string>> tensors = {
+      {TensorCategory::kNone, ""},
+      {TensorCategory::kParams, "params"},
+      {TensorCategory::kGrads, "grads"},
+      {TensorCategory::kOptimizer, "optimizer"},
+      {TensorCategory::kActivations, "activations"},
+      {TensorCategory::kBuffers, "buffers"},
+      {TensorCategory::kTransients, "transients"},
+      {TensorCategory::kRuntime, "runtime"},
+      {TensorCategory::kWorkspace, "workspace"}};
+  for (const auto& [c, name] : tensors) {
+    EXPECT_EQ(to_string(c), name);
+    EXPECT_EQ(tensor_category_from_string(name), c) << name;
+  }
+  EXPECT_EQ(op_category_from_string("Compute"), std::nullopt);
+  EXPECT_EQ(op_category_from_string("params"), std::nullopt);
+  EXPECT_EQ(tensor_category_from_string("compute"), std::nullopt);
 }
 
 TEST(PlanJson, ValidationErrorsCarryTheSource) {

@@ -17,7 +17,7 @@ Plan small_plan() {
   const LaneId c = b.lane("rank0.d2h");
   const ResourceId link = b.resource("rank0.pcie.d2h", 25e9);
   const PoolId hbm = b.pool("rank0.hbm", 1000);
-  const TensorId t0 = b.tensor("act0", hbm, 100, "activations");
+  const TensorId t0 = b.tensor("act0", hbm, 100, sim::TensorCategory::kActivations);
   b.op({.name = "fwd", .lane = a, .kind = OpKind::kGemm, .allocs = {t0}});
   b.op({.name = "offload",
         .lane = c,

@@ -46,7 +46,7 @@ Plan random_plan(std::uint64_t seed, int op_count, bool repeat_flows) {
   auto new_tensor = [&]() {
     const PoolId pool{uniform(0, pools - 1)};
     return b.tensor(fmt::format("t{}", tensor_count++), pool, uniform(1, 1'000'000),
-                    chance(0.5) ? "activations" : "params");
+                    chance(0.5) ? TensorCategory::kActivations : TensorCategory::kParams);
   };
   std::vector<TensorId> initial;
   for (int i = uniform(0, 3); i > 0; --i) {

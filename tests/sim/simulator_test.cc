@@ -186,9 +186,9 @@ TEST(SimulatorTest, PoolHittingItsCapacity) {
   // run stops at 10 ms with b's OOM; live set largest first: weights, act.
   PlanBuilder b;
   PoolId hbm = b.pool("hbm", 1000);
-  TensorId weights = b.tensor("weights", hbm, 600, "params");
-  TensorId act = b.tensor("act", hbm, 300, "activations");
-  TensorId big = b.tensor("big", hbm, 200, "workspace");
+  TensorId weights = b.tensor("weights", hbm, 600, sim::TensorCategory::kParams);
+  TensorId act = b.tensor("act", hbm, 300, sim::TensorCategory::kActivations);
+  TensorId big = b.tensor("big", hbm, 200, sim::TensorCategory::kWorkspace);
   b.initial(weights);
   LaneId lane = b.lane("compute");
   Op first{.name = "a", .lane = lane, .kind = OpKind::kGemm};
@@ -233,11 +233,11 @@ TEST(SimulatorTest, RunPastCapacityMeasuresTheDemand) {
   PlanBuilder b;
   PoolId hbm = b.pool("hbm", 1000);
   PoolId host = b.pool("host", 20);
-  TensorId weights = b.tensor("weights", hbm, 600, "params");
-  TensorId act = b.tensor("act", hbm, 300, "activations");
-  TensorId big = b.tensor("big", hbm, 200, "workspace");
-  TensorId more = b.tensor("more", hbm, 50, "workspace");
-  TensorId staged = b.tensor("staged", host, 30, "activations");
+  TensorId weights = b.tensor("weights", hbm, 600, sim::TensorCategory::kParams);
+  TensorId act = b.tensor("act", hbm, 300, sim::TensorCategory::kActivations);
+  TensorId big = b.tensor("big", hbm, 200, sim::TensorCategory::kWorkspace);
+  TensorId more = b.tensor("more", hbm, 50, sim::TensorCategory::kWorkspace);
+  TensorId staged = b.tensor("staged", host, 30, sim::TensorCategory::kActivations);
   b.initial(weights);
   LaneId lane = b.lane("compute");
   Op first{.name = "a", .lane = lane, .kind = OpKind::kGemm};
@@ -278,8 +278,8 @@ TEST(SimulatorTest, RunPastCapacityMeasuresTheDemand) {
 TEST(SimulatorTest, InitialTensorsOverCapacity) {
   PlanBuilder b;
   PoolId hbm = b.pool("hbm", 100);
-  b.initial(b.tensor("w0", hbm, 60, "params"));
-  b.initial(b.tensor("w1", hbm, 60, "params"));
+  b.initial(b.tensor("w0", hbm, 60, sim::TensorCategory::kParams));
+  b.initial(b.tensor("w1", hbm, 60, sim::TensorCategory::kParams));
   b.op(Op{.name = "x", .lane = b.lane("l"), .kind = OpKind::kMarker});
   SimResult r = run_ok(std::move(b).build());
   ASSERT_EQ(r.timeline.outcome.kind, OutcomeKind::kOutOfMemory);
@@ -297,9 +297,9 @@ TEST(SimulatorTest, MemoryCurvePeakAndLiveSetAtPeak) {
   // 15 ms: y freed -> 50; 20 ms: z freed -> 0. Peak 170 at 0 with {x, y}.
   PlanBuilder b;
   PoolId hbm = b.pool("hbm", 1 << 20);
-  TensorId x = b.tensor("x", hbm, 100, "activations");
-  TensorId y = b.tensor("y", hbm, 70, "activations");
-  TensorId z = b.tensor("z", hbm, 50, "activations");
+  TensorId x = b.tensor("x", hbm, 100, sim::TensorCategory::kActivations);
+  TensorId y = b.tensor("y", hbm, 70, sim::TensorCategory::kActivations);
+  TensorId z = b.tensor("z", hbm, 50, sim::TensorCategory::kActivations);
   auto timed = [&](const std::string& name, LaneId lane, double work) {
     Op op{.name = name, .lane = lane, .kind = OpKind::kGemm};
     op.cost.work = work;

@@ -21,16 +21,16 @@ Plan small_plan() {
   ResourceId link = b.resource("rank0.pcie.h2d", 25e9);
   ResourceId sm = b.resource("rank0.sm", 1.0);
   PoolId hbm = b.pool("rank0.hbm", 80'000'000'000);
-  TensorId w = b.tensor("l0.weights", hbm, 1'000'000, "params");
-  TensorId act = b.tensor("l0.act", hbm, 250'000, "activations");
-  TensorId pre = b.tensor("l1.weights", hbm, 500'000'000, "params");
+  TensorId w = b.tensor("l0.weights", hbm, 1'000'000, sim::TensorCategory::kParams);
+  TensorId act = b.tensor("l0.act", hbm, 250'000, sim::TensorCategory::kActivations);
+  TensorId pre = b.tensor("l1.weights", hbm, 500'000'000, sim::TensorCategory::kParams);
   b.initial(w);
   LaneId compute = b.lane("rank0.compute");
   LaneId h2d = b.lane("rank0.h2d");
   Op gemm{.name = "fwd.l0.qkv",
           .lane = compute,
           .kind = OpKind::kGemm,
-          .category = "compute",
+          .category = sim::OpCategory::kCompute,
           .layer = 0};
   gemm.sizes.flops = 2e12;
   gemm.cost.work = 2e12;
@@ -38,8 +38,11 @@ Plan small_plan() {
   gemm.cost.latency = Duration{4'321};
   gemm.allocs = {act};
   OpId g = b.op(gemm);
-  Op copy{
-      .name = "prefetch.l1", .lane = h2d, .kind = OpKind::kCopy, .category = "offload", .layer = 1};
+  Op copy{.name = "prefetch.l1",
+          .lane = h2d,
+          .kind = OpKind::kCopy,
+          .category = sim::OpCategory::kOffload,
+          .layer = 1};
   copy.sizes.bytes = 500'000'000;
   copy.cost.work = 5e8;
   copy.cost.uses = {{link, 1.0}};
@@ -48,7 +51,7 @@ Plan small_plan() {
   Op next{.name = "fwd.l1.qkv",
           .lane = compute,
           .kind = OpKind::kGemm,
-          .category = "compute",
+          .category = sim::OpCategory::kCompute,
           .layer = 1};
   next.sizes.flops = 1e12;
   next.cost.work = 1e12;
@@ -80,8 +83,10 @@ TEST(TimelineJsonTest, RoundTripOfOutOfMemoryAndDeadlock) {
   t.outcome.kind = OutcomeKind::kOutOfMemory;
   t.outcome.message = "out of memory";
   t.outcome.oom = OutOfMemory{
-      OpId{2}, "fwd.l1.qkv", "rank0.hbm", TimePoint{Duration{17}},
-      100,     900,          1000,        {{"a", "params", 600}, {"b", "activations", 300}}};
+      OpId{2},     "fwd.l1.qkv",
+      "rank0.hbm", TimePoint{Duration{17}},
+      100,         900,
+      1000,        {{"a", TensorCategory::kParams, 600}, {"b", TensorCategory::kActivations, 300}}};
   t.outcome.deadlock = Deadlock{TimePoint{Duration{5}}, {"'x' (lane 'l') waits on 'y'"}};
   Result<Timeline> back = timeline_from_json(timeline_to_json(t), "t.json");
   ASSERT_TRUE(back.has_value()) << back.error().message;
@@ -132,6 +137,15 @@ TEST(TimelineJsonTest, ErrorsNameSourceAndPath) {
        "t.json: $.spans[0].end_ns: end -1 ns is before start"},
       {"op kind", [](nlohmann::json& j) { j["ops"][2]["kind"] = "matmul"; },
        "t.json: $.ops[2].kind: unknown op kind \"matmul\""},
+      {"op category", [](nlohmann::json& j) { j["ops"][0]["category"] = "gpu"; },
+       "t.json: $.ops[0].category: unknown op category \"gpu\" (expected one of \"\", "
+       "\"compute\", \"recompute\", \"comm\", \"offload\", \"optimizer\", \"cpu_optimizer\")"},
+      {"tensor category", [](nlohmann::json& j) { j["tensors"][0]["category"] = "weights"; },
+       "t.json: $.tensors[0].category: unknown tensor category \"weights\" (expected one of "
+       "\"\", \"params\", \"grads\", \"optimizer\", \"activations\", \"buffers\", "
+       "\"transients\", \"runtime\", \"workspace\")"},
+      {"live category", [](nlohmann::json& j) { j["pools"][0]["live_at_peak"][0]["category"] = 3; },
+       "t.json: $.pools[0].live_at_peak[0].category: expected a string"},
       {"sample shape", [](nlohmann::json& j) { j["pools"][0]["samples"][0] = 5; },
        "t.json: $.pools[0].samples[0]: expected [time_ns, bytes_in_use]"},
       {"outcome kind", [](nlohmann::json& j) { j["outcome"]["kind"] = "done"; },
@@ -194,7 +208,7 @@ TEST(TimelineJsonTest, ChromeTraceShape) {
   Timeline t;
   t.source = "predicted";
   t.lanes = {"rank0.compute"};
-  t.ops = {OpInfo{"a", OpKind::kGemm, "compute", 0, 1e12, 0}};
+  t.ops = {OpInfo{"a", OpKind::kGemm, OpCategory::kCompute, 0, 1e12, 0}};
   t.spans = {
       Span{OpId{0}, LaneId{0}, TimePoint{Duration{1'234'567}}, TimePoint{Duration{1'235'067}}}};
   Timeline m = t;
