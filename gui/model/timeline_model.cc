@@ -232,27 +232,34 @@ void order_rows(std::vector<LaneRow>& rows) {
   rows = std::move(ordered);
 }
 
-// Exposed transfers of an h2d/d2h row: its copy spans minus the same rank's compute busy time.
-std::vector<TimeWindow> exposed_of(const sim::Timeline& t, const LaneRow& row,
-                                   const std::vector<LaneRow>& rows) {
-  std::vector<TimeWindow> copies;
-  for (std::uint32_t i : row.spans) {
-    if (t.ops[t.spans[i].op.index()].kind != sim::OpKind::kCopy) continue;
-    copies.push_back({ns(t.spans[i].start), ns(t.spans[i].end)});
+// Exposed transfers (sim::idle_intervals, the definition the report's exposed offload time
+// sums): the time each compute lane of timeline `source` waited on a copy, marked on the row of
+// that copy's lane. Ranks come from the rows (typed lane identity, else the lane name).
+void mark_exposed(const sim::Timeline& t, int source, std::vector<LaneRow>& rows) {
+  std::vector<int> lane_rank(t.lanes.size(), -1);
+  std::vector<LaneRow*> row_of_lane(t.lanes.size(), nullptr);
+  for (LaneRow& row : rows) {
+    if (row.source != source || row.lane.index() >= t.lanes.size()) continue;
+    lane_rank[row.lane.index()] = row.parsed.rank;
+    row_of_lane[row.lane.index()] = &row;
   }
-  std::vector<TimeWindow> compute;
-  for (const LaneRow& other : rows) {
-    if (other.source != row.source || other.parsed.rank != row.parsed.rank ||
-        other.parsed.kind != LaneKind::kCompute) {
-      continue;
-    }
-    for (std::uint32_t i : other.spans) {
-      compute.push_back({ns(t.spans[i].start), ns(t.spans[i].end)});
+  std::vector<sim::LaneId> lane_of_op(t.ops.size());
+  for (const sim::Span& s : t.spans) lane_of_op[s.op.index()] = s.lane;
+  for (std::size_t l = 0; l < row_of_lane.size(); ++l) {
+    if (row_of_lane[l] == nullptr || row_of_lane[l]->parsed.kind != LaneKind::kCompute) continue;
+    for (const sim::IdleInterval& w : sim::idle_intervals(t, sim::LaneId(l), lane_rank)) {
+      if (w.cause != sim::IdleCause::kExposedOffload) continue;
+      const sim::LaneId copy_lane = lane_of_op[w.blocker.index()];
+      LaneRow* row = row_of_lane[copy_lane.index()];
+      if (row != nullptr) row->exposed.push_back({ns(w.start), ns(w.end)});
     }
   }
-  std::sort(compute.begin(), compute.end(),
-            [](const TimeWindow& a, const TimeWindow& b) { return a.start_ns < b.start_ns; });
-  return exposed_intervals(copies, compute);
+  for (LaneRow* row : row_of_lane) {
+    if (row == nullptr) continue;
+    std::sort(row->exposed.begin(), row->exposed.end(),
+              [](const TimeWindow& a, const TimeWindow& b) { return a.start_ns < b.start_ns; });
+    row->exposed = union_sorted(row->exposed);
+  }
 }
 
 }  // namespace
@@ -303,10 +310,8 @@ sim::Result<TimelineModel> TimelineModel::build(std::vector<sim::Timeline> timel
   }
   order_rows(model.rows_);
 
-  for (LaneRow& row : model.rows_) {
-    if (row.parsed.kind != LaneKind::kH2D && row.parsed.kind != LaneKind::kD2H) continue;
-    row.exposed =
-        exposed_of(model.timelines_[static_cast<std::size_t>(row.source)], row, model.rows_);
+  for (std::size_t s = 0; s < sources; ++s) {
+    mark_exposed(model.timelines_[s], static_cast<int>(s), model.rows_);
   }
   if (cancelled(cancel)) return sim::fail(sim::ErrorCode::kCancelled, "loading cancelled");
   report(0.85);
@@ -447,28 +452,6 @@ void visible_intervals(const std::vector<TimeWindow>& sorted, TimeWindow window,
       out.push_back(*it);
     }
   }
-}
-
-std::vector<TimeWindow> exposed_intervals(const std::vector<TimeWindow>& copies,
-                                          const std::vector<TimeWindow>& compute) {
-  const std::vector<TimeWindow> busy = union_sorted(compute);
-  std::vector<TimeWindow> out;
-  std::size_t b = 0;
-  for (const TimeWindow& copy : union_sorted(copies)) {
-    std::int64_t cursor = copy.start_ns;
-    while (b < busy.size() && busy[b].end_ns <= cursor) ++b;
-    std::size_t k = b;
-    while (cursor < copy.end_ns) {
-      if (k >= busy.size() || busy[k].start_ns >= copy.end_ns) {
-        out.push_back({cursor, copy.end_ns});
-        break;
-      }
-      if (busy[k].start_ns > cursor) out.push_back({cursor, busy[k].start_ns});
-      cursor = std::max(cursor, busy[k].end_ns);
-      ++k;
-    }
-  }
-  return out;
 }
 
 std::vector<std::uint32_t> critical_path(const sim::Timeline& timeline,

@@ -57,7 +57,7 @@ struct LaneRow {
   std::vector<std::int64_t> max_end_ns;   // max end over spans[0..i], non-decreasing
   std::vector<std::uint8_t> kinds;        // sim::OpKind of spans[i] (merging reads these in a row)
   std::vector<std::int64_t> duration_ns;  // end - start of spans[i]
-  std::vector<TimeWindow> exposed;        // copy time with the rank's compute lane idle (h2d/d2h)
+  std::vector<TimeWindow> exposed;        // the rank's compute lane waiting on this lane's copies
   std::vector<TimeWindow> critical;       // critical-path spans on this row, by start
 };
 
@@ -125,11 +125,6 @@ class TimelineModel {
 // about one per pixel column (a merged interval covers its first start to its last end).
 void visible_intervals(const std::vector<TimeWindow>& sorted, TimeWindow window, double width_px,
                        std::vector<TimeWindow>& out);
-
-// Copy time on a transfer lane during which the compute lane is idle: `copies` minus the union
-// of `compute`, both lists of spans sorted by start. Returns sorted, disjoint intervals.
-std::vector<TimeWindow> exposed_intervals(const std::vector<TimeWindow>& copies,
-                                          const std::vector<TimeWindow>& compute);
 
 // The critical path (sim::critical_path_spans, the one implementation compare uses too): span
 // indices, first to last; `deps` by op id, or empty for the timeline's own.

@@ -46,6 +46,42 @@ std::string mib(std::int64_t bytes) {
   return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
 }
 
+bool has_span_on(const Timeline& t, LaneId lane) {
+  return std::any_of(t.spans.begin(), t.spans.end(), [&](const Span& s) { return s.lane == lane; });
+}
+
+Duration exposed_transfer(const Timeline& t, LaneId lane, const std::vector<int>& lane_rank) {
+  Duration sum{0};
+  for (const IdleInterval& w : idle_intervals(t, lane, lane_rank)) {
+    if (w.cause == IdleCause::kExposedOffload) sum += w.end - w.start;
+  }
+  return sum;
+}
+
+// Exposed transfer time of each compute lane in both timelines (one lane table, typed identity).
+std::vector<ExposedError> compare_exposed(const Timeline& predicted, const Timeline& measured) {
+  std::vector<ExposedError> out;
+  if (predicted.lane_identity.size() != predicted.lanes.size() ||
+      predicted.lanes != measured.lanes || predicted.lane_identity != measured.lane_identity) {
+    return out;
+  }
+  std::vector<int> lane_rank;
+  for (const LaneIdentity& id : predicted.lane_identity) lane_rank.push_back(id.rank);
+  for (std::size_t l = 0; l < predicted.lanes.size(); ++l) {
+    const LaneId lane{l};
+    if (predicted.lane_identity[l].role != LaneRole::kCompute || !has_span_on(predicted, lane) ||
+        !has_span_on(measured, lane)) {
+      continue;
+    }
+    ExposedError e{predicted.lanes[l], exposed_transfer(predicted, lane, lane_rank),
+                   exposed_transfer(measured, lane, lane_rank), 0.0};
+    e.relative_error =
+        relative(static_cast<double>(e.predicted.count()), static_cast<double>(e.measured.count()));
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
 }  // namespace
 
 CriticalPath critical_path(const Timeline& timeline) {
@@ -144,6 +180,7 @@ Result<TimelineComparison> compare_timelines(const Timeline& predicted, const Ti
         name, pb, mb, relative(static_cast<double>(pb.count()), static_cast<double>(mb.count()))});
   }
 
+  c.exposed = compare_exposed(predicted, measured);
   c.predicted_path = critical_path(predicted);
   c.measured_path = critical_path(measured);
   std::set<OpId> on_p(c.predicted_path.ops.begin(), c.predicted_path.ops.end());
@@ -218,6 +255,13 @@ std::string comparison_to_text(const TimelineComparison& c) {
                          ms(l.predicted_busy), ms(l.measured_busy), percent(l.relative_error));
     }
   }
+  if (!c.exposed.empty()) {
+    out += "\nexposed transfer time per compute lane (waiting on a copy)\n";
+    for (const ExposedError& e : c.exposed) {
+      out += fmt::format("  {:<24} predicted {:>12}  measured {:>12}  error {}\n", e.lane,
+                         ms(e.predicted), ms(e.measured), percent(e.relative_error));
+    }
+  }
   if (!c.top_ops.empty()) {
     out += fmt::format("\n{} ops with the largest error\n", c.top_ops.size());
     for (const OpError& e : c.top_ops) {
@@ -255,6 +299,13 @@ nlohmann::json comparison_to_json(const TimelineComparison& c) {
                           {"predicted_busy_ns", l.predicted_busy.count()},
                           {"measured_busy_ns", l.measured_busy.count()},
                           {"relative_error", l.relative_error}});
+  }
+  j["exposed"] = json::array();
+  for (const ExposedError& e : c.exposed) {
+    j["exposed"].push_back({{"lane", e.lane},
+                            {"predicted_ns", e.predicted.count()},
+                            {"measured_ns", e.measured.count()},
+                            {"relative_error", e.relative_error}});
   }
   j["top_ops"] = json::array();
   for (const OpError& e : c.top_ops) {

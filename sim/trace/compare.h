@@ -1,7 +1,8 @@
 // compare_timelines(): how far a predicted Timeline was from a measured one of the same Plan.
 //
 // The two are joined on op id (both come from one Plan; names must agree). Reported: step time
-// error, busy time error per lane, the ops with the largest absolute duration error, the
+// error, busy time error per lane, exposed transfer time per compute lane (the time it waited on
+// a copy, sim::idle_intervals), the ops with the largest absolute duration error, the
 // critical paths of both (walked back from the last span) and where they differ, and the peak
 // error per memory pool with its time and, by tensor category, what was live at each peak (from
 // the memory ledger). Relative errors are (predicted - measured) / measured.
@@ -65,6 +66,15 @@ struct PoolError {
   std::vector<CategoryAtPeak> categories;  // the live sets at the two peaks, by category
 };
 
+// Exposed transfer time of one compute lane in each timeline: the time it waited on a copy
+// (sim::idle_intervals, the definition of the report's exposed offload time and the GUI's marks).
+struct ExposedError {
+  std::string lane;
+  Duration predicted{0};
+  Duration measured{0};
+  double relative_error = 0;
+};
+
 // A chain of spans, each starting when (or after) the previous one ended, that ends at the
 // makespan: the ops whose durations the step time is made of.
 struct CriticalPath {
@@ -80,6 +90,9 @@ struct TimelineComparison {
   std::int64_t only_predicted_ops = 0;  // e.g. ops of ranks the replay skipped
   std::int64_t only_measured_ops = 0;
   std::vector<LaneError> lanes;  // lanes with spans in both, in lane order
+  // Compute lanes (by typed lane identity) with spans in both, in lane order; empty when the
+  // timelines carry no lane identity or different lane tables.
+  std::vector<ExposedError> exposed;
   std::vector<OpError> top_ops;  // largest |error| first
   CriticalPath predicted_path;
   CriticalPath measured_path;

@@ -120,6 +120,35 @@ TEST(CompareTest, DifferentPlansAreRefused) {
   EXPECT_FALSE(compare_timelines(p, m));
 }
 
+// Exposed transfer time per compute lane, by the report's definition: d waits on the copy c.
+// Predicted: b ends at 20, c at 40, so the compute lane waits [20, 40) on the copy. Measured: c
+// ends at 25, before b (30), so d starts right after b and nothing is exposed.
+TEST(CompareTest, ExposedTransferPerComputeLane) {
+  auto typed = [](Timeline t) {
+    t.lane_identity = {{.rank = 0, .role = LaneRole::kCompute},
+                       {.rank = 0, .role = LaneRole::kD2H}};
+    t.ops[2].kind = OpKind::kCopy;
+    t.ops[3].deps = {OpId{2}};
+    return t;
+  };
+  Timeline p = typed(make({{0, 10}, {10, 20}, {10, 40}, {40, 50}}, 1000));
+  Timeline m = typed(make({{0, 10}, {10, 30}, {10, 25}, {30, 42}}, 1000));
+  Result<TimelineComparison> r = compare_timelines(p, m);
+  ASSERT_TRUE(r) << r.error().message;
+  ASSERT_EQ(r->exposed.size(), 1u);
+  EXPECT_EQ(r->exposed[0].lane, "rank0.compute");
+  EXPECT_EQ(r->exposed[0].predicted, us(40) - us(20));
+  EXPECT_EQ(r->exposed[0].measured, Duration{0});
+  EXPECT_THAT(comparison_to_text(*r), HasSubstr("exposed transfer time per compute lane"));
+  EXPECT_EQ(comparison_to_json(*r)["exposed"][0]["predicted_ns"], 20'000);
+  // Without typed lane identity there is no compute lane to name: nothing is compared.
+  Result<TimelineComparison> untyped =
+      compare_timelines(make({{0, 10}, {10, 20}, {10, 40}, {40, 50}}, 1000),
+                        make({{0, 10}, {10, 30}, {10, 25}, {30, 42}}, 1000));
+  ASSERT_TRUE(untyped);
+  EXPECT_TRUE(untyped->exposed.empty());
+}
+
 TEST(CompareTest, TextAndJsonRenderings) {
   Timeline p = make({{0, 10}, {10, 20}, {10, 40}, {40, 50}}, 1 << 20);
   Timeline m = make({{0, 10}, {10, 30}, {10, 25}, {30, 42}}, 1 << 20);

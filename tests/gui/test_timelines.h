@@ -29,6 +29,11 @@ class TimelineBuilder {
       timeline_.makespan = timeline_.spans.back().end;
     return *this;
   }
+  // Op `op` depended on op `on` (both by the order their spans were added).
+  TimelineBuilder& dep(std::size_t op, std::size_t on) {
+    timeline_.ops.at(op).deps.push_back(sim::OpId(on));
+    return *this;
+  }
   sim::Timeline build() const { return timeline_; }
 
  private:

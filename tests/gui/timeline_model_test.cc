@@ -203,15 +203,30 @@ TEST(SpanAt, FindsSpanUnderTimeOrNearestWithinTolerance) {
   EXPECT_EQ(model->span_at(0, 100, 3), std::nullopt);
 }
 
-TEST(ExposedIntervals, CopyTimeMinusComputeBusyTime) {
-  // Copies [0,100) and [150,300); compute busy [50,200): exposed [0,50) and [200,300).
-  auto exposed = exposed_intervals({{0, 100}, {150, 300}}, {{50, 200}});
-  EXPECT_EQ(exposed, (std::vector<TimeWindow>{{0, 50}, {200, 300}}));
-  // Fully hidden copy: nothing exposed.
-  EXPECT_TRUE(exposed_intervals({{10, 20}}, {{0, 5}, {5, 30}}).empty());
-  // Compute with a hole inside the copy: [0,100) minus [0,40),[60,100) leaves [40,60).
-  EXPECT_EQ(exposed_intervals({{0, 100}}, {{0, 40}, {60, 100}}),
-            (std::vector<TimeWindow>{{40, 60}}));
+TEST(TimelineModel, MarksTheTimeComputeWaitedOnACopy) {
+  // The report's definition (sim::idle_intervals): compute idle while it waits on a copy. c1
+  // waits on load: [10,30) on the h2d row; c2 waits on save: [40,50) on the d2h row. The
+  // prefetch [60,80) runs while compute waits on the all-reduce: exposed comm, not a copy's.
+  auto t = TimelineBuilder({"rank0.compute", "rank0.h2d", "rank0.d2h", "rank0.comm"})
+               .span("c0", 0, sim::OpKind::kGemm, 0, 10)
+               .span("load", 1, sim::OpKind::kCopy, 0, 30)
+               .span("c1", 0, sim::OpKind::kGemm, 30, 40)
+               .span("save", 2, sim::OpKind::kCopy, 35, 50)
+               .span("c2", 0, sim::OpKind::kGemm, 50, 60)
+               .span("prefetch", 1, sim::OpKind::kCopy, 60, 80)
+               .span("ar", 3, sim::OpKind::kCollective, 60, 90)
+               .span("c3", 0, sim::OpKind::kGemm, 90, 100)
+               .dep(2, 1)
+               .dep(4, 3)
+               .dep(7, 6)
+               .build();
+  auto model = TimelineModel::build({t});
+  ASSERT_TRUE(model);
+  ASSERT_EQ(model->rows()[1].lane_name, "rank0.h2d");
+  EXPECT_EQ(model->rows()[1].exposed, (std::vector<TimeWindow>{{10, 30}}));
+  ASSERT_EQ(model->rows()[2].lane_name, "rank0.d2h");
+  EXPECT_EQ(model->rows()[2].exposed, (std::vector<TimeWindow>{{40, 50}}));
+  EXPECT_TRUE(model->rows()[3].exposed.empty());
 }
 
 TEST(TimelineModel, MarksExposedCopiesPerRank) {
