@@ -316,7 +316,11 @@ PlanSize estimate_plan_size(const Scenario& s, const PlanSizeOptions& options) {
                size.deps * static_cast<double>(sizeof(sim::OpId)) +
                c.group_ranks * static_cast<double>(sizeof(int));
   if (options.with_memory_samples) {
-    size.bytes += c.samples * static_cast<double>(sizeof(sim::MemorySample));
+    // Per alloc and per free: a memory sample of its pool and a memory event; per tensor: its
+    // TensorInfo (name, category, bytes, pool), so that the events name what was live.
+    size.bytes +=
+        c.samples * static_cast<double>(sizeof(sim::MemorySample) + sizeof(sim::MemoryEvent)) +
+        c.tensors * (static_cast<double>(sizeof(sim::TensorInfo)) + kNameHeapBytes);
   }
   return size;
 }

@@ -25,13 +25,14 @@ struct PlanSize {
   double tensors = 0.0;  // plan.tensors.size()
   double deps = 0.0;     // sum of op.deps.size()
   // Approximate bytes of the Plan plus the Timeline the engine records for it (spans and op
-  // infos always, memory samples when `with_memory_samples`): struct sizes from sizeof plus
-  // typical heap blocks for names and small vectors (see plan_size.cc).
+  // infos always; memory samples, memory events and tensor infos when `with_memory_samples`):
+  // struct sizes from sizeof plus typical heap blocks for names and small vectors (plan_size.cc).
   double bytes = 0.0;
 };
 
 struct PlanSizeOptions {
-  bool with_memory_samples = false;  // the Timeline keeps per-change memory samples (--trace)
+  // The Timeline keeps per-change memory samples and memory events (--trace, --timeline-out).
+  bool with_memory_samples = false;
 };
 
 // Expects a scenario that passed check_scenario(); for others the figures are still finite.

@@ -119,6 +119,15 @@ template <typename T>
 double vector_heap(const std::vector<T>& v) {
   return static_cast<double>(v.capacity() * sizeof(T));
 }
+// What a Timeline recorded with its memory events holds for them: the events and the tensor
+// infos they name.
+double memory_event_bytes(const sim::Timeline& t) {
+  double bytes = vector_heap(t.memory_events);
+  for (const sim::TensorInfo& info : t.tensors) {
+    bytes += sizeof(sim::TensorInfo) + string_heap(info.name);
+  }
+  return bytes;
+}
 double real_bytes(const sim::Plan& plan, const sim::Timeline& t) {
   double bytes = 0;
   for (const sim::Op& op : plan.ops) {
@@ -134,7 +143,7 @@ double real_bytes(const sim::Plan& plan, const sim::Timeline& t) {
   }
   bytes += vector_heap(t.spans);
   for (const sim::PoolTrace& p : t.pools) bytes += vector_heap(p.samples);
-  return bytes;
+  return bytes + memory_event_bytes(t);
 }
 
 double ratio(double estimate, double real) { return real > 0 ? estimate / real : 1.0; }
@@ -206,6 +215,30 @@ TEST(PlanSize, ScalesWithLayersAndMicroBatchesWithoutOverflow) {
   EXPECT_GE(huge.ops, 65536.0 * 1073741824.0 * 22);
   EXPECT_TRUE(std::isfinite(huge.bytes));
   EXPECT_NE(describe(huge).find("G ops"), std::string::npos) << describe(huge);
+}
+
+// A kept timeline holds, per alloc and free, a memory sample and a memory event, and a tensor
+// info per tensor: the estimate with memory samples counts all three.
+TEST(PlanSize, CountsTheMemoryEventsOfAKeptTimeline) {
+  auto file = scenarios::load_scenario_file(
+      (fs::path(OFFSIM_SOURCE_DIR) / "scenarios/examples/2b-1xa100-no-offload.yaml").string(), {});
+  ASSERT_TRUE(file) << file.error().message;
+  auto s = scenarios::scenario_from_document(file->base, file->base_dir);
+  ASSERT_TRUE(s) << s.error().message;
+  EvalOptions options;
+  options.keep_timeline = true;
+  auto e = evaluate(*s, options);
+  ASSERT_TRUE(e) << e.error().message;
+  const sim::Timeline& t = *e->timeline;
+  ASSERT_FALSE(t.memory_events.empty());
+  double samples = 0;
+  for (const sim::PoolTrace& p : t.pools) samples += vector_heap(p.samples);
+  const double real = samples + memory_event_bytes(t);
+  const double extra =
+      estimate_plan_size(*s, {.with_memory_samples = true}).bytes - estimate_plan_size(*s).bytes;
+  EXPECT_LE(ratio(extra, real), kBytesTolerance) << extra << " estimated, " << real << " real";
+  EXPECT_GE(ratio(extra, real), 1.0 / kBytesTolerance)
+      << extra << " estimated, " << real << " real";
 }
 
 TEST(PlanSize, DescribeNamesEveryFigure) {
