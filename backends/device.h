@@ -218,7 +218,7 @@ class Device {
   using HostFunction = std::function<sim::Status(void* data, std::int64_t bytes,
                                                  const std::function<bool()>& aborted)>;
   virtual sim::Status host_function(StreamId stream, Buffer buffer, std::string_view label,
-                                    HostFunction fn);
+                                    const HostFunction& fn);
 
   // Waits for every stream. Returns the first error any work hit; when the work does not finish
   // within `timeout` the communicators are aborted and a kDevice "watchdog" error returned.

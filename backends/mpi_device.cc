@@ -90,8 +90,8 @@ class MpiDevice final : public Device {
     return inner_->host_compute(stream, size_bytes, host);
   }
   sim::Status host_function(StreamId stream, Buffer buffer, std::string_view label,
-                            HostFunction fn) override {
-    return inner_->host_function(stream, buffer, label, std::move(fn));
+                            const HostFunction& fn) override {
+    return inner_->host_function(stream, buffer, label, fn);
   }
   sim::Status synchronize(std::chrono::milliseconds timeout) override {
     return inner_->synchronize(timeout);
