@@ -1,17 +1,14 @@
 #include "backends/cpu_device.h"
-#include "backends/device_tables.h"
+#include "backends/device_skeleton.h"
 
 #include <algorithm>
 #include <cmath>
-#include <condition_variable>
 #include <cstring>
-#include <deque>
 #include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <random>
-#include <thread>
 #include <tuple>
 #include <unordered_map>
 #include <utility>
@@ -23,18 +20,11 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-struct Task {
-  std::string label;
-  std::function<sim::Status()> run;
-};
-
+// A stream is a worker queue of the skeleton (device_skeleton.h): its own thread, in order.
 struct Stream {
   int rank = 0;
   std::string name;
-  std::deque<Task> queue;  // guarded by CpuDevice::mu_
-  bool busy = false;       // guarded by CpuDevice::mu_
-  std::string current;     // label of the running task, guarded by CpuDevice::mu_
-  std::thread thread;
+  std::size_t queue = 0;
 };
 
 struct Event {
@@ -130,64 +120,52 @@ class CpuDevice final : public Device {
         options_.max_buffer_bytes, options_.max_gemm_dim, options_.max_attention_dim);
   }
 
-  ~CpuDevice() override {
-    {
-      std::lock_guard lock(mu_);
-      stop_ = true;
-      aborted_ = true;  // unblocks waits and collectives that can never finish
-    }
-    cv_.notify_all();
-    for (auto& s : streams_) s->thread.join();
-  }
+  // Teardown (device_skeleton.h): the streams stop first; the tables go with the device.
+  ~CpuDevice() override { work_.stop(); }
 
   const DeviceInfo& info() const override { return info_; }
 
   sim::Result<StreamId> create_stream(int rank, const std::string& name) override {
     OFFSIM_RETURN_IF_ERROR(check_rank(rank));
-    std::lock_guard lock(mu_);
     auto stream = std::make_unique<Stream>();
     stream->rank = rank;
     stream->name = name;
-    Stream* raw = stream.get();
-    streams_.push_back(std::move(stream));
-    raw->thread = std::thread([this, raw] { run_stream(*raw); });
-    return StreamId{static_cast<std::uint32_t>(streams_.size() - 1)};
+    stream->queue = work_.add_queue(name);
+    std::lock_guard lock(work_.mutex());
+    return StreamId{streams_.add(std::move(stream))};
   }
 
   sim::Result<EventId> create_event(int rank) override {
     OFFSIM_RETURN_IF_ERROR(check_rank(rank));
-    std::lock_guard lock(mu_);
+    std::lock_guard lock(work_.mutex());
     auto event = std::make_unique<Event>();
     event->rank = rank;
-    events_.push_back(std::move(event));
-    return EventId{static_cast<std::uint32_t>(events_.size() - 1)};
+    return EventId{events_.add(std::move(event))};
   }
 
   sim::Status record(StreamId stream, EventId event) override {
-    std::lock_guard lock(mu_);
+    std::lock_guard lock(work_.mutex());
     OFFSIM_ASSIGN_OR_RETURN(Stream * s, stream_locked(stream));
     OFFSIM_ASSIGN_OR_RETURN(Event * e, event_locked(event));
     const std::uint64_t target = ++e->requested;
     push_locked(*s, "record", [this, e, target] {
-      std::lock_guard l(mu_);
+      std::lock_guard l(work_.mutex());
       e->time = Clock::now();
       e->completed = std::max(e->completed, target);
-      cv_.notify_all();
+      work_.notify_all();
       return sim::ok();
     });
     return sim::ok();
   }
 
   sim::Status wait(StreamId stream, EventId event) override {
-    std::lock_guard lock(mu_);
+    std::lock_guard lock(work_.mutex());
     OFFSIM_ASSIGN_OR_RETURN(Stream * s, stream_locked(stream));
     OFFSIM_ASSIGN_OR_RETURN(Event * e, event_locked(event));
     const std::uint64_t target = e->requested;  // CUDA: the most recent record at call time
     push_locked(*s, "wait for an event", [this, e, target]() -> sim::Status {
-      std::unique_lock l(mu_);
-      cv_.wait(l, [&] { return aborted_ || e->completed >= target; });
-      if (e->completed < target) return aborted_error();
-      return sim::ok();
+      WorkQueues::Lock l(work_.mutex());
+      return work_.wait_locked(l, [&] { return e->completed >= target; });
     });
     return sim::ok();
   }
@@ -198,14 +176,14 @@ class CpuDevice final : public Device {
       return sim::fail(sim::ErrorCode::kInvalidInput, "op '{}': negative allocation {} bytes",
                        op_name, size_bytes);
     }
-    std::lock_guard lock(mu_);
+    std::lock_guard lock(work_.mutex());
     OFFSIM_ASSIGN_OR_RETURN(Stream * s, stream_locked(stream));
     const bool inject = alloc_calls_++ == options_.fail_alloc_at;
     const int rank = s->rank;
     push_locked(
         *s, fmt::format("allocate for '{}'", op_name),
         [this, rank, key, size_bytes, inject, name = std::string(op_name)]() -> sim::Status {
-          std::lock_guard l(mu_);
+          std::lock_guard l(work_.mutex());
           RankPool& pool = pools_[static_cast<std::size_t>(rank)];
           if (inject || size_bytes > options_.pool_capacity_bytes - pool.in_use) {
             return sim::fail(sim::ErrorCode::kLimitExceeded,
@@ -226,10 +204,10 @@ class CpuDevice final : public Device {
   }
 
   sim::Status release(StreamId stream, std::uint64_t key) override {
-    std::lock_guard lock(mu_);
+    std::lock_guard lock(work_.mutex());
     OFFSIM_ASSIGN_OR_RETURN(Stream * s, stream_locked(stream));
     push_locked(*s, "release", [this, key]() -> sim::Status {
-      std::lock_guard l(mu_);
+      std::lock_guard l(work_.mutex());
       auto it = allocations_.find(key);
       if (it == allocations_.end()) {
         return sim::fail(sim::ErrorCode::kInternal, "release of allocation key {}, not allocated",
@@ -244,25 +222,25 @@ class CpuDevice final : public Device {
 
   sim::Result<PoolUsage> pool_usage(int rank) override {
     OFFSIM_RETURN_IF_ERROR(check_rank(rank));
-    std::lock_guard lock(mu_);
+    std::lock_guard lock(work_.mutex());
     const RankPool& p = pools_[static_cast<std::size_t>(rank)];
     return PoolUsage{p.in_use, p.high, p.high};
   }
 
   sim::Status reset_pool_high_water(int rank) override {
     OFFSIM_RETURN_IF_ERROR(check_rank(rank));
-    std::lock_guard lock(mu_);
+    std::lock_guard lock(work_.mutex());
     RankPool& p = pools_[static_cast<std::size_t>(rank)];
     p.high = p.in_use;
     return sim::ok();
   }
 
   sim::Status mark_memory(StreamId stream, std::uint64_t tag) override {
-    std::lock_guard lock(mu_);
+    std::lock_guard lock(work_.mutex());
     OFFSIM_ASSIGN_OR_RETURN(Stream * s, stream_locked(stream));
     const int rank = s->rank;
     push_locked(*s, "memory mark", [this, rank, tag] {
-      std::lock_guard l(mu_);
+      std::lock_guard l(work_.mutex());
       RankPool& p = pools_[static_cast<std::size_t>(rank)];
       p.marks.push_back(MemoryMark{tag, p.in_use, p.in_use});  // no granularity: reserved = used
       return sim::ok();
@@ -272,13 +250,13 @@ class CpuDevice final : public Device {
 
   sim::Result<std::vector<MemoryMark>> take_memory_marks(int rank) override {
     OFFSIM_RETURN_IF_ERROR(check_rank(rank));
-    std::lock_guard lock(mu_);
+    std::lock_guard lock(work_.mutex());
     return std::exchange(pools_[static_cast<std::size_t>(rank)].marks, {});
   }
 
   sim::Result<MemorySplit> memory_split(int rank) override {
     OFFSIM_RETURN_IF_ERROR(check_rank(rank));
-    std::lock_guard lock(mu_);
+    std::lock_guard lock(work_.mutex());
     MemorySplit m;
     m.plan_used_high = m.plan_reserved_high = pools_[static_cast<std::size_t>(rank)].high;
     for (const auto& st : storages_) {
@@ -300,14 +278,13 @@ class CpuDevice final : public Device {
     storage->requested_bytes = size_bytes;
     const std::int64_t real = std::clamp<std::int64_t>(size_bytes, 4, options_.max_buffer_bytes);
     storage->data.resize(static_cast<std::size_t>(real / 4));
-    std::lock_guard lock(mu_);
+    std::lock_guard lock(work_.mutex());
     fill_nonzero(storage->data, static_cast<std::uint32_t>(storages_.size()));
-    storages_.push_back(std::move(storage));
-    return Buffer{static_cast<std::uint32_t>(storages_.size() - 1), kind, rank, size_bytes};
+    return Buffer{storages_.add(std::move(storage)), kind, rank, size_bytes};
   }
 
   sim::Status copy(StreamId stream, Buffer dst, Buffer src, std::int64_t size_bytes) override {
-    std::lock_guard lock(mu_);
+    std::lock_guard lock(work_.mutex());
     OFFSIM_ASSIGN_OR_RETURN(Stream * s, stream_locked(stream));
     OFFSIM_ASSIGN_OR_RETURN(Storage * d, storage_locked(dst));
     OFFSIM_ASSIGN_OR_RETURN(Storage * from, storage_locked(src));
@@ -325,7 +302,7 @@ class CpuDevice final : public Device {
       return sim::fail(sim::ErrorCode::kInvalidInput, "GEMM shape {}x{}x{} (batch {}) not positive",
                        shape.m, shape.n, shape.k, shape.batch);
     }
-    std::lock_guard lock(mu_);
+    std::lock_guard lock(work_.mutex());
     OFFSIM_ASSIGN_OR_RETURN(Stream * s, stream_locked(stream));
     OFFSIM_ASSIGN_OR_RETURN(Storage * sa, storage_locked(a));
     OFFSIM_ASSIGN_OR_RETURN(Storage * sb, storage_locked(b));
@@ -356,7 +333,7 @@ class CpuDevice final : public Device {
 
   sim::Status attention(StreamId stream, const sim::AttentionShape& shape, Buffer qkv,
                         Buffer out) override {
-    std::lock_guard lock(mu_);
+    std::lock_guard lock(work_.mutex());
     OFFSIM_ASSIGN_OR_RETURN(Stream * s, stream_locked(stream));
     OFFSIM_ASSIGN_OR_RETURN(Storage * in, storage_locked(qkv));
     OFFSIM_ASSIGN_OR_RETURN(Storage * o, storage_locked(out));
@@ -372,9 +349,8 @@ class CpuDevice final : public Device {
     const bool causal = shape.causal;
     if (attention_calls_++ == options_.stall_attention_at) {
       push_locked(*s, "attention (injected hang)", [this]() -> sim::Status {
-        std::unique_lock l(mu_);
-        cv_.wait(l, [&] { return aborted_; });
-        return aborted_error();
+        WorkQueues::Lock l(work_.mutex());
+        return work_.wait_locked(l, [] { return false; });
       });
       return sim::ok();
     }
@@ -425,7 +401,7 @@ class CpuDevice final : public Device {
 
   sim::Status elementwise(StreamId stream, std::int64_t size_bytes, Buffer in,
                           Buffer out) override {
-    std::lock_guard lock(mu_);
+    std::lock_guard lock(work_.mutex());
     OFFSIM_ASSIGN_OR_RETURN(Stream * s, stream_locked(stream));
     OFFSIM_ASSIGN_OR_RETURN(Storage * src, storage_locked(in));
     OFFSIM_ASSIGN_OR_RETURN(Storage * dst, storage_locked(out));
@@ -441,7 +417,7 @@ class CpuDevice final : public Device {
   }
 
   sim::Status host_compute(StreamId stream, std::int64_t size_bytes, Buffer host) override {
-    std::lock_guard lock(mu_);
+    std::lock_guard lock(work_.mutex());
     OFFSIM_ASSIGN_OR_RETURN(Stream * s, stream_locked(stream));
     OFFSIM_ASSIGN_OR_RETURN(Storage * h, storage_locked(host));
     const std::size_t n = static_cast<std::size_t>(
@@ -458,17 +434,16 @@ class CpuDevice final : public Device {
       return sim::fail(sim::ErrorCode::kInvalidInput, "communicator with no ranks");
     }
     for (int r : ranks) OFFSIM_RETURN_IF_ERROR(check_rank(r));
-    std::lock_guard lock(mu_);
+    std::lock_guard lock(work_.mutex());
     auto comm = std::make_unique<Comm>();
     comm->ranks = ranks;
     comm->next_seq.assign(ranks.size(), 0);
-    comms_.push_back(std::move(comm));
-    return CommId{static_cast<std::uint32_t>(comms_.size() - 1)};
+    return CommId{comms_.add(std::move(comm))};
   }
 
   sim::Status collective(StreamId stream, CommId comm, sim::CollectiveKind kind, Buffer buffer,
                          std::int64_t size_bytes, std::string_view op_name) override {
-    std::lock_guard lock(mu_);
+    std::lock_guard lock(work_.mutex());
     OFFSIM_ASSIGN_OR_RETURN(Stream * s, stream_locked(stream));
     OFFSIM_ASSIGN_OR_RETURN(Comm * c, comm_locked(comm));
     OFFSIM_ASSIGN_OR_RETURN(Storage * buf, storage_locked(buffer));
@@ -480,9 +455,8 @@ class CpuDevice final : public Device {
     if (stall) {
       // The injected hang: this rank never arrives; only an abort ends the wait.
       push_locked(*s, label + " (injected hang)", [this]() -> sim::Status {
-        std::unique_lock l(mu_);
-        cv_.wait(l, [&] { return aborted_; });
-        return aborted_error();
+        WorkQueues::Lock l(work_.mutex());
+        return work_.wait_locked(l, [] { return false; });
       });
       return sim::ok();
     }
@@ -499,7 +473,7 @@ class CpuDevice final : public Device {
 
   sim::Status p2p(StreamId stream, CommId comm, int peer, bool send, Buffer buffer,
                   std::int64_t size_bytes, std::string_view op_name) override {
-    std::lock_guard lock(mu_);
+    std::lock_guard lock(work_.mutex());
     OFFSIM_ASSIGN_OR_RETURN(Stream * s, stream_locked(stream));
     OFFSIM_ASSIGN_OR_RETURN(Comm * c, comm_locked(comm));
     OFFSIM_ASSIGN_OR_RETURN(Storage * buf, storage_locked(buffer));
@@ -549,51 +523,37 @@ class CpuDevice final : public Device {
   }
 
   sim::Status host_function(StreamId stream, Buffer buffer, std::string_view label,
-                            HostFunction fn) override {
-    std::lock_guard lock(mu_);
+                            const HostFunction& fn) override {
+    std::lock_guard lock(work_.mutex());
     OFFSIM_ASSIGN_OR_RETURN(Stream * s, stream_locked(stream));
     OFFSIM_ASSIGN_OR_RETURN(Storage * st, storage_locked(buffer));
-    push_locked(*s, std::string(label), [this, st, fn = std::move(fn)] {
-      const std::function<bool()> aborted = [this] {
-        std::lock_guard l(mu_);
-        return aborted_;
-      };
+    push_locked(*s, std::string(label), [this, st, fn] {
+      const std::function<bool()> aborted = [this] { return work_.aborted(); };
       return fn(st->data.data(), st->real_bytes(), aborted);
     });
     return sim::ok();
   }
 
+  // The watchdog (device_skeleton.h): work still pending at the deadline is reported and
+  // aborted; every stream then finishes (its blocked work gives up, the rest is skipped).
   sim::Status synchronize(std::chrono::milliseconds timeout) override {
-    std::unique_lock lock(mu_);
-    const bool finished = cv_.wait_for(lock, timeout, [&] { return all_idle_locked(); });
-    if (!finished) {
-      std::string pending;
-      for (const auto& s : streams_) {
-        if (!s->busy && s->queue.empty()) continue;
-        pending += fmt::format("{}{}: {} ({} more queued)", pending.empty() ? "" : "; ", s->name,
-                               s->busy ? s->current : "not started", s->queue.size());
-      }
-      set_error_locked(sim::Error{
-          sim::ErrorCode::kDevice,
-          fmt::format("watchdog: work did not finish within {} ms; communicators aborted. "
-                      "Pending: {}",
-                      timeout.count(), pending)});
-      aborted_ = true;
-      cv_.notify_all();
-      cv_.wait(lock, [&] { return all_idle_locked(); });
+    WorkQueues::Lock lock(work_.mutex());
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    if (!work_.wait_idle(lock, deadline, /*stop_on_error=*/false)) {
+      work_.fire_watchdog_locked(timeout, "communicators", "");
+      work_.wait_all_idle(lock);
     }
-    if (first_error_) return sim::fail(*first_error_);
-    return sim::ok();
+    return work_.status_locked();
   }
 
   sim::Result<bool> completed(EventId event) override {
-    std::lock_guard lock(mu_);
+    std::lock_guard lock(work_.mutex());
     OFFSIM_ASSIGN_OR_RETURN(Event * e, event_locked(event));
     return e->completed >= e->requested;
   }
 
   sim::Result<sim::Duration> elapsed(EventId from, EventId to) override {
-    std::lock_guard lock(mu_);
+    std::lock_guard lock(work_.mutex());
     OFFSIM_ASSIGN_OR_RETURN(Event * a, event_locked(from));
     OFFSIM_ASSIGN_OR_RETURN(Event * b, event_locked(to));
     if (a->completed == 0 || b->completed == 0 || a->completed < a->requested ||
@@ -606,10 +566,6 @@ class CpuDevice final : public Device {
   }
 
  private:
-  static sim::Status aborted_error() {
-    return sim::fail(sim::ErrorCode::kCancelled, "aborted after an earlier error");
-  }
-
   sim::Status check_rank(int rank) const {
     if (rank < 0 || rank >= options_.ranks) {
       return sim::fail(sim::ErrorCode::kInvalidInput, "rank {} is not in [0, {})", rank,
@@ -618,32 +574,16 @@ class CpuDevice final : public Device {
     return sim::ok();
   }
 
-  sim::Result<Stream*> stream_locked(StreamId id) {
-    return table_entry(streams_, id.index, "stream");
-  }
-  sim::Result<Event*> event_locked(EventId id) { return table_entry(events_, id.index, "event"); }
-  sim::Result<Storage*> storage_locked(Buffer b) {
-    return table_entry(storages_, b.index, "buffer");
-  }
-  sim::Result<Comm*> comm_locked(CommId id) {
-    return table_entry(comms_, id.index, "communicator");
-  }
+  sim::Result<Stream*> stream_locked(StreamId id) { return streams_.get(id.index); }
+  sim::Result<Event*> event_locked(EventId id) { return events_.get(id.index); }
+  sim::Result<Storage*> storage_locked(Buffer b) { return storages_.get(b.index); }
+  sim::Result<Comm*> comm_locked(CommId id) { return comms_.get(id.index); }
   static sim::Result<int> member_locked(const Comm& c, int rank, std::string_view op_name) {
     return comm_member(c.ranks, rank, op_name);
   }
 
   void push_locked(Stream& s, std::string label, std::function<sim::Status()> run) {
-    s.queue.push_back(Task{std::move(label), std::move(run)});
-    cv_.notify_all();
-  }
-
-  bool all_idle_locked() const {
-    return std::all_of(streams_.begin(), streams_.end(),
-                       [](const auto& s) { return !s->busy && s->queue.empty(); });
-  }
-
-  void set_error_locked(sim::Error error) {
-    if (!first_error_) first_error_ = std::move(error);
+    work_.push_locked(s.queue, std::move(label), std::move(run));
   }
 
   // Arrive at the meeting `key` of `size` parties; the last to arrive runs `work` (outside the
@@ -651,7 +591,7 @@ class CpuDevice final : public Device {
   template <class Map, class Key, class Work, class Erase>
   sim::Status meet(Map& rounds, const Key& key, int size, int member, Storage* buf,
                    const std::string& name, Work work, Erase erase) {
-    std::unique_lock l(mu_);
+    WorkQueues::Lock l(work_.mutex());
     Round& r = rounds[key];
     r.name = name;
     r.parts.emplace_back(member, buf);
@@ -660,10 +600,9 @@ class CpuDevice final : public Device {
       work(r);
       l.lock();
       r.done = true;
-      cv_.notify_all();
+      work_.notify_all();
     } else {
-      cv_.wait(l, [&] { return r.done || aborted_; });
-      if (!r.done) return aborted_error();
+      OFFSIM_RETURN_IF_ERROR(work_.wait_locked(l, [&] { return r.done; }));
     }
     if (++r.departed == size) erase();
     return sim::ok();
@@ -715,42 +654,16 @@ class CpuDevice final : public Device {
     }
   }
 
-  void run_stream(Stream& s) {
-    std::unique_lock lock(mu_);
-    for (;;) {
-      cv_.wait(lock, [&] { return stop_ || !s.queue.empty(); });
-      if (s.queue.empty()) return;  // stop_ and nothing left
-      Task task = std::move(s.queue.front());
-      s.queue.pop_front();
-      s.busy = true;
-      s.current = task.label;
-      const bool skip = aborted_ || first_error_.has_value();
-      lock.unlock();
-      sim::Status status = skip ? sim::ok() : task.run();
-      lock.lock();
-      if (!status) {
-        set_error_locked(
-            sim::Error{status.error().code, fmt::format("{}: {}", s.name, status.error().message)});
-        aborted_ = true;  // like a sticky CUDA error: blocked peers give up
-      }
-      s.busy = false;
-      s.current.clear();
-      cv_.notify_all();
-    }
-  }
-
   CpuDeviceOptions options_;
   DeviceInfo info_;
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false;
-  bool aborted_ = false;
-  std::optional<sim::Error> first_error_;
-  std::vector<std::unique_ptr<Stream>> streams_;
-  std::vector<std::unique_ptr<Event>> events_;
-  std::vector<std::unique_ptr<Storage>> storages_;
-  std::vector<std::unique_ptr<Comm>> comms_;
+  // The skeleton: one worker queue per stream, the first-error latch, the watchdog. Its mutex
+  // also guards the tables below, the pools, the rounds and the fault counters.
+  WorkQueues work_;
+  HandleTable<Stream> streams_{"stream"};
+  HandleTable<Event> events_{"event"};
+  HandleTable<Storage> storages_{"buffer"};
+  HandleTable<Comm> comms_{"communicator"};
   std::unordered_map<std::uint64_t, Allocation> allocations_;
   std::vector<RankPool> pools_;
   std::int64_t alloc_calls_ = 0;

@@ -3,6 +3,8 @@
 //
 // Two implementations: CpuDevice (cpu_device.h; a thread per stream, for tests in CI) and
 // CudaDevice (cuda/cuda_device.h; CUDA streams and events, cudaMallocAsync, cuBLASLt, NCCL).
+// Both are built on one skeleton (device_skeleton.h: handle tables, worker queues, the
+// first-error latch, the watchdog, the teardown order) and supply only the work itself.
 // Every call enqueues work on a stream and returns at once; errors that happen while the work
 // runs are kept (the first one wins) and returned by synchronize(). The device owns every
 // stream, event, buffer and communicator it hands out and releases them in its destructor.
@@ -218,7 +220,7 @@ class Device {
   using HostFunction = std::function<sim::Status(void* data, std::int64_t bytes,
                                                  const std::function<bool()>& aborted)>;
   virtual sim::Status host_function(StreamId stream, Buffer buffer, std::string_view label,
-                                    HostFunction fn);
+                                    const HostFunction& fn);
 
   // Waits for every stream. Returns the first error any work hit; when the work does not finish
   // within `timeout` the communicators are aborted and a kDevice "watchdog" error returned.

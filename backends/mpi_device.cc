@@ -1,4 +1,5 @@
 #include "backends/mpi_device.h"
+#include "backends/device_skeleton.h"
 
 #include <algorithm>
 #include <cstring>
@@ -90,8 +91,8 @@ class MpiDevice final : public Device {
     return inner_->host_compute(stream, size_bytes, host);
   }
   sim::Status host_function(StreamId stream, Buffer buffer, std::string_view label,
-                            HostFunction fn) override {
-    return inner_->host_function(stream, buffer, label, std::move(fn));
+                            const HostFunction& fn) override {
+    return inner_->host_function(stream, buffer, label, fn);
   }
   sim::Status synchronize(std::chrono::milliseconds timeout) override {
     return inner_->synchronize(timeout);
@@ -150,8 +151,7 @@ class MpiDevice final : public Device {
         entry->inner = j->second;
       }
     }
-    comms_.push_back(std::move(entry));
-    return CommId{static_cast<std::uint32_t>(comms_.size() - 1)};
+    return CommId{comms_.add(std::move(entry))};
   }
 
   sim::Status collective(StreamId stream, CommId comm, sim::CollectiveKind kind, Buffer buffer,
@@ -203,12 +203,7 @@ class MpiDevice final : public Device {
   }
 
  private:
-  sim::Result<CommEntry*> entry(CommId id) {
-    if (id.index >= comms_.size()) {
-      return sim::fail(sim::ErrorCode::kInvalidInput, "communicator {} does not exist", id.index);
-    }
-    return comms_[id.index].get();
-  }
+  sim::Result<CommEntry*> entry(CommId id) { return comms_.get(id.index); }
 
   // Floats one message may carry: what the op asks for, within the per-message bound.
   std::size_t message_floats(std::int64_t bytes) const {
@@ -348,7 +343,9 @@ class MpiDevice final : public Device {
   MpiDeviceOptions options_;
   DeviceInfo info_;
   std::uint64_t tag_space_ = 16383;
-  std::vector<std::unique_ptr<CommEntry>> comms_;
+  // Its own communicators (the skeleton's handle table); streams, events, buffers, the worker
+  // queues, the error latch and the watchdog are the inner device's.
+  HandleTable<CommEntry> comms_{"communicator"};
   std::mutex mu_;
   std::vector<std::shared_ptr<std::vector<std::vector<float>>>> abandoned_;
 };

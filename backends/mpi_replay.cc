@@ -303,21 +303,10 @@ struct Comms {
   }
 };
 
-}  // namespace
-
-sim::Result<MpiReplayResult> replay_mpi(const MpiSession& session, const sim::Plan& plan,
-                                        const ReplayOptions& options) {
-  if (!options.ranks.empty() || options.all_ranks) {
-    return sim::fail(sim::ErrorCode::kInvalidInput,
-                     "replay --mpi chooses the ranks itself (one per process); a list of ranks "
-                     "or --all-ranks does not apply");
-  }
-  OFFSIM_ASSIGN_OR_RETURN(sim::Plan full, sim::expand_representatives(plan));
-  const std::vector<int> every = named_ranks(full);
-  const std::vector<int> representatives = named_ranks(plan);
-  MpiReplayResult out;
-  out.processes = session.size();
-  out.root = session.rank() == 0;
+// Which ranks run: every rank of the expanded plan when there are enough processes, else the
+// plan's representatives (as many as there are processes); the note says which were emulated.
+void choose_mpi_ranks(const MpiSession& session, const std::vector<int>& every,
+                      const std::vector<int>& representatives, MpiReplayResult& out) {
   const auto n = static_cast<std::size_t>(session.size());
   if (every.size() <= n) {
     out.ranks = every;
@@ -328,7 +317,6 @@ sim::Result<MpiReplayResult> replay_mpi(const MpiSession& session, const sim::Pl
         representatives.begin() + static_cast<std::ptrdiff_t>(std::min(representatives.size(), n)));
   }
   const std::vector<int>& run = out.ranks;
-  const int mine = static_cast<std::size_t>(session.rank()) < run.size() ? run[session.rank()] : -1;
   if (out.subset) {
     std::vector<int> emulated;
     for (int r : every) {
@@ -345,9 +333,12 @@ sim::Result<MpiReplayResult> replay_mpi(const MpiSession& session, const sim::Pl
     out.note = fmt::format("{} processes ran ranks {}, one each{}", n, fmt::join(run, ","),
                            run.size() < n ? fmt::format(" ({} idle)", n - run.size()) : "");
   }
+}
 
-  // Every process creates the groups in the same order (MPI_Comm_split is collective).
-  Comms comms;
+// Every process creates the groups in the same order (MPI_Comm_split is collective), then the
+// communicator of the processes that run a rank.
+sim::Status split_comms(const MpiSession& session, const sim::Plan& full,
+                        const std::vector<int>& run, int mine, Comms& comms) {
   for (const std::vector<int>& g : comm_groups(full, run)) {
     const bool member = contains(g, mine);
     const int key = member ? static_cast<int>(std::find(g.begin(), g.end(), mine) - g.begin()) : 0;
@@ -359,72 +350,71 @@ sim::Result<MpiReplayResult> replay_mpi(const MpiSession& session, const sim::Pl
     if (member) comms.groups.emplace(g, c);
   }
   MPI_Comm_split(MPI_COMM_WORLD, mine >= 0 ? 0 : MPI_UNDEFINED, session.rank(), &comms.runners);
+  return sim::ok();
+}
 
-  std::string payload;
-  ReplayResult own;
-  std::vector<std::string> joins;  // this process's communicator joins
-  if (mine >= 0) {
-    CpuDeviceOptions cpu = options.cpu;
-    cpu.ranks = 1;
-    MpiDeviceOptions mo;
-    mo.globals = {mine};
-    for (int r : run) {
-      if (r != mine) mo.globals.push_back(r);
-    }
-    mo.local_ranks = 1;
-    mo.groups = comms.groups;
-    mo.max_message_bytes = cpu.max_buffer_bytes;
-    mo.timeout = options.watchdog_timeout;
-    ReplayOptions o = options;
-    o.ranks = {mine};
-    o.remote_ranks.assign(mo.globals.begin() + 1, mo.globals.end());
-    o.run_unranked_lanes = session.rank() == 0;
-    MPI_Comm runners = comms.runners;
-    o.before_step = [runners](int step) -> sim::Status {
-      if (MPI_Barrier(runners) != MPI_SUCCESS) {
-        return sim::fail(sim::ErrorCode::kDevice, "MPI_Barrier before step {} failed", step);
-      }
-      return sim::ok();
-    };
-    sim::Result<ReplayResult> r = [&]() -> sim::Result<ReplayResult> {
-      // A failure below destroys the device before the caller's MPI_Abort: the CUDA device
-      // aborts its NCCL communicators (ncclCommAbort) when it goes away after an error.
-      OFFSIM_ASSIGN_OR_RETURN(std::unique_ptr<Device> inner,
-                              make_process_device(session, options, cpu));
-      OFFSIM_ASSIGN_OR_RETURN(auto joined, join_groups(*inner, comms.groups, mine, joins));
-      // On the CPU device the bytes travel by MPI messages (the joined one-member communicators
-      // only rehearse the agreement); on GPUs NCCL carries them.
-      if (options.device != DeviceKind::kCpu) mo.joined = std::move(joined);
-      std::unique_ptr<Device> device = make_mpi_device(std::move(inner), mo);
-      return replay_on(*device, full, o);
-    }();
-    if (!r) return sim::fail(r.error());
-    own = std::move(*r);
-    if (!out.root) {
-      nlohmann::json j = result_to_json(own);
-      j["joins"] = joins;
-      payload = j.dump();
-    }
+// This process's rank `mine` of the expanded plan, on its device wrapped in the MPI transport;
+// `joins` receives the communicators it joined.
+sim::Result<ReplayResult> replay_own_rank(const MpiSession& session, const sim::Plan& full,
+                                          const ReplayOptions& options, const std::vector<int>& run,
+                                          int mine, const Comms& comms,
+                                          std::vector<std::string>& joins) {
+  CpuDeviceOptions cpu = options.cpu;
+  cpu.ranks = 1;
+  MpiDeviceOptions mo;
+  mo.globals = {mine};
+  for (int r : run) {
+    if (r != mine) mo.globals.push_back(r);
   }
-  OFFSIM_ASSIGN_OR_RETURN(std::vector<std::string> payloads, gather_strings(session, payload));
-  if (!out.root) return out;
+  mo.local_ranks = 1;
+  mo.groups = comms.groups;
+  mo.max_message_bytes = cpu.max_buffer_bytes;
+  mo.timeout = options.watchdog_timeout;
+  ReplayOptions o = options;
+  o.ranks = {mine};
+  o.remote_ranks.assign(mo.globals.begin() + 1, mo.globals.end());
+  o.run_unranked_lanes = session.rank() == 0;
+  MPI_Comm runners = comms.runners;
+  o.before_step = [runners](int step) -> sim::Status {
+    if (MPI_Barrier(runners) != MPI_SUCCESS) {
+      return sim::fail(sim::ErrorCode::kDevice, "MPI_Barrier before step {} failed", step);
+    }
+    return sim::ok();
+  };
+  // A failure below destroys the device before the caller's MPI_Abort: the CUDA device
+  // aborts its NCCL communicators (ncclCommAbort) when it goes away after an error.
+  OFFSIM_ASSIGN_OR_RETURN(std::unique_ptr<Device> inner,
+                          make_process_device(session, options, cpu));
+  OFFSIM_ASSIGN_OR_RETURN(auto joined, join_groups(*inner, comms.groups, mine, joins));
+  // On the CPU device the bytes travel by MPI messages (the joined one-member communicators
+  // only rehearse the agreement); on GPUs NCCL carries them.
+  if (options.device != DeviceKind::kCpu) mo.joined = std::move(joined);
+  std::unique_ptr<Device> device = make_mpi_device(std::move(inner), mo);
+  return replay_on(*device, full, o);
+}
 
-  ReplayResult& m = out.merged;
-  m = std::move(own);
-  OFFSIM_RETURN_IF_ERROR(merge(full, run, payloads, m));
-  // Who joined which communicator with which id, per rank (every member must hold its first
-  // member's id).
-  std::vector<std::string> all_joins;
-  for (const std::string& j : joins) all_joins.push_back(fmt::format("rank {}: {}", run[0], j));
+// Who joined which communicator with which id, per rank (every member must hold its first
+// member's id): rank 0's own joins, then those each other process sent with its result.
+std::vector<std::string> all_joins(const std::vector<int>& run,
+                                   const std::vector<std::string>& joins,
+                                   const std::vector<std::string>& payloads) {
+  std::vector<std::string> all;
+  for (const std::string& j : joins) all.push_back(fmt::format("rank {}: {}", run[0], j));
   for (std::size_t q = 1; q < run.size() && q < payloads.size(); ++q) {
     nlohmann::json j = nlohmann::json::parse(payloads[q], nullptr, false);
     if (j.is_discarded() || !j.is_object()) continue;  // merge() has checked it already
     for (const auto& e : j.value("joins", nlohmann::json::array())) {
-      if (e.is_string()) {
-        all_joins.push_back(fmt::format("rank {}: {}", run[q], e.get<std::string>()));
-      }
+      if (e.is_string()) all.push_back(fmt::format("rank {}: {}", run[q], e.get<std::string>()));
     }
   }
+  return all;
+}
+
+// Rank 0's merged result cut back to the plan, with the ranks, skipped ops and joins it names.
+void describe_merged(const sim::Plan& plan, const sim::Plan& full, const ReplayOptions& options,
+                     const std::vector<std::string>& joins, int processes, MpiReplayResult& out) {
+  ReplayResult& m = out.merged;
+  const std::vector<int>& run = out.ranks;
   m.ranks = run;
   m.skipped_ops = 0;
   for (const sim::Op& op : full.ops) {
@@ -435,9 +425,47 @@ sim::Result<MpiReplayResult> replay_mpi(const MpiSession& session, const sim::Pl
   set_metadata(m.timeline, "replay.ranks", fmt::format("{}", fmt::join(run, ",")));
   set_metadata(m.timeline, "replay.skipped_ops", std::to_string(m.skipped_ops));
   set_metadata(m.timeline, "replay.mpi", out.note);
-  set_metadata(m.timeline, "replay.communicators", fmt::format("{}", fmt::join(all_joins, "; ")));
+  set_metadata(m.timeline, "replay.communicators", fmt::format("{}", fmt::join(joins, "; ")));
   m.timeline.outcome.message = fmt::format("replayed {} measured steps on {} ({} processes)",
-                                           options.measured_steps, m.device.name, n);
+                                           options.measured_steps, m.device.name, processes);
+}
+
+}  // namespace
+
+sim::Result<MpiReplayResult> replay_mpi(const MpiSession& session, const sim::Plan& plan,
+                                        const ReplayOptions& options) {
+  if (!options.ranks.empty() || options.all_ranks) {
+    return sim::fail(sim::ErrorCode::kInvalidInput,
+                     "replay --mpi chooses the ranks itself (one per process); a list of ranks "
+                     "or --all-ranks does not apply");
+  }
+  OFFSIM_ASSIGN_OR_RETURN(sim::Plan full, sim::expand_representatives(plan));
+  MpiReplayResult out;
+  out.processes = session.size();
+  out.root = session.rank() == 0;
+  choose_mpi_ranks(session, named_ranks(full), named_ranks(plan), out);
+  const std::vector<int>& run = out.ranks;
+  const int mine = static_cast<std::size_t>(session.rank()) < run.size() ? run[session.rank()] : -1;
+  Comms comms;
+  OFFSIM_RETURN_IF_ERROR(split_comms(session, full, run, mine, comms));
+
+  std::string payload;
+  ReplayResult own;
+  std::vector<std::string> joins;  // this process's communicator joins
+  if (mine >= 0) {
+    OFFSIM_ASSIGN_OR_RETURN(own, replay_own_rank(session, full, options, run, mine, comms, joins));
+    if (!out.root) {
+      nlohmann::json j = result_to_json(own);
+      j["joins"] = joins;
+      payload = j.dump();
+    }
+  }
+  OFFSIM_ASSIGN_OR_RETURN(std::vector<std::string> payloads, gather_strings(session, payload));
+  if (!out.root) return out;
+
+  out.merged = std::move(own);
+  OFFSIM_RETURN_IF_ERROR(merge(full, run, payloads, out.merged));
+  describe_merged(plan, full, options, all_joins(run, joins, payloads), session.size(), out);
   return out;
 }
 

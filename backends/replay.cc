@@ -38,7 +38,7 @@ const char* to_string(MemoryKind kind) {
   return "?";
 }
 
-sim::Status Device::host_function(StreamId, Buffer, std::string_view label, HostFunction) {
+sim::Status Device::host_function(StreamId, Buffer, std::string_view label, const HostFunction&) {
   return sim::fail(sim::ErrorCode::kUnsupported, "{}: the {} device runs no host functions", label,
                    to_string(info().kind));
 }
@@ -500,24 +500,14 @@ class Replayer {
     for (int r = 0; r < local_count(); ++r) {
       RankMemory& m = memory_[static_cast<std::size_t>(r)];
       OFFSIM_ASSIGN_OR_RETURN(m.marks, dev_.take_memory_marks(r));
-      std::int64_t in_use = 0;
-      for (sim::TensorId t : plan_.initial_tensors) {
-        if (device_tensor_[t.index()] && pool_local_[plan_.tensors[t.index()].pool.index()] == r) {
-          in_use += plan_.tensors[t.index()].bytes;
-        }
-      }
+      std::int64_t in_use = initial_device_bytes(r);
       m.used_high_bytes = 0;
       for (MemoryMark& mark : m.marks) {
         const std::size_t i = static_cast<std::size_t>(mark.tag / 2);
         if (i >= plan_.ops.size()) continue;
         const bool after_frees = mark.tag % 2 == 1;
         const sim::Op& op = plan_.ops[i];
-        for (sim::TensorId t : after_frees ? op.frees : op.allocs) {
-          if (!device_tensor_[t.index()] || pool_local_[plan_.tensors[t.index()].pool.index()] != r)
-            continue;
-          if (after_frees && !on_device(t, lanes_[op.lane.index()].local_rank)) continue;
-          in_use += after_frees ? -plan_.tensors[t.index()].bytes : plan_.tensors[t.index()].bytes;
-        }
+        in_use += mark_change_bytes(op, after_frees, r);
         if (mark.used_bytes < 0) mark.used_bytes = in_use;
         m.mark_ops.push_back(
             fmt::format("{} ({})", op.name, after_frees ? "after frees" : "after allocs"));
@@ -529,6 +519,32 @@ class Replayer {
       }
     }
     return sim::ok();
+  }
+
+  // Whether tensor `t` is allocated in local rank `r`'s device pool.
+  bool in_rank_pool(sim::TensorId t, int r) const {
+    return device_tensor_[t.index()] && pool_local_[plan_.tensors[t.index()].pool.index()] == r;
+  }
+
+  // Bytes of the initial tensors in local rank `r`'s device pool.
+  std::int64_t initial_device_bytes(int r) const {
+    std::int64_t bytes = 0;
+    for (sim::TensorId t : plan_.initial_tensors) {
+      if (in_rank_pool(t, r)) bytes += plan_.tensors[t.index()].bytes;
+    }
+    return bytes;
+  }
+
+  // What op `op` changes in local rank `r`'s pool at its mark: + its allocs (after allocs) or
+  // − the frees its own lane releases (after frees).
+  std::int64_t mark_change_bytes(const sim::Op& op, bool after_frees, int r) const {
+    std::int64_t change = 0;
+    for (sim::TensorId t : after_frees ? op.frees : op.allocs) {
+      if (!in_rank_pool(t, r)) continue;
+      if (after_frees && !on_device(t, lanes_[op.lane.index()].local_rank)) continue;
+      change += after_frees ? -plan_.tensors[t.index()].bytes : plan_.tensors[t.index()].bytes;
+    }
+    return change;
   }
 
   // The local ranks a collective or p2p op runs among; empty when it runs locally (fewer than
@@ -630,7 +646,30 @@ class Replayer {
     return sim::ok();
   }
 
+  // Tensors of one step: the device tensors it allocated and which of them it freed.
+  struct StepTensors {
+    std::vector<sim::TensorId> live;
+    std::vector<bool> freed;
+  };
+
+  // One step: the origin, every op in issue order, the wait for the device, then (measured) the
+  // op times and the memory state restored for the next step.
   sim::Status run_step(int step, bool measured, bool marks = false) {
+    OFFSIM_RETURN_IF_ERROR(record_origin());
+    StepTensors tensors;
+    tensors.freed.assign(plan_.tensors.size(), false);
+    for (const std::size_t i : order_) {
+      if (run_op_[i]) OFFSIM_RETURN_IF_ERROR(issue_op(i, marks, tensors));
+    }
+    OFFSIM_RETURN_IF_ERROR(
+        sync(marks ? std::string("the memory marks step") : fmt::format("step {}", step)));
+    if (marks) OFFSIM_RETURN_IF_ERROR(collect_marks());
+    if (measured) OFFSIM_RETURN_IF_ERROR(read_step_times());
+    return restore_memory(tensors);
+  }
+
+  // Each rank's control stream records the step origin; every lane waits for all origins.
+  sim::Status record_origin() {
     for (int r = 0; r < local_count(); ++r) {
       OFFSIM_RETURN_IF_ERROR(
           dev_.record(control_[static_cast<std::size_t>(r)], origin_[static_cast<std::size_t>(r)]));
@@ -639,69 +678,71 @@ class Replayer {
       if (lp.local_rank < 0) continue;
       for (EventId e : origin_) OFFSIM_RETURN_IF_ERROR(dev_.wait(lp.stream, e));
     }
-    std::vector<sim::TensorId> live;  // device tensors this step allocated
-    std::vector<bool> freed(plan_.tensors.size(), false);
-    for (const std::size_t i : order_) {
+    return sim::ok();
+  }
+
+  // Op `i` on its lane's stream: waits for its dependencies on other lanes, start record,
+  // allocations, the work, its frees on this rank, end record (memory marks around the work).
+  sim::Status issue_op(std::size_t i, bool marks, StepTensors& tensors) {
+    const sim::Op& op = plan_.ops[i];
+    const LanePlan& lp = lanes_[op.lane.index()];
+    for (sim::OpId dep : op.deps) {
+      if (!run_op_[dep.index()] || plan_.ops[dep.index()].lane == op.lane ||
+          is_paired_send(op, plan_.ops[dep.index()])) {
+        continue;
+      }
+      OFFSIM_RETURN_IF_ERROR(dev_.wait(lp.stream, end_ev_[dep.index()]));
+    }
+    OFFSIM_RETURN_IF_ERROR(dev_.record(lp.stream, start_ev_[i]));
+    for (sim::TensorId t : op.allocs) {
+      if (!device_tensor_[t.index()]) continue;
+      OFFSIM_RETURN_IF_ERROR(
+          dev_.allocate(lp.stream, t.value(), plan_.tensors[t.index()].bytes, op.name));
+      tensors.live.push_back(t);
+    }
+    if (marks) OFFSIM_RETURN_IF_ERROR(dev_.mark_memory(lp.stream, 2 * std::uint64_t{i}));
+    OFFSIM_RETURN_IF_ERROR(issue_work(op, lp));
+    for (sim::TensorId t : op.frees) {
+      // A free on another rank's lane is left to the end of the step (restore_memory).
+      if (!device_tensor_[t.index()] || !on_device(t, lp.local_rank)) continue;
+      OFFSIM_RETURN_IF_ERROR(dev_.release(lp.stream, t.value()));
+      tensors.freed[t.index()] = true;
+    }
+    // Before the end record, so that a consumer on another stream marks after this mark.
+    if (marks) OFFSIM_RETURN_IF_ERROR(dev_.mark_memory(lp.stream, 2 * std::uint64_t{i} + 1));
+    return dev_.record(lp.stream, end_ev_[i]);
+  }
+
+  // Start and end of every run op from its rank's origin, and the step's time (the last end).
+  sim::Status read_step_times() {
+    std::vector<std::int64_t> ends_this_step;
+    for (std::size_t i = 0; i < plan_.ops.size(); ++i) {
       if (!run_op_[i]) continue;
-      const sim::Op& op = plan_.ops[i];
-      const LanePlan& lp = lanes_[op.lane.index()];
-      for (sim::OpId dep : op.deps) {
-        if (!run_op_[dep.index()] || plan_.ops[dep.index()].lane == op.lane ||
-            is_paired_send(op, plan_.ops[dep.index()])) {
-          continue;
-        }
-        OFFSIM_RETURN_IF_ERROR(dev_.wait(lp.stream, end_ev_[dep.index()]));
-      }
-      OFFSIM_RETURN_IF_ERROR(dev_.record(lp.stream, start_ev_[i]));
-      for (sim::TensorId t : op.allocs) {
-        if (!device_tensor_[t.index()]) continue;
-        OFFSIM_RETURN_IF_ERROR(
-            dev_.allocate(lp.stream, t.value(), plan_.tensors[t.index()].bytes, op.name));
-        live.push_back(t);
-      }
-      if (marks) OFFSIM_RETURN_IF_ERROR(dev_.mark_memory(lp.stream, 2 * std::uint64_t{i}));
-      OFFSIM_RETURN_IF_ERROR(issue_work(op, lp));
-      for (sim::TensorId t : op.frees) {
-        // A free on another rank's lane is left to the end of the step (below).
-        if (!device_tensor_[t.index()] || !on_device(t, lp.local_rank)) continue;
-        OFFSIM_RETURN_IF_ERROR(dev_.release(lp.stream, t.value()));
-        freed[t.index()] = true;
-      }
-      // Before the end record, so that a consumer on another stream marks after this mark.
-      if (marks) OFFSIM_RETURN_IF_ERROR(dev_.mark_memory(lp.stream, 2 * std::uint64_t{i} + 1));
-      OFFSIM_RETURN_IF_ERROR(dev_.record(lp.stream, end_ev_[i]));
+      const std::size_t r = static_cast<std::size_t>(lanes_[plan_.ops[i].lane.index()].local_rank);
+      OFFSIM_ASSIGN_OR_RETURN(sim::Duration s, dev_.elapsed(origin_[r], start_ev_[i]));
+      OFFSIM_ASSIGN_OR_RETURN(sim::Duration e, dev_.elapsed(origin_[r], end_ev_[i]));
+      starts_[i].push_back(std::max<std::int64_t>(s.count(), 0));
+      ends_[i].push_back(std::max<std::int64_t>(e.count(), starts_[i].back()));
+      ends_this_step.push_back(ends_[i].back());
     }
-    OFFSIM_RETURN_IF_ERROR(
-        sync(marks ? std::string("the memory marks step") : fmt::format("step {}", step)));
-    if (marks) OFFSIM_RETURN_IF_ERROR(collect_marks());
-    if (measured) {
-      std::vector<std::int64_t> ends_this_step;
-      for (std::size_t i = 0; i < plan_.ops.size(); ++i) {
-        if (!run_op_[i]) continue;
-        const std::size_t r =
-            static_cast<std::size_t>(lanes_[plan_.ops[i].lane.index()].local_rank);
-        OFFSIM_ASSIGN_OR_RETURN(sim::Duration s, dev_.elapsed(origin_[r], start_ev_[i]));
-        OFFSIM_ASSIGN_OR_RETURN(sim::Duration e, dev_.elapsed(origin_[r], end_ev_[i]));
-        starts_[i].push_back(std::max<std::int64_t>(s.count(), 0));
-        ends_[i].push_back(std::max<std::int64_t>(e.count(), starts_[i].back()));
-        ends_this_step.push_back(ends_[i].back());
-      }
-      step_times_.push_back(
-          sim::Duration{ends_this_step.empty()
-                            ? 0
-                            : *std::max_element(ends_this_step.begin(), ends_this_step.end())});
-    }
-    // A tensor the step allocates but never frees would pile up over the repeated steps.
+    step_times_.push_back(sim::Duration{
+        ends_this_step.empty() ? 0
+                               : *std::max_element(ends_this_step.begin(), ends_this_step.end())});
+    return sim::ok();
+  }
+
+  // Every step starts alike: tensors the step allocated but did not free are released (they
+  // would pile up over the repeated steps), initial tensors it freed are allocated again.
+  sim::Status restore_memory(const StepTensors& tensors) {
     bool leftover = false;
-    for (sim::TensorId t : live) {
-      if (freed[t.index()]) continue;
+    for (sim::TensorId t : tensors.live) {
+      if (tensors.freed[t.index()]) continue;
       const int r = pool_local_[plan_.tensors[t.index()].pool.index()];
       OFFSIM_RETURN_IF_ERROR(dev_.release(control_[static_cast<std::size_t>(r)], t.value()));
       leftover = true;
     }
-    // An initial tensor the step frees is allocated again so that every step starts alike.
     for (sim::TensorId t : plan_.initial_tensors) {
-      if (!freed[t.index()] || !device_tensor_[t.index()]) continue;
+      if (!tensors.freed[t.index()] || !device_tensor_[t.index()]) continue;
       const int r = pool_local_[plan_.tensors[t.index()].pool.index()];
       OFFSIM_RETURN_IF_ERROR(dev_.allocate(control_[static_cast<std::size_t>(r)], t.value(),
                                            plan_.tensors[t.index()].bytes, "initial tensors"));

@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -312,6 +315,196 @@ sim::Result<AllocatorSample> MicroBench::allocator_sample() {
   return s;
 }
 
+namespace {
+
+// The measurement sweep of measure_machine(): each family of benchmarks in turn, every timing
+// taken under one stop rule and kept with its spread (nvbench reports noise, not only times).
+// The first failure ends the sweep: later timings are skipped and the family returns it.
+class Sweep {
+ public:
+  Sweep(MicroBench& bench, bool quick, int gpus) : bench_(bench), quick_(quick), gpus_(gpus) {
+    rule_ = quick ? StopRule{.warmup = 1,
+                             .min_samples = 3,
+                             .max_samples = 10,
+                             .max_noise = 0.02,
+                             .max_total_s = 0.25}
+                  : StopRule{.warmup = 2,
+                             .min_samples = 5,
+                             .max_samples = 50,
+                             .max_noise = 0.005,
+                             .max_total_s = 2.0};
+  }
+
+  Samples& samples() { return s_; }
+
+  // Copies: 4 KiB .. 1 GiB (quick: every 16x; full: every 4x), pinned then pageable, then
+  // (several GPUs) all GPUs at once; the submit and launch gaps.
+  sim::Status copies() {
+    std::vector<std::int64_t> sizes;
+    for (std::int64_t b = 4096; b <= (std::int64_t{1} << 30); b *= quick_ ? 16 : 4) {
+      sizes.push_back(b);
+    }
+    if (sizes.back() != (std::int64_t{1} << 30)) sizes.push_back(std::int64_t{1} << 30);
+    for (CopyLink link :
+         {CopyLink::kH2D, CopyLink::kD2H, CopyLink::kBidirectional, CopyLink::kD2D}) {
+      for (std::int64_t b : sizes) {
+        const double t = stable(fmt::format("copy {} pinned {} B", to_string(link), b),
+                                [&] { return bench_.copy(link, true, b); });
+        OFFSIM_RETURN_IF_ERROR(status());
+        s_.copies.push_back({link, true, b, t, 1});
+      }
+    }
+    for (CopyLink link : {CopyLink::kH2D, CopyLink::kD2H}) {
+      for (std::int64_t b : sizes) {
+        if (quick_ && b < (std::int64_t{1} << 20)) continue;
+        const double t = stable(fmt::format("copy {} pageable {} B", to_string(link), b),
+                                [&] { return bench_.copy(link, false, b); });
+        OFFSIM_RETURN_IF_ERROR(status());
+        s_.copies.push_back({link, false, b, t, 1});
+      }
+    }
+    if (gpus_ > 1) {
+      const std::int64_t b = std::int64_t{256} << 20;
+      const double t = stable(fmt::format("copy h2d pinned {} B on {} GPUs", b, gpus_),
+                              [&] { return bench_.copy(CopyLink::kH2D, true, b, gpus_); });
+      OFFSIM_RETURN_IF_ERROR(status());
+      s_.copies.push_back({CopyLink::kH2D, true, b, t, gpus_});
+    }
+    s_.copy_submit_s.push_back(stable("copy submit gap", [&] { return bench_.copy_submit_gap(); }));
+    OFFSIM_RETURN_IF_ERROR(status());
+    s_.kernel_launch_s.push_back(stable("kernel launch gap", [&] { return bench_.launch_gap(); }));
+    return status();
+  }
+
+  // GEMMs: the catalogue's layer shapes (Llama-3 8B/70B projections at 4096 and 8192 tokens)
+  // and a cube grid; fp16 and fp8 on two of them.
+  sim::Status gemms() {
+    std::vector<sim::GemmShape> shapes;
+    for (std::int64_t d : quick_ ? std::vector<std::int64_t>{1024, 2048, 4096, 8192}
+                                 : std::vector<std::int64_t>{512, 1024, 2048, 4096, 8192, 16384}) {
+      shapes.push_back({.m = d, .n = d, .k = d, .dtype = sim::DType::kBf16});
+    }
+    for (auto [m, n, k] : {std::tuple<std::int64_t, std::int64_t, std::int64_t>{4096, 6144, 4096},
+                           {4096, 28672, 4096},
+                           {4096, 4096, 14336},
+                           {8192, 10240, 8192},
+                           {8192, 57344, 8192},
+                           {8192, 8192, 28672}}) {
+      shapes.push_back({.m = m, .n = n, .k = k, .dtype = sim::DType::kBf16});
+    }
+    for (sim::DType dt : {sim::DType::kFp16, sim::DType::kFp8}) {
+      for (std::int64_t d : {4096, 8192}) shapes.push_back({.m = d, .n = d, .k = d, .dtype = dt});
+    }
+    for (const sim::GemmShape& g : shapes) {
+      const double t =
+          stable(fmt::format("gemm {}x{}x{} {}", g.m, g.n, g.k, sim::to_string(g.dtype)),
+                 [&] { return bench_.gemm(g); });
+      OFFSIM_RETURN_IF_ERROR(status());
+      s_.gemms.push_back({g, t});
+    }
+    return sim::ok();
+  }
+
+  // Memory-bound kernel: 1 MiB .. 4 GiB moved (read + written).
+  sim::Status memory_kernels() {
+    for (std::int64_t b = std::int64_t{1} << 20; b <= (std::int64_t{4} << 30);
+         b *= quick_ ? 16 : 4) {
+      const double t =
+          stable(fmt::format("memory kernel {} B", b), [&] { return bench_.memory_kernel(b); });
+      OFFSIM_RETURN_IF_ERROR(status());
+      s_.memory_kernels.push_back({b, t});
+    }
+    return sim::ok();
+  }
+
+  // Attention (GQA 32/8 heads, head_dim 128), forward and backward.
+  sim::Status attention() {
+    for (std::int64_t seq :
+         quick_ ? std::vector<std::int64_t>{2048} : std::vector<std::int64_t>{1024, 2048, 4096}) {
+      for (bool bwd : {false, true}) {
+        sim::AttentionShape a{.batch = 1,
+                              .heads = 32,
+                              .kv_heads = 8,
+                              .seq_q = seq,
+                              .seq_kv = seq,
+                              .head_dim = 128,
+                              .causal = true,
+                              .backward = bwd};
+        // The kernel the device runs for this very shape: cuDNN's fused SDPA graphs, or the
+        // fallback (whose speed never reaches the flash-attention keys; see fit.h).
+        OFFSIM_ASSIGN_OR_RETURN(const AttentionKernel kernel, bench_.attention_kernel(a));
+        const double t = stable(
+            fmt::format("attention {} seq {} ({})", bwd ? "bwd" : "fwd", seq, to_string(kernel)),
+            [&] { return bench_.attention(a); });
+        OFFSIM_RETURN_IF_ERROR(status());
+        (bwd ? s_.attention_bwd : s_.attention_fwd).push_back({a, attention_flops(a), t, kernel});
+      }
+    }
+    return sim::ok();
+  }
+
+  // Interference, once each (the copy dominates: 1 GiB), and the allocator.
+  sim::Status interference_and_allocator() {
+    for (bool with_gemm : {true, false}) {
+      OFFSIM_ASSIGN_OR_RETURN(InterferenceSample r,
+                              bench_.interference(with_gemm, std::int64_t{1} << 30));
+      s_.interference.push_back(r);
+    }
+    OFFSIM_ASSIGN_OR_RETURN(AllocatorSample alloc, bench_.allocator_sample());
+    s_.allocator.push_back(alloc);
+    return sim::ok();
+  }
+
+  // Collectives over every GPU (several GPUs only): 1 MiB .. 1 GiB.
+  sim::Status collectives() {
+    if (gpus_ <= 1) return sim::ok();
+    for (auto kind : {sim::CollectiveKind::kAllReduce, sim::CollectiveKind::kAllGather,
+                      sim::CollectiveKind::kReduceScatter}) {
+      for (std::int64_t b = std::int64_t{1} << 20; b <= (std::int64_t{1} << 30);
+           b *= quick_ ? 32 : 4) {
+        const double t = stable(fmt::format("{} {} B on {} GPUs", sim::to_string(kind), b, gpus_),
+                                [&] { return bench_.collective(kind, b); });
+        OFFSIM_RETURN_IF_ERROR(status());
+        s_.collectives.push_back({kind, gpus_, b, t});
+      }
+    }
+    return sim::ok();
+  }
+
+ private:
+  sim::Status status() const {
+    if (failure_) return sim::fail(*failure_);
+    return sim::ok();
+  }
+
+  // The median of `one` under the stop rule; its spread is recorded unless a run failed.
+  template <class One>
+  double stable(const std::string& what, One&& one) {
+    StableTiming t = measure_stable(
+        [&]() -> double {
+          if (failure_) return -1.0;
+          sim::Result<double> r = one();
+          if (!r) {
+            failure_ = r.error();
+            return -1.0;
+          }
+          return *r;
+        },
+        rule_);
+    if (!failure_) s_.timings.push_back({what, t.median_s, t.min_s, t.noise, t.samples, t.stable});
+    return t.median_s;
+  }
+
+  MicroBench& bench_;
+  bool quick_;
+  int gpus_;
+  StopRule rule_;
+  std::optional<sim::Error> failure_;
+  Samples s_;
+};
+
+}  // namespace
+
 sim::Result<Samples> measure_machine(const CalibrateOptions& options) {
   OFFSIM_ASSIGN_OR_RETURN(const backends::GpuPlugin* gpu, backends::load_gpu_plugin());
   int gpus = options.gpus;
@@ -320,38 +513,8 @@ sim::Result<Samples> measure_machine(const CalibrateOptions& options) {
     if (gpus <= 0) gpus = 1;  // make_cuda_device below says what is missing
   }
   OFFSIM_ASSIGN_OR_RETURN(MicroBench bench, MicroBench::open(options.first_gpu, gpus));
-  const bool quick = options.quick;
-  const StopRule rule = quick ? StopRule{.warmup = 1,
-                                         .min_samples = 3,
-                                         .max_samples = 10,
-                                         .max_noise = 0.02,
-                                         .max_total_s = 0.25}
-                              : StopRule{.warmup = 2,
-                                         .min_samples = 5,
-                                         .max_samples = 50,
-                                         .max_noise = 0.005,
-                                         .max_total_s = 2.0};
-  std::optional<sim::Error> failure;
-  Samples s;
-  // Every benchmark's spread is kept with its median (nvbench reports noise, not only times).
-  auto stable = [&](const std::string& what, auto&& one) -> double {
-    StableTiming t = measure_stable(
-        [&]() -> double {
-          if (failure) return -1.0;
-          sim::Result<double> r = one();
-          if (!r) {
-            failure = r.error();
-            return -1.0;
-          }
-          return *r;
-        },
-        rule);
-    if (!failure) s.timings.push_back({what, t.median_s, t.min_s, t.noise, t.samples, t.stable});
-    return t.median_s;
-  };
-#define OFFSIM_STOP_ON_FAILURE() \
-  if (failure) return sim::fail(*failure)
-
+  Sweep sweep(bench, options.quick, gpus);
+  Samples& s = sweep.samples();
   const backends::DeviceInfo& info = bench.info();
   s.machine.gpu_name = info.name;
   s.machine.gpu_count = gpus;
@@ -362,125 +525,16 @@ sim::Result<Samples> measure_machine(const CalibrateOptions& options) {
   s.machine.clocks = gpu->clock_summary(options.first_gpu);
   s.nvml_before = nvml_reading(options.first_gpu);
 
-  // Copies: 4 KiB .. 1 GiB (quick: every 16x; full: every 4x).
-  std::vector<std::int64_t> sizes;
-  for (std::int64_t b = 4096; b <= (std::int64_t{1} << 30); b *= quick ? 16 : 4) sizes.push_back(b);
-  if (sizes.back() != (std::int64_t{1} << 30)) sizes.push_back(std::int64_t{1} << 30);
-  for (CopyLink link : {CopyLink::kH2D, CopyLink::kD2H, CopyLink::kBidirectional, CopyLink::kD2D}) {
-    for (std::int64_t b : sizes) {
-      const double t = stable(fmt::format("copy {} pinned {} B", to_string(link), b),
-                              [&] { return bench.copy(link, true, b); });
-      OFFSIM_STOP_ON_FAILURE();
-      s.copies.push_back({link, true, b, t, 1});
-    }
-  }
-  for (CopyLink link : {CopyLink::kH2D, CopyLink::kD2H}) {
-    for (std::int64_t b : sizes) {
-      if (quick && b < (std::int64_t{1} << 20)) continue;
-      const double t = stable(fmt::format("copy {} pageable {} B", to_string(link), b),
-                              [&] { return bench.copy(link, false, b); });
-      OFFSIM_STOP_ON_FAILURE();
-      s.copies.push_back({link, false, b, t, 1});
-    }
-  }
-  if (gpus > 1) {
-    const std::int64_t b = std::int64_t{256} << 20;
-    const double t = stable(fmt::format("copy h2d pinned {} B on {} GPUs", b, gpus),
-                            [&] { return bench.copy(CopyLink::kH2D, true, b, gpus); });
-    OFFSIM_STOP_ON_FAILURE();
-    s.copies.push_back({CopyLink::kH2D, true, b, t, gpus});
-  }
-  s.copy_submit_s.push_back(stable("copy submit gap", [&] { return bench.copy_submit_gap(); }));
-  OFFSIM_STOP_ON_FAILURE();
-  s.kernel_launch_s.push_back(stable("kernel launch gap", [&] { return bench.launch_gap(); }));
-  OFFSIM_STOP_ON_FAILURE();
-
-  // GEMMs: the catalogue's layer shapes (Llama-3 8B/70B projections at 4096 and 8192 tokens)
-  // and a cube grid; fp16 and fp8 on two of them.
-  std::vector<sim::GemmShape> shapes;
-  for (std::int64_t d : quick ? std::vector<std::int64_t>{1024, 2048, 4096, 8192}
-                              : std::vector<std::int64_t>{512, 1024, 2048, 4096, 8192, 16384}) {
-    shapes.push_back({.m = d, .n = d, .k = d, .dtype = sim::DType::kBf16});
-  }
-  for (auto [m, n, k] : {std::tuple<std::int64_t, std::int64_t, std::int64_t>{4096, 6144, 4096},
-                         {4096, 28672, 4096},
-                         {4096, 4096, 14336},
-                         {8192, 10240, 8192},
-                         {8192, 57344, 8192},
-                         {8192, 8192, 28672}}) {
-    shapes.push_back({.m = m, .n = n, .k = k, .dtype = sim::DType::kBf16});
-  }
-  for (sim::DType dt : {sim::DType::kFp16, sim::DType::kFp8}) {
-    for (std::int64_t d : {4096, 8192}) shapes.push_back({.m = d, .n = d, .k = d, .dtype = dt});
-  }
-  for (const sim::GemmShape& g : shapes) {
-    const double t = stable(fmt::format("gemm {}x{}x{} {}", g.m, g.n, g.k, sim::to_string(g.dtype)),
-                            [&] { return bench.gemm(g); });
-    OFFSIM_STOP_ON_FAILURE();
-    s.gemms.push_back({g, t});
-  }
-
-  // Memory-bound kernel: 1 MiB .. 4 GiB moved (read + written).
-  for (std::int64_t b = std::int64_t{1} << 20; b <= (std::int64_t{4} << 30); b *= quick ? 16 : 4) {
-    const double t =
-        stable(fmt::format("memory kernel {} B", b), [&] { return bench.memory_kernel(b); });
-    OFFSIM_STOP_ON_FAILURE();
-    s.memory_kernels.push_back({b, t});
-  }
-
-  // Attention (GQA 32/8 heads, head_dim 128), forward and backward.
-  for (std::int64_t seq :
-       quick ? std::vector<std::int64_t>{2048} : std::vector<std::int64_t>{1024, 2048, 4096}) {
-    for (bool bwd : {false, true}) {
-      sim::AttentionShape a{.batch = 1,
-                            .heads = 32,
-                            .kv_heads = 8,
-                            .seq_q = seq,
-                            .seq_kv = seq,
-                            .head_dim = 128,
-                            .causal = true,
-                            .backward = bwd};
-      // The kernel the device runs for this very shape: cuDNN's fused SDPA graphs, or the
-      // fallback (whose speed never reaches the flash-attention keys; see fit.h).
-      sim::Result<AttentionKernel> kernel = bench.attention_kernel(a);
-      if (!kernel) return sim::fail(kernel.error());
-      const AttentionKernel attention_kernel = *kernel;
-      const double t = stable(fmt::format("attention {} seq {} ({})", bwd ? "bwd" : "fwd", seq,
-                                          to_string(attention_kernel)),
-                              [&] { return bench.attention(a); });
-      OFFSIM_STOP_ON_FAILURE();
-      (bwd ? s.attention_bwd : s.attention_fwd)
-          .push_back({a, attention_flops(a), t, attention_kernel});
-    }
-  }
-
-  // Interference, once each (the copy dominates: 1 GiB).
-  for (bool with_gemm : {true, false}) {
-    auto r = bench.interference(with_gemm, std::int64_t{1} << 30);
-    if (!r) return sim::fail(r.error());
-    s.interference.push_back(*r);
-  }
-  auto alloc = bench.allocator_sample();
-  if (!alloc) return sim::fail(alloc.error());
-  s.allocator.push_back(*alloc);
-
-  if (gpus > 1) {
-    for (auto kind : {sim::CollectiveKind::kAllReduce, sim::CollectiveKind::kAllGather,
-                      sim::CollectiveKind::kReduceScatter}) {
-      for (std::int64_t b = std::int64_t{1} << 20; b <= (std::int64_t{1} << 30);
-           b *= quick ? 32 : 4) {
-        const double t = stable(fmt::format("{} {} B on {} GPUs", sim::to_string(kind), b, gpus),
-                                [&] { return bench.collective(kind, b); });
-        OFFSIM_STOP_ON_FAILURE();
-        s.collectives.push_back({kind, gpus, b, t});
-      }
-    }
-  }
-#undef OFFSIM_STOP_ON_FAILURE
+  OFFSIM_RETURN_IF_ERROR(sweep.copies());
+  OFFSIM_RETURN_IF_ERROR(sweep.gemms());
+  OFFSIM_RETURN_IF_ERROR(sweep.memory_kernels());
+  OFFSIM_RETURN_IF_ERROR(sweep.attention());
+  OFFSIM_RETURN_IF_ERROR(sweep.interference_and_allocator());
+  OFFSIM_RETURN_IF_ERROR(sweep.collectives());
   // NCCL is loaded by the first communicator: its version is known only now ("" on one GPU).
   s.machine.nccl_version = bench.info().comm_version;
   s.nvml_after = nvml_reading(options.first_gpu);
-  return s;
+  return std::move(s);
 }
 
 }  // namespace offsim::calibrate

@@ -92,4 +92,13 @@ sim::Error nccl_error(int result, const char* text, std::string_view call) {
                     fmt::format("NCCL error {} ({}) in {}", result, text ? text : "?", call)};
 }
 
+std::int64_t device_used_bytes() {
+  std::size_t free_b = 0, total_b = 0;
+  if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+    cudaGetLastError();
+    return -1;
+  }
+  return static_cast<std::int64_t>(total_b - free_b);
+}
+
 }  // namespace offsim::backends::cuda

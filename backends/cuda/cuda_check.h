@@ -14,6 +14,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
 #include <string_view>
 
 #include "sim/core/result.h"
@@ -23,6 +24,9 @@ namespace offsim::backends::cuda {
 sim::Error cuda_error(cudaError_t code, std::string_view call);
 sim::Error cublas_error(int status, std::string_view call);                  // cublasStatus_t
 sim::Error nccl_error(int result, const char* text, std::string_view call);  // ncclResult_t
+
+// Device memory in use on the current GPU (total − free, from cudaMemGetInfo), -1 when unknown.
+std::int64_t device_used_bytes();
 
 }  // namespace offsim::backends::cuda
 

@@ -1,21 +1,16 @@
 #include "backends/cuda/cuda_device.h"
-#include "backends/device_tables.h"
+#include "backends/device_skeleton.h"
 
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
-#if OFFSIM_HAVE_NCCL
-#include "backends/cuda/nccl_api.h"
-#endif
 
 #include <sched.h>
 
 #include <algorithm>
 #include <cmath>
-#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -25,6 +20,7 @@
 #include <system_error>
 #include <thread>
 #include <tuple>
+#include <type_traits>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -36,12 +32,14 @@
 #include "backends/cuda/cudnn_sdpa.h"
 #include "backends/cuda/gemm_layout.h"
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/nccl_comm.h"
 
 namespace offsim::backends {
 namespace {
 
 using cuda::cublas_error;
 using cuda::cuda_error;
+using cuda::device_used_bytes;
 
 constexpr std::size_t kWorkspaceBytes = std::size_t{32} << 20;  // cuBLASLt, per stream
 constexpr std::int64_t kMinScratchBytes = 256;
@@ -63,8 +61,22 @@ struct PinnedFree {
 struct PageableFree {
   void operator()(void* p) const { std::free(p); }
 };
+struct PoolDestroy {
+  void operator()(cudaMemPool_t p) const { cudaMemPoolDestroy(p); }
+};
+struct LtDestroy {
+  void operator()(cublasLtHandle_t h) const { cublasLtDestroy(h); }
+};
+struct DnnDestroy {
+  void operator()(cudnnHandle_t h) const {
+    if (auto dnn = cuda::cudnn_api()) (*dnn)->Destroy(h);
+  }
+};
 using UniqueStream = std::unique_ptr<CUstream_st, StreamDestroy>;
 using UniqueEvent = std::unique_ptr<CUevent_st, EventDestroy>;
+using UniquePool = std::unique_ptr<std::remove_pointer_t<cudaMemPool_t>, PoolDestroy>;
+using UniqueLt = std::unique_ptr<std::remove_pointer_t<cublasLtHandle_t>, LtDestroy>;
+using UniqueDnn = std::unique_ptr<std::remove_pointer_t<cudnnHandle_t>, DnnDestroy>;
 
 // A buffer with the deleter of its memory kind.
 class OwnedBuffer {
@@ -119,11 +131,6 @@ class GemmPlan {
   sim::DType ran_as = sim::DType::kBf16;  // fp8 falls back to bf16 when no algorithm exists
 };
 
-struct Task {
-  std::string label;
-  std::function<sim::Status()> run;
-};
-
 struct StreamState {
   int rank = 0;
   std::string name;
@@ -134,8 +141,8 @@ struct StreamState {
 struct EventState {
   int rank = 0;
   UniqueEvent event;
-  std::uint64_t requested = 0;  // records asked for (caller thread), guarded by mu_
-  std::uint64_t enqueued = 0;   // records made on the GPU's stream (worker), guarded by mu_
+  std::uint64_t requested = 0;  // records asked for (caller thread), guarded by work_.mutex()
+  std::uint64_t enqueued = 0;   // records made on the GPU's stream (worker), ditto
 };
 
 struct BufferState {
@@ -172,16 +179,20 @@ AttentionKey attention_key(const sim::AttentionShape& a) {
 
 struct MarkArg;
 
+// One GPU: its pool and library handles (owned; the device releases them last, in its
+// teardown order), the plans made for it, its memory accounting, and the index of its worker
+// queue in the skeleton (device_skeleton.h): every call for this GPU runs on that queue.
 struct RankState {
   int gpu = 0;
-  cudaMemPool_t pool = nullptr;
-  cublasLtHandle_t lt = nullptr;
+  std::size_t queue = 0;
+  UniquePool pool;
+  UniqueLt lt;
   // Touched only by this rank's worker thread.
   std::unordered_map<std::uint64_t, PoolAllocation> allocations;
   std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, int>,
            std::unique_ptr<GemmPlan>>
       gemms;
-  cudnnHandle_t dnn = nullptr;  // made with the first attention shape (guarded by attention_mu_)
+  UniqueDnn dnn;  // made with the first attention shape (guarded by attention_mu_)
   std::map<AttentionKey, std::unique_ptr<AttentionPlan>> attention;  // guarded by attention_mu_
   // Device memory in use (cudaMemGetInfo) by the context alone, and what cuBLASLt's handle and
   // NCCL's communicators added when they were made.
@@ -189,11 +200,6 @@ struct RankState {
   std::int64_t blas_handle_bytes = 0;
   std::int64_t comm_bytes = 0;
   std::vector<MemoryMark> marks;  // guarded by CudaDevice::marks_mu_
-  // Worker queue, guarded by CudaDevice::mu_.
-  std::deque<Task> queue;
-  bool busy = false;
-  std::string current;
-  std::thread thread;
 };
 
 // A memory mark's host function: runs when the stream reaches it (device order).
@@ -209,26 +215,13 @@ void CUDART_CB run_mark(void* arg) {
   m->marks->push_back(m->mark);
 }
 
-// Device memory in use on the current GPU (total − free), -1 when unknown.
-std::int64_t device_used_bytes() {
-  std::size_t free_b = 0, total_b = 0;
-  if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
-    cudaGetLastError();
-    return -1;
-  }
-  return static_cast<std::int64_t>(total_b - free_b);
-}
-
 struct CommState {
   std::vector<int> ranks;  // local ranks, member index = position
   // A communicator joined across processes (join_communicator): its `members` NCCL ranks live in
   // several processes and ranks[0] is NCCL rank `first_member`. 0 members: every member is local.
   int first_member = 0;
   int members = 0;
-#if OFFSIM_HAVE_NCCL
-  const cuda::NcclApi* nccl = nullptr;  // null: one member and no NCCL, nothing to exchange
-  std::vector<ncclComm_t> comms;        // by member index
-#endif
+  std::unique_ptr<cuda::NcclComm> nccl;  // null: one member and no NCCL, nothing to exchange
 };
 
 struct HostPass {
@@ -322,11 +315,6 @@ std::string cublas_version() {
   return fmt::format("{}.{}.{}", v / 10000, (v / 100) % 100, v % 100);
 }
 
-// NCCL's version once it is loaded (by the first communicator); "" before.
-std::string nccl_version_string(int v) {
-  return fmt::format("{}.{}.{}", v / 10000, (v / 100) % 100, v % 100);
-}
-
 DeviceInfo gpu_info(int gpu, int ranks) {
   DeviceInfo info;
   info.kind = DeviceKind::kCuda;
@@ -383,58 +371,26 @@ class CudaDevice final : public Device {
       ranks_[static_cast<std::size_t>(r)] = std::make_unique<RankState>();
   }
 
+  // Teardown, in the skeleton's order (device_skeleton.h): the workers stop; the communicators
+  // end (finalized, or aborted after a watchdog); the GPUs finish their work (not after a
+  // watchdog: the memory is left to the driver); then pool allocations, plans and library
+  // handles, the tables, and last each GPU's cuBLASLt handle and pool.
   ~CudaDevice() override {
-    {
-      std::lock_guard lock(mu_);
-      stop_ = true;
-      aborted_ = true;
-    }
-    cv_.notify_all();
-    for (auto& r : ranks_) {
-      if (r->thread.joinable()) r->thread.join();
-    }
+    work_.stop();
     abort_comms(/*destroy=*/!hung_);
     if (hung_) {
-      // cudaFree and cudaFreeHost synchronize the device; behind a kernel that never ends they
-      // would never return. The process is about to report the watchdog error: leave the
-      // memory to the driver, which reclaims it when the process exits.
-      for (auto& b : buffers_) b->memory->leak();
-      for (auto& s : streams_) static_cast<void>(s->workspace.release());
+      leak_device_memory();
     } else {
-      for (auto& r : ranks_) {
-        cudaSetDevice(r->gpu);
-        cudaDeviceSynchronize();
-      }
+      synchronize_gpus();
     }
-    // Pool allocations still live go back before the pools.
-    for (auto& s : streams_) {
-      RankState& r = *ranks_[static_cast<std::size_t>(s->rank)];
-      for (auto& [key, a] : r.allocations) {
-        if (a.ptr) cudaFreeAsync(a.ptr, s->stream.get());
-      }
-      r.allocations.clear();
-    }
-    for (auto& r : ranks_) {
-      cudaSetDevice(r->gpu);
-      if (!hung_) cudaDeviceSynchronize();
-      r->gemms.clear();
-      for (auto& [key, plan] : r->attention) {
-        if (!hung_) continue;
-        for (auto* b : {plan->workspace.get(), plan->stats.get(), plan->grads.get()}) {
-          if (b) b->leak();
-        }
-      }
-      r->attention.clear();
-      if (r->dnn && !hung_) {
-        if (auto dnn = cuda::cudnn_api()) (*dnn)->Destroy(r->dnn);
-      }
-    }
+    free_pool_allocations();
+    release_rank_plans();
     buffers_.clear();
     events_.clear();
     streams_.clear();
     for (auto& r : ranks_) {
-      if (r->lt) cublasLtDestroy(r->lt);
-      if (r->pool) cudaMemPoolDestroy(r->pool);
+      r->lt.reset();
+      r->pool.reset();
     }
   }
 
@@ -460,14 +416,18 @@ class CudaDevice final : public Device {
       props.handleTypes = cudaMemHandleTypeNone;
       props.location.type = cudaMemLocationTypeDevice;
       props.location.id = r.gpu;
-      OFFSIM_CUDA_CHECK(cudaMemPoolCreate(&r.pool, &props));
+      cudaMemPool_t pool = nullptr;
+      OFFSIM_CUDA_CHECK(cudaMemPoolCreate(&pool, &props));
+      r.pool.reset(pool);
       std::uint64_t keep = ~std::uint64_t{0};  // never shrink between steps
-      OFFSIM_CUDA_CHECK(cudaMemPoolSetAttribute(r.pool, cudaMemPoolAttrReleaseThreshold, &keep));
+      OFFSIM_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
       int no = 0;  // reuse must not add hidden cross-stream dependencies
       OFFSIM_CUDA_CHECK(
-          cudaMemPoolSetAttribute(r.pool, cudaMemPoolReuseAllowInternalDependencies, &no));
+          cudaMemPoolSetAttribute(pool, cudaMemPoolReuseAllowInternalDependencies, &no));
       const std::int64_t before_lt = device_used_bytes();
-      OFFSIM_CUBLAS_CHECK(cublasLtCreate(&r.lt));
+      cublasLtHandle_t lt = nullptr;
+      OFFSIM_CUBLAS_CHECK(cublasLtCreate(&lt));
+      r.lt.reset(lt);
       r.blas_handle_bytes = std::max<std::int64_t>(device_used_bytes() - before_lt, 0);
     }
     info_ = gpu_info(first_gpu_, static_cast<int>(ranks_.size()));
@@ -482,9 +442,10 @@ class CudaDevice final : public Device {
         "the first communicator",
         first_gpu_, first_gpu_ + static_cast<int>(ranks_.size()) - 1, host_threads_,
         physical_cores(), ranks_.size());
-    for (std::size_t i = 0; i < ranks_.size(); ++i) {
-      RankState* r = ranks_[i].get();
-      r->thread = std::thread([this, r] { run_worker(*r); });
+    // One worker queue per GPU (device_skeleton.h); its thread makes the GPU current first.
+    for (auto& r : ranks_) {
+      r->queue =
+          work_.add_queue(fmt::format("GPU {}", r->gpu), [gpu = r->gpu] { cudaSetDevice(gpu); });
     }
     return sim::ok();
   }
@@ -503,9 +464,8 @@ class CudaDevice final : public Device {
     void* ws = nullptr;
     OFFSIM_CUDA_CHECK(cudaMalloc(&ws, kWorkspaceBytes));
     s->workspace.reset(ws);
-    std::lock_guard lock(mu_);
-    streams_.push_back(std::move(s));
-    return StreamId{static_cast<std::uint32_t>(streams_.size() - 1)};
+    std::lock_guard lock(work_.mutex());
+    return StreamId{streams_.add(std::move(s))};
   }
 
   sim::Result<EventId> create_event(int rank) override {
@@ -516,13 +476,12 @@ class CudaDevice final : public Device {
     cudaEvent_t raw = nullptr;
     OFFSIM_CUDA_CHECK(cudaEventCreate(&raw));
     e->event.reset(raw);
-    std::lock_guard lock(mu_);
-    events_.push_back(std::move(e));
-    return EventId{static_cast<std::uint32_t>(events_.size() - 1)};
+    std::lock_guard lock(work_.mutex());
+    return EventId{events_.add(std::move(e))};
   }
 
   sim::Status record(StreamId stream, EventId event) override {
-    std::lock_guard lock(mu_);
+    std::lock_guard lock(work_.mutex());
     OFFSIM_ASSIGN_OR_RETURN(StreamState * s, stream_locked(stream));
     OFFSIM_ASSIGN_OR_RETURN(EventState * e, event_locked(event));
     if (e->rank != s->rank) {
@@ -533,16 +492,16 @@ class CudaDevice final : public Device {
     const std::uint64_t target = ++e->requested;
     push_locked(s->rank, "record", [this, s, e, target]() -> sim::Status {
       OFFSIM_CUDA_CHECK(cudaEventRecord(e->event.get(), s->stream.get()));
-      std::lock_guard l(mu_);
+      std::lock_guard l(work_.mutex());
       e->enqueued = std::max(e->enqueued, target);
-      cv_.notify_all();
+      work_.notify_all();
       return sim::ok();
     });
     return sim::ok();
   }
 
   sim::Status wait(StreamId stream, EventId event) override {
-    std::lock_guard lock(mu_);
+    std::lock_guard lock(work_.mutex());
     OFFSIM_ASSIGN_OR_RETURN(StreamState * s, stream_locked(stream));
     OFFSIM_ASSIGN_OR_RETURN(EventState * e, event_locked(event));
     const std::uint64_t target = e->requested;
@@ -550,9 +509,8 @@ class CudaDevice final : public Device {
     push_locked(s->rank, "wait for an event", [this, s, e, target]() -> sim::Status {
       {
         // The record may belong to another GPU's worker: wait until it has been made.
-        std::unique_lock l(mu_);
-        cv_.wait(l, [&] { return aborted_ || e->enqueued >= target; });
-        if (e->enqueued < target) return aborted_error();
+        WorkQueues::Lock l(work_.mutex());
+        OFFSIM_RETURN_IF_ERROR(work_.wait_locked(l, [&] { return e->enqueued >= target; }));
       }
       OFFSIM_CUDA_CHECK(cudaStreamWaitEvent(s->stream.get(), e->event.get(), 0));
       return sim::ok();
@@ -566,7 +524,7 @@ class CudaDevice final : public Device {
       return sim::fail(sim::ErrorCode::kInvalidInput, "op '{}': negative allocation {} bytes",
                        op_name, size_bytes);
     }
-    std::lock_guard lock(mu_);
+    std::lock_guard lock(work_.mutex());
     OFFSIM_ASSIGN_OR_RETURN(StreamState * s, stream_locked(stream));
     RankState* r = ranks_[static_cast<std::size_t>(s->rank)].get();
     push_locked(s->rank, fmt::format("allocate for '{}'", op_name),
@@ -578,11 +536,11 @@ class CudaDevice final : public Device {
                   void* p = nullptr;
                   if (size_bytes > 0) {
                     const cudaError_t err = cudaMallocFromPoolAsync(
-                        &p, static_cast<std::size_t>(size_bytes), r->pool, s->stream.get());
+                        &p, static_cast<std::size_t>(size_bytes), r->pool.get(), s->stream.get());
                     if (err != cudaSuccess) {
                       cudaGetLastError();
                       std::uint64_t used = 0;
-                      cudaMemPoolGetAttribute(r->pool, cudaMemPoolAttrUsedMemCurrent, &used);
+                      cudaMemPoolGetAttribute(r->pool.get(), cudaMemPoolAttrUsedMemCurrent, &used);
                       std::size_t free_b = 0, total_b = 0;
                       cudaMemGetInfo(&free_b, &total_b);
                       sim::Error e = cuda_error(err, "cudaMallocFromPoolAsync");
@@ -600,7 +558,7 @@ class CudaDevice final : public Device {
   }
 
   sim::Status release(StreamId stream, std::uint64_t key) override {
-    std::lock_guard lock(mu_);
+    std::lock_guard lock(work_.mutex());
     OFFSIM_ASSIGN_OR_RETURN(StreamState * s, stream_locked(stream));
     RankState* r = ranks_[static_cast<std::size_t>(s->rank)].get();
     push_locked(s->rank, "release", [r, s, key]() -> sim::Status {
@@ -619,10 +577,11 @@ class CudaDevice final : public Device {
   sim::Result<PoolUsage> pool_usage(int rank) override {
     OFFSIM_ASSIGN_OR_RETURN(RankState * r, rank_state(rank));
     std::uint64_t cur = 0, high = 0, reserved_high = 0;
-    OFFSIM_CUDA_CHECK(cudaMemPoolGetAttribute(r->pool, cudaMemPoolAttrUsedMemCurrent, &cur));
-    OFFSIM_CUDA_CHECK(cudaMemPoolGetAttribute(r->pool, cudaMemPoolAttrUsedMemHigh, &high));
+    cudaMemPool_t pool = r->pool.get();
+    OFFSIM_CUDA_CHECK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemCurrent, &cur));
+    OFFSIM_CUDA_CHECK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &high));
     OFFSIM_CUDA_CHECK(
-        cudaMemPoolGetAttribute(r->pool, cudaMemPoolAttrReservedMemHigh, &reserved_high));
+        cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemHigh, &reserved_high));
     return PoolUsage{static_cast<std::int64_t>(cur), static_cast<std::int64_t>(high),
                      static_cast<std::int64_t>(reserved_high)};
   }
@@ -632,11 +591,12 @@ class CudaDevice final : public Device {
     // The pool's counters move when the worker makes its cudaMallocFromPoolAsync calls, so the
     // reset goes through the same queue: allocations queued before it (warm-up) stay out of
     // the new period even when the worker is behind the caller.
-    std::lock_guard lock(mu_);
+    std::lock_guard lock(work_.mutex());
     push_locked(rank, "reset the pool's high-water marks", [r]() -> sim::Status {
       std::uint64_t zero = 0;  // the only value allowed: resets each mark to the current value
-      OFFSIM_CUDA_CHECK(cudaMemPoolSetAttribute(r->pool, cudaMemPoolAttrUsedMemHigh, &zero));
-      OFFSIM_CUDA_CHECK(cudaMemPoolSetAttribute(r->pool, cudaMemPoolAttrReservedMemHigh, &zero));
+      OFFSIM_CUDA_CHECK(cudaMemPoolSetAttribute(r->pool.get(), cudaMemPoolAttrUsedMemHigh, &zero));
+      OFFSIM_CUDA_CHECK(
+          cudaMemPoolSetAttribute(r->pool.get(), cudaMemPoolAttrReservedMemHigh, &zero));
       return sim::ok();
     });
     return sim::ok();
@@ -654,7 +614,7 @@ class CudaDevice final : public Device {
     std::int64_t in_use = 0;  // scratch bytes of this kind already held, for the messages
     std::uint32_t seed = 0;
     {
-      std::lock_guard lock(mu_);
+      std::lock_guard lock(work_.mutex());
       seed = static_cast<std::uint32_t>(buffers_.size());
       for (const auto& b : buffers_) {
         if (b->kind == kind && (kind != MemoryKind::kDevice || b->rank == rank)) {
@@ -709,13 +669,12 @@ class CudaDevice final : public Device {
         std::memset(p, 0x3C, n);  // touch every page now, not during a measured step
         break;
     }
-    std::lock_guard lock(mu_);
-    buffers_.push_back(std::move(b));
-    return Buffer{static_cast<std::uint32_t>(buffers_.size() - 1), kind, rank, size_bytes};
+    std::lock_guard lock(work_.mutex());
+    return Buffer{buffers_.add(std::move(b)), kind, rank, size_bytes};
   }
 
   sim::Status copy(StreamId stream, Buffer dst, Buffer src, std::int64_t size_bytes) override {
-    std::lock_guard lock(mu_);
+    std::lock_guard lock(work_.mutex());
     OFFSIM_ASSIGN_OR_RETURN(StreamState * s, stream_locked(stream));
     OFFSIM_ASSIGN_OR_RETURN(BufferState * d, buffer_locked(dst));
     OFFSIM_ASSIGN_OR_RETURN(BufferState * f, buffer_locked(src));
@@ -752,7 +711,7 @@ class CudaDevice final : public Device {
       return sim::fail(sim::ErrorCode::kInvalidInput, "GEMM shape {}x{}x{} (batch {}) not positive",
                        shape.m, shape.n, shape.k, shape.batch);
     }
-    std::lock_guard lock(mu_);
+    std::lock_guard lock(work_.mutex());
     OFFSIM_ASSIGN_OR_RETURN(StreamState * s, stream_locked(stream));
     OFFSIM_ASSIGN_OR_RETURN(BufferState * ba, buffer_locked(a));
     OFFSIM_ASSIGN_OR_RETURN(BufferState * bb, buffer_locked(b));
@@ -772,9 +731,9 @@ class CudaDevice final : public Device {
       const float alpha = 1.0f, beta = 0.0f;
       // Row-major C[m×n] = A[m×k]·B[k×n] is column-major C^T = B^T·A^T: cuBLAS's "A" is our B
       // (transposed, TN layout) and its "B" is our A.
-      OFFSIM_CUBLAS_CHECK(cublasLtMatmul(r->lt, plan->op, &alpha, pb, plan->a, pa, plan->b, &beta,
-                                         pc, plan->c, pc, plan->c, &plan->algo, s->workspace.get(),
-                                         kWorkspaceBytes, s->stream.get()));
+      OFFSIM_CUBLAS_CHECK(cublasLtMatmul(r->lt.get(), plan->op, &alpha, pb, plan->a, pa, plan->b,
+                                         &beta, pc, plan->c, pc, plan->c, &plan->algo,
+                                         s->workspace.get(), kWorkspaceBytes, s->stream.get()));
       return sim::ok();
     });
     return sim::ok();
@@ -792,13 +751,13 @@ class CudaDevice final : public Device {
     }
     int rank = 0;
     {
-      std::lock_guard lock(mu_);
+      std::lock_guard lock(work_.mutex());
       OFFSIM_ASSIGN_OR_RETURN(StreamState * s, stream_locked(stream));
       rank = s->rank;
     }
     // Prepared before the replay's steps; a caller that did not gets it prepared here.
     OFFSIM_ASSIGN_OR_RETURN(AttentionPlan * plan, attention_plan(rank, shape));
-    std::lock_guard lock(mu_);
+    std::lock_guard lock(work_.mutex());
     OFFSIM_ASSIGN_OR_RETURN(StreamState * s, stream_locked(stream));
     OFFSIM_ASSIGN_OR_RETURN(BufferState * in, buffer_locked(qkv));
     OFFSIM_ASSIGN_OR_RETURN(BufferState * o, buffer_locked(out));
@@ -817,10 +776,11 @@ class CudaDevice final : public Device {
       if (!shape.backward) {
         push_locked(s->rank, "attention (cuDNN SDPA forward)",
                     [api, r, s, plan, pin, pout, q_bytes, kv_bytes]() -> sim::Status {
-                      OFFSIM_RETURN_IF_ERROR(
-                          api->check(api->SetStream(r->dnn, s->stream.get()), "cudnnSetStream"));
-                      return plan->fwd->run(r->dnn, pin, pin + q_bytes, pin + q_bytes + kv_bytes,
-                                            pout, plan->workspace->get(), plan->stats->get());
+                      OFFSIM_RETURN_IF_ERROR(api->check(
+                          api->SetStream(r->dnn.get(), s->stream.get()), "cudnnSetStream"));
+                      return plan->fwd->run(r->dnn.get(), pin, pin + q_bytes,
+                                            pin + q_bytes + kv_bytes, pout, plan->workspace->get(),
+                                            plan->stats->get());
                     });
         return sim::ok();
       }
@@ -828,8 +788,8 @@ class CudaDevice final : public Device {
       // output buffer (read only), the gradients into the plan's scratch.
       push_locked(s->rank, "attention (cuDNN SDPA backward)",
                   [api, r, s, plan, pin, pout]() -> sim::Status {
-                    OFFSIM_RETURN_IF_ERROR(
-                        api->check(api->SetStream(r->dnn, s->stream.get()), "cudnnSetStream"));
+                    OFFSIM_RETURN_IF_ERROR(api->check(api->SetStream(r->dnn.get(), s->stream.get()),
+                                                      "cudnnSetStream"));
                     char* g = static_cast<char*>(plan->grads->get());
                     cuda::SdpaBackwardOperands x;
                     x.q = pin;
@@ -841,7 +801,7 @@ class CudaDevice final : public Device {
                     x.dq = g + 2 * plan->kv_bytes;
                     x.dk = g + 2 * plan->kv_bytes + plan->q_bytes;
                     x.dv = g + 3 * plan->kv_bytes + plan->q_bytes;
-                    return plan->bwd->run(r->dnn, s->stream.get(), x, plan->workspace->get());
+                    return plan->bwd->run(r->dnn.get(), s->stream.get(), x, plan->workspace->get());
                   });
       return sim::ok();
     }
@@ -868,7 +828,7 @@ class CudaDevice final : public Device {
   }
 
   sim::Status mark_memory(StreamId stream, std::uint64_t tag) override {
-    std::lock_guard lock(mu_);
+    std::lock_guard lock(work_.mutex());
     OFFSIM_ASSIGN_OR_RETURN(StreamState * s, stream_locked(stream));
     RankState* r = ranks_[static_cast<std::size_t>(s->rank)].get();
     push_locked(s->rank, "memory mark", [this, r, s, tag]() -> sim::Status {
@@ -878,7 +838,7 @@ class CudaDevice final : public Device {
       // call CUDA).
       std::uint64_t reserved = 0;
       OFFSIM_CUDA_CHECK(
-          cudaMemPoolGetAttribute(r->pool, cudaMemPoolAttrReservedMemCurrent, &reserved));
+          cudaMemPoolGetAttribute(r->pool.get(), cudaMemPoolAttrReservedMemCurrent, &reserved));
       auto* arg = new MarkArg{&marks_mu_, &r->marks,
                               MemoryMark{tag, -1, static_cast<std::int64_t>(reserved)}};
       const cudaError_t err = cudaLaunchHostFunc(s->stream.get(), run_mark, arg);
@@ -907,7 +867,7 @@ class CudaDevice final : public Device {
     m.comm_buffers = r->comm_bytes;
     m.library_workspaces = r->blas_handle_bytes;
     {
-      std::lock_guard lock(mu_);
+      std::lock_guard lock(work_.mutex());
       for (const auto& st : streams_) {
         if (st->rank == rank) m.library_workspaces += static_cast<std::int64_t>(kWorkspaceBytes);
       }
@@ -931,7 +891,7 @@ class CudaDevice final : public Device {
 
   sim::Status elementwise(StreamId stream, std::int64_t size_bytes, Buffer in,
                           Buffer out) override {
-    std::lock_guard lock(mu_);
+    std::lock_guard lock(work_.mutex());
     OFFSIM_ASSIGN_OR_RETURN(StreamState * s, stream_locked(stream));
     OFFSIM_ASSIGN_OR_RETURN(BufferState * bi, buffer_locked(in));
     OFFSIM_ASSIGN_OR_RETURN(BufferState * bo, buffer_locked(out));
@@ -947,7 +907,7 @@ class CudaDevice final : public Device {
   }
 
   sim::Status host_compute(StreamId stream, std::int64_t size_bytes, Buffer host) override {
-    std::lock_guard lock(mu_);
+    std::lock_guard lock(work_.mutex());
     OFFSIM_ASSIGN_OR_RETURN(StreamState * s, stream_locked(stream));
     OFFSIM_ASSIGN_OR_RETURN(BufferState * h, buffer_locked(host));
     if (h->kind == MemoryKind::kDevice) {
@@ -970,52 +930,32 @@ class CudaDevice final : public Device {
     return sim::ok();
   }
 
+  // NCCL is loaded by the first communicator (cuda/nccl_comm.h): a one-GPU replay never needs it.
   sim::Result<CommId> create_communicator(const std::vector<int>& ranks) override {
     if (ranks.empty())
       return sim::fail(sim::ErrorCode::kInvalidInput, "communicator with no ranks");
+    std::vector<int> gpus;
     for (int r : ranks) {
       auto known = rank_state(r);
       if (!known) return sim::fail(known.error());
+      gpus.push_back((*known)->gpu);
     }
     auto c = std::make_unique<CommState>();
     c->ranks = ranks;
-#if OFFSIM_HAVE_NCCL
-    // NCCL is loaded here, by the first communicator: a one-GPU replay never needs it.
-    auto api = cuda::nccl_api();
-    if (!api) {
-      if (ranks.size() > 1) {
-        return sim::fail(sim::with_context(
-            api.error(), fmt::format("collectives between {} GPUs: ", ranks.size())));
+    std::vector<std::int64_t> added;  // what the communicator took on each member GPU
+    OFFSIM_ASSIGN_OR_RETURN(c->nccl, cuda::NcclComm::create_local(gpus, added));
+    if (c->nccl) {
+      for (std::size_t i = 0; i < ranks.size() && i < added.size(); ++i) {
+        if (added[i] >= 0) ranks_[static_cast<std::size_t>(ranks[i])]->comm_bytes += added[i];
       }
-      // One member: a collective has nothing to exchange and runs as nothing.
-    } else {
-      OFFSIM_RETURN_IF_ERROR(init_nccl_comm(*c, **api));
     }
-#else
-    if (ranks.size() > 1) {
-      return sim::fail(sim::ErrorCode::kUnsupported,
-                       "collectives between {} GPUs: offsim was built without NCCL", ranks.size());
-    }
-#endif
-    std::lock_guard lock(mu_);
-    comms_.push_back(std::move(c));
-    return CommId{static_cast<std::uint32_t>(comms_.size() - 1)};
+    std::lock_guard lock(work_.mutex());
+    if (c->nccl) info_.comm_version = c->nccl->version();
+    return CommId{comms_.add(std::move(c))};
   }
 
   sim::Result<CommUniqueId> new_comm_unique_id() override {
-#if OFFSIM_HAVE_NCCL
-    auto api = cuda::nccl_api();
-    if (!api) return sim::fail(sim::with_context(api.error(), "communicator across processes: "));
-    ncclUniqueId nid{};
-    OFFSIM_RETURN_IF_ERROR((*api)->check((*api)->GetUniqueId(&nid), "ncclGetUniqueId"));
-    static_assert(sizeof nid == sizeof(CommUniqueId), "NCCL's unique id is 128 bytes");
-    CommUniqueId id{};
-    std::memcpy(id.data(), &nid, sizeof nid);
-    return id;
-#else
-    return sim::fail(sim::ErrorCode::kUnsupported,
-                     "communicators across processes: offsim was built without NCCL");
-#endif
+    return cuda::NcclComm::new_unique_id();
   }
 
   // ncclCommInitRankConfig (non-blocking) for local `rank` as NCCL rank `my_index` of `members`,
@@ -1034,144 +974,40 @@ class CudaDevice final : public Device {
     c->ranks = {rank};
     c->first_member = my_index;
     c->members = members;
-#if OFFSIM_HAVE_NCCL
-    constexpr auto kJoinTimeout = std::chrono::seconds(120);
-    OFFSIM_ASSIGN_OR_RETURN(const cuda::NcclApi* api, cuda::nccl_api());
-    ncclUniqueId nid{};
-    std::memcpy(&nid, id.data(), sizeof nid);
-    if (cudaSetDevice(r->gpu) != cudaSuccess) {
-      return sim::fail(cuda_error(cudaGetLastError(), "cudaSetDevice (communicator join)"));
-    }
-    const std::int64_t used_before = device_used_bytes();
-    ncclConfig_t config = cuda::nonblocking_config();
-    c->comms.assign(1, nullptr);
-    sim::Status status =
-        api->check(api->CommInitRankConfig(&c->comms[0], members, nid, my_index, &config),
-                   "ncclCommInitRankConfig");
-    const auto deadline = std::chrono::steady_clock::now() + kJoinTimeout;
-    if (status) {
-      status = api->settle(c->comms[0], "ncclCommInitRankConfig", [&] {
-        std::lock_guard lock(mu_);
-        return aborted_ || std::chrono::steady_clock::now() >= deadline;
-      });
-    }
-    if (!status) {
-      if (c->comms[0]) api->CommAbort(c->comms[0]);
-      return sim::fail(sim::with_context(
-          status.error(),
-          fmt::format("NCCL communicator across processes, member {} of {} on GPU {} (NCCL {}, "
-                      "{}; timeout {} s): ",
-                      my_index, members, r->gpu, nccl_version_string(api->version), api->file,
-                      kJoinTimeout.count())));
-    }
-    c->nccl = api;
-    if (used_before >= 0) {
-      r->comm_bytes += std::max<std::int64_t>(device_used_bytes() - used_before, 0);
-    }
-    cudaGetLastError();
-    std::lock_guard lock(mu_);
-    info_.comm_version = nccl_version_string(api->version);
-    comms_.push_back(std::move(c));
-    return CommId{static_cast<std::uint32_t>(comms_.size() - 1)};
-#else
-    (void)r;
-    (void)id;
-    return sim::fail(sim::ErrorCode::kUnsupported,
-                     "communicators across processes: offsim was built without NCCL");
-#endif
+    std::int64_t added = -1;
+    OFFSIM_ASSIGN_OR_RETURN(
+        c->nccl, cuda::NcclComm::join(r->gpu, members, my_index, id, aborted_query(), added));
+    if (added >= 0) r->comm_bytes += added;
+    std::lock_guard lock(work_.mutex());
+    info_.comm_version = c->nccl->version();
+    return CommId{comms_.add(std::move(c))};
   }
 
   sim::Status collective(StreamId stream, CommId comm, sim::CollectiveKind kind, Buffer buffer,
                          std::int64_t size_bytes, std::string_view op_name) override {
-    std::lock_guard lock(mu_);
+    std::lock_guard lock(work_.mutex());
     OFFSIM_ASSIGN_OR_RETURN(StreamState * s, stream_locked(stream));
     OFFSIM_ASSIGN_OR_RETURN(CommState * c, comm_locked(comm));
     OFFSIM_ASSIGN_OR_RETURN(BufferState * b, buffer_locked(buffer));
     OFFSIM_ASSIGN_OR_RETURN(int member, member_of(*c, s->rank, op_name));
     const std::int64_t bytes = std::min(std::max<std::int64_t>(size_bytes, 0), b->memory->bytes());
     char* p = static_cast<char*>(b->memory->get());
-#if OFFSIM_HAVE_NCCL
-    if (!c->nccl) {  // one member without NCCL: nothing to exchange
-      (void)member;
-      (void)kind;
-      (void)bytes;
-      (void)p;
-      return sim::ok();
-    }
-    const cuda::NcclApi* api = c->nccl;
-    ncclComm_t nc = c->comms[static_cast<std::size_t>(member)];
+    if (!c->nccl) return cuda::collective_without_nccl(op_name);
+    const cuda::NcclComm* nccl = c->nccl.get();
+    ncclComm* nc = nccl->member(member);
     const int n = c->members > 0 ? c->members : static_cast<int>(c->ranks.size());
-    member += c->first_member;  // the NCCL rank
-    push_locked(
-        s->rank, fmt::format("collective '{}'", op_name),
-        [this, api, s, nc, n, member, kind, bytes, p]() -> sim::Status {
-          cudaStream_t st = s->stream.get();
-          const std::size_t floats = static_cast<std::size_t>(bytes / 4);
-          const std::size_t chunk = static_cast<std::size_t>(bytes / n);
-          const char* call = "";
-          ncclResult_t res = ncclSuccess;
-          switch (kind) {
-            case sim::CollectiveKind::kAllReduce:
-              call = "ncclAllReduce";
-              res = api->AllReduce(p, p, floats, ncclFloat, ncclSum, nc, st);
-              break;
-            case sim::CollectiveKind::kAllGather:  // in place: our chunk at our offset
-              call = "ncclAllGather";
-              res = api->AllGather(p + member * chunk, p, chunk, ncclInt8, nc, st);
-              break;
-            case sim::CollectiveKind::kReduceScatter:
-              call = "ncclReduceScatter";
-              res = api->ReduceScatter(p, p + member * (floats / n) * 4, floats / n, ncclFloat,
-                                       ncclSum, nc, st);
-              break;
-            case sim::CollectiveKind::kBroadcast:
-              call = "ncclBroadcast";
-              res = api->Broadcast(p, p, static_cast<std::size_t>(bytes), ncclInt8, 0, nc, st);
-              break;
-            case sim::CollectiveKind::kAllToAll: {
-              // Sends from the buffer's first half, receives into its second half.
-              const std::size_t part = static_cast<std::size_t>(bytes / 2 / n);
-              OFFSIM_RETURN_IF_ERROR(api->check(api->GroupStart(), "ncclGroupStart"));
-              // The group is closed on every path: a thread left inside a group would defer
-              // (and so lose) every later NCCL call it makes.
-              ncclResult_t first = ncclSuccess;
-              const char* failed = "";
-              for (int peer = 0; peer < n; ++peer) {
-                first = api->Send(p + peer * part, part, ncclInt8, peer, nc, st);
-                if (first != ncclSuccess && first != ncclInProgress) {
-                  failed = "ncclSend (all-to-all)";
-                  break;
-                }
-                first = api->Recv(p + bytes / 2 + peer * part, part, ncclInt8, peer, nc, st);
-                if (first != ncclSuccess && first != ncclInProgress) {
-                  failed = "ncclRecv (all-to-all)";
-                  break;
-                }
-              }
-              const ncclResult_t ended = api->GroupEnd();
-              OFFSIM_RETURN_IF_ERROR(api->check(first, failed));
-              call = "ncclGroupEnd (all-to-all)";
-              res = ended;
-              break;
-            }
-          }
-          OFFSIM_RETURN_IF_ERROR(api->check(res, call));
-          if (res == ncclInProgress) return settle(*api, nc, call);
-          return sim::ok();
-        });
+    const int nccl_rank = member + c->first_member;
+    push_locked(s->rank, fmt::format("collective '{}'", op_name),
+                [this, nccl, s, nc, n, nccl_rank, kind, bytes, p]() -> sim::Status {
+                  return nccl->collective(nc, nccl_rank, n, kind, p, bytes, s->stream.get(),
+                                          aborted_query());
+                });
     return sim::ok();
-#else
-    (void)kind;
-    (void)p;
-    (void)bytes;
-    return sim::fail(sim::ErrorCode::kUnsupported, "collective '{}': offsim was built without NCCL",
-                     op_name);
-#endif
   }
 
   sim::Status p2p(StreamId stream, CommId comm, int peer, bool send, Buffer buffer,
                   std::int64_t size_bytes, std::string_view op_name) override {
-    std::lock_guard lock(mu_);
+    std::lock_guard lock(work_.mutex());
     OFFSIM_ASSIGN_OR_RETURN(StreamState * s, stream_locked(stream));
     OFFSIM_ASSIGN_OR_RETURN(CommState * c, comm_locked(comm));
     OFFSIM_ASSIGN_OR_RETURN(BufferState * b, buffer_locked(buffer));
@@ -1187,106 +1023,33 @@ class CudaDevice final : public Device {
     const std::size_t bytes = static_cast<std::size_t>(
         std::min(std::max<std::int64_t>(size_bytes, 0), b->memory->bytes()));
     void* p = b->memory->get();
-#if OFFSIM_HAVE_NCCL
-    if (!c->nccl) {
-      return sim::fail(sim::ErrorCode::kUnsupported,
-                       "p2p '{}' inside a one-member communicator (NCCL not loaded)", op_name);
-    }
-    const cuda::NcclApi* api = c->nccl;
-    ncclComm_t nc = c->comms[static_cast<std::size_t>(member)];
+    if (!c->nccl) return cuda::p2p_without_nccl(op_name);
+    const cuda::NcclComm* nccl = c->nccl.get();
+    ncclComm* nc = nccl->member(member);
     push_locked(s->rank, fmt::format("p2p '{}'", op_name),
-                [this, api, s, nc, other, send, bytes, p]() -> sim::Status {
-                  const char* call = send ? "ncclSend" : "ncclRecv";
-                  const ncclResult_t res =
-                      send ? api->Send(p, bytes, ncclInt8, other, nc, s->stream.get())
-                           : api->Recv(p, bytes, ncclInt8, other, nc, s->stream.get());
-                  OFFSIM_RETURN_IF_ERROR(api->check(res, call));
-                  if (res == ncclInProgress) return settle(*api, nc, call);
-                  return sim::ok();
+                [this, nccl, s, nc, other, send, bytes, p]() -> sim::Status {
+                  return nccl->p2p(nc, other, send, p, bytes, s->stream.get(), aborted_query());
                 });
     return sim::ok();
-#else
-    (void)member;
-    (void)other;
-    (void)send;
-    (void)bytes;
-    (void)p;
-    return sim::fail(sim::ErrorCode::kUnsupported, "p2p '{}': offsim was built without NCCL",
-                     op_name);
-#endif
   }
 
+  // The watchdog (device_skeleton.h): the workers' calls, then the GPUs' streams, each until
+  // `timeout`; a failure or a timeout aborts the device and its NCCL communicators.
   sim::Status synchronize(std::chrono::milliseconds timeout) override {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     bool timed_out = false;
     {
-      std::unique_lock lock(mu_);
+      WorkQueues::Lock lock(work_.mutex());
       // Every call made on the workers (or a failure that makes waiting pointless).
-      timed_out =
-          !cv_.wait_until(lock, deadline, [&] { return all_idle_locked() || first_error_; });
+      timed_out = !work_.wait_idle(lock, deadline, /*stop_on_error=*/true);
     }
     // Then the GPUs, polled so that a hang cannot outlast the deadline.
-    while (!timed_out) {
-      bool all_done = true;
-      {
-        std::lock_guard lock(mu_);
-        if (first_error_) break;
-        for (const auto& s : streams_) {
-          const cudaError_t q = cudaStreamQuery(s->stream.get());
-          if (q == cudaErrorNotReady) {
-            all_done = false;
-          } else if (q != cudaSuccess) {
-            set_error_locked(cuda_error(q, fmt::format("stream '{}'", s->name)));
-            break;
-          }
-        }
-        if (first_error_) break;
-      }
-      if (std::optional<sim::Error> e = nccl_async_error()) {
-        std::lock_guard lock(mu_);
-        set_error_locked(*e);
-        break;
-      }
-      if (all_done) break;
-      if (std::chrono::steady_clock::now() >= deadline) {
-        timed_out = true;
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
-    }
-    std::unique_lock lock(mu_);
-    if (timed_out || first_error_) {
-      if (timed_out) {
-        std::string pending;
-        for (const auto& r : ranks_) {
-          if (!r->busy && r->queue.empty()) continue;
-          pending += fmt::format("{}GPU {}: {} ({} more queued)", pending.empty() ? "" : "; ",
-                                 r->gpu, r->busy ? r->current : "not started", r->queue.size());
-        }
-        set_error_locked(sim::Error{
-            sim::ErrorCode::kDevice,
-            fmt::format("watchdog: work did not finish within {} ms; NCCL communicators "
-                        "aborted. Pending: {}",
-                        timeout.count(), pending.empty() ? "kernels on the GPU" : pending)});
-        hung_ = true;
-      }
-      aborted_ = true;
-      cv_.notify_all();
-      // Workers polling a non-blocking NCCL call stop at aborted_; let them leave the
-      // communicators before ncclCommAbort frees them (bounded: a stuck CUDA call must not
-      // hold the watchdog).
-      cv_.wait_for(lock, std::chrono::seconds(2), [&] { return all_idle_locked(); });
-      lock.unlock();
-      abort_comms(/*destroy=*/false);
-      lock.lock();
-      cv_.wait_for(lock, std::chrono::seconds(10), [&] { return all_idle_locked(); });
-    }
-    if (first_error_) return sim::fail(*first_error_);
-    return sim::ok();
+    if (!timed_out) timed_out = !poll_gpus(deadline);
+    return end_synchronize(timed_out, timeout);
   }
 
   sim::Result<bool> completed(EventId event) override {
-    std::lock_guard lock(mu_);
+    std::lock_guard lock(work_.mutex());
     OFFSIM_ASSIGN_OR_RETURN(EventState * e, event_locked(event));
     if (e->requested == 0) return true;
     if (e->enqueued < e->requested) return false;  // the record itself was never made
@@ -1297,7 +1060,7 @@ class CudaDevice final : public Device {
   }
 
   sim::Result<sim::Duration> elapsed(EventId from, EventId to) override {
-    std::lock_guard lock(mu_);
+    std::lock_guard lock(work_.mutex());
     OFFSIM_ASSIGN_OR_RETURN(EventState * a, event_locked(from));
     OFFSIM_ASSIGN_OR_RETURN(EventState * b, event_locked(to));
     if (a->rank != b->rank) {
@@ -1310,10 +1073,6 @@ class CudaDevice final : public Device {
   }
 
  private:
-  static sim::Status aborted_error() {
-    return sim::fail(sim::ErrorCode::kCancelled, "aborted after an earlier error");
-  }
-
   sim::Result<RankState*> rank_state(int rank) {
     if (rank < 0 || static_cast<std::size_t>(rank) >= ranks_.size()) {
       return sim::fail(sim::ErrorCode::kInvalidInput, "rank {} is not in [0, {})", rank,
@@ -1321,179 +1080,160 @@ class CudaDevice final : public Device {
     }
     return ranks_[static_cast<std::size_t>(rank)].get();
   }
-  sim::Result<StreamState*> stream_locked(StreamId id) {
-    return table_entry(streams_, id.index, "stream");
-  }
-  sim::Result<EventState*> event_locked(EventId id) {
-    return table_entry(events_, id.index, "event");
-  }
-  sim::Result<BufferState*> buffer_locked(Buffer b) {
-    return table_entry(buffers_, b.index, "buffer");
-  }
-  sim::Result<CommState*> comm_locked(CommId id) {
-    return table_entry(comms_, id.index, "communicator");
-  }
+  sim::Result<StreamState*> stream_locked(StreamId id) { return streams_.get(id.index); }
+  sim::Result<EventState*> event_locked(EventId id) { return events_.get(id.index); }
+  sim::Result<BufferState*> buffer_locked(Buffer b) { return buffers_.get(b.index); }
+  sim::Result<CommState*> comm_locked(CommId id) { return comms_.get(id.index); }
   static sim::Result<int> member_of(const CommState& c, int rank, std::string_view op_name) {
     return comm_member(c.ranks, rank, op_name);
   }
 
+  // Work for local `rank`'s GPU, on its worker queue.
   void push_locked(int rank, std::string label, std::function<sim::Status()> run) {
-    ranks_[static_cast<std::size_t>(rank)]->queue.push_back(Task{std::move(label), std::move(run)});
-    cv_.notify_all();
+    work_.push_locked(ranks_[static_cast<std::size_t>(rank)]->queue, std::move(label),
+                      std::move(run));
   }
 
-  bool all_idle_locked() const {
-    return std::all_of(ranks_.begin(), ranks_.end(),
-                       [](const auto& r) { return !r->busy && r->queue.empty(); });
+  // Turns true once the device aborts: a non-blocking NCCL call polled on a worker stops then.
+  cuda::StopQuery aborted_query() {
+    return [this] { return work_.aborted(); };
   }
 
-  void set_error_locked(sim::Error error) {
-    if (!first_error_) first_error_ = std::move(error);
+  enum class GpuPoll { kDone, kBusy, kFailed };
+
+  // One look at every stream and at NCCL's asynchronous errors; a failure is latched.
+  GpuPoll poll_gpus_once() {
+    bool all_done = true;
+    {
+      std::lock_guard lock(work_.mutex());
+      if (work_.failed_locked()) return GpuPoll::kFailed;
+      for (const auto& s : streams_) {
+        const cudaError_t q = cudaStreamQuery(s->stream.get());
+        if (q == cudaErrorNotReady) {
+          all_done = false;
+        } else if (q != cudaSuccess) {
+          work_.fail_locked(cuda_error(q, fmt::format("stream '{}'", s->name)));
+          return GpuPoll::kFailed;
+        }
+      }
+    }
+    if (std::optional<sim::Error> e = nccl_async_error()) {
+      std::lock_guard lock(work_.mutex());
+      work_.fail_locked(*e);
+      return GpuPoll::kFailed;
+    }
+    return all_done ? GpuPoll::kDone : GpuPoll::kBusy;
+  }
+
+  // Polls the GPUs every 50 µs until they are done or failed (true) or `deadline` (false).
+  bool poll_gpus(std::chrono::steady_clock::time_point deadline) {
+    for (;;) {
+      if (poll_gpus_once() != GpuPoll::kBusy) return true;
+      if (std::chrono::steady_clock::now() >= deadline) return false;
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+
+  // After a timeout (the watchdog fires: hung_) or a failure, the device aborts: the workers
+  // give up, then the NCCL communicators are aborted. Returns the first error.
+  sim::Status end_synchronize(bool timed_out, std::chrono::milliseconds timeout) {
+    WorkQueues::Lock lock(work_.mutex());
+    if (timed_out || work_.failed_locked()) {
+      if (timed_out) {
+        work_.fire_watchdog_locked(timeout, "NCCL communicators", "kernels on the GPU");
+        hung_ = true;
+      }
+      work_.abort_locked();
+      // Workers polling a non-blocking NCCL call stop at the abort; let them leave the
+      // communicators before ncclCommAbort frees them (bounded: a stuck CUDA call must not
+      // hold the watchdog).
+      work_.wait_idle(lock, std::chrono::steady_clock::now() + std::chrono::seconds(2), false);
+      lock.unlock();
+      abort_comms(/*destroy=*/false);
+      lock.lock();
+      work_.wait_idle(lock, std::chrono::steady_clock::now() + std::chrono::seconds(10), false);
+    }
+    return work_.status_locked();
   }
 
   std::optional<sim::Error> nccl_async_error() {
-#if OFFSIM_HAVE_NCCL
-    std::lock_guard lock(mu_);
+    std::lock_guard lock(work_.mutex());
     for (const auto& c : comms_) {
       if (!c->nccl) continue;
-      for (ncclComm_t nc : c->comms) {
-        if (!nc) continue;  // aborted
-        ncclResult_t async = ncclSuccess;
-        if (c->nccl->CommGetAsyncError(nc, &async) == ncclSuccess && async != ncclSuccess &&
-            async != ncclInProgress) {
-          return cuda::nccl_error(static_cast<int>(async), c->nccl->GetErrorString(async),
-                                  "a collective (ncclCommGetAsyncError)");
-        }
-      }
+      if (std::optional<sim::Error> e = c->nccl->async_error()) return e;
     }
-#endif
     return std::nullopt;
   }
 
-#if OFFSIM_HAVE_NCCL
-  // Waits for a non-blocking NCCL call on `comm` to finish; stops when the device aborts.
-  sim::Status settle(const cuda::NcclApi& api, ncclComm_t comm, std::string_view call) {
-    return api.settle(comm, call, [this] {
-      std::lock_guard lock(mu_);
-      return aborted_;
-    });
-  }
-
-  // One NCCL rank per member GPU: ncclCommInitRankConfig (non-blocking) for each member inside
-  // one group, then bounded polling until every rank is ready. A communicator that does not come
-  // up within kCommInitTimeout is aborted and reported.
-  sim::Status init_nccl_comm(CommState& c, const cuda::NcclApi& api) {
-    constexpr auto kCommInitTimeout = std::chrono::seconds(60);
-    const int n = static_cast<int>(c.ranks.size());
-    ncclUniqueId id{};
-    OFFSIM_RETURN_IF_ERROR(api.check(api.GetUniqueId(&id), "ncclGetUniqueId"));
-    c.comms.assign(c.ranks.size(), nullptr);
-    // What the communicator takes on each member GPU (NCCL may allocate more at its first
-    // collective; memory_split()'s device figure shows that).
-    std::vector<std::int64_t> used_before(c.ranks.size(), -1);
-    for (std::size_t i = 0; i < c.ranks.size(); ++i) {
-      if (cudaSetDevice(ranks_[static_cast<std::size_t>(c.ranks[i])]->gpu) == cudaSuccess) {
-        used_before[i] = device_used_bytes();
-      }
-      cudaGetLastError();
-    }
-    ncclConfig_t config = cuda::nonblocking_config();
-    OFFSIM_RETURN_IF_ERROR(api.check(api.GroupStart(), "ncclGroupStart"));
-    ncclResult_t first = ncclSuccess;
-    for (int i = 0; i < n; ++i) {
-      const int gpu = ranks_[static_cast<std::size_t>(c.ranks[static_cast<std::size_t>(i)])]->gpu;
-      if (cudaSetDevice(gpu) != cudaSuccess) {
-        cudaGetLastError();
-        first = ncclUnhandledCudaError;
-        break;
-      }
-      first = api.CommInitRankConfig(&c.comms[static_cast<std::size_t>(i)], n, id, i, &config);
-      if (first != ncclSuccess && first != ncclInProgress) break;
-    }
-    const ncclResult_t ended = api.GroupEnd();
-    auto abort_all = [&] {
-      for (ncclComm_t& nc : c.comms) {
-        if (nc) api.CommAbort(nc);
-        nc = nullptr;
-      }
-    };
-    sim::Status status = api.check(first, "ncclCommInitRankConfig");
-    if (status) status = api.check(ended, "ncclGroupEnd (communicator creation)");
-    const auto deadline = std::chrono::steady_clock::now() + kCommInitTimeout;
-    for (std::size_t i = 0; status && i < c.comms.size(); ++i) {
-      status = api.settle(c.comms[i], "ncclCommInitRankConfig",
-                          [&] { return std::chrono::steady_clock::now() >= deadline; });
-    }
-    if (!status) {
-      abort_all();
-      return sim::fail(sim::with_context(
-          status.error(),
-          fmt::format("NCCL communicator over {} GPU(s) (NCCL {}, {}; timeout {} s): ", n,
-                      nccl_version_string(api.version), api.file, kCommInitTimeout.count())));
-    }
-    c.nccl = &api;
-    for (std::size_t i = 0; i < c.ranks.size(); ++i) {
-      RankState& member = *ranks_[static_cast<std::size_t>(c.ranks[i])];
-      if (used_before[i] < 0 || cudaSetDevice(member.gpu) != cudaSuccess) continue;
-      member.comm_bytes += std::max<std::int64_t>(device_used_bytes() - used_before[i], 0);
-    }
-    cudaGetLastError();
-    std::lock_guard lock(mu_);
-    info_.comm_version = nccl_version_string(api.version);
-    return sim::ok();
-  }
-#endif
-
   // ncclCommAbort unblocks kernels and host calls waiting on peers; destroy=true is the orderly
-  // end of a healthy device.
+  // end of a healthy device (every communicator finalized, then destroyed).
   void abort_comms(bool destroy) {
-#if OFFSIM_HAVE_NCCL
-    std::vector<std::unique_ptr<CommState>> comms;
-    {
-      std::lock_guard lock(mu_);
-      if (destroy) {
-        comms = std::move(comms_);
-        comms_.clear();
-      }
-    }
     if (destroy) {
-      // All members of a communicator live in this process and are finalized together: one
-      // thread finalizing them one by one could wait on a peer it has not finalized yet.
-      for (auto& c : comms) {
-        if (!c->nccl) continue;
-        const cuda::NcclApi& api = *c->nccl;
-        api.GroupStart();
-        for (ncclComm_t nc : c->comms) {
-          if (nc) api.CommFinalize(nc);
-        }
-        api.GroupEnd();
-        // Non-blocking communicators finalize in the background: wait (bounded) for each to
-        // finish before destroying it, and abort one that does not.
-        bool finished = true;
-        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-        for (ncclComm_t nc : c->comms) {
-          if (!nc) continue;
-          const sim::Status done = api.settle(
-              nc, "ncclCommFinalize", [&] { return std::chrono::steady_clock::now() >= deadline; });
-          if (!done) finished = false;
-        }
-        for (ncclComm_t nc : c->comms) {
-          if (nc) finished ? api.CommDestroy(nc) : api.CommAbort(nc);
-        }
+      std::vector<std::unique_ptr<CommState>> comms;
+      {
+        std::lock_guard lock(work_.mutex());
+        comms = comms_.take();
       }
+      std::vector<cuda::NcclComm*> nccl;
+      for (auto& c : comms) {
+        if (c->nccl) nccl.push_back(c->nccl.get());
+      }
+      cuda::NcclComm::finalize_all(nccl);
       return;
     }
-    std::lock_guard lock(mu_);
+    std::lock_guard lock(work_.mutex());
     for (auto& c : comms_) {
-      if (!c->nccl) continue;
-      for (ncclComm_t& nc : c->comms) {
-        if (nc) c->nccl->CommAbort(nc);
-        nc = nullptr;
+      if (c->nccl) c->nccl->abort();
+    }
+  }
+
+  // Teardown steps (see ~CudaDevice).
+  // After a watchdog: cudaFree and cudaFreeHost synchronize the device; behind a kernel that
+  // never ends they would never return. The process is about to report the watchdog error:
+  // leave the memory to the driver, which reclaims it when the process exits.
+  void leak_device_memory() {
+    for (auto& b : buffers_) b->memory->leak();
+    for (auto& s : streams_) static_cast<void>(s->workspace.release());
+  }
+
+  void synchronize_gpus() {
+    for (auto& r : ranks_) {
+      cudaSetDevice(r->gpu);
+      cudaDeviceSynchronize();
+    }
+  }
+
+  // Pool allocations still live go back before the pools.
+  void free_pool_allocations() {
+    for (auto& s : streams_) {
+      RankState& r = *ranks_[static_cast<std::size_t>(s->rank)];
+      for (auto& [key, a] : r.allocations) {
+        if (a.ptr) cudaFreeAsync(a.ptr, s->stream.get());
+      }
+      r.allocations.clear();
+    }
+  }
+
+  // GEMM and attention plans and the cuDNN handle of every GPU (after a watchdog, the attention
+  // buffers and the cuDNN handle are left to the driver, as above).
+  void release_rank_plans() {
+    for (auto& r : ranks_) {
+      cudaSetDevice(r->gpu);
+      if (!hung_) cudaDeviceSynchronize();
+      r->gemms.clear();
+      for (auto& [key, plan] : r->attention) {
+        if (!hung_) continue;
+        for (auto* b : {plan->workspace.get(), plan->stats.get(), plan->grads.get()}) {
+          if (b) b->leak();
+        }
+      }
+      r->attention.clear();
+      if (hung_) {
+        static_cast<void>(r->dnn.release());
+      } else {
+        r->dnn.reset();
       }
     }
-#else
-    (void)destroy;
-#endif
   }
 
   // The attention plan of `shape` on `rank`, made on first use (see AttentionPlan). cuDNN that
@@ -1549,12 +1289,12 @@ class CudaDevice final : public Device {
         shape.kv_heads > 0 && shape.heads % shape.kv_heads == 0 ? shape.kv_heads : shape.heads;
     OFFSIM_CUDA_CHECK(cudaSetDevice(r.gpu));
     if (!r.dnn) {
-      sim::Status made = api.check(api.Create(&r.dnn), "cudnnCreate");
-      if (!made) {
-        r.dnn = nullptr;
-        return sim::fail(made.error().code, "cuDNN error: {}", made.error().message);
-      }
+      cudnnHandle_t made_handle = nullptr;
+      sim::Status made = api.check(api.Create(&made_handle), "cudnnCreate");
+      if (!made) return sim::fail(made.error().code, "cuDNN error: {}", made.error().message);
+      r.dnn.reset(made_handle);
     }
+    cudnnHandle_t dnn = r.dnn.get();
     auto dnn_failed = [](const sim::Error& e) {
       return sim::fail(
           e.code, "{}{}",
@@ -1565,13 +1305,13 @@ class CudaDevice final : public Device {
     cuda::SdpaShape fs{shape.batch, shape.heads,  shape.backward ? shape.heads : kv_heads,
                        shape.seq_q, shape.seq_kv, shape.head_dim};
     sim::Result<std::unique_ptr<cuda::CudnnSdpaForward>> fwd =
-        cuda::CudnnSdpaForward::build(api, r.dnn, fs, /*with_stats=*/true);
+        cuda::CudnnSdpaForward::build(api, dnn, fs, /*with_stats=*/true);
     if (!fwd) return dnn_failed(fwd.error());
     plan.fwd = std::move(*fwd);
     std::int64_t ws = plan.fwd->workspace_bytes();
     if (shape.backward) {
       sim::Result<std::unique_ptr<cuda::CudnnSdpaBackward>> bwd =
-          cuda::CudnnSdpaBackward::build(api, r.dnn, fs);
+          cuda::CudnnSdpaBackward::build(api, dnn, fs);
       if (!bwd) return dnn_failed(bwd.error());
       plan.bwd = std::move(*bwd);
       ws = std::max(ws, plan.bwd->workspace_bytes());
@@ -1609,9 +1349,9 @@ class CudaDevice final : public Device {
     char* v = k + plan.kv_bytes;
     OFFSIM_CUDA_CHECK(cuda::launch_fill(q, trial->bytes(), 19, nullptr));
     OFFSIM_CUDA_CHECK(cudaDeviceSynchronize());
-    sim::Status tried = api.check(api.SetStream(r.dnn, nullptr), "cudnnSetStream");
+    sim::Status tried = api.check(api.SetStream(dnn, nullptr), "cudnnSetStream");
     if (tried) {
-      tried = plan.fwd->run(r.dnn, q, k, v, o, plan.workspace->get(), plan.stats->get());
+      tried = plan.fwd->run(dnn, q, k, v, o, plan.workspace->get(), plan.stats->get());
     }
     if (tried && plan.bwd) {
       char* g = static_cast<char*>(plan.grads->get());
@@ -1624,7 +1364,7 @@ class CudaDevice final : public Device {
                                          g + 2 * plan.kv_bytes,
                                          g + 2 * plan.kv_bytes + plan.q_bytes,
                                          g + 3 * plan.kv_bytes + plan.q_bytes};
-      tried = plan.bwd->run(r.dnn, nullptr, x, plan.workspace->get());
+      tried = plan.bwd->run(dnn, nullptr, x, plan.workspace->get());
     }
     const cudaError_t synced = cudaDeviceSynchronize();
     if (synced != cudaSuccess) {
@@ -1691,8 +1431,8 @@ class CudaDevice final : public Device {
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
     // No algorithm is reported either as found == 0 or as CUBLAS_STATUS_NOT_SUPPORTED.
-    const cublasStatus_t st =
-        cublasLtMatmulAlgoGetHeuristic(r.lt, p.op, p.a, p.b, p.c, p.c, p.pref, 1, &result, &found);
+    const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(r.lt.get(), p.op, p.a, p.b, p.c, p.c,
+                                                             p.pref, 1, &result, &found);
     if (st != CUBLAS_STATUS_SUCCESS && st != CUBLAS_STATUS_NOT_SUPPORTED) {
       return sim::fail(cublas_error(static_cast<int>(st), "cublasLtMatmulAlgoGetHeuristic"));
     }
@@ -1708,47 +1448,20 @@ class CudaDevice final : public Device {
     return sim::ok();
   }
 
-  void run_worker(RankState& r) {
-    cudaSetDevice(r.gpu);
-    std::unique_lock lock(mu_);
-    for (;;) {
-      cv_.wait(lock, [&] { return stop_ || !r.queue.empty(); });
-      if (r.queue.empty()) return;
-      Task task = std::move(r.queue.front());
-      r.queue.pop_front();
-      r.busy = true;
-      r.current = task.label;
-      const bool skip = aborted_ || first_error_.has_value();
-      lock.unlock();
-      sim::Status status = skip ? sim::ok() : task.run();
-      lock.lock();
-      if (!status) {
-        set_error_locked(sim::Error{status.error().code,
-                                    fmt::format("GPU {}: {}", r.gpu, status.error().message)});
-        aborted_ = true;
-      }
-      r.busy = false;
-      r.current.clear();
-      cv_.notify_all();
-    }
-  }
-
   int first_gpu_;
   unsigned host_threads_ = 1;  // per host-compute pass (see HostPass)
   DeviceInfo info_;
   std::vector<std::unique_ptr<RankState>> ranks_;
-  std::mutex mu_;
-  std::mutex attention_mu_;  // RankState::dnn and ::attention (never taken inside mu_)
+  // The skeleton: a worker queue per GPU, the first-error latch, the watchdog. Its mutex also
+  // guards the tables below, the events' counters and hung_.
+  WorkQueues work_;
+  std::mutex attention_mu_;  // RankState::dnn and ::attention (never taken inside work_'s)
   std::mutex marks_mu_;      // RankState::marks (host functions of the marks)
-  std::condition_variable cv_;
-  bool stop_ = false;
-  bool aborted_ = false;
-  bool hung_ = false;  // a watchdog fired: skip calls that could block on the GPU at teardown
-  std::optional<sim::Error> first_error_;
-  std::vector<std::unique_ptr<StreamState>> streams_;
-  std::vector<std::unique_ptr<EventState>> events_;
-  std::vector<std::unique_ptr<BufferState>> buffers_;
-  std::vector<std::unique_ptr<CommState>> comms_;
+  bool hung_ = false;        // a watchdog fired: skip calls that could block on the GPU at teardown
+  HandleTable<StreamState> streams_{"stream"};
+  HandleTable<EventState> events_{"event"};
+  HandleTable<BufferState> buffers_{"buffer"};
+  HandleTable<CommState> comms_{"communicator"};
 };
 
 }  // namespace

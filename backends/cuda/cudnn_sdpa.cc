@@ -308,6 +308,204 @@ sim::Status execute(const CudnnApi& api, cudnnHandle_t handle, cudnnBackendDescr
 
 std::int64_t align256(std::int64_t bytes) { return (bytes + 255) / 256 * 256; }
 
+// The operations of a graph, in the order they are added.
+class OpList {
+ public:
+  sim::Status add(sim::Result<cudnnBackendDescriptor_t> op) {
+    if (!op) return sim::fail(op.error());
+    ops.push_back(*op);
+    return sim::ok();
+  }
+  std::vector<cudnnBackendDescriptor_t> ops;
+};
+
+using Desc = cudnnBackendDescriptor_t;
+
+// The forward graph's tensors: operands (by address or value) and virtual intermediates.
+struct ForwardTensors {
+  Dims row_dims;
+  Desc q, kt, v, o, scale, masked;
+  Desc s, scaled, row, col, mask, masked_s, max, centered, exp, sum, p;
+};
+
+sim::Result<ForwardTensors> forward_tensors(Builder& b, const SdpaShape& s) {
+  const cudnnDataType_t bf16 = CUDNN_DATA_BFLOAT16, fp32 = CUDNN_DATA_FLOAT;
+  const Dims q_dims{s.batch, s.q_heads, s.seq_q, s.head_dim};
+  const Dims kv_dims{s.batch, s.kv_heads, s.seq_kv, s.head_dim};
+  const Dims kv_strides = packed(kv_dims);
+  // Kᵀ: the same memory as K read with its last two dimensions swapped.
+  const Dims kt_dims{s.batch, s.kv_heads, s.head_dim, s.seq_kv};
+  const Dims kt_strides{kv_strides[0], kv_strides[1], 1, s.head_dim};
+  const Dims s_dims{s.batch, s.q_heads, s.seq_q, s.seq_kv};
+  const Dims one{1, 1, 1, 1};
+  ForwardTensors t;
+  t.row_dims = {s.batch, s.q_heads, s.seq_q, 1};
+  const Dims& row_dims = t.row_dims;
+  OFFSIM_ASSIGN_OR_RETURN(t.q, b.tensor(kQ, q_dims, packed(q_dims), bf16, false));
+  OFFSIM_ASSIGN_OR_RETURN(t.kt, b.tensor(kK, kt_dims, kt_strides, bf16, false));
+  OFFSIM_ASSIGN_OR_RETURN(t.v, b.tensor(kV, kv_dims, kv_strides, bf16, false));
+  OFFSIM_ASSIGN_OR_RETURN(t.o, b.tensor(kO, q_dims, packed(q_dims), bf16, false));
+  OFFSIM_ASSIGN_OR_RETURN(t.scale, b.tensor(kScale, one, one, fp32, false, true));
+  OFFSIM_ASSIGN_OR_RETURN(t.masked, b.tensor(kMasked, one, one, fp32, false, true));
+  OFFSIM_ASSIGN_OR_RETURN(t.s, b.tensor(kS, s_dims, packed(s_dims), fp32, true));
+  OFFSIM_ASSIGN_OR_RETURN(t.scaled, b.tensor(kScaled, s_dims, packed(s_dims), fp32, true));
+  OFFSIM_ASSIGN_OR_RETURN(t.row, b.tensor(kRow, s_dims, packed(s_dims), CUDNN_DATA_INT32, true));
+  OFFSIM_ASSIGN_OR_RETURN(t.col, b.tensor(kCol, s_dims, packed(s_dims), CUDNN_DATA_INT32, true));
+  OFFSIM_ASSIGN_OR_RETURN(t.mask,
+                          b.tensor(kMask, s_dims, packed(s_dims), CUDNN_DATA_BOOLEAN, true));
+  OFFSIM_ASSIGN_OR_RETURN(t.masked_s, b.tensor(kMaskedS, s_dims, packed(s_dims), fp32, true));
+  OFFSIM_ASSIGN_OR_RETURN(t.max, b.tensor(kMax, row_dims, packed(row_dims), fp32, true));
+  OFFSIM_ASSIGN_OR_RETURN(t.centered, b.tensor(kCentered, s_dims, packed(s_dims), fp32, true));
+  OFFSIM_ASSIGN_OR_RETURN(t.exp, b.tensor(kExp, s_dims, packed(s_dims), fp32, true));
+  OFFSIM_ASSIGN_OR_RETURN(t.sum, b.tensor(kSum, row_dims, packed(row_dims), fp32, true));
+  // Probabilities in bf16 for the second tensor-core GEMM, as flash attention does.
+  OFFSIM_ASSIGN_OR_RETURN(t.p, b.tensor(kP, s_dims, packed(s_dims), bf16, true));
+  return t;
+}
+
+// O = softmax(mask(scale · Q·Kᵀ)) · V, and (with_stats) Stats = rowmax + log(rowsum).
+sim::Result<std::vector<Desc>> forward_ops(Builder& b, const ForwardTensors& t, bool with_stats) {
+  const cudnnDataType_t fp32 = CUDNN_DATA_FLOAT;
+  OpList l;
+  OFFSIM_RETURN_IF_ERROR(l.add(b.matmul(t.q, t.kt, t.s)));
+  OFFSIM_RETURN_IF_ERROR(l.add(b.pointwise(CUDNN_POINTWISE_MUL, t.s, t.scale, nullptr, t.scaled)));
+  OFFSIM_RETURN_IF_ERROR(
+      l.add(b.pointwise(CUDNN_POINTWISE_GEN_INDEX, t.scaled, nullptr, nullptr, t.row, 2)));
+  OFFSIM_RETURN_IF_ERROR(
+      l.add(b.pointwise(CUDNN_POINTWISE_GEN_INDEX, t.scaled, nullptr, nullptr, t.col, 3)));
+  OFFSIM_RETURN_IF_ERROR(l.add(b.pointwise(CUDNN_POINTWISE_CMP_GE, t.row, t.col, nullptr, t.mask)));
+  OFFSIM_RETURN_IF_ERROR(
+      l.add(b.pointwise(CUDNN_POINTWISE_BINARY_SELECT, t.scaled, t.masked, t.mask, t.masked_s)));
+  OFFSIM_RETURN_IF_ERROR(l.add(b.reduction(CUDNN_REDUCE_TENSOR_MAX, t.masked_s, t.max)));
+  OFFSIM_RETURN_IF_ERROR(
+      l.add(b.pointwise(CUDNN_POINTWISE_SUB, t.masked_s, t.max, nullptr, t.centered)));
+  OFFSIM_RETURN_IF_ERROR(
+      l.add(b.pointwise(CUDNN_POINTWISE_EXP, t.centered, nullptr, nullptr, t.exp)));
+  OFFSIM_RETURN_IF_ERROR(l.add(b.reduction(CUDNN_REDUCE_TENSOR_ADD, t.exp, t.sum)));
+  if (with_stats) {
+    // Stats = rowmax + log(rowsum): what the backward needs to rebuild P without a second pass.
+    const Dims& row_dims = t.row_dims;
+    OFFSIM_ASSIGN_OR_RETURN(auto t_log, b.tensor(kLog, row_dims, packed(row_dims), fp32, true));
+    OFFSIM_ASSIGN_OR_RETURN(auto stats, b.tensor(kStats, row_dims, packed(row_dims), fp32, false));
+    OFFSIM_RETURN_IF_ERROR(l.add(b.pointwise(CUDNN_POINTWISE_LOG, t.sum, nullptr, nullptr, t_log)));
+    OFFSIM_RETURN_IF_ERROR(l.add(b.pointwise(CUDNN_POINTWISE_ADD, t_log, t.max, nullptr, stats)));
+  }
+  OFFSIM_RETURN_IF_ERROR(l.add(b.pointwise(CUDNN_POINTWISE_DIV, t.exp, t.sum, nullptr, t.p)));
+  OFFSIM_RETURN_IF_ERROR(l.add(b.matmul(t.p, t.v, t.o)));
+  return std::move(l.ops);
+}
+
+// The backward graph's tensors: operands, gradients, the engine's own buffers (softmax sum,
+// fp32 dQ accumulator) and virtual intermediates.
+struct BackwardTensors {
+  Desc q, kt, vt, o, d_o, stats, scale, masked, dq, dk, dv, softmax_sum, dq_accum;
+  Desc dot, s, scaled, row, col, mask, masked_s, centered, p, pt, dp, dp_minus, ds_raw, ds, ds_bf,
+      dst, k;
+};
+
+sim::Result<BackwardTensors> backward_operand_tensors(Builder& b, const SdpaShape& s) {
+  const cudnnDataType_t bf16 = CUDNN_DATA_BFLOAT16, fp32 = CUDNN_DATA_FLOAT;
+  const Dims q_dims{s.batch, s.q_heads, s.seq_q, s.head_dim};
+  const Dims q_strides = packed(q_dims);
+  const Dims kv_dims{s.batch, s.kv_heads, s.seq_kv, s.head_dim};
+  const Dims kv_strides = packed(kv_dims);
+  // Kᵀ and Vᵀ: K and V read with their last two dimensions swapped.
+  const Dims t_dims{s.batch, s.kv_heads, s.head_dim, s.seq_kv};
+  const Dims t_strides{kv_strides[0], kv_strides[1], 1, s.head_dim};
+  const Dims row_dims{s.batch, s.q_heads, s.seq_q, 1};
+  const Dims row_strides = packed(row_dims);
+  const Dims one{1, 1, 1, 1};
+  BackwardTensors t{};
+  OFFSIM_ASSIGN_OR_RETURN(t.q, b.tensor(kQ, q_dims, q_strides, bf16, false));
+  OFFSIM_ASSIGN_OR_RETURN(t.kt, b.tensor(kK, t_dims, t_strides, bf16, false));
+  OFFSIM_ASSIGN_OR_RETURN(t.vt, b.tensor(kV, t_dims, t_strides, bf16, false));
+  OFFSIM_ASSIGN_OR_RETURN(t.o, b.tensor(kO, q_dims, q_strides, bf16, false));
+  OFFSIM_ASSIGN_OR_RETURN(t.d_o, b.tensor(kDO, q_dims, q_strides, bf16, false));
+  OFFSIM_ASSIGN_OR_RETURN(t.stats, b.tensor(kStats, row_dims, row_strides, fp32, false));
+  OFFSIM_ASSIGN_OR_RETURN(t.scale, b.tensor(kScale, one, one, fp32, false, true));
+  OFFSIM_ASSIGN_OR_RETURN(t.masked, b.tensor(kMasked, one, one, fp32, false, true));
+  OFFSIM_ASSIGN_OR_RETURN(t.dq, b.tensor(kDQ, q_dims, q_strides, bf16, false));
+  OFFSIM_ASSIGN_OR_RETURN(t.dk, b.tensor(kDK, kv_dims, kv_strides, bf16, false));
+  OFFSIM_ASSIGN_OR_RETURN(t.dv, b.tensor(kDV, kv_dims, kv_strides, bf16, false));
+  OFFSIM_ASSIGN_OR_RETURN(t.softmax_sum, b.tensor(kSoftmaxSum, row_dims, row_strides, fp32, false));
+  OFFSIM_ASSIGN_OR_RETURN(t.dq_accum,
+                          b.tensor(kDQAccum, q_dims, q_strides, fp32, false, false, true));
+  return t;
+}
+
+// The virtual intermediates of the backward graph, after its operands (backward_operand_tensors).
+sim::Status backward_virtual_tensors(Builder& b, const SdpaShape& s, BackwardTensors& t) {
+  const cudnnDataType_t bf16 = CUDNN_DATA_BFLOAT16, fp32 = CUDNN_DATA_FLOAT;
+  const Dims q_dims{s.batch, s.q_heads, s.seq_q, s.head_dim};
+  const Dims q_strides = packed(q_dims);
+  const Dims kv_dims{s.batch, s.kv_heads, s.seq_kv, s.head_dim};
+  const Dims kv_strides = packed(kv_dims);
+  const Dims p_dims{s.batch, s.q_heads, s.seq_q, s.seq_kv};
+  const Dims p_strides = packed(p_dims);
+  const Dims pt_dims{s.batch, s.q_heads, s.seq_kv, s.seq_q};
+  const Dims pt_strides{p_strides[0], p_strides[1], 1, s.seq_kv};
+  OFFSIM_ASSIGN_OR_RETURN(t.dot, b.tensor(kDotDoO, q_dims, q_strides, fp32, true));
+  OFFSIM_ASSIGN_OR_RETURN(t.s, b.tensor(kBS, p_dims, p_strides, fp32, true));
+  OFFSIM_ASSIGN_OR_RETURN(t.scaled, b.tensor(kBScaled, p_dims, p_strides, fp32, true));
+  OFFSIM_ASSIGN_OR_RETURN(t.row, b.tensor(kBRow, p_dims, p_strides, CUDNN_DATA_INT32, true));
+  OFFSIM_ASSIGN_OR_RETURN(t.col, b.tensor(kBCol, p_dims, p_strides, CUDNN_DATA_INT32, true));
+  OFFSIM_ASSIGN_OR_RETURN(t.mask, b.tensor(kBMask, p_dims, p_strides, CUDNN_DATA_BOOLEAN, true));
+  OFFSIM_ASSIGN_OR_RETURN(t.masked_s, b.tensor(kBMasked, p_dims, p_strides, fp32, true));
+  OFFSIM_ASSIGN_OR_RETURN(t.centered, b.tensor(kBCentered, p_dims, p_strides, fp32, true));
+  OFFSIM_ASSIGN_OR_RETURN(t.p, b.tensor(kBP, p_dims, p_strides, fp32, true));
+  OFFSIM_ASSIGN_OR_RETURN(t.pt, b.tensor(kBPt, pt_dims, pt_strides, bf16, true));
+  OFFSIM_ASSIGN_OR_RETURN(t.dp, b.tensor(kBDP, p_dims, p_strides, fp32, true));
+  OFFSIM_ASSIGN_OR_RETURN(t.dp_minus, b.tensor(kBDPMinus, p_dims, p_strides, fp32, true));
+  OFFSIM_ASSIGN_OR_RETURN(t.ds_raw, b.tensor(kBDSRaw, p_dims, p_strides, fp32, true));
+  OFFSIM_ASSIGN_OR_RETURN(t.ds, b.tensor(kBDS, p_dims, p_strides, fp32, true));
+  OFFSIM_ASSIGN_OR_RETURN(t.ds_bf, b.tensor(kBDSbf, p_dims, p_strides, bf16, true));
+  OFFSIM_ASSIGN_OR_RETURN(t.dst, b.tensor(kBDSt, pt_dims, pt_strides, bf16, true));
+  OFFSIM_ASSIGN_OR_RETURN(t.k, b.tensor(kBK, kv_dims, kv_strides, bf16, true));
+  return sim::ok();
+}
+
+// dQ, dK, dV of O = softmax(mask(scale · Q·Kᵀ)) · V from dO, O and the forward's Stats.
+sim::Result<std::vector<Desc>> backward_ops(Builder& b, const BackwardTensors& t) {
+  OpList l;
+  // softmax_sum = rowsum(dO ∘ O)
+  OFFSIM_RETURN_IF_ERROR(l.add(b.pointwise(CUDNN_POINTWISE_MUL, t.d_o, t.o, nullptr, t.dot)));
+  OFFSIM_RETURN_IF_ERROR(l.add(b.reduction(CUDNN_REDUCE_TENSOR_ADD, t.dot, t.softmax_sum)));
+  // P = exp(mask(scale · Q·Kᵀ) − Stats)
+  OFFSIM_RETURN_IF_ERROR(l.add(b.matmul(t.q, t.kt, t.s)));
+  OFFSIM_RETURN_IF_ERROR(l.add(b.pointwise(CUDNN_POINTWISE_MUL, t.s, t.scale, nullptr, t.scaled)));
+  OFFSIM_RETURN_IF_ERROR(
+      l.add(b.pointwise(CUDNN_POINTWISE_GEN_INDEX, t.scaled, nullptr, nullptr, t.row, 2)));
+  OFFSIM_RETURN_IF_ERROR(
+      l.add(b.pointwise(CUDNN_POINTWISE_GEN_INDEX, t.scaled, nullptr, nullptr, t.col, 3)));
+  OFFSIM_RETURN_IF_ERROR(l.add(b.pointwise(CUDNN_POINTWISE_CMP_GE, t.row, t.col, nullptr, t.mask)));
+  OFFSIM_RETURN_IF_ERROR(
+      l.add(b.pointwise(CUDNN_POINTWISE_BINARY_SELECT, t.scaled, t.masked, t.mask, t.masked_s)));
+  OFFSIM_RETURN_IF_ERROR(
+      l.add(b.pointwise(CUDNN_POINTWISE_SUB, t.masked_s, t.stats, nullptr, t.centered)));
+  OFFSIM_RETURN_IF_ERROR(
+      l.add(b.pointwise(CUDNN_POINTWISE_EXP, t.centered, nullptr, nullptr, t.p)));
+  // dV = Pᵀ · dO
+  OFFSIM_RETURN_IF_ERROR(l.add(b.reshape(t.p, t.pt)));
+  OFFSIM_RETURN_IF_ERROR(l.add(b.matmul(t.pt, t.d_o, t.dv)));
+  // dS = scale · P ∘ (dO·Vᵀ − softmax_sum)
+  OFFSIM_RETURN_IF_ERROR(l.add(b.matmul(t.d_o, t.vt, t.dp)));
+  OFFSIM_RETURN_IF_ERROR(
+      l.add(b.pointwise(CUDNN_POINTWISE_SUB, t.dp, t.softmax_sum, nullptr, t.dp_minus)));
+  OFFSIM_RETURN_IF_ERROR(
+      l.add(b.pointwise(CUDNN_POINTWISE_MUL, t.dp_minus, t.p, nullptr, t.ds_raw)));
+  OFFSIM_RETURN_IF_ERROR(l.add(b.pointwise(CUDNN_POINTWISE_MUL, t.ds_raw, t.scale, nullptr, t.ds)));
+  // dQ = dS · K, accumulated in fp32 then cast; dK = dSᵀ · Q.
+  OFFSIM_RETURN_IF_ERROR(l.add(b.reshape(t.kt, t.k)));
+  OFFSIM_RETURN_IF_ERROR(
+      l.add(b.pointwise(CUDNN_POINTWISE_IDENTITY, t.ds, nullptr, nullptr, t.ds_bf)));
+  OFFSIM_RETURN_IF_ERROR(l.add(b.matmul(t.ds_bf, t.k, t.dq_accum)));
+  OFFSIM_RETURN_IF_ERROR(l.add(b.reshape(t.ds_bf, t.dst)));
+  OFFSIM_RETURN_IF_ERROR(l.add(b.matmul(t.dst, t.q, t.dk)));
+  OFFSIM_RETURN_IF_ERROR(
+      l.add(b.pointwise(CUDNN_POINTWISE_IDENTITY, t.dq_accum, nullptr, nullptr, t.dq)));
+  return std::move(l.ops);
+}
+
 }  // namespace
 
 CudnnSdpaForward::~CudnnSdpaForward() {
@@ -330,70 +528,8 @@ sim::Result<std::unique_ptr<CudnnSdpaForward>> CudnnSdpaForward::build(const Cud
   f->scale_ = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
   f->masked_ = -std::numeric_limits<float>::infinity();
   Builder b(api, f->owned_);
-  const cudnnDataType_t bf16 = CUDNN_DATA_BFLOAT16, fp32 = CUDNN_DATA_FLOAT;
-  const Dims q_dims{s.batch, s.q_heads, s.seq_q, s.head_dim};
-  const Dims kv_dims{s.batch, s.kv_heads, s.seq_kv, s.head_dim};
-  const Dims kv_strides = packed(kv_dims);
-  // Kᵀ: the same memory as K read with its last two dimensions swapped.
-  const Dims kt_dims{s.batch, s.kv_heads, s.head_dim, s.seq_kv};
-  const Dims kt_strides{kv_strides[0], kv_strides[1], 1, s.head_dim};
-  const Dims s_dims{s.batch, s.q_heads, s.seq_q, s.seq_kv};
-  const Dims row_dims{s.batch, s.q_heads, s.seq_q, 1};
-  const Dims one{1, 1, 1, 1};
-
-  OFFSIM_ASSIGN_OR_RETURN(auto q, b.tensor(kQ, q_dims, packed(q_dims), bf16, false));
-  OFFSIM_ASSIGN_OR_RETURN(auto kt, b.tensor(kK, kt_dims, kt_strides, bf16, false));
-  OFFSIM_ASSIGN_OR_RETURN(auto v, b.tensor(kV, kv_dims, kv_strides, bf16, false));
-  OFFSIM_ASSIGN_OR_RETURN(auto o, b.tensor(kO, q_dims, packed(q_dims), bf16, false));
-  OFFSIM_ASSIGN_OR_RETURN(auto scale, b.tensor(kScale, one, one, fp32, false, true));
-  OFFSIM_ASSIGN_OR_RETURN(auto masked, b.tensor(kMasked, one, one, fp32, false, true));
-  OFFSIM_ASSIGN_OR_RETURN(auto t_s, b.tensor(kS, s_dims, packed(s_dims), fp32, true));
-  OFFSIM_ASSIGN_OR_RETURN(auto t_scaled, b.tensor(kScaled, s_dims, packed(s_dims), fp32, true));
-  OFFSIM_ASSIGN_OR_RETURN(auto t_row,
-                          b.tensor(kRow, s_dims, packed(s_dims), CUDNN_DATA_INT32, true));
-  OFFSIM_ASSIGN_OR_RETURN(auto t_col,
-                          b.tensor(kCol, s_dims, packed(s_dims), CUDNN_DATA_INT32, true));
-  OFFSIM_ASSIGN_OR_RETURN(auto t_mask,
-                          b.tensor(kMask, s_dims, packed(s_dims), CUDNN_DATA_BOOLEAN, true));
-  OFFSIM_ASSIGN_OR_RETURN(auto t_masked, b.tensor(kMaskedS, s_dims, packed(s_dims), fp32, true));
-  OFFSIM_ASSIGN_OR_RETURN(auto t_max, b.tensor(kMax, row_dims, packed(row_dims), fp32, true));
-  OFFSIM_ASSIGN_OR_RETURN(auto t_centered, b.tensor(kCentered, s_dims, packed(s_dims), fp32, true));
-  OFFSIM_ASSIGN_OR_RETURN(auto t_exp, b.tensor(kExp, s_dims, packed(s_dims), fp32, true));
-  OFFSIM_ASSIGN_OR_RETURN(auto t_sum, b.tensor(kSum, row_dims, packed(row_dims), fp32, true));
-  // Probabilities in bf16 for the second tensor-core GEMM, as flash attention does.
-  OFFSIM_ASSIGN_OR_RETURN(auto t_p, b.tensor(kP, s_dims, packed(s_dims), bf16, true));
-
-  std::vector<cudnnBackendDescriptor_t> ops;
-  auto add = [&](sim::Result<cudnnBackendDescriptor_t> op) -> sim::Status {
-    if (!op) return sim::fail(op.error());
-    ops.push_back(*op);
-    return sim::ok();
-  };
-  OFFSIM_RETURN_IF_ERROR(add(b.matmul(q, kt, t_s)));
-  OFFSIM_RETURN_IF_ERROR(add(b.pointwise(CUDNN_POINTWISE_MUL, t_s, scale, nullptr, t_scaled)));
-  OFFSIM_RETURN_IF_ERROR(
-      add(b.pointwise(CUDNN_POINTWISE_GEN_INDEX, t_scaled, nullptr, nullptr, t_row, 2)));
-  OFFSIM_RETURN_IF_ERROR(
-      add(b.pointwise(CUDNN_POINTWISE_GEN_INDEX, t_scaled, nullptr, nullptr, t_col, 3)));
-  OFFSIM_RETURN_IF_ERROR(add(b.pointwise(CUDNN_POINTWISE_CMP_GE, t_row, t_col, nullptr, t_mask)));
-  OFFSIM_RETURN_IF_ERROR(
-      add(b.pointwise(CUDNN_POINTWISE_BINARY_SELECT, t_scaled, masked, t_mask, t_masked)));
-  OFFSIM_RETURN_IF_ERROR(add(b.reduction(CUDNN_REDUCE_TENSOR_MAX, t_masked, t_max)));
-  OFFSIM_RETURN_IF_ERROR(
-      add(b.pointwise(CUDNN_POINTWISE_SUB, t_masked, t_max, nullptr, t_centered)));
-  OFFSIM_RETURN_IF_ERROR(
-      add(b.pointwise(CUDNN_POINTWISE_EXP, t_centered, nullptr, nullptr, t_exp)));
-  OFFSIM_RETURN_IF_ERROR(add(b.reduction(CUDNN_REDUCE_TENSOR_ADD, t_exp, t_sum)));
-  if (with_stats) {
-    // Stats = rowmax + log(rowsum): what the backward needs to rebuild P without a second pass.
-    OFFSIM_ASSIGN_OR_RETURN(auto t_log, b.tensor(kLog, row_dims, packed(row_dims), fp32, true));
-    OFFSIM_ASSIGN_OR_RETURN(auto stats, b.tensor(kStats, row_dims, packed(row_dims), fp32, false));
-    OFFSIM_RETURN_IF_ERROR(add(b.pointwise(CUDNN_POINTWISE_LOG, t_sum, nullptr, nullptr, t_log)));
-    OFFSIM_RETURN_IF_ERROR(add(b.pointwise(CUDNN_POINTWISE_ADD, t_log, t_max, nullptr, stats)));
-  }
-  OFFSIM_RETURN_IF_ERROR(add(b.pointwise(CUDNN_POINTWISE_DIV, t_exp, t_sum, nullptr, t_p)));
-  OFFSIM_RETURN_IF_ERROR(add(b.matmul(t_p, v, o)));
-
+  OFFSIM_ASSIGN_OR_RETURN(const ForwardTensors t, forward_tensors(b, s));
+  OFFSIM_ASSIGN_OR_RETURN(std::vector<Desc> ops, forward_ops(b, t, with_stats));
   sim::Result<cudnnBackendDescriptor_t> plan = plan_for(b, api, handle, ops, f->workspace_bytes_);
   if (!plan) return sim::fail(sim::with_context(plan.error(), "cuDNN SDPA forward: "));
   f->plan_ = *plan;
@@ -436,98 +572,9 @@ sim::Result<std::unique_ptr<CudnnSdpaBackward>> CudnnSdpaBackward::build(const C
   f->scale_ = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
   f->masked_ = -std::numeric_limits<float>::infinity();
   Builder b(api, f->owned_);
-  const cudnnDataType_t bf16 = CUDNN_DATA_BFLOAT16, fp32 = CUDNN_DATA_FLOAT;
-  const Dims q_dims{s.batch, s.q_heads, s.seq_q, s.head_dim};
-  const Dims q_strides = packed(q_dims);
-  const Dims kv_dims{s.batch, s.kv_heads, s.seq_kv, s.head_dim};
-  const Dims kv_strides = packed(kv_dims);
-  // Kᵀ and Vᵀ: K and V read with their last two dimensions swapped.
-  const Dims t_dims{s.batch, s.kv_heads, s.head_dim, s.seq_kv};
-  const Dims t_strides{kv_strides[0], kv_strides[1], 1, s.head_dim};
-  const Dims p_dims{s.batch, s.q_heads, s.seq_q, s.seq_kv};
-  const Dims p_strides = packed(p_dims);
-  const Dims pt_dims{s.batch, s.q_heads, s.seq_kv, s.seq_q};
-  const Dims pt_strides{p_strides[0], p_strides[1], 1, s.seq_kv};
-  const Dims row_dims{s.batch, s.q_heads, s.seq_q, 1};
-  const Dims row_strides = packed(row_dims);
-  const Dims one{1, 1, 1, 1};
-
-  OFFSIM_ASSIGN_OR_RETURN(auto q, b.tensor(kQ, q_dims, q_strides, bf16, false));
-  OFFSIM_ASSIGN_OR_RETURN(auto kt, b.tensor(kK, t_dims, t_strides, bf16, false));
-  OFFSIM_ASSIGN_OR_RETURN(auto vt, b.tensor(kV, t_dims, t_strides, bf16, false));
-  OFFSIM_ASSIGN_OR_RETURN(auto o, b.tensor(kO, q_dims, q_strides, bf16, false));
-  OFFSIM_ASSIGN_OR_RETURN(auto d_o, b.tensor(kDO, q_dims, q_strides, bf16, false));
-  OFFSIM_ASSIGN_OR_RETURN(auto stats, b.tensor(kStats, row_dims, row_strides, fp32, false));
-  OFFSIM_ASSIGN_OR_RETURN(auto scale, b.tensor(kScale, one, one, fp32, false, true));
-  OFFSIM_ASSIGN_OR_RETURN(auto masked, b.tensor(kMasked, one, one, fp32, false, true));
-  OFFSIM_ASSIGN_OR_RETURN(auto dq, b.tensor(kDQ, q_dims, q_strides, bf16, false));
-  OFFSIM_ASSIGN_OR_RETURN(auto dk, b.tensor(kDK, kv_dims, kv_strides, bf16, false));
-  OFFSIM_ASSIGN_OR_RETURN(auto dv, b.tensor(kDV, kv_dims, kv_strides, bf16, false));
-  OFFSIM_ASSIGN_OR_RETURN(auto softmax_sum,
-                          b.tensor(kSoftmaxSum, row_dims, row_strides, fp32, false));
-  OFFSIM_ASSIGN_OR_RETURN(auto dq_accum,
-                          b.tensor(kDQAccum, q_dims, q_strides, fp32, false, false, true));
-
-  OFFSIM_ASSIGN_OR_RETURN(auto t_dot, b.tensor(kDotDoO, q_dims, q_strides, fp32, true));
-  OFFSIM_ASSIGN_OR_RETURN(auto t_s, b.tensor(kBS, p_dims, p_strides, fp32, true));
-  OFFSIM_ASSIGN_OR_RETURN(auto t_scaled, b.tensor(kBScaled, p_dims, p_strides, fp32, true));
-  OFFSIM_ASSIGN_OR_RETURN(auto t_row, b.tensor(kBRow, p_dims, p_strides, CUDNN_DATA_INT32, true));
-  OFFSIM_ASSIGN_OR_RETURN(auto t_col, b.tensor(kBCol, p_dims, p_strides, CUDNN_DATA_INT32, true));
-  OFFSIM_ASSIGN_OR_RETURN(auto t_mask,
-                          b.tensor(kBMask, p_dims, p_strides, CUDNN_DATA_BOOLEAN, true));
-  OFFSIM_ASSIGN_OR_RETURN(auto t_masked, b.tensor(kBMasked, p_dims, p_strides, fp32, true));
-  OFFSIM_ASSIGN_OR_RETURN(auto t_centered, b.tensor(kBCentered, p_dims, p_strides, fp32, true));
-  OFFSIM_ASSIGN_OR_RETURN(auto t_p, b.tensor(kBP, p_dims, p_strides, fp32, true));
-  OFFSIM_ASSIGN_OR_RETURN(auto t_pt, b.tensor(kBPt, pt_dims, pt_strides, bf16, true));
-  OFFSIM_ASSIGN_OR_RETURN(auto t_dp, b.tensor(kBDP, p_dims, p_strides, fp32, true));
-  OFFSIM_ASSIGN_OR_RETURN(auto t_dp_minus, b.tensor(kBDPMinus, p_dims, p_strides, fp32, true));
-  OFFSIM_ASSIGN_OR_RETURN(auto t_ds_raw, b.tensor(kBDSRaw, p_dims, p_strides, fp32, true));
-  OFFSIM_ASSIGN_OR_RETURN(auto t_ds, b.tensor(kBDS, p_dims, p_strides, fp32, true));
-  OFFSIM_ASSIGN_OR_RETURN(auto t_ds_bf, b.tensor(kBDSbf, p_dims, p_strides, bf16, true));
-  OFFSIM_ASSIGN_OR_RETURN(auto t_dst, b.tensor(kBDSt, pt_dims, pt_strides, bf16, true));
-  OFFSIM_ASSIGN_OR_RETURN(auto t_k, b.tensor(kBK, kv_dims, kv_strides, bf16, true));
-
-  std::vector<cudnnBackendDescriptor_t> ops;
-  auto add = [&](sim::Result<cudnnBackendDescriptor_t> op) -> sim::Status {
-    if (!op) return sim::fail(op.error());
-    ops.push_back(*op);
-    return sim::ok();
-  };
-  // softmax_sum = rowsum(dO ∘ O)
-  OFFSIM_RETURN_IF_ERROR(add(b.pointwise(CUDNN_POINTWISE_MUL, d_o, o, nullptr, t_dot)));
-  OFFSIM_RETURN_IF_ERROR(add(b.reduction(CUDNN_REDUCE_TENSOR_ADD, t_dot, softmax_sum)));
-  // P = exp(mask(scale · Q·Kᵀ) − Stats)
-  OFFSIM_RETURN_IF_ERROR(add(b.matmul(q, kt, t_s)));
-  OFFSIM_RETURN_IF_ERROR(add(b.pointwise(CUDNN_POINTWISE_MUL, t_s, scale, nullptr, t_scaled)));
-  OFFSIM_RETURN_IF_ERROR(
-      add(b.pointwise(CUDNN_POINTWISE_GEN_INDEX, t_scaled, nullptr, nullptr, t_row, 2)));
-  OFFSIM_RETURN_IF_ERROR(
-      add(b.pointwise(CUDNN_POINTWISE_GEN_INDEX, t_scaled, nullptr, nullptr, t_col, 3)));
-  OFFSIM_RETURN_IF_ERROR(add(b.pointwise(CUDNN_POINTWISE_CMP_GE, t_row, t_col, nullptr, t_mask)));
-  OFFSIM_RETURN_IF_ERROR(
-      add(b.pointwise(CUDNN_POINTWISE_BINARY_SELECT, t_scaled, masked, t_mask, t_masked)));
-  OFFSIM_RETURN_IF_ERROR(
-      add(b.pointwise(CUDNN_POINTWISE_SUB, t_masked, stats, nullptr, t_centered)));
-  OFFSIM_RETURN_IF_ERROR(add(b.pointwise(CUDNN_POINTWISE_EXP, t_centered, nullptr, nullptr, t_p)));
-  // dV = Pᵀ · dO
-  OFFSIM_RETURN_IF_ERROR(add(b.reshape(t_p, t_pt)));
-  OFFSIM_RETURN_IF_ERROR(add(b.matmul(t_pt, d_o, dv)));
-  // dS = scale · P ∘ (dO·Vᵀ − softmax_sum)
-  OFFSIM_RETURN_IF_ERROR(add(b.matmul(d_o, vt, t_dp)));
-  OFFSIM_RETURN_IF_ERROR(
-      add(b.pointwise(CUDNN_POINTWISE_SUB, t_dp, softmax_sum, nullptr, t_dp_minus)));
-  OFFSIM_RETURN_IF_ERROR(add(b.pointwise(CUDNN_POINTWISE_MUL, t_dp_minus, t_p, nullptr, t_ds_raw)));
-  OFFSIM_RETURN_IF_ERROR(add(b.pointwise(CUDNN_POINTWISE_MUL, t_ds_raw, scale, nullptr, t_ds)));
-  // dQ = dS · K, accumulated in fp32 then cast; dK = dSᵀ · Q.
-  OFFSIM_RETURN_IF_ERROR(add(b.reshape(kt, t_k)));
-  OFFSIM_RETURN_IF_ERROR(
-      add(b.pointwise(CUDNN_POINTWISE_IDENTITY, t_ds, nullptr, nullptr, t_ds_bf)));
-  OFFSIM_RETURN_IF_ERROR(add(b.matmul(t_ds_bf, t_k, dq_accum)));
-  OFFSIM_RETURN_IF_ERROR(add(b.reshape(t_ds_bf, t_dst)));
-  OFFSIM_RETURN_IF_ERROR(add(b.matmul(t_dst, q, dk)));
-  OFFSIM_RETURN_IF_ERROR(
-      add(b.pointwise(CUDNN_POINTWISE_IDENTITY, dq_accum, nullptr, nullptr, dq)));
-
+  OFFSIM_ASSIGN_OR_RETURN(BackwardTensors t, backward_operand_tensors(b, s));
+  OFFSIM_RETURN_IF_ERROR(backward_virtual_tensors(b, s, t));
+  OFFSIM_ASSIGN_OR_RETURN(std::vector<Desc> ops, backward_ops(b, t));
   sim::Result<cudnnBackendDescriptor_t> plan = plan_for(b, api, handle, ops, f->workspace_bytes_);
   if (!plan) return sim::fail(sim::with_context(plan.error(), "cuDNN SDPA backward: "));
   f->plan_ = *plan;
