@@ -241,6 +241,27 @@ bool failures_in_prefix(const sim::Timeline& t, sim::TimePoint t2, std::string& 
   return true;
 }
 
+// One stage: the first failures come before b2 and every pool's peak holds tensors the full step
+// has under the same names (before b2: static or periodic tensors; after: none of the periodic
+// region, whose names move by M - K micro-batches).
+bool memory_keeps_names(const sim::Timeline& t, const sim::detail::PeriodProbe& probe,
+                        sim::TimePoint b2, std::string& why) {
+  if (!failures_in_prefix(t, b2, why)) return false;
+  for (std::size_t p = 0; p < t.pools.size(); ++p) {
+    if (t.pools[p].peak_bytes == 0) continue;
+    const bool before = t.pools[p].peak_time <= b2;
+    for (std::uint32_t id : probe.live_at_peak[p]) {
+      const bool periodic = id >= probe.tensor_lo && id < probe.tensor_hi;
+      const bool static_tensor = id < probe.tensor_lo;
+      if (before ? !(periodic || static_tensor) : periodic) {
+        why = "a pool's peak holds tensors whose names move";
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
 std::optional<Report> steady_state_report(const Scenario& scenario, const EvalOptions& options,
                                           std::string& why) {
   constexpr int kK = kReducedMicroBatches;
@@ -323,19 +344,7 @@ std::optional<Report> steady_state_report(const Scenario& scenario, const EvalOp
   const std::int64_t period_ns = s2.time_ns - s1.time_ns;
   const sim::TimePoint b1{sim::Duration{s1.time_ns}};
   const sim::TimePoint b2{sim::Duration{s2.time_ns}};
-  if (!failures_in_prefix(t, b2, why)) return std::nullopt;
-  for (std::size_t p = 0; p < t.pools.size(); ++p) {
-    if (t.pools[p].peak_bytes == 0) continue;
-    const bool before = t.pools[p].peak_time <= b2;
-    for (std::uint32_t id : probe.live_at_peak[p]) {
-      const bool periodic = id >= probe.tensor_lo && id < probe.tensor_hi;
-      const bool static_tensor = id < probe.tensor_lo;
-      if (before ? !(periodic || static_tensor) : periodic) {
-        why = "a pool's peak holds tensors whose names move";
-        return std::nullopt;
-      }
-    }
-  }
+  if (!memory_keeps_names(t, probe, b2, why)) return std::nullopt;
   Extrapolation x;
   x.makespan = t.makespan + sim::Duration{extra * period_ns};
   x.plan_ops =
