@@ -10,6 +10,8 @@
 // getrusage(RUSAGE_THREAD). Each point is counted under the path it took: early (an exact early
 // answer, no plan built), steady (the steady-state fast path) or full (the whole step simulated).
 // --phases splits each full-path point into lowering, simulation and freeing.
+// --reasons prints each full-path point's Evaluation::full_path_reason and groups them (numbers
+// dropped). --only LABEL evaluates just the point of that label (e.g. tp8.pp8.dp1.mb1.none.none).
 // For space B it also times the reference step (megatron_1t_reference(), best of 3).
 // --check evaluates every point a second time on the full path (no shortcut) and compares every
 // field the shortcut can know; any difference is printed and the exit code is 1.
@@ -52,12 +54,14 @@ struct Args {
   bool check = false;
   bool full_path = false;
   bool phases = false;
+  bool reasons = false;
+  std::string only;  // --only LABEL: just that point
 };
 
 int usage(const std::string& why) {
   fmt::print(stderr,
              "offsim-bench: {}\nusage: offsim-bench space-a|space-b [--stride N] [--check] "
-             "[--full-path] [--phases]\n",
+             "[--full-path] [--phases] [--reasons] [--only LABEL]\n",
              why);
   return 2;
 }
@@ -102,11 +106,25 @@ struct PathStats {
   double cpu_s = 0.0;
 };
 
+// A full-path reason without its numbers, so points that fell back for the same cause group.
+std::string reason_class(const std::string& why) {
+  std::string out;
+  for (char c : why) {
+    if (c >= '0' && c <= '9') {
+      if (out.empty() || out.back() != '#') out += '#';
+    } else if (c != '.' || out.empty() || out.back() != '#') {
+      out += c;
+    }
+  }
+  return out;
+}
+
 int run(const Args& a) {
   const SpaceDef def = space_definition(a.space);
   const std::vector<SpacePoint> points = space_points(def);
   models::EvalOptions options = sweep_eval_options(a.full_path);
   std::map<std::string, PathStats> paths;
+  std::map<std::string, PathStats> reasons;
   int fits = 0;
   int evaluated = 0;
   int errors = 0;
@@ -118,6 +136,7 @@ int run(const Args& a) {
   Phases phases;
   for (std::size_t i = 0; i < points.size(); i += static_cast<std::size_t>(a.stride)) {
     const SpacePoint& p = points[i];
+    if (!a.only.empty() && p.label != a.only) continue;
     const long f0 = minor_faults();
     const double t0 = thread_cpu_s();
     sim::Result<models::Evaluation> e = models::evaluate(p.scenario, options);
@@ -138,6 +157,12 @@ int run(const Args& a) {
     ++ps.points;
     ps.cpu_s += dt;
     if (e->report.fits) ++fits;
+    if (a.reasons && path_of(*e) == "full") {
+      fmt::print("why {}: {}\n", p.label, e->full_path_reason);
+      PathStats& rs = reasons[reason_class(e->full_path_reason)];
+      ++rs.points;
+      rs.cpu_s += dt;
+    }
     if (a.phases && path_of(*e) == "full") time_phases(p.scenario, phases);
     if (a.check) {
       const std::string diff = compare_with_full_path(p.scenario, *e);
@@ -158,6 +183,10 @@ int run(const Args& a) {
   for (const auto& [name, ps] : paths) {
     fmt::print("path {:7} {:5} points, cpu {:8.3f} s, {:8.2f} ms per point\n", name, ps.points,
                ps.cpu_s, ps.points > 0 ? 1e3 * ps.cpu_s / ps.points : 0.0);
+  }
+  for (const auto& [why, rs] : reasons) {
+    fmt::print("full  {:5} points, {:8.2f} ms per point: {}\n", rs.points,
+               1e3 * rs.cpu_s / rs.points, why);
   }
   if (phases.points > 0) {
     const double n = phases.points;
@@ -203,6 +232,11 @@ int main(int argc, char** argv) {
     const std::string arg = argv[i];
     if (arg == "--check") {
       a.check = true;
+    } else if (arg == "--only") {
+      if (i + 1 >= argc) return usage("--only: expected a point's label");
+      a.only = argv[++i];
+    } else if (arg == "--reasons") {
+      a.reasons = true;
     } else if (arg == "--phases") {
       a.phases = true;
     } else if (arg == "--full-path") {

@@ -206,7 +206,10 @@ bool same_block_op(const sim::Op& a, const sim::Op& b, std::size_t shift_ops,
   return true;
 }
 
-// Simulates a reduced step with the period probe; nullopt (and why) unless it completes.
+// Simulates a reduced step with the period probe; nullopt (and why) unless it runs to its end.
+// As in the full path, pools go past their capacity (SimOptions::run_past_capacity): the engine
+// records each pool's first failing allocation and otherwise runs exactly as with unbounded
+// pools, so an out-of-memory step is periodic as a fitting one is (see failures_in_prefix()).
 std::optional<sim::SimResult> simulate_reduced(const sim::Plan& plan, const EvalOptions& options,
                                                sim::detail::PeriodProbe& probe, std::string& why) {
   sim::SimOptions sim_options;
@@ -214,17 +217,60 @@ std::optional<sim::SimResult> simulate_reduced(const sim::Plan& plan, const Eval
   sim_options.record_memory = false;
   sim_options.validate_plan = false;
   sim_options.cancel = options.cancel;
+  sim_options.run_past_capacity = true;
   sim::Result<sim::SimResult> result =
       sim::detail::simulate_with_periods(plan, sim_options, &probe);
   if (!result) {
     why = "the reduced step does not simulate";
     return std::nullopt;
   }
-  if (result->timeline.outcome.kind != sim::OutcomeKind::kCompleted) {
+  const sim::Outcome& o = result->timeline.outcome;
+  const bool ran_past_capacity =
+      o.kind == sim::OutcomeKind::kOutOfMemory && o.oom && !o.over_capacity.empty();
+  if (o.kind != sim::OutcomeKind::kCompleted && !ran_past_capacity) {
     why = "the reduced step does not complete";
     return std::nullopt;
   }
   return std::move(*result);
+}
+
+// An out-of-memory reduced step extrapolates exactly when every pool's first failing allocation
+// happened by the second boundary b2 (time t2). The full step runs exactly as the reduced one
+// up to the end of b2's instant, and there only ops and tensors it shares by name had started
+// (the boundaries are quiet), so its first failures are the same (op, time, requested, in use,
+// live set) and in the same order. No pool fails later in the full step: its inserted copies of
+// (b1, b2] repeat the pool levels of (b1, b2], which stayed within capacity unless the pool had
+// already failed, and its tail is the reduced step's tail. A first failure after b2 would move
+// in time and name: the full path.
+bool failures_in_prefix(const sim::Timeline& t, sim::TimePoint t2, std::string& why) {
+  for (const sim::OutOfMemory& o : t.outcome.over_capacity) {
+    if (o.time > t2) {
+      why = fmt::format("pool '{}' first goes over capacity after the period", o.pool);
+      return false;
+    }
+  }
+  return true;
+}
+
+// One stage: the first failures come before b2 and every pool's peak holds tensors the full step
+// has under the same names (before b2: static or periodic tensors; after: none of the periodic
+// region, whose names move by M - K micro-batches).
+bool memory_keeps_names(const sim::Timeline& t, const sim::detail::PeriodProbe& probe,
+                        sim::TimePoint b2, std::string& why) {
+  if (!failures_in_prefix(t, b2, why)) return false;
+  for (std::size_t p = 0; p < t.pools.size(); ++p) {
+    if (t.pools[p].peak_bytes == 0) continue;
+    const bool before = t.pools[p].peak_time <= b2;
+    for (std::uint32_t id : probe.live_at_peak[p]) {
+      const bool periodic = id >= probe.tensor_lo && id < probe.tensor_hi;
+      const bool static_tensor = id < probe.tensor_lo;
+      if (before ? !(periodic || static_tensor) : periodic) {
+        why = "a pool's peak holds tensors whose names move";
+        return false;
+      }
+    }
+  }
+  return true;
 }
 
 std::optional<Report> steady_state_report(const Scenario& scenario, const EvalOptions& options,
@@ -309,18 +355,7 @@ std::optional<Report> steady_state_report(const Scenario& scenario, const EvalOp
   const std::int64_t period_ns = s2.time_ns - s1.time_ns;
   const sim::TimePoint b1{sim::Duration{s1.time_ns}};
   const sim::TimePoint b2{sim::Duration{s2.time_ns}};
-  for (std::size_t p = 0; p < t.pools.size(); ++p) {
-    if (t.pools[p].peak_bytes == 0) continue;
-    const bool before = t.pools[p].peak_time <= b2;
-    for (std::uint32_t id : probe.live_at_peak[p]) {
-      const bool periodic = id >= probe.tensor_lo && id < probe.tensor_hi;
-      const bool static_tensor = id < probe.tensor_lo;
-      if (before ? !(periodic || static_tensor) : periodic) {
-        why = "a pool's peak holds tensors whose names move";
-        return std::nullopt;
-      }
-    }
-  }
+  if (!memory_keeps_names(t, probe, b2, why)) return std::nullopt;
   Extrapolation x;
   x.makespan = t.makespan + sim::Duration{extra * period_ns};
   x.plan_ops =
@@ -567,6 +602,7 @@ std::optional<Report> pipeline_steady_state_report(const Scenario& scenario,
   const std::int64_t period_ns = s2.time_ns - s1.time_ns;
   const sim::TimePoint t1{sim::Duration{s1.time_ns}};
   const sim::TimePoint t2{sim::Duration{s2.time_ns}};
+  if (!failures_in_prefix(t, t2, why)) return std::nullopt;
   for (std::size_t p = 0; p < t.pools.size(); ++p) {
     if (t.pools[p].peak_bytes == 0) continue;
     const bool before = t.pools[p].peak_time <= t2;

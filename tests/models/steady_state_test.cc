@@ -308,15 +308,35 @@ TEST(SteadyState, FallsBackWhereNothingCanBeProven) {
   ASSERT_TRUE(c);
   EXPECT_FALSE(c->steady_state);
   ASSERT_TRUE(c->timeline);
+}
 
+TEST(SteadyState, TakenForAStepOutOfMemoryBeforeItsPeriod) {
+  // 70B on one H100: the weights alone are over capacity at t = 0, before the first period
+  // boundary, so the first failure, the demand and every other field extrapolate exactly.
   Scenario oom = base("llama3-70b", "h100-1gpu", 16);
   oom.model.layers = 80;
   oom.training.micro_batch = 1;
-  auto d = evaluate(oom, EvalOptions{});
-  ASSERT_TRUE(d);
-  EXPECT_FALSE(d->report.fits);
-  EXPECT_FALSE(d->steady_state);
-  EXPECT_EQ(d->full_path_reason, "the reduced step does not complete");
+  const Both both = evaluate_both(oom, "llama3-70b on one H100");
+  EXPECT_FALSE(both.full.report.fits);
+  EXPECT_FALSE(both.full.report.over_capacity.empty());
+  EXPECT_TRUE(both.fast.steady_state) << both.fast.full_path_reason;
+  ASSERT_TRUE(both.fast.report.oom.has_value());
+  EXPECT_EQ(both.fast.report.oom->op, "initial_tensors");
+}
+
+TEST(SteadyState, PipelineOutOfMemoryMatchesTheFullSimulation) {
+  // GPT-3 175B, tp 2, pp 8, dp 4, 64 micro-batches of 1: each stage's weights and optimizer
+  // state fit, its activations do not; whichever path is taken, the reports agree.
+  Scenario s;
+  s.name = "gpt3-175b-64xa100-tp2-pp8";
+  s.model = *find_model("gpt3-175b");
+  s.hardware.system = "dgx-a100-80gb";
+  s.hardware.nodes = 8;
+  s.training = {.global_batch = 256, .micro_batch = 1, .seq_len = 2048};
+  s.parallelism = {.dp = 4, .tp = 2, .pp = 8};
+  const Both both = evaluate_both(s, s.name);
+  std::printf("%s: fits %d, %s %s\n", s.name.c_str(), both.full.report.fits ? 1 : 0,
+              both.fast.steady_state ? "steady" : "full", both.fast.full_path_reason.c_str());
 }
 
 }  // namespace
