@@ -298,6 +298,33 @@ OpCost CostModel::gemm(int rank, const sim::GemmShape& shape) const {
   return kernel(*this, rr.multiplicity, rr.sm, rr.hbm_bw, flops, rate, bytes);
 }
 
+// Host figures of the MoE launch path, measured on bare-metal Linux with an RTX 3090 and a Xeon
+// host (jingyaogong/minimind pull request 837, comment of 2026-09-03, `bench_moe.py --mode
+// sync-probe`): one eager PyTorch kernel launch costs 9.02 us of host time, one device-to-host
+// round trip (a .item()-style read that waits for the stream) 26.11 us. Not fitted to any table.
+constexpr double kEagerOpIssueS = 9.02e-6;
+constexpr double kDeviceToHostRoundTripS = 26.11e-6;
+
+double CostModel::moe_host_issue_s(bool grouped_gemm, std::int64_t local_experts) const {
+  if (!grouped_gemm) return kEagerOpIssueS;
+  return kEagerOpIssueS + static_cast<double>(std::max<std::int64_t>(local_experts, 1)) *
+                              profile_.gpu.kernel_launch_s.value;
+}
+
+sim::Duration CostModel::moe_host_stall(const std::vector<HostIssuedKernel>& after_sync) const {
+  // Both clocks start when the synchronisation returns: the GPU is idle, the CPU issues.
+  double cpu = kDeviceToHostRoundTripS;
+  double gpu_end = kDeviceToHostRoundTripS;
+  double gpu_busy = 0.0;
+  for (const HostIssuedKernel& k : after_sync) {
+    cpu += k.host_s;
+    const double run = sim::to_seconds(k.gpu);
+    gpu_end = std::max(gpu_end, cpu) + run;
+    gpu_busy += run;
+  }
+  return sim::duration_from_seconds(std::max(0.0, gpu_end - gpu_busy));
+}
+
 OpCost CostModel::grouped_gemm(int rank, const std::vector<sim::GemmShape>& groups) const {
   const RankResources& rr = at(rank);
   double flops = 0.0;

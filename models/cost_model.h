@@ -77,6 +77,22 @@ class CostModel {
   // surface's efficiency for its own per-expert shape, so few tokens per expert run slower; the
   // groups' times add up.
   sim::OpCost grouped_gemm(int rank, const std::vector<sim::GemmShape>& groups) const;
+  // Dropless MoE routing as Megatron-Core's token dispatchers run it: the host needs the
+  // per-expert token counts (the all-to-all's split sizes, the grouped GEMM's per-expert rows),
+  // so once per MoE layer forward the CPU waits for the compute stream (a device-to-host
+  // synchronisation) and the launch queue is empty when it returns. `after_sync` lists the
+  // kernels launched from then to the end of the MoE block, each with its GPU time alone and
+  // its host issue time (moe_host_issue_s). Returns the compute stream's idle time: the sync's
+  // round trip, then for each kernel start = max(previous end, time the CPU issued it).
+  struct HostIssuedKernel {
+    sim::Duration gpu{0};
+    double host_s = 0.0;
+  };
+  sim::Duration moe_host_stall(const std::vector<HostIssuedKernel>& after_sync) const;
+  // The host time to issue one MoE kernel from Python: one eager PyTorch op, plus, for a grouped
+  // GEMM, one cuBLAS launch per local expert (Transformer Engine's grouped linear loops over the
+  // experts' GEMMs in C++, general_grouped_gemm).
+  double moe_host_issue_s(bool grouped_gemm, std::int64_t local_experts) const;
   // Flash: one fused kernel at the profile's flash efficiency; Q, K, V, O (and gradients) cross
   // HBM once. Classic (Megatron 2021): the kernels it really runs, one after another (see
   // classic_attention_time): batched GEMMs over the full s×s product at the GEMM surface's

@@ -30,6 +30,7 @@ struct LayerShape {
   bool recomputed = false;
   double recompute_ops = 0;
   double recompute_collectives = 0;  // of those, tensor-parallel collectives
+  bool moe_recomputed = false;       // the MoE FFN is re-run whole
   bool params_on_host = false;
   bool grads_on_host = false;
   bool opt_on_host = false;
@@ -51,9 +52,11 @@ MoeOps moe_ops(const LayerDims& d) {
   MoeOps o;
   const double sp_gather = d.t > 1 && d.sp > 1 ? 1 : 0;
   const double tp_reduce = d.t > 1 ? 1 : 0;
-  const double colls = (d.ep > 1 ? 2 : 0) + (d.etp > 1 ? 2 : 0);
+  // With ep > 1: dispatch (tokens and probabilities) and combine.
+  const double colls = (d.ep > 1 ? 3 : 0) + (d.etp > 1 ? 2 : 0);
   const double shared = d.fs > 0 ? 1 : 0;
-  o.fwd = 7 + colls + shared * (3 + sp_gather + tp_reduce);
+  // The forward's host-sync marker (dropless routing) is one more op.
+  o.fwd = 8 + colls + shared * (3 + sp_gather + tp_reduce);
   o.bwd = 10 + colls + shared * (5 + sp_gather + tp_reduce);
   o.fwd_collectives = colls + shared * (sp_gather + tp_reduce);
   o.bwd_collectives = o.fwd_collectives;
@@ -111,6 +114,7 @@ LayerShape layer_shape(const Scenario& s, const LayerDims& d, int layer) {
   if (d.moe && (rc(FwdOp::kMlpWi) || rc(FwdOp::kAct) || rc(FwdOp::kMlpWo))) {
     // StepBuilder::moe_forward re-run whole instead of the dense MLP's recompute ops.
     const MoeOps mo = moe_ops(d);
+    out.moe_recomputed = true;
     n -= (rc(FwdOp::kMlpWi) ? 1 + sp_gather : 0) + (rc(FwdOp::kAct) ? 1 : 0) +
          (rc(FwdOp::kMlpWo) ? 1 : 0);
     if (s.training.compute_dtype == sim::DType::kFp8) {
@@ -214,6 +218,11 @@ PlanSize estimate_plan_size(const Scenario& s, const PlanSizeOptions& options) {
       fwd += mo.fwd - 3 - mlp_colls + (casts > 0 ? mo.fp8_casts_fwd : 0) - mlp_casts;
       bwd += mo.bwd - 5 - mlp_colls + (casts > 0 ? mo.fp8_casts_bwd : 0) - mlp_casts;
       moe_colls = mo.fwd_collectives + mo.bwd_collectives - 2 * mlp_colls;
+      // The host-sync marker waits for the permutation and holds the next kernel, in the
+      // forward and in a recomputed forward; the overlapped shared experts wait for the
+      // permutation and the unpermutation for them.
+      const double overlap = p.moe_shared_expert_overlap && dl.fs > 0 ? 2 : 0;
+      c.deps += m * (2 + overlap) * (ls.moe_recomputed ? 2 : 1);
     }
     c.ops += m * (fwd + bwd);
     // FP8: the layer's weights are cast once per step, after its optimizer update.

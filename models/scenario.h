@@ -156,6 +156,9 @@ struct ParallelConfig {
   // tp · dp / (ep · etp) ranks are the expert data-parallel group.
   int ep = 1;
   int etp = 1;
+  // Megatron-Core --moe-shared-expert-overlap (default off): the shared experts' forward runs
+  // on a stream of its own, beside the token dispatch, the routed experts and the combine.
+  bool moe_shared_expert_overlap = false;
 };
 
 struct RecomputeConfig {

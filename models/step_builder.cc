@@ -210,6 +210,7 @@ class StepBuilder {
     int rank = 0;
     int stage = 0;
     LaneId compute, comm, p2p, h2d, d2h, cpu;
+    LaneId moe_shared;  // the shared experts' stream (moe_shared_expert_overlap)
     PoolId hbm, host;
     std::vector<int> tp_group, dp_group;
     std::vector<ParamGroup> groups;
@@ -508,6 +509,9 @@ class StepBuilder {
     r.h2d = lane(".h2d", sim::LaneRole::kH2D);
     r.d2h = lane(".d2h", sim::LaneRole::kD2H);
     r.cpu = lane(".cpu", sim::LaneRole::kCpu);
+    if (s_.parallelism.moe_shared_expert_overlap && s_.model.moe.experts > 0) {
+      r.moe_shared = lane(".moe_shared", sim::LaneRole::kOther);
+    }
     r.hbm = cm_.hbm_pool(r.rank);
     r.host = cm_.host_pool(r.rank);
     hbm_pools_.push_back(r.hbm);
@@ -1212,20 +1216,70 @@ class StepBuilder {
 
   // The MoE FFN forward of layer l (after the second norm): router, dispatch, the experts'
   // grouped GEMMs, combine, and the shared experts. `emit` sees every compute-lane op.
+  // Dropless routing (Megatron-Core's token dispatchers) synchronises the host with the compute
+  // stream once, after the first permutation: the marker ".moe.host_sync" on the CPU lane
+  // holds the next kernel for the round trip and the launch queue's refill
+  // (CostModel::moe_host_stall over the kernels issued after it up to the block's end).
+  // With moe_shared_expert_overlap the shared experts run on their own stream from the
+  // permutation on, and the unpermutation waits for them.
   template <class Emit>
   void moe_forward(Rank& r, const std::string& p, OpCategory cat, int l, Emit&& emit,
                    const std::string& sfx = ".fwd") {
     const LayerDims& md = ld(l);
-    const std::int64_t g = md.gated ? 2 : 1;
     const std::int64_t t = md.moe_tokens;
     const std::int64_t assigned = t * md.top_k;
     emit(gemm(r, p + ".router" + sfx, cat, l, t, md.experts, md.h));
     emit(elementwise(r, p + ".router.topk" + sfx, cat, l, t * md.experts * 8,
                      static_cast<double>(5 * t * md.experts)));
-    emit(elementwise(r, p + ".moe.permute" + sfx, cat, l, 2 * assigned * md.h * md.e, 0.0));
+    const OpId permute = emit_id(
+        emit, elementwise(r, p + ".moe.permute" + sfx, cat, l, 2 * assigned * md.h * md.e, 0.0));
+    const bool overlap = s_.parallelism.moe_shared_expert_overlap && md.fs > 0;
+    std::optional<OpId> shared_done;
+    if (overlap) shared_done = moe_shared_forward_side(r, p, cat, l, sfx, permute);
+    const OpId sync = add(r, r.cpu, p + ".moe.host_sync" + sfx, OpKind::kMarker, OpCategory::kNone,
+                          l, sim::OpCost{}, {}, {permute});
+    std::vector<OpId> after;
+    const auto emit_after = [&](OpId id) {
+      if (after.empty()) b_.op_at(id).deps.push_back(sync);
+      after.push_back(id);
+      emit(id);
+    };
+    moe_routed_forward(r, p, cat, l, sfx, emit_after);
+    // Unpermute: read the top_k expert outputs and their weights, write the token sum.
+    const OpId unpermute =
+        elementwise(r, p + ".moe.unpermute" + sfx, cat, l, (assigned + t) * md.h * md.e,
+                    static_cast<double>(2 * assigned * md.h));
+    if (shared_done) b_.op_at(unpermute).deps.push_back(*shared_done);
+    emit_after(unpermute);
+    if (md.fs > 0 && !overlap) moe_shared_forward(r, p, cat, l, sfx, emit_after);
+    std::vector<CostModel::HostIssuedKernel> issued;
+    issued.reserve(after.size());
+    for (OpId id : after) {
+      const sim::Op& op = b_.op_at(id);
+      issued.push_back({.gpu = cm_.alone(op.cost),
+                        .host_s = cm_.moe_host_issue_s(op.sizes.gemm.grouped, md.local_experts)});
+    }
+    b_.op_at(sync).cost.latency = cm_.moe_host_stall(issued);
+  }
+
+  template <class Emit>
+  static OpId emit_id(Emit& emit, OpId id) {
+    emit(id);
+    return id;
+  }
+
+  // Dispatch (tokens, then the routing probabilities, as two all-to-alls: Megatron-Core's
+  // MoEAlltoAllTokenDispatcher.dispatch_all_to_all), the experts' grouped GEMMs, combine.
+  template <class Emit>
+  void moe_routed_forward(Rank& r, const std::string& p, OpCategory cat, int l,
+                          const std::string& sfx, Emit&& emit) {
+    const LayerDims& md = ld(l);
+    const std::int64_t g = md.gated ? 2 : 1;
     if (md.ep > 1) {
       emit(collective(r, r.compute, p + ".moe.dispatch.alltoall" + sfx, OpCategory::kComm, l,
                       sim::CollectiveKind::kAllToAll, r.ep_group, alltoall_bytes(md)));
+      emit(collective(r, r.compute, p + ".moe.dispatch.probs.alltoall" + sfx, OpCategory::kComm, l,
+                      sim::CollectiveKind::kAllToAll, r.ep_group, probs_alltoall_bytes(md)));
     }
     if (md.etp > 1) {
       emit(collective(r, r.compute, p + ".moe.etp_allgather" + sfx, OpCategory::kComm, l,
@@ -1247,25 +1301,48 @@ class StepBuilder {
       emit(collective(r, r.compute, p + ".moe.combine.alltoall" + sfx, OpCategory::kComm, l,
                       sim::CollectiveKind::kAllToAll, r.ep_group, alltoall_bytes(md)));
     }
-    // Unpermute: read the top_k expert outputs and their weights, write the token sum.
-    emit(elementwise(r, p + ".moe.unpermute" + sfx, cat, l, (assigned + t) * md.h * md.e,
-                     static_cast<double>(2 * assigned * md.h)));
-    if (md.fs > 0) {
-      if (d_.t > 1 && d_.sp > 1) {
-        emit(collective(r, r.compute, p + ".shared.tp_allgather" + sfx, OpCategory::kComm, l,
-                        sim::CollectiveKind::kAllGather, r.tp_group, d_.tokens() * d_.h * d_.e));
-      }
-      emit(gemm(r, p + ".shared.mlpwi" + sfx, cat, l, d_.tokens(), md.fs * g, d_.h));
-      emit(elementwise(r, p + ".shared.act" + sfx, cat, l, d_.tokens() * md.fs * d_.e * (g + 1),
-                       static_cast<double>(8 * d_.tokens() * md.fs)));
-      emit(gemm(r, p + ".shared.mlpwo" + sfx, cat, l, d_.tokens(), d_.h, md.fs));
-      if (d_.t > 1) {
-        emit(collective(
-            r, r.compute, p + ".shared.tp_reduce" + sfx, OpCategory::kComm, l,
-            d_.sp > 1 ? sim::CollectiveKind::kReduceScatter : sim::CollectiveKind::kAllReduce,
-            r.tp_group, d_.tokens() * d_.h * d_.e));
-      }
+  }
+
+  // The shared experts' forward on the compute stream, after the routed experts.
+  template <class Emit>
+  void moe_shared_forward(Rank& r, const std::string& p, OpCategory cat, int l,
+                          const std::string& sfx, Emit&& emit) {
+    const LayerDims& md = ld(l);
+    const std::int64_t g = md.gated ? 2 : 1;
+    if (d_.t > 1 && d_.sp > 1) {
+      emit(collective(r, r.compute, p + ".shared.tp_allgather" + sfx, OpCategory::kComm, l,
+                      sim::CollectiveKind::kAllGather, r.tp_group, d_.tokens() * d_.h * d_.e));
     }
+    emit(gemm(r, p + ".shared.mlpwi" + sfx, cat, l, d_.tokens(), md.fs * g, d_.h));
+    emit(elementwise(r, p + ".shared.act" + sfx, cat, l, d_.tokens() * md.fs * d_.e * (g + 1),
+                     static_cast<double>(8 * d_.tokens() * md.fs)));
+    emit(gemm(r, p + ".shared.mlpwo" + sfx, cat, l, d_.tokens(), d_.h, md.fs));
+    if (d_.t > 1) {
+      emit(collective(
+          r, r.compute, p + ".shared.tp_reduce" + sfx, OpCategory::kComm, l,
+          d_.sp > 1 ? sim::CollectiveKind::kReduceScatter : sim::CollectiveKind::kAllReduce,
+          r.tp_group, d_.tokens() * d_.h * d_.e));
+    }
+  }
+
+  // --moe-shared-expert-overlap: the same shared-expert ops on the rank's shared-expert stream,
+  // started once the tokens are permuted; they share the SMs with the routed path through the
+  // resources. Returns the last, which the unpermutation waits for.
+  OpId moe_shared_forward_side(Rank& r, const std::string& p, OpCategory cat, int l,
+                               const std::string& sfx, OpId after) {
+    std::vector<OpId> side;
+    const LaneId saved = r.compute;
+    const OpId saved_last = last_compute_;
+    r.compute = r.moe_shared;
+    moe_shared_forward(r, p, cat, l, sfx, [&](OpId id) { side.push_back(id); });
+    r.compute = saved;
+    last_compute_ = saved_last;
+    b_.op_at(side.front()).deps.push_back(after);
+    return side.back();
+  }
+
+  std::int64_t probs_alltoall_bytes(const LayerDims& md) const {
+    return md.moe_tokens * md.top_k * 4;  // fp32 probabilities of the routed copies
   }
 
   // The MoE FFN backward: shared experts, then combine's gradient back to the experts, their
@@ -1316,6 +1393,8 @@ class StepBuilder {
     if (md.ep > 1) {
       collective(r, r.compute, p + ".moe.dispatch.alltoall.bwd", OpCategory::kComm, l,
                  sim::CollectiveKind::kAllToAll, r.ep_group, alltoall_bytes(md));
+      collective(r, r.compute, p + ".moe.dispatch.probs.alltoall.bwd", OpCategory::kComm, l,
+                 sim::CollectiveKind::kAllToAll, r.ep_group, probs_alltoall_bytes(md));
     }
     elementwise(r, p + ".moe.permute.bwd", cat, l, 2 * assigned * md.h * md.e, 0.0);
     elementwise(r, p + ".router.topk.bwd", cat, l, t * md.experts * 8,

@@ -494,6 +494,7 @@ sim::Status read_parallelism(const Node& node, ParallelConfig& p) {
   OFFSIM_RETURN_IF_ERROR(read_int(r, "virtual_stages", p.virtual_stages, 1, 1024));
   OFFSIM_RETURN_IF_ERROR(read_bool(r, "overlap_grad_reduce", p.overlap_grad_reduce));
   OFFSIM_RETURN_IF_ERROR(read_bool(r, "overlap_p2p_comm", p.overlap_p2p_comm));
+  OFFSIM_RETURN_IF_ERROR(read_bool(r, "moe_shared_expert_overlap", p.moe_shared_expert_overlap));
   OFFSIM_RETURN_IF_ERROR(read_int(r, "ep", p.ep, 1, 4096));
   OFFSIM_RETURN_IF_ERROR(read_int(r, "etp", p.etp, 1, 4096));
   return r.finish();
@@ -1054,6 +1055,7 @@ Node parallelism_node(const ParallelConfig& p) {
   put(par, "virtual_stages", number_node(p.virtual_stages));
   put(par, "overlap_grad_reduce", bool_node(p.overlap_grad_reduce));
   put(par, "overlap_p2p_comm", bool_node(p.overlap_p2p_comm));
+  if (p.moe_shared_expert_overlap) put(par, "moe_shared_expert_overlap", bool_node(true));
   if (p.ep > 1 || p.etp > 1) {
     put(par, "ep", number_node(p.ep));
     put(par, "etp", number_node(p.etp));

@@ -8,11 +8,14 @@
 
 #include <gtest/gtest.h>
 
+#include "models/cost_model.h"
 #include "models/evaluate.h"
 #include "models/formulas.h"
 #include "models/plan_size.h"
 #include "models/scenario.h"
 #include "models/step_builder.h"
+#include "sim/platform/profile.h"
+#include "sim/platform/system.h"
 
 namespace offsim::models {
 namespace {
@@ -197,11 +200,16 @@ TEST(MoeStep, AllToAllAndGroupedGemms) {
       EXPECT_EQ(op.sizes.collective.kind, sim::CollectiveKind::kAllToAll);
       EXPECT_EQ(op.sizes.collective.group.size(), 4u);
     }
+    if (op.name == "mb0.l0.moe.dispatch.probs.alltoall.fwd") {
+      // The fp32 probability of each of the 2048 tokens' 8 routed copies.
+      EXPECT_EQ(op.sizes.bytes, 2048LL * 8 * 4);
+    }
     if (op.name.find(".alltoall") != std::string::npos) ++a2a;
     if (op.name.find(".grouped_gemm") != std::string::npos) ++grouped;
   }
-  // 4 layers × 2 micro-batches: dispatch + combine forward and backward; 2 + 4 grouped GEMMs.
-  EXPECT_EQ(a2a, 4 * 2 * 4);
+  // 4 layers × 2 micro-batches: dispatch (tokens and probabilities) + combine, forward and
+  // backward; 2 + 4 grouped GEMMs.
+  EXPECT_EQ(a2a, 4 * 2 * 6);
   EXPECT_EQ(grouped, 4 * 2 * 6);
   // Routed expert weights: 32 local experts of 3 × 2048 × 768 per rank and layer.
   std::int64_t expert_params = 0;
@@ -209,6 +217,88 @@ TEST(MoeStep, AllToAllAndGroupedGemms) {
     if (t.name == "l0.experts.params") expert_params = t.bytes;
   }
   EXPECT_EQ(expert_params, 32LL * 3 * 2048 * 768 * 2);
+}
+
+// The launch queue after dropless routing's host synchronisation, by hand: round trip 26.11 us,
+// then each kernel starts when the CPU has issued it (9.02 us each) or the previous one ends.
+TEST(MoeHostSync, StallIsTheRoundTripAndTheLaunchQueueRefill) {
+  auto system = *sim::platform::find_system("dgx-h100");
+  sim::PlanBuilder b;
+  auto cm = CostModel::create(system, *sim::platform::builtin_profile(system.gpu),
+                              {{.rank = 0, .multiplicity = 1}}, b);
+  ASSERT_TRUE(cm.has_value()) << cm.error().message;
+  const auto us = [](double v) { return sim::duration_from_seconds(v * 1e-6); };
+  // Nothing after the sync: the round trip alone.
+  EXPECT_EQ(cm->moe_host_stall({}), us(26.11));
+  // Three 1 us kernels: the GPU waits for every launch; the last ends at 26.11 + 3 × 9.02 + 1,
+  // 3 of which are busy.
+  const std::vector<CostModel::HostIssuedKernel> short_kernels(3,
+                                                               {.gpu = us(1.0), .host_s = 9.02e-6});
+  EXPECT_NEAR(sim::to_seconds(cm->moe_host_stall(short_kernels)), (26.11 + 3 * 9.02 - 2.0) * 1e-6,
+              2e-9);
+  // Three 100 us kernels: only the first launch is exposed, the CPU runs ahead after it.
+  const std::vector<CostModel::HostIssuedKernel> long_kernels(
+      3, {.gpu = us(100.0), .host_s = 9.02e-6});
+  EXPECT_NEAR(sim::to_seconds(cm->moe_host_stall(long_kernels)), (26.11 + 9.02) * 1e-6, 2e-9);
+  // A grouped GEMM issues one cuBLAS launch per local expert after the Python op.
+  EXPECT_DOUBLE_EQ(cm->moe_host_issue_s(true, 16),
+                   9.02e-6 + 16 * cm->profile().gpu.kernel_launch_s.value);
+  EXPECT_DOUBLE_EQ(cm->moe_host_issue_s(false, 16), 9.02e-6);
+}
+
+// One host synchronisation per MoE layer forward (and none in the backward): a marker on the CPU
+// lane after the permutation that the dispatch all-to-all waits for, at least the round trip.
+TEST(MoeHostSync, OneMarkerPerForwardHoldsTheDispatch) {
+  const Scenario s = small_moe();
+  auto step = build_step(s);
+  ASSERT_TRUE(step.has_value()) << step.error().message;
+  const sim::Plan& plan = step->plan;
+  int markers = 0;
+  for (std::size_t i = 0; i < plan.ops.size(); ++i) {
+    const sim::Op& op = plan.ops[i];
+    if (op.name.find(".moe.host_sync") == std::string::npos) continue;
+    ++markers;
+    EXPECT_EQ(op.kind, sim::OpKind::kMarker);
+    EXPECT_NE(op.name.find(".fwd"), std::string::npos);
+    EXPECT_GE(sim::to_seconds(op.cost.latency), 26.11e-6);
+    EXPECT_EQ(plan.ops[op.deps.at(0).index()].name.find(".moe.permute") != std::string::npos, true);
+    EXPECT_EQ(plan.lanes[op.lane.index()].role, sim::LaneRole::kCpu);
+  }
+  EXPECT_EQ(markers, 4 * 2);
+  for (const sim::Op& op : plan.ops) {
+    if (op.name != "mb0.l0.moe.dispatch.alltoall.fwd") continue;
+    ASSERT_EQ(op.deps.size(), 1u);
+    EXPECT_EQ(plan.ops[op.deps[0].index()].name, "mb0.l0.moe.host_sync.fwd");
+  }
+}
+
+// --moe-shared-expert-overlap: the shared experts run on their own stream beside the dispatch,
+// and the step gets no slower (DeepSeek-V3's layout: one shared expert per layer).
+TEST(MoeStep, SharedExpertOverlapMovesTheSharedExpertsToTheirStream) {
+  Scenario s = small_moe();
+  s.model = model("deepseek-v3");
+  s.model.layers = 4;
+  s.model.moe.first_k_dense = 0;
+  s.parallelism = {.dp = 8, .tp = 1, .pp = 1, .zero_stage = 1};
+  s.parallelism.ep = 8;
+  s.hardware.system = "dgx-b200";
+  auto serial = evaluate(s);
+  ASSERT_TRUE(serial.has_value()) << serial.error().message;
+  s.parallelism.moe_shared_expert_overlap = true;
+  auto step = build_step(s);
+  ASSERT_TRUE(step.has_value()) << step.error().message;
+  int on_side = 0;
+  for (const sim::Op& op : step->plan.ops) {
+    if (op.name.find(".shared.mlpwi.fwd") == std::string::npos) continue;
+    EXPECT_NE(step->plan.lanes[op.lane.index()].name.find(".moe_shared"), std::string::npos);
+    ++on_side;
+  }
+  EXPECT_GT(on_side, 0);
+  auto overlapped = evaluate(s);
+  ASSERT_TRUE(overlapped.has_value()) << overlapped.error().message;
+  EXPECT_LT(overlapped->report.step_time_s, serial->report.step_time_s);
+  const PlanSize est = estimate_plan_size(s, {});
+  EXPECT_EQ(est.ops, static_cast<double>(step->plan.ops.size()));
 }
 
 TEST(MoeStep, ImbalanceSlowsTheStep) {
