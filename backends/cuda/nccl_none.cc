@@ -38,7 +38,12 @@ sim::Result<std::unique_ptr<NcclComm>> NcclComm::join(int, int, int, const NcclU
 
 std::string NcclComm::version() const { return ""; }
 
-ncclComm* NcclComm::member(int) const { return nullptr; }
+// No NcclComm exists without NCCL; these keep the class whole (and its fields used).
+ncclComm* NcclComm::member(int index) const {
+  return api_ != nullptr && index >= 0 && static_cast<std::size_t>(index) < comms_.size()
+             ? comms_[static_cast<std::size_t>(index)]
+             : nullptr;
+}
 
 sim::Status NcclComm::collective(ncclComm*, int, int, sim::CollectiveKind, char*, std::int64_t,
                                  cudaStream_t, const StopQuery&) const {
@@ -52,7 +57,7 @@ sim::Status NcclComm::p2p(ncclComm*, int, bool, void*, std::size_t, cudaStream_t
 
 std::optional<sim::Error> NcclComm::async_error() const { return std::nullopt; }
 
-void NcclComm::abort() {}
+void NcclComm::abort() { comms_.clear(); }
 
 void NcclComm::finalize_all(std::vector<NcclComm*>&) {}
 
