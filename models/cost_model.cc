@@ -467,60 +467,6 @@ OpCost CostModel::copy(int rank, sim::CopyDirection dir, std::int64_t bytes, boo
   return c;
 }
 
-// NCCL's own cost model of a collective inside one NVLink domain (NVIDIA/nccl
-// src/graph/tuning.cc, the default tuner constants): each protocol p costs
-//   base_p + steps · hop_p  +  bytes / (f_p · algorithm bandwidth)
-// with steps = 2(n-1) ring steps for all-reduce and n-1 otherwise, and NCCL runs the protocol
-// (and, for all-reduce, ring or NVLink SHARP) of least time. Microseconds; f_p = the protocol's
-// share of the bus bandwidth (LL sends 8 bytes per 16-byte line, LL128 120 of 128).
-struct NcclProtocol {
-  const char* name;
-  double base_us;
-  double hop_us;  // per ring step over NVLink (NCCL_HW_NVLINK, ring)
-  double bandwidth_share;
-};
-constexpr NcclProtocol kNcclProtocols[] = {
-    {"LL", 6.6, 0.6, 0.5}, {"LL128", 14.0, 1.9, 0.92}, {"Simple", 8.4, 3.4, 1.0}};
-// NVLink SHARP (NVLS): one step through the switch, Simple protocol only.
-constexpr double kNcclNvlsLatencyUs = 25.0;
-
-void CostModel::plan_intra_domain(CollectivePlan& plan, sim::CollectiveKind kind, int n, double bus,
-                                  double bytes, bool has_nvlink) const {
-  const auto& nv = profile_.nvlink;
-  // The profile's latency is the floor of any collective (a small message through the
-  // framework); NCCL's per-protocol latency replaces it when longer.
-  const double floor_s = nv.latency_s.value;
-  const bool all_reduce = kind == sim::CollectiveKind::kAllReduce;
-  const double steps = (all_reduce ? 2.0 : 1.0) * (n - 1);
-  const double ring_alg = bus / plan.bus_bytes_per_byte;
-  double best = -1.0;
-  for (const NcclProtocol& p : kNcclProtocols) {
-    const double lat = std::max(floor_s, (p.base_us + steps * p.hop_us) * 1e-6);
-    const double alg = ring_alg * p.bandwidth_share;
-    const double t = lat + bytes / alg;
-    if (best < 0.0 || t < best) {
-      best = t;
-      plan.algorithm = CollectiveAlgorithm::kRing;
-      plan.protocol = p.name;
-      plan.alg_bytes_per_s = alg;
-      plan.latency = seconds(lat);
-    }
-  }
-  const double nvls = nv.nvls_all_reduce_bus_bytes_per_s.value;
-  if (all_reduce && has_nvlink && nvls > 0.0 && n > 2) {
-    // NVLink SHARP: the switch reduces; nccl-tests report its bus bandwidth with the ring
-    // factor 2(n-1)/n, so algorithm bandwidth = busbw · n / (2(n-1)).
-    const double lat = std::max(floor_s, kNcclNvlsLatencyUs * 1e-6);
-    const double alg = nvls / plan.bus_bytes_per_byte;
-    if (lat + bytes / alg < best) {
-      plan.algorithm = CollectiveAlgorithm::kNvls;
-      plan.protocol = "Simple";
-      plan.alg_bytes_per_s = alg;
-      plan.latency = seconds(lat);
-    }
-  }
-}
-
 CollectivePlan CostModel::plan_collective(sim::CollectiveKind kind, const std::vector<int>& group,
                                           std::int64_t bytes) const {
   CollectivePlan plan;
@@ -561,7 +507,16 @@ CollectivePlan CostModel::plan_collective(sim::CollectiveKind kind, const std::v
   }
   const double latency = nv.latency_s.value;
   if (!plan.crosses_nodes) {
-    plan_intra_domain(plan, kind, n, bus, static_cast<double>(bytes), has_nvlink);
+    plan.algorithm = CollectiveAlgorithm::kRing;
+    plan.alg_bytes_per_s = bus / plan.bus_bytes_per_byte;
+    plan.latency = seconds(latency);
+    const double nvls = nv.nvls_all_reduce_bus_bytes_per_s.value;
+    if (kind == sim::CollectiveKind::kAllReduce && has_nvlink && nvls > bus && n > 2) {
+      // NVLink SHARP: the switch reduces; nccl-tests report its bus bandwidth with the ring
+      // factor 2(n-1)/n, so algorithm bandwidth = busbw · n / (2(n-1)).
+      plan.algorithm = CollectiveAlgorithm::kNvls;
+      plan.alg_bytes_per_s = nvls / plan.bus_bytes_per_byte;
+    }
     return plan;
   }
   // Across units: the NIC bounds the bus bandwidth (busbw ≈ NIC rate × efficiency); a ring takes

@@ -48,7 +48,6 @@ struct CollectivePlan {
   double alg_bytes_per_s = 0.0;     // buffer bytes per second (algorithm bandwidth)
   sim::Duration latency{0};
   bool crosses_nodes = false;
-  const char* protocol = "";  // NCCL protocol inside one NVLink domain: "LL", "LL128", "Simple"
 };
 
 // The classic attention of one layer (forward or backward) as the kernels it runs: FLOPs of its
@@ -94,10 +93,7 @@ class CostModel {
   // `bytes` = the full (unsharded) buffer; `group` = global ranks in ring order. Inside one
   // NVLink domain: ring at the profile's bus bandwidth (algbw = busbw / (2(n-1)/n) for
   // all-reduce, / ((n-1)/n) for all-gather and reduce-scatter), or NVLink SHARP for all-reduce
-  // of more than 2 ranks when the profile has it, by message size as NCCL's tuner picks them:
-  // the protocol (LL, LL128, Simple) and algorithm of least latency + bytes / bandwidth, with
-  // NCCL's per-protocol base and per-step latencies (see plan_intra_domain in cost_model.cc)
-  // and the profile's nvlink.latency_s as the floor. Across domains: NIC-bound bus bandwidth and
+  // of more than 2 ranks when the profile has it. Across domains: NIC-bound bus bandwidth and
   // the lower-latency of ring (2(m-1) steps for m domains) and tree (2·ceil(log2 m)). Loads the
   // NVLink (or PCIe) and NIC directions and a share of the SMs (the NCCL slowdown figure).
   sim::OpCost collective(int rank, sim::CollectiveKind kind, const std::vector<int>& group,
@@ -168,8 +164,6 @@ class CostModel {
   const RankResources& at(int rank) const;
   sim::OpCost classic_attention(const RankResources& rr, const sim::AttentionShape& shape,
                                 bool dropout) const;
-  void plan_intra_domain(CollectivePlan& plan, sim::CollectiveKind kind, int n, double bus,
-                         double bytes, bool has_nvlink) const;
 
   sim::platform::System system_;
   sim::platform::CalibrationProfile profile_;
