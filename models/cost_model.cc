@@ -360,7 +360,7 @@ OpCost CostModel::attention(int rank, const sim::AttentionShape& a, bool flash,
   const RankResources& rr = at(rank);
   if (!flash) return classic_attention(rr, a, dropout);
   const auto& e = profile_.attention;
-  const double eff = a.backward ? e.flash_bwd.value : e.flash_fwd.value;
+  const double eff = e.flash(a.backward, static_cast<double>(a.seq_kv));
   const double rate = eff * peak_flops(a.dtype);
   const double esize = static_cast<double>(sim::dtype_bytes(a.dtype));
   const double b = static_cast<double>(a.batch);

@@ -151,6 +151,13 @@ double GemmEfficiency::efficiency(const GemmShape& shape) const {
   return std::clamp(e, 1e-6, 1.0);
 }
 
+double AttentionEfficiency::flash(bool backward, double seq_kv) const {
+  const Figure& single = backward ? flash_bwd : flash_fwd;
+  const std::vector<CurveKnot>& curve = backward ? flash_bwd_by_seq : flash_fwd_by_seq;
+  if (curve.empty() || single.origin == Origin::kMeasured) return single.value;
+  return interpolate_log(curve, seq_kv);
+}
+
 double GpuFigures::dense_flops(DType dtype) const {
   switch (dtype) {
     case DType::kBf16:
@@ -329,6 +336,8 @@ constexpr FigureRange kFigureRanges[] = {
     {"gemm.reference_dim", 0.0, 1e6, true, "cube side of the curve's top GEMM, in elements"},
     {"gemm.curve.size", 1.0, 1e18, false, "GEMM FLOPs of a curve knot"},
     {"memory_bound.size", 1.0, 1e15, false, "bytes moved by a kernel at a curve knot"},
+    {"attention_by_seq.flash_fwd.size", 1.0, 1e8, false, "a sequence length in tokens"},
+    {"attention_by_seq.flash_bwd.size", 1.0, 1e8, false, "a sequence length in tokens"},
     // Kinds, by the key's name.
     {"*efficiency*", 1e-4, 1.0, false, "an efficiency: achieved over peak, in (0, 1]"},
     {"*_fwd", 1e-4, 1.0, false, "an efficiency: achieved over peak, in (0, 1]"},
@@ -606,6 +615,10 @@ json profile_to_json(const CalibrationProfile& profile) {
                    {"k_overhead_elements", figure_to_json(p.gemm.k_overhead_elements)},
                    {"reference_dim", figure_to_json(p.gemm.reference_dim)}};
   j["memory_bound"] = knots_to_json(p.memory_bound);
+  if (!p.attention.flash_fwd_by_seq.empty() || !p.attention.flash_bwd_by_seq.empty()) {
+    j["attention_by_seq"] = json{{"flash_fwd", knots_to_json(p.attention.flash_fwd_by_seq)},
+                                 {"flash_bwd", knots_to_json(p.attention.flash_bwd_by_seq)}};
+  }
   return j;
 }
 
@@ -621,11 +634,13 @@ Status read_header(const ProfileReader& pr, const json& root, CalibrationProfile
                                     "offsim calibrate --out)",
                                     kind));
   }
-  std::vector<std::string> top = {"format", "format_version", "provenance", "gemm", "memory_bound"};
+  std::vector<std::string> top = {"format", "format_version", "provenance",
+                                  "gemm",   "memory_bound",   "attention_by_seq"};
   for_each_section(out, [&](const char* section, const std::vector<FigureField>&) {
     top.emplace_back(section);
   });
-  OFFSIM_RETURN_IF_ERROR(pr.keys(root, top, "$"));
+  // Added after format 1 was first written: optional (the single flash figures when absent).
+  OFFSIM_RETURN_IF_ERROR(pr.keys(root, top, "$", {"attention_by_seq"}));
   OFFSIM_ASSIGN_OR_RETURN(const std::string format, r.string(root, "format", "$"));
   if (format != "offsim-profile") {
     return r.error("$.format", fmt::format("expected \"offsim-profile\", got \"{}\"", format));
@@ -745,6 +760,54 @@ Status check_positive(const JsonReader& r, const CalibrationProfile& out) {
   return ok();
 }
 
+// Figures that cannot exceed another figure of the same profile (a rate above the peak it is
+// measured against): refused with both key paths and the allowed range.
+Status check_consistent(const JsonReader& r, const CalibrationProfile& out) {
+  struct Bound {
+    const char* path;
+    double value;
+    const char* limit_path;
+    double limit;
+    const char* what;
+  };
+  const auto& g = out.gpu;
+  const auto& nv = out.nvlink;
+  const double line = nv.bytes_per_s_per_gpu.value;
+  std::vector<Bound> bounds = {
+      {"$.gpu.hbm_achievable_bytes_per_s", g.hbm_achievable_bytes_per_s.value,
+       "$.gpu.hbm_peak_bytes_per_s", g.hbm_peak_bytes_per_s.value,
+       "an achieved HBM bandwidth cannot exceed the peak"},
+      {"$.gpu.dense_flops_fp32", g.dense_flops_fp32.value, "$.gpu.dense_flops_bf16",
+       g.dense_flops_bf16.value, "fp32 (TF32) tensor-core rates are at most the bf16 rate"},
+  };
+  if (line > 0.0) {
+    // nccl-tests bus bandwidth of a ring counts the bytes each GPU sends per direction: at most
+    // the NVLink line rate. NVLink SHARP's bus bandwidth is algbw · 2(n-1)/n with algbw at most
+    // the line rate: below twice the line rate.
+    bounds.push_back({"$.nvlink.ring_all_gather_bus_bytes_per_s",
+                      nv.ring_all_gather_bus_bytes_per_s.value, "$.nvlink.bytes_per_s_per_gpu",
+                      line, "a ring's bus bandwidth cannot exceed the NVLink line rate"});
+    bounds.push_back({"$.nvlink.ring_reduce_scatter_bus_bytes_per_s",
+                      nv.ring_reduce_scatter_bus_bytes_per_s.value, "$.nvlink.bytes_per_s_per_gpu",
+                      line, "a ring's bus bandwidth cannot exceed the NVLink line rate"});
+    bounds.push_back({"$.nvlink.ring_all_reduce_bus_bytes_per_s",
+                      nv.ring_all_reduce_bus_bytes_per_s.value, "$.nvlink.bytes_per_s_per_gpu",
+                      line, "a ring's bus bandwidth cannot exceed the NVLink line rate"});
+    bounds.push_back({"$.nvlink.nvls_all_reduce_bus_bytes_per_s",
+                      nv.nvls_all_reduce_bus_bytes_per_s.value, "2 x $.nvlink.bytes_per_s_per_gpu",
+                      2.0 * line, "NVLink SHARP moves each byte over the line once"});
+  }
+  for (const Bound& b : bounds) {
+    if (b.value > b.limit * (1.0 + 1e-12)) {
+      return r.error(
+          std::string(b.path) + ".value",
+          fmt::format("value {} is outside [0, {}] (at most {}: {})", short_number(b.value),
+                      short_number(b.limit), b.limit_path, b.what));
+    }
+  }
+  return ok();
+}
+
 }  // namespace
 
 Result<CalibrationProfile> profile_from_json(const json& root, const std::string& source) {
@@ -755,7 +818,15 @@ Result<CalibrationProfile> profile_from_json(const json& root, const std::string
   OFFSIM_RETURN_IF_ERROR(read_sections(pr, root, out));
   OFFSIM_RETURN_IF_ERROR(read_gemm(pr, root, out.gemm));
   OFFSIM_ASSIGN_OR_RETURN(out.memory_bound, pr.knots(root, "memory_bound", "$"));
+  if (root.contains("attention_by_seq")) {
+    const std::string p = "$.attention_by_seq";
+    OFFSIM_ASSIGN_OR_RETURN(const json* a, pr.reader().object(root, "attention_by_seq", "$"));
+    OFFSIM_RETURN_IF_ERROR(pr.keys(*a, {"flash_fwd", "flash_bwd"}, p));
+    OFFSIM_ASSIGN_OR_RETURN(out.attention.flash_fwd_by_seq, pr.knots(*a, "flash_fwd", p));
+    OFFSIM_ASSIGN_OR_RETURN(out.attention.flash_bwd_by_seq, pr.knots(*a, "flash_bwd", p));
+  }
   OFFSIM_RETURN_IF_ERROR(check_positive(pr.reader(), out));
+  OFFSIM_RETURN_IF_ERROR(check_consistent(pr.reader(), out));
   return out;
 }
 

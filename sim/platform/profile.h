@@ -115,11 +115,21 @@ struct GemmEfficiency {
 // Attention efficiency: fraction of the dtype's dense peak reached on the attention FLOPs
 // (2 GEMMs forward: QK^T and PV; 2.5x that backward). The classic form also moves the s×s score
 // matrix through HBM; the cost model adds that traffic on the HBM resource.
+//
+// Flash attention by shape: `flash_fwd_by_seq` / `flash_bwd_by_seq` (optional, JSON section
+// "attention_by_seq") are causal-attention efficiencies by KV sequence length (knot size =
+// tokens), piecewise linear in log(sequence) and clamped outside the knots, as published
+// benchmarks give them. When present they replace the single flash_fwd / flash_bwd figure, unless
+// that figure was measured (origin "measured", written by calibrate): a measurement of the
+// user's machine wins over a published curve.
 struct AttentionEfficiency {
   Figure flash_fwd;
   Figure flash_bwd;
   Figure classic_fwd;
   Figure classic_bwd;
+  std::vector<CurveKnot> flash_fwd_by_seq;
+  std::vector<CurveKnot> flash_bwd_by_seq;
+  double flash(bool backward, double seq_kv) const;
   bool operator==(const AttentionEfficiency&) const = default;
 };
 

@@ -2,6 +2,7 @@
 // and source. Where hardware.md has no figure, the value is an assumption and its source string
 // says how it was derived; `offsim calibrate` replaces these with measured numbers.
 #include <cmath>
+#include <iterator>
 #include <string>
 #include <utility>
 
@@ -182,12 +183,53 @@ void attention_ampere(CalibrationProfile& p, double best_gemm) {
   p.attention.classic_bwd = fig(best_gemm, Origin::kAssumption, classic);
 }
 
-void attention_hopper(CalibrationProfile& p, double best_gemm) {
-  p.attention.flash_fwd = fig(0.75, Origin::kPublished,
-                              "hardware.md: FlashAttention-3 reaches ~75% of H100 peak forward");
-  p.attention.flash_bwd =
-      fig(0.60, Origin::kAssumption,
-          "assumption: the backward pass reaches ~80% of the forward's efficiency (0.8 x 0.75)");
+// Causal attention by sequence length, head dim 128, on H100 SXM5: cuDNN's fused attention, the
+// backend Transformer Engine runs on Hopper by default. FlashAttention-3 paper (Shah et al.,
+// arXiv 2407.08608, Fig. 5-6; 16k tokens per batch, 16 heads of 128), TFLOP/s at sequence
+// 512, 1k, 2k, 4k, 8k, 16k: forward causal 315, 410, 484, 518, 529, 539; forward non-causal
+// 497, 574, 617, 609, 600, 595; backward non-causal 305, 408, 465, 499, 518, 516. The paper
+// gives the backward without the causal mask only: the causal backward is taken at the
+// non-causal backward times the forward's causal/non-causal ratio at the same length.
+constexpr double kCudnnSeq[] = {512, 1024, 2048, 4096, 8192, 16384};
+constexpr double kCudnnFwdCausal[] = {315, 410, 484, 518, 529, 539};
+constexpr double kCudnnFwdFull[] = {497, 574, 617, 609, 600, 595};
+constexpr double kCudnnBwdFull[] = {305, 408, 465, 499, 518, 516};
+constexpr double kH100SxmBf16Tflops = 989.0;
+constexpr const char* kSrcCudnnAttention =
+    "FlashAttention-3 paper (arXiv 2407.08608) Fig. 5-6, cuDNN fused attention on H100 SXM5, head "
+    "dim 128, causal, bf16: TFLOP/s by sequence over the 989 TFLOP/s peak; Transformer Engine's "
+    "default attention backend on Hopper";
+
+// `origin`: published on H100 SXM; an assumption on the other GPUs, which take the same
+// fractions of their own peak (`note` says why).
+void attention_by_seq(CalibrationProfile& p, Origin origin, const std::string& note) {
+  p.attention.flash_fwd_by_seq.clear();
+  p.attention.flash_bwd_by_seq.clear();
+  const std::string fwd = std::string(kSrcCudnnAttention) + note;
+  const std::string bwd = std::string(kSrcCudnnAttention) +
+                          "; causal backward = non-causal backward x the forward's causal / "
+                          "non-causal ratio at the same length (assumption: the paper has no "
+                          "causal backward)" +
+                          note;
+  for (std::size_t i = 0; i < std::size(kCudnnSeq); ++i) {
+    const double f = kCudnnFwdCausal[i] / kH100SxmBf16Tflops;
+    const double b =
+        kCudnnBwdFull[i] * (kCudnnFwdCausal[i] / kCudnnFwdFull[i]) / kH100SxmBf16Tflops;
+    p.attention.flash_fwd_by_seq.push_back(
+        {.size = kCudnnSeq[i], .efficiency = fig(f, origin, fwd)});
+    p.attention.flash_bwd_by_seq.push_back(
+        {.size = kCudnnSeq[i], .efficiency = fig(b, Origin::kAssumption, bwd)});
+  }
+  // The single figures (used where a profile has no curve): the curve's longest sequence.
+  p.attention.flash_fwd = p.attention.flash_fwd_by_seq.back().efficiency;
+  p.attention.flash_bwd = p.attention.flash_bwd_by_seq.back().efficiency;
+}
+
+void attention_hopper(CalibrationProfile& p, double best_gemm, bool h100_sxm) {
+  attention_by_seq(p, h100_sxm ? Origin::kPublished : Origin::kAssumption,
+                   h100_sxm ? ""
+                            : "; measured on H100 SXM, the same fractions of this Hopper GPU's "
+                              "peak (assumption)");
   const char* classic =
       "classic attention's batched QK^T and PV GEMMs at the best large-GEMM efficiency; the "
       "s x s score traffic is charged to HBM by the cost model";
@@ -379,7 +421,7 @@ CalibrationProfile h100_sxm() {
                          "deepseek-ai/DeepGEMM PR #74: 1470 TFLOP/s for a 4096x7168x16384 FP8 "
                          "GEMM (128x160 tiles, block scaling) on H800 SXM, whose SMs and tensor "
                          "cores are the H100 SXM's")});
-  attention_hopper(p, 795.0 / 989.0);
+  attention_hopper(p, 795.0 / 989.0, /*h100_sxm=*/true);
   host_link_gen5(p, 55.5 * kGB, 56 * kGB, Origin::kPublished,
                  std::string(kSrcHostLink) + ": ~55-56 H2D, ~55-57 D2H, midpoints");
   p.host_link.duplex_bytes_per_s = fig(101 * kGB, Origin::kPublished,
@@ -397,7 +439,7 @@ CalibrationProfile h100_pcie() {
   p.gpu.dense_flops_bf16 = fig(756 * kTFLOP, Origin::kDatasheet, kSrcGpuTable);
   derived_peaks(p, true);
   set_gemm(p, 600, Origin::kAssumption, "hardware.md GPUs table: ~600 (assumed 80%)", 114);
-  attention_hopper(p, 600.0 / 756.0);
+  attention_hopper(p, 600.0 / 756.0, /*h100_sxm=*/false);
   host_link_gen5(p, 55.5 * kGB, 56 * kGB, Origin::kAssumption,
                  std::string(kSrcHostLink) + ": the H100 SXM Gen5 x16 measurement applied");
   no_nvlink(p, 55.5 * kGB, "assumption: H100 PCIe server without NVLink bridges");
@@ -422,7 +464,7 @@ CalibrationProfile h200() {
                            .k = 8192,
                            .dtype = DType::kBf16,
                            .efficiency = fig(790.0 / 989.0, Origin::kPublished, src)});
-  attention_hopper(p, 790.0 / 989.0);
+  attention_hopper(p, 790.0 / 989.0, /*h100_sxm=*/false);
   host_link_gen5(p, 55.4 * kGB, 55.1 * kGB, Origin::kPublished,
                  std::string(kSrcHostLink) + ": 55.4 H2D / 55.1 D2H");
   nvlink_hopper(p);
@@ -442,7 +484,7 @@ CalibrationProfile gh200() {
   p.gpu.dense_flops_bf16 = fig(989 * kTFLOP, Origin::kDatasheet, kSrcGpuTable);
   derived_peaks(p, true);
   set_gemm(p, 829, Origin::kPublished, std::string(kSrcMamf) + ": ~829 of 989 TFLOP/s", 132);
-  attention_hopper(p, 829.0 / 989.0);
+  attention_hopper(p, 829.0 / 989.0, /*h100_sxm=*/false);
   host_link_c2c(p, Origin::kPublished, "");
   no_nvlink(p, 0.0, "one superchip per node: no NVLink peers");
   p.nvlink.ring_all_gather_bus_bytes_per_s.value = 0.0;
@@ -467,11 +509,9 @@ CalibrationProfile blackwell(bool grace) {
   derived_peaks(p, true);
   set_gemm(p, 1745, grace ? Origin::kAssumption : Origin::kPublished,
            std::string(kSrcMamf) + ": ~1,745 of 2,250 TFLOP/s" + note, 148);
-  p.attention.flash_fwd =
-      fig(0.75, Origin::kAssumption,
-          "assumption: FlashAttention-class kernels reach the Hopper FA3 fraction (~75%) forward");
-  p.attention.flash_bwd =
-      fig(0.60, Origin::kAssumption, "assumption: backward at ~80% of the forward's efficiency");
+  attention_by_seq(p, Origin::kAssumption,
+                   "; no Blackwell measurement by shape: cuDNN's fused attention on Blackwell "
+                   "taken at the same fractions of the dense peak as on H100 (assumption)");
   const char* classic =
       "classic attention's batched QK^T and PV GEMMs at the best large-GEMM efficiency; the "
       "s x s score traffic is charged to HBM by the cost model";

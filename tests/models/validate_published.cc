@@ -139,6 +139,18 @@ std::string parameters_section(const std::vector<std::string>& gpu_kinds) {
     for (const char* key : {"flash_fwd", "flash_bwd", "classic_fwd"}) {
       md += figure_row(std::string("attention.") + key, j["attention"][key]);
     }
+    // Attention by sequence length, where the profile has it: the knots of the training
+    // sequences of these tables.
+    if (j.contains("attention_by_seq")) {
+      for (const char* key : {"flash_fwd", "flash_bwd"}) {
+        for (const auto& knot : j["attention_by_seq"][key]) {
+          const double seq = knot.value("size", 0.0);
+          if (seq != 4096.0 && seq != 8192.0) continue;
+          md += figure_row(fmt::format("attention_by_seq.{} at {:.0f} tokens", key, seq),
+                           knot["efficiency"]);
+        }
+      }
+    }
     const auto& mem = j["memory_bound"];
     if (!mem.empty()) md += figure_row("memory_bound (top knot)", mem.back()["efficiency"]);
     for (const char* key : {"ring_all_reduce_bus_bytes_per_s", "nvls_all_reduce_bus_bytes_per_s"}) {

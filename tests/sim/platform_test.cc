@@ -377,6 +377,83 @@ TEST_F(ProfileErrorTest, BadCurvesOriginsAndMissingKeysAreRejected) {
   EXPECT_NE(parse_error(j).find("$.format_version: expected 1, got 99"), std::string::npos);
 }
 
+// Figures above the peak they are measured against are refused, naming both key paths.
+TEST_F(ProfileErrorTest, FiguresAboveTheirPeakAreRejected) {
+  json j = base_;
+  j["gpu"]["hbm_achievable_bytes_per_s"]["value"] = 2.5e12;  // A100-80GB peak: 2.039e12
+  std::string m = parse_error(j);
+  EXPECT_NE(m.find("a100.json: $.gpu.hbm_achievable_bytes_per_s.value: value 2.5e+12 is outside "
+                   "[0, 2.039e+12] (at most $.gpu.hbm_peak_bytes_per_s"),
+            std::string::npos)
+      << m;
+  j = base_;
+  j["nvlink"]["ring_all_reduce_bus_bytes_per_s"]["value"] = 400e9;  // line rate 300e9
+  m = parse_error(j);
+  EXPECT_NE(m.find("$.nvlink.ring_all_reduce_bus_bytes_per_s.value: value 4e+11 is outside "
+                   "[0, 3e+11] (at most $.nvlink.bytes_per_s_per_gpu"),
+            std::string::npos)
+      << m;
+  j = base_;
+  j["nvlink"]["nvls_all_reduce_bus_bytes_per_s"]["value"] = 700e9;
+  m = parse_error(j);
+  EXPECT_NE(m.find("$.nvlink.nvls_all_reduce_bus_bytes_per_s.value: value 7e+11 is outside "
+                   "[0, 6e+11] (at most 2 x $.nvlink.bytes_per_s_per_gpu"),
+            std::string::npos)
+      << m;
+  j = base_;
+  j["gpu"]["dense_flops_fp32"]["value"] = 1e15;
+  EXPECT_NE(parse_error(j).find("$.gpu.dense_flops_fp32.value: value 1e+15 is outside"),
+            std::string::npos);
+  j = base_;
+  j["attention"]["flash_bwd"]["value"] = std::nan("");
+  EXPECT_NE(parse_error(j).find("$.attention.flash_bwd.value"), std::string::npos);
+}
+
+TEST_F(ProfileErrorTest, BadAttentionCurvesAreRejected) {
+  json j = profile_to_json(*builtin_profile("h100-sxm"));
+  ASSERT_TRUE(j.contains("attention_by_seq"));
+  json bad = j;
+  bad["attention_by_seq"]["flash_fwd"][2]["efficiency"]["value"] = 1.2;
+  EXPECT_NE(parse_error(bad).find(
+                "$.attention_by_seq.flash_fwd[2].efficiency.value: value 1.2 is outside"),
+            std::string::npos);
+  bad = j;
+  bad["attention_by_seq"]["flash_bwd"][0]["size"] = -512;
+  EXPECT_NE(parse_error(bad).find("$.attention_by_seq.flash_bwd[0].size: value -512 is outside"),
+            std::string::npos);
+  bad = j;
+  bad["attention_by_seq"].erase("flash_bwd");
+  EXPECT_NE(parse_error(bad).find("$.attention_by_seq: missing key 'flash_bwd'"),
+            std::string::npos);
+  // Optional: a profile without the curves loads and uses the single figures.
+  bad = j;
+  bad.erase("attention_by_seq");
+  auto p = profile_from_json(bad, "h100.json");
+  ASSERT_TRUE(p) << p.error().message;
+  EXPECT_TRUE(p->attention.flash_fwd_by_seq.empty());
+  EXPECT_EQ(p->attention.flash(false, 4096), p->attention.flash_fwd.value);
+}
+
+// Attention by shape: the H100 curve is the published cuDNN causal one, rising with sequence
+// length; a measured single figure replaces it.
+TEST(ProfileTest, FlashAttentionEfficiencyDependsOnSequenceLength) {
+  auto p = builtin_profile("h100-sxm");
+  ASSERT_TRUE(p);
+  const auto& a = p->attention;
+  EXPECT_NEAR(a.flash(false, 8192), 529.0 / 989.0, 1e-12);
+  EXPECT_NEAR(a.flash(false, 512), 315.0 / 989.0, 1e-12);
+  EXPECT_NEAR(a.flash(true, 8192), 518.0 * (529.0 / 600.0) / 989.0, 1e-12);
+  EXPECT_LT(a.flash(false, 1024), a.flash(false, 4096));
+  EXPECT_LT(a.flash(true, 4096), a.flash(false, 4096));
+  // Between knots: linear in log(sequence).
+  const double mid = a.flash(false, std::sqrt(4096.0 * 8192.0));
+  EXPECT_NEAR(mid, 0.5 * (518.0 + 529.0) / 989.0, 1e-12);
+  auto measured = *p;
+  measured.attention.flash_fwd = Figure{.value = 0.4, .origin = Origin::kMeasured, .source = "m"};
+  EXPECT_EQ(measured.attention.flash(false, 8192), 0.4);
+  EXPECT_NE(measured.attention.flash(true, 8192), measured.attention.flash_bwd.value);
+}
+
 TEST(ProfileFileTest, DefaultProfilePrefersAMeasuredFile) {
   const auto dir = std::filesystem::temp_directory_path() /
                    ("offsim_profile_test_" + std::to_string(::getpid()));
