@@ -156,7 +156,24 @@ struct ParallelConfig {
   // tp · dp / (ep · etp) ranks are the expert data-parallel group.
   int ep = 1;
   int etp = 1;
+  // Context parallelism (Megatron-Core --context-parallel-size, Transformer Engine's attention
+  // with a CP group): each sequence split over `cp` ranks (tp fastest, then cp, then dp), every
+  // rank holding seq_len / cp tokens of every layer; the ranks of a CP group join the
+  // data-parallel gradient reduction and optimizer sharding (dp · cp ranks).
+  int cp = 1;
+  // How attention sees the whole sequence (TE cp_comm_type). kP2P: ring attention, K and V
+  // blocks passed around the CP ring in cp − 1 steps overlapped with the per-block attention,
+  // the sequence in 2·cp chunks for causal load balance (Megatron's default). kA2A: all-to-alls
+  // of Q, K, V and of the output trade the sequence split for a head split (DeepSpeed-Ulysses).
+  enum class CpCommType { kP2P, kA2A };
+  CpCommType cp_comm_type = CpCommType::kP2P;
 };
+
+// Ranks that reduce a parameter's gradient and shard its optimizer state: data parallel times
+// context parallel (Megatron-Core's data-parallel group with context parallelism).
+inline int grad_dp(const ParallelConfig& p) { return p.dp * p.cp; }
+// Ranks of one pipeline stage: tp · cp · dp.
+inline int stage_ranks(const ParallelConfig& p) { return p.tp * p.cp * p.dp; }
 
 struct RecomputeConfig {
   enum class Mode { kNone, kSelective, kFull };
@@ -258,6 +275,8 @@ std::optional<ModelArch::Activation> activation_from_string(std::string_view s);
 std::optional<ModelArch::Norm> norm_from_string(std::string_view s);
 std::optional<ModelArch::AttentionImpl> attention_impl_from_string(std::string_view s);
 std::optional<ParallelConfig::PipelineSchedule> pipeline_schedule_from_string(std::string_view s);
+const char* to_string(ParallelConfig::CpCommType v);
+std::optional<ParallelConfig::CpCommType> cp_comm_type_from_string(std::string_view s);
 std::optional<RecomputeConfig::Mode> recompute_mode_from_string(std::string_view s);
 std::optional<TensorClass> tensor_class_from_string(std::string_view s);
 std::optional<Placement> placement_from_string(std::string_view s);

@@ -176,6 +176,8 @@ constexpr ModelArch::AttentionImpl kAttentionImpls[] = {ModelArch::AttentionImpl
                                                         ModelArch::AttentionImpl::kClassic};
 constexpr ParallelConfig::PipelineSchedule kSchedules[] = {
     ParallelConfig::PipelineSchedule::k1F1B, ParallelConfig::PipelineSchedule::kInterleaved1F1B};
+constexpr ParallelConfig::CpCommType kCpCommTypes[] = {ParallelConfig::CpCommType::kP2P,
+                                                       ParallelConfig::CpCommType::kA2A};
 constexpr RecomputeConfig::Mode kRecomputeModes[] = {
     RecomputeConfig::Mode::kNone, RecomputeConfig::Mode::kSelective, RecomputeConfig::Mode::kFull};
 constexpr models::Placement kPlacements[] = {models::Placement::kHbm, models::Placement::kHost};
@@ -496,6 +498,9 @@ sim::Status read_parallelism(const Node& node, ParallelConfig& p) {
   OFFSIM_RETURN_IF_ERROR(read_bool(r, "overlap_p2p_comm", p.overlap_p2p_comm));
   OFFSIM_RETURN_IF_ERROR(read_int(r, "ep", p.ep, 1, 4096));
   OFFSIM_RETURN_IF_ERROR(read_int(r, "etp", p.etp, 1, 4096));
+  OFFSIM_RETURN_IF_ERROR(read_int(r, "cp", p.cp, 1, 4096));
+  OFFSIM_RETURN_IF_ERROR(
+      read_enum(r, "cp_comm_type", p.cp_comm_type, kCpCommTypes, models::cp_comm_type_from_string));
   return r.finish();
 }
 
@@ -1057,6 +1062,10 @@ Node parallelism_node(const ParallelConfig& p) {
   if (p.ep > 1 || p.etp > 1) {
     put(par, "ep", number_node(p.ep));
     put(par, "etp", number_node(p.etp));
+  }
+  if (p.cp > 1) {
+    put(par, "cp", number_node(p.cp));
+    put(par, "cp_comm_type", scalar_node(models::to_string(p.cp_comm_type)));
   }
   return par;
 }
