@@ -200,6 +200,28 @@ void add_context_parallel(const Scenario& s, double micro_batches, const LayerSh
   c.deps += micro_batches * (fwd_deps * (1 + recomputed) + 2 * (cp - 1) + cp + 1);
 }
 
+// Tensor-parallel overlap (StepBuilder::gathered_gemm / scattered_gemm / async_tp_reduce).
+// tp_comm_overlap with SP: an all-gather + GEMM becomes tp − 1 ring transfers and tp GEMMs, a
+// GEMM + reduce-scatter tp GEMMs and tp reduce-scatters (FP8: a cast per GEMM); dense layers
+// have two of each in the forward and two gathered dgrads in the backward, MoE layers one
+// each (attention). tp_async_grad_reduce moves the backward reductions to the TP lane: two
+// more dependencies each.
+void add_tp_overlap(const Scenario& s, double micro_batches, const LayerDims& d, Counts& c) {
+  const ParallelConfig& p = s.parallelism;
+  if (d.t == 1) return;
+  const double t = static_cast<double>(d.t);
+  if (p.tp_async_grad_reduce) c.deps += micro_batches * 2 * (d.moe ? 1 : 2);
+  if (!p.tp_comm_overlap || d.sp == 1) return;
+  const double fp8 = s.training.compute_dtype == sim::DType::kFp8 ? 1 : 0;
+  const double gathered = (t - 2) + (t - 1) * (1 + fp8);
+  const double scattered = (t - 1) * (2 + fp8);
+  const double n_gathered = d.moe ? 2 : 4;  // forward and backward
+  const double n_scattered = d.moe ? 1 : 2;
+  c.ops += micro_batches * (n_gathered * gathered + n_scattered * scattered);
+  c.deps += micro_batches * (n_gathered * 2 * (t - 1) + n_scattered * (t + 1));
+  c.group_ranks += micro_batches * (n_scattered * (t - 1) * t - n_gathered * t);
+}
+
 }  // namespace
 
 PlanSize estimate_plan_size(const Scenario& s, const PlanSizeOptions& options) {
@@ -249,6 +271,7 @@ PlanSize estimate_plan_size(const Scenario& s, const PlanSizeOptions& options) {
     c.group_ranks += m * ((2 * tp_colls + rc_colls + moe_colls) * static_cast<double>(d.t) +
                           (shard_params && grad_dp(p) > 1 ? 2 * grad_dp(p) : 0));
     add_context_parallel(s, m, ls, c);
+    add_tp_overlap(s, m, dl, c);
     // Tensors: saved on HBM; per chunk a staging buffer, a host copy and a reload; the
     // recompute buffer; fetched parameters, forward and backward.
     const double tensors =

@@ -167,6 +167,19 @@ struct ParallelConfig {
   // of Q, K, V and of the output trade the sequence split for a head split (DeepSpeed-Ulysses).
   enum class CpCommType { kP2P, kA2A };
   CpCommType cp_comm_type = CpCommType::kP2P;
+  // The backward of a column-parallel linear launches its input-gradient all-reduce (with
+  // sequence parallelism: reduce-scatter) asynchronously and runs the weight-gradient GEMM
+  // meanwhile (Megatron-Core's LinearWithGradAccumulationAndAsyncCommunication, always on
+  // today). false: after the wgrad GEMM on the compute stream (Megatron-LM 2021). The default
+  // stays false until the steady-state fast path proves the period of plans with it (today
+  // evaluate() falls back to the full simulation for pipelined plans that set it).
+  bool tp_async_grad_reduce = false;
+  // Transformer Engine's tp_comm_overlap with userbuffers (Megatron-Core --tp-comm-overlap,
+  // default off; Megatron-Bridge's performance recipes turn it on): with sequence parallelism,
+  // the all-gather before a column-parallel GEMM (and before the row-parallel dgrad) runs as a
+  // ring exchange of tp chunks on the copy engines, each chunk's GEMM as soon as its rows
+  // arrive, and the reduce-scatter after a row-parallel GEMM is pipelined chunk by chunk.
+  bool tp_comm_overlap = false;
 };
 
 // Ranks that reduce a parameter's gradient and shard its optimizer state: data parallel times

@@ -208,6 +208,7 @@ class StepBuilder {
     std::vector<int> tp_group, dp_group;
     std::vector<int> cp_group;  // context-parallel ring (stride tp), cp > 1
     LaneId cp_lane;             // its K,V transfers (Transformer Engine's CP stream), cp > 1
+    LaneId tp_lane;             // overlapped tensor-parallel communication (tp > 1)
     std::vector<ParamGroup> groups;
     std::map<int, std::size_t> group_of_layer;
     std::map<std::pair<int, int>, OpId> last_grad_op;  // (layer key, mb) -> op after its grads
@@ -543,6 +544,83 @@ class StepBuilder {
                d_.tokens() * d_.h * d_.e);
   }
 
+  // --- tensor-parallel communication overlap (parallelism.tp_async_grad_reduce,
+  // tp_comm_overlap) ---------------------------------------------------------------------------
+  struct GemmDims {
+    std::int64_t m = 0, n = 0, k = 0;
+  };
+  bool tp_overlap() const { return s_.parallelism.tp_comm_overlap && d_.t > 1 && d_.sp > 1; }
+  // A column-parallel GEMM after the sequence-parallel all-gather of its input (forward), or a
+  // row-parallel dgrad after the all-gather of the output gradient (backward). tp_comm_overlap:
+  // Transformer Engine's ring exchange (userbuffers, copy engines): the GEMM on the rank's own
+  // m/tp rows runs at once while the next chunk comes from the ring neighbour, each of the
+  // tp − 1 transfers on the TP lane, each chunk's GEMM once its rows are there.
+  OpId gathered_gemm(Rank& r, const std::string& gather, const std::string& name,
+                     const std::string& cat, int layer, GemmDims g) {
+    if (!tp_overlap()) {
+      tp_gather(r, gather, "comm", layer);
+      return gemm(r, name, cat, layer, g.m, g.n, g.k);
+    }
+    const std::int64_t chunk_bytes = d_.tokens() * d_.h * d_.e / d_.t;
+    const OpId ready = last_compute_;
+    OpId out{};
+    OpId recv{};
+    for (int i = 0; i < d_.t; ++i) {
+      OpId next{};
+      if (i + 1 < d_.t) {
+        sim::OpSizes sz;
+        sz.bytes = chunk_bytes;
+        sz.peer = r.tp_group[1];
+        sz.p2p_role = sim::P2PRole::kSend;
+        next = add(r, r.tp_lane, fmt::format("{}{}", gather, i + 1), OpKind::kP2P, "comm", layer,
+                   cm_.p2p(r.rank, r.tp_group[1], chunk_bytes), sz, {ready});
+      }
+      if (i > 0) next_compute_deps_.push_back(recv);
+      out = gemm(r, fmt::format("{}.c{}", name, i), cat, layer, ceil_div(g.m, d_.t), g.n, g.k);
+      recv = next;
+    }
+    return out;
+  }
+  // A row-parallel GEMM and the sequence-parallel reduce-scatter (or all-reduce) of its output.
+  // tp_comm_overlap: pipelined, the GEMM in tp chunks of m/tp rows, each chunk's reduce-scatter
+  // on the TP lane while the next chunk computes; the next kernel waits for the last one.
+  OpId scattered_gemm(Rank& r, const std::string& name, const std::string& reduce,
+                      const std::string& cat, int layer, GemmDims g) {
+    if (!tp_overlap()) {
+      const OpId out = gemm(r, name, cat, layer, g.m, g.n, g.k);
+      tp_reduce(r, reduce, "comm", layer);
+      return out;
+    }
+    const std::int64_t chunk_bytes = d_.tokens() * d_.h * d_.e / d_.t;
+    OpId out{};
+    OpId rs{};
+    for (int i = 0; i < d_.t; ++i) {
+      out = gemm(r, fmt::format("{}.c{}", name, i), cat, layer, ceil_div(g.m, d_.t), g.n, g.k);
+      rs = collective(r, r.tp_lane, fmt::format("{}{}", reduce, i), "comm", layer,
+                      sim::CollectiveKind::kReduceScatter, r.tp_group, chunk_bytes, {out});
+    }
+    next_compute_deps_.push_back(rs);
+    return out;
+  }
+  // The input-gradient reduction of a column-parallel linear's backward, started right after its
+  // dgrad GEMM on the TP lane (tp_async_grad_reduce) so that the wgrad GEMM overlaps it;
+  // finish_tp_reduce makes the next kernel wait for it, or (not async) runs it on the compute
+  // stream after the wgrad GEMM.
+  std::optional<OpId> async_tp_reduce(Rank& r, const std::string& name, int layer) {
+    if (d_.t == 1 || !s_.parallelism.tp_async_grad_reduce) return std::nullopt;
+    return collective(
+        r, r.tp_lane, name, "comm", layer,
+        d_.sp > 1 ? sim::CollectiveKind::kReduceScatter : sim::CollectiveKind::kAllReduce,
+        r.tp_group, d_.tokens() * d_.h * d_.e, {last_compute_});
+  }
+  void finish_tp_reduce(Rank& r, std::optional<OpId> reduce, const std::string& name, int layer) {
+    if (reduce) {
+      next_compute_deps_.push_back(*reduce);
+    } else {
+      tp_reduce(r, name, "comm", layer);
+    }
+  }
+
   std::int64_t residual_bytes() const { return d_.tokens() * d_.h * d_.e / d_.sp; }
   // Pipeline sends. Overlapped: on their own lane. Blocking (Megatron-LM 2021, which
   // synchronized the device after every batch_isend_irecv): on the compute lane, and each
@@ -610,6 +688,9 @@ class StepBuilder {
     for (int i = 0; i < grad_dp(p); ++i) r.dp_group.push_back(r.rank + i * p.tp);
     for (int i = 0; i < p.cp; ++i) r.cp_group.push_back(r.rank + i * p.tp);
     if (p.cp > 1) r.cp_lane = lane(".cp", sim::LaneRole::kComm);
+    if (p.tp > 1 && (p.tp_async_grad_reduce || p.tp_comm_overlap)) {
+      r.tp_lane = lane(".tp", sim::LaneRole::kComm);
+    }
     // Megatron-Core's expert grid over the stage's tp · dp ranks, etp fastest, then ep, then the
     // expert data-parallel group.
     for (int i = 0; i < p.ep; ++i) r.ep_group.push_back(r.rank + i * p.etp);
@@ -941,23 +1022,23 @@ class StepBuilder {
         staging.push_back(st);
       }
     }
-    tp_gather(r, p + ".qkv.tp_allgather", "comm", l);
-    push(gemm(r, p + ".qkv.fwd", cat, l, d_.tokens(), d_.qkv_n(), d_.h));
+    push(gathered_gemm(r, p + ".qkv.tp_allgather", p + ".qkv.fwd", cat, l,
+                       {d_.tokens(), d_.qkv_n(), d_.h}));
     rotary(r, p + ".rope.fwd", l);
     push(attention(r, p + ".attn.fwd", cat, l, false));
-    push(gemm(r, p + ".out_proj.fwd", cat, l, d_.tokens(), d_.h, d_.o()));
-    tp_reduce(r, p + ".out_proj.tp_reduce", "comm", l);
+    push(scattered_gemm(r, p + ".out_proj.fwd", p + ".out_proj.tp_reduce", cat, l,
+                        {d_.tokens(), d_.h, d_.o()}));
     push(elementwise(r, p + ".res1_ln2.fwd", cat, l, res1_ln2_fwd_bytes(), 2 * norm_flops()));
     if (ld(l).moe) {
       moe_forward(r, p, cat, l, push);
     } else {
-      tp_gather(r, p + ".mlp.tp_allgather", "comm", l);
       const std::int64_t g = d_.gated ? 2 : 1;
-      push(gemm(r, p + ".mlpwi.fwd", cat, l, d_.tokens(), d_.f * g, d_.h));
+      push(gathered_gemm(r, p + ".mlp.tp_allgather", p + ".mlpwi.fwd", cat, l,
+                         {d_.tokens(), d_.f * g, d_.h}));
       push(elementwise(r, p + ".act.fwd", cat, l, d_.tokens() * d_.f * d_.e * (g + 1),
                        static_cast<double>(8 * d_.tokens() * d_.f)));
-      push(gemm(r, p + ".mlpwo.fwd", cat, l, d_.tokens(), d_.h, d_.f));
-      tp_reduce(r, p + ".mlpwo.tp_reduce", "comm", l);
+      push(scattered_gemm(r, p + ".mlpwo.fwd", p + ".mlpwo.tp_reduce", cat, l,
+                          {d_.tokens(), d_.h, d_.f}));
     }
     const OpId last = push(elementwise(r, p + ".res2.fwd", cat, l, res2_fwd_bytes(),
                                        static_cast<double>(d_.tokens() * d_.h / d_.sp)));
@@ -1214,25 +1295,27 @@ class StepBuilder {
     if (ld(l).moe) {
       moe_backward(r, p, cat, l);
     } else {
-      tp_gather(r, p + ".mlpwo.bwd.tp_allgather", "comm", l);
-      gemm(r, p + ".mlpwo.dgrad", cat, l, d_.tokens(), d_.f, d_.h);
+      gathered_gemm(r, p + ".mlpwo.bwd.tp_allgather", p + ".mlpwo.dgrad", cat, l,
+                    {d_.tokens(), d_.f, d_.h});
       wgrad_gemm(r, p + ".mlpwo.wgrad", cat, l, d_.f, d_.h, d_.tokens());
       elementwise(r, p + ".act.bwd", cat, l, d_.tokens() * d_.f * d_.e * (2 * g + 1),
                   static_cast<double>(10 * d_.tokens() * d_.f));
       gemm(r, p + ".mlpwi.dgrad", cat, l, d_.tokens(), d_.h, d_.f * g);
+      const std::optional<OpId> reduce = async_tp_reduce(r, p + ".mlpwi.bwd.tp_reduce", l);
       wgrad_gemm(r, p + ".mlpwi.wgrad", cat, l, d_.h, d_.f * g, d_.tokens());
-      tp_reduce(r, p + ".mlpwi.bwd.tp_reduce", "comm", l);
+      finish_tp_reduce(r, reduce, p + ".mlpwi.bwd.tp_reduce", l);
     }
     elementwise(r, p + ".res1_ln2.bwd", cat, l, 6 * residual_bytes() + dropout_mask_bytes(),
                 4 * norm_flops());
-    tp_gather(r, p + ".out_proj.bwd.tp_allgather", "comm", l);
-    gemm(r, p + ".out_proj.dgrad", cat, l, d_.tokens(), d_.o(), d_.h);
+    gathered_gemm(r, p + ".out_proj.bwd.tp_allgather", p + ".out_proj.dgrad", cat, l,
+                  {d_.tokens(), d_.o(), d_.h});
     wgrad_gemm(r, p + ".out_proj.wgrad", cat, l, d_.o(), d_.h, d_.tokens());
     attention(r, p + ".attn.bwd", cat, l, true);
     rotary(r, p + ".rope.bwd", l);
     gemm(r, p + ".qkv.dgrad", cat, l, d_.tokens(), d_.h, d_.qkv_n());
+    const std::optional<OpId> reduce = async_tp_reduce(r, p + ".qkv.bwd.tp_reduce", l);
     wgrad_gemm(r, p + ".qkv.wgrad", cat, l, d_.h, d_.qkv_n(), d_.tokens());
-    tp_reduce(r, p + ".qkv.bwd.tp_reduce", "comm", l);
+    finish_tp_reduce(r, reduce, p + ".qkv.bwd.tp_reduce", l);
     const OpId last =
         elementwise(r, p + ".ln1.bwd", cat, l, 3 * residual_bytes(), 2 * norm_flops());
     sim::Op& lo = b_.op_at(last);

@@ -501,6 +501,8 @@ sim::Status read_parallelism(const Node& node, ParallelConfig& p) {
   OFFSIM_RETURN_IF_ERROR(read_int(r, "cp", p.cp, 1, 4096));
   OFFSIM_RETURN_IF_ERROR(
       read_enum(r, "cp_comm_type", p.cp_comm_type, kCpCommTypes, models::cp_comm_type_from_string));
+  OFFSIM_RETURN_IF_ERROR(read_bool(r, "tp_async_grad_reduce", p.tp_async_grad_reduce));
+  OFFSIM_RETURN_IF_ERROR(read_bool(r, "tp_comm_overlap", p.tp_comm_overlap));
   return r.finish();
 }
 
@@ -1059,6 +1061,8 @@ Node parallelism_node(const ParallelConfig& p) {
   put(par, "virtual_stages", number_node(p.virtual_stages));
   put(par, "overlap_grad_reduce", bool_node(p.overlap_grad_reduce));
   put(par, "overlap_p2p_comm", bool_node(p.overlap_p2p_comm));
+  if (p.tp_async_grad_reduce) put(par, "tp_async_grad_reduce", bool_node(true));
+  if (p.tp_comm_overlap) put(par, "tp_comm_overlap", bool_node(true));
   if (p.ep > 1 || p.etp > 1) {
     put(par, "ep", number_node(p.ep));
     put(par, "etp", number_node(p.etp));
