@@ -99,7 +99,8 @@ const char* maxtext_name(Act a) {
 LayerDims layer_dims(const ModelArch& m, const TrainingConfig& t, const ParallelConfig& p) {
   LayerDims d;
   d.b = t.micro_batch;
-  d.s = t.seq_len;
+  d.cp = p.cp;
+  d.s = t.seq_len / p.cp;
   d.h = m.hidden;
   d.d = m.head_dim;
   d.t = p.tp;
@@ -249,9 +250,10 @@ double fwd_op_flops(const LayerDims& d, FwdOp op, bool causal_attention) {
     case FwdOp::kQkv:
       return 2.0 * tok * h * static_cast<double>(d.qkv_n());
     case FwdOp::kCore: {
-      // QK^T and PV: 2 · (2·b·a·s·s·d); half of it under a causal mask.
+      // QK^T and PV: 2 · (2·b·a·s·s_kv·d); half of it under a causal mask. With context
+      // parallelism the rank's s queries meet all cp·s keys (its share of the whole product).
       const double full = 4.0 * static_cast<double>(d.b * d.a) * static_cast<double>(d.s) *
-                          static_cast<double>(d.s) * static_cast<double>(d.d);
+                          static_cast<double>(d.s * d.cp) * static_cast<double>(d.d);
       return causal_attention ? full / 2.0 : full;
     }
     case FwdOp::kOutProj:
@@ -473,7 +475,7 @@ StaticMemory static_memory(std::int64_t params, const ParallelConfig& p, const R
   const bool shard_params = p.fsdp || p.zero_stage >= 3;
   const bool shard_grads = p.fsdp || p.zero_stage >= 2;
   const bool shard_opt = p.fsdp || p.zero_stage >= 1;
-  const std::int64_t dp = p.dp;
+  const std::int64_t dp = grad_dp(p);
   StaticMemory m;
   m.params_bytes = sim::dtype_bytes(d.params) * (shard_params ? ceil_div(params, dp) : params);
   m.grads_bytes = sim::dtype_bytes(d.grads) * (shard_grads ? ceil_div(params, dp) : params);

@@ -24,7 +24,8 @@ namespace offsim::models {
 // Per-rank layer dimensions for one micro-batch.
 struct LayerDims {
   std::int64_t b = 0;    // micro-batch (sequences)
-  std::int64_t s = 0;    // sequence length
+  std::int64_t s = 0;    // sequence length on this rank (seq_len / cp)
+  std::int64_t cp = 1;   // context-parallel ranks sharing each sequence (attention sees cp·s keys)
   std::int64_t h = 0;    // hidden
   std::int64_t d = 0;    // head dim
   std::int64_t a = 0;    // query heads on this rank (heads / tp)

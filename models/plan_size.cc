@@ -31,6 +31,7 @@ struct LayerShape {
   double recompute_ops = 0;
   double recompute_collectives = 0;  // of those, tensor-parallel collectives
   bool moe_recomputed = false;       // the MoE FFN is re-run whole
+  bool recompute_core = false;       // the attention core is re-run
   bool params_on_host = false;
   bool grads_on_host = false;
   bool opt_on_host = false;
@@ -126,6 +127,7 @@ LayerShape layer_shape(const Scenario& s, const LayerDims& d, int layer) {
     out.recompute_collectives += mo.fwd_collectives;
   }
   out.recompute_ops = n;
+  out.recompute_core = rc(FwdOp::kCore);
   return out;
 }
 
@@ -153,9 +155,9 @@ void add_group(const Scenario& s, bool params_on_host, bool grads_on_host, bool 
   } else {
     ops += 1;
   }
-  if (p.dp > 1 && !shard_params && p.zero_stage >= 1) {
+  if (grad_dp(p) > 1 && !shard_params && p.zero_stage >= 1) {
     ops += 1;
-    c.group_ranks += p.dp;
+    c.group_ranks += grad_dp(p);
   }
   c.ops += ops;
   c.deps += ops;  // each waits for the previous step of the chain
@@ -167,10 +169,10 @@ void add_grads(const Scenario& s, double micro_batches, bool grads_on_host, Coun
   const ParallelConfig& p = s.parallelism;
   const bool shard_grads = p.fsdp || p.zero_stage >= 2;
   const double times = shard_grads ? micro_batches : 1;
-  if (p.dp > 1) {
+  if (grad_dp(p) > 1) {
     c.ops += times;
     c.deps += times * (p.overlap_grad_reduce ? 1 : 2);  // not overlapped: also the last backward op
-    c.group_ranks += times * p.dp;
+    c.group_ranks += times * grad_dp(p);
     if (shard_grads) {
       c.tensors += times;  // the gradient bucket
       c.samples += 2 * times;
@@ -180,6 +182,48 @@ void add_grads(const Scenario& s, double micro_batches, bool grads_on_host, Coun
     c.ops += times;
     c.deps += times;
   }
+}
+
+// Context parallelism (StepBuilder::ring_attention / ulysses_attention): per attention pass,
+// ring: cp kernels instead of one and cp − 1 K,V transfers (the backward also cp dK,dV
+// transfers, the last one awaited by the next kernel); all-to-all: two all-to-alls over cp ranks.
+void add_context_parallel(const Scenario& s, double micro_batches, const LayerShape& ls,
+                          Counts& c) {
+  const ParallelConfig& p = s.parallelism;
+  if (p.cp == 1) return;
+  const double cp = p.cp;
+  const double recomputed = ls.recompute_core ? 1 : 0;
+  if (p.cp_comm_type == ParallelConfig::CpCommType::kA2A) {
+    c.ops += micro_batches * 2 * (2 + recomputed);
+    c.group_ranks += micro_batches * 2 * (2 + recomputed) * cp;
+    return;
+  }
+  const double fwd_ops = 2 * (cp - 1);
+  const double fwd_deps = 2 * (cp - 1);
+  c.ops += micro_batches * (fwd_ops * (1 + recomputed) + 3 * cp - 2);
+  c.deps += micro_batches * (fwd_deps * (1 + recomputed) + 2 * (cp - 1) + cp + 1);
+}
+
+// Tensor-parallel overlap (StepBuilder::gathered_gemm / scattered_gemm / async_tp_reduce).
+// tp_comm_overlap with SP: an all-gather + GEMM becomes tp − 1 ring transfers and tp GEMMs, a
+// GEMM + reduce-scatter tp GEMMs and tp reduce-scatters (FP8: a cast per GEMM); dense layers
+// have two of each in the forward and two gathered dgrads in the backward, MoE layers one
+// each (attention). tp_async_grad_reduce moves the backward reductions to the TP lane: two
+// more dependencies each.
+void add_tp_overlap(const Scenario& s, double micro_batches, const LayerDims& d, Counts& c) {
+  const ParallelConfig& p = s.parallelism;
+  if (d.t == 1) return;
+  const double t = static_cast<double>(d.t);
+  if (p.tp_async_grad_reduce) c.deps += micro_batches * 2 * (d.moe ? 1 : 2);
+  if (!p.tp_comm_overlap || d.sp == 1) return;
+  const double fp8 = s.training.compute_dtype == sim::DType::kFp8 ? 1 : 0;
+  const double gathered = (t - 2) + (t - 1) * (1 + fp8);
+  const double scattered = (t - 1) * (2 + fp8);
+  const double n_gathered = d.moe ? 2 : 4;  // forward and backward
+  const double n_scattered = d.moe ? 1 : 2;
+  c.ops += micro_batches * (n_gathered * gathered + n_scattered * scattered);
+  c.deps += micro_batches * (n_gathered * 2 * (t - 1) + n_scattered * (t + 1));
+  c.group_ranks += micro_batches * (n_scattered * (t - 1) * t - n_gathered * t);
 }
 
 }  // namespace
@@ -198,7 +242,7 @@ PlanSize estimate_plan_size(const Scenario& s, const PlanSizeOptions& options) {
   for (int l = 0; l < s.model.layers; ++l) {
     const LayerDims dl = s.model.moe.experts > 0 ? layer_dims(s.model, s.training, p, l) : d;
     const LayerShape ls = layer_shape(s, dl, l);
-    const double fetch_ops = (ls.params_on_host ? 1 : 0) + (shard_params && p.dp > 1 ? 1 : 0);
+    const double fetch_ops = (ls.params_on_host ? 1 : 0) + (shard_params && grad_dp(p) > 1 ? 1 : 0);
     // FP8: a cast before each forward and data-gradient GEMM (4 each); without gradient-
     // accumulation fusion, one accumulation pass per layer in the backward.
     const double casts = s.training.compute_dtype == sim::DType::kFp8 ? 4 : 0;
@@ -234,7 +278,9 @@ PlanSize estimate_plan_size(const Scenario& s, const PlanSizeOptions& options) {
     // data-parallel parameter gathers.
     const double rc_colls = ls.recompute_collectives;
     c.group_ranks += m * ((2 * tp_colls + rc_colls + moe_colls) * static_cast<double>(d.t) +
-                          (shard_params && p.dp > 1 ? 2 * p.dp : 0));
+                          (shard_params && grad_dp(p) > 1 ? 2 * grad_dp(p) : 0));
+    add_context_parallel(s, m, ls, c);
+    add_tp_overlap(s, m, dl, c);
     // Tensors: saved on HBM; per chunk a staging buffer, a host copy and a reload; the
     // recompute buffer; fetched parameters, forward and backward.
     const double tensors =
@@ -306,7 +352,7 @@ PlanSize estimate_plan_size(const Scenario& s, const PlanSizeOptions& options) {
   // pool).
   using Runtime = HardwareConfig::Runtime;
   const ParallelConfig& par = s.parallelism;
-  const bool comms = par.dp > 1 || par.tp > 1 || par.pp > 1;
+  const bool comms = grad_dp(par) > 1 || par.tp > 1 || par.pp > 1;
   const double runtime_tensors = s.hardware.runtime == Runtime::kNone  ? 1
                                  : s.hardware.runtime == Runtime::kJax ? 0
                                                                        : (comms ? 3 : 2);

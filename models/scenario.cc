@@ -48,6 +48,16 @@ const char* to_string(ModelArch::AttentionImpl v) {
   }
   return "?";
 }
+const char* to_string(ParallelConfig::CpCommType v) {
+  switch (v) {
+    case ParallelConfig::CpCommType::kP2P:
+      return "p2p";
+    case ParallelConfig::CpCommType::kA2A:
+      return "a2a";
+  }
+  return "?";
+}
+
 const char* to_string(ParallelConfig::PipelineSchedule v) {
   switch (v) {
     case ParallelConfig::PipelineSchedule::k1F1B:
@@ -113,6 +123,11 @@ std::optional<ModelArch::AttentionImpl> attention_impl_from_string(std::string_v
 std::optional<ParallelConfig::PipelineSchedule> pipeline_schedule_from_string(std::string_view s) {
   static constexpr ParallelConfig::PipelineSchedule kAll[] = {
       ParallelConfig::PipelineSchedule::k1F1B, ParallelConfig::PipelineSchedule::kInterleaved1F1B};
+  return parse_enum(s, kAll);
+}
+std::optional<ParallelConfig::CpCommType> cp_comm_type_from_string(std::string_view s) {
+  static constexpr ParallelConfig::CpCommType kAll[] = {ParallelConfig::CpCommType::kP2P,
+                                                        ParallelConfig::CpCommType::kA2A};
   return parse_enum(s, kAll);
 }
 std::optional<RecomputeConfig::Mode> recompute_mode_from_string(std::string_view s) {
@@ -567,6 +582,41 @@ sim::Status check_pipeline(const Scenario& s) {
   return sim::ok();
 }
 
+// Context parallelism as Megatron-Core and Transformer Engine run it: the sequence in 2·cp
+// chunks (causal load balancing), fused/flash attention only, a2a splitting heads over cp.
+sim::Status check_context_parallel(const Scenario& s) {
+  const ParallelConfig& p = s.parallelism;
+  OFFSIM_RETURN_IF_ERROR(positive(p.cp, "parallelism.cp"));
+  if (p.cp == 1) return sim::ok();
+  const std::int64_t chunks = 2 * static_cast<std::int64_t>(p.cp);
+  if (s.training.seq_len % chunks != 0) {
+    return invalid(fmt::format(
+        "parallelism.cp: {} needs training.seq_len {} to split into 2 × cp = {} equal chunks", p.cp,
+        s.training.seq_len, chunks));
+  }
+  if (s.model.attention != ModelArch::AttentionImpl::kFlash) {
+    return invalid(fmt::format(
+        "parallelism.cp: {} needs model.attention flash (context parallelism runs in Transformer "
+        "Engine's fused attention)",
+        p.cp));
+  }
+  if (s.model.moe.experts > 0) {
+    return invalid(fmt::format(
+        "parallelism.cp: {} with a mixture-of-experts model is not modelled (use cp 1)", p.cp));
+  }
+  if (p.cp_comm_type == ParallelConfig::CpCommType::kA2A) {
+    const std::int64_t heads = s.model.heads / p.tp;
+    const std::int64_t kv_heads = s.model.kv_heads / p.tp;
+    if (heads % p.cp != 0 || kv_heads % p.cp != 0) {
+      return invalid(fmt::format(
+          "parallelism.cp: {} does not divide the attention heads per tensor-parallel rank "
+          "({} query, {} key/value), which cp_comm_type a2a splits over the CP group",
+          p.cp, heads, kv_heads));
+    }
+  }
+  return sim::ok();
+}
+
 sim::Status check_parallelism(const Scenario& s) {
   const ParallelConfig& p = s.parallelism;
   OFFSIM_RETURN_IF_ERROR(positive(p.dp, "parallelism.dp"));
@@ -574,6 +624,7 @@ sim::Status check_parallelism(const Scenario& s) {
   OFFSIM_RETURN_IF_ERROR(positive(p.pp, "parallelism.pp"));
   OFFSIM_RETURN_IF_ERROR(positive(p.virtual_stages, "parallelism.virtual_stages"));
   OFFSIM_RETURN_IF_ERROR(check_moe(s));
+  OFFSIM_RETURN_IF_ERROR(check_context_parallel(s));
   OFFSIM_RETURN_IF_ERROR(check_tensor_parallel(s));
   return check_pipeline(s);
 }
@@ -631,7 +682,12 @@ sim::Status check_hardware(const Scenario& s) {
   const ParallelConfig& p = s.parallelism;
   if (h.nodes < 1) return invalid(fmt::format("hardware.nodes: {} must be >= 1", h.nodes));
   if (h.gpus < 0) return invalid(fmt::format("hardware.gpus: {} must be >= 0", h.gpus));
-  const std::int64_t used = static_cast<std::int64_t>(p.dp) * p.tp * p.pp;
+  const std::int64_t used = static_cast<std::int64_t>(stage_ranks(p)) * p.pp;
+  if (h.gpus > 0 && used != h.gpus && p.cp > 1) {
+    return invalid(fmt::format(
+        "parallelism: dp × tp × pp × cp = {} × {} × {} × {} = {} does not equal hardware.gpus {}",
+        p.dp, p.tp, p.pp, p.cp, used, h.gpus));
+  }
   if (h.gpus > 0 && used != h.gpus) {
     return invalid(
         fmt::format("parallelism: dp × tp × pp = {} × {} × {} = {} does not equal hardware.gpus {}",
@@ -655,7 +711,7 @@ sim::Status check_scenario(const Scenario& s) {
 sim::Status check_scenario(const Scenario& s, int gpus_per_node) {
   OFFSIM_RETURN_IF_ERROR(check_scenario(s));
   const ParallelConfig& p = s.parallelism;
-  const std::int64_t used = static_cast<std::int64_t>(p.dp) * p.tp * p.pp;
+  const std::int64_t used = static_cast<std::int64_t>(stage_ranks(p)) * p.pp;
   const std::int64_t available = static_cast<std::int64_t>(s.hardware.nodes) * gpus_per_node;
   if (s.hardware.gpus > available) {
     return invalid(
@@ -663,10 +719,11 @@ sim::Status check_scenario(const Scenario& s, int gpus_per_node) {
                     s.hardware.gpus, available, s.hardware.nodes, gpus_per_node));
   }
   if (s.hardware.gpus == 0 && used != available) {
-    return invalid(fmt::format(
-        "parallelism: dp × tp × pp = {} does not equal the {} GPUs of hardware.nodes {} × {} "
-        "per node (set hardware.gpus to use fewer)",
-        used, available, s.hardware.nodes, gpus_per_node));
+    return invalid(
+        fmt::format("parallelism: {} = {} does not equal the {} GPUs of hardware.nodes {} × {} "
+                    "per node (set hardware.gpus to use fewer)",
+                    p.cp > 1 ? "dp × tp × pp × cp" : "dp × tp × pp", used, available,
+                    s.hardware.nodes, gpus_per_node));
   }
   return sim::ok();
 }

@@ -159,7 +159,37 @@ struct ParallelConfig {
   // Megatron-Core --moe-shared-expert-overlap (default off): the shared experts' forward runs
   // on a stream of its own, beside the token dispatch, the routed experts and the combine.
   bool moe_shared_expert_overlap = false;
+  // Context parallelism (Megatron-Core --context-parallel-size, Transformer Engine's attention
+  // with a CP group): each sequence split over `cp` ranks (tp fastest, then cp, then dp), every
+  // rank holding seq_len / cp tokens of every layer; the ranks of a CP group join the
+  // data-parallel gradient reduction and optimizer sharding (dp · cp ranks).
+  int cp = 1;
+  // How attention sees the whole sequence (TE cp_comm_type). kP2P: ring attention, K and V
+  // blocks passed around the CP ring in cp − 1 steps overlapped with the per-block attention,
+  // the sequence in 2·cp chunks for causal load balance (Megatron's default). kA2A: all-to-alls
+  // of Q, K, V and of the output trade the sequence split for a head split (DeepSpeed-Ulysses).
+  enum class CpCommType { kP2P, kA2A };
+  CpCommType cp_comm_type = CpCommType::kP2P;
+  // The backward of a column-parallel linear launches its input-gradient all-reduce (with
+  // sequence parallelism: reduce-scatter) asynchronously and runs the weight-gradient GEMM
+  // meanwhile (Megatron-Core's LinearWithGradAccumulationAndAsyncCommunication, always on
+  // today). false: after the wgrad GEMM on the compute stream (Megatron-LM 2021). The default
+  // stays false until the steady-state fast path proves the period of plans with it (today
+  // evaluate() falls back to the full simulation for pipelined plans that set it).
+  bool tp_async_grad_reduce = false;
+  // Transformer Engine's tp_comm_overlap with userbuffers (Megatron-Core --tp-comm-overlap,
+  // default off; Megatron-Bridge's performance recipes turn it on): with sequence parallelism,
+  // the all-gather before a column-parallel GEMM (and before the row-parallel dgrad) runs as a
+  // ring exchange of tp chunks on the copy engines, each chunk's GEMM as soon as its rows
+  // arrive, and the reduce-scatter after a row-parallel GEMM is pipelined chunk by chunk.
+  bool tp_comm_overlap = false;
 };
+
+// Ranks that reduce a parameter's gradient and shard its optimizer state: data parallel times
+// context parallel (Megatron-Core's data-parallel group with context parallelism).
+inline int grad_dp(const ParallelConfig& p) { return p.dp * p.cp; }
+// Ranks of one pipeline stage: tp · cp · dp.
+inline int stage_ranks(const ParallelConfig& p) { return p.tp * p.cp * p.dp; }
 
 struct RecomputeConfig {
   enum class Mode { kNone, kSelective, kFull };
@@ -261,6 +291,8 @@ std::optional<ModelArch::Activation> activation_from_string(std::string_view s);
 std::optional<ModelArch::Norm> norm_from_string(std::string_view s);
 std::optional<ModelArch::AttentionImpl> attention_impl_from_string(std::string_view s);
 std::optional<ParallelConfig::PipelineSchedule> pipeline_schedule_from_string(std::string_view s);
+const char* to_string(ParallelConfig::CpCommType v);
+std::optional<ParallelConfig::CpCommType> cp_comm_type_from_string(std::string_view s);
 std::optional<RecomputeConfig::Mode> recompute_mode_from_string(std::string_view s);
 std::optional<TensorClass> tensor_class_from_string(std::string_view s);
 std::optional<Placement> placement_from_string(std::string_view s);

@@ -213,6 +213,9 @@ class StepBuilder {
     LaneId moe_shared;  // the shared experts' stream (moe_shared_expert_overlap)
     PoolId hbm, host;
     std::vector<int> tp_group, dp_group;
+    std::vector<int> cp_group;  // context-parallel ring (stride tp), cp > 1
+    LaneId cp_lane;             // its K,V transfers (Transformer Engine's CP stream), cp > 1
+    LaneId tp_lane;             // overlapped tensor-parallel communication (tp > 1)
     std::vector<ParamGroup> groups;
     std::map<int, std::size_t> group_of_layer;
     std::map<std::pair<int, int>, OpId> last_grad_op;  // (layer key, mb) -> op after its grads
@@ -258,7 +261,7 @@ class StepBuilder {
     const sim::Op s = b_.op_at(send);
     const sim::Lane& from = b_.peek().lanes[s.lane.index()];
     const int dst = s.sizes.peer;
-    const auto stage = static_cast<int>(dst / (s_.parallelism.tp * s_.parallelism.dp));
+    const auto stage = static_cast<int>(dst / stage_ranks(s_.parallelism));
     const LaneId lane = b_.lane(fmt::format("rank{}.recv_from_rank{}", dst, from.rank),
                                 {.rank = dst, .stage = stage, .role = sim::LaneRole::kRecv});
     const auto pair = static_cast<std::int64_t>(send.index());
@@ -289,6 +292,10 @@ class StepBuilder {
     op.cost = std::move(cost);
     op.deps = std::move(deps);
     const bool on_compute = lane == r.compute;
+    if (on_compute && !next_compute_deps_.empty()) {
+      op.deps.insert(op.deps.end(), next_compute_deps_.begin(), next_compute_deps_.end());
+      next_compute_deps_.clear();
+    }
     const OpId id = b_.op(std::move(op));
     if (on_compute) last_compute_ = id;
     return id;
@@ -336,21 +343,111 @@ class StepBuilder {
                cm_.memory_bound(r.rank, bytes, flops), sz);
   }
 
+  // The attention core of one layer on this rank: one kernel, or with context parallelism the
+  // ring (cp_comm_type p2p) or all-to-all (a2a) form Transformer Engine runs.
   OpId attention(Rank& r, const std::string& name, OpCategory cat, int layer, bool backward) {
-    sim::AttentionShape shape{.batch = d_.b,
-                              .heads = d_.a,
-                              .kv_heads = d_.kvh,
-                              .seq_q = d_.s,
-                              .seq_kv = d_.s,
-                              .head_dim = d_.d,
-                              .causal = true,
-                              .backward = backward,
-                              .dtype = adtype_};
+    const ParallelConfig& p = s_.parallelism;
+    if (p.cp > 1 && p.cp_comm_type == ParallelConfig::CpCommType::kA2A) {
+      return ulysses_attention(r, name, cat, layer, backward);
+    }
+    if (p.cp > 1) return ring_attention(r, name, cat, layer, backward);
+    return attention_kernel(r, name, cat, layer, attention_shape(backward, d_.s, d_.a, d_.kvh));
+  }
+  sim::AttentionShape attention_shape(bool backward, std::int64_t seq, std::int64_t heads,
+                                      std::int64_t kv_heads) const {
+    return {.batch = d_.b,
+            .heads = heads,
+            .kv_heads = kv_heads,
+            .seq_q = seq,
+            .seq_kv = seq,
+            .head_dim = d_.d,
+            .causal = true,
+            .backward = backward,
+            .dtype = adtype_};
+  }
+  OpId attention_kernel(Rank& r, const std::string& name, OpCategory cat, int layer,
+                        const sim::AttentionShape& shape, std::vector<OpId> deps = {}) {
     sim::OpSizes sz;
     sz.attention = shape;
     sz.flops = CostModel::attention_flops(shape);
     return add(r, r.compute, name, OpKind::kAttention, cat, layer,
-               cm_.attention(r.rank, shape, d_.flash, d_.dropout), sz);
+               cm_.attention(r.rank, shape, d_.flash, d_.dropout), sz, std::move(deps));
+  }
+
+  // Ring attention (Transformer Engine AttnFuncWithCPAndKVP2P, cp_comm_type p2p): cp steps, step
+  // i the rank's queries against the K,V block that started i ranks before it on the ring. The
+  // sequence is in 2·cp chunks, rank j holding chunks j and 2cp−1−j (Megatron's causal load
+  // balancing), so every step is half of a full s×s product, as much as one causal s×s
+  // attention: the kernels have that shape. K,V for step i come from the ring predecessor on the
+  // CP stream while step i−1 computes; with two receive buffers the transfer for step i starts
+  // once step i−2 has released its buffer. Backward: the same K,V transfers, and after each step
+  // its partial dK,dV goes on to the next rank (overlapped with the following step); the last
+  // transfer brings a rank its own dK,dV, which the next kernel waits for.
+  OpId ring_attention(Rank& r, const std::string& name, OpCategory cat, int layer, bool backward) {
+    const int cp = s_.parallelism.cp;
+    const std::int64_t kv_block = 2 * d_.b * d_.s * d_.kv() * d_.e;  // K and V, this rank's tokens
+    const sim::AttentionShape shape = attention_shape(backward, d_.s, d_.a, d_.kvh);
+    const OpId ready = last_compute_;  // K,V (and in the backward dO) are ready
+    std::vector<OpId> blocks;
+    OpId recv{};
+    OpId dkv{};
+    for (int i = 0; i < cp; ++i) {
+      if (i + 1 < cp) {
+        const OpId freed = i == 0 ? ready : blocks[static_cast<std::size_t>(i - 1)];
+        const OpId next =
+            cp_transfer(r, fmt::format("{}.cp_kv{}", name, i + 1), layer, kv_block, {freed});
+        blocks.push_back(attention_kernel(r, fmt::format("{}.cp{}", name, i), cat, layer, shape,
+                                          i > 0 ? std::vector<OpId>{recv} : std::vector<OpId>{}));
+        recv = next;
+      } else {
+        blocks.push_back(
+            attention_kernel(r, fmt::format("{}.cp{}", name, i), cat, layer, shape, {recv}));
+      }
+      if (backward) {
+        dkv = cp_transfer(r, fmt::format("{}.cp_dkv{}", name, i), layer, kv_block, {blocks.back()});
+      }
+    }
+    if (backward) next_compute_deps_.push_back(dkv);
+    return blocks.back();
+  }
+  // One ring step of the CP group: this rank sends `bytes` to its successor while receiving as
+  // much from its predecessor. The ring moves at its slowest link: priced over the NIC when any
+  // neighbour pair of the ring lies in different NVLink domains, else over NVLink.
+  OpId cp_transfer(Rank& r, const std::string& name, int layer, std::int64_t bytes,
+                   std::vector<OpId> deps) {
+    const std::vector<int>& g = r.cp_group;
+    const int successor = g[1 % g.size()];
+    int priced = successor;
+    for (std::size_t i = 0; i < g.size(); ++i) {
+      if (!cm_.system().same_nvlink_domain(g[i], g[(i + 1) % g.size()])) {
+        for (int peer : g) {
+          if (!cm_.system().same_nvlink_domain(r.rank, peer)) priced = peer;
+        }
+        break;
+      }
+    }
+    sim::OpSizes sz;
+    sz.bytes = bytes;
+    sz.peer = successor;
+    sz.p2p_role = sim::P2PRole::kSend;
+    return add(r, r.cp_lane, name, OpKind::kP2P, OpCategory::kComm, layer,
+               cm_.p2p(r.rank, priced, bytes), sz, std::move(deps));
+  }
+  // DeepSpeed-Ulysses style (cp_comm_type a2a): all-to-alls over the CP group turn the sequence
+  // split into a head split, attention runs over the whole sequence for heads / cp heads, and
+  // an all-to-all turns its output back; the backward does the same with the gradients. On the
+  // compute stream: the attention needs their result.
+  OpId ulysses_attention(Rank& r, const std::string& name, OpCategory cat, int layer,
+                         bool backward) {
+    const int cp = s_.parallelism.cp;
+    const std::int64_t qkv_bytes = d_.tokens() * (d_.q() + 2 * d_.kv()) * d_.e;
+    const std::int64_t out_bytes = d_.tokens() * d_.o() * d_.e;
+    collective(r, r.compute, name + ".cp_a2a_in", OpCategory::kComm, layer,
+               sim::CollectiveKind::kAllToAll, r.cp_group, backward ? out_bytes : qkv_bytes);
+    attention_kernel(r, name, cat, layer,
+                     attention_shape(backward, d_.s * cp, d_.a / cp, d_.kvh / cp));
+    return collective(r, r.compute, name + ".cp_a2a_out", OpCategory::kComm, layer,
+                      sim::CollectiveKind::kAllToAll, r.cp_group, backward ? qkv_bytes : out_bytes);
   }
 
   OpId collective(Rank& r, LaneId lane, const std::string& name, OpCategory cat, int layer,
@@ -451,6 +548,84 @@ class StepBuilder {
                d_.tokens() * d_.h * d_.e);
   }
 
+  // --- tensor-parallel communication overlap (parallelism.tp_async_grad_reduce,
+  // tp_comm_overlap) ---------------------------------------------------------------------------
+  struct GemmDims {
+    std::int64_t m = 0, n = 0, k = 0;
+  };
+  bool tp_overlap() const { return s_.parallelism.tp_comm_overlap && d_.t > 1 && d_.sp > 1; }
+  // A column-parallel GEMM after the sequence-parallel all-gather of its input (forward), or a
+  // row-parallel dgrad after the all-gather of the output gradient (backward). tp_comm_overlap:
+  // Transformer Engine's ring exchange (userbuffers, copy engines): the GEMM on the rank's own
+  // m/tp rows runs at once while the next chunk comes from the ring neighbour, each of the
+  // tp − 1 transfers on the TP lane, each chunk's GEMM once its rows are there.
+  OpId gathered_gemm(Rank& r, const std::string& gather, const std::string& name, OpCategory cat,
+                     int layer, GemmDims g) {
+    if (!tp_overlap()) {
+      tp_gather(r, gather, OpCategory::kComm, layer);
+      return gemm(r, name, cat, layer, g.m, g.n, g.k);
+    }
+    const std::int64_t chunk_bytes = d_.tokens() * d_.h * d_.e / d_.t;
+    const OpId ready = last_compute_;
+    OpId out{};
+    OpId recv{};
+    for (int i = 0; i < d_.t; ++i) {
+      OpId next{};
+      if (i + 1 < d_.t) {
+        sim::OpSizes sz;
+        sz.bytes = chunk_bytes;
+        sz.peer = r.tp_group[1];
+        sz.p2p_role = sim::P2PRole::kSend;
+        next =
+            add(r, r.tp_lane, fmt::format("{}{}", gather, i + 1), OpKind::kP2P, OpCategory::kComm,
+                layer, cm_.p2p(r.rank, r.tp_group[1], chunk_bytes), sz, {ready});
+      }
+      if (i > 0) next_compute_deps_.push_back(recv);
+      out = gemm(r, fmt::format("{}.c{}", name, i), cat, layer, ceil_div(g.m, d_.t), g.n, g.k);
+      recv = next;
+    }
+    return out;
+  }
+  // A row-parallel GEMM and the sequence-parallel reduce-scatter (or all-reduce) of its output.
+  // tp_comm_overlap: pipelined, the GEMM in tp chunks of m/tp rows, each chunk's reduce-scatter
+  // on the TP lane while the next chunk computes; the next kernel waits for the last one.
+  OpId scattered_gemm(Rank& r, const std::string& name, const std::string& reduce, OpCategory cat,
+                      int layer, GemmDims g) {
+    if (!tp_overlap()) {
+      const OpId out = gemm(r, name, cat, layer, g.m, g.n, g.k);
+      tp_reduce(r, reduce, OpCategory::kComm, layer);
+      return out;
+    }
+    const std::int64_t chunk_bytes = d_.tokens() * d_.h * d_.e / d_.t;
+    OpId out{};
+    OpId rs{};
+    for (int i = 0; i < d_.t; ++i) {
+      out = gemm(r, fmt::format("{}.c{}", name, i), cat, layer, ceil_div(g.m, d_.t), g.n, g.k);
+      rs = collective(r, r.tp_lane, fmt::format("{}{}", reduce, i), OpCategory::kComm, layer,
+                      sim::CollectiveKind::kReduceScatter, r.tp_group, chunk_bytes, {out});
+    }
+    next_compute_deps_.push_back(rs);
+    return out;
+  }
+  // The input-gradient reduction of a column-parallel linear's backward, started right after its
+  // dgrad GEMM on the TP lane (tp_async_grad_reduce) so that the wgrad GEMM overlaps it;
+  // finish_tp_reduce makes the next kernel wait for it, or (not async) runs it on the compute
+  // stream after the wgrad GEMM.
+  std::optional<OpId> async_tp_reduce(Rank& r, const std::string& name, int layer) {
+    if (d_.t == 1 || !s_.parallelism.tp_async_grad_reduce) return std::nullopt;
+    return collective(
+        r, r.tp_lane, name, OpCategory::kComm, layer,
+        d_.sp > 1 ? sim::CollectiveKind::kReduceScatter : sim::CollectiveKind::kAllReduce,
+        r.tp_group, d_.tokens() * d_.h * d_.e, {last_compute_});
+  }
+  void finish_tp_reduce(Rank& r, std::optional<OpId> reduce, const std::string& name, int layer) {
+    if (reduce) {
+      next_compute_deps_.push_back(*reduce);
+    } else {
+      tp_reduce(r, name, OpCategory::kComm, layer);
+    }
+  }
+
   std::int64_t residual_bytes() const { return d_.tokens() * d_.h * d_.e / d_.sp; }
   // Pipeline sends. Overlapped: on their own lane. Blocking (Megatron-LM 2021, which
   // synchronized the device after every batch_isend_irecv): on the compute lane, and each
@@ -481,7 +656,7 @@ class StepBuilder {
 
   bool shard_params() const { return s_.parallelism.fsdp || s_.parallelism.zero_stage >= 3; }
   bool shard_grads() const { return s_.parallelism.fsdp || s_.parallelism.zero_stage >= 2; }
-  int dp() const { return s_.parallelism.dp; }
+  int dp() const { return grad_dp(s_.parallelism); }  // the gradient-reduction group
   // Expert data-parallel size: tp · dp / (ep · etp).
   int edp() const {
     const ParallelConfig& p = s_.parallelism;
@@ -498,7 +673,7 @@ class StepBuilder {
     const ParallelConfig& p = s_.parallelism;
     Rank r;
     r.stage = stage;
-    r.rank = stage * p.tp * p.dp;
+    r.rank = stage * stage_ranks(p);
     const std::string rn = fmt::format("rank{}", r.rank);
     const auto lane = [&](const char* suffix, sim::LaneRole role) {
       return b_.lane(rn + suffix, {.rank = r.rank, .stage = stage, .role = role});
@@ -516,21 +691,28 @@ class StepBuilder {
     r.host = cm_.host_pool(r.rank);
     hbm_pools_.push_back(r.hbm);
     for (int i = 0; i < p.tp; ++i) r.tp_group.push_back(r.rank + i);
-    for (int i = 0; i < p.dp; ++i) r.dp_group.push_back(r.rank + i * p.tp);
+    // Rank order tp, cp, dp (Megatron-Core's default order): the gradient group is the dp · cp
+    // ranks of stride tp, the CP ring its first cp.
+    for (int i = 0; i < grad_dp(p); ++i) r.dp_group.push_back(r.rank + i * p.tp);
+    for (int i = 0; i < p.cp; ++i) r.cp_group.push_back(r.rank + i * p.tp);
+    if (p.cp > 1) r.cp_lane = lane(".cp", sim::LaneRole::kComm);
+    if (p.tp > 1 && (p.tp_async_grad_reduce || p.tp_comm_overlap)) {
+      r.tp_lane = lane(".tp", sim::LaneRole::kComm);
+    }
     // Megatron-Core's expert grid over the stage's tp · dp ranks, etp fastest, then ep, then the
     // expert data-parallel group.
     for (int i = 0; i < p.ep; ++i) r.ep_group.push_back(r.rank + i * p.etp);
     for (int i = 0; i < p.etp; ++i) r.etp_group.push_back(r.rank + i);
     for (int i = 0; i < edp(); ++i) r.edp_group.push_back(r.rank + i * p.ep * p.etp);
 
-    b_.representative({.rank = r.rank, .multiplicity = p.tp * p.dp, .stride = 1});
+    b_.representative({.rank = r.rank, .multiplicity = stage_ranks(p), .stride = 1});
     SimRankInfo info;
     info.rank = r.rank;
     info.stage = stage;
     // The representative is the stage's first rank: data- and tensor-parallel index 0.
     info.dp_rank = 0;
     info.tp_rank = 0;
-    info.multiplicity = p.tp * p.dp;
+    info.multiplicity = stage_ranks(p);
     info.hbm_pool = r.hbm;
     info.host_pool = r.host;
     info.compute_lane = r.compute;
@@ -796,7 +978,7 @@ class StepBuilder {
       last = head_forward(r, t.mb);
     } else {
       const auto [dst_stage, dst_chunk] = next_stage(r.stage, t.chunk);
-      const int dst = dst_stage * s_.parallelism.tp * s_.parallelism.dp;
+      const int dst = dst_stage * stage_ranks(s_.parallelism);
       sim::OpSizes sz;
       sz.bytes = p2p_bytes();
       sz.peer = dst;
@@ -856,23 +1038,23 @@ class StepBuilder {
         staging.push_back(st);
       }
     }
-    tp_gather(r, p + ".qkv.tp_allgather", OpCategory::kComm, l);
-    push(gemm(r, p + ".qkv.fwd", cat, l, d_.tokens(), d_.qkv_n(), d_.h));
+    push(gathered_gemm(r, p + ".qkv.tp_allgather", p + ".qkv.fwd", cat, l,
+                       {d_.tokens(), d_.qkv_n(), d_.h}));
     rotary(r, p + ".rope.fwd", l);
     push(attention(r, p + ".attn.fwd", cat, l, false));
-    push(gemm(r, p + ".out_proj.fwd", cat, l, d_.tokens(), d_.h, d_.o()));
-    tp_reduce(r, p + ".out_proj.tp_reduce", OpCategory::kComm, l);
+    push(scattered_gemm(r, p + ".out_proj.fwd", p + ".out_proj.tp_reduce", cat, l,
+                        {d_.tokens(), d_.h, d_.o()}));
     push(elementwise(r, p + ".res1_ln2.fwd", cat, l, res1_ln2_fwd_bytes(), 2 * norm_flops()));
     if (ld(l).moe) {
       moe_forward(r, p, cat, l, push);
     } else {
-      tp_gather(r, p + ".mlp.tp_allgather", OpCategory::kComm, l);
       const std::int64_t g = d_.gated ? 2 : 1;
-      push(gemm(r, p + ".mlpwi.fwd", cat, l, d_.tokens(), d_.f * g, d_.h));
+      push(gathered_gemm(r, p + ".mlp.tp_allgather", p + ".mlpwi.fwd", cat, l,
+                         {d_.tokens(), d_.f * g, d_.h}));
       push(elementwise(r, p + ".act.fwd", cat, l, d_.tokens() * d_.f * d_.e * (g + 1),
                        static_cast<double>(8 * d_.tokens() * d_.f)));
-      push(gemm(r, p + ".mlpwo.fwd", cat, l, d_.tokens(), d_.h, d_.f));
-      tp_reduce(r, p + ".mlpwo.tp_reduce", OpCategory::kComm, l);
+      push(scattered_gemm(r, p + ".mlpwo.fwd", p + ".mlpwo.tp_reduce", cat, l,
+                          {d_.tokens(), d_.h, d_.f}));
     }
     const OpId last = push(elementwise(r, p + ".res2.fwd", cat, l, res2_fwd_bytes(),
                                        static_cast<double>(d_.tokens() * d_.h / d_.sp)));
@@ -999,7 +1181,7 @@ class StepBuilder {
       grads_done(r, -1, t.mb, last);
     } else {
       const auto [dst_stage, dst_chunk] = prev_stage(r.stage, t.chunk);
-      const int dst = dst_stage * s_.parallelism.tp * s_.parallelism.dp;
+      const int dst = dst_stage * stage_ranks(s_.parallelism);
       sim::OpSizes sz;
       sz.bytes = p2p_bytes();
       sz.peer = dst;
@@ -1133,25 +1315,27 @@ class StepBuilder {
     if (ld(l).moe) {
       moe_backward(r, p, cat, l);
     } else {
-      tp_gather(r, p + ".mlpwo.bwd.tp_allgather", OpCategory::kComm, l);
-      gemm(r, p + ".mlpwo.dgrad", cat, l, d_.tokens(), d_.f, d_.h);
+      gathered_gemm(r, p + ".mlpwo.bwd.tp_allgather", p + ".mlpwo.dgrad", cat, l,
+                    {d_.tokens(), d_.f, d_.h});
       wgrad_gemm(r, p + ".mlpwo.wgrad", cat, l, d_.f, d_.h, d_.tokens());
       elementwise(r, p + ".act.bwd", cat, l, d_.tokens() * d_.f * d_.e * (2 * g + 1),
                   static_cast<double>(10 * d_.tokens() * d_.f));
       gemm(r, p + ".mlpwi.dgrad", cat, l, d_.tokens(), d_.h, d_.f * g);
+      const std::optional<OpId> reduce = async_tp_reduce(r, p + ".mlpwi.bwd.tp_reduce", l);
       wgrad_gemm(r, p + ".mlpwi.wgrad", cat, l, d_.h, d_.f * g, d_.tokens());
-      tp_reduce(r, p + ".mlpwi.bwd.tp_reduce", OpCategory::kComm, l);
+      finish_tp_reduce(r, reduce, p + ".mlpwi.bwd.tp_reduce", l);
     }
     elementwise(r, p + ".res1_ln2.bwd", cat, l, 6 * residual_bytes() + dropout_mask_bytes(),
                 4 * norm_flops());
-    tp_gather(r, p + ".out_proj.bwd.tp_allgather", OpCategory::kComm, l);
-    gemm(r, p + ".out_proj.dgrad", cat, l, d_.tokens(), d_.o(), d_.h);
+    gathered_gemm(r, p + ".out_proj.bwd.tp_allgather", p + ".out_proj.dgrad", cat, l,
+                  {d_.tokens(), d_.o(), d_.h});
     wgrad_gemm(r, p + ".out_proj.wgrad", cat, l, d_.o(), d_.h, d_.tokens());
     attention(r, p + ".attn.bwd", cat, l, true);
     rotary(r, p + ".rope.bwd", l);
     gemm(r, p + ".qkv.dgrad", cat, l, d_.tokens(), d_.h, d_.qkv_n());
+    const std::optional<OpId> reduce = async_tp_reduce(r, p + ".qkv.bwd.tp_reduce", l);
     wgrad_gemm(r, p + ".qkv.wgrad", cat, l, d_.h, d_.qkv_n(), d_.tokens());
-    tp_reduce(r, p + ".qkv.bwd.tp_reduce", OpCategory::kComm, l);
+    finish_tp_reduce(r, reduce, p + ".qkv.bwd.tp_reduce", l);
     const OpId last =
         elementwise(r, p + ".ln1.bwd", cat, l, 3 * residual_bytes(), 2 * norm_flops());
     sim::Op& lo = b_.op_at(last);
@@ -1517,12 +1701,12 @@ class StepBuilder {
         sim::OpSizes sz;
         sz.bytes = (hdo ? hdo_step_bytes_per_param(dt_) : cpu_step_bytes_per_param(dt_)) * shard;
         sz.flops = (hdo ? kAdamFlopsPerParam : kCpuStepFlopsPerParam) * static_cast<double>(shard);
-        const CostModel::CpuThreads threads{.bind_cores = s_.offload.cpu_bind_cores,
-                                            .threads = s_.offload.cpu_threads,
-                                            .local_ranks = static_cast<int>(std::min<std::int64_t>(
-                                                static_cast<std::int64_t>(s_.parallelism.dp) *
-                                                    s_.parallelism.tp * s_.parallelism.pp,
-                                                cm_.system().gpus_per_node))};
+        const CostModel::CpuThreads threads{
+            .bind_cores = s_.offload.cpu_bind_cores,
+            .threads = s_.offload.cpu_threads,
+            .local_ranks = static_cast<int>(std::min<std::int64_t>(
+                static_cast<std::int64_t>(stage_ranks(s_.parallelism)) * s_.parallelism.pp,
+                cm_.system().gpus_per_node))};
         done = add(r, r.cpu, g.name + ".adam.cpu", OpKind::kHostCompute, OpCategory::kCpuOptimizer,
                    g.layer, cm_.host_compute(r.rank, sz.bytes, sz.flops, threads), sz, deps);
         if (!g.params_on_host) {
@@ -1586,6 +1770,8 @@ class StepBuilder {
   std::vector<OpId> deferred_reduce_;  // gradient reductions that wait for the whole backward
   OpId last_compute_;                  // the latest op emitted on the current rank's compute lane
   bool static_only_ = false;           // BuildOptions::static_only
+  // Cross-lane dependencies of the next compute op (a ring attention's last dK,dV transfer).
+  std::vector<OpId> next_compute_deps_;
 };
 
 std::vector<std::string> scenario_flags(const Scenario& s) {
@@ -1739,13 +1925,13 @@ sim::Result<BuiltStep> build_step(const Scenario& s, const BuildOptions& options
   const ParallelConfig& p = s.parallelism;
   std::vector<SimRank> ranks;
   for (int stage = 0; stage < p.pp; ++stage) {
-    ranks.push_back({.rank = stage * p.tp * p.dp, .multiplicity = p.tp * p.dp, .stride = 1});
+    ranks.push_back({.rank = stage * stage_ranks(p), .multiplicity = stage_ranks(p), .stride = 1});
   }
   sim::PlanBuilder b;
   OFFSIM_ASSIGN_OR_RETURN(CostModel cm, CostModel::create(system, *profile, ranks, b));
 
   BuiltStep out;
-  out.gpus = p.dp * p.tp * p.pp;
+  out.gpus = stage_ranks(p) * p.pp;
   out.tokens_per_step = s.training.global_batch * s.training.seq_len;
   // Model FLOPs (whole job): 3 × forward (forward, activation grad, weight grad) of every layer
   // and the LM head, attention counted in full (Megatron/PaLM convention).
@@ -1785,10 +1971,11 @@ sim::Result<BuiltStep> build_step(const Scenario& s, const BuildOptions& options
     // group fits on a node of an NVLink system.
     const bool nvlink = profile->nvlink.bytes_per_s_per_gpu.value > 0.0;
     const int per_node = system.gpus_per_node;
-    const std::vector<NcclCommunicator> comms = {
-        {.ranks = p.dp, .nvlink = nvlink && p.dp * p.tp <= per_node},
+    std::vector<NcclCommunicator> comms = {
+        {.ranks = grad_dp(p), .nvlink = nvlink && stage_ranks(p) <= per_node},
         {.ranks = p.tp, .nvlink = nvlink && p.tp <= per_node},
-        {.ranks = p.pp > 1 ? 2 : 1, .nvlink = nvlink && p.dp * p.tp * p.pp <= per_node}};
+        {.ranks = p.pp > 1 ? 2 : 1, .nvlink = nvlink && stage_ranks(p) * p.pp <= per_node}};
+    if (p.cp > 1) comms.push_back({.ranks = p.cp, .nvlink = nvlink && p.tp * p.cp <= per_node});
     out.runtime =
         runtime_model(s.hardware.runtime, profile->provenance.profile_name,
                       static_cast<std::int64_t>(profile->gpu.hbm_usable_bytes.value), comms);
@@ -1809,9 +1996,9 @@ sim::Result<BuiltStep> build_step(const Scenario& s, const BuildOptions& options
   b.metadata("model", s.model.name);
   b.metadata("system", system.name);
   b.metadata("representative_ranks",
-             fmt::format("one simulated rank per pipeline stage ({}), each standing for dp·tp = {} "
+             fmt::format("one simulated rank per pipeline stage ({}), each standing for {} = {} "
                          "identical ranks",
-                         p.pp, p.dp * p.tp));
+                         p.pp, p.cp > 1 ? "dp·tp·cp" : "dp·tp", stage_ranks(p)));
   if (s.model.moe.experts > 0) {
     // Per-expert load of one micro-batch (token rows over the expert-parallel group) and the
     // simulated EP rank's share, for the report's metadata.

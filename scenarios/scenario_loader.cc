@@ -176,6 +176,8 @@ constexpr ModelArch::AttentionImpl kAttentionImpls[] = {ModelArch::AttentionImpl
                                                         ModelArch::AttentionImpl::kClassic};
 constexpr ParallelConfig::PipelineSchedule kSchedules[] = {
     ParallelConfig::PipelineSchedule::k1F1B, ParallelConfig::PipelineSchedule::kInterleaved1F1B};
+constexpr ParallelConfig::CpCommType kCpCommTypes[] = {ParallelConfig::CpCommType::kP2P,
+                                                       ParallelConfig::CpCommType::kA2A};
 constexpr RecomputeConfig::Mode kRecomputeModes[] = {
     RecomputeConfig::Mode::kNone, RecomputeConfig::Mode::kSelective, RecomputeConfig::Mode::kFull};
 constexpr models::Placement kPlacements[] = {models::Placement::kHbm, models::Placement::kHost};
@@ -497,6 +499,11 @@ sim::Status read_parallelism(const Node& node, ParallelConfig& p) {
   OFFSIM_RETURN_IF_ERROR(read_bool(r, "moe_shared_expert_overlap", p.moe_shared_expert_overlap));
   OFFSIM_RETURN_IF_ERROR(read_int(r, "ep", p.ep, 1, 4096));
   OFFSIM_RETURN_IF_ERROR(read_int(r, "etp", p.etp, 1, 4096));
+  OFFSIM_RETURN_IF_ERROR(read_int(r, "cp", p.cp, 1, 4096));
+  OFFSIM_RETURN_IF_ERROR(
+      read_enum(r, "cp_comm_type", p.cp_comm_type, kCpCommTypes, models::cp_comm_type_from_string));
+  OFFSIM_RETURN_IF_ERROR(read_bool(r, "tp_async_grad_reduce", p.tp_async_grad_reduce));
+  OFFSIM_RETURN_IF_ERROR(read_bool(r, "tp_comm_overlap", p.tp_comm_overlap));
   return r.finish();
 }
 
@@ -1056,9 +1063,15 @@ Node parallelism_node(const ParallelConfig& p) {
   put(par, "overlap_grad_reduce", bool_node(p.overlap_grad_reduce));
   put(par, "overlap_p2p_comm", bool_node(p.overlap_p2p_comm));
   if (p.moe_shared_expert_overlap) put(par, "moe_shared_expert_overlap", bool_node(true));
+  if (p.tp_async_grad_reduce) put(par, "tp_async_grad_reduce", bool_node(true));
+  if (p.tp_comm_overlap) put(par, "tp_comm_overlap", bool_node(true));
   if (p.ep > 1 || p.etp > 1) {
     put(par, "ep", number_node(p.ep));
     put(par, "etp", number_node(p.etp));
+  }
+  if (p.cp > 1) {
+    put(par, "cp", number_node(p.cp));
+    put(par, "cp_comm_type", scalar_node(models::to_string(p.cp_comm_type)));
   }
   return par;
 }

@@ -157,6 +157,35 @@ TEST_F(LoaderTest, ImpossibleConfigurationsPointAtTheKey) {
       << gpus;
 }
 
+TEST_F(LoaderTest, ContextParallelKeys) {
+  // parallelism.cp and cp_comm_type reach the scenario and the effective scenario.
+  const std::string path = write("s.yaml", kBase);
+  auto file = load_scenario_file(path, {"hardware.system=dgx-h100", "parallelism.tp=4",
+                                        "parallelism.cp=2", "parallelism.cp_comm_type=a2a"});
+  ASSERT_TRUE(file) << file.error().message;
+  auto s = scenario_from_document(file->base, file->base_dir);
+  ASSERT_TRUE(s) << s.error().message;
+  EXPECT_EQ(s->parallelism.cp, 2);
+  EXPECT_EQ(s->parallelism.cp_comm_type, models::ParallelConfig::CpCommType::kA2A);
+  EXPECT_TRUE(check_loaded(*s, file->base));
+  const std::string effective = emit_yaml(scenario_to_document(*s));
+  EXPECT_NE(effective.find("  cp: 2\n  cp_comm_type: a2a\n"), std::string::npos) << effective;
+  // Bad values and impossible layouts name the key.
+  const std::string comm = error_of(kBase, {"parallelism.cp_comm_type=ring"});
+  EXPECT_NE(comm.find("parallelism.cp_comm_type: expected one of p2p, a2a, got \"ring\""),
+            std::string::npos)
+      << comm;
+  const std::string gpus = error_of(kBase, {"parallelism.cp=2"});
+  EXPECT_NE(gpus.find("parallelism: dp × tp × pp × cp = 2 does not equal the 1 GPUs"),
+            std::string::npos)
+      << gpus;
+  const std::string chunks = error_of(kBase, {"hardware.system=dgx-h100", "parallelism.tp=4",
+                                              "parallelism.cp=2", "training.seq_len=2050"});
+  EXPECT_NE(chunks.find("parallelism.cp: 2 needs training.seq_len 2050 to split into 2 × cp = 4"),
+            std::string::npos)
+      << chunks;
+}
+
 TEST_F(LoaderTest, MissingRequiredSectionsAreErrors) {
   EXPECT_EQ(error_of("model: llama3-8b\nhardware: {system: h100-1gpu}\n"),
             p(":1:1: training: missing; a scenario needs model, hardware and training"));
