@@ -394,7 +394,7 @@ TEST(CostModelTest, CpuAdamIsBoundByCoresThenByDram) {
 TEST(CostModelTest, CpuThreadsBindingAndNumaPlacement) {
   // Rate = c × per-core / numa, numa = 1 + (k-1)/k × (r-1) with r = 1.6 (remote DRAM) and k the
   // sockets the rank's threads run on.
-  const double per_core = 11.6e9 * 52.0 / 8.2 / 48.0;
+  const double per_core = 11.6e9 * 42.0 / 8.2 / 48.0;
   const double r = 1.6;
   auto f = make("dgx-h100", {{.rank = 0}});
   const std::int64_t bytes = 16'000'000'000;
@@ -410,7 +410,7 @@ TEST(CostModelTest, CpuThreadsBindingAndNumaPlacement) {
   // Unbound, 2 local ranks: the same 56 cores' share on both sockets: 1.3x as long.
   EXPECT_NEAR(t({.bind_cores = false, .local_ranks = 2}),
               16e9 * (1 + 0.5 * (r - 1)) / (56 * per_core), 2e-9);
-  // Bound, 1 local rank: all 112 cores span both sockets (k = 2); 132 GB/s stays below one
+  // Bound, 1 local rank: all 112 cores span both sockets (k = 2); 107 GB/s stays below one
   // socket's 290 GB/s of DRAM.
   EXPECT_NEAR(t({.bind_cores = true, .local_ranks = 1}),
               16e9 * (1 + 0.5 * (r - 1)) / (112 * per_core), 2e-9);
