@@ -147,7 +147,9 @@ void add_group(const Scenario& s, bool params_on_host, bool grads_on_host, bool 
   const bool shard_params = p.fsdp || p.zero_stage >= 3;
   double ops = 0;
   if (opt_on_host && s.offload.optimizer_on_cpu) {
-    ops += (grads_on_host ? 0 : 1) + 1 + (params_on_host ? 0 : 1);
+    // DeepSpeed's flat CPU step and its H2D are one per stage, counted once (below).
+    const bool flat = s.offload.preset == "zero_offload";
+    ops += (grads_on_host ? 0 : 1) + (flat ? 0 : 1 + (params_on_host ? 0 : 1));
   } else if (opt_on_host) {
     ops += 3;  // states in, update, states out
     c.tensors += 1;
@@ -346,6 +348,12 @@ PlanSize estimate_plan_size(const Scenario& s, const PlanSizeOptions& options) {
   const double grad_passes = s.training.compute_dtype == sim::DType::kFp16 ? 2 : 1;
   c.ops += pp * grad_passes;
   c.deps += grad_passes * static_cast<double>(s.model.layers + 2);  // one per parameter group
+  // DeepSpeed's flat CPU step (StepBuilder::deepspeed_flat_step): a host step waiting for every
+  // group's gradient reduction, and one H2D, per stage.
+  if (s.offload.optimizer_on_cpu && s.offload.preset == "zero_offload") {
+    c.ops += pp * 2;
+    c.deps += pp + static_cast<double>(s.model.layers + 2);
+  }
   c.deps += sends * 3.5;
   // Per stage: the workspace tensor; with hardware.runtime the CUDA context, NCCL buffers (when
   // a group has more than one rank) and the cuBLAS workspace instead (JAX: none, outside its

@@ -45,21 +45,25 @@ std::int64_t adam_bytes_per_param(const ResolvedDtypes& d) {
 constexpr double kAdamFlopsPerParam = 12.0;
 
 // The host step of ZeRO-Offload (DeepSpeed stage 1/2 with offload_optimizer: cpu) per parameter
-// of the rank's shard, as DeepSpeed runs it: the gradient arrives in its compute dtype (PyTorch
-// converts dtypes on the CPU in CPU-GPU copies) and is widened into the fp32 gradient buffer
-// (read g, write 4); the gradient norm (read 4); unscale and clip, a multiply DeepSpeed applies
-// every step (read 4, write 4); Adam on fp32 gradient, master and moments (read 4, read and write
-// the master and both moments); the updated fp32 master narrowed into the parameter dtype for
-// the H2D copy (read master, write p). bf16 parameters and gradients with fp32 master and
-// moments: 6 + 4 + 8 + 28 + 6 = 52 bytes.
-std::int64_t cpu_step_bytes_per_param(const ResolvedDtypes& d) {
+// of the rank's shard, as DeepSpeed's stage_1_and_2.py runs it. During the backward each
+// gradient is widened to fp32 on the GPU (async_inplace_copy_grad_to_fp32_buffer_from_gpu:
+// src_tensor.to(master dtype) before the copy) and its norm is taken on the GPU
+// (set_norm_for_param_grad_in_gpu), so neither pass touches host DRAM. step() then runs, on the
+// flat fp32 partition of each parameter group: unscale and clip, a multiply (read 4, write 4);
+// DeepSpeedCPUAdam on fp32 gradient, master and moments (read 4, read and write the master and
+// both moments); the fp32 partition narrowed into the pinned 16-bit buffer
+// (param_buffer_of_bit16_for_cpu_offload_groups: read master, write p). bf16 parameters with
+// fp32 master and moments: 8 + 28 + 6 = 42 bytes. Other frameworks' CPU steps (FSDP CPU offload)
+// receive the gradient in its compute dtype and widen and norm it on the host: + 6 + 4 bytes.
+std::int64_t cpu_step_bytes_per_param(const ResolvedDtypes& d, bool widen_on_host) {
   const std::int64_t master = sim::dtype_bytes(d.master.value_or(d.params));
   const std::int64_t g = sim::dtype_bytes(d.grads);
-  const std::int64_t widen = g == 4 ? 0 : g + 4;
+  const std::int64_t widen = (!widen_on_host || g == 4) ? 0 : g + 4;
+  const std::int64_t norm = widen_on_host ? 4 : 0;
   const std::int64_t adam =
       4 + 2 * master + 2 * sim::dtype_bytes(d.first_moment) + 2 * sim::dtype_bytes(d.second_moment);
   const std::int64_t narrow = d.master ? master + sim::dtype_bytes(d.params) : 0;
-  return widen + 4 + 8 + adam + narrow;
+  return widen + norm + 8 + adam + narrow;
 }
 // The host step of Megatron-Core's HybridDeviceOptimizer (megatron/core/optimizer/
 // cpu_offloading/hybrid_optimizer.py with the distributed optimizer): the gradient is copied
@@ -73,9 +77,11 @@ std::int64_t hdo_step_bytes_per_param(const ResolvedDtypes& d) {
   return 4 + 2 * master + 2 * sim::dtype_bytes(d.first_moment) +
          2 * sim::dtype_bytes(d.second_moment);
 }
-// FLOPs per parameter of that step: Adam's 12, the widening 1, the norm's multiply-add 2, the
-// clip multiply 1, the narrowing 1.
-constexpr double kCpuStepFlopsPerParam = 12.0 + 1.0 + 2.0 + 1.0 + 1.0;
+// FLOPs per parameter of that step: Adam's 12, the clip multiply 1, the narrowing 1, and on the
+// host-widening path the widening 1 and the norm's multiply-add 2.
+double cpu_step_flops_per_param(bool widen_on_host) {
+  return 12.0 + 1.0 + 1.0 + (widen_on_host ? 3.0 : 0.0);
+}
 
 struct Task {
   bool forward = true;
@@ -1587,6 +1593,17 @@ class StepBuilder {
     wgrad_gemm(r, p + ".router.wgrad", cat, l, md.h, md.experts, t);
   }
 
+  // Bytes of a host-resident gradient's D2H copy at the last micro-batch. DeepSpeed's
+  // ZeRO-Offload widens the gradient to the master dtype on the GPU before the copy
+  // (stage_1_and_2.py, async_inplace_copy_grad_to_fp32_buffer_from_gpu), so fp32 crosses the
+  // link. (Earlier micro-batches' accumulation copies, async_accumulate_grad_in_cpu_via_gpu, are
+  // modelled as the gradient in its own dtype.)
+  std::int64_t grads_d2h_bytes(const ParamGroup& g) const {
+    if (!deepspeed_cpu_step(g)) return g.mem.grads_bytes;
+    return g.mem.grads_bytes / sim::dtype_bytes(dt_.grads) *
+           sim::dtype_bytes(dt_.master.value_or(dt_.params));
+  }
+
   // The routed experts' gradients after the last micro-batch: reduced over the expert-DP group
   // (reduce-scatter under the distributed optimizer), and D2H when they live on the host.
   void expert_grads_done(Rank& r, int layer, int mb, OpId last) {
@@ -1606,7 +1623,7 @@ class StepBuilder {
     }
     if (g.grads_on_host) {
       after = copy(r, sim::CopyDirection::kD2H, fmt::format("mb{}.{}.grads_d2h", lbl(mb), g.name),
-                   OpCategory::kOffload, layer, g.mem.grads_bytes, {after});
+                   OpCategory::kOffload, layer, grads_d2h_bytes(g), {after});
     }
     r.expert_reduce_op[layer] = after;
   }
@@ -1652,12 +1669,133 @@ class StepBuilder {
     }
     if (gp->grads_on_host && (shard_grads() || last_mb)) {
       after = copy(r, sim::CopyDirection::kD2H, fmt::format("mb{}.{}.grads_d2h", lbl(mb), gp->name),
-                   OpCategory::kOffload, gp->layer, gp->mem.grads_bytes, {after});
+                   OpCategory::kOffload, gp->layer,
+                   last_mb ? grads_d2h_bytes(*gp) : gp->mem.grads_bytes, {after});
     }
     if (last_mb) r.reduce_op[key] = after;
   }
 
   // --- optimizer ----------------------------------------------------------------------------
+
+  // DeepSpeed ZeRO-Offload (preset zero_offload) updates on the host, with the fp32 master there.
+  bool deepspeed_cpu_step(const ParamGroup& g) const {
+    return g.opt_on_host && s_.offload.optimizer_on_cpu && s_.offload.preset == "zero_offload" &&
+           !(g.master_on_hbm && g.mem.master_bytes > 0);
+  }
+  std::int64_t optimizer_shard(const ParamGroup& g) const {
+    const int gdp = g.expert ? edp() : dp();
+    return (s_.parallelism.fsdp || s_.parallelism.zero_stage >= 1) ? ceil_div(g.params, gdp)
+                                                                   : g.params;
+  }
+  CostModel::CpuThreads cpu_threads() const {
+    return {.bind_cores = s_.offload.cpu_bind_cores,
+            .threads = s_.offload.cpu_threads,
+            .local_ranks = static_cast<int>(std::min<std::int64_t>(
+                static_cast<std::int64_t>(stage_ranks(s_.parallelism)) * s_.parallelism.pp,
+                cm_.system().gpus_per_node))};
+  }
+
+  // DeepSpeed's step() on the host (stage_1_and_2.py, cpu_offload): it starts once every
+  // gradient has arrived (the global norm's .item() synchronizes the device) and runs on the
+  // flat fp32 partition of the optimizer's parameter group, not layer by layer: unscale/clip,
+  // DeepSpeedCPUAdam and the narrowing copy over the whole partition, then one non-blocking H2D
+  // of the 16-bit partition, then the all-gather. So no update reaches the GPU before the last
+  // one is computed. Returns the op after which the groups' all-gathers may start.
+  std::optional<OpId> deepspeed_flat_step(Rank& r) {
+    std::int64_t shard = 0;
+    std::int64_t h2d = 0;
+    std::vector<OpId> deps;
+    for (const auto& [key, op] : r.reduce_op) deps.push_back(op);
+    for (const auto& [key, op] : r.expert_reduce_op) deps.push_back(op);
+    const std::int64_t master = sim::dtype_bytes(dt_.master.value_or(dt_.params));
+    for (const ParamGroup& g : r.groups) {
+      if (!deepspeed_cpu_step(g)) continue;
+      const std::int64_t n = optimizer_shard(g);
+      shard += n;
+      if (!g.params_on_host) h2d += n * sim::dtype_bytes(dt_.params);
+      if (!g.grads_on_host) {
+        deps.push_back(copy(r, sim::CopyDirection::kD2H, g.name + ".grads_d2h",
+                            OpCategory::kOffload, g.layer, n * master, {}));
+      }
+    }
+    if (shard == 0) return std::nullopt;
+    sim::OpSizes sz;
+    sz.bytes = cpu_step_bytes_per_param(dt_, false) * shard;
+    sz.flops = cpu_step_flops_per_param(false) * static_cast<double>(shard);
+    OpId done = add(r, r.cpu, "partition.adam.cpu", OpKind::kHostCompute, OpCategory::kCpuOptimizer,
+                    -1, cm_.host_compute(r.rank, sz.bytes, sz.flops, cpu_threads()), sz, deps);
+    if (h2d > 0) {
+      done = copy(r, sim::CopyDirection::kH2D, "partition.params_h2d", OpCategory::kOffload, -1,
+                  h2d, {done});
+    }
+    return done;
+  }
+
+  // The CPU update of one group (Megatron's HybridDeviceOptimizer, FSDP CPU offload), layer by
+  // layer, and its copy back to the GPU.
+  OpId cpu_group_step(Rank& r, ParamGroup& g, std::vector<OpId> deps, bool& started) {
+    const std::int64_t shard = optimizer_shard(g);
+    // The host step clips by the global gradient norm, so no group updates before every
+    // gradient has arrived. The CPU lane runs its ops in order: the first update waiting for
+    // them all is enough.
+    if (!started) {
+      const std::vector<OpId> own = deps;
+      for (const auto& [other, op] : r.reduce_op) {
+        if (own.empty() || !(op == own.front())) deps.push_back(op);
+      }
+      started = true;
+    }
+    if (!g.grads_on_host) {
+      deps = {copy(r, sim::CopyDirection::kD2H, g.name + ".grads_d2h", OpCategory::kOffload,
+                   g.layer, shard * sim::dtype_bytes(dt_.grads), deps)};
+    }
+    // Megatron's HybridDeviceOptimizer keeps the fp32 master on the GPU and updates a pinned
+    // host clone of it (see hdo_step_bytes_per_param); FSDP's master lives on the host.
+    const bool hdo = g.master_on_hbm && g.mem.master_bytes > 0;
+    sim::OpSizes sz;
+    sz.bytes = (hdo ? hdo_step_bytes_per_param(dt_) : cpu_step_bytes_per_param(dt_, true)) * shard;
+    sz.flops =
+        (hdo ? kAdamFlopsPerParam : cpu_step_flops_per_param(true)) * static_cast<double>(shard);
+    OpId done = add(r, r.cpu, g.name + ".adam.cpu", OpKind::kHostCompute, OpCategory::kCpuOptimizer,
+                    g.layer, cm_.host_compute(r.rank, sz.bytes, sz.flops, cpu_threads()), sz, deps);
+    if (!g.params_on_host) {
+      // HybridDeviceOptimizer copies the updated fp32 master back into the GPU's main
+      // parameter (the distributed optimizer then casts it to the model parameter on the
+      // GPU, a pass of a few milliseconds not modelled); the others copy the narrowed one.
+      const std::int64_t bytes =
+          shard * sim::dtype_bytes(hdo ? dt_.master.value_or(dt_.params) : dt_.params);
+      done = copy(r, sim::CopyDirection::kH2D, g.name + (hdo ? ".master_h2d" : ".params_h2d"),
+                  OpCategory::kOffload, g.layer, bytes, {done});
+    }
+    return done;
+  }
+
+  // The update of one group on the GPU, with its states streamed in and out when they live on
+  // the host.
+  OpId gpu_group_step(Rank& r, ParamGroup& g, std::vector<OpId> deps) {
+    const std::int64_t shard = optimizer_shard(g);
+    std::optional<TensorId> stage_buf;
+    if (g.opt_on_host) {
+      // States streamed in, updated on the GPU, streamed out.
+      const std::int64_t states = g.mem.optimizer_bytes;
+      stage_buf = tensor(r.hbm, g.name + ".optimizer_in", states, TensorCategory::kOptimizer);
+      const OpId in = copy(r, sim::CopyDirection::kH2D, g.name + ".optimizer_h2d",
+                           OpCategory::kOffload, g.layer, states, deps);
+      b_.op_at(in).allocs.push_back(*stage_buf);
+      deps = {in};
+    }
+    sim::OpSizes sz;
+    sz.bytes = adam_bytes_per_param(dt_) * shard;
+    sz.flops = kAdamFlopsPerParam * static_cast<double>(shard);
+    OpId done = add(r, r.compute, g.name + ".adam", OpKind::kElementwise, OpCategory::kOptimizer,
+                    g.layer, cm_.memory_bound(r.rank, sz.bytes, sz.flops), sz, deps);
+    if (stage_buf) {
+      done = copy(r, sim::CopyDirection::kD2H, g.name + ".optimizer_d2h", OpCategory::kOffload,
+                  g.layer, g.mem.optimizer_bytes, {done});
+      b_.op_at(done).frees.push_back(*stage_buf);
+    }
+    return done;
+  }
 
   void optimizer(Rank& r) {
     for (OpId reduce : deferred_reduce_) b_.op_at(reduce).deps.push_back(last_compute_);
@@ -1667,6 +1805,7 @@ class StepBuilder {
       for (const auto& [key, op] : r.reduce_op) reduces.push_back(op);
       grad_passes(r, reduces);
     }
+    const std::optional<OpId> flat = deepspeed_flat_step(r);
     bool cpu_step_started = false;
     for (ParamGroup& g : r.groups) {
       const int key = g.reduce_key();
@@ -1675,70 +1814,13 @@ class StepBuilder {
       std::vector<OpId> deps;
       if (it != reduced.end()) deps.push_back(it->second);
       const int gdp = g.expert ? edp() : dp();
-      const std::int64_t shard = (s_.parallelism.fsdp || s_.parallelism.zero_stage >= 1)
-                                     ? ceil_div(g.params, gdp)
-                                     : g.params;
-      const std::int64_t pbytes = sim::dtype_bytes(dt_.params);
-      const std::int64_t gbytes = sim::dtype_bytes(dt_.grads);
       OpId done{};
-      if (g.opt_on_host && s_.offload.optimizer_on_cpu) {
-        // The host step clips by the global gradient norm, so no group updates before every
-        // gradient has arrived (DeepSpeed runs the whole CPU step after the backward). The CPU
-        // lane runs its ops in order: the first update waiting for them all is enough.
-        if (!cpu_step_started) {
-          for (const auto& [other, op] : r.reduce_op) {
-            if (other != key) deps.push_back(op);
-          }
-          cpu_step_started = true;
-        }
-        if (!g.grads_on_host) {
-          deps = {copy(r, sim::CopyDirection::kD2H, g.name + ".grads_d2h", OpCategory::kOffload,
-                       g.layer, shard * gbytes, deps)};
-        }
-        // Megatron's HybridDeviceOptimizer keeps the fp32 master on the GPU and updates a pinned
-        // host clone of it (see hdo_step_bytes_per_param); DeepSpeed's master lives on the host.
-        const bool hdo = g.master_on_hbm && g.mem.master_bytes > 0;
-        sim::OpSizes sz;
-        sz.bytes = (hdo ? hdo_step_bytes_per_param(dt_) : cpu_step_bytes_per_param(dt_)) * shard;
-        sz.flops = (hdo ? kAdamFlopsPerParam : kCpuStepFlopsPerParam) * static_cast<double>(shard);
-        const CostModel::CpuThreads threads{
-            .bind_cores = s_.offload.cpu_bind_cores,
-            .threads = s_.offload.cpu_threads,
-            .local_ranks = static_cast<int>(std::min<std::int64_t>(
-                static_cast<std::int64_t>(stage_ranks(s_.parallelism)) * s_.parallelism.pp,
-                cm_.system().gpus_per_node))};
-        done = add(r, r.cpu, g.name + ".adam.cpu", OpKind::kHostCompute, OpCategory::kCpuOptimizer,
-                   g.layer, cm_.host_compute(r.rank, sz.bytes, sz.flops, threads), sz, deps);
-        if (!g.params_on_host) {
-          // HybridDeviceOptimizer copies the updated fp32 master back into the GPU's main
-          // parameter (the distributed optimizer then casts it to the model parameter on the
-          // GPU, a pass of a few milliseconds not modelled); DeepSpeed copies the narrowed one.
-          const std::int64_t bytes =
-              shard * (hdo ? sim::dtype_bytes(dt_.master.value_or(dt_.params)) : pbytes);
-          done = copy(r, sim::CopyDirection::kH2D, g.name + (hdo ? ".master_h2d" : ".params_h2d"),
-                      OpCategory::kOffload, g.layer, bytes, {done});
-        }
+      if (flat && deepspeed_cpu_step(g)) {
+        done = *flat;
+      } else if (g.opt_on_host && s_.offload.optimizer_on_cpu) {
+        done = cpu_group_step(r, g, std::move(deps), cpu_step_started);
       } else {
-        std::optional<TensorId> stage_buf;
-        if (g.opt_on_host) {
-          // States streamed in, updated on the GPU, streamed out.
-          const std::int64_t states = g.mem.optimizer_bytes;
-          stage_buf = tensor(r.hbm, g.name + ".optimizer_in", states, TensorCategory::kOptimizer);
-          const OpId in = copy(r, sim::CopyDirection::kH2D, g.name + ".optimizer_h2d",
-                               OpCategory::kOffload, g.layer, states, deps);
-          b_.op_at(in).allocs.push_back(*stage_buf);
-          deps = {in};
-        }
-        sim::OpSizes sz;
-        sz.bytes = adam_bytes_per_param(dt_) * shard;
-        sz.flops = kAdamFlopsPerParam * static_cast<double>(shard);
-        done = add(r, r.compute, g.name + ".adam", OpKind::kElementwise, OpCategory::kOptimizer,
-                   g.layer, cm_.memory_bound(r.rank, sz.bytes, sz.flops), sz, deps);
-        if (stage_buf) {
-          done = copy(r, sim::CopyDirection::kD2H, g.name + ".optimizer_d2h", OpCategory::kOffload,
-                      g.layer, g.mem.optimizer_bytes, {done});
-          b_.op_at(done).frees.push_back(*stage_buf);
-        }
+        done = gpu_group_step(r, g, std::move(deps));
       }
       if (gdtype_ == sim::DType::kFp8 && g.layer >= 0) done = fp8_weight_cast(r, g, done);
       // ZeRO-1/2: updated parameter shards are all-gathered for the next step.

@@ -280,28 +280,45 @@ std::optional<double> kth_key(const std::vector<Entry>& entries, int bound_k) {
   return keys[static_cast<std::size_t>(bound_k - 1)];
 }
 
-enum class Verdict { kEvaluate, kInfeasible, kBelowBound };
-
-// What the evaluated entries of x's group say about x: a candidate with no more offload that
-// overflows host memory, or one with at least as much that overflows HBM, means x does not fit;
-// the worst fitting candidate with no more offload bounds x's objective from below.
+enum class Verdict { kEvaluate, kHbmFull, kHostFull, kBelowBound };
+// Whether z's overflow says that x overflows the same memory, within a group or across micro-
+// batch sizes. HBM and host use are non-decreasing in the micro-batch size (activations,
+// their offload buffers and the pipeline's in-flight micro-batches, min(pp, m) · mb, grow with
+// it; weights, gradients and optimizer state do not change) and move one way with the offload
+// levels (the lattice above). So, for the same recompute mode and optimizer placement:
+//   * z overflows HBM, z.mb <= x.mb and x offloads no more than z: x overflows HBM;
+//   * z overflows host memory, z.mb <= x.mb and x offloads at least as much: x overflows it.
+bool comparable(const Candidate& z, const Candidate& x) {
+  return z.recompute == x.recompute && z.optimizer_on_cpu == x.optimizer_on_cpu &&
+         z.micro_batch <= x.micro_batch;
+}
+// What the evaluated (or inferred) entries say about x: a candidate that overflows as above
+// means x does not fit; the worst fitting candidate of its group with no more offload bounds
+// x's objective from below.
 Verdict judge(const std::vector<Entry>& entries, const Entry& x, std::optional<double> kth) {
-  bool infeasible = false;
   std::optional<double> lower_bound;
   for (const Entry& z : entries) {
-    if (z.group != x.group || z.state == State::kUnknown || &z == &x) continue;
-    if (z.state == State::kHostFull && below_or_equal(z.candidate, x.candidate)) infeasible = true;
-    if (z.state == State::kHbmFull && below_or_equal(x.candidate, z.candidate)) infeasible = true;
-    if (z.state == State::kFits && below_or_equal(z.candidate, x.candidate))
+    if (z.state == State::kUnknown || &z == &x || !comparable(z.candidate, x.candidate)) continue;
+    if (z.state == State::kHbmFull && below_or_equal(x.candidate, z.candidate))
+      return Verdict::kHbmFull;
+    if (z.state == State::kHostFull && below_or_equal(z.candidate, x.candidate))
+      return Verdict::kHostFull;
+    if (z.group == x.group && z.state == State::kFits && below_or_equal(z.candidate, x.candidate))
       lower_bound = std::max(lower_bound.value_or(z.key), z.key);
   }
-  if (infeasible) return Verdict::kInfeasible;
   if (kth && lower_bound && *lower_bound > *kth) return Verdict::kBelowBound;
   return Verdict::kEvaluate;
 }
-
+// The distinct micro-batch sizes of the entries, ascending.
+std::vector<std::int64_t> micro_batch_sizes(const std::vector<Entry>& entries) {
+  std::set<std::int64_t> mbs;
+  for (const Entry& e : entries) mbs.insert(e.candidate.micro_batch);
+  return {mbs.begin(), mbs.end()};
+}
 // Probes each group's top (when even it does not fit HBM, nothing in the group does), then
-// evaluates wave by wave (total offload level), skipping what the evaluated entries rule out.
+// evaluates wave by wave (total offload level), each wave by ascending micro-batch size, skipping
+// what the evaluated entries rule out. An entry ruled out by an overflow is recorded as
+// overflowing (it is known to), so it rules out others in turn.
 void pruned_search(Enumeration& en, const SearchOptions& options, Evaluator& evaluator,
                    SearchResult& result) {
   std::vector<Entry>& entries = en.entries;
@@ -322,27 +339,35 @@ void pruned_search(Enumeration& en, const SearchOptions& options, Evaluator& eva
   const int bound_k = options.top_k * copies;
   int max_wave = 0;
   for (const Entry& e : entries) max_wave = std::max(max_wave, e.wave);
+  const std::vector<std::int64_t> mbs = micro_batch_sizes(entries);
   for (int wave = 0; wave <= max_wave; ++wave) {
-    const std::optional<double> kth = kth_key(entries, bound_k);
-    std::vector<std::size_t> todo;
-    for (std::size_t i = 0; i < entries.size(); ++i) {
-      const Entry& x = entries[i];
-      if (x.wave != wave || !x.valid || x.state != State::kUnknown) continue;
-      const Verdict verdict = group_dead[static_cast<std::size_t>(x.group)]
-                                  ? Verdict::kInfeasible
-                                  : judge(entries, x, kth);
-      if (verdict == Verdict::kInfeasible) {
-        ++result.skipped_infeasible;
-      } else if (verdict == Verdict::kBelowBound) {
-        ++result.skipped_bound;
-      } else {
-        todo.push_back(i);
+    for (std::int64_t mb : mbs) {
+      const std::optional<double> kth = kth_key(entries, bound_k);
+      std::vector<std::size_t> todo;
+      for (std::size_t i = 0; i < entries.size(); ++i) {
+        Entry& x = entries[i];
+        if (x.wave != wave || x.candidate.micro_batch != mb || !x.valid ||
+            x.state != State::kUnknown) {
+          continue;
+        }
+        if (group_dead[static_cast<std::size_t>(x.group)]) {
+          ++result.skipped_infeasible;
+          continue;
+        }
+        const Verdict verdict = judge(entries, x, kth);
+        if (verdict == Verdict::kHbmFull || verdict == Verdict::kHostFull) {
+          ++result.skipped_infeasible;
+          x.state = verdict == Verdict::kHbmFull ? State::kHbmFull : State::kHostFull;
+        } else if (verdict == Verdict::kBelowBound) {
+          ++result.skipped_bound;
+        } else {
+          todo.push_back(i);
+        }
       }
+      evaluator.evaluate(todo);
     }
-    evaluator.evaluate(todo);
   }
 }
-
 RankedCandidate ranked(const models::Scenario& base, const SearchSpace& space,
                        const std::vector<Entry>& entries, const Entry& e) {
   RankedCandidate rc;

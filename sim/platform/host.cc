@@ -62,16 +62,17 @@ const double kStreamFraction = 290.0 / 307.2;
 // "reduces the optimizer time from 56 seconds to 8.2 seconds [for] an 11.6B parameter GPT2
 // model" (one GPU, ZeRO-Offload, so one process with every core of the host). The host is taken
 // to be the ZeRO-Offload paper's DGX-2: 2x Xeon Platinum 8168, 24 AVX-512 cores each (NVIDIA
-// DGX-2 datasheet). The optimizer time is the host step, streamed at 52 bytes per parameter
-// (models/step_builder.cc: bf16/fp16 gradient to fp32 6, norm 4, unscale/clip 8, Adam 28,
-// fp32 to 16-bit parameter copy 6): 11.6e9 x 52 B / 8.2 s / 48 cores.
+// DGX-2 datasheet). The optimizer time is DeepSpeed's host step, which streams 42 bytes per
+// parameter (models/step_builder.cc: unscale/clip 8, Adam 28, fp32 to 16-bit parameter copy 6;
+// the gradient is widened and its norm taken on the GPU, in the 2021 stage2.py as in today's
+// stage_1_and_2.py): 11.6e9 x 42 B / 8.2 s / 48 cores.
 constexpr double kAdamParams = 11.6e9, kAdamSeconds = 8.2, kAdamCores = 48.0;
-constexpr double kAdamBytesPerParam = 52.0;
+constexpr double kAdamBytesPerParam = 42.0;
 const double kAdamBytesPerCore512 = kAdamParams * kAdamBytesPerParam / kAdamSeconds / kAdamCores;
 constexpr const char* kSrcAdam =
     "published: DeepSpeed PR #735, CPU-Adam 8.2 s per step for an 11.6B-parameter GPT-2 "
     "(ZeRO-Offload, one GPU), host taken as DGX-2's 2x Xeon Platinum 8168 (48 AVX-512 cores, "
-    "NVIDIA DGX-2 datasheet; the PR does not name it): 11.6e9 x 52 B / 8.2 s / 48 cores, "
+    "NVIDIA DGX-2 datasheet; the PR does not name it): 11.6e9 x 42 B / 8.2 s / 48 cores, "
     "scaled by vector width / 512 bits (DeepSpeed's AVX-512 and AVX2 kernels: 16 and 8 fp32 "
     "lanes); the step time may include the parameter H2D copy (then this rate is low)";
 constexpr const char* kSrcRemote =

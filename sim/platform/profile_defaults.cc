@@ -72,7 +72,8 @@ constexpr const char* kSrcLaunch =
 constexpr const char* kSrcAdam =
     "published: DeepSpeed PR #735, CPU-Adam 8.2 s per step for an 11.6B-parameter GPT-2 "
     "(ZeRO-Offload, one GPU), host taken as DGX-2's 2x Xeon Platinum 8168 (48 AVX-512 cores): "
-    "11.6e9 x 52 B / 8.2 s / 48 cores on a 512-bit core; the system's host (sim/platform/host.cc) "
+    "11.6e9 x 42 B (DeepSpeed's host step) / 8.2 s / 48 cores on a 512-bit core; the system's host "
+    "(sim/platform/host.cc) "
     "replaces it, scaled by its vector width";
 constexpr const char* kSrcRemote =
     "assumption: a core streaming from the other socket's DRAM takes 1.6x as long per byte; the "
@@ -129,7 +130,7 @@ CalibrationProfile common(const std::string& name, const std::string& gpu_name) 
   p.memory_bound = calculon_memory_curve();
   p.host_link.submit_overhead_s = fig(6e-6, Origin::kPublished, kSrcSubmit);
   p.host_link.latency_s = fig(0.0, Origin::kAssumption, kSrcLinkLatency);
-  p.host.adam_bytes_per_s_per_core = fig(11.6e9 * 52.0 / 8.2 / 48.0, Origin::kPublished, kSrcAdam);
+  p.host.adam_bytes_per_s_per_core = fig(11.6e9 * 42.0 / 8.2 / 48.0, Origin::kPublished, kSrcAdam);
   p.host.remote_dram_time_ratio = fig(1.6, Origin::kAssumption, kSrcRemote);
   p.host.flops_per_s_per_core = fig(32e9, Origin::kAssumption, kSrcCpuFlops);
   p.nvlink.latency_s = fig(20e-6, Origin::kPublished, kSrcNcclLatency);

@@ -373,10 +373,10 @@ TEST(CostModelTest, P2pInsideAndAcrossNodes) {
 }
 
 TEST(CostModelTest, CpuAdamIsBoundByCoresThenByDram) {
-  // The built-in per-core rate: DeepSpeed PR #735, 11.6e9 parameters × 52 B in 8.2 s on 48
-  // cores = 1.5325 GB/s per core. DGX H100: 2 sockets × 56 cores for 8 GPUs = 14 cores per rank,
-  // all on the rank's socket when bound (the default): 16 GB / (14 × 1.5325 GB/s) = 0.7457 s.
-  const double per_core = 11.6e9 * 52.0 / 8.2 / 48.0;
+  // The built-in per-core rate: DeepSpeed PR #735, 11.6e9 parameters × 42 B in 8.2 s on 48
+  // cores = 1.2378 GB/s per core. DGX H100: 2 sockets × 56 cores for 8 GPUs = 14 cores per rank,
+  // all on the rank's socket when bound (the default): 16 GB / (14 × 1.2378 GB/s) = 0.9233 s.
+  const double per_core = 11.6e9 * 42.0 / 8.2 / 48.0;
   auto one = make("dgx-h100", {{.rank = 0}});
   const std::int64_t bytes = 16'000'000'000;  // 1B parameters of fp32 Adam state
   EXPECT_NEAR(seconds(one.cm.alone(one.cm.host_compute(0, bytes, 0.0))), 16e9 / (14 * per_core),
@@ -398,7 +398,7 @@ TEST(CostModelTest, CpuAdamIsBoundByCoresThenByDram) {
 TEST(CostModelTest, CpuThreadsBindingAndNumaPlacement) {
   // Rate = c × per-core / numa, numa = 1 + (k-1)/k × (r-1) with r = 1.6 (remote DRAM) and k the
   // sockets the rank's threads run on.
-  const double per_core = 11.6e9 * 52.0 / 8.2 / 48.0;
+  const double per_core = 11.6e9 * 42.0 / 8.2 / 48.0;
   const double r = 1.6;
   auto f = make("dgx-h100", {{.rank = 0}});
   const std::int64_t bytes = 16'000'000'000;
@@ -414,7 +414,7 @@ TEST(CostModelTest, CpuThreadsBindingAndNumaPlacement) {
   // Unbound, 2 local ranks: the same 56 cores' share on both sockets: 1.3x as long.
   EXPECT_NEAR(t({.bind_cores = false, .local_ranks = 2}),
               16e9 * (1 + 0.5 * (r - 1)) / (56 * per_core), 2e-9);
-  // Bound, 1 local rank: all 112 cores span both sockets (k = 2); 132 GB/s stays below one
+  // Bound, 1 local rank: all 112 cores span both sockets (k = 2); 107 GB/s stays below one
   // socket's 290 GB/s of DRAM.
   EXPECT_NEAR(t({.bind_cores = true, .local_ranks = 1}),
               16e9 * (1 + 0.5 * (r - 1)) / (112 * per_core), 2e-9);

@@ -72,6 +72,32 @@ TEST(PolicySearch, PrunedFindsTheExhaustiveTopKJointlyWithMicroBatchAndRecompute
   expect_same_optimum(s, o);
 }
 
+TEST(PolicySearch, AnHbmOverflowRulesOutLargerMicroBatches) {
+  // Without offload the 8-layer cut does not fit a 40 GB A100 at any micro-batch: the overflow
+  // found at micro-batch 1 rules out the same policy at 2 and 4 without simulating them, and
+  // the top K, limits included, is the exhaustive one.
+  const models::Scenario s = load(
+      "model: {base: llama3-8b, layers: 8}\nhardware: {system: a100-40gb-1gpu}\n"
+      "training: {global_batch: 8, micro_batch: 1, seq_len: 2048}\n");
+  SearchOptions o;
+  o.top_k = 2;
+  o.space.classes = {models::TensorClass::kActivations, models::TensorClass::kOptimizerStates};
+  o.space.fractions = {0.0, 0.5, 1.0};
+  o.space.prefetch = {1};
+  o.space.micro_batches = {1, 2, 4};
+  auto pruned = search_policies(s, o);
+  ASSERT_TRUE(pruned) << pruned.error().message;
+  EXPECT_GT(pruned->skipped_infeasible, 0);
+  o.method = SearchMethod::kExhaustive;
+  auto exhaustive = search_policies(s, o);
+  ASSERT_TRUE(exhaustive) << exhaustive.error().message;
+  ASSERT_EQ(pruned->best.size(), exhaustive->best.size());
+  for (std::size_t i = 0; i < exhaustive->best.size(); ++i) {
+    EXPECT_EQ(pruned->best[i].policy, exhaustive->best[i].policy);
+    EXPECT_EQ(pruned->best[i].limit, exhaustive->best[i].limit);
+  }
+}
+
 TEST(PolicySearch, TopListsEquivalentCandidatesOnce) {
   // Optimizer state updated on the CPU is never copied back ahead of use, so the prefetch depth
   // changes nothing for it: of the 5 fitting candidates (no offload; 100% with the CPU update at
