@@ -134,8 +134,9 @@ TEST(ContextParallel, OptimizerStateIsShardedOverDpTimesCp) {
   ASSERT_TRUE(step);
   bool found = false;
   for (const sim::Op& op : step->plan.ops) {
-    if (op.sizes.collective.kind == sim::CollectiveKind::kReduceScatter && op.category == "comm" &&
-        op.sizes.collective.group.size() == 4 && op.sizes.collective.group[1] == 2) {
+    if (op.sizes.collective.kind == sim::CollectiveKind::kReduceScatter &&
+        op.category == sim::OpCategory::kComm && op.sizes.collective.group.size() == 4 &&
+        op.sizes.collective.group[1] == 2) {
       found = true;  // the gradient reduce-scatter over ranks 0, 2, 4, 6
     }
   }
