@@ -800,6 +800,7 @@ sim::Status add_optimizer_offload(std::string_view name, const PresetOptions& o,
   if (name != "megatron_optimizer_offload") host(TensorClass::kGrads);
   if (name == "fsdp_cpu_offload" || name == "fsdp2_cpu_offload_policy") host(TensorClass::kParams);
   p.optimizer_on_cpu = true;
+  if (name == "zero_offload") p.cpu_step = OffloadPolicy::CpuStep::kFlatPartition;
   return sim::ok();
 }
 

@@ -148,7 +148,7 @@ void add_group(const Scenario& s, bool params_on_host, bool grads_on_host, bool 
   double ops = 0;
   if (opt_on_host && s.offload.optimizer_on_cpu) {
     // DeepSpeed's flat CPU step and its H2D are one per stage, counted once (below).
-    const bool flat = s.offload.preset == "zero_offload";
+    const bool flat = s.offload.cpu_step == OffloadPolicy::CpuStep::kFlatPartition;
     ops += (grads_on_host ? 0 : 1) + (flat ? 0 : 1 + (params_on_host ? 0 : 1));
   } else if (opt_on_host) {
     ops += 3;  // states in, update, states out
@@ -350,7 +350,7 @@ PlanSize estimate_plan_size(const Scenario& s, const PlanSizeOptions& options) {
   c.deps += grad_passes * static_cast<double>(s.model.layers + 2);  // one per parameter group
   // DeepSpeed's flat CPU step (StepBuilder::deepspeed_flat_step): a host step waiting for every
   // group's gradient reduction, and one H2D, per stage.
-  if (s.offload.optimizer_on_cpu && s.offload.preset == "zero_offload") {
+  if (s.offload.optimizer_on_cpu && s.offload.cpu_step == OffloadPolicy::CpuStep::kFlatPartition) {
     c.ops += pp * 2;
     c.deps += pp + static_cast<double>(s.model.layers + 2);
   }

@@ -146,6 +146,20 @@ std::optional<Placement> placement_from_string(std::string_view s) {
   static constexpr Placement kAll[] = {Placement::kHbm, Placement::kHost};
   return parse_enum(s, kAll);
 }
+const char* to_string(OffloadPolicy::CpuStep v) {
+  switch (v) {
+    case OffloadPolicy::CpuStep::kPerGroup:
+      return "per_group";
+    case OffloadPolicy::CpuStep::kFlatPartition:
+      return "flat_partition";
+  }
+  return "?";
+}
+std::optional<OffloadPolicy::CpuStep> cpu_step_from_string(std::string_view s) {
+  static constexpr OffloadPolicy::CpuStep kAll[] = {OffloadPolicy::CpuStep::kPerGroup,
+                                                    OffloadPolicy::CpuStep::kFlatPartition};
+  return parse_enum(s, kAll);
+}
 
 const char* to_string(HardwareConfig::Runtime v) {
   switch (v) {

@@ -252,6 +252,13 @@ struct OffloadPolicy {
   // OMP_NUM_THREADS; 0 = the runtime's default (every logical CPU, or the bound cores).
   bool cpu_bind_cores = false;
   int cpu_threads = 0;
+  // How the host step is organised (offload.cpu.step). kPerGroup: each parameter group updates
+  // on the CPU once its gradient has arrived and goes back to the GPU on its own (FSDP's CPU
+  // step, Megatron's HybridDeviceOptimizer). kFlatPartition: DeepSpeed ZeRO-Offload's step() on
+  // the rank's flat fp32 partition, after every gradient, then one H2D of the whole bf16
+  // partition (stage_1_and_2.py); set by the zero_offload preset.
+  enum class CpuStep { kPerGroup, kFlatPartition };
+  CpuStep cpu_step = CpuStep::kPerGroup;
 };
 
 struct HardwareConfig {
@@ -296,6 +303,8 @@ std::optional<ParallelConfig::CpCommType> cp_comm_type_from_string(std::string_v
 std::optional<RecomputeConfig::Mode> recompute_mode_from_string(std::string_view s);
 std::optional<TensorClass> tensor_class_from_string(std::string_view s);
 std::optional<Placement> placement_from_string(std::string_view s);
+const char* to_string(OffloadPolicy::CpuStep v);
+std::optional<OffloadPolicy::CpuStep> cpu_step_from_string(std::string_view s);
 const char* to_string(HardwareConfig::Runtime v);
 std::optional<HardwareConfig::Runtime> runtime_from_string(std::string_view s);
 

@@ -1677,9 +1677,11 @@ class StepBuilder {
 
   // --- optimizer ----------------------------------------------------------------------------
 
-  // DeepSpeed ZeRO-Offload (preset zero_offload) updates on the host, with the fp32 master there.
+  // DeepSpeed ZeRO-Offload (offload.cpu.step flat_partition, set by the zero_offload preset)
+  // updates on the host, with the fp32 master there.
   bool deepspeed_cpu_step(const ParamGroup& g) const {
-    return g.opt_on_host && s_.offload.optimizer_on_cpu && s_.offload.preset == "zero_offload" &&
+    return g.opt_on_host && s_.offload.optimizer_on_cpu &&
+           s_.offload.cpu_step == OffloadPolicy::CpuStep::kFlatPartition &&
            !(g.master_on_hbm && g.mem.master_bytes > 0);
   }
   std::int64_t optimizer_shard(const ParamGroup& g) const {

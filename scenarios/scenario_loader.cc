@@ -181,6 +181,8 @@ constexpr ParallelConfig::CpCommType kCpCommTypes[] = {ParallelConfig::CpCommTyp
 constexpr RecomputeConfig::Mode kRecomputeModes[] = {
     RecomputeConfig::Mode::kNone, RecomputeConfig::Mode::kSelective, RecomputeConfig::Mode::kFull};
 constexpr models::Placement kPlacements[] = {models::Placement::kHbm, models::Placement::kHost};
+constexpr models::OffloadPolicy::CpuStep kCpuSteps[] = {
+    models::OffloadPolicy::CpuStep::kPerGroup, models::OffloadPolicy::CpuStep::kFlatPartition};
 
 std::string resolve_path(const Node& node, const std::string& value, const std::string& base_dir) {
   namespace fs = std::filesystem;
@@ -712,11 +714,13 @@ sim::Result<OffloadPolicy> read_offload(const Node& node) {
   }
   if (const Node* cpu = r.get("cpu")) {
     if (cpu->kind != NodeKind::kMap) {
-      return type_error(*cpu, "offload.cpu", "a map with bind_cores and threads");
+      return type_error(*cpu, "offload.cpu", "a map with bind_cores, threads and step");
     }
     MapReader c(*cpu, "offload.cpu");
     OFFSIM_RETURN_IF_ERROR(read_bool(c, "bind_cores", policy.cpu_bind_cores));
     OFFSIM_RETURN_IF_ERROR(read_int(c, "threads", policy.cpu_threads, 1, 65536));
+    OFFSIM_RETURN_IF_ERROR(
+        read_enum(c, "step", policy.cpu_step, kCpuSteps, models::cpu_step_from_string));
     OFFSIM_RETURN_IF_ERROR(c.finish());
   }
   OFFSIM_RETURN_IF_ERROR(r.finish());
@@ -1103,10 +1107,12 @@ Node offload_node(const OffloadPolicy& o) {
   }
   put(off, "rules", std::move(rules));
   put(off, "optimizer", scalar_node(o.optimizer_on_cpu ? "cpu" : "gpu"));
-  if (o.cpu_bind_cores || o.cpu_threads > 0) {
+  const bool flat = o.cpu_step == models::OffloadPolicy::CpuStep::kFlatPartition;
+  if (o.cpu_bind_cores || o.cpu_threads > 0 || flat) {
     Node cpu = make_map();
     put(cpu, "bind_cores", bool_node(o.cpu_bind_cores));
     if (o.cpu_threads > 0) put(cpu, "threads", number_node(o.cpu_threads));
+    if (flat) put(cpu, "step", scalar_node(models::to_string(o.cpu_step)));
     put(off, "cpu", std::move(cpu));
   }
   return off;

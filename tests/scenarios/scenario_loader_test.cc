@@ -143,6 +143,30 @@ TEST_F(LoaderTest, CpuOptimizerThreadOptions) {
   EXPECT_NE(unknown.find("pin"), std::string::npos) << unknown;
 }
 
+TEST_F(LoaderTest, CpuStepIsTypedAndSetByTheZeroOffloadPreset) {
+  // offload.cpu.step: the zero_offload preset runs DeepSpeed's flat-partition step; a written
+  // policy chooses either; the resolved document keeps it; a bad value names the key.
+  const auto load = [&](const std::string& offload) {
+    const std::string path =
+        write("s.yaml", replace(kBase, "offload: megatron_activation_offload", offload));
+    auto file = load_scenario_file(path);
+    EXPECT_TRUE(file) << file.error().message;
+    auto s = scenario_from_document(file->base, file->base_dir);
+    EXPECT_TRUE(s) << s.error().message;
+    EXPECT_TRUE(check_loaded(*s, file->base));
+    return s->offload.cpu_step;
+  };
+  using Step = models::OffloadPolicy::CpuStep;
+  EXPECT_EQ(load("offload: zero_offload"), Step::kFlatPartition);
+  EXPECT_EQ(load("offload: fsdp_cpu_offload"), Step::kPerGroup);
+  EXPECT_EQ(load("offload:\n  rules:\n    - {tensor: optimizer_states, where: host}\n"
+                 "  optimizer: cpu\n  cpu:\n    step: flat_partition"),
+            Step::kFlatPartition);
+  const std::string bad = error_of(kBase, {"offload.cpu.step=flat"});
+  EXPECT_NE(bad.find("offload.cpu.step"), std::string::npos) << bad;
+  EXPECT_NE(bad.find("per_group, flat_partition"), std::string::npos) << bad;
+}
+
 TEST_F(LoaderTest, ImpossibleConfigurationsPointAtTheKey) {
   // Llama 3 8B has 32 heads; TP 3 does not divide them.
   EXPECT_EQ(error_of(replace(kBase, "  tp: 1\n", "  tp: 3\n")),
