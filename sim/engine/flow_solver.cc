@@ -72,9 +72,6 @@ void FlowSolver::remove_flow(FlowId flow) {
   f.rate = 0.0;
   free_slots_.push_back(flow.value());
   --active_count_;
-  // An empty solver forgets the order its slots were freed in (the lowest is reused first), so
-  // its state no longer depends on history; see append_state().
-  if (active_count_ == 0) std::sort(free_slots_.begin(), free_slots_.end(), std::greater<>());
 }
 
 void FlowSolver::mark_dirty(std::uint32_t resource) {
@@ -91,30 +88,33 @@ double FlowSolver::usage(ResourceId r) const {
   return sum;
 }
 
-void FlowSolver::append_state(std::vector<std::uint64_t>& out) const {
+void FlowSolver::append_state(std::vector<std::uint64_t>& out,
+                              const std::function<void(std::uint32_t slot)>& name) const {
   const auto bits = [](double x) { return std::bit_cast<std::uint64_t>(x); };
-  out.push_back(flows_.size());
-  for (const Flow& f : flows_) {
-    out.push_back(f.active ? 1 : 0);
-    if (!f.active) continue;
-    out.push_back(bits(f.max_rate));
-    out.push_back(bits(f.rate));
-    out.push_back(f.uses.size());
-    for (const Use& u : f.uses) {
-      out.push_back(u.resource);
-      out.push_back(u.position);
-      out.push_back(bits(u.weight));
-    }
-  }
+  std::vector<std::uint8_t> named(flows_.size(), 0);
+  out.push_back(active_count_);
   for (const Resource& r : resources_) {
     out.push_back(r.elements.size());
     for (const Element& e : r.elements) {
-      out.push_back(e.flow);
+      name(e.flow);
       out.push_back(e.use);
+      if (named[e.flow] != 0) continue;
+      named[e.flow] = 1;
+      const Flow& f = flows_[e.flow];
+      out.push_back(bits(f.max_rate));
+      out.push_back(bits(f.rate));
+      out.push_back(f.uses.size());
+      for (const Use& u : f.uses) {
+        out.push_back(u.resource);
+        out.push_back(u.position);
+        out.push_back(bits(u.weight));
+      }
     }
   }
-  out.push_back(free_slots_.size());
-  for (std::uint32_t s : free_slots_) out.push_back(s);
+  // Flows without a use are in no resource's list (their rate is their bound).
+  for (std::uint32_t s = 0; s < flows_.size(); ++s) {
+    if (flows_[s].active && flows_[s].uses.empty()) out.push_back(0xF1F1000000000000u);
+  }
   out.push_back(dirty_resources_.size());
   out.push_back(dirty_flows_.size());
 }
@@ -217,9 +217,11 @@ void FlowSolver::fill_component(std::size_t flow_begin) {
     res.unfixed = 0;
   }
   bounded_.clear();
+  std::uint32_t order = 0;
   for (FlowId id : flows) {
     Flow& f = flows_[id.index()];
     f.fixed = false;
+    f.order = order++;
     for (const Use& u : f.uses) {
       Resource& res = resources_[u.resource];
       res.weight_sum += u.weight;
@@ -230,7 +232,7 @@ void FlowSolver::fill_component(std::size_t flow_begin) {
   std::sort(bounded_.begin(), bounded_.end(), [this](std::uint32_t a, std::uint32_t b) {
     const double ra = flows_[a].max_rate;
     const double rb = flows_[b].max_rate;
-    return ra < rb || (ra == rb && a < b);
+    return ra < rb || (ra == rb && flows_[a].order < flows_[b].order);
   });
   active_resources_.clear();
   for (std::uint32_t r : comp_resources_) {

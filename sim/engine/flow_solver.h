@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <span>
 #include <vector>
@@ -77,9 +78,13 @@ class FlowSolver {
   // Sum of k_f * w_fr * x_f over the active flows on r, with the current rates.
   double usage(ResourceId r) const;
 
-  // Appends what later solves depend on (flow slots with their bounds, rates and uses, each
-  // resource's flow list in order, the free slots) to `out`: equal outputs, equal futures.
-  void append_state(std::vector<std::uint64_t>& out) const;
+  // Appends what later solves depend on to `out`: each resource's flow list in order (a flow by
+  // its use index and `name(slot)`) and, where a flow is first named, its bound, rate and uses.
+  // Slots are names only: which slot a flow takes changes no rate and no order (ties between
+  // bounds go by order in the component), so `name` may write a slot-independent name, such as
+  // the op of the flow, and equal outputs still mean equal futures.
+  void append_state(std::vector<std::uint64_t>& out,
+                    const std::function<void(std::uint32_t slot)>& name) const;
 
   // solve() calls that re-solved at least one flow, and the flows they re-solved.
   std::int64_t solves() const { return solves_; }
@@ -101,6 +106,7 @@ class FlowSolver {
     double max_rate = kNoBound;
     double rate = 0.0;
     std::uint32_t visited = 0;  // BFS epoch
+    std::uint32_t order = 0;    // position in the component being filled (breaks bound ties)
     bool active = false;
     bool fixed = false;
   };

@@ -772,28 +772,43 @@ void Engine::take_snapshot(std::size_t boundary) {
     if (group_name[g] == kNone) group_name[g] = groups_named++;
     return std::uint64_t{group_name[g]};
   };
-  out.push_back(0xA2A2000000000000u | flows_.size());
-  for (const FlowState& fs : flows_) {
-    if (fs.op == kNone) {
-      out.push_back(0);
-      continue;
-    }
-    out.push_back(1);
+  // Flows are written as the solver lists them, each named by its op: which slot a flow took
+  // depends on history but changes nothing (see FlowSolver::append_state).
+  out.push_back(0xA2A2000000000000u);
+  std::uint64_t in_flight = 0;
+  for (const FlowState& fs : flows_) in_flight += fs.op != kNone ? 1 : 0;
+  out.push_back(in_flight);
+  std::vector<std::uint8_t> flow_named(flows_.size(), 0);
+  solver_.append_state(out, [&](std::uint32_t f) {
+    const FlowState& fs = flows_[f];
     op_id(fs.op);
+    if (flow_named[f] != 0) return;
+    flow_named[f] = 1;
     op_id(fs.sig_op);
     out.push_back(group_id(fs.group));
     out.push_back(std::bit_cast<std::uint64_t>(fs.remaining));
     out.push_back(std::bit_cast<std::uint64_t>(fs.rate));
     out.push_back(rel(fs.last_ns));
     out.push_back(fs.completion_ns == kNeverNs ? ~std::uint64_t{0} : rel(fs.completion_ns));
-  }
+  });
+  // Live groups in order of their names; a member is its flow's op, or nothing once the flow
+  // left the group (the group's event skips it).
   out.push_back(0xA3A3000000000000u);
+  std::vector<std::uint32_t> live_groups;
   for (std::uint32_t g = 0; g < groups_.size(); ++g) {
-    if (groups_[g].live == 0) continue;
+    if (groups_[g].live != 0) live_groups.push_back(g);
+  }
+  for (std::uint32_t g : live_groups) group_id(g);  // unnamed ones last (none expected)
+  std::sort(live_groups.begin(), live_groups.end(),
+            [&](std::uint32_t x, std::uint32_t y) { return group_name[x] < group_name[y]; });
+  for (std::uint32_t g : live_groups) {
     out.push_back(group_id(g));
     out.push_back(groups_[g].live);
     out.push_back(groups_[g].members.size());
-    for (std::uint32_t f : groups_[g].members) out.push_back(f);
+    for (std::uint32_t f : groups_[g].members) {
+      const FlowState& fs = flows_[f];
+      op_id(fs.group == g ? fs.op : kNone);
+    }
   }
   std::vector<Event> events = heap_;
   std::sort(events.begin(), events.end(), [](const Event& x, const Event& y) {
@@ -809,8 +824,6 @@ void Engine::take_snapshot(std::size_t boundary) {
       out.push_back(group_id(e.index));
     }
   }
-  out.push_back(0xA4A4000000000000u);
-  solver_.append_state(out);
   out.push_back(0xA5A5000000000000u);
   for (std::size_t p = 0; p < pools_.size(); ++p) {
     out.push_back(static_cast<std::uint64_t>(ledger_.in_use(PoolId{p})));

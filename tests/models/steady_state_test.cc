@@ -273,6 +273,22 @@ TEST(SteadyState, TakenForGpt3OnAnEightStagePipeline) {
   EXPECT_TRUE(both.full.report.fits);
 }
 
+TEST(SteadyState, TakenForGpt3WithAsynchronousTensorParallelGradientReduce) {
+  // The same point with the tensor-parallel gradient reduce overlapped with the backward pass:
+  // more flows share the links, and they take different solver slots from one period to the
+  // next; the probe names flows by their op, so the period is still found.
+  Scenario s;
+  s.name = "gpt3-175b-64xa100-tp8-pp8-async";
+  s.model = *find_model("gpt3-175b");
+  s.hardware.system = "dgx-a100-80gb";
+  s.hardware.nodes = 8;
+  s.training = {.global_batch = 256, .micro_batch = 1, .seq_len = 2048};
+  s.parallelism = {.dp = 1, .tp = 8, .pp = 8};
+  s.parallelism.tp_async_grad_reduce = true;
+  const Both both = evaluate_both(s, s.name);
+  EXPECT_TRUE(both.fast.steady_state) << both.fast.full_path_reason;
+}
+
 TEST(SteadyState, TakenForGradientAccumulationOnOneGpu) {
   // 2 × 16 micro-batches of one sequence on one A100: plain gradient accumulation.
   Scenario s = base("llama3-8b", "a100-80gb-1gpu", 16);

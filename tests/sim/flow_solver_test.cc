@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <vector>
+
 namespace offsim::sim {
 namespace {
 
@@ -125,6 +127,67 @@ TEST(FlowSolverTest, ReusedSlotsKeepListsConsistent) {
   s.remove_flow(e);
   s.solve();
   EXPECT_DOUBLE_EQ(s.rate(flows[2]), 12.0);
+}
+
+TEST(FlowSolverTest, StateNamesFlowsNotSlots) {
+  // The same three flows x, y, z (by name) on one link, reached by two histories that put them
+  // in different slots: one where a flow came and went first, one without it.
+  std::vector<int> name_of;  // by slot
+  const auto state = [&name_of](const FlowSolver& s) {
+    std::vector<std::uint64_t> out;
+    s.append_state(out, [&](std::uint32_t slot) { out.push_back(name_of.at(slot)); });
+    return out;
+  };
+  FlowSolver one({25e9, 10e9});
+  const FlowId w = one.add_flow(kNoBound, 1, {use(1)});
+  const FlowId x1 = one.add_flow(5e9, 1, {use(0)});
+  one.remove_flow(w);  // x's slot is 1; y takes w's slot 0
+  const FlowId y1 = one.add_flow(5e9, 1, {use(0)});
+  const FlowId z1 = one.add_flow(kNoBound, 1, {use(0), use(1)});
+  one.solve();
+  name_of.assign(3, -1);
+  name_of[x1.index()] = 0;
+  name_of[y1.index()] = 1;
+  name_of[z1.index()] = 2;
+  const std::vector<std::uint64_t> first = state(one);
+
+  FlowSolver two({25e9, 10e9});
+  const FlowId x2 = two.add_flow(5e9, 1, {use(0)});
+  const FlowId y2 = two.add_flow(5e9, 1, {use(0)});
+  const FlowId z2 = two.add_flow(kNoBound, 1, {use(0), use(1)});
+  two.solve();
+  ASSERT_NE(x1.index(), x2.index());  // the histories did put them in different slots
+  name_of.assign(3, -1);
+  name_of[x2.index()] = 0;
+  name_of[y2.index()] = 1;
+  name_of[z2.index()] = 2;
+  EXPECT_EQ(first, state(two));
+  // And the rates agree bit for bit: x and y tie at their bound, z gets L1's 10.
+  EXPECT_EQ(one.rate(x1), two.rate(x2));
+  EXPECT_EQ(one.rate(y1), two.rate(y2));
+  EXPECT_EQ(one.rate(z1), 10e9);
+  EXPECT_EQ(two.rate(z2), 10e9);
+}
+
+TEST(FlowSolverTest, StateDiffersWhenTheListOrderDiffers) {
+  // y before x on the link: a different order for later sums, so a different state.
+  std::vector<int> name_of;
+  const auto state = [&name_of](const FlowSolver& s) {
+    std::vector<std::uint64_t> out;
+    s.append_state(out, [&](std::uint32_t slot) { out.push_back(name_of.at(slot)); });
+    return out;
+  };
+  FlowSolver one({25e9});
+  const FlowId x1 = one.add_flow(kNoBound, 1, {use(0)});
+  const FlowId y1 = one.add_flow(kNoBound, 1, {use(0)});
+  one.solve();
+  name_of = {-1, -1};
+  name_of[x1.index()] = 0;
+  name_of[y1.index()] = 1;
+  const std::vector<std::uint64_t> first = state(one);
+  name_of[x1.index()] = 1;
+  name_of[y1.index()] = 0;
+  EXPECT_NE(first, state(one));
 }
 
 }  // namespace
