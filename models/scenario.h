@@ -174,8 +174,9 @@ struct ParallelConfig {
   // sequence parallelism: reduce-scatter) asynchronously and runs the weight-gradient GEMM
   // meanwhile (Megatron-Core's LinearWithGradAccumulationAndAsyncCommunication, always on
   // today). false: after the wgrad GEMM on the compute stream (Megatron-LM 2021). The default
-  // stays false until the steady-state fast path proves the period of plans with it (today
-  // evaluate() falls back to the full simulation for pipelined plans that set it).
+  // stays false, as every validation table and example was scored with it; the rows whose
+  // recipes run Megatron-Core set it to true (the steady-state fast path proves the period of
+  // plans with it: SteadyState.TakenForGpt3WithAsynchronousTensorParallelGradientReduce).
   bool tp_async_grad_reduce = false;
   // Transformer Engine's tp_comm_overlap with userbuffers (Megatron-Core --tp-comm-overlap,
   // default off; Megatron-Bridge's performance recipes turn it on): with sequence parallelism,
