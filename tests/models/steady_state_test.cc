@@ -258,16 +258,21 @@ TEST(SteadyState, SearchSpacesAAndBMatchTheFullSimulation) {
   }
 }
 
-TEST(SteadyState, TakenForGpt3OnAnEightStagePipeline) {
-  // A point of space A (models_evaluate_benchmark's BM_EvaluatePipelineGpt3): GPT-3 175B, tp 8,
-  // pp 8, dp 1, 256 micro-batches, a reduced step of 20.
+// A point of space A (models_evaluate_benchmark's BM_EvaluatePipelineGpt3): GPT-3 175B, tp 8,
+// pp 8, dp 1, 256 micro-batches, a reduced step of 20.
+Scenario gpt3_eight_stage_pipeline(const std::string& name) {
   Scenario s;
-  s.name = "gpt3-175b-64xa100-tp8-pp8";
+  s.name = name;
   s.model = *find_model("gpt3-175b");
   s.hardware.system = "dgx-a100-80gb";
   s.hardware.nodes = 8;
   s.training = {.global_batch = 256, .micro_batch = 1, .seq_len = 2048};
   s.parallelism = {.dp = 1, .tp = 8, .pp = 8};
+  return s;
+}
+
+TEST(SteadyState, TakenForGpt3OnAnEightStagePipeline) {
+  const Scenario s = gpt3_eight_stage_pipeline("gpt3-175b-64xa100-tp8-pp8");
   const Both both = evaluate_both(s, s.name);
   EXPECT_TRUE(both.fast.steady_state) << both.fast.full_path_reason;
   EXPECT_TRUE(both.full.report.fits);
@@ -277,13 +282,7 @@ TEST(SteadyState, TakenForGpt3WithAsynchronousTensorParallelGradientReduce) {
   // The same point with the tensor-parallel gradient reduce overlapped with the backward pass:
   // more flows share the links, and they take different solver slots from one period to the
   // next; the probe names flows by their op, so the period is still found.
-  Scenario s;
-  s.name = "gpt3-175b-64xa100-tp8-pp8-async";
-  s.model = *find_model("gpt3-175b");
-  s.hardware.system = "dgx-a100-80gb";
-  s.hardware.nodes = 8;
-  s.training = {.global_batch = 256, .micro_batch = 1, .seq_len = 2048};
-  s.parallelism = {.dp = 1, .tp = 8, .pp = 8};
+  Scenario s = gpt3_eight_stage_pipeline("gpt3-175b-64xa100-tp8-pp8-async");
   s.parallelism.tp_async_grad_reduce = true;
   const Both both = evaluate_both(s, s.name);
   EXPECT_TRUE(both.fast.steady_state) << both.fast.full_path_reason;
