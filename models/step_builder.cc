@@ -265,10 +265,11 @@ class StepBuilder {
   // The receive of `send` on a lane of its peer: no work of its own, it ends when the send does.
   OpId receive(OpId send) {
     const sim::Op s = b_.op_at(send);
-    const sim::Lane& from = b_.peek().lanes[s.lane.index()];
+    // A copy: creating the receive lane below may reallocate the lane table.
+    const int from_rank = b_.peek().lanes[s.lane.index()].rank;
     const int dst = s.sizes.peer;
     const auto stage = static_cast<int>(dst / stage_ranks(s_.parallelism));
-    const LaneId lane = b_.lane(fmt::format("rank{}.recv_from_rank{}", dst, from.rank),
+    const LaneId lane = b_.lane(fmt::format("rank{}.recv_from_rank{}", dst, from_rank),
                                 {.rank = dst, .stage = stage, .role = sim::LaneRole::kRecv});
     const auto pair = static_cast<std::int64_t>(send.index());
     b_.op_at(send).sizes.p2p_pair = pair;
@@ -279,7 +280,7 @@ class StepBuilder {
     op.category = s.category;
     op.layer = s.layer;
     op.sizes.bytes = s.sizes.bytes;
-    op.sizes.peer = from.rank;
+    op.sizes.peer = from_rank;
     op.sizes.p2p_role = sim::P2PRole::kRecv;
     op.sizes.p2p_pair = pair;
     op.deps = {send};
