@@ -7,87 +7,127 @@
 
 namespace offsim::sim {
 
-std::vector<std::uint32_t> critical_path_spans(const Timeline& timeline,
-                                               const std::vector<std::vector<OpId>>& deps_given) {
-  const auto& spans = timeline.spans;
+namespace {
+
+constexpr std::uint32_t kNoSpan = std::numeric_limits<std::uint32_t>::max();
+
+// The previous span on the same lane of each span (lane order = start order), kNoSpan for a
+// lane's first.
+std::vector<std::uint32_t> previous_on_lane(const std::vector<Span>& spans) {
   const std::size_t n = spans.size();
-  std::vector<std::uint32_t> path;
-  if (n == 0) return path;
-  // The dependencies to follow: the caller's, else the timeline's own when it
-  // has any.
-  std::vector<std::vector<OpId>> own;
-  const std::vector<std::vector<OpId>>* deps = &deps_given;
-  if (deps_given.empty()) {
-    const bool any = std::any_of(timeline.ops.begin(), timeline.ops.end(),
-                                 [](const OpInfo& op) { return !op.deps.empty(); });
-    if (any) {
-      own.reserve(timeline.ops.size());
-      for (const OpInfo& op : timeline.ops) own.push_back(op.deps);
-      deps = &own;
-    }
-  }
-  auto by_end = [&](std::uint32_t a, std::uint32_t b) {
-    return std::tie(spans[a].end, spans[a].start, spans[a].op) <
-           std::tie(spans[b].end, spans[b].start, spans[b].op);
-  };
-  // Previous span on the same lane (lane order = start order).
   std::vector<std::uint32_t> order(n);
   std::iota(order.begin(), order.end(), 0u);
   std::sort(order.begin(), order.end(), [&](std::uint32_t a, std::uint32_t b) {
     return std::tie(spans[a].lane, spans[a].start, spans[a].op) <
            std::tie(spans[b].lane, spans[b].start, spans[b].op);
   });
-  constexpr std::uint32_t kNone = std::numeric_limits<std::uint32_t>::max();
-  std::vector<std::uint32_t> prev_on_lane(n, kNone);
+  std::vector<std::uint32_t> prev_on_lane(n, kNoSpan);
   for (std::size_t k = 1; k < n; ++k) {
     if (spans[order[k]].lane == spans[order[k - 1]].lane) prev_on_lane[order[k]] = order[k - 1];
   }
-  std::vector<std::uint32_t> span_of_op;
-  if (!deps->empty()) {
-    span_of_op.assign(timeline.ops.size(), kNone);
-    for (std::uint32_t i = 0; i < n; ++i) {
-      if (spans[i].op.index() < span_of_op.size()) span_of_op[spans[i].op.index()] = i;
-    }
-  }
-  // All spans by end, for the timing-only dependency guess.
-  std::vector<std::uint32_t> end_order(n);
-  std::iota(end_order.begin(), end_order.end(), 0u);
-  std::sort(end_order.begin(), end_order.end(), by_end);
+  return prev_on_lane;
+}
 
-  std::vector<bool> visited(n, false);
-  std::uint32_t current = end_order.back();
-  while (current != kNone && !visited[current]) {
-    visited[current] = true;
-    path.push_back(current);
-    const TimePoint start = spans[current].start;
-    std::uint32_t best = kNone;
+// The span of each op of the timeline, kNoSpan for an op that did not run.
+std::vector<std::uint32_t> span_index_of_op(const Timeline& timeline) {
+  std::vector<std::uint32_t> span_of_op(timeline.ops.size(), kNoSpan);
+  const auto& spans = timeline.spans;
+  for (std::uint32_t i = 0; i < spans.size(); ++i) {
+    if (spans[i].op.index() < span_of_op.size()) span_of_op[spans[i].op.index()] = i;
+  }
+  return span_of_op;
+}
+
+// The backward walk of critical_path_spans: from each span to the predecessor that ended last
+// before it started, among its lane predecessor (which wins ties) and its dependencies, or,
+// without dependencies, the latest-ending unvisited span (a timing-only guess).
+class CriticalPathWalk {
+ public:
+  CriticalPathWalk(const Timeline& timeline, const std::vector<std::vector<OpId>>& deps)
+      : spans_(timeline.spans),
+        deps_(deps),
+        prev_on_lane_(previous_on_lane(spans_)),
+        visited_(spans_.size(), false) {
+    if (!deps_.empty()) span_of_op_ = span_index_of_op(timeline);
+    // All spans by end, for the timing-only dependency guess.
+    end_order_.resize(spans_.size());
+    std::iota(end_order_.begin(), end_order_.end(), 0u);
+    std::sort(end_order_.begin(), end_order_.end(), [&](std::uint32_t a, std::uint32_t b) {
+      return std::tie(spans_[a].end, spans_[a].start, spans_[a].op) <
+             std::tie(spans_[b].end, spans_[b].start, spans_[b].op);
+    });
+  }
+
+  // The path, first span first; the timeline must have a span.
+  std::vector<std::uint32_t> walk() {
+    std::vector<std::uint32_t> path;
+    std::uint32_t current = end_order_.back();
+    while (current != kNoSpan && !visited_[current]) {
+      visited_[current] = true;
+      path.push_back(current);
+      current = predecessor(current);
+    }
+    std::reverse(path.begin(), path.end());
+    return path;
+  }
+
+ private:
+  std::uint32_t predecessor(std::uint32_t current) const {
+    const TimePoint start = spans_[current].start;
+    std::uint32_t best = kNoSpan;
     auto consider = [&](std::uint32_t c) {
-      if (c == kNone || visited[c] || spans[c].end > start) return;
-      if (best == kNone || spans[c].end > spans[best].end) best = c;
+      if (c == kNoSpan || visited_[c] || spans_[c].end > start) return;
+      if (best == kNoSpan || spans_[c].end > spans_[best].end) best = c;
     };
-    consider(prev_on_lane[current]);  // first, so that it wins ties
-    if (!deps->empty()) {
-      const std::size_t op = spans[current].op.index();
-      if (op < deps->size()) {
-        for (OpId d : (*deps)[op]) {
-          if (d.index() < span_of_op.size()) consider(span_of_op[d.index()]);
-        }
+    consider(prev_on_lane_[current]);  // first, so that it wins ties
+    if (!deps_.empty()) {
+      const std::size_t op = spans_[current].op.index();
+      if (op >= deps_.size()) return best;
+      for (OpId d : deps_[op]) {
+        if (d.index() < span_of_op_.size()) consider(span_of_op_[d.index()]);
       }
-    } else {
-      auto it = std::upper_bound(end_order.begin(), end_order.end(), start,
-                                 [&](TimePoint t, std::uint32_t i) { return t < spans[i].end; });
-      while (it != end_order.begin()) {
-        --it;
-        if (!visited[*it]) {
-          consider(*it);
-          break;
-        }
+      return best;
+    }
+    auto it = std::upper_bound(end_order_.begin(), end_order_.end(), start,
+                               [&](TimePoint t, std::uint32_t i) { return t < spans_[i].end; });
+    while (it != end_order_.begin()) {
+      --it;
+      if (!visited_[*it]) {
+        consider(*it);
+        break;
       }
     }
-    current = best;
+    return best;
   }
-  std::reverse(path.begin(), path.end());
-  return path;
+
+  const std::vector<Span>& spans_;
+  const std::vector<std::vector<OpId>>& deps_;
+  std::vector<std::uint32_t> prev_on_lane_;
+  std::vector<std::uint32_t> span_of_op_;
+  std::vector<std::uint32_t> end_order_;
+  std::vector<bool> visited_;
+};
+
+// The timeline's own dependencies by op, empty when no op has any.
+std::vector<std::vector<OpId>> timeline_deps(const Timeline& timeline) {
+  std::vector<std::vector<OpId>> own;
+  const bool any = std::any_of(timeline.ops.begin(), timeline.ops.end(),
+                               [](const OpInfo& op) { return !op.deps.empty(); });
+  if (!any) return own;
+  own.reserve(timeline.ops.size());
+  for (const OpInfo& op : timeline.ops) own.push_back(op.deps);
+  return own;
+}
+
+}  // namespace
+
+std::vector<std::uint32_t> critical_path_spans(const Timeline& timeline,
+                                               const std::vector<std::vector<OpId>>& deps_given) {
+  if (timeline.spans.empty()) return {};
+  // The dependencies to follow: the caller's, else the timeline's own when it has any.
+  if (!deps_given.empty()) return CriticalPathWalk(timeline, deps_given).walk();
+  const std::vector<std::vector<OpId>> own = timeline_deps(timeline);
+  return CriticalPathWalk(timeline, own).walk();
 }
 
 IdleCause idle_cause(OpKind waited_on) {
