@@ -94,8 +94,10 @@ CriticalPath critical_path(const Timeline& timeline) {
   return path;
 }
 
-Result<TimelineComparison> compare_timelines(const Timeline& predicted, const Timeline& measured,
-                                             const CompareOptions& options) {
+namespace {
+
+// Both timelines must come from one plan: the same ops, by name, in the same order.
+Status check_same_plan(const Timeline& predicted, const Timeline& measured) {
   if (predicted.ops.size() != measured.ops.size()) {
     return fail(ErrorCode::kInvalidInput,
                 "compare: the timelines come from different plans: predicted has {} ops, "
@@ -111,15 +113,28 @@ Result<TimelineComparison> compare_timelines(const Timeline& predicted, const Ti
                   escape_for_message(measured.ops[i].name));
     }
   }
-  if (options.top_ops < 0) {
-    return fail(ErrorCode::kInvalidInput, "compare: top_ops {} is negative", options.top_ops);
-  }
-  TimelineComparison c;
-  c.predicted_step = predicted.makespan - kTimeZero;
-  c.measured_step = measured.makespan - kTimeZero;
-  c.step_relative_error = relative(static_cast<double>(c.predicted_step.count()),
-                                   static_cast<double>(c.measured_step.count()));
+  return ok();
+}
 
+// The duration error of one op that ran in both timelines.
+OpError op_error(const Timeline& predicted, std::size_t i, const Span& p, const Span& m) {
+  OpError e;
+  e.op = OpId{i};
+  e.name = predicted.ops[i].name;
+  e.lane = p.lane.index() < predicted.lanes.size() ? predicted.lanes[p.lane.index()] : "";
+  e.predicted = p.end - p.start;
+  e.measured = m.end - m.start;
+  e.error = e.predicted - e.measured;
+  e.relative_error = e.measured.count() == 0 ? 0.0
+                                             : static_cast<double>(e.error.count()) /
+                                                   static_cast<double>(e.measured.count());
+  return e;
+}
+
+// Counts the matched and unmatched ops and keeps the `top_ops` largest absolute errors
+// (ties: lower op id first).
+void compare_ops(const Timeline& predicted, const Timeline& measured, int top_ops,
+                 TimelineComparison& c) {
   const auto p_spans = spans_by_op(predicted);
   const auto m_spans = spans_by_op(measured);
   std::vector<OpError> errors;
@@ -128,17 +143,7 @@ Result<TimelineComparison> compare_timelines(const Timeline& predicted, const Ti
     const Span* m = m_spans[i];
     if (p && m) {
       ++c.matched_ops;
-      OpError e;
-      e.op = OpId{i};
-      e.name = predicted.ops[i].name;
-      e.lane = p->lane.index() < predicted.lanes.size() ? predicted.lanes[p->lane.index()] : "";
-      e.predicted = p->end - p->start;
-      e.measured = m->end - m->start;
-      e.error = e.predicted - e.measured;
-      e.relative_error = e.measured.count() == 0 ? 0.0
-                                                 : static_cast<double>(e.error.count()) /
-                                                       static_cast<double>(e.measured.count());
-      errors.push_back(std::move(e));
+      errors.push_back(op_error(predicted, i, *p, *m));
     } else if (p) {
       ++c.only_predicted_ops;
     } else if (m) {
@@ -150,37 +155,47 @@ Result<TimelineComparison> compare_timelines(const Timeline& predicted, const Ti
     const auto eb = std::llabs(b.error.count());
     return ea != eb ? ea > eb : a.op < b.op;
   });
-  if (errors.size() > static_cast<std::size_t>(options.top_ops)) {
-    errors.resize(static_cast<std::size_t>(options.top_ops));
+  if (errors.size() > static_cast<std::size_t>(top_ops)) {
+    errors.resize(static_cast<std::size_t>(top_ops));
   }
   c.top_ops = std::move(errors);
+}
 
-  // Lanes are joined by name: both timelines carry the plan's lane table.
+// The busy time of a lane, or nothing when no span ran on it.
+std::optional<Duration> lane_busy(const Timeline& t, LaneId lane) {
+  Duration busy{0};
+  bool any = false;
+  for (const Span& s : t.spans) {
+    if (s.lane == lane) {
+      busy += s.end - s.start;
+      any = true;
+    }
+  }
+  if (!any) return std::nullopt;
+  return busy;
+}
+
+// Busy time per lane that ran in both timelines. Lanes are joined by name: both timelines
+// carry the plan's lane table.
+std::vector<LaneError> compare_lanes(const Timeline& predicted, const Timeline& measured) {
+  std::vector<LaneError> out;
   for (std::size_t l = 0; l < predicted.lanes.size(); ++l) {
     const std::string& name = predicted.lanes[l];
     auto it = std::find(measured.lanes.begin(), measured.lanes.end(), name);
     if (it == measured.lanes.end()) continue;
     const LaneId ml{static_cast<std::size_t>(it - measured.lanes.begin())};
-    Duration pb{0}, mb{0};
-    bool in_p = false, in_m = false;
-    for (const Span& s : predicted.spans) {
-      if (s.lane == LaneId{l}) {
-        pb += s.end - s.start;
-        in_p = true;
-      }
-    }
-    for (const Span& s : measured.spans) {
-      if (s.lane == ml) {
-        mb += s.end - s.start;
-        in_m = true;
-      }
-    }
-    if (!in_p || !in_m) continue;
-    c.lanes.push_back(LaneError{
-        name, pb, mb, relative(static_cast<double>(pb.count()), static_cast<double>(mb.count()))});
+    const std::optional<Duration> pb = lane_busy(predicted, LaneId{l});
+    const std::optional<Duration> mb = lane_busy(measured, ml);
+    if (!pb || !mb) continue;
+    out.push_back(
+        LaneError{name, *pb, *mb,
+                  relative(static_cast<double>(pb->count()), static_cast<double>(mb->count()))});
   }
+  return out;
+}
 
-  c.exposed = compare_exposed(predicted, measured);
+// The critical paths of both timelines and the ops on only one of them.
+void compare_paths(const Timeline& predicted, const Timeline& measured, TimelineComparison& c) {
   c.predicted_path = critical_path(predicted);
   c.measured_path = critical_path(measured);
   std::set<OpId> on_p(c.predicted_path.ops.begin(), c.predicted_path.ops.end());
@@ -191,7 +206,27 @@ Result<TimelineComparison> compare_timelines(const Timeline& predicted, const Ti
   for (OpId op : c.measured_path.ops) {
     if (!on_p.count(op)) c.only_on_measured_path.push_back(measured.ops[op.index()].name);
   }
+}
 
+// The peak of predicted pool `pp` against measured pool `mp`, with the bytes live at each peak
+// by category; `ledger_peak` is the measured alloc/free order's peak (-1: not known).
+PoolError pool_error(const PoolTrace& pp, const PoolTrace& mp, std::int64_t ledger_peak) {
+  PoolError e{pp.name, pp.peak_bytes, mp.peak_bytes,
+              relative(static_cast<double>(pp.peak_bytes), static_cast<double>(mp.peak_bytes))};
+  e.predicted_peak_time = pp.peak_time;
+  e.measured_peak_time = mp.peak_time;
+  if (ledger_peak >= 0) e.measured_ledger_peak_bytes = ledger_peak;
+  std::map<TensorCategory, std::pair<std::int64_t, std::int64_t>, ByName> by_category;
+  for (const LiveTensor& t : pp.live_at_peak) by_category[t.category].first += t.bytes;
+  for (const LiveTensor& t : mp.live_at_peak) by_category[t.category].second += t.bytes;
+  for (const auto& [category, bytes] : by_category) {
+    e.categories.push_back({category, bytes.first, bytes.second});
+  }
+  return e;
+}
+
+// Peak memory per pool that both timelines carry (joined by name).
+Status compare_pools(const Timeline& predicted, const Timeline& measured, TimelineComparison& c) {
   // The measured memory events through the memory ledger, when both timelines carry them.
   std::optional<MemoryLedger> measured_ledger;
   if (!predicted.memory_events.empty() && !measured.memory_events.empty()) {
@@ -205,24 +240,37 @@ Result<TimelineComparison> compare_timelines(const Timeline& predicted, const Ti
     if (it == measured.pools.end()) continue;
     // A pool the replay did not run (a skipped rank's) has neither samples nor a peak.
     if (it->samples.empty() && it->peak_bytes == 0) continue;
-    PoolError e{pp.name, pp.peak_bytes, it->peak_bytes,
-                relative(static_cast<double>(pp.peak_bytes), static_cast<double>(it->peak_bytes))};
-    e.predicted_peak_time = pp.peak_time;
-    e.measured_peak_time = it->peak_time;
     const auto m_index = static_cast<std::size_t>(it - measured.pools.begin());
+    std::int64_t ledger_peak = -1;
     if (measured_ledger && m_index < measured_ledger->pool_count()) {
-      e.measured_ledger_peak_bytes = measured_ledger->pool(PoolId{m_index}).peak_bytes;
+      ledger_peak = measured_ledger->pool(PoolId{m_index}).peak_bytes;
     }
-    std::map<TensorCategory, std::pair<std::int64_t, std::int64_t>, ByName> by_category;
-    for (const LiveTensor& t : pp.live_at_peak) by_category[t.category].first += t.bytes;
-    for (const LiveTensor& t : it->live_at_peak) by_category[t.category].second += t.bytes;
-    for (const auto& [category, bytes] : by_category) {
-      e.categories.push_back({category, bytes.first, bytes.second});
-    }
+    PoolError e = pool_error(pp, *it, ledger_peak);
     c.max_abs_pool_relative_error =
         std::max(c.max_abs_pool_relative_error, std::abs(e.relative_error));
     c.pools.push_back(std::move(e));
   }
+  return ok();
+}
+
+}  // namespace
+
+Result<TimelineComparison> compare_timelines(const Timeline& predicted, const Timeline& measured,
+                                             const CompareOptions& options) {
+  OFFSIM_RETURN_IF_ERROR(check_same_plan(predicted, measured));
+  if (options.top_ops < 0) {
+    return fail(ErrorCode::kInvalidInput, "compare: top_ops {} is negative", options.top_ops);
+  }
+  TimelineComparison c;
+  c.predicted_step = predicted.makespan - kTimeZero;
+  c.measured_step = measured.makespan - kTimeZero;
+  c.step_relative_error = relative(static_cast<double>(c.predicted_step.count()),
+                                   static_cast<double>(c.measured_step.count()));
+  compare_ops(predicted, measured, options.top_ops, c);
+  c.lanes = compare_lanes(predicted, measured);
+  c.exposed = compare_exposed(predicted, measured);
+  compare_paths(predicted, measured, c);
+  OFFSIM_RETURN_IF_ERROR(compare_pools(predicted, measured, c));
   return c;
 }
 
