@@ -519,64 +519,80 @@ class TimelineParser {
     OFFSIM_ASSIGN_OR_RETURN(t_.outcome.message, r_.string(*o, "message", path));
     OFFSIM_ASSIGN_OR_RETURN(const json* oom, r_.optional_member(*o, "oom", path));
     if (oom != nullptr) {
-      const std::string p = path + ".oom";
-      OFFSIM_RETURN_IF_ERROR(
-          r_.only_keys(*oom,
-                       {"op", "op_name", "pool", "pool_kind", "pool_id", "time_ns",
-                        "requested_bytes", "in_use_bytes", "capacity_bytes", "live"},
-                       p));
-      OutOfMemory m;
-      OFFSIM_ASSIGN_OR_RETURN(std::int64_t op, r_.integer(*oom, "op", p));
-      if (op < -1 || op >= static_cast<std::int64_t>(t_.ops.size())) {
-        return r_.error(p + ".op", fmt::format("op index {} is out of range (-1 for none; the "
-                                               "timeline has {} ops)",
-                                               op, t_.ops.size()));
-      }
-      if (op >= 0) m.op = OpId{static_cast<std::uint32_t>(op)};
-      OFFSIM_ASSIGN_OR_RETURN(m.op_name, r_.string(*oom, "op_name", p));
-      OFFSIM_ASSIGN_OR_RETURN(m.pool, r_.string(*oom, "pool", p));
-      OFFSIM_ASSIGN_OR_RETURN(const json* kind, r_.optional_member(*oom, "pool_kind", p));
-      if (kind) {
-        OFFSIM_ASSIGN_OR_RETURN(std::string text, r_.as_string(*kind, p + ".pool_kind"));
-        auto parsed = pool_kind_from_string(text);
-        if (!parsed) return r_.error(p + ".pool_kind", fmt::format("unknown pool kind '{}'", text));
-        m.pool_kind = *parsed;
-      }
-      OFFSIM_ASSIGN_OR_RETURN(const json* pool_id, r_.optional_member(*oom, "pool_id", p));
-      if (pool_id) {
-        OFFSIM_ASSIGN_OR_RETURN(std::int64_t id, r_.as_integer(*pool_id, p + ".pool_id"));
-        if (id < -1 || id >= static_cast<std::int64_t>(t_.pools.size())) {
-          return r_.error(p + ".pool_id", fmt::format("pool index {} is out of range (-1 for none; "
-                                                      "the timeline has {} pools)",
-                                                      id, t_.pools.size()));
-        }
-        if (id >= 0) m.pool_id = PoolId{static_cast<std::uint32_t>(id)};
-      }
-      OFFSIM_ASSIGN_OR_RETURN(std::int64_t time, r_.integer(*oom, "time_ns", p));
-      m.time = at_ns(time);
-      OFFSIM_ASSIGN_OR_RETURN(m.requested_bytes, r_.integer(*oom, "requested_bytes", p));
-      OFFSIM_ASSIGN_OR_RETURN(m.in_use_bytes, r_.integer(*oom, "in_use_bytes", p));
-      OFFSIM_ASSIGN_OR_RETURN(m.capacity_bytes, r_.integer(*oom, "capacity_bytes", p));
-      OFFSIM_ASSIGN_OR_RETURN(const json* live, r_.member(*oom, "live", p));
-      OFFSIM_ASSIGN_OR_RETURN(m.live, parse_live(*live, p + ".live"));
+      OFFSIM_ASSIGN_OR_RETURN(OutOfMemory m, parse_oom(*oom, path + ".oom"));
       t_.outcome.oom = std::move(m);
     }
     OFFSIM_ASSIGN_OR_RETURN(const json* deadlock, r_.optional_member(*o, "deadlock", path));
     if (deadlock != nullptr) {
-      const std::string p = path + ".deadlock";
-      OFFSIM_RETURN_IF_ERROR(r_.only_keys(*deadlock, {"time_ns", "stuck_ops"}, p));
-      Deadlock d;
-      OFFSIM_ASSIGN_OR_RETURN(std::int64_t time, r_.integer(*deadlock, "time_ns", p));
-      d.time = at_ns(time);
-      OFFSIM_ASSIGN_OR_RETURN(const json* stuck, r_.array(*deadlock, "stuck_ops", p));
-      for (std::size_t i = 0; i < stuck->size(); ++i) {
-        OFFSIM_ASSIGN_OR_RETURN(std::string s,
-                                r_.as_string((*stuck)[i], fmt::format("{}.stuck_ops[{}]", p, i)));
-        d.stuck_ops.push_back(std::move(s));
-      }
+      OFFSIM_ASSIGN_OR_RETURN(Deadlock d, parse_deadlock(*deadlock, path + ".deadlock"));
       t_.outcome.deadlock = std::move(d);
     }
     return ok();
+  }
+
+  // $.outcome.oom at `p`: the allocation that did not fit.
+  Result<OutOfMemory> parse_oom(const json& oom, const std::string& p) {
+    OFFSIM_RETURN_IF_ERROR(
+        r_.only_keys(oom,
+                     {"op", "op_name", "pool", "pool_kind", "pool_id", "time_ns", "requested_bytes",
+                      "in_use_bytes", "capacity_bytes", "live"},
+                     p));
+    OutOfMemory m;
+    OFFSIM_ASSIGN_OR_RETURN(std::int64_t op, r_.integer(oom, "op", p));
+    if (op < -1 || op >= static_cast<std::int64_t>(t_.ops.size())) {
+      return r_.error(p + ".op", fmt::format("op index {} is out of range (-1 for none; the "
+                                             "timeline has {} ops)",
+                                             op, t_.ops.size()));
+    }
+    if (op >= 0) m.op = OpId{static_cast<std::uint32_t>(op)};
+    OFFSIM_ASSIGN_OR_RETURN(m.op_name, r_.string(oom, "op_name", p));
+    OFFSIM_ASSIGN_OR_RETURN(m.pool, r_.string(oom, "pool", p));
+    OFFSIM_RETURN_IF_ERROR(parse_oom_pool_identity(oom, p, m));
+    OFFSIM_ASSIGN_OR_RETURN(std::int64_t time, r_.integer(oom, "time_ns", p));
+    m.time = at_ns(time);
+    OFFSIM_ASSIGN_OR_RETURN(m.requested_bytes, r_.integer(oom, "requested_bytes", p));
+    OFFSIM_ASSIGN_OR_RETURN(m.in_use_bytes, r_.integer(oom, "in_use_bytes", p));
+    OFFSIM_ASSIGN_OR_RETURN(m.capacity_bytes, r_.integer(oom, "capacity_bytes", p));
+    OFFSIM_ASSIGN_OR_RETURN(const json* live, r_.member(oom, "live", p));
+    OFFSIM_ASSIGN_OR_RETURN(m.live, parse_live(*live, p + ".live"));
+    return m;
+  }
+
+  // The optional typed pool of an out-of-memory record: "pool_kind" and "pool_id" (-1: none).
+  Status parse_oom_pool_identity(const json& oom, const std::string& p, OutOfMemory& m) {
+    OFFSIM_ASSIGN_OR_RETURN(const json* kind, r_.optional_member(oom, "pool_kind", p));
+    if (kind) {
+      OFFSIM_ASSIGN_OR_RETURN(std::string text, r_.as_string(*kind, p + ".pool_kind"));
+      auto parsed = pool_kind_from_string(text);
+      if (!parsed) return r_.error(p + ".pool_kind", fmt::format("unknown pool kind '{}'", text));
+      m.pool_kind = *parsed;
+    }
+    OFFSIM_ASSIGN_OR_RETURN(const json* pool_id, r_.optional_member(oom, "pool_id", p));
+    if (pool_id) {
+      OFFSIM_ASSIGN_OR_RETURN(std::int64_t id, r_.as_integer(*pool_id, p + ".pool_id"));
+      if (id < -1 || id >= static_cast<std::int64_t>(t_.pools.size())) {
+        return r_.error(p + ".pool_id", fmt::format("pool index {} is out of range (-1 for none; "
+                                                    "the timeline has {} pools)",
+                                                    id, t_.pools.size()));
+      }
+      if (id >= 0) m.pool_id = PoolId{static_cast<std::uint32_t>(id)};
+    }
+    return ok();
+  }
+
+  // $.outcome.deadlock at `p`: when the run stopped and the ops that could not start.
+  Result<Deadlock> parse_deadlock(const json& deadlock, const std::string& p) {
+    OFFSIM_RETURN_IF_ERROR(r_.only_keys(deadlock, {"time_ns", "stuck_ops"}, p));
+    Deadlock d;
+    OFFSIM_ASSIGN_OR_RETURN(std::int64_t time, r_.integer(deadlock, "time_ns", p));
+    d.time = at_ns(time);
+    OFFSIM_ASSIGN_OR_RETURN(const json* stuck, r_.array(deadlock, "stuck_ops", p));
+    for (std::size_t i = 0; i < stuck->size(); ++i) {
+      OFFSIM_ASSIGN_OR_RETURN(std::string s,
+                              r_.as_string((*stuck)[i], fmt::format("{}.stuck_ops[{}]", p, i)));
+      d.stuck_ops.push_back(std::move(s));
+    }
+    return d;
   }
 
   JsonReader r_;
