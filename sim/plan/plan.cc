@@ -459,10 +459,8 @@ Status check_p2p_pairs(const Plan& plan) {
   return ok();
 }
 
-Status check_structure(const Plan& plan) {
-  OFFSIM_RETURN_IF_ERROR(check_unique_names(plan.lanes, "lanes"));
-  OFFSIM_RETURN_IF_ERROR(check_unique_names(plan.resources, "resources"));
-  OFFSIM_RETURN_IF_ERROR(check_unique_names(plan.pools, "pools"));
+// Resources have positive finite rates; pools non-negative capacities.
+Status check_resources_and_pools(const Plan& plan) {
   for (std::size_t i = 0; i < plan.resources.size(); ++i) {
     const double c = plan.resources[i].capacity;
     if (!(std::isfinite(c) && c > 0.0)) {
@@ -477,6 +475,11 @@ Status check_structure(const Plan& plan) {
                   plan.pools[i].name, plan.pools[i].capacity_bytes);
     }
   }
+  return ok();
+}
+
+// Tensors live in an existing pool and have a non-negative size.
+Status check_tensors(const Plan& plan) {
   for (std::size_t i = 0; i < plan.tensors.size(); ++i) {
     const Tensor& t = plan.tensors[i];
     if (t.pool.index() >= plan.pools.size()) {
@@ -489,61 +492,90 @@ Status check_structure(const Plan& plan) {
                   t.bytes);
     }
   }
+  return ok();
+}
+
+// Op `i` runs on an existing lane and depends on existing ops other than itself.
+Status check_op_lane_and_deps(const Plan& plan, std::size_t i) {
+  const Op& op = plan.ops[i];
+  if (op.lane.index() >= plan.lanes.size()) {
+    return fail(ErrorCode::kInvalidInput, "{}: unknown lane id {} (the plan has {} lanes)",
+                op_label(plan, i), op.lane.value(), plan.lanes.size());
+  }
+  for (OpId dep : op.deps) {
+    if (dep.index() >= plan.ops.size()) {
+      return fail(ErrorCode::kInvalidInput,
+                  "{}: dependency on op id {}, which does not exist (the plan has {} ops)",
+                  op_label(plan, i), dep.value(), plan.ops.size());
+    }
+    if (dep.index() == i) {
+      return fail(ErrorCode::kInvalidInput, "{}: depends on itself", op_label(plan, i));
+    }
+  }
+  return ok();
+}
+
+// Op `i`'s cost: finite non-negative work, a positive rate cap, a non-negative latency, a
+// multiplicity of at least 1 and finite non-negative uses of existing resources.
+Status check_op_cost(const Plan& plan, std::size_t i) {
+  const OpCost& c = plan.ops[i].cost;
+  if (!finite_nonneg(c.work)) {
+    return fail(ErrorCode::kInvalidInput, "{}: work {} is not a finite non-negative amount",
+                op_label(plan, i), c.work);
+  }
+  if (std::isnan(c.max_rate) || !(c.max_rate > 0.0)) {
+    return fail(ErrorCode::kInvalidInput, "{}: max_rate {} is not positive", op_label(plan, i),
+                c.max_rate);
+  }
+  if (c.latency.count() < 0) {
+    return fail(ErrorCode::kInvalidInput, "{}: negative latency {} ns", op_label(plan, i),
+                c.latency.count());
+  }
+  if (c.multiplicity < 1) {
+    return fail(ErrorCode::kInvalidInput, "{}: multiplicity {} is below 1", op_label(plan, i),
+                c.multiplicity);
+  }
+  for (const ResourceUse& u : c.uses) {
+    if (u.resource.index() >= plan.resources.size()) {
+      return fail(ErrorCode::kInvalidInput,
+                  "{}: uses resource id {}, which does not exist (the plan has {} resources)",
+                  op_label(plan, i), u.resource.value(), plan.resources.size());
+    }
+    if (!finite_nonneg(u.per_unit)) {
+      return fail(ErrorCode::kInvalidInput,
+                  "{}: per_unit {} on resource '{}' is not finite and non-negative",
+                  op_label(plan, i), u.per_unit, plan.resources[u.resource.index()].name);
+    }
+  }
+  return ok();
+}
+
+// Op `i` allocates and frees existing tensors.
+Status check_op_tensors(const Plan& plan, std::size_t i) {
+  const Op& op = plan.ops[i];
+  for (const auto* list : {&op.allocs, &op.frees}) {
+    for (TensorId t : *list) {
+      if (t.index() >= plan.tensors.size()) {
+        return fail(ErrorCode::kInvalidInput,
+                    "{}: {} tensor id {}, which does not exist (the plan has {} tensors)",
+                    op_label(plan, i), list == &op.allocs ? "allocates" : "frees", t.value(),
+                    plan.tensors.size());
+      }
+    }
+  }
+  return ok();
+}
+
+Status check_structure(const Plan& plan) {
+  OFFSIM_RETURN_IF_ERROR(check_unique_names(plan.lanes, "lanes"));
+  OFFSIM_RETURN_IF_ERROR(check_unique_names(plan.resources, "resources"));
+  OFFSIM_RETURN_IF_ERROR(check_unique_names(plan.pools, "pools"));
+  OFFSIM_RETURN_IF_ERROR(check_resources_and_pools(plan));
+  OFFSIM_RETURN_IF_ERROR(check_tensors(plan));
   for (std::size_t i = 0; i < plan.ops.size(); ++i) {
-    const Op& op = plan.ops[i];
-    if (op.lane.index() >= plan.lanes.size()) {
-      return fail(ErrorCode::kInvalidInput, "{}: unknown lane id {} (the plan has {} lanes)",
-                  op_label(plan, i), op.lane.value(), plan.lanes.size());
-    }
-    for (OpId dep : op.deps) {
-      if (dep.index() >= plan.ops.size()) {
-        return fail(ErrorCode::kInvalidInput,
-                    "{}: dependency on op id {}, which does not exist (the plan has {} ops)",
-                    op_label(plan, i), dep.value(), plan.ops.size());
-      }
-      if (dep.index() == i) {
-        return fail(ErrorCode::kInvalidInput, "{}: depends on itself", op_label(plan, i));
-      }
-    }
-    const OpCost& c = op.cost;
-    if (!finite_nonneg(c.work)) {
-      return fail(ErrorCode::kInvalidInput, "{}: work {} is not a finite non-negative amount",
-                  op_label(plan, i), c.work);
-    }
-    if (std::isnan(c.max_rate) || !(c.max_rate > 0.0)) {
-      return fail(ErrorCode::kInvalidInput, "{}: max_rate {} is not positive", op_label(plan, i),
-                  c.max_rate);
-    }
-    if (c.latency.count() < 0) {
-      return fail(ErrorCode::kInvalidInput, "{}: negative latency {} ns", op_label(plan, i),
-                  c.latency.count());
-    }
-    if (c.multiplicity < 1) {
-      return fail(ErrorCode::kInvalidInput, "{}: multiplicity {} is below 1", op_label(plan, i),
-                  c.multiplicity);
-    }
-    for (const ResourceUse& u : c.uses) {
-      if (u.resource.index() >= plan.resources.size()) {
-        return fail(ErrorCode::kInvalidInput,
-                    "{}: uses resource id {}, which does not exist (the plan has {} resources)",
-                    op_label(plan, i), u.resource.value(), plan.resources.size());
-      }
-      if (!finite_nonneg(u.per_unit)) {
-        return fail(ErrorCode::kInvalidInput,
-                    "{}: per_unit {} on resource '{}' is not finite and non-negative",
-                    op_label(plan, i), u.per_unit, plan.resources[u.resource.index()].name);
-      }
-    }
-    for (const auto* list : {&op.allocs, &op.frees}) {
-      for (TensorId t : *list) {
-        if (t.index() >= plan.tensors.size()) {
-          return fail(ErrorCode::kInvalidInput,
-                      "{}: {} tensor id {}, which does not exist (the plan has {} tensors)",
-                      op_label(plan, i), list == &op.allocs ? "allocates" : "frees", t.value(),
-                      plan.tensors.size());
-        }
-      }
-    }
+    OFFSIM_RETURN_IF_ERROR(check_op_lane_and_deps(plan, i));
+    OFFSIM_RETURN_IF_ERROR(check_op_cost(plan, i));
+    OFFSIM_RETURN_IF_ERROR(check_op_tensors(plan, i));
   }
   for (TensorId t : plan.initial_tensors) {
     if (t.index() >= plan.tensors.size()) {
