@@ -380,61 +380,11 @@ class PlanParser {
       OFFSIM_ASSIGN_OR_RETURN(out.bytes, r_.as_integer(*bytes, path + ".bytes"));
     }
     OFFSIM_ASSIGN_OR_RETURN(const json* gemm, r_.optional_member(s, "gemm", path));
-    if (gemm) {
-      const std::string p = path + ".gemm";
-      OFFSIM_RETURN_IF_ERROR(r_.only_keys(*gemm, {"m", "n", "k", "batch", "dtype", "grouped"}, p));
-      OFFSIM_ASSIGN_OR_RETURN(out.gemm.m, r_.integer(*gemm, "m", p));
-      OFFSIM_ASSIGN_OR_RETURN(out.gemm.n, r_.integer(*gemm, "n", p));
-      OFFSIM_ASSIGN_OR_RETURN(out.gemm.k, r_.integer(*gemm, "k", p));
-      OFFSIM_ASSIGN_OR_RETURN(out.gemm.batch, r_.integer(*gemm, "batch", p));
-      OFFSIM_ASSIGN_OR_RETURN(out.gemm.dtype, parse_dtype(*gemm, p));
-      OFFSIM_ASSIGN_OR_RETURN(const json* grouped, r_.optional_member(*gemm, "grouped", p));
-      if (grouped) {
-        if (!grouped->is_boolean()) return r_.error(p + ".grouped", "expected true or false");
-        out.gemm.grouped = grouped->get<bool>();
-      }
-    }
+    if (gemm) OFFSIM_RETURN_IF_ERROR(parse_gemm(*gemm, path + ".gemm", out.gemm));
     OFFSIM_ASSIGN_OR_RETURN(const json* att, r_.optional_member(s, "attention", path));
-    if (att) {
-      const std::string p = path + ".attention";
-      AttentionShape& a = out.attention;
-      OFFSIM_RETURN_IF_ERROR(r_.only_keys(*att,
-                                          {"batch", "heads", "kv_heads", "seq_q", "seq_kv",
-                                           "head_dim", "causal", "backward", "dtype"},
-                                          p));
-      OFFSIM_ASSIGN_OR_RETURN(a.batch, r_.integer(*att, "batch", p));
-      OFFSIM_ASSIGN_OR_RETURN(a.heads, r_.integer(*att, "heads", p));
-      OFFSIM_ASSIGN_OR_RETURN(a.kv_heads, r_.integer(*att, "kv_heads", p));
-      OFFSIM_ASSIGN_OR_RETURN(a.seq_q, r_.integer(*att, "seq_q", p));
-      OFFSIM_ASSIGN_OR_RETURN(a.seq_kv, r_.integer(*att, "seq_kv", p));
-      OFFSIM_ASSIGN_OR_RETURN(a.head_dim, r_.integer(*att, "head_dim", p));
-      OFFSIM_ASSIGN_OR_RETURN(a.causal, r_.boolean(*att, "causal", p));
-      OFFSIM_ASSIGN_OR_RETURN(a.backward, r_.boolean(*att, "backward", p));
-      OFFSIM_ASSIGN_OR_RETURN(a.dtype, parse_dtype(*att, p));
-    }
+    if (att) OFFSIM_RETURN_IF_ERROR(parse_attention(*att, path + ".attention", out.attention));
     OFFSIM_ASSIGN_OR_RETURN(const json* coll, r_.optional_member(s, "collective", path));
-    if (coll) {
-      const std::string p = path + ".collective";
-      OFFSIM_RETURN_IF_ERROR(r_.only_keys(*coll, {"kind", "group"}, p));
-      OFFSIM_ASSIGN_OR_RETURN(std::string kind, r_.string(*coll, "kind", p));
-      auto k = collective_kind_from_string(kind);
-      if (!k) {
-        return r_.error(p + ".kind", fmt::format("unknown collective '{}' (expected all_reduce, "
-                                                 "all_gather, reduce_scatter, broadcast or "
-                                                 "all_to_all)",
-                                                 kind));
-      }
-      out.collective.kind = *k;
-      OFFSIM_ASSIGN_OR_RETURN(const json* group, r_.array(*coll, "group", p));
-      for (std::size_t i = 0; i < group->size(); ++i) {
-        OFFSIM_ASSIGN_OR_RETURN(std::int64_t rank,
-                                r_.as_integer((*group)[i], fmt::format("{}.group[{}]", p, i)));
-        if (rank < 0 || rank > (1 << 24)) {
-          return r_.error(fmt::format("{}.group[{}]", p, i), "rank out of range");
-        }
-        out.collective.group.push_back(static_cast<int>(rank));
-      }
-    }
+    if (coll) OFFSIM_RETURN_IF_ERROR(parse_collective(*coll, path + ".collective", out.collective));
     OFFSIM_ASSIGN_OR_RETURN(const json* dir, r_.optional_member(s, "direction", path));
     if (dir) {
       OFFSIM_ASSIGN_OR_RETURN(std::string d, r_.as_string(*dir, path + ".direction"));
@@ -445,6 +395,66 @@ class PlanParser {
       }
       out.copy_direction = *parsed;
     }
+    return parse_p2p(s, path, out);
+  }
+
+  Status parse_gemm(const json& gemm, const std::string& p, GemmShape& out) {
+    OFFSIM_RETURN_IF_ERROR(r_.only_keys(gemm, {"m", "n", "k", "batch", "dtype", "grouped"}, p));
+    OFFSIM_ASSIGN_OR_RETURN(out.m, r_.integer(gemm, "m", p));
+    OFFSIM_ASSIGN_OR_RETURN(out.n, r_.integer(gemm, "n", p));
+    OFFSIM_ASSIGN_OR_RETURN(out.k, r_.integer(gemm, "k", p));
+    OFFSIM_ASSIGN_OR_RETURN(out.batch, r_.integer(gemm, "batch", p));
+    OFFSIM_ASSIGN_OR_RETURN(out.dtype, parse_dtype(gemm, p));
+    OFFSIM_ASSIGN_OR_RETURN(const json* grouped, r_.optional_member(gemm, "grouped", p));
+    if (grouped) {
+      if (!grouped->is_boolean()) return r_.error(p + ".grouped", "expected true or false");
+      out.grouped = grouped->get<bool>();
+    }
+    return ok();
+  }
+
+  Status parse_attention(const json& att, const std::string& p, AttentionShape& a) {
+    OFFSIM_RETURN_IF_ERROR(r_.only_keys(att,
+                                        {"batch", "heads", "kv_heads", "seq_q", "seq_kv",
+                                         "head_dim", "causal", "backward", "dtype"},
+                                        p));
+    OFFSIM_ASSIGN_OR_RETURN(a.batch, r_.integer(att, "batch", p));
+    OFFSIM_ASSIGN_OR_RETURN(a.heads, r_.integer(att, "heads", p));
+    OFFSIM_ASSIGN_OR_RETURN(a.kv_heads, r_.integer(att, "kv_heads", p));
+    OFFSIM_ASSIGN_OR_RETURN(a.seq_q, r_.integer(att, "seq_q", p));
+    OFFSIM_ASSIGN_OR_RETURN(a.seq_kv, r_.integer(att, "seq_kv", p));
+    OFFSIM_ASSIGN_OR_RETURN(a.head_dim, r_.integer(att, "head_dim", p));
+    OFFSIM_ASSIGN_OR_RETURN(a.causal, r_.boolean(att, "causal", p));
+    OFFSIM_ASSIGN_OR_RETURN(a.backward, r_.boolean(att, "backward", p));
+    OFFSIM_ASSIGN_OR_RETURN(a.dtype, parse_dtype(att, p));
+    return ok();
+  }
+
+  Status parse_collective(const json& coll, const std::string& p, CollectiveSpec& out) {
+    OFFSIM_RETURN_IF_ERROR(r_.only_keys(coll, {"kind", "group"}, p));
+    OFFSIM_ASSIGN_OR_RETURN(std::string kind, r_.string(coll, "kind", p));
+    auto k = collective_kind_from_string(kind);
+    if (!k) {
+      return r_.error(p + ".kind", fmt::format("unknown collective '{}' (expected all_reduce, "
+                                               "all_gather, reduce_scatter, broadcast or "
+                                               "all_to_all)",
+                                               kind));
+    }
+    out.kind = *k;
+    OFFSIM_ASSIGN_OR_RETURN(const json* group, r_.array(coll, "group", p));
+    for (std::size_t i = 0; i < group->size(); ++i) {
+      OFFSIM_ASSIGN_OR_RETURN(std::int64_t rank,
+                              r_.as_integer((*group)[i], fmt::format("{}.group[{}]", p, i)));
+      if (rank < 0 || rank > (1 << 24)) {
+        return r_.error(fmt::format("{}.group[{}]", p, i), "rank out of range");
+      }
+      out.group.push_back(static_cast<int>(rank));
+    }
+    return ok();
+  }
+
+  // The point-to-point fields of the sizes object `s`: "peer", "role" and "pair".
+  Status parse_p2p(const json& s, const std::string& path, OpSizes& out) {
     OFFSIM_ASSIGN_OR_RETURN(const json* peer, r_.optional_member(s, "peer", path));
     if (peer) {
       OFFSIM_ASSIGN_OR_RETURN(std::int64_t p, r_.as_integer(*peer, path + ".peer"));
