@@ -47,13 +47,195 @@ std::string nic_prefix(const System& s, int rank) {
 
 sim::Duration seconds(double s) { return sim::duration_from_seconds(s); }
 
-// A resource family ("the rank's switch uplink"): for each represented rank the instance it
+using RouteHops = std::vector<sim::platform::RouteHop>;
+
+// Host-link route of local GPU g in `node`: d = 0 DRAM to GPU, d = 1 GPU to DRAM.
+RouteHops host_route(const System& system, const sim::platform::Topology& topo, int node, int g,
+                     int d) {
+  const auto gpu = topo.gpu(node, g);
+  const auto dram = topo.dram(node, system.socket_of(g));
+  auto route = d == 0 ? topo.route(dram, gpu) : topo.route(gpu, dram);
+  OFFSIM_CHECK_MSG(route.has_value(), "{}", route.has_value() ? "" : route.error().message);
+  return std::move(route->hops);
+}
+
+bool has_nvlink(const System& system, const CalibrationProfile& profile) {
+  return system.nvlink_domain_gpus > 1 && profile.nvlink.bytes_per_s_per_gpu.value > 0;
+}
+
+// One simulated rank as the census saw it: its multiplicity and resolved stride, and the names
+// of its host-link route hops.
+struct RankDemand {
+  SimRank rank;
+  std::vector<std::string> h2d, d2h;
+};
+
+// The first pass of CostModel::create: the resources the simulated ranks use, by name, with
+// capacities merged over ranks (the largest wins when two representatives name the same
+// instance), in registration order so that ids are deterministic.
+//
+// A resource family ("the rank's switch uplink") has for each represented rank the instance it
 // uses and the capacity of one instance. The representative registers it under its own name
 // with capacity × (distinct instances), so k flows share it as the real ranks do.
-struct Family {
-  std::string name;       // the representative's instance
-  double capacity = 0.0;  // of one instance
-  std::set<std::string> instances;
+class ResourceCensus {
+ public:
+  ResourceCensus(const System& system, const CalibrationProfile& profile,
+                 const sim::platform::Topology& topology)
+      : system_(system), profile_(profile), topology_(topology) {
+    // The routes of each local GPU in node 0; nodes are identical, so hop j of a GPU's route in
+    // any node is the same link of that node.
+    for (int g = 0; g < system.gpus_per_node; ++g) {
+      for (int d = 0; d < 2; ++d) local_routes_[d].push_back(host_route(system, topology, 0, g, d));
+    }
+  }
+
+  // Checks one simulated rank and adds its resource families.
+  sim::Status add(const SimRank& given) {
+    OFFSIM_ASSIGN_OR_RETURN(SimRank sr, resolve(given));
+    std::vector<int> represented;
+    for (int i = 0; i < sr.multiplicity; ++i) represented.push_back(sr.rank + i * sr.stride);
+    RankDemand p{.rank = sr};
+    add_host_links(p, represented, true);
+    add_host_links(p, represented, false);
+    add_gpu_and_network(sr, represented);
+    auto& hp = host_pools_[system_.node_of(sr.rank)];
+    hp.first += sr.multiplicity;
+    for (int r : represented) hp.second.insert(system_.node_of(r));
+    ranks_.push_back(std::move(p));
+    return sim::ok();
+  }
+
+  void register_in(sim::PlanBuilder& builder) const {
+    for (const std::string& name : order_) builder.resource(name, capacity_.at(name));
+  }
+
+  const std::vector<RankDemand>& ranks() const { return ranks_; }
+
+  // The pinned pool of a node holds what its representatives allocate, each allocation standing
+  // for `multiplicity` GPUs spread over the nodes they span: the pool gets the host memory of
+  // those nodes divided by the GPUs one allocation stands for (exact when all representatives on
+  // the pool share one multiplicity).
+  std::int64_t pinned_pool_bytes(int node) const {
+    const auto& [k_sum, nodes] = host_pools_.at(node);
+    const int reps =
+        static_cast<int>(std::count_if(ranks_.begin(), ranks_.end(), [&](const RankDemand& q) {
+          return system_.node_of(q.rank.rank) == node;
+        }));
+    const double host = static_cast<double>(system_.host_memory_bytes_per_node) *
+                        static_cast<double>(nodes.size()) * reps / k_sum;
+    return static_cast<std::int64_t>(host);
+  }
+
+ private:
+  // The rank with its stride resolved (0: spread evenly over the world), after checking that it
+  // and every rank it stands for exist and that it is listed once.
+  sim::Result<SimRank> resolve(const SimRank& sr) const {
+    const int world = system_.gpu_count();
+    if (sr.rank < 0 || sr.rank >= world) {
+      return sim::fail(sim::ErrorCode::kInvalidInput,
+                       "cost model for {}: rank {} out of range (the system has {} GPUs)",
+                       system_.name, sr.rank, world);
+    }
+    if (sr.multiplicity < 1) {
+      return sim::fail(sim::ErrorCode::kInvalidInput,
+                       "cost model: rank {} has multiplicity {}; expected >= 1", sr.rank,
+                       sr.multiplicity);
+    }
+    if (std::any_of(ranks_.begin(), ranks_.end(),
+                    [&](const RankDemand& q) { return q.rank.rank == sr.rank; })) {
+      return sim::fail(sim::ErrorCode::kInvalidInput, "cost model: rank {} is listed twice",
+                       sr.rank);
+    }
+    const int k = sr.multiplicity;
+    const int stride = sr.stride > 0 ? sr.stride : std::max(1, world / k);
+    const std::int64_t last = sr.rank + static_cast<std::int64_t>(k - 1) * stride;
+    if (last >= world) {
+      return sim::fail(sim::ErrorCode::kInvalidInput,
+                       "cost model for {}: rank {} with multiplicity {} and stride {} stands for "
+                       "rank {}, beyond the {} GPUs of the system",
+                       system_.name, sr.rank, k, stride, last, world);
+    }
+    return SimRank{.rank = sr.rank, .multiplicity = k, .stride = stride};
+  }
+
+  void want(const std::string& name, double cap) {
+    auto [it, inserted] = capacity_.emplace(name, cap);
+    if (inserted) {
+      order_.push_back(name);
+    } else {
+      it->second = std::max(it->second, cap);
+    }
+  }
+
+  // A resource family with one instance per key (node, index): capacity × distinct instances.
+  template <class KeyOf>
+  void family(const std::string& name, const std::vector<int>& represented, KeyOf key_of,
+              double cap) {
+    std::set<std::pair<int, int>> inst;
+    for (int r : represented) inst.insert(key_of(r));
+    want(name, cap * static_cast<double>(inst.size()));
+  }
+
+  // Routed host-link families: hop j of every represented rank's route. Nodes are identical, so
+  // a rank's route is its local GPU's route in node 0 with the node index changed.
+  void add_host_links(RankDemand& p, const std::vector<int>& represented, bool h2d) {
+    const int rank = p.rank.rank;
+    const auto& routes = local_routes_[h2d ? 0 : 1];
+    const auto& mine = routes[static_cast<std::size_t>(system_.local_gpu(rank))];
+    std::vector<std::set<std::pair<int, std::string_view>>> instances(mine.size());
+    for (int r : represented) {
+      const auto& hops = routes[static_cast<std::size_t>(system_.local_gpu(r))];
+      OFFSIM_CHECK(hops.size() == mine.size());
+      for (std::size_t j = 0; j < hops.size(); ++j) {
+        instances[j].emplace(system_.node_of(r), hops[j].resource);
+      }
+    }
+    // The representative's own route names the links of its node.
+    const auto own =
+        host_route(system_, topology_, system_.node_of(rank), system_.local_gpu(rank), h2d ? 0 : 1);
+    OFFSIM_CHECK(own.size() == mine.size());
+    for (std::size_t j = 0; j < mine.size(); ++j) {
+      const std::string& name = own[j].resource;
+      want(name, mine[j].bytes_per_s * static_cast<double>(instances[j].size()));
+      (h2d ? p.h2d : p.d2h).push_back(name);
+    }
+  }
+
+  // The rank's SMs and HBM bandwidth, its socket's CPU cores and its NVLink and NIC ports.
+  void add_gpu_and_network(const SimRank& sr, const std::vector<int>& represented) {
+    const int k = sr.multiplicity;
+    const std::string rp = fmt::format("rank{}", sr.rank);
+    want(rp + ".sm", 1.0 * k);
+    want(rp + ".hbm_bw", profile_.gpu.hbm_achievable_bytes_per_s.value * k);
+    family(
+        socket_prefix(system_, sr.rank) + ".cpu", represented,
+        [&](int r) { return std::pair(system_.node_of(r), system_.socket_of(r)); },
+        profile_.host.cores_per_socket.value * profile_.host.adam_bytes_per_s_per_core.value);
+    if (has_nvlink(system_, profile_)) {
+      const double bw = profile_.nvlink.bytes_per_s_per_gpu.value;
+      want(gpu_prefix(system_, sr.rank) + ".nvlink.tx", bw * k);
+      want(gpu_prefix(system_, sr.rank) + ".nvlink.rx", bw * k);
+    }
+    if (system_.nodes > 1) {
+      const double bw = profile_.inter_node.nic_bytes_per_s_per_gpu.value *
+                        static_cast<double>(system_.gpus_per_node) / system_.nics_per_node;
+      auto nic_of = [&](int r) {
+        return std::pair(system_.node_of(r),
+                         system_.local_gpu(r) * system_.nics_per_node / system_.gpus_per_node);
+      };
+      family(nic_prefix(system_, sr.rank) + ".tx", represented, nic_of, bw);
+      family(nic_prefix(system_, sr.rank) + ".rx", represented, nic_of, bw);
+    }
+  }
+
+  const System& system_;
+  const CalibrationProfile& profile_;
+  const sim::platform::Topology& topology_;
+  std::vector<RouteHops> local_routes_[2];  // by direction (0: h2d), then local GPU
+  std::unordered_map<std::string, double> capacity_;
+  std::vector<std::string> order_;  // registration order: deterministic ids
+  std::vector<RankDemand> ranks_;
+  std::map<int, std::pair<int, std::set<int>>> host_pools_;  // node -> (k sum, nodes spanned)
 };
 
 }  // namespace
@@ -67,140 +249,19 @@ sim::Result<CostModel> CostModel::create(const System& system, const Calibration
                      system.name);
   }
   CostModel cm(system, profile, sim::platform::Topology::build(system, profile));
-  const int world = system.gpu_count();
-  const bool nvlink = system.nvlink_domain_gpus > 1 && profile.nvlink.bytes_per_s_per_gpu.value > 0;
-  const bool multi_node = system.nodes > 1;
-  const double adam_per_core = profile.host.adam_bytes_per_s_per_core.value;
-  // Host-link route of local GPU g in `node`: d = 0 DRAM to GPU, d = 1 GPU to DRAM.
-  const auto host_route = [&](int node, int g, int d) {
-    const auto& topo = cm.topology_;
-    const auto gpu = topo.gpu(node, g);
-    const auto dram = topo.dram(node, system.socket_of(g));
-    auto route = d == 0 ? topo.route(dram, gpu) : topo.route(gpu, dram);
-    OFFSIM_CHECK_MSG(route.has_value(), "{}", route.has_value() ? "" : route.error().message);
-    return std::move(route->hops);
-  };
-  // The routes of each local GPU in node 0; nodes are identical, so hop j of a GPU's route in
-  // any node is the same link of that node.
-  std::vector<std::vector<sim::platform::RouteHop>> local_routes[2];
-  for (int g = 0; g < system.gpus_per_node; ++g) {
-    for (int d = 0; d < 2; ++d) local_routes[d].push_back(host_route(0, g, d));
-  }
+  ResourceCensus census(system, profile, cm.topology_);
+  for (const SimRank& sr : ranks) OFFSIM_RETURN_IF_ERROR(census.add(sr));
+  census.register_in(builder);
 
-  // Capacities of every resource name, merged over ranks (the largest wins when two
-  // representatives name the same instance).
-  std::unordered_map<std::string, double> capacity;
-  std::vector<std::string> order;  // registration order: deterministic ids
-  auto want = [&](const std::string& name, double cap) {
-    auto [it, inserted] = capacity.emplace(name, cap);
-    if (inserted) {
-      order.push_back(name);
-    } else {
-      it->second = std::max(it->second, cap);
-    }
-  };
-  struct Pending {
-    SimRank rank;
-    std::vector<std::string> h2d, d2h;
-  };
-  std::vector<Pending> pending;
-  std::map<int, std::pair<int, std::set<int>>> host_pools;  // node -> (k sum, nodes spanned)
-
-  for (const SimRank& sr : ranks) {
-    if (sr.rank < 0 || sr.rank >= world) {
-      return sim::fail(sim::ErrorCode::kInvalidInput,
-                       "cost model for {}: rank {} out of range (the system has {} GPUs)",
-                       system.name, sr.rank, world);
-    }
-    if (sr.multiplicity < 1) {
-      return sim::fail(sim::ErrorCode::kInvalidInput,
-                       "cost model: rank {} has multiplicity {}; expected >= 1", sr.rank,
-                       sr.multiplicity);
-    }
-    if (cm.ranks_.count(sr.rank) != 0) {
-      return sim::fail(sim::ErrorCode::kInvalidInput, "cost model: rank {} is listed twice",
-                       sr.rank);
-    }
-    const int k = sr.multiplicity;
-    const int stride = sr.stride > 0 ? sr.stride : std::max(1, world / k);
-    const std::int64_t last = sr.rank + static_cast<std::int64_t>(k - 1) * stride;
-    if (last >= world) {
-      return sim::fail(sim::ErrorCode::kInvalidInput,
-                       "cost model for {}: rank {} with multiplicity {} and stride {} stands for "
-                       "rank {}, beyond the {} GPUs of the system",
-                       system.name, sr.rank, k, stride, last, world);
-    }
-    std::vector<int> represented;
-    for (int i = 0; i < k; ++i) represented.push_back(sr.rank + i * stride);
-
-    // Routed host-link families: hop j of every represented rank's route. Nodes are identical,
-    // so a rank's route is its local GPU's route in node 0 with the node index changed.
-    Pending p{.rank = {.rank = sr.rank, .multiplicity = k, .stride = stride}};
-    for (const bool h2d : {true, false}) {
-      const auto& mine =
-          local_routes[h2d ? 0 : 1][static_cast<std::size_t>(system.local_gpu(sr.rank))];
-      std::vector<std::set<std::pair<int, std::string_view>>> instances(mine.size());
-      for (int r : represented) {
-        const auto& hops = local_routes[h2d ? 0 : 1][static_cast<std::size_t>(system.local_gpu(r))];
-        OFFSIM_CHECK(hops.size() == mine.size());
-        for (std::size_t j = 0; j < hops.size(); ++j) {
-          instances[j].emplace(system.node_of(r), hops[j].resource);
-        }
-      }
-      // The representative's own route names the links of its node.
-      const auto own = host_route(system.node_of(sr.rank), system.local_gpu(sr.rank), h2d ? 0 : 1);
-      OFFSIM_CHECK(own.size() == mine.size());
-      for (std::size_t j = 0; j < mine.size(); ++j) {
-        const std::string& name = own[j].resource;
-        want(name, mine[j].bytes_per_s * static_cast<double>(instances[j].size()));
-        (h2d ? p.h2d : p.d2h).push_back(name);
-      }
-    }
-    // A resource family with one instance per key (node, index): capacity × distinct instances.
-    auto family = [&](const std::string& name, auto key_of, double cap) {
-      std::set<std::pair<int, int>> inst;
-      for (int r : represented) inst.insert(key_of(r));
-      want(name, cap * static_cast<double>(inst.size()));
-    };
-    const std::string rp = fmt::format("rank{}", sr.rank);
-    want(rp + ".sm", 1.0 * k);
-    want(rp + ".hbm_bw", profile.gpu.hbm_achievable_bytes_per_s.value * k);
-    family(
-        socket_prefix(system, sr.rank) + ".cpu",
-        [&](int r) { return std::pair(system.node_of(r), system.socket_of(r)); },
-        profile.host.cores_per_socket.value * adam_per_core);
-    if (nvlink) {
-      const double bw = profile.nvlink.bytes_per_s_per_gpu.value;
-      want(gpu_prefix(system, sr.rank) + ".nvlink.tx", bw * k);
-      want(gpu_prefix(system, sr.rank) + ".nvlink.rx", bw * k);
-    }
-    if (multi_node) {
-      const double bw = profile.inter_node.nic_bytes_per_s_per_gpu.value *
-                        static_cast<double>(system.gpus_per_node) / system.nics_per_node;
-      auto nic_of = [&](int r) {
-        return std::pair(system.node_of(r),
-                         system.local_gpu(r) * system.nics_per_node / system.gpus_per_node);
-      };
-      family(nic_prefix(system, sr.rank) + ".tx", nic_of, bw);
-      family(nic_prefix(system, sr.rank) + ".rx", nic_of, bw);
-    }
-    auto& hp = host_pools[system.node_of(sr.rank)];
-    hp.first += k;
-    for (int r : represented) hp.second.insert(system.node_of(r));
-    cm.ranks_.emplace(sr.rank, RankResources{.multiplicity = k});
-    pending.push_back(std::move(p));
-  }
-
-  for (const std::string& name : order) builder.resource(name, capacity.at(name));
   auto id = [&](const std::string& name) {
     auto r = builder.find_resource(name);
     OFFSIM_CHECK_MSG(r.has_value(), "resource {} was not registered", name);
     return *r;
   };
   const auto hbm_bytes = static_cast<std::int64_t>(profile.gpu.hbm_usable_bytes.value);
-  for (const Pending& p : pending) {
+  for (const RankDemand& p : census.ranks()) {
     const int r = p.rank.rank;
-    RankResources& rr = cm.ranks_.at(r);
+    RankResources rr{.multiplicity = p.rank.multiplicity};
     const std::string rp = fmt::format("rank{}", r);
     rr.sm = id(rp + ".sm");
     rr.hbm_bw = id(rp + ".hbm_bw");
@@ -214,29 +275,19 @@ sim::Result<CostModel> CostModel::create(const System& system, const Calibration
     if (auto duplex = builder.find_resource(link + ".duplex")) rr.link_duplex = *duplex;
     rr.host_cpu = id(socket_prefix(system, r) + ".cpu");
     rr.host_dram = id(socket_prefix(system, r) + ".dram");
-    if (nvlink) {
+    if (has_nvlink(system, profile)) {
       rr.nvlink_tx = id(gpu_prefix(system, r) + ".nvlink.tx");
       rr.nvlink_rx = id(gpu_prefix(system, r) + ".nvlink.rx");
     }
-    if (multi_node) {
+    if (system.nodes > 1) {
       rr.nic_tx = id(nic_prefix(system, r) + ".tx");
       rr.nic_rx = id(nic_prefix(system, r) + ".rx");
     }
     rr.hbm_pool = builder.pool(rp + ".hbm", hbm_bytes, sim::PoolKind::kHbm, r);
-    // The pinned pool of a node holds what its representatives allocate, each allocation
-    // standing for `multiplicity` GPUs spread over the nodes they span: the pool gets the host
-    // memory of those nodes divided by the GPUs one allocation stands for (exact when all
-    // representatives on the pool share one multiplicity).
     const int node = system.node_of(r);
-    const auto& [k_sum, nodes] = host_pools.at(node);
-    const int reps =
-        static_cast<int>(std::count_if(pending.begin(), pending.end(), [&](const Pending& q) {
-          return system.node_of(q.rank.rank) == system.node_of(r);
-        }));
-    const double host = static_cast<double>(system.host_memory_bytes_per_node) *
-                        static_cast<double>(nodes.size()) * reps / k_sum;
-    rr.host_pool = builder.pool(fmt::format("node{}.pinned", node), static_cast<std::int64_t>(host),
+    rr.host_pool = builder.pool(fmt::format("node{}.pinned", node), census.pinned_pool_bytes(node),
                                 sim::PoolKind::kPinnedHost, node);
+    cm.ranks_.emplace(r, std::move(rr));
   }
   const auto& resources = builder.peek().resources;
   cm.capacities_.resize(resources.size());
