@@ -206,10 +206,10 @@ void FlowSolver::collect_component(std::uint32_t seed_flow, std::uint32_t seed_r
   }
 }
 
-// Progressive filling over one component (flows out_flows_[flow_begin..], comp_resources_).
-void FlowSolver::fill_component(std::size_t flow_begin) {
-  const std::span<const FlowId> flows(out_flows_.data() + flow_begin,
-                                      out_flows_.size() - flow_begin);
+// Resets the component's resources and flows for a filling: nothing fixed, every resource's
+// unfixed weight summed, bounded_ in bound order (ties: component order) and the resources that
+// carry a flow in active_resources_ with their level.
+void FlowSolver::start_filling(std::span<const FlowId> flows) {
   for (std::uint32_t r : comp_resources_) {
     Resource& res = resources_[r];
     res.remaining = res.capacity;
@@ -243,35 +243,47 @@ void FlowSolver::fill_component(std::size_t flow_begin) {
     active_resources_.push_back(r);
   }
   stale_.clear();
+}
 
+// The resource that saturates first if every unfixed rate rises together, and its level
+// (kNone and kNoBound when no active resource is left). Only the resources that fixed flows
+// touched since the last round need a new level; resources without unfixed flows drop out.
+std::pair<std::uint32_t, double> FlowSolver::first_to_saturate() {
+  for (std::uint32_t r : stale_) {
+    Resource& res = resources_[r];
+    res.stale = false;
+    if (res.unfixed != 0) res.level = res.remaining / res.weight_sum;
+  }
+  stale_.clear();
+  double best = kNoBound;
+  std::uint32_t best_resource = kNone;
+  for (std::size_t i = 0; i < active_resources_.size();) {
+    const Resource& res = resources_[active_resources_[i]];
+    if (res.unfixed == 0) {
+      active_resources_[i] = active_resources_.back();
+      active_resources_.pop_back();
+      continue;
+    }
+    const double candidate = res.level;
+    if (candidate < best) {
+      best = candidate;
+      best_resource = active_resources_[i];
+    }
+    ++i;
+  }
+  return {best_resource, best};
+}
+
+// Progressive filling over one component (flows out_flows_[flow_begin..], comp_resources_).
+void FlowSolver::fill_component(std::size_t flow_begin) {
+  const std::span<const FlowId> flows(out_flows_.data() + flow_begin,
+                                      out_flows_.size() - flow_begin);
+  start_filling(flows);
   std::size_t unfixed = flows.size();
   std::size_t next_bounded = 0;
   double level = 0.0;  // never decreases, which keeps rounding from lowering later levels
   while (unfixed > 0) {
-    // The resource that saturates first if every unfixed rate rises together. Only the
-    // resources that fixed flows touched since the last round need a new level.
-    for (std::uint32_t r : stale_) {
-      Resource& res = resources_[r];
-      res.stale = false;
-      if (res.unfixed != 0) res.level = res.remaining / res.weight_sum;
-    }
-    stale_.clear();
-    double best = kNoBound;
-    std::uint32_t best_resource = kNone;
-    for (std::size_t i = 0; i < active_resources_.size();) {
-      const Resource& res = resources_[active_resources_[i]];
-      if (res.unfixed == 0) {
-        active_resources_[i] = active_resources_.back();
-        active_resources_.pop_back();
-        continue;
-      }
-      const double candidate = res.level;
-      if (candidate < best) {
-        best = candidate;
-        best_resource = active_resources_[i];
-      }
-      ++i;
-    }
+    const auto [best_resource, best] = first_to_saturate();
     while (next_bounded < bounded_.size() && flows_[bounded_[next_bounded]].fixed) ++next_bounded;
     if (next_bounded < bounded_.size() && flows_[bounded_[next_bounded]].max_rate <= best) {
       // Bounds reached before any resource saturates: fixing them only raises other candidates.

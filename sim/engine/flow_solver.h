@@ -24,6 +24,7 @@
 #include <functional>
 #include <limits>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "sim/core/ids.h"
@@ -126,6 +127,8 @@ class FlowSolver {
   void mark_dirty(std::uint32_t resource);
   void collect_component(std::uint32_t seed_flow, std::uint32_t seed_resource);
   void fill_component(std::size_t flow_begin);
+  void start_filling(std::span<const FlowId> flows);
+  std::pair<std::uint32_t, double> first_to_saturate();
   void fix_flow(std::uint32_t flow, double rate);
 
   std::vector<Flow> flows_;
