@@ -4,14 +4,19 @@
 //   OFFSIM_ASSIGN_OR_RETURN(const nlohmann::json* ops, r.array(root, "ops", "$"));
 //   OFFSIM_ASSIGN_OR_RETURN(std::int64_t bytes, r.integer(tensor, "bytes", "$.tensors[3]"));
 //   OFFSIM_RETURN_IF_ERROR(r.only_keys(tensor, {"name", "pool", "bytes"}, "$.tensors[3]"));
+//   OFFSIM_ASSIGN_OR_RETURN(std::optional<PoolKind> kind,
+//                           r.optional_enum(pool, "kind", "$.pools[0]", pool_kind_from_string,
+//                                           "pool kind", " (expected other, hbm or pinned_host)"));
 //   // errors read: "plan.json: $.tensors[3].bytes: expected an integer, got string"
 #pragma once
 
 #include <cstdint>
 #include <initializer_list>
+#include <optional>
 #include <string>
 #include <string_view>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "sim/core/result.h"
@@ -48,6 +53,23 @@ class JsonReader {
   Result<std::int64_t> as_integer(const nlohmann::json& value, const std::string& path) const;
   Result<double> as_number(const nlohmann::json& value, const std::string& path) const;
   Result<std::string> as_string(const nlohmann::json& value, const std::string& path) const;
+
+  // The optional member `key` of `object`, an enum given by its name: nothing when the key is
+  // absent; "unknown <what> '<name>'<expected>" at path.key when from_string does not know it.
+  template <class E>
+  Result<std::optional<E>> optional_enum(const nlohmann::json& object, const char* key,
+                                         const std::string& path,
+                                         std::optional<E> (*from_string)(std::string_view),
+                                         std::string_view what,
+                                         std::string_view expected = {}) const {
+    OFFSIM_ASSIGN_OR_RETURN(const nlohmann::json* member, optional_member(object, key, path));
+    if (member == nullptr) return std::optional<E>{};
+    const std::string at = path + "." + key;
+    OFFSIM_ASSIGN_OR_RETURN(std::string name, as_string(*member, at));
+    std::optional<E> parsed = from_string(name);
+    if (!parsed) return error(at, fmt::format("unknown {} '{}'{}", what, name, expected));
+    return parsed;
+  }
 
   // Rejects keys outside `allowed` (catches typos instead of ignoring them).
   Status only_keys(const nlohmann::json& object, std::initializer_list<std::string_view> allowed,

@@ -247,18 +247,11 @@ class PlanParser {
     OFFSIM_ASSIGN_OR_RETURN(lane.name, r_.string(item, "name", path));
     OFFSIM_ASSIGN_OR_RETURN(lane.rank, rank_field(item, "rank", path));
     OFFSIM_ASSIGN_OR_RETURN(lane.stage, rank_field(item, "stage", path));
-    OFFSIM_ASSIGN_OR_RETURN(const json* role, r_.optional_member(item, "role", path));
-    if (role) {
-      OFFSIM_ASSIGN_OR_RETURN(std::string text, r_.as_string(*role, path + ".role"));
-      auto parsed = lane_role_from_string(text);
-      if (!parsed) {
-        return r_.error(path + ".role",
-                        fmt::format("unknown lane role '{}' (expected other, compute, comm, p2p, "
-                                    "recv, h2d, d2h or cpu)",
-                                    text));
-      }
-      lane.role = *parsed;
-    }
+    OFFSIM_ASSIGN_OR_RETURN(
+        std::optional<LaneRole> role,
+        r_.optional_enum(item, "role", path, lane_role_from_string, "lane role",
+                         " (expected other, compute, comm, p2p, recv, h2d, d2h or cpu)"));
+    if (role) lane.role = *role;
     return lane;
   }
 
@@ -295,17 +288,11 @@ class PlanParser {
       OFFSIM_ASSIGN_OR_RETURN(std::string name, r_.string(item, "name", path));
       OFFSIM_ASSIGN_OR_RETURN(std::int64_t capacity, r_.integer(item, "capacity_bytes", path));
       Pool pool{.name = name, .capacity_bytes = capacity};
-      OFFSIM_ASSIGN_OR_RETURN(const json* kind, r_.optional_member(item, "kind", path));
-      if (kind) {
-        OFFSIM_ASSIGN_OR_RETURN(std::string text, r_.as_string(*kind, path + ".kind"));
-        auto parsed = pool_kind_from_string(text);
-        if (!parsed) {
-          return r_.error(path + ".kind", fmt::format("unknown pool kind '{}' (expected other, "
-                                                      "hbm or pinned_host)",
-                                                      text));
-        }
-        pool.kind = *parsed;
-      }
+      OFFSIM_ASSIGN_OR_RETURN(
+          std::optional<PoolKind> kind,
+          r_.optional_enum(item, "kind", path, pool_kind_from_string, "pool kind",
+                           " (expected other, hbm or pinned_host)"));
+      if (kind) pool.kind = *kind;
       OFFSIM_ASSIGN_OR_RETURN(pool.owner, rank_field(item, "owner", path));
       pool_ids_.emplace(name, PoolId{i});
       plan_.pools.push_back(std::move(pool));
@@ -385,16 +372,10 @@ class PlanParser {
     if (att) OFFSIM_RETURN_IF_ERROR(parse_attention(*att, path + ".attention", out.attention));
     OFFSIM_ASSIGN_OR_RETURN(const json* coll, r_.optional_member(s, "collective", path));
     if (coll) OFFSIM_RETURN_IF_ERROR(parse_collective(*coll, path + ".collective", out.collective));
-    OFFSIM_ASSIGN_OR_RETURN(const json* dir, r_.optional_member(s, "direction", path));
-    if (dir) {
-      OFFSIM_ASSIGN_OR_RETURN(std::string d, r_.as_string(*dir, path + ".direction"));
-      auto parsed = copy_direction_from_string(d);
-      if (!parsed) {
-        return r_.error(path + ".direction",
-                        fmt::format("unknown direction '{}' (expected h2d, d2h, d2d or h2h)", d));
-      }
-      out.copy_direction = *parsed;
-    }
+    OFFSIM_ASSIGN_OR_RETURN(std::optional<CopyDirection> direction,
+                            r_.optional_enum(s, "direction", path, copy_direction_from_string,
+                                             "direction", " (expected h2d, d2h, d2d or h2h)"));
+    if (direction) out.copy_direction = *direction;
     return parse_p2p(s, path, out);
   }
 
@@ -461,16 +442,10 @@ class PlanParser {
       if (p < -1 || p > (1 << 24)) return r_.error(path + ".peer", "rank out of range");
       out.peer = static_cast<int>(p);
     }
-    OFFSIM_ASSIGN_OR_RETURN(const json* role, r_.optional_member(s, "role", path));
-    if (role) {
-      OFFSIM_ASSIGN_OR_RETURN(std::string text, r_.as_string(*role, path + ".role"));
-      auto parsed = p2p_role_from_string(text);
-      if (!parsed) {
-        return r_.error(path + ".role",
-                        fmt::format("unknown p2p role '{}' (expected send or recv)", text));
-      }
-      out.p2p_role = *parsed;
-    }
+    OFFSIM_ASSIGN_OR_RETURN(std::optional<P2PRole> role,
+                            r_.optional_enum(s, "role", path, p2p_role_from_string, "p2p role",
+                                             " (expected send or recv)"));
+    if (role) out.p2p_role = *role;
     OFFSIM_ASSIGN_OR_RETURN(const json* pair, r_.optional_member(s, "pair", path));
     if (pair) {
       OFFSIM_ASSIGN_OR_RETURN(out.p2p_pair, r_.as_integer(*pair, path + ".pair"));

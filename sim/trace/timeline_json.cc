@@ -451,13 +451,10 @@ class TimelineParser {
                                           path));
       PoolTrace pool;
       OFFSIM_ASSIGN_OR_RETURN(pool.name, r_.string(p, "name", path));
-      OFFSIM_ASSIGN_OR_RETURN(const json* kind, r_.optional_member(p, "kind", path));
-      if (kind) {
-        OFFSIM_ASSIGN_OR_RETURN(std::string text, r_.as_string(*kind, path + ".kind"));
-        auto parsed = pool_kind_from_string(text);
-        if (!parsed) return r_.error(path + ".kind", fmt::format("unknown pool kind '{}'", text));
-        pool.kind = *parsed;
-      }
+      OFFSIM_ASSIGN_OR_RETURN(
+          std::optional<PoolKind> kind,
+          r_.optional_enum(p, "kind", path, pool_kind_from_string, "pool kind"));
+      if (kind) pool.kind = *kind;
       OFFSIM_ASSIGN_OR_RETURN(const json* owner, r_.optional_member(p, "owner", path));
       if (owner) {
         OFFSIM_ASSIGN_OR_RETURN(std::int64_t v, r_.as_integer(*owner, path + ".owner"));
@@ -560,13 +557,10 @@ class TimelineParser {
 
   // The optional typed pool of an out-of-memory record: "pool_kind" and "pool_id" (-1: none).
   Status parse_oom_pool_identity(const json& oom, const std::string& p, OutOfMemory& m) {
-    OFFSIM_ASSIGN_OR_RETURN(const json* kind, r_.optional_member(oom, "pool_kind", p));
-    if (kind) {
-      OFFSIM_ASSIGN_OR_RETURN(std::string text, r_.as_string(*kind, p + ".pool_kind"));
-      auto parsed = pool_kind_from_string(text);
-      if (!parsed) return r_.error(p + ".pool_kind", fmt::format("unknown pool kind '{}'", text));
-      m.pool_kind = *parsed;
-    }
+    OFFSIM_ASSIGN_OR_RETURN(
+        std::optional<PoolKind> kind,
+        r_.optional_enum(oom, "pool_kind", p, pool_kind_from_string, "pool kind"));
+    if (kind) m.pool_kind = *kind;
     OFFSIM_ASSIGN_OR_RETURN(const json* pool_id, r_.optional_member(oom, "pool_id", p));
     if (pool_id) {
       OFFSIM_ASSIGN_OR_RETURN(std::int64_t id, r_.as_integer(*pool_id, p + ".pool_id"));

@@ -110,6 +110,26 @@ TEST(PlanJson, UnknownLaneRoleAndUnmatchedReceiveAreErrors) {
   EXPECT_THAT(v.error().message, HasSubstr("from rank 3"));
 }
 
+// An unknown name of an optional enum member is an error at its path that lists the names known.
+TEST(PlanJson, UnknownEnumNamesSayWhatIsExpected) {
+  const nlohmann::json good = plan_to_json(rich_plan());
+  auto error_of = [&](auto edit) {
+    nlohmann::json j = good;
+    edit(j);
+    auto r = plan_from_json(j, "enum.json");
+    return r ? std::string("(parsed)") : r.error().message;
+  };
+  EXPECT_THAT(error_of([](nlohmann::json& j) { j["pools"][0]["kind"] = "ddr"; }),
+              HasSubstr("$.pools[0].kind: unknown pool kind 'ddr' (expected other, hbm or "
+                        "pinned_host)"));
+  EXPECT_THAT(error_of([](nlohmann::json& j) { j["ops"].back()["sizes"]["role"] = "push"; }),
+              HasSubstr("sizes.role: unknown p2p role 'push' (expected send or recv)"));
+  EXPECT_THAT(error_of([](nlohmann::json& j) { j["ops"].back()["sizes"]["direction"] = "up"; }),
+              HasSubstr("sizes.direction: unknown direction 'up' (expected h2d, d2h, d2d or h2h)"));
+  EXPECT_THAT(error_of([](nlohmann::json& j) { j["lanes"][0]["role"] = 7; }),
+              HasSubstr("$.lanes[0].role: expected a string, got integer"));
+}
+
 TEST(PlanJson, RoundTripIsExact) {
   const Plan plan = rich_plan();
   const std::string text = plan_to_json(plan).dump();
