@@ -94,6 +94,13 @@ TEST(MoeExamples, ExpertOffloadFetchesTheRoutedExperts) {
   auto ahead = evaluate(whole);
   ASSERT_TRUE(ahead) << ahead.error().message;
   EXPECT_EQ(ahead->report.step_time_s, r.step_time_s);
+  // The steady-state fast path and the full simulation agree bit for bit.
+  EvalOptions full_options;
+  full_options.steady_state = false;
+  auto full = evaluate(without, full_options);
+  ASSERT_TRUE(full) << full.error().message;
+  EXPECT_EQ(full->report.step_time_s, slow->report.step_time_s);
+  EXPECT_EQ(full->report.hbm_peak_bytes, slow->report.hbm_peak_bytes);
 }
 
 TEST(MoeExamples, ExpertFetchKeysRoundTripAndNameBadValues) {
