@@ -394,6 +394,68 @@ std::vector<double> expert_rows(const ModelArch& m, const TrainingConfig& t,
   return rows;
 }
 
+double expected_local_experts_hit(const ModelArch& m, const TrainingConfig& t,
+                                  const ParallelConfig& p) {
+  const MoeConfig& e = m.moe;
+  if (e.experts <= 0 || p.ep <= 0) return 0.0;
+  const std::int64_t local = e.experts / p.ep;
+  // The rank: the block of local experts with the most rows at the chosen capacity.
+  const std::vector<double> capped = expert_rows(m, t, p);
+  std::int64_t first = 0;
+  double best = -1.0;
+  for (std::int64_t r = 0; r < p.ep; ++r) {
+    double sum = 0.0;
+    for (std::int64_t j = r * local; j < (r + 1) * local; ++j)
+      sum += capped[static_cast<std::size_t>(j)];
+    if (sum > best) {
+      best = sum;
+      first = r * local;
+    }
+  }
+  // Whether an expert is hit depends on the router's choice, not on what capacity drops.
+  ModelArch dropless = m;
+  dropless.moe.capacity_factor = 0.0;
+  const std::vector<double> rows = expert_rows(dropless, t, p);
+  const std::int64_t sp = p.sequence_parallel ? p.tp : 1;
+  const double tokens =
+      static_cast<double>(t.micro_batch * t.seq_len / sp) * static_cast<double>(p.ep * p.etp);
+  if (!(tokens > 0.0)) return 0.0;
+  double hit = 0.0;
+  for (std::int64_t j = first; j < first + local; ++j) {
+    const double q = std::clamp(rows[static_cast<std::size_t>(j)] / tokens, 0.0, 1.0);
+    hit += 1.0 - std::pow(1.0 - q, tokens);
+  }
+  return hit;
+}
+
+ExpertFetchCounts expert_fetch_counts(const Scenario& s) {
+  ExpertFetchCounts c;
+  const ParallelConfig& p = s.parallelism;
+  if (s.model.moe.experts <= 0 || p.ep <= 0) return c;
+  const std::int64_t local = s.model.moe.experts / p.ep;
+  c.expected_hit = expected_local_experts_hit(s.model, s.training, p);
+  if (s.offload.expert_fetch == OffloadPolicy::ExpertFetch::kWhole) {
+    c.fetched = c.with_layer = local;
+    return c;
+  }
+  // Whole experts: the expectation rounded up (a tolerance keeps an exact count exact).
+  c.fetched = std::clamp<std::int64_t>(static_cast<std::int64_t>(std::ceil(c.expected_hit - 1e-9)),
+                                       0, local);
+  if (!s.offload.expert_prediction_hit) {
+    c.after_router = c.fetched;
+    return c;
+  }
+  // The predictor names `fetched` experts; the misses are picked experts it did not name, as
+  // many as the named ones nobody picked, so at most the local experts the micro-batch leaves
+  // unpicked (a micro-batch that picks every local expert leaves no room for a miss).
+  const double miss = (1.0 - std::clamp(*s.offload.expert_prediction_hit, 0.0, 1.0)) *
+                      static_cast<double>(c.fetched);
+  c.with_layer = c.fetched;
+  c.after_router = std::clamp<std::int64_t>(static_cast<std::int64_t>(std::ceil(miss - 1e-9)), 0,
+                                            std::min(c.fetched, local - c.fetched));
+  return c;
+}
+
 LayerDims layer_dims(const ModelArch& m, const TrainingConfig& t, const ParallelConfig& p,
                      int layer, bool useful) {
   LayerDims d = layer_dims(m, t, p);

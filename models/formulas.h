@@ -81,6 +81,29 @@ LayerDims layer_dims(const ModelArch& m, const TrainingConfig& t, const Parallel
 std::vector<double> expert_rows(const ModelArch& m, const TrainingConfig& t,
                                 const ParallelConfig& p);
 
+// Expected number of distinct local experts that at least one token of one micro-batch is
+// routed to, on the rank holding the most-loaded block of local experts (the rank layer_dims
+// describes). Each of the expert-parallel group's T tokens picks expert j with probability
+// q_j = rows_j / T (rows before the capacity limit), so the expert is hit with probability
+// 1 − (1 − q_j)^T; uniform routing gives E·(1 − (1 − k/E)^T) over all E experts.
+double expected_local_experts_hit(const ModelArch& m, const TrainingConfig& t,
+                                  const ParallelConfig& p);
+
+// How host-resident routed experts of one MoE layer come back per micro-batch on that rank
+// (OffloadPolicy::expert_fetch): whole experts fetched for the forward (kWhole: every local
+// expert; kRouted: expected_local_experts_hit rounded up), of them `with_layer` prefetched with
+// the layer's parameters (kWhole: all; kRouted: the predictor's picks, none without one) and
+// `after_router` fetched once the router has run (kRouted: all without a predictor, else the
+// picked experts it did not name: ⌈(1 − hit) · fetched⌉, at most the local experts left unpicked).
+// The backward and a recompute prefetch `fetched` experts with the layer.
+struct ExpertFetchCounts {
+  double expected_hit = 0.0;  // expected distinct local experts hit
+  std::int64_t fetched = 0;
+  std::int64_t with_layer = 0;
+  std::int64_t after_router = 0;
+};
+ExpertFetchCounts expert_fetch_counts(const Scenario& s);
+
 // The forward ops of a layer, in order.
 enum class FwdOp { kLn1, kQkv, kCore, kOutProj, kRes1, kLn2, kMlpWi, kAct, kMlpWo, kRes2 };
 inline constexpr int kNumFwdOps = 10;

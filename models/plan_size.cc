@@ -240,6 +240,7 @@ PlanSize estimate_plan_size(const Scenario& s, const PlanSizeOptions& options) {
   const double tp_colls = d.t > 1 ? (d.sp > 1 ? 4 : 2) : 0;
 
   Counts c;
+  const bool routed_fetch = expert_fetch_counts(s).after_router > 0;
   // Every layer is held by exactly one stage; one pass per micro-batch.
   for (int l = 0; l < s.model.layers; ++l) {
     const LayerDims dl = s.model.moe.experts > 0 ? layer_dims(s.model, s.training, p, l) : d;
@@ -269,6 +270,14 @@ PlanSize estimate_plan_size(const Scenario& s, const PlanSizeOptions& options) {
       // permutation and the unpermutation for them.
       const double overlap = p.moe_shared_expert_overlap && dl.fs > 0 ? 2 : 0;
       c.deps += m * (2 + overlap) * (ls.moe_recomputed ? 2 : 1);
+      // Router-aware expert fetch (StepBuilder::moe_routed_fetch): an H2D after the router's
+      // top-k, awaited by the first grouped GEMM, and its buffer.
+      if (ls.params_on_host && routed_fetch) {
+        c.ops += m;
+        c.deps += 2 * m;
+        c.tensors += m;
+        c.samples += 2 * m;
+      }
     }
     c.ops += m * (fwd + bwd);
     // FP8: the layer's weights are cast once per step, after its optimizer update.

@@ -161,6 +161,21 @@ std::optional<OffloadPolicy::CpuStep> cpu_step_from_string(std::string_view s) {
   return parse_enum(s, kAll);
 }
 
+const char* to_string(OffloadPolicy::ExpertFetch v) {
+  switch (v) {
+    case OffloadPolicy::ExpertFetch::kWhole:
+      return "whole";
+    case OffloadPolicy::ExpertFetch::kRouted:
+      return "routed";
+  }
+  return "?";
+}
+std::optional<OffloadPolicy::ExpertFetch> expert_fetch_from_string(std::string_view s) {
+  static constexpr OffloadPolicy::ExpertFetch kAll[] = {OffloadPolicy::ExpertFetch::kWhole,
+                                                        OffloadPolicy::ExpertFetch::kRouted};
+  return parse_enum(s, kAll);
+}
+
 const char* to_string(HardwareConfig::Runtime v) {
   switch (v) {
     case HardwareConfig::Runtime::kNone:
@@ -675,6 +690,23 @@ sim::Status check_offload_rule(const OffloadRule& rule, std::int64_t layers,
   return sim::ok();
 }
 
+// offload.experts: the predictor's hit fraction is a fraction and needs router-aware fetch.
+sim::Status check_expert_fetch(const OffloadPolicy& o) {
+  if (!o.expert_prediction_hit) return sim::ok();
+  const double h = *o.expert_prediction_hit;
+  if (!(h >= 0.0 && h <= 1.0)) {
+    return invalid(fmt::format(
+        "offload.experts.prediction_hit: {} must be in [0, 1] (the fraction of the routed experts "
+        "the predictor names a layer ahead)",
+        h));
+  }
+  if (o.expert_fetch != OffloadPolicy::ExpertFetch::kRouted) {
+    return invalid(
+        "offload.experts.prediction_hit: a predictor needs offload.experts.fetch: routed");
+  }
+  return sim::ok();
+}
+
 sim::Status check_offload(const Scenario& s) {
   bool optimizer_on_host = false;
   for (std::size_t i = 0; i < s.offload.rules.size(); ++i) {
@@ -688,7 +720,7 @@ sim::Status check_offload(const Scenario& s) {
   if (s.offload.optimizer_on_cpu && !optimizer_on_host) {
     return invalid("offload.optimizer_on_cpu: true needs a rule placing optimizer_states on host");
   }
-  return sim::ok();
+  return check_expert_fetch(s.offload);
 }
 
 sim::Status check_hardware(const Scenario& s) {

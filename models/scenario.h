@@ -260,6 +260,18 @@ struct OffloadPolicy {
   // partition (stage_1_and_2.py); set by the zero_offload preset.
   enum class CpuStep { kPerGroup, kFlatPartition };
   CpuStep cpu_step = CpuStep::kPerGroup;
+  // How host-resident routed-expert weights come back for an MoE layer's forward
+  // (offload.experts.fetch). kWhole: the rank's whole local expert set with the layer, prefetched
+  // like any offloaded parameter. kRouted: only the experts the router picks, the expected number
+  // of distinct local experts the micro-batch's tokens hit (expected_local_experts_hit), fetched
+  // after the router (MoE-Infinity's and fMoE's on-demand fetch), so the copy is on the critical
+  // path; the backward and recompute passes know the routing and prefetch the same experts.
+  enum class ExpertFetch { kWhole, kRouted };
+  ExpertFetch expert_fetch = ExpertFetch::kWhole;
+  // kRouted with a predictor of the next layer's experts (Pre-gated MoE, ProMoE): that many
+  // experts are prefetched with the layer, this fraction of them correctly, and the misses are
+  // fetched after the router (offload.experts.prediction_hit, in [0, 1]); none = no predictor.
+  std::optional<double> expert_prediction_hit;
 };
 
 struct HardwareConfig {
@@ -306,6 +318,8 @@ std::optional<TensorClass> tensor_class_from_string(std::string_view s);
 std::optional<Placement> placement_from_string(std::string_view s);
 const char* to_string(OffloadPolicy::CpuStep v);
 std::optional<OffloadPolicy::CpuStep> cpu_step_from_string(std::string_view s);
+const char* to_string(OffloadPolicy::ExpertFetch v);
+std::optional<OffloadPolicy::ExpertFetch> expert_fetch_from_string(std::string_view s);
 const char* to_string(HardwareConfig::Runtime v);
 std::optional<HardwareConfig::Runtime> runtime_from_string(std::string_view s);
 

@@ -170,6 +170,7 @@ class StepBuilder {
       ldims_.push_back(layer_dims(s.model, s.training, p, l));
       policies_.push_back(layer_policy(l));
     }
+    xfetch_ = expert_fetch_counts(s);
   }
 
   sim::Status build() {
@@ -898,24 +899,25 @@ class StepBuilder {
   // Brings a layer's parameters in before use: H2D from host and/or FSDP all-gather, prefetched
   // `prefetch` layers ahead (dependency on the first op of an earlier layer). Returns the ops
   // the layer's first compute op must wait for, and the buffer to free after the layer.
+  // `routed_bytes`: host-resident expert weights the forward fetches once its router has run
+  // (moe_routed_fetch).
   struct Fetch {
     std::vector<OpId> wait;
     std::vector<TensorId> buffers;
+    std::int64_t routed_bytes = 0;
   };
-  Fetch fetch_params(Rank& r, int layer, const std::string& tag, std::optional<OpId> after) {
+  Fetch fetch_params(Rank& r, int layer, const std::string& tag, std::optional<OpId> after,
+                     bool forward = false) {
     Fetch f;
     const ParamGroup& g = group(r, layer);
     if (!g.params_on_host && !shard_params()) return f;
     const std::int64_t full = g.params * sim::dtype_bytes(dt_.all_gather);
-    // An MoE layer's routed experts come in with it (the whole local expert set: prefetching
-    // only the experts the router will pick is not modelled).
-    const std::int64_t expert_bytes =
-        r.expert_group_of_layer.count(layer) != 0
-            ? r.groups[r.expert_group_of_layer.at(layer)].mem.params_bytes
-            : 0;
+    // An MoE layer's routed experts: those prefetched with it (moe_expert_fetch_bytes).
+    const auto [expert_bytes, routed_bytes] = moe_expert_fetch_bytes(r, layer, forward);
     std::vector<OpId> deps;
     if (after) deps.push_back(*after);
     if (g.params_on_host) {
+      f.routed_bytes = routed_bytes;
       const std::int64_t in_bytes = g.mem.params_bytes + expert_bytes;
       const TensorId buf = tensor(r.hbm, fmt::format("{}.{}.params_in", g.name, tag), in_bytes,
                                   TensorCategory::kBuffers);
@@ -964,7 +966,7 @@ class StepBuilder {
         after = firsts[i - k];
       else if (i > 0)
         after = firsts[0];
-      Fetch f = fetch_params(r, l, fmt::format("mb{}.fwd", lbl(t.mb)), after);
+      Fetch f = fetch_params(r, l, fmt::format("mb{}.fwd", lbl(t.mb)), after, true);
       const OpId op = layer_forward(r, t.mb, l, f);
       firsts.push_back(r.layer_first_fwd.at({t.mb, l}));
       // Offload back-pressure: the forward of a layer waits until the D2H copies of the layer
@@ -1053,7 +1055,7 @@ class StepBuilder {
                         {d_.tokens(), d_.h, d_.o()}));
     push(elementwise(r, p + ".res1_ln2.fwd", cat, l, res1_ln2_fwd_bytes(), 2 * norm_flops()));
     if (ld(l).moe) {
-      moe_forward(r, p, cat, l, push);
+      moe_forward(r, p, cat, l, push, ".fwd", &fetch);
     } else {
       const std::int64_t g = d_.gated ? 2 : 1;
       push(gathered_gemm(r, p + ".mlp.tp_allgather", p + ".mlpwi.fwd", cat, l,
@@ -1395,6 +1397,36 @@ class StepBuilder {
     return add(r, r.compute, name, OpKind::kGemm, cat, layer, cm_.grouped_gemm(r.rank, groups), sz);
   }
 
+  // Host-resident expert weights of layer l for one pass: {bytes prefetched with the layer,
+  // bytes the forward fetches after its router} (OffloadPolicy::expert_fetch, formulas.h
+  // expert_fetch_counts). The backward (`forward` false) knows the routing from the forward
+  // and prefetches the experts it fetched.
+  std::pair<std::int64_t, std::int64_t> moe_expert_fetch_bytes(const Rank& r, int layer,
+                                                               bool forward) const {
+    const auto it = r.expert_group_of_layer.find(layer);
+    if (it == r.expert_group_of_layer.end()) return {0, 0};
+    const std::int64_t all = r.groups[it->second].mem.params_bytes;
+    const std::int64_t local = std::max<std::int64_t>(1, ld(layer).local_experts);
+    const std::int64_t one = all / local;
+    if (xfetch_.fetched >= local && xfetch_.after_router == 0) return {all, 0};
+    if (!forward) return {xfetch_.fetched * one, 0};
+    return {xfetch_.with_layer * one, xfetch_.after_router * one};
+  }
+
+  // Router-aware expert fetch (offload.experts.fetch routed): the H2D of the picked experts
+  // that were not prefetched, issued once the router's top-k is known (MoE-Infinity's and
+  // fMoE's on-demand fetch; with a predictor, Pre-gated MoE's and ProMoE's misses) into a
+  // buffer sized for them, freed with the layer's other fetched weights.
+  OpId moe_routed_fetch(Rank& r, const std::string& p, int l, OpId topk, Fetch& fetch) {
+    const TensorId buf =
+        tensor(r.hbm, p + ".experts.routed_in", fetch.routed_bytes, TensorCategory::kBuffers);
+    const OpId c = copy(r, sim::CopyDirection::kH2D, p + ".experts.routed_h2d",
+                        OpCategory::kOffload, l, fetch.routed_bytes, {topk});
+    b_.op_at(c).allocs.push_back(buf);
+    fetch.buffers.push_back(buf);
+    return c;
+  }
+
   // Token dispatch / combine over the expert-parallel group: each rank sends its tokens' top_k
   // copies (the all-to-all's (ep-1)/ep leave the rank) and the most-loaded rank receives its
   // experts' rows; the slower of the two sets the collective. On the compute stream, as
@@ -1413,15 +1445,20 @@ class StepBuilder {
   // (CostModel::moe_host_stall over the kernels issued after it up to the block's end).
   // With moe_shared_expert_overlap the shared experts run on their own stream from the
   // permutation on, and the unpermutation waits for them.
+  // `fetch` (the forward's): its routed_bytes of expert weights come in after the router.
   template <class Emit>
   void moe_forward(Rank& r, const std::string& p, OpCategory cat, int l, Emit&& emit,
-                   const std::string& sfx = ".fwd") {
+                   const std::string& sfx = ".fwd", Fetch* fetch = nullptr) {
     const LayerDims& md = ld(l);
     const std::int64_t t = md.moe_tokens;
     const std::int64_t assigned = t * md.top_k;
     emit(gemm(r, p + ".router" + sfx, cat, l, t, md.experts, md.h));
-    emit(elementwise(r, p + ".router.topk" + sfx, cat, l, t * md.experts * 8,
-                     static_cast<double>(5 * t * md.experts)));
+    const OpId topk =
+        emit_id(emit, elementwise(r, p + ".router.topk" + sfx, cat, l, t * md.experts * 8,
+                                  static_cast<double>(5 * t * md.experts)));
+    std::optional<OpId> weights_in;
+    if (fetch != nullptr && fetch->routed_bytes > 0)
+      weights_in = moe_routed_fetch(r, p, l, topk, *fetch);
     const OpId permute = emit_id(
         emit, elementwise(r, p + ".moe.permute" + sfx, cat, l, 2 * assigned * md.h * md.e, 0.0));
     const bool overlap = s_.parallelism.moe_shared_expert_overlap && md.fs > 0;
@@ -1435,7 +1472,7 @@ class StepBuilder {
       after.push_back(id);
       emit(id);
     };
-    moe_routed_forward(r, p, cat, l, sfx, emit_after);
+    moe_routed_forward(r, p, cat, l, sfx, emit_after, weights_in);
     // Unpermute: read the top_k expert outputs and their weights, write the token sum.
     const OpId unpermute =
         elementwise(r, p + ".moe.unpermute" + sfx, cat, l, (assigned + t) * md.h * md.e,
@@ -1461,9 +1498,11 @@ class StepBuilder {
 
   // Dispatch (tokens, then the routing probabilities, as two all-to-alls: Megatron-Core's
   // MoEAlltoAllTokenDispatcher.dispatch_all_to_all), the experts' grouped GEMMs, combine.
+  // `weights_in`: the router-aware expert fetch the first grouped GEMM waits for.
   template <class Emit>
   void moe_routed_forward(Rank& r, const std::string& p, OpCategory cat, int l,
-                          const std::string& sfx, Emit&& emit) {
+                          const std::string& sfx, Emit&& emit,
+                          std::optional<OpId> weights_in = std::nullopt) {
     const LayerDims& md = ld(l);
     const std::int64_t g = md.gated ? 2 : 1;
     if (md.ep > 1) {
@@ -1476,9 +1515,11 @@ class StepBuilder {
       emit(collective(r, r.compute, p + ".moe.etp_allgather" + sfx, OpCategory::kComm, l,
                       sim::CollectiveKind::kAllGather, r.etp_group, md.routed * md.h * md.e));
     }
-    emit(grouped_gemm(r, p + ".experts.fc1.grouped_gemm" + sfx, cat, l, md, [&](std::int64_t rows) {
-      return sim::GemmShape{.m = rows, .n = md.fe * g, .k = md.h};
-    }));
+    const OpId fc1 = grouped_gemm(
+        r, p + ".experts.fc1.grouped_gemm" + sfx, cat, l, md,
+        [&](std::int64_t rows) { return sim::GemmShape{.m = rows, .n = md.fe * g, .k = md.h}; });
+    if (weights_in) b_.op_at(fc1).deps.push_back(*weights_in);
+    emit(fc1);
     emit(elementwise(r, p + ".experts.act" + sfx, cat, l, md.routed * md.fe * md.e * (g + 1),
                      static_cast<double>(8 * md.routed * md.fe)));
     emit(grouped_gemm(r, p + ".experts.fc2.grouped_gemm" + sfx, cat, l, md, [&](std::int64_t rows) {
@@ -1849,6 +1890,7 @@ class StepBuilder {
   std::vector<PoolId> hbm_pools_;
   std::vector<LayerPolicy> policies_;
   std::vector<LayerDims> ldims_;  // per layer (MoE layers carry their expert sizes)
+  ExpertFetchCounts xfetch_;      // how host-resident routed experts come back (MoE)
   std::map<SendKey, OpId> sends_;
   std::map<OpId, std::string> recv_names_;  // the display name of each send's receive
   std::vector<std::pair<OpId, SendKey>> pending_recv_;
@@ -2093,6 +2135,14 @@ sim::Result<BuiltStep> build_step(const Scenario& s, const BuildOptions& options
       loads += fmt::format("{}{:.0f}", i == 0 ? "" : ",", rows[i]);
     }
     b.metadata("moe_expert_rows_per_micro_batch", loads);
+    if (s.offload.expert_fetch == OffloadPolicy::ExpertFetch::kRouted) {
+      const ExpertFetchCounts x = expert_fetch_counts(s);
+      b.metadata("moe_expert_fetch",
+                 fmt::format("routed: {:.2f} of {} local experts hit per micro-batch; {} fetched, "
+                             "{} prefetched with the layer, {} after the router",
+                             x.expected_hit, s.model.moe.experts / p.ep, x.fetched, x.with_layer,
+                             x.after_router));
+    }
     for (int l = 0; l < s.model.layers; ++l) {
       if (!is_moe_layer(s.model, l)) continue;
       const LayerDims md = layer_dims(s.model, s.training, p, l);

@@ -183,6 +183,8 @@ constexpr RecomputeConfig::Mode kRecomputeModes[] = {
 constexpr models::Placement kPlacements[] = {models::Placement::kHbm, models::Placement::kHost};
 constexpr models::OffloadPolicy::CpuStep kCpuSteps[] = {
     models::OffloadPolicy::CpuStep::kPerGroup, models::OffloadPolicy::CpuStep::kFlatPartition};
+constexpr models::OffloadPolicy::ExpertFetch kExpertFetches[] = {
+    models::OffloadPolicy::ExpertFetch::kWhole, models::OffloadPolicy::ExpertFetch::kRouted};
 
 std::string resolve_path(const Node& node, const std::string& value, const std::string& base_dir) {
   namespace fs = std::filesystem;
@@ -654,6 +656,21 @@ sim::Result<OffloadPolicy> preset_of(const Node& name_node, const models::Preset
   return std::move(*policy);
 }
 
+// offload.experts: how host-resident routed experts come back (fetch: whole | routed) and the
+// hit fraction of a predictor of the next layer's experts (prediction_hit, absent: none).
+sim::Status read_expert_fetch(const Node& node, OffloadPolicy& policy) {
+  if (node.kind != NodeKind::kMap) {
+    return type_error(node, "offload.experts", "a map with fetch and prediction_hit");
+  }
+  MapReader x(node, "offload.experts");
+  OFFSIM_RETURN_IF_ERROR(
+      read_enum(x, "fetch", policy.expert_fetch, kExpertFetches, models::expert_fetch_from_string));
+  double hit = -1.0;
+  OFFSIM_RETURN_IF_ERROR(read_double(x, "prediction_hit", hit, 0.0, 1.0));
+  if (hit >= 0.0) policy.expert_prediction_hit = hit;
+  return x.finish();
+}
+
 sim::Result<OffloadPolicy> read_offload(const Node& node) {
   if (node.kind == NodeKind::kScalar) return preset_of(node, {}, "offload");
   if (node.kind != NodeKind::kMap) {
@@ -723,6 +740,7 @@ sim::Result<OffloadPolicy> read_offload(const Node& node) {
         read_enum(c, "step", policy.cpu_step, kCpuSteps, models::cpu_step_from_string));
     OFFSIM_RETURN_IF_ERROR(c.finish());
   }
+  if (const Node* x = r.get("experts")) OFFSIM_RETURN_IF_ERROR(read_expert_fetch(*x, policy));
   OFFSIM_RETURN_IF_ERROR(r.finish());
   return policy;
 }
@@ -1114,6 +1132,12 @@ Node offload_node(const OffloadPolicy& o) {
     if (o.cpu_threads > 0) put(cpu, "threads", number_node(o.cpu_threads));
     if (flat) put(cpu, "step", scalar_node(models::to_string(o.cpu_step)));
     put(off, "cpu", std::move(cpu));
+  }
+  if (o.expert_fetch != models::OffloadPolicy::ExpertFetch::kWhole || o.expert_prediction_hit) {
+    Node x = make_map();
+    put(x, "fetch", scalar_node(models::to_string(o.expert_fetch)));
+    if (o.expert_prediction_hit) put(x, "prediction_hit", number_node(*o.expert_prediction_hit));
+    put(off, "experts", std::move(x));
   }
   return off;
 }

@@ -61,5 +61,69 @@ TEST(MoeExamples, OptimizerOffloadFitsWithTheQuotedFigures) {
   EXPECT_EQ(full->report.time.grouped_gemm_s, r.time.grouped_gemm_s);
 }
 
+TEST(MoeExamples, ExpertOffloadFetchesTheRoutedExperts) {
+  const Scenario s = load("qwen3-30b-a3b-8xh100-expert-offload.yaml");
+  EXPECT_EQ(s.offload.expert_fetch, OffloadPolicy::ExpertFetch::kRouted);
+  ASSERT_TRUE(s.offload.expert_prediction_hit.has_value());
+  auto e = evaluate(s);
+  ASSERT_TRUE(e) << e.error().message;
+  const Report& r = e->report;
+  EXPECT_TRUE(r.fits);
+  // What the file's comment says: all 16 local experts are hit, so the predictor cannot miss.
+  bool noted = false;
+  for (const auto& [k, v] : r.metadata) {
+    if (k != "moe_expert_fetch") continue;
+    noted = true;
+    EXPECT_NE(v.find("16.00 of 16 local experts"), std::string::npos) << v;
+    EXPECT_NE(v.find("16 fetched, 16 prefetched with the layer, 0 after the router"),
+              std::string::npos)
+        << v;
+  }
+  EXPECT_TRUE(noted);
+  // Fetching every expert after the router (no predictor) exposes more of the copies; with the
+  // predictor the step is the whole-set prefetch's.
+  Scenario without = s;
+  without.offload.expert_prediction_hit.reset();
+  auto slow = evaluate(without);
+  ASSERT_TRUE(slow) << slow.error().message;
+  EXPECT_GT(slow->report.step_time_s, r.step_time_s);
+  EXPECT_GT(slow->report.time.exposed_offload_s, r.time.exposed_offload_s);
+  Scenario whole = s;
+  whole.offload.expert_fetch = OffloadPolicy::ExpertFetch::kWhole;
+  whole.offload.expert_prediction_hit.reset();
+  auto ahead = evaluate(whole);
+  ASSERT_TRUE(ahead) << ahead.error().message;
+  EXPECT_EQ(ahead->report.step_time_s, r.step_time_s);
+  // The steady-state fast path and the full simulation agree bit for bit.
+  EvalOptions full_options;
+  full_options.steady_state = false;
+  auto full = evaluate(without, full_options);
+  ASSERT_TRUE(full) << full.error().message;
+  EXPECT_EQ(full->report.step_time_s, slow->report.step_time_s);
+  EXPECT_EQ(full->report.hbm_peak_bytes, slow->report.hbm_peak_bytes);
+}
+
+TEST(MoeExamples, ExpertFetchKeysRoundTripAndNameBadValues) {
+  const auto path = std::filesystem::path(OFFSIM_SOURCE_DIR) / "scenarios/examples" /
+                    "qwen3-30b-a3b-8xh100-expert-offload.yaml";
+  const Scenario s = load("qwen3-30b-a3b-8xh100-expert-offload.yaml");
+  auto back = scenarios::scenario_from_document(scenarios::scenario_to_document(s), "");
+  ASSERT_TRUE(back) << back.error().message;
+  EXPECT_EQ(back->offload.expert_fetch, s.offload.expert_fetch);
+  EXPECT_EQ(back->offload.expert_prediction_hit, s.offload.expert_prediction_hit);
+  const auto error_of = [&](const std::string& assignment) {
+    auto file = scenarios::load_scenario_file(path.string(), {assignment});
+    if (!file) return file.error().message;
+    auto loaded = scenarios::scenario_from_document(file->base, file->base_dir);
+    return loaded ? std::string() : loaded.error().message;
+  };
+  const std::string hit = error_of("offload.experts.prediction_hit=1.5");
+  EXPECT_NE(hit.find("offload.experts.prediction_hit"), std::string::npos) << hit;
+  EXPECT_NE(hit.find("[0, 1]"), std::string::npos) << hit;
+  const std::string fetch = error_of("offload.experts.fetch=some");
+  EXPECT_NE(fetch.find("offload.experts.fetch"), std::string::npos) << fetch;
+  EXPECT_NE(fetch.find("whole, routed"), std::string::npos) << fetch;
+}
+
 }  // namespace
 }  // namespace offsim::models
