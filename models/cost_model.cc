@@ -31,6 +31,18 @@ const char* to_string(CollectiveAlgorithm algorithm) {
   return "?";
 }
 
+const char* to_string(NcclProtocol protocol) {
+  switch (protocol) {
+    case NcclProtocol::kLL:
+      return "LL";
+    case NcclProtocol::kLL128:
+      return "LL128";
+    case NcclProtocol::kSimple:
+      return "Simple";
+  }
+  return "?";
+}
+
 namespace {
 
 // Resource names of one rank's GPU and host, as the topology names them.
@@ -545,6 +557,138 @@ OpCost CostModel::copy(int rank, sim::CopyDirection dir, std::int64_t bytes, boo
   return c;
 }
 
+namespace {
+
+// NCCL's own cost model of a collective, with the default constants of its tuner (NVIDIA/nccl
+// src/graph/tuning.cc, 2.2x releases: baseLat, hwLat, the per-protocol bandwidth refinements of
+// ncclTopoTuneModel and ncclTopoGetAlgoTime). Each (algorithm, protocol) costs
+//   latency = base + Σ steps × per-step latency of the link the step crosses
+//   time    = latency + bytes / (protocol share × algorithm bandwidth)
+// and NCCL runs the one of least time. Microseconds. The per-channel caps (llMaxBws,
+// perChMax*Bws) depend on the channel count NCCL's topology search finds and are not modelled;
+// the profile's measured large-message bus bandwidth stands for Simple's.
+struct NcclProtocolModel {
+  NcclProtocol protocol;
+  double ring_base_us;     // baseLat[Ring]
+  double tree_base_us;     // baseLat[Tree]
+  double ring_step_us[3];  // hwLat[link][Ring], link = NVLink, PCI, network
+  double tree_step_us[3];  // hwLat[link][Tree]
+  double ring_share;       // ring busBw × 0.5 (LL), × 0.92 (LL128: 120 of 128 bytes)
+  double tree_share;       // tree busBw × 1/3.8 (LL), × 120/128 (LL128 across nodes)
+};
+constexpr int kNvlinkStep = 0;
+constexpr int kPciStep = 1;
+constexpr int kNetStep = 2;
+constexpr NcclProtocolModel kNcclProtocols[] = {
+    {NcclProtocol::kLL, 6.6, 6.8, {0.6, 1.0, 2.7}, {0.6, 1.0, 5.0}, 0.5, 1.0 / 3.8},
+    {NcclProtocol::kLL128, 14.0, 14.0, {1.9, 2.5, 4.0}, {1.25, 1.9, 8.5}, 0.92, 120.0 / 128.0},
+    {NcclProtocol::kSimple, 8.4, 8.4, {3.4, 5.7, 14.0}, {4.0, 4.0, 14.0}, 1.0, 1.0}};
+// NVLink SHARP: one step through the switch (hwLat[NVLink][NVLS], Simple only, baseLat 0).
+constexpr double kNcclNvlsStepUs = 25.0;
+// Tree all-reduce bus bandwidth: busBw × 0.92; the tree's algorithm bandwidth is half of it.
+constexpr double kNcclTreeAllReduceShare = 0.92;
+// Inter-node rings launch each step through the network proxy: at least getNetOverhead's
+// default 1 µs per step (x86 Intel and other hosts; 3 µs for Simple).
+constexpr double kNcclNetOverheadUs = 1.0;
+// Ring Simple all-reduce across nodes: latency × 1.4 on compute capability 8.0 and newer
+// ("plateau effect of ring").
+constexpr double kNcclRingPlateau = 1.4;
+// Tree all-reduce bandwidth correction by message size (treeCorrectionFactor; powers of two
+// of bytes/64, from 64 B to 256 MiB) for LL, LL128 and Simple.
+constexpr double kNcclTreeCorrection[3][23] = {
+    {1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7,  .7,  .7,  .6, .5,
+     .4,  .4,  .5,  .6,  .7, .8, .9, 1.0, 1.0, 1.0, 1.0},
+    {1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7,  .6, .6,
+     .6,  .6,  .6,  .6,  .8,  .9, .9, .9, .9, 1.0, 1.0},
+    {.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9}};
+
+int floor_log2(double x) { return x < 1.0 ? -1 : static_cast<int>(std::floor(std::log2(x))); }
+
+double tree_correction(NcclProtocol protocol, double bytes) {
+  const int log_size = floor_log2(std::floor(bytes / 64.0));
+  if (log_size < 0 || log_size >= 23) return 1.0;
+  return kNcclTreeCorrection[static_cast<int>(protocol)][log_size];
+}
+
+// The collective's shape as the tuner sees it.
+struct CollectiveShape {
+  bool all_reduce = false;
+  int ranks = 0;
+  int units = 1;  // NVLink domains (or nodes) the group spans
+  int intra_step = kNvlinkStep;
+  double bytes = 0.0;
+  double floor_s = 0.0;  // the profile's small-message latency
+};
+
+// Keeps the (algorithm, protocol) of least latency + bytes / bandwidth.
+class FastestPlan {
+ public:
+  FastestPlan(CollectivePlan& plan, const CollectiveShape& shape) : plan_(plan), shape_(shape) {}
+  void consider(CollectiveAlgorithm algorithm, NcclProtocol protocol, double latency_us,
+                double alg_bytes_per_s) {
+    if (alg_bytes_per_s <= 0.0) return;
+    const double lat = std::max(shape_.floor_s, latency_us * 1e-6);
+    const double t = lat + shape_.bytes / alg_bytes_per_s;
+    if (best_ >= 0.0 && t >= best_) return;
+    best_ = t;
+    plan_.algorithm = algorithm;
+    plan_.protocol = protocol;
+    plan_.alg_bytes_per_s = alg_bytes_per_s;
+    plan_.latency = seconds(lat);
+  }
+
+ private:
+  CollectivePlan& plan_;
+  const CollectiveShape& shape_;
+  double best_ = -1.0;
+};
+
+// Inside one NVLink domain (or one node's PCIe): ring LL / LL128 / Simple, and NVLink SHARP for
+// all-reduce when `nvls_alg` > 0.
+void plan_in_domain(CollectivePlan& plan, const CollectiveShape& s, double ring_alg,
+                    double nvls_alg) {
+  FastestPlan best(plan, s);
+  const double steps = (s.all_reduce ? 2.0 : 1.0) * (s.ranks - 1);
+  for (const NcclProtocolModel& p : kNcclProtocols) {
+    best.consider(CollectiveAlgorithm::kRing, p.protocol,
+                  p.ring_base_us + steps * p.ring_step_us[s.intra_step], p.ring_share * ring_alg);
+  }
+  if (nvls_alg > 0.0) {
+    best.consider(CollectiveAlgorithm::kNvls, NcclProtocol::kSimple, kNcclNvlsStepUs, nvls_alg);
+  }
+}
+
+// Across domains: a ring whose 2(m-1) (all-reduce) or m-1 steps cross the network, and for
+// all-reduce a tree (a chain inside each domain, a binary tree across them, up and down).
+void plan_across_domains(CollectivePlan& plan, const CollectiveShape& s, double inter_bus) {
+  FastestPlan best(plan, s);
+  const int ppn = std::max(1, s.ranks / s.units);
+  const double steps = (s.all_reduce ? 2.0 : 1.0) * (s.ranks - 1);
+  const double inter_steps = (s.all_reduce ? 2.0 : 1.0) * (s.units - 1);
+  const double ring_alg = inter_bus / plan.bus_bytes_per_byte;
+  for (const NcclProtocolModel& p : kNcclProtocols) {
+    const bool simple = p.protocol == NcclProtocol::kSimple;
+    const double intra =
+        std::max(p.ring_step_us[s.intra_step], kNcclNetOverheadUs * (simple ? 3.0 : 1.0));
+    // With one rank per domain every step is exposed: the tree's network latency.
+    const double inter = ppn == 1 ? p.tree_step_us[kNetStep] : p.ring_step_us[kNetStep];
+    double lat = p.ring_base_us + (steps - inter_steps) * intra + inter_steps * inter;
+    if (s.all_reduce && simple) lat *= kNcclRingPlateau;
+    best.consider(CollectiveAlgorithm::kRing, p.protocol, lat, p.ring_share * ring_alg);
+  }
+  if (!s.all_reduce) return;
+  const double levels = floor_log2(static_cast<double>(s.units));
+  for (const NcclProtocolModel& p : kNcclProtocols) {
+    const double lat = p.tree_base_us + 2.0 * ((ppn - 1) * p.tree_step_us[s.intra_step] +
+                                               levels * p.tree_step_us[kNetStep]);
+    const double alg = 0.5 * kNcclTreeAllReduceShare * p.tree_share * inter_bus *
+                       tree_correction(p.protocol, s.bytes);
+    best.consider(CollectiveAlgorithm::kTree, p.protocol, lat, alg);
+  }
+}
+
+}  // namespace
+
 CollectivePlan CostModel::plan_collective(sim::CollectiveKind kind, const std::vector<int>& group,
                                           std::int64_t bytes) const {
   CollectivePlan plan;
@@ -583,37 +727,26 @@ CollectivePlan CostModel::plan_collective(sim::CollectiveKind kind, const std::v
       bus = nv.ring_all_gather_bus_bytes_per_s.value;
       break;
   }
-  const double latency = nv.latency_s.value;
+  const bool all_reduce = kind == sim::CollectiveKind::kAllReduce;
+  const CollectiveShape shape{.all_reduce = all_reduce,
+                              .ranks = n,
+                              .units = spans,
+                              .intra_step = has_nvlink ? kNvlinkStep : kPciStep,
+                              .bytes = static_cast<double>(bytes),
+                              .floor_s = nv.latency_s.value};
   if (!plan.crosses_nodes) {
-    plan.algorithm = CollectiveAlgorithm::kRing;
-    plan.alg_bytes_per_s = bus / plan.bus_bytes_per_byte;
-    plan.latency = seconds(latency);
     const double nvls = nv.nvls_all_reduce_bus_bytes_per_s.value;
-    if (kind == sim::CollectiveKind::kAllReduce && has_nvlink && nvls > bus && n > 2) {
-      // NVLink SHARP: the switch reduces; nccl-tests report its bus bandwidth with the ring
-      // factor 2(n-1)/n, so algorithm bandwidth = busbw · n / (2(n-1)).
-      plan.algorithm = CollectiveAlgorithm::kNvls;
-      plan.alg_bytes_per_s = nvls / plan.bus_bytes_per_byte;
-    }
+    // NVLink SHARP: the switch reduces; nccl-tests report its bus bandwidth with the ring
+    // factor 2(n-1)/n, so algorithm bandwidth = busbw · n / (2(n-1)).
+    const bool sharp = all_reduce && has_nvlink && nvls > 0.0 && n > 2;
+    plan_in_domain(plan, shape, bus / plan.bus_bytes_per_byte,
+                   sharp ? nvls / plan.bus_bytes_per_byte : 0.0);
     return plan;
   }
-  // Across units: the NIC bounds the bus bandwidth (busbw ≈ NIC rate × efficiency); a ring takes
-  // 2(units-1) (all-reduce) or units-1 network steps, a tree 2·ceil(log2 units).
+  // Across units: the NIC bounds the bus bandwidth (busbw ≈ NIC rate × efficiency).
   const double nic =
       profile_.inter_node.nic_bytes_per_s_per_gpu.value * profile_.inter_node.efficiency.value;
-  const double inter_bus = bus > 0.0 ? std::min(bus, nic) : nic;
-  plan.alg_bytes_per_s = inter_bus / plan.bus_bytes_per_byte;
-  const double hop = profile_.inter_node.hop_latency_s.value;
-  const bool all_reduce = kind == sim::CollectiveKind::kAllReduce;
-  const double ring_steps = (all_reduce ? 2.0 : 1.0) * (spans - 1);
-  const double tree_steps = 2.0 * std::ceil(std::log2(static_cast<double>(spans)));
-  if (all_reduce && tree_steps < ring_steps) {
-    plan.algorithm = CollectiveAlgorithm::kTree;
-    plan.latency = seconds(latency + tree_steps * hop);
-  } else {
-    plan.algorithm = CollectiveAlgorithm::kRing;
-    plan.latency = seconds(latency + ring_steps * hop);
-  }
+  plan_across_domains(plan, shape, bus > 0.0 ? std::min(bus, nic) : nic);
   return plan;
 }
 

@@ -40,6 +40,10 @@ struct SimRank {
 
 enum class CollectiveAlgorithm { kRing, kTree, kNvls, kNone };
 const char* to_string(CollectiveAlgorithm algorithm);
+// NCCL's protocols: LL (8 data bytes per 16-byte line with a flag), LL128 (120 of 128 bytes),
+// Simple (bulk copies with fences).
+enum class NcclProtocol { kLL, kLL128, kSimple };
+const char* to_string(NcclProtocol protocol);
 
 // How collective() priced a collective: for reports and tests.
 struct CollectivePlan {
@@ -48,6 +52,7 @@ struct CollectivePlan {
   double alg_bytes_per_s = 0.0;     // buffer bytes per second (algorithm bandwidth)
   sim::Duration latency{0};
   bool crosses_nodes = false;
+  NcclProtocol protocol = NcclProtocol::kSimple;
 };
 
 // The classic attention of one layer (forward or backward) as the kernels it runs: FLOPs of its
@@ -106,12 +111,16 @@ class CostModel {
   // H2D/D2H: every link direction of the route, the link's duplex cap, the socket's root complex
   // and DRAM, plus HBM (the interference figure per byte); pageable copies at the pageable rate.
   sim::OpCost copy(int rank, sim::CopyDirection dir, std::int64_t bytes, bool pinned = true) const;
-  // `bytes` = the full (unsharded) buffer; `group` = global ranks in ring order. Inside one
-  // NVLink domain: ring at the profile's bus bandwidth (algbw = busbw / (2(n-1)/n) for
-  // all-reduce, / ((n-1)/n) for all-gather and reduce-scatter), or NVLink SHARP for all-reduce
-  // of more than 2 ranks when the profile has it. Across domains: NIC-bound bus bandwidth and
-  // the lower-latency of ring (2(m-1) steps for m domains) and tree (2·ceil(log2 m)). Loads the
-  // NVLink (or PCIe) and NIC directions and a share of the SMs (the NCCL slowdown figure).
+  // `bytes` = the full (unsharded) buffer; `group` = global ranks in ring order. Priced by
+  // message size as NCCL's tuner prices it (NVIDIA/nccl src/graph/tuning.cc): every protocol
+  // (LL, LL128, Simple) of every algorithm costs base + steps × per-step latency + bytes /
+  // (protocol share × algorithm bandwidth), and the fastest wins; the profile's
+  // nvlink.latency_s is the floor. Inside one NVLink domain: ring at the profile's bus
+  // bandwidth (algbw = busbw / (2(n-1)/n) for all-reduce, / ((n-1)/n) for all-gather and
+  // reduce-scatter), or NVLink SHARP for all-reduce of more than 2 ranks when the profile has
+  // it. Across domains: NIC-bound bus bandwidth, ring (2(n-1) steps for all-reduce, of which
+  // 2(m-1) cross the network for m domains) or, for all-reduce, tree (2·((n/m-1) + log2 m)
+  // steps). Loads the NVLink (or PCIe) and NIC directions and a share of the SMs.
   sim::OpCost collective(int rank, sim::CollectiveKind kind, const std::vector<int>& group,
                          std::int64_t bytes) const;
   CollectivePlan plan_collective(sim::CollectiveKind kind, const std::vector<int>& group,

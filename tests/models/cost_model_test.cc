@@ -312,7 +312,8 @@ TEST(CostModelTest, RingCollectivesFollowTheBusBandwidthFormula) {
   // All-reduce ring: algbw = busbw · n / (2(n-1)) = 230 GB/s · 8/14 = 131.43 GB/s.
   const sim::OpCost ar = f.cm.collective(0, sim::CollectiveKind::kAllReduce, group, bytes);
   EXPECT_NEAR(ar.max_rate, 230e9 * 8 / 14, 1.0);
-  EXPECT_NEAR(seconds(f.cm.alone(ar)), 20e-6 + bytes / (230e9 * 8 / 14), 2e-9);
+  // Large message: NCCL's Simple protocol, 8.4 µs + 14 ring steps of 3.4 µs over NVLink.
+  EXPECT_NEAR(seconds(f.cm.alone(ar)), 56e-6 + bytes / (230e9 * 8 / 14), 2e-9);
   EXPECT_EQ(f.cm.plan_collective(sim::CollectiveKind::kAllReduce, group, bytes).algorithm,
             CollectiveAlgorithm::kRing);
   // Each rank sends 2(n-1)/n = 1.75 bytes per buffer byte on its NVLink.
@@ -324,6 +325,45 @@ TEST(CostModelTest, RingCollectivesFollowTheBusBandwidthFormula) {
               230e9 * 8 / 7, 1.0);
   // A group of one does nothing.
   EXPECT_EQ(f.cm.collective(0, sim::CollectiveKind::kAllReduce, {0}, bytes).work, 0.0);
+}
+
+// By message size, as NCCL's tuner prices them: LL for small messages (at the profile's 20 µs
+// floor, half the bus bandwidth), LL128 in between, Simple for large ones; the effective bus
+// bandwidth rises with size towards the profile's large-message figure.
+TEST(CostModelTest, CollectiveProtocolAndBandwidthFollowMessageSize) {
+  auto f = make("dgx-a100-80gb", {{.rank = 0, .multiplicity = 8, .stride = 1}});
+  const std::vector<int> group = {0, 1, 2, 3, 4, 5, 6, 7};
+  const auto plan = [&](std::int64_t bytes) {
+    return f.cm.plan_collective(sim::CollectiveKind::kAllReduce, group, bytes);
+  };
+  const double ring = 230e9 * 8 / 14;  // algorithm bandwidth of the large-message figure
+  const CollectivePlan small = plan(64 << 10);
+  EXPECT_EQ(small.protocol, NcclProtocol::kLL);
+  EXPECT_EQ(small.latency, sim::duration_from_seconds(20e-6));  // the floor: 6.6 + 14·0.6 < 20
+  EXPECT_NEAR(small.alg_bytes_per_s, 0.5 * ring, 1.0);
+  const CollectivePlan mid = plan(8 << 20);
+  EXPECT_EQ(mid.protocol, NcclProtocol::kLL128);
+  EXPECT_EQ(mid.latency, sim::duration_from_seconds((14.0 + 14 * 1.9) * 1e-6));
+  EXPECT_NEAR(mid.alg_bytes_per_s, 0.92 * ring, 1.0);
+  const CollectivePlan large = plan(std::int64_t{256} << 20);
+  EXPECT_EQ(large.protocol, NcclProtocol::kSimple);
+  EXPECT_EQ(large.latency, sim::duration_from_seconds((8.4 + 14 * 3.4) * 1e-6));
+  // Effective bus bandwidth (busbw = 2(n-1)/n · bytes / time) rises with size, below 230 GB/s.
+  double last = 0.0;
+  for (std::int64_t bytes = 1 << 16; bytes <= (std::int64_t{1} << 32); bytes <<= 2) {
+    const CollectivePlan p = plan(bytes);
+    const double t = sim::to_seconds(p.latency) + static_cast<double>(bytes) / p.alg_bytes_per_s;
+    const double busbw = 1.75 * static_cast<double>(bytes) / t;
+    EXPECT_GT(busbw, last) << bytes;
+    EXPECT_LT(busbw, 230e9) << bytes;
+    last = busbw;
+  }
+  EXPECT_GT(last, 0.99 * 230e9);
+  // All-gather: n-1 = 7 ring steps.
+  EXPECT_EQ(
+      f.cm.plan_collective(sim::CollectiveKind::kAllGather, group, std::int64_t{1} << 30).latency,
+      sim::duration_from_seconds((8.4 + 7 * 3.4) * 1e-6));
+  EXPECT_STREQ(to_string(NcclProtocol::kLL128), "LL128");
 }
 
 TEST(CostModelTest, NvlinkSharpAllReduceOnHopper) {
@@ -348,14 +388,26 @@ TEST(CostModelTest, CollectivesAcrossNodesAreNicBound) {
   // busbw = 50 GB/s NIC · 0.74 = 37 GB/s; algbw = 37 · 32 / 62 = 19.10 GB/s.
   EXPECT_TRUE(ar.crosses_nodes);
   EXPECT_NEAR(ar.alg_bytes_per_s, 37e9 * 32 / 62, 1.0);
-  // 4 nodes: a ring takes 2·3 = 6 network steps, a tree 2·log2(4) = 4: tree, 20 + 4·5 µs.
-  EXPECT_EQ(ar.algorithm, CollectiveAlgorithm::kTree);
-  EXPECT_EQ(ar.latency, sim::duration_from_seconds(20e-6 + 4 * 5e-6));
-  // Data-parallel all-gather across nodes (ranks 0, 8, 16, 24): ring, 3 steps.
+  // 1 GiB: ring Simple (the tree runs at 0.92 · busbw / 2 and 0.9 of that at this size). NCCL's
+  // ring latency: 8.4 µs + 56 NVLink steps of 3.4 µs + 6 network steps of 14 µs, × 1.4 (the
+  // ring's plateau across nodes).
+  EXPECT_EQ(ar.algorithm, CollectiveAlgorithm::kRing);
+  EXPECT_EQ(ar.protocol, NcclProtocol::kSimple);
+  EXPECT_EQ(ar.latency, sim::duration_from_seconds((8.4 + 56 * 3.4 + 6 * 14.0) * 1.4e-6));
+  // 64 KiB: tree LL, 6.8 µs + 2 · (7 NVLink hops of 0.6 µs + log2(4) network hops of 5 µs), at
+  // busbw · 0.92 / 3.8 / 2 and NCCL's tree correction for 2^10 lines of 64 B (0.6).
+  const CollectivePlan small =
+      f.cm.plan_collective(sim::CollectiveKind::kAllReduce, group, std::int64_t{64} << 10);
+  EXPECT_EQ(small.algorithm, CollectiveAlgorithm::kTree);
+  EXPECT_EQ(small.protocol, NcclProtocol::kLL);
+  EXPECT_EQ(small.latency, sim::duration_from_seconds((6.8 + 2 * (7 * 0.6 + 2 * 5.0)) * 1e-6));
+  EXPECT_NEAR(small.alg_bytes_per_s, 37e9 * 0.92 / 3.8 / 2 * 0.6, 1.0);
+  // Data-parallel all-gather across nodes (ranks 0, 8, 16, 24, one per node): ring, 3 network
+  // steps at the tree's network latency (every step exposed), 8.4 + 3 · 14 µs.
   const CollectivePlan ag =
       f.cm.plan_collective(sim::CollectiveKind::kAllGather, {0, 8, 16, 24}, bytes);
   EXPECT_EQ(ag.algorithm, CollectiveAlgorithm::kRing);
-  EXPECT_EQ(ag.latency, sim::duration_from_seconds(20e-6 + 3 * 5e-6));
+  EXPECT_EQ(ag.latency, sim::duration_from_seconds((8.4 + 3 * 14.0) * 1e-6));
   const sim::OpCost c = f.cm.collective(0, sim::CollectiveKind::kAllGather, {0, 8, 16, 24}, bytes);
   const auto used = names(f, c);
   EXPECT_NE(std::find(used.begin(), used.end(), "node0.nic0.tx"), used.end());

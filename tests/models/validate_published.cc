@@ -115,7 +115,12 @@ std::string parameters_section(const std::vector<std::string>& gpu_kinds) {
       "datasheet value, a published measurement or a stated assumption, as its origin says, so "
       "every table is scored with parameters that did not see it. The framework ops of the step "
       "builder (Transformer Engine casts, rotary embedding, optimizer passes, attention passes) "
-      "are exact byte and FLOP counts. The figures below are printed from the profiles this run "
+      "are exact byte and FLOP counts. Collectives take NCCL's own tuner constants (NVIDIA/nccl "
+      "src/graph/tuning.cc defaults, fitted to none of these tables: ring LL 6.6 + 0.6 us per "
+      "NVLink step at half the bus bandwidth, LL128 14.0 + 1.9 us at 92%, Simple 8.4 + 3.4 us; "
+      "NVLink SHARP 25 us; network steps 2.7 / 4.0 / 14 us, tree across nodes), the fastest for "
+      "the message, with the profile's nvlink latency as the floor. "
+      "The figures below are printed from the profiles this run "
       "used (calibrate/profiles/<gpu>.json, equal to the built-in defaults).\n\n";
   for (const std::string& kind : gpu_kinds) {
     auto p = sim::platform::default_profile(kind);
