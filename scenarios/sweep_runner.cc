@@ -66,8 +66,9 @@ PointOutcome evaluate_document(const Node& doc, const std::string& base_dir,
     out.input_error = true;
     return out;
   }
-  if (auto status = check_loaded(*scenario, doc); !status) {
-    out.error = status.error().message;
+  auto resolved = resolve_loaded(*scenario, doc);
+  if (!resolved) {
+    out.error = resolved.error().message;
     return out;
   }
   if (auto status =
@@ -76,7 +77,7 @@ PointOutcome evaluate_document(const Node& doc, const std::string& base_dir,
     out.error = status.error().message;
     return out;
   }
-  auto eval = models::evaluate(*scenario, options);
+  auto eval = models::evaluate(*resolved, options);
   if (!eval) {
     out.error = eval.error().message;
     return out;
