@@ -6,6 +6,7 @@
 #include <string>
 
 #include "models/evaluate.h"
+#include "models/report.h"
 #include "models/resolve.h"
 #include "models/scenario.h"
 #include "scenarios/policy_search.h"
@@ -34,6 +35,22 @@ TEST(ResolveFrontEnd, ASweepPointIsCheckedOnce) {
     const PointOutcome out = evaluate_document(doc, "", options);
     ASSERT_TRUE(out.report) << out.error;
     EXPECT_EQ(models::scenario_checks_run() - before, 1) << "early answers " << early;
+  }
+}
+
+TEST(ResolveFrontEnd, ASweepPointTakesItsBasesHardwareOnlyWhenItHasTheSame) {
+  auto base = resolve_document(document(kScenario), "");
+  ASSERT_TRUE(base) << base.error().message;
+  const std::string other_system =
+      "model: {base: llama3-8b, layers: 4}\nhardware: {system: h100-1gpu}\n"
+      "training: {global_batch: 16, micro_batch: 1, seq_len: 2048}\n";
+  for (const std::string& text : {std::string(kScenario), other_system}) {
+    const Node doc = document(text);
+    const PointOutcome alone = evaluate_document(doc, "");
+    const PointOutcome with_base = evaluate_document(doc, "", {}, {}, &*base);
+    ASSERT_TRUE(alone.report && with_base.report) << alone.error << with_base.error;
+    EXPECT_EQ(models::report_to_json(*alone.report).dump(),
+              models::report_to_json(*with_base.report).dump());
   }
 }
 
