@@ -273,8 +273,9 @@ bool memory_keeps_names(const sim::Timeline& t, const sim::detail::PeriodProbe& 
   return true;
 }
 
-std::optional<Report> steady_state_report(const Scenario& scenario, const EvalOptions& options,
-                                          std::string& why) {
+std::optional<Report> steady_state_report(const ResolvedScenario& resolved,
+                                          const EvalOptions& options, std::string& why) {
+  const Scenario& scenario = resolved.scenario();
   constexpr int kK = kReducedMicroBatches;
   if (scenario.parallelism.pp != 1) {
     why = "pipeline parallelism";
@@ -288,7 +289,7 @@ std::optional<Report> steady_state_report(const Scenario& scenario, const EvalOp
   BuildOptions reduced = options.build;
   reduced.micro_batches = kK;
   reduced.last_micro_batch_label = static_cast<int>(m - 1);
-  sim::Result<BuiltStep> built = build_step(scenario, reduced);
+  sim::Result<BuiltStep> built = build_step(resolved, reduced);
   if (!built) {
     why = "the reduced step does not build";
     return std::nullopt;
@@ -398,8 +399,9 @@ std::optional<Report> steady_state_report(const Scenario& scenario, const EvalOp
 // step renames; after b2: only tensors outside the tasks or of the last micro-batch).
 constexpr std::int64_t kMaxPeriodMultiple = 4;
 
-std::optional<Report> pipeline_steady_state_report(const Scenario& scenario,
+std::optional<Report> pipeline_steady_state_report(const ResolvedScenario& resolved,
                                                    const EvalOptions& options, std::string& why) {
+  const Scenario& scenario = resolved.scenario();
   const ParallelConfig& par = scenario.parallelism;
   const bool interleaved =
       par.schedule == ParallelConfig::PipelineSchedule::kInterleaved1F1B && par.virtual_stages > 1;
@@ -424,7 +426,7 @@ std::optional<Report> pipeline_steady_state_report(const Scenario& scenario,
   BuildOptions reduced = options.build;
   reduced.micro_batches = static_cast<int>(k);
   reduced.last_micro_batch_label = static_cast<int>(m - 1);
-  sim::Result<BuiltStep> built = build_step(scenario, reduced);
+  sim::Result<BuiltStep> built = build_step(resolved, reduced);
   if (!built) {
     why = "the reduced step does not build";
     return std::nullopt;
@@ -741,8 +743,14 @@ Report make_report(const Scenario& scenario, const BuiltStep& step, const sim::T
 }
 
 sim::Result<Evaluation> evaluate(const Scenario& scenario, const EvalOptions& options) {
+  OFFSIM_ASSIGN_OR_RETURN(ResolvedScenario resolved, resolve(scenario));
+  return evaluate(resolved, options);
+}
+
+sim::Result<Evaluation> evaluate(const ResolvedScenario& resolved, const EvalOptions& options) {
+  const Scenario& scenario = resolved.scenario();
   if (options.early_answers && !options.keep_timeline && !options.keep_plan) {
-    if (std::optional<Report> early = static_memory_report(scenario, options.build)) {
+    if (std::optional<Report> early = static_memory_report(resolved, options.build)) {
       Evaluation e;
       e.report = std::move(*early);
       e.early_answer = true;
@@ -754,8 +762,8 @@ sim::Result<Evaluation> evaluate(const Scenario& scenario, const EvalOptions& op
     why = "hardware.runtime: the allocator replay needs the whole step's allocation order";
   } else if (options.steady_state && !options.keep_timeline && !options.keep_plan) {
     std::optional<Report> report = scenario.parallelism.pp == 1
-                                       ? steady_state_report(scenario, options, why)
-                                       : pipeline_steady_state_report(scenario, options, why);
+                                       ? steady_state_report(resolved, options, why)
+                                       : pipeline_steady_state_report(resolved, options, why);
     if (report) {
       Evaluation e;
       e.report = std::move(*report);
@@ -763,7 +771,12 @@ sim::Result<Evaluation> evaluate(const Scenario& scenario, const EvalOptions& op
       return e;
     }
   }
-  OFFSIM_ASSIGN_OR_RETURN(BuiltStep step, build_step(scenario, options.build));
+  // A reduced step the cancel flag stopped: stop here rather than build the full one.
+  if (options.cancel != nullptr && options.cancel->load(std::memory_order_relaxed)) {
+    return sim::fail(sim::ErrorCode::kCancelled,
+                     "evaluation cancelled before simulating the full step ({})", why);
+  }
+  OFFSIM_ASSIGN_OR_RETURN(BuiltStep step, build_step(resolved, options.build));
   sim::SimOptions sim_options;
   sim_options.record_spans = true;
   sim_options.record_memory = options.keep_timeline;

@@ -2,7 +2,8 @@
 // turns the Timeline into a Report (target offsim_models_eval, which links the engine).
 //
 //   models::EvalOptions options{.keep_timeline = true};
-//   OFFSIM_ASSIGN_OR_RETURN(models::Evaluation e, models::evaluate(scenario, options));
+//   OFFSIM_ASSIGN_OR_RETURN(models::ResolvedScenario r, models::resolve(scenario));
+//   OFFSIM_ASSIGN_OR_RETURN(models::Evaluation e, models::evaluate(r, options));
 //   fmt::print("{:.3f} s, MFU {:.1f}%\n", e.report.step_time_s, 100 * e.report.mfu);
 //   if (e.timeline) write_chrome_trace(*e.timeline, "step.json");
 #pragma once
@@ -12,6 +13,7 @@
 #include <string>
 
 #include "models/report.h"
+#include "models/resolve.h"
 #include "models/scenario.h"
 #include "models/step_builder.h"
 #include "sim/core/result.h"
@@ -32,7 +34,9 @@ struct EvalOptions {
   // and the policy search use it; `offsim run` does not, so it reports the true demand.
   bool early_answers = false;
   BuildOptions build;
-  const std::atomic<bool>* cancel = nullptr;  // polled by the engine; set: fails with kCancelled
+  // Polled by the engine in every simulation evaluate() runs (the reduced steps of the steady
+  // state included); set: fails with kCancelled.
+  const std::atomic<bool>* cancel = nullptr;
 };
 
 struct Evaluation {
@@ -44,6 +48,8 @@ struct Evaluation {
   std::string full_path_reason;  // otherwise, why the full step was simulated
 };
 
+sim::Result<Evaluation> evaluate(const ResolvedScenario& scenario, const EvalOptions& options = {});
+// Resolves the scenario (resolve.h), then evaluates it.
 sim::Result<Evaluation> evaluate(const Scenario& scenario, const EvalOptions& options = {});
 
 // The report of a simulated step (exposed for tests and for the replay's measured timelines).

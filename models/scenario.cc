@@ -1,6 +1,7 @@
 #include "models/scenario.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 
 #include <fmt/format.h>
@@ -742,9 +743,14 @@ sim::Status check_hardware(const Scenario& s) {
   return sim::ok();
 }
 
+std::atomic<std::int64_t> g_scenario_checks{0};
+
 }  // namespace
 
+std::int64_t scenario_checks_run() { return g_scenario_checks.load(std::memory_order_relaxed); }
+
 sim::Status check_scenario(const Scenario& s) {
+  g_scenario_checks.fetch_add(1, std::memory_order_relaxed);
   OFFSIM_RETURN_IF_ERROR(check_sizes(s));
   OFFSIM_RETURN_IF_ERROR(check_training(s));
   OFFSIM_RETURN_IF_ERROR(check_parallelism(s));
@@ -756,6 +762,10 @@ sim::Status check_scenario(const Scenario& s) {
 
 sim::Status check_scenario(const Scenario& s, int gpus_per_node) {
   OFFSIM_RETURN_IF_ERROR(check_scenario(s));
+  return check_gpu_count(s, gpus_per_node);
+}
+
+sim::Status check_gpu_count(const Scenario& s, int gpus_per_node) {
   const ParallelConfig& p = s.parallelism;
   const std::int64_t used = static_cast<std::int64_t>(stage_ranks(p)) * p.pp;
   const std::int64_t available = static_cast<std::int64_t>(s.hardware.nodes) * gpus_per_node;

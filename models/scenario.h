@@ -337,6 +337,11 @@ std::int64_t grad_accum_steps(const TrainingConfig& t, const ParallelConfig& p);
 sim::Status check_scenario(const Scenario& s);
 // Also checks the GPU count against a system of `gpus_per_node` GPUs.
 sim::Status check_scenario(const Scenario& s, int gpus_per_node);
+// Only the GPU count against a system of `gpus_per_node` GPUs (for a scenario that passed
+// check_scenario(s); resolve.h runs both).
+sim::Status check_gpu_count(const Scenario& s, int gpus_per_node);
+// How many times check_scenario(s) has run in this process (tests count the checks of a run).
+std::int64_t scenario_checks_run();
 
 // --- Catalogue ----------------------------------------------------------------------------------
 

@@ -5,11 +5,13 @@
 
 namespace offsim::models {
 
-std::optional<Report> static_memory_report(const Scenario& scenario, const BuildOptions& build) {
+std::optional<Report> static_memory_report(const ResolvedScenario& resolved,
+                                           const BuildOptions& build) {
+  const Scenario& scenario = resolved.scenario();
   if (scenario.hardware.runtime != HardwareConfig::Runtime::kNone) return std::nullopt;
   BuildOptions options = build;
   options.static_only = true;
-  sim::Result<BuiltStep> step = build_step(scenario, options);
+  sim::Result<BuiltStep> step = build_step(resolved, options);
   if (!step) return std::nullopt;
   sim::SimOptions sim_options;
   sim_options.record_spans = false;

@@ -13,7 +13,7 @@
 // demand_bytes and the peaks are the static memory (lower bounds, over_capacity entries carry
 // demand_is_lower_bound), plan_ops is 0, and a flag says all this.
 //
-//   std::optional<models::Report> r = models::static_memory_report(scenario, {});
+//   std::optional<models::Report> r = models::static_memory_report(resolved, {});
 //   if (r) fmt::print("{} does not fit: {}\n", r->scenario, r->oom->pool);
 #pragma once
 
@@ -28,7 +28,8 @@ namespace offsim::models {
 // The early report, or nullopt when the static state fits every pool, when the scenario has a
 // framework runtime (hardware.runtime: the allocator replay needs the whole step), or when the
 // static state cannot be built (the full path then reports the error).
-std::optional<Report> static_memory_report(const Scenario& scenario, const BuildOptions& build);
+std::optional<Report> static_memory_report(const ResolvedScenario& scenario,
+                                           const BuildOptions& build);
 
 // The flag an early report carries (last of its flags).
 inline constexpr const char* kStaticMemoryFlag =

@@ -2033,21 +2033,15 @@ GroupPlacement non_layer_placement(const Scenario& s) {
 }
 
 sim::Result<BuiltStep> build_step(const Scenario& s, const BuildOptions& options) {
-  OFFSIM_RETURN_IF_ERROR(check_scenario(s));
-  OFFSIM_ASSIGN_OR_RETURN(sim::platform::System system,
-                          sim::platform::find_system(s.hardware.system));
-  if (s.hardware.nodes != system.nodes) system = system.with_nodes(s.hardware.nodes);
-  OFFSIM_RETURN_IF_ERROR(check_scenario(s, system.gpus_per_node));
-  sim::Result<sim::platform::CalibrationProfile> profile =
-      s.hardware.profile_path.empty() ? sim::platform::default_profile(system.gpu)
-                                      : sim::platform::read_profile_file(s.hardware.profile_path);
-  if (!profile) return sim::fail(profile.error());
-  // The host (the system's own or hardware.host) and hardware.overrides, applied once here.
-  OFFSIM_ASSIGN_OR_RETURN(
-      sim::platform::ResolvedHardware hw,
-      sim::platform::resolve_hardware(system, *profile, s.hardware.host, s.hardware.overrides));
-  system = std::move(hw.system);
-  *profile = std::move(hw.profile);
+  OFFSIM_ASSIGN_OR_RETURN(ResolvedScenario resolved, resolve(s));
+  return build_step(resolved, options);
+}
+
+sim::Result<BuiltStep> build_step(const ResolvedScenario& resolved, const BuildOptions& options) {
+  // Checked, with the host and hardware.overrides applied, once by resolve().
+  const Scenario& s = resolved.scenario();
+  const sim::platform::System& system = resolved.system();
+  const sim::platform::CalibrationProfile* profile = &resolved.profile();
 
   const ParallelConfig& p = s.parallelism;
   std::vector<SimRank> ranks;

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "models/formulas.h"
+#include "models/resolve.h"
 #include "models/runtime.h"
 #include "models/scenario.h"
 #include "sim/core/result.h"
@@ -92,6 +93,9 @@ struct BuiltStep {
   std::vector<PipelineTask> pipeline_tasks;
 };
 
+sim::Result<BuiltStep> build_step(const ResolvedScenario& scenario,
+                                  const BuildOptions& options = {});
+// Resolves the scenario (resolve.h), then builds it.
 sim::Result<BuiltStep> build_step(const Scenario& scenario, const BuildOptions& options = {});
 
 // Where one layer's tensors live and how they move: the scenario's offload rules that select

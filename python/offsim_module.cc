@@ -120,10 +120,8 @@ scenarios::ScenarioFile load_text(const std::string& text, const std::string& so
   return file;
 }
 
-models::Scenario checked(const scenarios::ScenarioFile& file) {
-  models::Scenario s = value_or_raise(scenarios::scenario_from_document(file.base, file.base_dir));
-  check(scenarios::check_loaded(s, file.base));
-  return s;
+models::ResolvedScenario checked(const scenarios::ScenarioFile& file) {
+  return value_or_raise(scenarios::resolve_document(file.base, file.base_dir));
 }
 
 // Node -> JSON with scalars typed as the loader reads them.
@@ -160,7 +158,7 @@ std::tuple<std::string, std::string> resolve(const std::string& text, const std:
                                              const std::string& base_dir,
                                              const std::vector<std::string>& sets) {
   const scenarios::ScenarioFile file = load_text(text, source, base_dir, sets);
-  const scenarios::Node doc = scenarios::scenario_to_document(checked(file));
+  const scenarios::Node doc = scenarios::scenario_to_document(checked(file).scenario());
   return {scenarios::emit_yaml(doc), to_json(doc).dump()};
 }
 
@@ -181,7 +179,8 @@ std::tuple<std::string, std::string> run(const std::string& text, const std::str
                                          std::int64_t max_plan_ops, std::int64_t max_memory_bytes,
                                          double time_limit_s) {
   const scenarios::ScenarioFile file = load_text(text, source, base_dir, sets);
-  const models::Scenario s = checked(file);
+  const models::ResolvedScenario resolved = checked(file);
+  const models::Scenario& s = resolved.scenario();
   const scenarios::ResourceLimits limits = limits_of(max_plan_ops, max_memory_bytes, time_limit_s);
   models::EvalOptions options;
   options.keep_timeline = timeline;
@@ -192,7 +191,7 @@ std::tuple<std::string, std::string> run(const std::string& text, const std::str
     std::atomic<bool> cancel{false};
     scenarios::Watchdog watchdog(limits.time_limit_s, cancel);
     options.cancel = &cancel;
-    auto eval = models::evaluate(s, options);
+    auto eval = models::evaluate(resolved, options);
     if (!eval && watchdog.fired()) {
       raise(scenarios::time_limit_error(limits.time_limit_s, "simulating " + source));
     }
@@ -224,7 +223,7 @@ std::string plan(const std::string& text, const std::string& source, const std::
                  const std::vector<std::string>& sets, int top, bool exhaustive,
                  const std::vector<std::int64_t>& micro_batches, bool search_recompute, int jobs) {
   const scenarios::ScenarioFile file = load_text(text, source, base_dir, sets);
-  const models::Scenario s = checked(file);
+  const models::ResolvedScenario s = checked(file);
   scenarios::SearchOptions o;
   o.top_k = top;
   o.jobs = jobs;

@@ -33,17 +33,8 @@ sim::Result<BreakEven> break_even_host_bandwidth(const models::Scenario& scenari
                      "tensor: activations)");
   }
   // The system's host path as the simulation sees it.
-  OFFSIM_ASSIGN_OR_RETURN(sim::platform::System system,
-                          sim::platform::find_system(scenario.hardware.system));
-  if (scenario.hardware.nodes != system.nodes) system = system.with_nodes(scenario.hardware.nodes);
-  OFFSIM_ASSIGN_OR_RETURN(sim::platform::CalibrationProfile profile,
-                          scenario.hardware.profile_path.empty()
-                              ? sim::platform::default_profile(system.gpu)
-                              : sim::platform::read_profile_file(scenario.hardware.profile_path));
-  OFFSIM_ASSIGN_OR_RETURN(sim::platform::ResolvedHardware hw,
-                          sim::platform::resolve_hardware(system, profile, scenario.hardware.host,
-                                                          scenario.hardware.overrides));
-  const auto& hl = hw.profile.host_link;
+  OFFSIM_ASSIGN_OR_RETURN(models::ResolvedScenario base, models::resolve(scenario));
+  const auto& hl = base.profile().host_link;
   BreakEven out;
   out.current_bytes_per_s = hl.h2d_bytes_per_s.value;
 
@@ -51,8 +42,10 @@ sim::Result<BreakEven> break_even_host_bandwidth(const models::Scenario& scenari
   std::erase_if(recompute.offload.rules, moves_activations);
   recompute.recompute = models::RecomputeConfig{};
   recompute.recompute.mode = models::RecomputeConfig::Mode::kFull;
-  OFFSIM_ASSIGN_OR_RETURN(models::Evaluation r, models::evaluate(recompute));
-  OFFSIM_ASSIGN_OR_RETURN(models::Evaluation o, models::evaluate(scenario));
+  OFFSIM_ASSIGN_OR_RETURN(models::ResolvedScenario recompute_resolved,
+                          models::resolve_variant(base, recompute));
+  OFFSIM_ASSIGN_OR_RETURN(models::Evaluation r, models::evaluate(recompute_resolved));
+  OFFSIM_ASSIGN_OR_RETURN(models::Evaluation o, models::evaluate(base));
   out.recompute_step_s = r.report.step_time_s;
   out.offload_step_s = o.report.step_time_s;
   if (!o.report.fits) {

@@ -124,9 +124,8 @@ sim::Result<std::vector<ExampleRun>> run_examples(const std::string& dir) {
     if (!in) return sim::fail(ErrorCode::kIo, "{}: cannot read the file", name);
     OFFSIM_ASSIGN_OR_RETURN(ExpectedOutcome expected, parse_expectation(text.str(), name));
     OFFSIM_ASSIGN_OR_RETURN(ScenarioFile file, load_scenario_file(name));
-    OFFSIM_ASSIGN_OR_RETURN(models::Scenario scenario,
-                            scenario_from_document(file.base, file.base_dir));
-    OFFSIM_RETURN_IF_ERROR(check_loaded(scenario, file.base));
+    OFFSIM_ASSIGN_OR_RETURN(models::ResolvedScenario scenario,
+                            resolve_document(file.base, file.base_dir));
     auto eval = models::evaluate(scenario);
     if (!eval) return sim::fail(eval.error().code, "{}: {}", name, eval.error().message);
     runs.push_back(

@@ -228,9 +228,11 @@ class Enumerator {
 // Simulates lists of entries in parallel, recording each one's state, objective and report.
 class Evaluator {
  public:
-  Evaluator(const models::Scenario& base, const SearchOptions& options, std::vector<Entry>& entries,
-            std::int64_t valid)
+  // `resolved`: the base resolved (each candidate then takes its hardware from it), or null.
+  Evaluator(const models::Scenario& base, const models::ResolvedScenario* resolved,
+            const SearchOptions& options, std::vector<Entry>& entries, std::int64_t valid)
       : base_(base),
+        resolved_(resolved),
         options_(options),
         entries_(entries),
         progress_(valid, options.progress, 5.0) {}
@@ -242,8 +244,11 @@ class Evaluator {
         progress_.update(simulated_++);
       }
       Entry& e = entries_[todo[i]];
-      auto eval =
-          models::evaluate(apply_candidate(base_, options_.space, e.candidate), options_.eval);
+      const models::Scenario s = apply_candidate(base_, options_.space, e.candidate);
+      auto resolved =
+          resolved_ != nullptr ? models::resolve_variant(*resolved_, s) : models::resolve(s);
+      auto eval = resolved ? models::evaluate(*resolved, options_.eval)
+                           : sim::Result<models::Evaluation>(sim::fail(resolved.error()));
       if (!eval) {
         e.state = State::kOtherFailure;
         return;
@@ -262,6 +267,7 @@ class Evaluator {
 
  private:
   const models::Scenario& base_;
+  const models::ResolvedScenario* resolved_;
   const SearchOptions& options_;
   std::vector<Entry>& entries_;
   Progress progress_;
@@ -408,8 +414,11 @@ void rank_best(const models::Scenario& base, const SearchOptions& options,
 
 }  // namespace
 
-sim::Result<SearchResult> search_policies(const models::Scenario& base,
-                                          const SearchOptions& options) {
+namespace {
+
+sim::Result<SearchResult> search(const models::Scenario& base,
+                                 const models::ResolvedScenario* resolved,
+                                 const SearchOptions& options) {
   const auto started = std::chrono::steady_clock::now();
   OFFSIM_RETURN_IF_ERROR(check_search_options(options));
   Enumeration en = Enumerator(base, options.space).run();
@@ -417,7 +426,7 @@ sim::Result<SearchResult> search_policies(const models::Scenario& base,
   result.space_size = static_cast<std::int64_t>(en.entries.size());
   for (const Entry& e : en.entries) result.valid += e.valid ? 1 : 0;
 
-  Evaluator evaluator(base, options, en.entries, result.valid);
+  Evaluator evaluator(base, resolved, options, en.entries, result.valid);
   if (options.method == SearchMethod::kExhaustive) {
     std::vector<std::size_t> todo;
     for (std::size_t i = 0; i < en.entries.size(); ++i)
@@ -431,6 +440,20 @@ sim::Result<SearchResult> search_policies(const models::Scenario& base,
   evaluator.finish();
   result.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   return result;
+}
+
+}  // namespace
+
+sim::Result<SearchResult> search_policies(const models::ResolvedScenario& base,
+                                          const SearchOptions& options) {
+  return search(base.scenario(), &base, options);
+}
+
+sim::Result<SearchResult> search_policies(const models::Scenario& base,
+                                          const SearchOptions& options) {
+  // A base that does not resolve may still have candidates that do (another micro-batch size).
+  const sim::Result<models::ResolvedScenario> resolved = models::resolve(base);
+  return search(base, resolved ? &*resolved : nullptr, options);
 }
 
 }  // namespace offsim::scenarios

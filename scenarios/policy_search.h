@@ -82,6 +82,11 @@ struct SearchResult {
   double wall_s = 0.0;
 };
 
+// Each evaluated candidate is resolved from `base` (models::resolve_variant): checked once, its
+// hardware and profile those of the base.
+sim::Result<SearchResult> search_policies(const models::ResolvedScenario& base,
+                                          const SearchOptions& options);
+// Resolves the base first; when it does not resolve, each candidate is resolved on its own.
 sim::Result<SearchResult> search_policies(const models::Scenario& base,
                                           const SearchOptions& options);
 

@@ -931,44 +931,21 @@ std::string locate_message(const std::string& message, const Node& doc) {
   return fmt::format("{}: {}", doc.origin, message);
 }
 
+sim::Result<models::ResolvedScenario> resolve_loaded(const Scenario& scenario, const Node& doc) {
+  models::ResolveOptions options;
+  options.locate = [&doc](const std::string& message) { return locate_message(message, doc); };
+  return models::resolve(scenario, options);
+}
+
 sim::Status check_loaded(const Scenario& scenario, const Node& doc) {
-  sim::Status status = models::check_scenario(scenario);
-  if (status) {
-    if (auto system = sim::platform::find_system(scenario.hardware.system)) {
-      status = models::check_scenario(scenario, system->gpus_per_node);
-    }
-  }
-  if (status && !scenario.hardware.profile_path.empty()) {
-    if (auto profile = sim::platform::read_profile_file(scenario.hardware.profile_path); !profile) {
-      status = sim::fail(ErrorCode::kInvalidInput, "hardware.profile: {}", profile.error().message);
-    } else if (auto system = sim::platform::find_system(scenario.hardware.system);
-               system && system->host_link != sim::platform::HostLinkKind::kNvlinkC2c &&
-               !(profile->host_link.switch_uplink_bytes_per_s.value > 0.0)) {
-      // 0 means "no PCIe switch" in a profile, but this system's GPUs reach the host through one.
-      status = sim::fail(ErrorCode::kInvalidInput,
-                         "hardware.profile: {}: $.host_link.switch_uplink_bytes_per_s.value: value "
-                         "0 is not allowed for system {}, whose GPUs reach the CPU through PCIe "
-                         "switches (expected a bandwidth in bytes/s > 0)",
-                         scenario.hardware.profile_path, scenario.hardware.system);
-    }
-  }
-  // The host must attach the system's GPUs and every override must name a figure.
-  if (status && (!scenario.hardware.host.empty() || !scenario.hardware.overrides.empty())) {
-    if (auto system = sim::platform::find_system(scenario.hardware.system)) {
-      auto profile = scenario.hardware.profile_path.empty()
-                         ? sim::platform::default_profile(system->gpu)
-                         : sim::platform::read_profile_file(scenario.hardware.profile_path);
-      if (profile) {
-        auto hw = sim::platform::resolve_hardware(*system, *profile, scenario.hardware.host,
-                                                  scenario.hardware.overrides);
-        if (!hw) status = sim::fail(hw.error().code, "{}", hw.error().message);
-      }
-    }
-  }
-  if (!status) {
-    return sim::fail(status.error().code, "{}", locate_message(status.error().message, doc));
-  }
+  OFFSIM_RETURN_IF_ERROR(resolve_loaded(scenario, doc));
   return sim::ok();
+}
+
+sim::Result<models::ResolvedScenario> resolve_document(const Node& doc,
+                                                       const std::string& base_dir) {
+  OFFSIM_ASSIGN_OR_RETURN(Scenario scenario, scenario_from_document(doc, base_dir));
+  return resolve_loaded(scenario, doc);
 }
 
 namespace {

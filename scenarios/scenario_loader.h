@@ -3,21 +3,21 @@
 //
 // Every error names the place it comes from: "file.yaml:12:5: training.micro_batch: expected an
 // integer >= 1, got "two"". Schema errors (unknown key, wrong type, value out of range) are input
-// errors; `check_loaded` then runs the model's consistency checks (TP divides heads, batch
+// errors; `resolve_loaded` then runs the model's consistency checks (TP divides heads, batch
 // divisible, GPUs available) and maps their key paths back to file positions.
 //
 //   OFFSIM_ASSIGN_OR_RETURN(scenarios::ScenarioFile file,
 //                           scenarios::load_scenario_file("ex.yaml", {"training.micro_batch=2"}));
-//   OFFSIM_ASSIGN_OR_RETURN(models::Scenario s, scenarios::scenario_from_document(file.base,
-//                                                                                 file.base_dir));
-//   OFFSIM_RETURN_IF_ERROR(scenarios::check_loaded(s, file.base));
-//   fmt::print("{}", scenarios::emit_yaml(scenarios::scenario_to_document(s)));
+//   OFFSIM_ASSIGN_OR_RETURN(models::ResolvedScenario r,
+//                           scenarios::resolve_document(file.base, file.base_dir));
+//   fmt::print("{}", scenarios::emit_yaml(scenarios::scenario_to_document(r.scenario())));
 #pragma once
 
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "models/resolve.h"
 #include "models/scenario.h"
 #include "scenarios/document.h"
 #include "scenarios/sweep.h"
@@ -48,10 +48,17 @@ sim::Result<ScenarioFile> load_scenario_file(const std::string& path,
 // `base_dir`, or the working directory for values given with --set.
 sim::Result<models::Scenario> scenario_from_document(const Node& doc, const std::string& base_dir);
 
-// The model's consistency checks (models::check_scenario, and the GPU count of the system when
-// the platform catalogue knows it), with the key path in each message prefixed by its position
-// in `doc`.
+// Resolves a scenario mapped from `doc` (models/resolve.h: the model's consistency checks, the
+// GPU count of its system, the profile, host and overrides), with the key path in each message
+// prefixed by its position in `doc`.
+sim::Result<models::ResolvedScenario> resolve_loaded(const models::Scenario& scenario,
+                                                     const Node& doc);
+// resolve_loaded() for a caller that only needs to know that the scenario resolves.
 sim::Status check_loaded(const models::Scenario& scenario, const Node& doc);
+// scenario_from_document() and resolve_loaded(): a document to the scenario run, sweep, plan,
+// replay, validate and the GUI evaluate, checked once.
+sim::Result<models::ResolvedScenario> resolve_document(const Node& doc,
+                                                       const std::string& base_dir);
 
 // The effective scenario as a document: every field, defaults included, models inline.
 Node scenario_to_document(const models::Scenario& scenario);

@@ -58,7 +58,8 @@ nlohmann::ordered_json node_json(const Node& node) {
 }  // namespace
 
 PointOutcome evaluate_document(const Node& doc, const std::string& base_dir,
-                               const models::EvalOptions& options, const ResourceLimits& limits) {
+                               const models::EvalOptions& options, const ResourceLimits& limits,
+                               const models::ResolvedScenario* hardware_base) {
   PointOutcome out;
   auto scenario = scenario_from_document(doc, base_dir);
   if (!scenario) {
@@ -66,8 +67,13 @@ PointOutcome evaluate_document(const Node& doc, const std::string& base_dir,
     out.input_error = true;
     return out;
   }
-  if (auto status = check_loaded(*scenario, doc); !status) {
-    out.error = status.error().message;
+  models::ResolveOptions located;
+  located.locate = [&doc](const std::string& message) { return locate_message(message, doc); };
+  auto resolved = hardware_base != nullptr
+                      ? models::resolve_variant(*hardware_base, *scenario, located)
+                      : models::resolve(*scenario, located);
+  if (!resolved) {
+    out.error = resolved.error().message;
     return out;
   }
   if (auto status =
@@ -76,7 +82,7 @@ PointOutcome evaluate_document(const Node& doc, const std::string& base_dir,
     out.error = status.error().message;
     return out;
   }
-  auto eval = models::evaluate(*scenario, options);
+  auto eval = models::evaluate(*resolved, options);
   if (!eval) {
     out.error = eval.error().message;
     return out;
@@ -216,7 +222,8 @@ std::string PreparedSweep::row(std::int64_t k, bool* error) const {
   if (!doc) {
     outcome.error = doc.error().message;
   } else {
-    outcome = evaluate_document(*doc, file->base_dir, eval, limits);
+    outcome = evaluate_document(*doc, file->base_dir, eval, limits,
+                                hardware_base ? &*hardware_base : nullptr);
   }
   if (error != nullptr) *error = !outcome.report.has_value();
   return format_row(format, index, axes, outcome);
@@ -244,6 +251,8 @@ sim::Result<PreparedSweep> prepare_sweep(const ScenarioFile& file, const SweepRu
       return sim::fail(scenario.error().code, "sweep point {}: {}", i, scenario.error().message);
     }
   }
+
+  if (auto base = resolve_document(file.base, file.base_dir)) p.hardware_base = std::move(*base);
 
   const std::vector<std::string> axis_paths = p.spec.axis_paths();
   p.to_stdout = options.out_path.empty() || options.out_path == "-";

@@ -42,10 +42,13 @@ struct PointOutcome {
   bool input_error = false;  // a schema error: the sweep itself is wrong, not this point
 };
 
-// A point whose estimated plan exceeds `limits` (check_plan_size) is an error row.
+// A point whose estimated plan exceeds `limits` (check_plan_size) is an error row. With
+// `hardware_base`, a point of the same hardware keys takes its system and profile from it
+// (models::resolve_variant) instead of reading the profile again.
 PointOutcome evaluate_document(const Node& doc, const std::string& base_dir,
                                const models::EvalOptions& options = {},
-                               const ResourceLimits& limits = {});
+                               const ResourceLimits& limits = {},
+                               const models::ResolvedScenario* hardware_base = nullptr);
 
 enum class RowFormat { kCsv, kJsonl };
 
@@ -101,6 +104,8 @@ struct PreparedSweep {
   OpenMode mode = OpenMode::kCreate;
   models::EvalOptions eval{.early_answers = true};  // static-memory early answers (static_memory.h)
   ResourceLimits limits;
+  // The file's base scenario resolved, when it resolves: the points' system and profile.
+  std::optional<models::ResolvedScenario> hardware_base;
 
   // Evaluates the k-th point of this shard and formats its row; `error` tells whether the row
   // is an error row.

@@ -34,15 +34,15 @@ sim::Result<ScenarioRun> run_scenario(const std::string& path,
     OFFSIM_ASSIGN_OR_RETURN(doc,
                             scenarios::apply_point(file.base, file.sweep->point(*sweep_point)));
   }
-  OFFSIM_ASSIGN_OR_RETURN(models::Scenario scenario,
-                          scenarios::scenario_from_document(doc, file.base_dir));
-  OFFSIM_RETURN_IF_ERROR(scenarios::check_loaded(scenario, doc));
+  OFFSIM_ASSIGN_OR_RETURN(models::ResolvedScenario resolved,
+                          scenarios::resolve_document(doc, file.base_dir));
+  const models::Scenario& scenario = resolved.scenario();
   OFFSIM_RETURN_IF_ERROR(scenarios::check_plan_size(scenario, {}, {.with_memory_samples = true}));
   if (progress) progress(0.1);
   models::EvalOptions options;
   options.keep_timeline = true;
   options.cancel = cancel;
-  OFFSIM_ASSIGN_OR_RETURN(models::Evaluation evaluation, models::evaluate(scenario, options));
+  OFFSIM_ASSIGN_OR_RETURN(models::Evaluation evaluation, models::evaluate(resolved, options));
   if (progress) progress(1.0);
   ScenarioRun run;
   run.report_json = models::report_to_json(evaluation.report).dump(2);

@@ -269,7 +269,7 @@ int cmd_plan(const PlanArgs& a) {
   std::atomic<bool> cancel{false};
   scenarios::Watchdog watchdog(a.limits.time_limit_s, cancel);
   if (a.limits.time_limit_s > 0.0) o.eval.cancel = &cancel;
-  auto r = scenarios::search_policies(l->scenario, o);
+  auto r = scenarios::search_policies(*l->resolved, o);
   if (watchdog.fired()) {
     return report(
         scenarios::time_limit_error(a.limits.time_limit_s, "searching policies for " + a.scenario));

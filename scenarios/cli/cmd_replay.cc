@@ -87,7 +87,7 @@ int cmd_replay_mpi(const ReplayArgs& a) {
   st = scenarios::check_plan_size(l->scenario, a.limits, {.with_memory_samples = true});
   if (!st) st = sim::fail(eval_error(st.error(), a.scenario));
   if (int rc = agree(st); rc >= 0) return rc;
-  auto eval = models::evaluate(l->scenario, eo);
+  auto eval = models::evaluate(*l->resolved, eo);
   if (int rc = agree(eval ? sim::ok() : sim::fail(eval_error(eval.error(), a.scenario))); rc >= 0)
     return rc;
   backends::ReplayOptions ro;
@@ -167,7 +167,7 @@ int cmd_replay(const ReplayArgs& a) {
       !st) {
     return report(eval_error(st.error(), a.scenario));
   }
-  auto eval = models::evaluate(l->scenario, eo);
+  auto eval = models::evaluate(*l->resolved, eo);
   if (!eval) return report(eval_error(eval.error(), a.scenario));
   backends::ReplayOptions ro;
   ro.measured_steps = a.steps;

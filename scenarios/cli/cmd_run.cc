@@ -117,7 +117,7 @@ sim::Result<std::vector<NamedReport>> evaluate_all(const RunArgs& a,
       return sim::fail(eval_error(st.error(), l.file.path));
     }
     OFFSIM_ASSIGN_OR_RETURN(models::Evaluation eval,
-                            evaluate_limited(l.scenario, options, a.limits, l.file.path));
+                            evaluate_limited(*l.resolved, options, a.limits, l.file.path));
     OFFSIM_RETURN_IF_ERROR(write_outputs(a, eval, outputs));
     reports.push_back({l.scenario.name, std::move(eval.report)});
   }

@@ -41,9 +41,10 @@ sim::Result<Loaded> load_checked(const std::string& path, const std::vector<std:
   scenarios::LoadOptions load;
   load.max_sweep_points = max_points;
   OFFSIM_ASSIGN_OR_RETURN(loaded.file, scenarios::load_scenario_file(path, sets, load));
-  OFFSIM_ASSIGN_OR_RETURN(
-      loaded.scenario, scenarios::scenario_from_document(loaded.file.base, loaded.file.base_dir));
-  OFFSIM_RETURN_IF_ERROR(scenarios::check_loaded(loaded.scenario, loaded.file.base));
+  OFFSIM_ASSIGN_OR_RETURN(models::ResolvedScenario resolved,
+                          scenarios::resolve_document(loaded.file.base, loaded.file.base_dir));
+  loaded.scenario = resolved.scenario();
+  loaded.resolved = std::move(resolved);
   return loaded;
 }
 
@@ -91,7 +92,7 @@ void add_limit_options(CLI::App* cmd, scenarios::ResourceLimits& limits, const c
   }
 }
 
-sim::Result<models::Evaluation> evaluate_limited(const models::Scenario& scenario,
+sim::Result<models::Evaluation> evaluate_limited(const models::ResolvedScenario& scenario,
                                                  models::EvalOptions options,
                                                  const scenarios::ResourceLimits& limits,
                                                  const std::string& path) {

@@ -11,6 +11,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,7 +34,9 @@ int usage_error(const std::string& message);
 // A scenario loaded, mapped and checked; input errors come back as kInvalidInput.
 struct Loaded {
   scenarios::ScenarioFile file;
-  models::Scenario scenario;
+  models::Scenario scenario;  // resolved->scenario()
+  // The scenario resolved once (models/resolve.h); set by load_checked().
+  std::optional<models::ResolvedScenario> resolved;
 };
 
 // `max_points` bounds the file's sweep block: run, plan and replay evaluate only the base
@@ -64,7 +67,7 @@ constexpr double kMaxJobs = 4096;
 void add_limit_options(CLI::App* cmd, scenarios::ResourceLimits& limits, const char* time_help);
 
 // Evaluates under the time limit of `limits` (a watchdog cancels the engine).
-sim::Result<models::Evaluation> evaluate_limited(const models::Scenario& scenario,
+sim::Result<models::Evaluation> evaluate_limited(const models::ResolvedScenario& scenario,
                                                  models::EvalOptions options,
                                                  const scenarios::ResourceLimits& limits,
                                                  const std::string& path);

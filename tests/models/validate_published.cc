@@ -67,14 +67,13 @@ void check_keys(const YAML::Node& n, const std::vector<std::string>& allowed,
 }
 
 // The row's scenario through the CLI's path: file, schema, then the model's consistency checks.
-models::Scenario load_row(const fs::path& file) {
+models::ResolvedScenario load_row(const fs::path& file) {
   auto loaded = scenarios::load_scenario_file(file.string());
   if (!loaded) die(loaded.error().message);
   if (loaded->sweep) die(file.string() + ": a validation row must not have a sweep block");
-  auto s = scenarios::scenario_from_document(loaded->base, loaded->base_dir);
+  auto s = scenarios::resolve_document(loaded->base, loaded->base_dir);
   if (!s) die(s.error().message);
-  if (auto st = scenarios::check_loaded(*s, loaded->base); !st) die(st.error().message);
-  return *s;
+  return std::move(*s);
 }
 
 struct Bound {
@@ -259,8 +258,8 @@ int main(int argc, char** argv) {
       if (!std::isfinite(published) || published <= 0.0) {
         die(fmt::format("{}: published: expected a number > 0, got {}", cw, published));
       }
-      models::Scenario s = load_row(path.parent_path() / rel);
-      if (auto sys = sim::platform::find_system(s.hardware.system); sys) {
+      const models::ResolvedScenario s = load_row(path.parent_path() / rel);
+      if (auto sys = sim::platform::find_system(s.scenario().hardware.system); sys) {
         if (std::find(gpu_kinds.begin(), gpu_kinds.end(), sys->gpu) == gpu_kinds.end()) {
           gpu_kinds.push_back(sys->gpu);
         }

@@ -1,0 +1,106 @@
+#include "models/resolve.h"
+
+#include <utility>
+
+#include "sim/platform/host.h"
+
+namespace offsim::models {
+
+namespace {
+
+using sim::ErrorCode;
+
+// A check's error, with its key path located in the input when the caller can.
+sim::Error located(const sim::Error& error, const ResolveOptions& options) {
+  if (!options.locate) return error;
+  return sim::Error{error.code, options.locate(error.message)};
+}
+
+// The calibration profile: hardware.profile or the default of the system's GPU. A profile that
+// does not read, or whose figures cannot describe the system, is an error of hardware.profile.
+sim::Result<sim::platform::CalibrationProfile> read_profile(const Scenario& s,
+                                                            const sim::platform::System& system,
+                                                            const ResolveOptions& options) {
+  const HardwareConfig& h = s.hardware;
+  if (h.profile_path.empty()) return sim::platform::default_profile(system.gpu);
+  sim::Result<sim::platform::CalibrationProfile> profile =
+      sim::platform::read_profile_file(h.profile_path);
+  if (!profile) {
+    return sim::fail(located(
+        sim::Error{ErrorCode::kInvalidInput, "hardware.profile: " + profile.error().message},
+        options));
+  }
+  if (system.host_link != sim::platform::HostLinkKind::kNvlinkC2c &&
+      !(profile->host_link.switch_uplink_bytes_per_s.value > 0.0)) {
+    // 0 means "no PCIe switch" in a profile, but this system's GPUs reach the host through one.
+    return sim::fail(located(
+        sim::Error{ErrorCode::kInvalidInput,
+                   fmt::format("hardware.profile: {}: $.host_link.switch_uplink_bytes_per_s.value: "
+                               "value 0 is not allowed for system {}, whose GPUs reach the CPU "
+                               "through PCIe switches (expected a bandwidth in bytes/s > 0)",
+                               h.profile_path, h.system)},
+        options));
+  }
+  return profile;
+}
+
+// The system, its profile, the host and the overrides, for a scenario that passed
+// check_scenario(s).
+sim::Status resolve_hardware_of(const Scenario& s, const ResolveOptions& options,
+                                sim::platform::System& system,
+                                sim::platform::CalibrationProfile& profile) {
+  const HardwareConfig& h = s.hardware;
+  OFFSIM_ASSIGN_OR_RETURN(system, sim::platform::find_system(h.system));
+  if (sim::Status gpus = check_gpu_count(s, system.gpus_per_node); !gpus) {
+    return sim::fail(located(gpus.error(), options));
+  }
+  OFFSIM_ASSIGN_OR_RETURN(profile, read_profile(s, system, options));
+  if (h.nodes != system.nodes) system = system.with_nodes(h.nodes);
+  sim::Result<sim::platform::ResolvedHardware> hw =
+      sim::platform::resolve_hardware(system, profile, h.host, h.overrides);
+  if (!hw) {
+    // The catalogue's own host cannot fail to attach; a named host or an override can.
+    const bool from_input = !h.host.empty() || !h.overrides.empty();
+    return sim::fail(from_input ? located(hw.error(), options) : hw.error());
+  }
+  system = std::move(hw->system);
+  profile = std::move(hw->profile);
+  return sim::ok();
+}
+
+// The keys resolve_hardware_of() reads.
+bool same_hardware(const HardwareConfig& a, const HardwareConfig& b) {
+  return a.system == b.system && a.nodes == b.nodes && a.profile_path == b.profile_path &&
+         a.host == b.host && a.overrides == b.overrides;
+}
+
+}  // namespace
+
+sim::Result<ResolvedScenario> resolve(const Scenario& scenario, const ResolveOptions& options) {
+  if (sim::Status checked = check_scenario(scenario); !checked) {
+    return sim::fail(located(checked.error(), options));
+  }
+  ResolvedScenario out;
+  OFFSIM_RETURN_IF_ERROR(resolve_hardware_of(scenario, options, out.system_, out.profile_));
+  out.scenario_ = scenario;
+  return out;
+}
+
+sim::Result<ResolvedScenario> resolve_variant(const ResolvedScenario& base,
+                                              const Scenario& scenario,
+                                              const ResolveOptions& options) {
+  if (!same_hardware(base.scenario().hardware, scenario.hardware)) {
+    return resolve(scenario, options);
+  }
+  if (sim::Status checked = check_scenario(scenario); !checked) {
+    return sim::fail(located(checked.error(), options));
+  }
+  if (sim::Status gpus = check_gpu_count(scenario, base.system().gpus_per_node); !gpus) {
+    return sim::fail(located(gpus.error(), options));
+  }
+  ResolvedScenario out = base;
+  out.scenario_ = scenario;
+  return out;
+}
+
+}  // namespace offsim::models
