@@ -85,5 +85,18 @@ TEST(ZenFlow, OverlappedIntervalBeatsZeroOffloadAndTheLimitsBehave) {
   EXPECT_EQ(step_s(qwen3b(true)), zenflow);
 }
 
+TEST(ZenFlow, SteadyStatePathAgreesWithTheFullStep) {
+  // Eight micro-batches: the worker's share runs beside all of them; the fast path either proves
+  // the step periodic or falls back, and its report is the full simulation's.
+  Scenario s = qwen3b(true);
+  s.training.global_batch = 16;
+  s.training.micro_batch = 1;
+  auto fast = evaluate(s);
+  ASSERT_TRUE(fast) << fast.error().message;
+  auto full = evaluate(s, {.steady_state = false});
+  ASSERT_TRUE(full) << full.error().message;
+  EXPECT_EQ(fast->report.step_time_s, full->report.step_time_s);
+}
+
 }  // namespace
 }  // namespace offsim::models
