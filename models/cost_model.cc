@@ -825,6 +825,7 @@ OpCost CostModel::host_compute(int rank, std::int64_t dram_bytes, double flops,
                                             : system_.gpus_per_node;
   const double per_socket = std::max(1.0, h.cores_per_socket.value);
   double cores = std::max(1.0, std::floor(per_socket * sockets / std::max(1, local)));
+  if (threads.core_fraction < 1.0) cores = std::max(1.0, std::floor(cores * threads.core_fraction));
   if (threads.threads > 0) cores = std::min(cores, static_cast<double>(threads.threads));
   // Sockets the rank's threads run on: its bound cores' sockets, or every socket when unbound.
   const double spanned =

@@ -138,6 +138,8 @@ class CostModel {
     bool bind_cores = true;
     int threads = 0;      // OMP_NUM_THREADS; 0 = every core of the rank's share
     int local_ranks = 0;  // ranks of the job on one node; 0 = every GPU of the node
+    // The part of the rank's cores these threads get (a ZenFlow optimizer worker's share).
+    double core_fraction = 1.0;
   };
   sim::OpCost host_compute(int rank, std::int64_t dram_bytes, double flops,
                            const CpuThreads& threads) const;

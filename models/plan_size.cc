@@ -166,6 +166,24 @@ void add_group(const Scenario& s, bool params_on_host, bool grads_on_host, bool 
   c.tensors += resolve_dtypes(s.training).master ? 4 : 3;
 }
 
+// ZenFlow (StepBuilder::zenflow_step): the selected gradients' all-gather and the top-k update
+// on the GPU, the optimizer worker's host op with overlap_step, per stage; the accumulation's
+// H2D per parameter group when the interval is longer than one step.
+void add_zenflow(const Scenario& s, double pp, Counts& c) {
+  const OffloadPolicy::ZenFlow& zf = s.offload.zenflow;
+  if (!zf.enabled) return;
+  const double gathers = grad_dp(s.parallelism) > 1 ? 1 : 0;
+  const double zf_ops = gathers + 1 + (zf.overlap_step ? 1 : 0);
+  const auto groups = static_cast<double>(s.model.layers + 2);
+  c.ops += pp * zf_ops;
+  c.deps += pp * zf_ops + groups;
+  c.group_ranks += pp * gathers * grad_dp(s.parallelism);
+  if (zf.update_interval > 1) {
+    c.ops += groups;
+    c.deps += groups;
+  }
+}
+
 // Gradient reduction and offload of one group over all micro-batches (StepBuilder::grads_done).
 void add_grads(const Scenario& s, double micro_batches, bool grads_on_host, Counts& c) {
   const ParallelConfig& p = s.parallelism;
@@ -362,6 +380,7 @@ PlanSize estimate_plan_size(const Scenario& s, const PlanSizeOptions& options) {
   if (s.offload.optimizer_on_cpu && s.offload.cpu_step == OffloadPolicy::CpuStep::kFlatPartition) {
     c.ops += pp * 2;
     c.deps += pp + static_cast<double>(s.model.layers + 2);
+    add_zenflow(s, pp, c);
   }
   c.deps += sends * 3.5;
   // Per stage: the workspace tensor; with hardware.runtime the CUDA context, NCCL buffers (when

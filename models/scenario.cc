@@ -721,6 +721,22 @@ sim::Status check_offload(const Scenario& s) {
   if (s.offload.optimizer_on_cpu && !optimizer_on_host) {
     return invalid("offload.optimizer_on_cpu: true needs a rule placing optimizer_states on host");
   }
+  const OffloadPolicy::ZenFlow& zf = s.offload.zenflow;
+  if (zf.enabled) {
+    if (!s.offload.optimizer_on_cpu ||
+        s.offload.cpu_step != OffloadPolicy::CpuStep::kFlatPartition) {
+      return invalid(
+          "offload.cpu.zenflow: ZenFlow extends DeepSpeed's ZeRO-Offload step; expected "
+          "offload.optimizer cpu and offload.cpu.step flat_partition");
+    }
+    if (!(zf.topk_ratio >= 0.0 && zf.topk_ratio <= 1.0) || zf.update_interval < 1 ||
+        !(zf.reserved_cores >= 0.0 && zf.reserved_cores < 1.0)) {
+      return invalid(fmt::format(
+          "offload.cpu.zenflow: expected topk_ratio in [0, 1], update_interval >= 1 and "
+          "pt_reserved_cores_perc in [0, 1), got {}, {}, {}",
+          zf.topk_ratio, zf.update_interval, zf.reserved_cores));
+    }
+  }
   return check_expert_fetch(s.offload);
 }
 

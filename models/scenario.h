@@ -272,6 +272,18 @@ struct OffloadPolicy {
   // experts are prefetched with the layer, this fraction of them correctly, and the misses are
   // fetched after the router (offload.experts.prediction_hit, in [0, 1]); none = no predictor.
   std::optional<double> expert_prediction_hit;
+  // DeepSpeed ZenFlow (offload.cpu.zenflow; zero_optimization.zenflow, deepspeed/runtime/zenflow/
+  // zenflow_config.py, arXiv 2505.12242) on the flat-partition step: the top-k gradient columns
+  // are updated on the GPU every step, the rest accumulate and the CPU updates them once every
+  // update_interval steps, overlapped with the next steps' GPU work when overlap_step is set.
+  struct ZenFlow {
+    bool enabled = false;
+    double topk_ratio = 0.1;      // zenflow_config.py default
+    int update_interval = 4;      // DeepSpeed's default is "auto"; 4 as its tutorial sets
+    bool overlap_step = false;    // zenflow_config.py default
+    double reserved_cores = 0.5;  // pt_reserved_cores_perc: cores kept by the training process
+  };
+  ZenFlow zenflow;
 };
 
 struct HardwareConfig {

@@ -1642,8 +1642,21 @@ class StepBuilder {
   // modelled as the gradient in its own dtype.)
   std::int64_t grads_d2h_bytes(const ParamGroup& g) const {
     if (!deepspeed_cpu_step(g)) return g.mem.grads_bytes;
-    return g.mem.grads_bytes / sim::dtype_bytes(dt_.grads) *
-           sim::dtype_bytes(dt_.master.value_or(dt_.params));
+    const std::int64_t widened = g.mem.grads_bytes / sim::dtype_bytes(dt_.grads) *
+                                 sim::dtype_bytes(dt_.master.value_or(dt_.params));
+    if (!zenflow(g)) return widened;
+    // ZenFlow runs DeepSpeed's gradient accumulation over update_interval steps (engine.py sets
+    // gradient_accumulation_steps to it): every step copies the gradient to the host in its own
+    // dtype (async_accumulate_grad_in_cpu_via_gpu) and the last one also the fp32 widening
+    // (async_inplace_copy_grad_to_fp32_buffer_from_gpu): the mean over the interval.
+    return g.mem.grads_bytes + widened / zenflow_interval();
+  }
+  // ZenFlow's accumulation brings the host's running sum back to the GPU before adding the new
+  // gradient to it, on every step of the interval but its first: the mean over the interval.
+  std::int64_t zenflow_grads_h2d_bytes(const ParamGroup& g) const {
+    if (!zenflow(g)) return 0;
+    const int n = zenflow_interval();
+    return g.mem.grads_bytes * (n - 1) / n;
   }
 
   // The routed experts' gradients after the last micro-batch: reduced over the expert-DP group
@@ -1709,6 +1722,10 @@ class StepBuilder {
       // for the rank's last backward op, known only at the end (patched in optimizer()).
       if (!s_.parallelism.overlap_grad_reduce) deferred_reduce_.push_back(after);
     }
+    if (gp->grads_on_host && last_mb && zenflow_grads_h2d_bytes(*gp) > 0) {
+      after = copy(r, sim::CopyDirection::kH2D, fmt::format("{}.zenflow.grad_accum_h2d", gp->name),
+                   OpCategory::kOffload, gp->layer, zenflow_grads_h2d_bytes(*gp), {after});
+    }
     if (gp->grads_on_host && (shard_grads() || last_mb)) {
       after = copy(r, sim::CopyDirection::kD2H, fmt::format("mb{}.{}.grads_d2h", lbl(mb), gp->name),
                    OpCategory::kOffload, gp->layer,
@@ -1726,6 +1743,13 @@ class StepBuilder {
            s_.offload.cpu_step == OffloadPolicy::CpuStep::kFlatPartition &&
            !(g.master_on_hbm && g.mem.master_bytes > 0);
   }
+  // DeepSpeed ZenFlow (offload.cpu.zenflow) on that step. Its ops are charged as the mean step
+  // over one update interval: what runs once per interval is charged 1/update_interval of its
+  // bytes on every step (see zenflow_step).
+  bool zenflow(const ParamGroup& g) const {
+    return s_.offload.zenflow.enabled && deepspeed_cpu_step(g);
+  }
+  int zenflow_interval() const { return std::max(1, s_.offload.zenflow.update_interval); }
   std::int64_t optimizer_shard(const ParamGroup& g) const {
     const int gdp = g.expert ? edp() : dp();
     return (s_.parallelism.fsdp || s_.parallelism.zero_stage >= 1) ? ceil_div(g.params, gdp)
@@ -1763,6 +1787,7 @@ class StepBuilder {
       }
     }
     if (shard == 0) return std::nullopt;
+    if (s_.offload.zenflow.enabled) return zenflow_step(r, shard, h2d, std::move(deps));
     sim::OpSizes sz;
     sz.bytes = cpu_step_bytes_per_param(dt_, false) * shard;
     sz.flops = cpu_step_flops_per_param(false) * static_cast<double>(shard);
@@ -1771,6 +1796,91 @@ class StepBuilder {
     if (h2d > 0) {
       done = copy(r, sim::CopyDirection::kH2D, "partition.params_h2d", OpCategory::kOffload, -1,
                   h2d, {done});
+    }
+    return done;
+  }
+
+  // ZenFlow's GPU side, every step (zenflow_stage_1_and_2.py, _process_selected_fp32_groups_grad):
+  // after the reduction each rank broadcasts the selected top-k columns of its partition's
+  // gradients, so every rank holds the selected gradients of the whole model (an all-gather of
+  // topk_ratio of the gradients), and the selective optimizer (ZenFlowSelectiveAdamW) updates
+  // those columns of its own full parameters on the GPU, with their moments kept on the GPU.
+  // The column selection itself (per-column norms, torch.topk) runs once per select_interval,
+  // by default once per epoch, and is not charged. 1-D parameters (norms, biases) are selected
+  // whole by DeepSpeed; here every group is counted at topk_ratio.
+  std::optional<OpId> zenflow_topk_update(Rank& r, std::vector<OpId> deps) {
+    std::int64_t params = 0;
+    for (const ParamGroup& g : r.groups) {
+      if (zenflow(g)) params += g.params;
+    }
+    const auto selected = static_cast<std::int64_t>(
+        std::ceil(s_.offload.zenflow.topk_ratio * static_cast<double>(params)));
+    if (selected == 0) return std::nullopt;
+    if (dp() > 1) {
+      deps = {collective(r, r.compute, "zenflow.selected_grads_allgather", OpCategory::kComm, -1,
+                         sim::CollectiveKind::kAllGather, r.dp_group,
+                         selected * sim::dtype_bytes(dt_.grads), std::move(deps))};
+    }
+    sim::OpSizes sz;
+    sz.bytes = adam_bytes_per_param(dt_) * selected;
+    sz.flops = kAdamFlopsPerParam * static_cast<double>(selected);
+    return add(r, r.compute, "zenflow.topk_adam", OpKind::kElementwise, OpCategory::kOptimizer, -1,
+               cm_.memory_bound(r.rank, sz.bytes, sz.flops), sz, std::move(deps));
+  }
+
+  // ZenFlow's host side (ZenFlowZeroOptimizerParallel with overlap_step, ...Sequential without),
+  // as the mean step of one update interval of n steps. Once per interval: the training process
+  // waits for the optimizer worker's previous update, copies the updated fp32 partition into the
+  // GPU's 16-bit partition (copy_ narrows on the host, the 16-bit partition crosses PCIe),
+  // all-gathers it, unscales and clips the new fp32 gradient (read 4, write 4 bytes) and submits
+  // it to the worker. The worker process runs DeepSpeed CPU Adam (read the fp32 gradient, read
+  // and write the fp32 master and both moments: 28 bytes) on its own cores, the
+  // 1 - pt_reserved_cores_perc of the rank's share, while the GPU runs the next n steps. Each is
+  // charged 1/n of its bytes per step: the worker's share starts with the step (it overlaps the
+  // forward and backward), and the clip waits for it on the host lane, as the training process
+  // waits for the worker. So the mean step is the boundary work / n plus the longer of the GPU's
+  // step and the worker's update / n. Without overlap_step the whole 42-byte step runs in the
+  // training process on every core of the rank's share, after the gradients, 1/n per step.
+  std::optional<OpId> zenflow_step(Rank& r, std::int64_t shard, std::int64_t h2d,
+                                   std::vector<OpId> deps) {
+    const OffloadPolicy::ZenFlow& zf = s_.offload.zenflow;
+    const std::int64_t n = zenflow_interval();
+    if (const std::optional<OpId> topk = zenflow_topk_update(r, deps)) deps.push_back(*topk);
+    CostModel::CpuThreads main = cpu_threads();
+    OpId done{};
+    if (zf.overlap_step) {
+      // ZenFlow binds both processes itself (zenflow_utils.py, _compute_zf_pt_affinity: when the
+      // launcher did not bind, each rank takes its own range of physical cores, then splits it),
+      // and sets OMP_NUM_THREADS to each side's cores, with or without --bind_cores_to_rank.
+      main.bind_cores = true;
+      main.threads = 0;
+      CostModel::CpuThreads worker = main;
+      worker.core_fraction = 1.0 - zf.reserved_cores;
+      main.core_fraction = zf.reserved_cores;
+      sim::OpSizes w;
+      w.bytes = 28 * shard / n;
+      w.flops = kAdamFlopsPerParam * static_cast<double>(shard) / static_cast<double>(n);
+      add(r, r.cpu, "partition.zenflow_adam.worker", OpKind::kHostCompute,
+          OpCategory::kCpuOptimizer, -1, cm_.host_compute(r.rank, w.bytes, w.flops, worker), w, {});
+      const std::int64_t master = sim::dtype_bytes(dt_.master.value_or(dt_.params));
+      sim::OpSizes m;
+      m.bytes = (2 * master + master + sim::dtype_bytes(dt_.params)) * shard / n;
+      m.flops = 2.0 * static_cast<double>(shard) / static_cast<double>(n);
+      done = add(r, r.cpu, "partition.zenflow_clip_narrow.cpu", OpKind::kHostCompute,
+                 OpCategory::kCpuOptimizer, -1, cm_.host_compute(r.rank, m.bytes, m.flops, main), m,
+                 std::move(deps));
+    } else {
+      sim::OpSizes sz;
+      sz.bytes = cpu_step_bytes_per_param(dt_, false) * shard / n;
+      sz.flops =
+          cpu_step_flops_per_param(false) * static_cast<double>(shard) / static_cast<double>(n);
+      done = add(r, r.cpu, "partition.zenflow_adam.cpu", OpKind::kHostCompute,
+                 OpCategory::kCpuOptimizer, -1, cm_.host_compute(r.rank, sz.bytes, sz.flops, main),
+                 sz, std::move(deps));
+    }
+    if (h2d > 0) {
+      done = copy(r, sim::CopyDirection::kH2D, "partition.zenflow.params_h2d", OpCategory::kOffload,
+                  -1, h2d / n, {done});
     }
     return done;
   }
@@ -1869,9 +1979,11 @@ class StepBuilder {
       if (gdtype_ == sim::DType::kFp8 && g.layer >= 0) done = fp8_weight_cast(r, g, done);
       // ZeRO-1/2: updated parameter shards are all-gathered for the next step.
       if (gdp > 1 && !shard_params() && s_.parallelism.zero_stage >= 1) {
-        collective(r, r.comm, g.name + ".params_allgather", OpCategory::kComm, g.layer,
-                   sim::CollectiveKind::kAllGather, g.expert ? r.edp_group : r.dp_group,
-                   g.params * sim::dtype_bytes(dt_.all_gather), {done});
+        collective(
+            r, r.comm, g.name + ".params_allgather", OpCategory::kComm, g.layer,
+            sim::CollectiveKind::kAllGather, g.expert ? r.edp_group : r.dp_group,
+            g.params * sim::dtype_bytes(dt_.all_gather) / (zenflow(g) ? zenflow_interval() : 1),
+            {done});
       }
     }
   }

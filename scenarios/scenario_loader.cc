@@ -671,6 +671,36 @@ sim::Status read_expert_fetch(const Node& node, OffloadPolicy& policy) {
   return x.finish();
 }
 
+// offload.cpu.zenflow (DeepSpeed's zero_optimization.zenflow, zenflow_config.py): the defaults
+// are DeepSpeed's, except update_interval, whose default "auto" adapts at run time and is taken
+// as 4, the value DeepSpeed's ZenFlow tutorial and the core-binding blog's zf_config.json set.
+// select_interval is accepted for completeness: the selection runs once per epoch ("auto") and
+// is not charged per step.
+sim::Result<models::OffloadPolicy::ZenFlow> read_zenflow(const Node& node) {
+  if (node.kind != NodeKind::kMap) {
+    return type_error(node, "offload.cpu.zenflow",
+                      "a map with topk_ratio, update_interval, overlap_step, "
+                      "pt_reserved_cores_perc and select_interval");
+  }
+  models::OffloadPolicy::ZenFlow z;
+  z.enabled = true;
+  MapReader r(node, "offload.cpu.zenflow");
+  OFFSIM_RETURN_IF_ERROR(read_double(r, "topk_ratio", z.topk_ratio, 0.0, 1.0));
+  OFFSIM_RETURN_IF_ERROR(read_int(r, "update_interval", z.update_interval, 1, 65536));
+  OFFSIM_RETURN_IF_ERROR(read_bool(r, "overlap_step", z.overlap_step));
+  OFFSIM_RETURN_IF_ERROR(read_double(r, "pt_reserved_cores_perc", z.reserved_cores, 0.0, 0.99));
+  int select_interval = 0;
+  OFFSIM_RETURN_IF_ERROR(read_int(r, "select_interval", select_interval, 1, 1 << 30));
+  OFFSIM_RETURN_IF_ERROR(r.finish());
+  if (select_interval > 0 && select_interval < z.update_interval) {
+    return sim::fail(ErrorCode::kInvalidInput,
+                     "{}: offload.cpu.zenflow.select_interval: expected at least update_interval "
+                     "({}), got {} (DeepSpeed refuses it)",
+                     node.origin, z.update_interval, select_interval);
+  }
+  return z;
+}
+
 sim::Result<OffloadPolicy> read_offload(const Node& node) {
   if (node.kind == NodeKind::kScalar) return preset_of(node, {}, "offload");
   if (node.kind != NodeKind::kMap) {
@@ -731,14 +761,24 @@ sim::Result<OffloadPolicy> read_offload(const Node& node) {
   }
   if (const Node* cpu = r.get("cpu")) {
     if (cpu->kind != NodeKind::kMap) {
-      return type_error(*cpu, "offload.cpu", "a map with bind_cores, threads and step");
+      return type_error(*cpu, "offload.cpu", "a map with bind_cores, threads, step and zenflow");
     }
     MapReader c(*cpu, "offload.cpu");
     OFFSIM_RETURN_IF_ERROR(read_bool(c, "bind_cores", policy.cpu_bind_cores));
     OFFSIM_RETURN_IF_ERROR(read_int(c, "threads", policy.cpu_threads, 1, 65536));
     OFFSIM_RETURN_IF_ERROR(
         read_enum(c, "step", policy.cpu_step, kCpuSteps, models::cpu_step_from_string));
+    if (const Node* zf = c.get("zenflow")) {
+      OFFSIM_ASSIGN_OR_RETURN(policy.zenflow, read_zenflow(*zf));
+    }
     OFFSIM_RETURN_IF_ERROR(c.finish());
+    if (policy.zenflow.enabled &&
+        policy.cpu_step != models::OffloadPolicy::CpuStep::kFlatPartition) {
+      return sim::fail(ErrorCode::kInvalidInput,
+                       "{}: offload.cpu.zenflow: ZenFlow extends DeepSpeed's ZeRO-Offload step; "
+                       "expected offload.cpu.step: flat_partition (the zero_offload preset)",
+                       cpu->origin);
+    }
   }
   if (const Node* x = r.get("experts")) OFFSIM_RETURN_IF_ERROR(read_expert_fetch(*x, policy));
   OFFSIM_RETURN_IF_ERROR(r.finish());
@@ -1108,6 +1148,14 @@ Node offload_node(const OffloadPolicy& o) {
     put(cpu, "bind_cores", bool_node(o.cpu_bind_cores));
     if (o.cpu_threads > 0) put(cpu, "threads", number_node(o.cpu_threads));
     if (flat) put(cpu, "step", scalar_node(models::to_string(o.cpu_step)));
+    if (o.zenflow.enabled) {
+      Node zf = make_map();
+      put(zf, "topk_ratio", number_node(o.zenflow.topk_ratio));
+      put(zf, "update_interval", number_node(o.zenflow.update_interval));
+      put(zf, "overlap_step", bool_node(o.zenflow.overlap_step));
+      put(zf, "pt_reserved_cores_perc", number_node(o.zenflow.reserved_cores));
+      put(cpu, "zenflow", std::move(zf));
+    }
     put(off, "cpu", std::move(cpu));
   }
   if (o.expert_fetch != models::OffloadPolicy::ExpertFetch::kWhole || o.expert_prediction_hit) {

@@ -201,6 +201,64 @@ sim::Status map_offload_device(Fields& fields, Mapper& m, const char* what, std:
   return {};
 }
 
+// zero_optimization.zenflow (DeepSpeed's ZenFlow, deepspeed/runtime/zenflow/zenflow_config.py)
+// on ZeRO-Offload's flat-partition step: offload.cpu.zenflow.
+sim::Status map_zenflow_value(Field& f, Mapper& m, const std::string& key) {
+  const std::string to = "offload.cpu.zenflow." + key;
+  if (key == "topk_ratio") {
+    OFFSIM_ASSIGN_OR_RETURN(double v, m.number_in(f, 0.0, 1.0));
+    return m.set(f, to, fmt::format("{}", v));
+  }
+  if (key == "pt_reserved_cores_perc") {
+    OFFSIM_ASSIGN_OR_RETURN(double v, m.number_in(f, 0.0, 0.99));
+    return m.set(f, to, fmt::format("{}", v));
+  }
+  if (key == "overlap_step") {
+    OFFSIM_ASSIGN_OR_RETURN(bool v, m.boolean(f));
+    return m.set(f, to, v ? "true" : "false");
+  }
+  if (key == "update_interval" || key == "select_interval") {
+    if (f.value.kind == NodeKind::kScalar && f.value.scalar == "auto") {
+      if (key == "update_interval") {
+        m.unmapped(f, "\"auto\" adapts the interval at run time; offsim takes 4");
+      } else {
+        m.ignored(f, "\"auto\" reselects once per epoch, not charged per step");
+      }
+      return sim::ok();
+    }
+    OFFSIM_ASSIGN_OR_RETURN(std::int64_t v, m.int_in(f, 1, 1 << 30));
+    return m.set(f, to, std::to_string(v));
+  }
+  m.ignored(f,
+            "a ZenFlow setting that does not change the steady-state step (selection, "
+            "warm-up rounds, the selective optimizer's state placement)");
+  return sim::ok();
+}
+
+sim::Status map_zenflow(Fields& fields, Mapper& m, bool optimizer_cpu) {
+  static const char* const kKeys[] = {
+      "topk_ratio",      "update_interval", "overlap_step",        "pt_reserved_cores_perc",
+      "select_strategy", "select_interval", "full_warm_up_rounds", "auto_ratio",
+      "offload",         "steps_per_epoch"};
+  bool opened = false;
+  for (const char* key : kKeys) {
+    Field* f = fields.get(fmt::format("zero_optimization.zenflow.{}", key));
+    if (f == nullptr) continue;
+    if (!optimizer_cpu) {
+      return m.error(*f,
+                     "ZenFlow needs zero_optimization.offload_optimizer.device cpu "
+                     "(DeepSpeed refuses it without CPU offload)");
+    }
+    if (!opened) {
+      OFFSIM_RETURN_IF_ERROR(set_path(m.doc, "offload.cpu.step", make_scalar("flat_partition")));
+      OFFSIM_RETURN_IF_ERROR(set_path(m.doc, "offload.cpu.zenflow", make_map()));
+      opened = true;
+    }
+    OFFSIM_RETURN_IF_ERROR(map_zenflow_value(*f, m, key));
+  }
+  return sim::ok();
+}
+
 // --- ZeRO: stage, overlap and the offload devices.
 sim::Status map_zero(Fields& fields, Mapper& m) {
   std::int64_t stage = 0;
@@ -216,11 +274,12 @@ sim::Status map_zero(Fields& fields, Mapper& m) {
   for (const char* what : {"offload_optimizer", "offload_param"}) {
     OFFSIM_RETURN_IF_ERROR(map_offload_device(fields, m, what, stage, offload));
   }
-  if (offload.rules.items.empty()) return {};
+  if (offload.rules.items.empty()) return map_zenflow(fields, m, false);
   Node off = make_map();
   off.entries.emplace_back("rules", std::move(offload.rules));
   off.entries.emplace_back("optimizer", make_scalar(offload.optimizer_cpu ? "cpu" : "gpu"));
-  return set_path(m.doc, "offload", std::move(off));
+  OFFSIM_RETURN_IF_ERROR(set_path(m.doc, "offload", std::move(off)));
+  return map_zenflow(fields, m, offload.optimizer_cpu);
 }
 
 // ZeRO's bucket sizes and communication details, the optimizer type and activation

@@ -579,6 +579,42 @@ TEST(MegatronImport, ActivationAndOptimizerOffloadTogether) {
   EXPECT_EQ(value_at(d, "model.max_positions"), "2048");
 }
 
+TEST(DeepSpeedImport, ZenFlowBlock) {
+  // The core-binding blog's zf_config.json: ZenFlow's keys reach offload.cpu.zenflow on the
+  // flat-partition step; "auto" intervals are reported; ZenFlow without CPU offload is refused.
+  const std::string cfg =
+      write_temp("zf.json", R"({"train_micro_batch_size_per_gpu": 4, "bf16": {"enabled": true},
+ "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu", "pin_memory": true},
+ "zenflow": {"topk_ratio": 0.1, "update_interval": 4, "full_warm_up_rounds": 0,
+ "overlap_step": true, "pt_reserved_cores_perc": 0.5}}})");
+  const ImportOptions opts{.sets = {"model=qwen2.5-3b", "training.seq_len=1024",
+                                    "hardware.system=dgx-a100-40gb", "training.micro_batch=4"},
+                           .gpus = 2};
+  auto r = import_config(Framework::kDeepSpeed, {cfg}, opts);
+  ASSERT_TRUE(r) << r.error().message;
+  const Node& d = r->scenario;
+  EXPECT_EQ(value_at(d, "offload.cpu.step"), "flat_partition");
+  EXPECT_EQ(value_at(d, "offload.cpu.zenflow.topk_ratio"), "0.1");
+  EXPECT_EQ(value_at(d, "offload.cpu.zenflow.update_interval"), "4");
+  EXPECT_EQ(value_at(d, "offload.cpu.zenflow.overlap_step"), "true");
+  EXPECT_EQ(value_at(d, "offload.cpu.zenflow.pt_reserved_cores_perc"), "0.5");
+  EXPECT_NE(find_field(r->ignored, "zero_optimization.zenflow.full_warm_up_rounds"), nullptr);
+  expect_round_trip(*r);
+  const std::string autos = write_temp("zf_auto.json", R"({"train_micro_batch_size_per_gpu": 4,
+ "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"},
+ "zenflow": {"update_interval": "auto", "select_interval": "auto"}}})");
+  auto a = import_config(Framework::kDeepSpeed, {autos}, opts);
+  ASSERT_TRUE(a) << a.error().message;
+  EXPECT_NE(find_field(a->unmapped, "zero_optimization.zenflow.update_interval"), nullptr);
+  const std::string no_offload = write_temp("zf_gpu.json", R"({"train_micro_batch_size_per_gpu": 4,
+ "zero_optimization": {"stage": 2, "zenflow": {"topk_ratio": 0.1}}})");
+  auto bad = import_config(Framework::kDeepSpeed, {no_offload}, opts);
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.error().message.find("zero_optimization.zenflow.topk_ratio"), std::string::npos)
+      << bad.error().message;
+  EXPECT_NE(bad.error().message.find("ZenFlow needs"), std::string::npos) << bad.error().message;
+}
+
 TEST(DeepSpeedImport, Stage3ParameterOffloadAndNvme) {
   const std::string cfg =
       write_temp("z3.json",

@@ -167,6 +167,58 @@ TEST_F(LoaderTest, CpuStepIsTypedAndSetByTheZeroOffloadPreset) {
   EXPECT_NE(bad.find("per_group, flat_partition"), std::string::npos) << bad;
 }
 
+TEST_F(LoaderTest, ZenFlowKeys) {
+  // offload.cpu.zenflow: DeepSpeed's defaults when a key is left out, the keys reach the scenario
+  // and the resolved document; bad values, unknown keys and a step that is not DeepSpeed's
+  // flat partition name the key.
+  const auto load = [&](const std::string& zenflow) {
+    const std::string path = write(
+        "s.yaml", replace(kBase, "offload: megatron_activation_offload",
+                          "offload:\n  preset: zero_offload\n  cpu:\n    zenflow:" + zenflow));
+    auto file = load_scenario_file(path);
+    EXPECT_TRUE(file) << file.error().message;
+    auto s = scenario_from_document(file->base, file->base_dir);
+    EXPECT_TRUE(s) << s.error().message;
+    EXPECT_TRUE(check_loaded(*s, file->base));
+    return s->offload.zenflow;
+  };
+  const models::OffloadPolicy::ZenFlow d = load(" {}");
+  EXPECT_TRUE(d.enabled);
+  EXPECT_DOUBLE_EQ(d.topk_ratio, 0.1);
+  EXPECT_EQ(d.update_interval, 4);
+  EXPECT_FALSE(d.overlap_step);
+  EXPECT_DOUBLE_EQ(d.reserved_cores, 0.5);
+  const models::OffloadPolicy::ZenFlow z = load(
+      "\n      topk_ratio: 0.05\n      update_interval: 8\n      overlap_step: true\n"
+      "      select_interval: 8");
+  EXPECT_DOUBLE_EQ(z.topk_ratio, 0.05);
+  EXPECT_EQ(z.update_interval, 8);
+  EXPECT_TRUE(z.overlap_step);
+  const std::string zf = "offload:\n  preset: zero_offload\n  cpu:\n    zenflow: {}";
+  const std::string with = replace(kBase, "offload: megatron_activation_offload", zf);
+  const std::string ratio = error_of(with, {"offload.cpu.zenflow.topk_ratio=1.5"});
+  EXPECT_NE(ratio.find("offload.cpu.zenflow.topk_ratio: expected a number in [0, 1]"),
+            std::string::npos)
+      << ratio;
+  const std::string interval = error_of(with, {"offload.cpu.zenflow.update_interval=auto"});
+  EXPECT_NE(interval.find("offload.cpu.zenflow.update_interval: expected an integer"),
+            std::string::npos)
+      << interval;
+  const std::string select = error_of(with, {"offload.cpu.zenflow.select_interval=2"});
+  EXPECT_NE(select.find("offload.cpu.zenflow.select_interval: expected at least update_interval"),
+            std::string::npos)
+      << select;
+  const std::string unknown = error_of(with, {"offload.cpu.zenflow.topk=0.2"});
+  EXPECT_NE(unknown.find("offload.cpu.zenflow"), std::string::npos) << unknown;
+  EXPECT_NE(unknown.find("topk"), std::string::npos) << unknown;
+  const std::string step = error_of(
+      replace(kBase, "offload: megatron_activation_offload",
+              "offload:\n  preset: fsdp_cpu_offload\n  cpu:\n    zenflow: {overlap_step: true}"));
+  EXPECT_NE(step.find("offload.cpu.zenflow: ZenFlow extends DeepSpeed's ZeRO-Offload step"),
+            std::string::npos)
+      << step;
+}
+
 TEST_F(LoaderTest, ImpossibleConfigurationsPointAtTheKey) {
   // Llama 3 8B has 32 heads; TP 3 does not divide them.
   EXPECT_EQ(error_of(replace(kBase, "  tp: 1\n", "  tp: 3\n")),
