@@ -440,14 +440,18 @@ std::optional<Report> pipeline_steady_state_report(const Scenario& scenario,
     return static_cast<std::uint32_t>(((t.stage * v + t.chunk) * 2 + (t.forward ? 1 : 0)) * 2 +
                                       (t.receive ? 1 : 0));
   };
-  // hi: below every stage's last steady index (its forwards after warm-up) and below the
-  // indices of the last micro-batch's tasks.
-  std::int64_t hi = std::numeric_limits<std::int64_t>::max();
+  // Each stage's window top: below the stage's last steady index (its forwards after warm-up)
+  // and below the indices of its tasks of the last micro-batch (a receive belongs to its send's
+  // stage and index). Stages run skewed in index (in 1F1B stage s is about s·t_b / (t_f + t_b)
+  // indices ahead of stage 0 at any instant and its steady range ends s indices later), so each
+  // stage keeps its own window; hi is the lowest of them (the boundaries' stage 0).
+  std::map<int, std::int64_t> stage_hi;
   std::map<std::pair<std::uint32_t, std::int64_t>, std::size_t> by_kind;
   for (std::size_t i = 0; i < tasks.size(); ++i) {
     const PipelineTask& t = tasks[i];
     by_kind[{kind_of(t), t.index}] = i;
-    if (t.mb == k - 1) hi = std::min(hi, t.index - 1);
+    stage_hi.try_emplace(t.stage, std::numeric_limits<std::int64_t>::max() / 2);
+    if (t.mb == k - 1) stage_hi[t.stage] = std::min(stage_hi[t.stage], t.index - 1);
     if (i > 0 && t.op_begin < tasks[i - 1].op_end) {
       why = "pipeline tasks out of order";
       return std::nullopt;
@@ -457,7 +461,12 @@ std::optional<Report> pipeline_steady_state_report(const Scenario& scenario,
   for (const PipelineTask& t : tasks) {
     if (!t.receive && t.forward) steady_end[t.stage] = std::max(steady_end[t.stage], t.index);
   }
-  for (const auto& [stage, last] : steady_end) hi = std::min(hi, last - 1);
+  for (const auto& [stage, last] : steady_end) {
+    stage_hi[stage] = std::min(stage_hi[stage], last - 1);
+  }
+  const auto hi_of = [&](const PipelineTask& t) { return stage_hi[t.stage]; };
+  std::int64_t hi = std::numeric_limits<std::int64_t>::max();
+  for (const auto& [stage, top] : stage_hi) hi = std::min(hi, top);
   // Ops and tensors of the tasks, for mapping a reference into the next period.
   std::vector<std::size_t> with_tensors;
   for (std::size_t i = 0; i < tasks.size(); ++i) {
@@ -533,7 +542,7 @@ std::optional<Report> pipeline_steady_state_report(const Scenario& scenario,
   // lo: the lowest index from which every period is identical to the next, up to hi.
   std::int64_t lo = 0;
   for (const PipelineTask& t : tasks) {
-    if (t.index < 0 || t.index + period > hi) continue;
+    if (t.index < 0 || t.index + period > hi_of(t)) continue;
     const PipelineTask* n = next_of(t);
     if (n == nullptr || !same_task(t, *n)) lo = std::max(lo, t.index + 1);
   }
@@ -554,7 +563,8 @@ std::optional<Report> pipeline_steady_state_report(const Scenario& scenario,
                               .tensor_begin = static_cast<std::uint32_t>(t.tensor_begin),
                               .tensor_end = static_cast<std::uint32_t>(t.tensor_end),
                               .kind = kind_of(t),
-                              .index = t.index});
+                              .index = t.index,
+                              .hi = hi_of(t)});
   }
   for (std::int64_t i = 0; i <= q_max; ++i) {
     const std::int64_t base = b1 + i * period;
@@ -573,7 +583,7 @@ std::optional<Report> pipeline_steady_state_report(const Scenario& scenario,
                                 .first_tensor = static_cast<std::uint32_t>(first->tensor_begin),
                                 .index = base,
                                 .min_index = lo + i * period,
-                                .max_index = hi});
+                                .max_index = std::numeric_limits<std::int64_t>::max()});
   }
   std::optional<sim::SimResult> result = simulate_reduced(plan, options, probe, why);
   if (!result) return std::nullopt;
@@ -586,12 +596,12 @@ std::optional<Report> pipeline_steady_state_report(const Scenario& scenario,
   for (std::int64_t c = 1; c <= q_max && q == 0; ++c) {
     const auto& sc = probe.snapshots[static_cast<std::size_t>(c)];
     if (q_max % c != 0 || !s1.taken || !sc.taken) continue;
-    if (!s1.quiet || !sc.quiet || s1.highest_index > hi - c * period) {
+    if (!s1.quiet || !sc.quiet || s1.highest_over > -c * period) {
       why = fmt::format(
           "tasks in flight beyond the window (indices {}..{} and {}..{} at boundaries {} and "
-          "{}, window {}..{})",
+          "{}, {} and {} above their stage's window, window {}..{} on stage 0)",
           s1.lowest_index, s1.highest_index, sc.lowest_index, sc.highest_index, b1, b1 + c * period,
-          lo, hi);
+          s1.highest_over, sc.highest_over, lo, hi);
       continue;
     }
     if (s1.state == sc.state && sc.time_ns > s1.time_ns) q = c;
