@@ -383,9 +383,11 @@ std::optional<Report> steady_state_report(const Scenario& scenario, const EvalOp
 // Checked here: tasks of index i and i + P of the same kind (stage, chunk, direction, receive)
 // are identical op for op (lane, kind, category, layer, cost, tensors' pool, bytes, category),
 // their dependencies, allocs and frees pointing to the same offset in the task of index + P
-// (or to the same op or tensor outside the tasks), for every i >= lo with i + P <= hi, hi being
-// below every stage's last steady index and its last micro-batch. The engine fingerprints its
-// complete state (sim::detail::PeriodProbe with segments) when stage 0's forward of index b and
+// (or to the same op or tensor outside the tasks), for every i >= lo with i + P <= hi_s, hi_s
+// being below stage s's last steady index and its last micro-batch (a receive counts with its
+// send's stage; each stage has its own top because stages run skewed in index, see the
+// README's steady-state section). Below, hi is a task's own stage's hi_s. The engine fingerprints
+// its complete state (sim::detail::PeriodProbe with segments) when stage 0's forward of index b and
 // b + P starts; ids are written as (kind, index - boundary index, offset). If both boundaries
 // are quiet (every lane's next op of index >= lo (b1) / lo + P (b2), nothing of index above
 // hi - P (b1) / hi (b2) or outside the tasks started) and the two fingerprints are equal, then
@@ -410,12 +412,16 @@ std::optional<Report> pipeline_steady_state_report(const Scenario& scenario,
   const std::int64_t m = grad_accum_steps(scenario.training, par);
   // The engine's state may repeat only after q periods (flows can change slots from one
   // period to the next, a permutation that comes back): boundaries at b1 + i·P for i = 0..Q,
-  // and M - K a multiple of Q periods so that any q dividing Q extrapolates. K: the warm-up,
-  // one period of margin below b1, Q periods, three of margin (a boundary sees tasks up to two
-  // periods ahead started) and the last micro-batch
-  // (1F1B: stage 0's steady indices end at K - pp; interleaved: at about (K/pp - 1)·pp·v).
+  // and M - K a multiple of Q periods so that any q dividing Q extrapolates. K (1F1B): the
+  // warm-up (pp - 1 forwards on stage 0), one period of margin for lo (the first steady
+  // period often differs from the next), one period below b1, Q periods up to the last
+  // boundary, which must stay below stage 0's last steady index (K - pp, the last micro-batch's
+  // forward): K = pp + Q + 3. Tasks of later stages in flight at a boundary run ahead of stage
+  // 0 in index but have windows that end later by as much (see stage_hi below); the engine
+  // checks each against its own stage's window. Interleaved: stage 0's steady indices end at
+  // about (K/pp - 1)·pp·v.
   const std::int64_t q_max = interleaved ? 2 : kMaxPeriodMultiple;
-  std::int64_t k = interleaved ? pp * (q_max + 5) : pp + 6 + q_max;
+  std::int64_t k = interleaved ? pp * (q_max + 5) : pp + 3 + q_max;
   if (m > k) k += (m - k) % (q_max * period_mbs);
   if (m <= k || m > std::int64_t{1} << 30 || (m - k) % period_mbs != 0) {
     why = fmt::format("{} micro-batches (the pipeline fast path needs more than {})", m, k);
@@ -548,7 +554,7 @@ std::optional<Report> pipeline_steady_state_report(const Scenario& scenario,
   }
   // Boundaries at b1 + i·P, i = 0..Q, one period above lo.
   const std::int64_t b1 = lo + period;
-  if (b1 + (q_max + 1) * period > hi) {
+  if (b1 + q_max * period > hi) {
     why = fmt::format("no identical periods in the reduced step's steady state (from {} to {})", lo,
                       hi);
     return std::nullopt;
