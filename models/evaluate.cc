@@ -384,9 +384,11 @@ std::optional<Report> steady_state_report(const ResolvedScenario& resolved,
 // Checked here: tasks of index i and i + P of the same kind (stage, chunk, direction, receive)
 // are identical op for op (lane, kind, category, layer, cost, tensors' pool, bytes, category),
 // their dependencies, allocs and frees pointing to the same offset in the task of index + P
-// (or to the same op or tensor outside the tasks), for every i >= lo with i + P <= hi, hi being
-// below every stage's last steady index and its last micro-batch. The engine fingerprints its
-// complete state (sim::detail::PeriodProbe with segments) when stage 0's forward of index b and
+// (or to the same op or tensor outside the tasks), for every i >= lo with i + P <= hi_s, hi_s
+// being below stage s's last steady index and its last micro-batch (a receive counts with its
+// send's stage; each stage has its own top because stages run skewed in index, see the
+// README's steady-state section). Below, hi is a task's own stage's hi_s. The engine fingerprints
+// its complete state (sim::detail::PeriodProbe with segments) when stage 0's forward of index b and
 // b + P starts; ids are written as (kind, index - boundary index, offset). If both boundaries
 // are quiet (every lane's next op of index >= lo (b1) / lo + P (b2), nothing of index above
 // hi - P (b1) / hi (b2) or outside the tasks started) and the two fingerprints are equal, then
@@ -412,12 +414,16 @@ std::optional<Report> pipeline_steady_state_report(const ResolvedScenario& resol
   const std::int64_t m = grad_accum_steps(scenario.training, par);
   // The engine's state may repeat only after q periods (flows can change slots from one
   // period to the next, a permutation that comes back): boundaries at b1 + i·P for i = 0..Q,
-  // and M - K a multiple of Q periods so that any q dividing Q extrapolates. K: the warm-up,
-  // one period of margin below b1, Q periods, three of margin (a boundary sees tasks up to two
-  // periods ahead started) and the last micro-batch
-  // (1F1B: stage 0's steady indices end at K - pp; interleaved: at about (K/pp - 1)·pp·v).
+  // and M - K a multiple of Q periods so that any q dividing Q extrapolates. K (1F1B): the
+  // warm-up (pp - 1 forwards on stage 0), one period of margin for lo (the first steady
+  // period often differs from the next), one period below b1, Q periods up to the last
+  // boundary, which must stay below stage 0's last steady index (K - pp, the last micro-batch's
+  // forward): K = pp + Q + 3. Tasks of later stages in flight at a boundary run ahead of stage
+  // 0 in index but have windows that end later by as much (see stage_hi below); the engine
+  // checks each against its own stage's window. Interleaved: stage 0's steady indices end at
+  // about (K/pp - 1)·pp·v.
   const std::int64_t q_max = interleaved ? 2 : kMaxPeriodMultiple;
-  std::int64_t k = interleaved ? pp * (q_max + 5) : pp + 6 + q_max;
+  std::int64_t k = interleaved ? pp * (q_max + 5) : pp + 3 + q_max;
   if (m > k) k += (m - k) % (q_max * period_mbs);
   if (m <= k || m > std::int64_t{1} << 30 || (m - k) % period_mbs != 0) {
     why = fmt::format("{} micro-batches (the pipeline fast path needs more than {})", m, k);
@@ -442,14 +448,18 @@ std::optional<Report> pipeline_steady_state_report(const ResolvedScenario& resol
     return static_cast<std::uint32_t>(((t.stage * v + t.chunk) * 2 + (t.forward ? 1 : 0)) * 2 +
                                       (t.receive ? 1 : 0));
   };
-  // hi: below every stage's last steady index (its forwards after warm-up) and below the
-  // indices of the last micro-batch's tasks.
-  std::int64_t hi = std::numeric_limits<std::int64_t>::max();
+  // Each stage's window top: below the stage's last steady index (its forwards after warm-up)
+  // and below the indices of its tasks of the last micro-batch (a receive belongs to its send's
+  // stage and index). Stages run skewed in index (in 1F1B stage s is about s·t_b / (t_f + t_b)
+  // indices ahead of stage 0 at any instant and its steady range ends s indices later), so each
+  // stage keeps its own window; hi is the lowest of them (the boundaries' stage 0).
+  std::map<int, std::int64_t> stage_hi;
   std::map<std::pair<std::uint32_t, std::int64_t>, std::size_t> by_kind;
   for (std::size_t i = 0; i < tasks.size(); ++i) {
     const PipelineTask& t = tasks[i];
     by_kind[{kind_of(t), t.index}] = i;
-    if (t.mb == k - 1) hi = std::min(hi, t.index - 1);
+    stage_hi.try_emplace(t.stage, std::numeric_limits<std::int64_t>::max() / 2);
+    if (t.mb == k - 1) stage_hi[t.stage] = std::min(stage_hi[t.stage], t.index - 1);
     if (i > 0 && t.op_begin < tasks[i - 1].op_end) {
       why = "pipeline tasks out of order";
       return std::nullopt;
@@ -459,7 +469,12 @@ std::optional<Report> pipeline_steady_state_report(const ResolvedScenario& resol
   for (const PipelineTask& t : tasks) {
     if (!t.receive && t.forward) steady_end[t.stage] = std::max(steady_end[t.stage], t.index);
   }
-  for (const auto& [stage, last] : steady_end) hi = std::min(hi, last - 1);
+  for (const auto& [stage, last] : steady_end) {
+    stage_hi[stage] = std::min(stage_hi[stage], last - 1);
+  }
+  const auto hi_of = [&](const PipelineTask& t) { return stage_hi[t.stage]; };
+  std::int64_t hi = std::numeric_limits<std::int64_t>::max();
+  for (const auto& [stage, top] : stage_hi) hi = std::min(hi, top);
   // Ops and tensors of the tasks, for mapping a reference into the next period.
   std::vector<std::size_t> with_tensors;
   for (std::size_t i = 0; i < tasks.size(); ++i) {
@@ -535,13 +550,13 @@ std::optional<Report> pipeline_steady_state_report(const ResolvedScenario& resol
   // lo: the lowest index from which every period is identical to the next, up to hi.
   std::int64_t lo = 0;
   for (const PipelineTask& t : tasks) {
-    if (t.index < 0 || t.index + period > hi) continue;
+    if (t.index < 0 || t.index + period > hi_of(t)) continue;
     const PipelineTask* n = next_of(t);
     if (n == nullptr || !same_task(t, *n)) lo = std::max(lo, t.index + 1);
   }
   // Boundaries at b1 + i·P, i = 0..Q, one period above lo.
   const std::int64_t b1 = lo + period;
-  if (b1 + (q_max + 1) * period > hi) {
+  if (b1 + q_max * period > hi) {
     why = fmt::format("no identical periods in the reduced step's steady state (from {} to {})", lo,
                       hi);
     return std::nullopt;
@@ -556,7 +571,8 @@ std::optional<Report> pipeline_steady_state_report(const ResolvedScenario& resol
                               .tensor_begin = static_cast<std::uint32_t>(t.tensor_begin),
                               .tensor_end = static_cast<std::uint32_t>(t.tensor_end),
                               .kind = kind_of(t),
-                              .index = t.index});
+                              .index = t.index,
+                              .hi = hi_of(t)});
   }
   for (std::int64_t i = 0; i <= q_max; ++i) {
     const std::int64_t base = b1 + i * period;
@@ -575,7 +591,7 @@ std::optional<Report> pipeline_steady_state_report(const ResolvedScenario& resol
                                 .first_tensor = static_cast<std::uint32_t>(first->tensor_begin),
                                 .index = base,
                                 .min_index = lo + i * period,
-                                .max_index = hi});
+                                .max_index = std::numeric_limits<std::int64_t>::max()});
   }
   std::optional<sim::SimResult> result = simulate_reduced(plan, options, probe, why);
   if (!result) return std::nullopt;
@@ -588,12 +604,12 @@ std::optional<Report> pipeline_steady_state_report(const ResolvedScenario& resol
   for (std::int64_t c = 1; c <= q_max && q == 0; ++c) {
     const auto& sc = probe.snapshots[static_cast<std::size_t>(c)];
     if (q_max % c != 0 || !s1.taken || !sc.taken) continue;
-    if (!s1.quiet || !sc.quiet || s1.highest_index > hi - c * period) {
+    if (!s1.quiet || !sc.quiet || s1.highest_over > -c * period) {
       why = fmt::format(
           "tasks in flight beyond the window (indices {}..{} and {}..{} at boundaries {} and "
-          "{}, window {}..{})",
+          "{}, {} and {} above their stage's window, window {}..{} on stage 0)",
           s1.lowest_index, s1.highest_index, sc.lowest_index, sc.highest_index, b1, b1 + c * period,
-          lo, hi);
+          s1.highest_over, sc.highest_over, lo, hi);
       continue;
     }
     if (s1.state == sc.state && sc.time_ns > s1.time_ns) q = c;

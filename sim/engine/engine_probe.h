@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "sim/core/ids.h"
@@ -55,8 +56,10 @@ Result<SimResult> simulate_with_probe(const Plan& plan, const SimOptions& option
 // or tensor of a segment is written as (kind, index - boundary.index, offset in the segment);
 // op_lo..tensor_hi and prev/next_first_op are then unused, and a boundary is quiet when every
 // lane's next op to end, if it belongs to a segment, has index >= min_index, and every op that
-// has started or ended belongs to a segment of index <= max_index (ops outside the segments,
-// such as the optimizer's, may only wait).
+// has started or ended belongs to a segment of index <= max_index and <= the segment's own `hi`
+// (ops outside the segments, such as the optimizer's, may only wait). `hi` is the top of the
+// segment's window (a pipeline stage's steady indices end at different indices); the snapshot's
+// `highest_over` is the largest index - hi among started ops.
 struct PeriodProbe {
   std::uint32_t op_lo = 0;
   std::uint32_t op_hi = 0;
@@ -69,6 +72,7 @@ struct PeriodProbe {
     std::uint32_t tensor_end = 0;
     std::uint32_t kind = 0;
     std::int64_t index = 0;
+    std::int64_t hi = std::numeric_limits<std::int64_t>::max() / 2;  // its window's top index
   };
   std::vector<Segment> segments;  // sorted by op_begin, disjoint; tensor ranges disjoint
   struct Boundary {
@@ -91,6 +95,7 @@ struct PeriodProbe {
     // (what the window had to allow; for choosing the reduced step's size).
     std::int64_t lowest_index = 0;
     std::int64_t highest_index = 0;
+    std::int64_t highest_over = 0;  // the largest index - Segment::hi among started ops
   };
   std::vector<Snapshot> snapshots;  // filled by the engine, one per boundary
   // Per pool: the tensors live at its peak (ids, in pool order), as in Timeline::live_at_peak.

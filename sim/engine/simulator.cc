@@ -681,6 +681,7 @@ void Engine::take_snapshot(std::size_t boundary) {
   bool quiet = true;
   std::int64_t lowest = std::numeric_limits<std::int64_t>::max();
   std::int64_t highest = std::numeric_limits<std::int64_t>::min();
+  std::int64_t highest_over = std::numeric_limits<std::int64_t>::min();
   // With segments: `x` is a lane's next op to end (head) or an op that started (ran).
   const auto window = [&](std::uint32_t x, bool head, bool ran) {
     const Segment* g = seg_of_op(x);
@@ -694,7 +695,8 @@ void Engine::take_snapshot(std::size_t boundary) {
     }
     if (ran) {
       highest = std::max(highest, g->index);
-      if (g->index > b.max_index) quiet = false;
+      highest_over = std::max(highest_over, g->index - g->hi);
+      if (g->index > b.max_index || g->index > g->hi) quiet = false;
     }
   };
   const auto op_id = [&](std::uint32_t x) {
@@ -851,6 +853,7 @@ void Engine::take_snapshot(std::size_t boundary) {
   snap.quiet = quiet;
   snap.lowest_index = lowest;
   snap.highest_index = highest;
+  snap.highest_over = highest_over;
 }
 
 Result<SimResult> Engine::run() {
