@@ -178,6 +178,9 @@ void add_zenflow(const Scenario& s, double pp, Counts& c) {
   c.ops += pp * zf_ops;
   c.deps += pp * zf_ops + groups;
   c.group_ranks += pp * gathers * grad_dp(s.parallelism);
+  // The selected columns' moments (static) and the per-step selected gradients and parameters.
+  c.tensors += pp * 2;
+  c.samples += pp * 2;
   if (zf.update_interval > 1) {
     c.ops += groups;
     c.deps += groups;

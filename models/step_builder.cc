@@ -860,6 +860,11 @@ class StepBuilder {
         b_.initial(g.master_t);
       }
     }
+    // ZenFlow's GPU-side moments of the selected columns (see zenflow_topk_update).
+    if (const std::int64_t selected = zenflow_selected(r); selected > 0) {
+      b_.initial(tensor(r.hbm, "zenflow.selected_moments",
+                        2 * selected * sim::dtype_bytes(dt_.params), TensorCategory::kOptimizer));
+    }
     // Library workspaces, CUDA context and allocator overhead on the static state, from the
     // profile: fixed + fraction × bytes the allocator holds for weights and optimizer.
     const auto& alloc = cm_.profile().allocator;
@@ -1808,24 +1813,47 @@ class StepBuilder {
   // The column selection itself (per-column norms, torch.topk) runs once per select_interval,
   // by default once per epoch, and is not charged. 1-D parameters (norms, biases) are selected
   // whole by DeepSpeed; here every group is counted at topk_ratio.
+  //
+  // Memory (ZenFlowSelectiveAdamW, deepspeed/ops/adam/zenflow_torch_adam.py, without its
+  // optimizer offload): the selected columns' exp_avg and exp_avg_sq are zeros_like the selected
+  // parameter slice, so two parameter-dtype values per selected element stay on the GPU
+  // (zenflow_selected_moments, a static tensor); each step also holds the selected gradients
+  // (selected_grad) and a copy of the selected parameters (temp_selected_param) from the
+  // all-gather until the update ends.
   std::optional<OpId> zenflow_topk_update(Rank& r, std::vector<OpId> deps) {
-    std::int64_t params = 0;
-    for (const ParamGroup& g : r.groups) {
-      if (zenflow(g)) params += g.params;
-    }
-    const auto selected = static_cast<std::int64_t>(
-        std::ceil(s_.offload.zenflow.topk_ratio * static_cast<double>(params)));
+    const std::int64_t selected = zenflow_selected(r);
     if (selected == 0) return std::nullopt;
+    const TensorId buffers =
+        tensor(r.hbm, "zenflow.selected_grads_and_params",
+               selected * (sim::dtype_bytes(dt_.grads) + sim::dtype_bytes(dt_.params)),
+               TensorCategory::kOptimizer);
+    std::optional<OpId> gather;
     if (dp() > 1) {
-      deps = {collective(r, r.compute, "zenflow.selected_grads_allgather", OpCategory::kComm, -1,
-                         sim::CollectiveKind::kAllGather, r.dp_group,
-                         selected * sim::dtype_bytes(dt_.grads), std::move(deps))};
+      gather = collective(r, r.compute, "zenflow.selected_grads_allgather", OpCategory::kComm, -1,
+                          sim::CollectiveKind::kAllGather, r.dp_group,
+                          selected * sim::dtype_bytes(dt_.grads), std::move(deps));
+      deps = {*gather};
     }
     sim::OpSizes sz;
     sz.bytes = adam_bytes_per_param(dt_) * selected;
     sz.flops = kAdamFlopsPerParam * static_cast<double>(selected);
-    return add(r, r.compute, "zenflow.topk_adam", OpKind::kElementwise, OpCategory::kOptimizer, -1,
-               cm_.memory_bound(r.rank, sz.bytes, sz.flops), sz, std::move(deps));
+    const OpId update =
+        add(r, r.compute, "zenflow.topk_adam", OpKind::kElementwise, OpCategory::kOptimizer, -1,
+            cm_.memory_bound(r.rank, sz.bytes, sz.flops), sz, std::move(deps));
+    b_.op_at(gather.value_or(update)).allocs.push_back(buffers);
+    b_.op_at(update).frees.push_back(buffers);
+    return update;
+  }
+
+  // The elements ZenFlow updates on the GPU each step: topk_ratio of the rank's parameters in
+  // groups on the ZenFlow step (0 without ZenFlow).
+  std::int64_t zenflow_selected(const Rank& r) const {
+    std::int64_t params = 0;
+    for (const ParamGroup& g : r.groups) {
+      if (zenflow(g)) params += g.params;
+    }
+    return static_cast<std::int64_t>(
+        std::ceil(s_.offload.zenflow.topk_ratio * static_cast<double>(params)));
   }
 
   // ZenFlow's host side (ZenFlowZeroOptimizerParallel with overlap_step, ...Sequential without),

@@ -71,6 +71,34 @@ TEST(ZenFlow, ChargesOnceAnIntervalWorkAsItsMeanShare) {
   EXPECT_EQ(bytes_of(plain->plan, "zenflow"), 0);
 }
 
+std::int64_t tensor_bytes(const sim::Plan& plan, const std::string& name) {
+  std::int64_t bytes = 0;
+  for (const sim::Tensor& t : plan.tensors) {
+    if (t.name == name) bytes += t.bytes;
+  }
+  return bytes;
+}
+
+TEST(ZenFlow, HoldsTheSelectedColumnsStateOnTheGpu) {
+  const Scenario s = qwen3b(true);
+  auto step = build_step(s);
+  ASSERT_TRUE(step) << step.error().message;
+  // Two bf16 moments per selected element stay on the GPU; each step the selected gradients and
+  // a copy of the selected parameters (bf16 each) live from the all-gather to the update. The
+  // allocator rounds each block up by at most its granularity.
+  const auto selected = static_cast<double>(parameter_count(s.model)) / 10;
+  const double slack = 4 << 20;
+  EXPECT_NEAR(static_cast<double>(tensor_bytes(step->plan, "zenflow.selected_moments")),
+              4 * selected, slack);
+  EXPECT_NEAR(static_cast<double>(tensor_bytes(step->plan, "zenflow.selected_grads_and_params")),
+              4 * selected, slack);
+  // So ZenFlow's HBM peak is above that of the same run without it.
+  auto with = evaluate(s);
+  auto without = evaluate(qwen3b(false));
+  ASSERT_TRUE(with && without);
+  EXPECT_GE(with->report.hbm_peak_bytes, without->report.hbm_peak_bytes + 4 * selected - slack);
+}
+
 TEST(ZenFlow, OverlappedIntervalBeatsZeroOffloadAndTheLimitsBehave) {
   const double zero_offload = step_s(qwen3b(false));
   const double zenflow = step_s(qwen3b(true));
