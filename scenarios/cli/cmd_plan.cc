@@ -259,17 +259,17 @@ int cmd_plan(const PlanArgs& a) {
   auto l = load_checked(a.scenario, a.sets);
   if (!l) return report(l.error());
   scenarios::SearchOptions o;
-  if (std::string error = search_options(a, l->scenario, o); !error.empty()) {
+  if (std::string error = search_options(a, l->scenario(), o); !error.empty()) {
     return usage_error(error);
   }
-  const models::Scenario largest = largest_candidate(l->scenario, o.space);
+  const models::Scenario largest = largest_candidate(l->scenario(), o.space);
   if (auto st = scenarios::check_plan_size(largest, a.limits); !st) {
     return report(eval_error(st.error(), a.scenario));
   }
   std::atomic<bool> cancel{false};
   scenarios::Watchdog watchdog(a.limits.time_limit_s, cancel);
   if (a.limits.time_limit_s > 0.0) o.eval.cancel = &cancel;
-  auto r = scenarios::search_policies(*l->resolved, o);
+  auto r = scenarios::search_policies(l->resolved, o);
   if (watchdog.fired()) {
     return report(
         scenarios::time_limit_error(a.limits.time_limit_s, "searching policies for " + a.scenario));

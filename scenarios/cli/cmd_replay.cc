@@ -71,7 +71,7 @@ int cmd_replay_mpi(const ReplayArgs& a) {
   if (!a.profile.empty()) sets.push_back(fmt::format("hardware.profile={}", a.profile));
   auto l = load_checked(a.scenario, sets);
   if (int rc = agree(l ? sim::ok() : sim::fail(l.error())); rc >= 0) return rc;
-  scenarios::OutputFiles outputs({a.scenario, l->scenario.hardware.profile_path});
+  scenarios::OutputFiles outputs({a.scenario, l->scenario().hardware.profile_path});
   sim::Status st = sim::ok();
   if (root) {
     for (const auto& [flag, path] :
@@ -84,10 +84,10 @@ int cmd_replay_mpi(const ReplayArgs& a) {
   models::EvalOptions eo;
   eo.keep_plan = true;
   eo.keep_timeline = true;
-  st = scenarios::check_plan_size(l->scenario, a.limits, {.with_memory_samples = true});
+  st = scenarios::check_plan_size(l->scenario(), a.limits, {.with_memory_samples = true});
   if (!st) st = sim::fail(eval_error(st.error(), a.scenario));
   if (int rc = agree(st); rc >= 0) return rc;
-  auto eval = models::evaluate(*l->resolved, eo);
+  auto eval = models::evaluate(l->resolved, eo);
   if (int rc = agree(eval ? sim::ok() : sim::fail(eval_error(eval.error(), a.scenario))); rc >= 0)
     return rc;
   backends::ReplayOptions ro;
@@ -106,7 +106,7 @@ int cmd_replay_mpi(const ReplayArgs& a) {
   if (st = write_outputs(a, *eval->timeline, timeline, outputs); !st) return report(st.error());
   auto cmp = sim::compare_timelines(*eval->timeline, timeline);
   if (!cmp) return report(cmp.error());
-  fmt::print("replayed {} on {} ({} measured steps)\nmpi: {}\n{}", l->scenario.name,
+  fmt::print("replayed {} on {} ({} measured steps)\nmpi: {}\n{}", l->scenario().name,
              measured->merged.device.name, a.steps, measured->note, sim::comparison_to_text(*cmp));
   return 0;
 }
@@ -154,7 +154,7 @@ int cmd_replay(const ReplayArgs& a) {
   if (!a.profile.empty()) sets.push_back(fmt::format("hardware.profile={}", a.profile));
   auto l = load_checked(a.scenario, sets);
   if (!l) return report(l.error());
-  scenarios::OutputFiles outputs({a.scenario, l->scenario.hardware.profile_path});
+  scenarios::OutputFiles outputs({a.scenario, l->scenario().hardware.profile_path});
   for (const auto& [flag, path] :
        {std::pair("--out", &a.out), std::pair("--predicted-out", &a.predicted_out),
         std::pair("--trace", &a.trace)}) {
@@ -163,11 +163,11 @@ int cmd_replay(const ReplayArgs& a) {
   models::EvalOptions eo;
   eo.keep_plan = true;
   eo.keep_timeline = true;
-  if (auto st = scenarios::check_plan_size(l->scenario, a.limits, {.with_memory_samples = true});
+  if (auto st = scenarios::check_plan_size(l->scenario(), a.limits, {.with_memory_samples = true});
       !st) {
     return report(eval_error(st.error(), a.scenario));
   }
-  auto eval = models::evaluate(*l->resolved, eo);
+  auto eval = models::evaluate(l->resolved, eo);
   if (!eval) return report(eval_error(eval.error(), a.scenario));
   backends::ReplayOptions ro;
   ro.measured_steps = a.steps;
@@ -182,7 +182,7 @@ int cmd_replay(const ReplayArgs& a) {
   }
   auto cmp = sim::compare_timelines(*eval->timeline, measured->timeline);
   if (!cmp) return report(cmp.error());
-  fmt::print("replayed {} on {} ({} measured steps)\n{}", l->scenario.name, measured->device.name,
+  fmt::print("replayed {} on {} ({} measured steps)\n{}", l->scenario().name, measured->device.name,
              a.steps, sim::comparison_to_text(*cmp));
   fmt::print("{}", backends::replay_report_text(*measured));
   return 0;

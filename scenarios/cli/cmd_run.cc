@@ -63,7 +63,7 @@ sim::Result<std::vector<Loaded>> load_all(const RunArgs& a) {
 void print_effective(const std::vector<Loaded>& loaded) {
   for (const Loaded& l : loaded) {
     if (loaded.size() > 1) fmt::print("# {}\n", l.file.path);
-    fmt::print("{}", scenarios::emit_yaml(scenarios::scenario_to_document(l.scenario)));
+    fmt::print("{}", scenarios::emit_yaml(scenarios::scenario_to_document(l.scenario())));
     if (l.file.sweep) {
       fmt::print("# sweep: {} points over {}\n", l.file.sweep->size(),
                  fmt::join(l.file.sweep->axis_paths(), ", "));
@@ -98,7 +98,7 @@ sim::Status write_outputs(const RunArgs& a, const models::Evaluation& eval,
 sim::Result<std::vector<NamedReport>> evaluate_all(const RunArgs& a,
                                                    const std::vector<Loaded>& loaded) {
   std::vector<std::string> inputs = a.scenarios;
-  for (const Loaded& l : loaded) inputs.push_back(l.scenario.hardware.profile_path);
+  for (const Loaded& l : loaded) inputs.push_back(l.scenario().hardware.profile_path);
   if (!a.jax_memory.empty()) inputs.push_back(a.jax_memory);
   scenarios::OutputFiles outputs(inputs);
   for (const auto& [flag, path] :
@@ -111,15 +111,15 @@ sim::Result<std::vector<NamedReport>> evaluate_all(const RunArgs& a,
     models::EvalOptions options;
     options.keep_timeline = !a.trace.empty() || !a.timeline_out.empty();
     options.keep_plan = !a.plan_out.empty();
-    if (auto st = scenarios::check_plan_size(l.scenario, a.limits,
+    if (auto st = scenarios::check_plan_size(l.scenario(), a.limits,
                                              {.with_memory_samples = options.keep_timeline});
         !st) {
       return sim::fail(eval_error(st.error(), l.file.path));
     }
     OFFSIM_ASSIGN_OR_RETURN(models::Evaluation eval,
-                            evaluate_limited(*l.resolved, options, a.limits, l.file.path));
+                            evaluate_limited(l.resolved, options, a.limits, l.file.path));
     OFFSIM_RETURN_IF_ERROR(write_outputs(a, eval, outputs));
-    reports.push_back({l.scenario.name, std::move(eval.report)});
+    reports.push_back({l.scenario().name, std::move(eval.report)});
   }
   return reports;
 }
@@ -132,7 +132,7 @@ void print_table(const std::vector<Loaded>& loaded, const std::vector<NamedRepor
   if (jax) fmt::print("{}", scenarios::format_jax_memory(*jax, reports.front().report));
   for (std::size_t i = 0; i < reports.size(); ++i) {
     if (reports[i].report.fits) continue;
-    auto advice = scenarios::memory_advice(loaded[i].scenario, reports[i].report);
+    auto advice = scenarios::memory_advice(loaded[i].scenario(), reports[i].report);
     if (advice && !advice->empty()) {
       fmt::print("{}{}\n", reports.size() > 1 ? reports[i].name + ": " : "why:  ", *advice);
     }
@@ -162,10 +162,10 @@ void print_reports(const RunArgs& a, const std::vector<Loaded>& loaded,
 
 sim::Status print_break_even(const std::vector<Loaded>& loaded) {
   for (const Loaded& l : loaded) {
-    auto be = scenarios::break_even_host_bandwidth(l.scenario);
+    auto be = scenarios::break_even_host_bandwidth(l.scenario());
     if (!be) return sim::fail(sim::Error{be.error().code, l.file.path + ": " + be.error().message});
-    fmt::print("{}break-even host bandwidth: {}\n", loaded.size() > 1 ? l.scenario.name + ": " : "",
-               scenarios::describe(*be));
+    fmt::print("{}break-even host bandwidth: {}\n",
+               loaded.size() > 1 ? l.scenario().name + ": " : "", scenarios::describe(*be));
   }
   return sim::ok();
 }

@@ -59,7 +59,7 @@ int cmd_validate(const ValidateArgs& a) {
   const std::string& path = a.scenario;
   auto l = load_checked(path, a.sets, a.max_points);
   if (!l) return report(l.error());
-  const models::Scenario& s = l->scenario;
+  const models::Scenario& s = l->scenario();
   if (auto st = scenarios::check_plan_size(s, a.limits); !st) {
     return report(eval_error(st.error(), path));
   }

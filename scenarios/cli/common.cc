@@ -37,15 +37,13 @@ int usage_error(const std::string& message) {
 
 sim::Result<Loaded> load_checked(const std::string& path, const std::vector<std::string>& sets,
                                  std::int64_t max_points) {
-  Loaded loaded;
   scenarios::LoadOptions load;
   load.max_sweep_points = max_points;
-  OFFSIM_ASSIGN_OR_RETURN(loaded.file, scenarios::load_scenario_file(path, sets, load));
+  OFFSIM_ASSIGN_OR_RETURN(scenarios::ScenarioFile file,
+                          scenarios::load_scenario_file(path, sets, load));
   OFFSIM_ASSIGN_OR_RETURN(models::ResolvedScenario resolved,
-                          scenarios::resolve_document(loaded.file.base, loaded.file.base_dir));
-  loaded.scenario = resolved.scenario();
-  loaded.resolved = std::move(resolved);
-  return loaded;
+                          scenarios::resolve_document(file.base, file.base_dir));
+  return Loaded{std::move(file), std::move(resolved)};
 }
 
 sim::Error eval_error(const sim::Error& error, const std::string& path) {

@@ -11,11 +11,11 @@
 #include <CLI/CLI.hpp>
 #include <cstdint>
 #include <limits>
-#include <optional>
 #include <string>
 #include <vector>
 
 #include "models/evaluate.h"
+#include "models/resolve.h"
 #include "scenarios/resource_limits.h"
 #include "scenarios/scenario_loader.h"
 #include "sim/core/result.h"
@@ -31,12 +31,12 @@ int report(const sim::Error& error);
 // Prints a usage error on stderr and returns 2.
 int usage_error(const std::string& message);
 
-// A scenario loaded, mapped and checked; input errors come back as kInvalidInput.
+// A scenario loaded, mapped and checked; input errors come back as kInvalidInput. The scenario
+// is held once, in its resolved form (models/resolve.h).
 struct Loaded {
   scenarios::ScenarioFile file;
-  models::Scenario scenario;  // resolved->scenario()
-  // The scenario resolved once (models/resolve.h); set by load_checked().
-  std::optional<models::ResolvedScenario> resolved;
+  models::ResolvedScenario resolved;
+  const models::Scenario& scenario() const { return resolved.scenario(); }
 };
 
 // `max_points` bounds the file's sweep block: run, plan and replay evaluate only the base
