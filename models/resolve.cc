@@ -80,8 +80,12 @@ sim::Result<ResolvedScenario> resolve(const Scenario& scenario, const ResolveOpt
   if (sim::Status checked = check_scenario(scenario); !checked) {
     return sim::fail(located(checked.error(), options));
   }
+  sim::platform::System system;
+  sim::platform::CalibrationProfile profile;
+  OFFSIM_RETURN_IF_ERROR(resolve_hardware_of(scenario, options, system, profile));
   ResolvedScenario out;
-  OFFSIM_RETURN_IF_ERROR(resolve_hardware_of(scenario, options, out.system_, out.profile_));
+  out.system_ = std::make_shared<const sim::platform::System>(std::move(system));
+  out.profile_ = std::make_shared<const sim::platform::CalibrationProfile>(std::move(profile));
   out.scenario_ = scenario;
   return out;
 }

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "models/scenario.h"
@@ -33,10 +34,10 @@ class ResolvedScenario {
  public:
   const Scenario& scenario() const { return scenario_; }
   // The system with hardware.nodes, the host and the overrides applied.
-  const sim::platform::System& system() const { return system_; }
+  const sim::platform::System& system() const { return *system_; }
   // The calibration profile (hardware.profile or the GPU's default) with the host and the
   // overrides applied.
-  const sim::platform::CalibrationProfile& profile() const { return profile_; }
+  const sim::platform::CalibrationProfile& profile() const { return *profile_; }
 
  private:
   friend sim::Result<ResolvedScenario> resolve(const Scenario& scenario,
@@ -47,8 +48,10 @@ class ResolvedScenario {
   ResolvedScenario() = default;
 
   Scenario scenario_;
-  sim::platform::System system_;
-  sim::platform::CalibrationProfile profile_;
+  // Shared, immutable: the variants of one base (sweep points, search candidates) hold the
+  // base's hardware without copying it.
+  std::shared_ptr<const sim::platform::System> system_;
+  std::shared_ptr<const sim::platform::CalibrationProfile> profile_;
 };
 
 sim::Result<ResolvedScenario> resolve(const Scenario& scenario, const ResolveOptions& options = {});

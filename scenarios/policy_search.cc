@@ -11,7 +11,6 @@
 
 #include "scenarios/progress.h"
 #include "scenarios/report_format.h"
-#include "sim/platform/system.h"
 
 namespace offsim::scenarios {
 namespace {
@@ -29,6 +28,8 @@ struct Entry {
   State state = State::kUnknown;
   double key = 0.0;  // smaller is better
   std::optional<models::Report> report;
+  // The candidate resolved (checked) once when enumerated; released once it is simulated.
+  std::optional<models::ResolvedScenario> resolved;
 };
 
 void parallel_for(std::size_t n, int jobs, const std::function<void(std::size_t)>& fn) {
@@ -159,16 +160,18 @@ bool next_levels(std::vector<int>& levels, int n_fractions) {
   return k >= 0;
 }
 
+// Each candidate is resolved here, once: from the base's hardware when the base resolved, else
+// from the first candidate that resolves (the candidates differ from the base only in offload,
+// micro-batch and recompute, never in the hardware keys).
 class Enumerator {
  public:
-  Enumerator(const models::Scenario& base, const SearchSpace& space) : base_(base), space_(space) {
+  Enumerator(const models::Scenario& base, const models::ResolvedScenario* resolved,
+             const SearchSpace& space)
+      : base_(base), space_(space), hardware_(resolved) {
     const auto opt_it =
         std::find(space.classes.begin(), space.classes.end(), TensorClass::kOptimizerStates);
     opt_class_ =
         opt_it == space.classes.end() ? -1 : static_cast<int>(opt_it - space.classes.begin());
-    if (auto system = sim::platform::find_system(base.hardware.system)) {
-      gpus_per_node_ = system->gpus_per_node;
-    }
   }
 
   Enumeration run() {
@@ -213,29 +216,33 @@ class Enumerator {
     e.wave = e.candidate.prefetch_level;
     for (int l : e.candidate.levels) e.wave += l;
     const models::Scenario s = apply_candidate(base_, space_, e.candidate);
-    e.valid = gpus_per_node_ ? static_cast<bool>(models::check_scenario(s, *gpus_per_node_))
-                             : static_cast<bool>(models::check_scenario(s));
+    sim::Result<models::ResolvedScenario> resolved =
+        hardware_ != nullptr ? models::resolve_variant(*hardware_, s) : models::resolve(s);
+    if (resolved) {
+      if (hardware_ == nullptr) {
+        first_resolved_ = *resolved;
+        hardware_ = &*first_resolved_;
+      }
+      e.resolved = std::move(*resolved);
+    }
+    e.valid = e.resolved.has_value();
     out_.entries.push_back(std::move(e));
   }
 
   const models::Scenario& base_;
   const SearchSpace& space_;
+  const models::ResolvedScenario* hardware_;  // whose hardware the candidates take, or null
+  std::optional<models::ResolvedScenario> first_resolved_;
   int opt_class_ = -1;
-  std::optional<int> gpus_per_node_;
   Enumeration out_;
 };
 
-// Simulates lists of entries in parallel, recording each one's state, objective and report.
+// Simulates lists of entries in parallel (each as resolved when enumerated), recording each
+// one's state, objective and report.
 class Evaluator {
  public:
-  // `resolved`: the base resolved (each candidate then takes its hardware from it), or null.
-  Evaluator(const models::Scenario& base, const models::ResolvedScenario* resolved,
-            const SearchOptions& options, std::vector<Entry>& entries, std::int64_t valid)
-      : base_(base),
-        resolved_(resolved),
-        options_(options),
-        entries_(entries),
-        progress_(valid, options.progress, 5.0) {}
+  Evaluator(const SearchOptions& options, std::vector<Entry>& entries, std::int64_t valid)
+      : options_(options), entries_(entries), progress_(valid, options.progress, 5.0) {}
 
   void evaluate(const std::vector<std::size_t>& todo) {
     parallel_for(todo.size(), options_.jobs, [&](std::size_t i) {
@@ -244,11 +251,12 @@ class Evaluator {
         progress_.update(simulated_++);
       }
       Entry& e = entries_[todo[i]];
-      const models::Scenario s = apply_candidate(base_, options_.space, e.candidate);
-      auto resolved =
-          resolved_ != nullptr ? models::resolve_variant(*resolved_, s) : models::resolve(s);
-      auto eval = resolved ? models::evaluate(*resolved, options_.eval)
-                           : sim::Result<models::Evaluation>(sim::fail(resolved.error()));
+      if (!e.resolved) {
+        e.state = State::kOtherFailure;
+        return;
+      }
+      auto eval = models::evaluate(*e.resolved, options_.eval);
+      e.resolved.reset();
       if (!eval) {
         e.state = State::kOtherFailure;
         return;
@@ -266,8 +274,6 @@ class Evaluator {
   }
 
  private:
-  const models::Scenario& base_;
-  const models::ResolvedScenario* resolved_;
   const SearchOptions& options_;
   std::vector<Entry>& entries_;
   Progress progress_;
@@ -421,12 +427,12 @@ sim::Result<SearchResult> search(const models::Scenario& base,
                                  const SearchOptions& options) {
   const auto started = std::chrono::steady_clock::now();
   OFFSIM_RETURN_IF_ERROR(check_search_options(options));
-  Enumeration en = Enumerator(base, options.space).run();
+  Enumeration en = Enumerator(base, resolved, options.space).run();
   SearchResult result;
   result.space_size = static_cast<std::int64_t>(en.entries.size());
   for (const Entry& e : en.entries) result.valid += e.valid ? 1 : 0;
 
-  Evaluator evaluator(base, resolved, options, en.entries, result.valid);
+  Evaluator evaluator(options, en.entries, result.valid);
   if (options.method == SearchMethod::kExhaustive) {
     std::vector<std::size_t> todo;
     for (std::size_t i = 0; i < en.entries.size(); ++i)

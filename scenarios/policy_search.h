@@ -82,11 +82,12 @@ struct SearchResult {
   double wall_s = 0.0;
 };
 
-// Each evaluated candidate is resolved from `base` (models::resolve_variant): checked once, its
-// hardware and profile those of the base.
+// Each candidate is resolved once, when it is enumerated (models::resolve_variant: checked
+// once, its hardware and profile those of the base), and simulated from that.
 sim::Result<SearchResult> search_policies(const models::ResolvedScenario& base,
                                           const SearchOptions& options);
-// Resolves the base first; when it does not resolve, each candidate is resolved on its own.
+// Resolves the base first; when it does not resolve, the first candidate that resolves lends
+// its hardware to the others.
 sim::Result<SearchResult> search_policies(const models::Scenario& base,
                                           const SearchOptions& options);
 

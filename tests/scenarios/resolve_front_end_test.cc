@@ -1,6 +1,6 @@
 // The front ends resolve a scenario once: a sweep point is checked once whichever path its
-// evaluation takes, the policy search checks each candidate once to enumerate it and once more
-// only when it simulates it, and a document's errors keep their file positions.
+// evaluation takes, the policy search checks each candidate once (to enumerate it; a simulated
+// candidate is simulated from that), and a document's errors keep their file positions.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -54,7 +54,7 @@ TEST(ResolveFrontEnd, ASweepPointTakesItsBasesHardwareOnlyWhenItHasTheSame) {
   }
 }
 
-TEST(ResolveFrontEnd, TheSearchChecksACandidateOnceMoreOnlyWhenItSimulatesIt) {
+TEST(ResolveFrontEnd, TheSearchChecksEachCandidateOnce) {
   auto resolved = resolve_document(document(kScenario), "");
   ASSERT_TRUE(resolved) << resolved.error().message;
   SearchOptions o;
@@ -67,7 +67,34 @@ TEST(ResolveFrontEnd, TheSearchChecksACandidateOnceMoreOnlyWhenItSimulatesIt) {
   auto r = search_policies(*resolved, o);
   ASSERT_TRUE(r) << r.error().message;
   EXPECT_GT(r->evaluated, 0);
-  EXPECT_EQ(models::scenario_checks_run() - before, r->space_size + r->evaluated);
+  // Once to enumerate it; a simulated candidate is not checked again.
+  EXPECT_EQ(models::scenario_checks_run() - before, r->space_size);
+}
+
+TEST(ResolveFrontEnd, ASearchFromAnUnresolvedBaseChecksEachCandidateOnce) {
+  // micro_batch 3 does not divide global_batch 16: the base does not resolve, its candidates
+  // with micro-batch 1 and 2 do, and take the hardware of the first one that resolves.
+  auto base = scenario_from_document(
+      document("model: {base: llama3-8b, layers: 4}\nhardware: {system: a100-40gb-1gpu}\n"
+               "training: {global_batch: 16, micro_batch: 3, seq_len: 2048}\n"),
+      "");
+  ASSERT_TRUE(base) << base.error().message;
+  SearchOptions o;
+  o.top_k = 2;
+  o.jobs = 1;
+  o.space.classes = {models::TensorClass::kActivations};
+  o.space.fractions = {0.0, 1.0};
+  o.space.prefetch = {1};
+  o.space.micro_batches = {1, 2, 3};
+  const std::int64_t before = models::scenario_checks_run();
+  auto r = search_policies(*base, o);
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->space_size, 6);
+  EXPECT_EQ(r->valid, 4);
+  EXPECT_GT(r->evaluated, 0);
+  EXPECT_FALSE(r->best.empty());
+  // The base once, then each candidate once.
+  EXPECT_EQ(models::scenario_checks_run() - before, 1 + r->space_size);
 }
 
 TEST(ResolveFrontEnd, ErrorsNameTheirPositionInTheDocument) {
