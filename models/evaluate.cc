@@ -648,6 +648,111 @@ std::optional<Report> pipeline_steady_state_report(const ResolvedScenario& resol
   return report_of(scenario, step, t, &x);
 }
 
+// One rank's HBM allocs and frees in simulated order, as the allocator sees them: the initial
+// tensors (weights, optimizer state) first, allocated on the compute stream, then each op's
+// allocations on its lane's stream (a block returns to the pool it came from) and its frees,
+// ordered by (time, frees before allocs as the engine orders an instant, op, position).
+struct RankAllocEvents {
+  struct Timed {
+    std::int64_t time;
+    int phase;
+    std::size_t op;
+    std::size_t pos;
+    AllocEvent event;
+  };
+  std::vector<Timed> timed;
+  std::vector<AllocEvent> events;  // the initial tensors', then timed's events in order
+  std::size_t first_timed = 0;     // events[first_timed + i] is timed[i].event
+};
+
+RankAllocEvents rank_alloc_events(const sim::Plan& plan, const std::vector<const sim::Span*>& by_op,
+                                  const SimRankInfo& info) {
+  using Timed = RankAllocEvents::Timed;
+  const std::size_t pool = info.hbm_pool.index();
+  const auto mine = [&](sim::TensorId id) {
+    const sim::Tensor& x = plan.tensors[id.index()];
+    return x.pool.index() == pool && x.category != sim::TensorCategory::kRuntime;
+  };
+  RankAllocEvents out;
+  const std::uint32_t compute = info.compute_lane.value();
+  for (sim::TensorId id : plan.initial_tensors) {
+    if (mine(id))
+      out.events.push_back({id.value(), plan.tensors[id.index()].bytes, false, compute});
+  }
+  for (std::size_t i = 0; i < plan.ops.size(); ++i) {
+    const sim::Span* s = by_op[i];
+    if (s == nullptr) continue;
+    const sim::Op& op = plan.ops[i];
+    for (std::size_t j = 0; j < op.allocs.size(); ++j) {
+      if (!mine(op.allocs[j])) continue;
+      out.timed.push_back({s->start.time_since_epoch().count(),
+                           1,
+                           i,
+                           j,
+                           {op.allocs[j].value(), plan.tensors[op.allocs[j].index()].bytes, false,
+                            op.lane.value()}});
+    }
+    for (std::size_t j = 0; j < op.frees.size(); ++j) {
+      if (!mine(op.frees[j])) continue;
+      out.timed.push_back({s->end.time_since_epoch().count(),
+                           0,
+                           i,
+                           j,
+                           {op.frees[j].value(), plan.tensors[op.frees[j].index()].bytes, true}});
+    }
+  }
+  std::sort(out.timed.begin(), out.timed.end(), [](const Timed& a, const Timed& b) {
+    return std::tie(a.time, a.phase, a.op, a.pos) < std::tie(b.time, b.phase, b.op, b.pos);
+  });
+  out.first_timed = out.events.size();
+  for (const Timed& x : out.timed) out.events.push_back(x.event);
+  return out;
+}
+
+// The allocator's failure at events[at] of a rank: reserved memory went past what the allocator
+// may hold.
+OomReport allocator_oom(const sim::Plan& plan, const SimRankInfo& info, const RankAllocEvents& ev,
+                        const AllocatorReplay& a, std::size_t at, const RuntimeModel& rt,
+                        std::int64_t outside) {
+  OomReport o;
+  o.pool = plan.pools[info.hbm_pool.index()].name;
+  o.device_memory = true;
+  o.requested_bytes = ev.events[at].bytes;
+  o.in_use_bytes = a.reserved_at_failure_bytes + outside;
+  o.capacity_bytes = rt.allocator_limit_bytes + outside;
+  o.op = "initial_tensors";
+  if (at >= ev.first_timed) {
+    const RankAllocEvents::Timed& x = ev.timed[at - ev.first_timed];
+    o.op = plan.ops[x.op].name + " (allocator: reserved memory)";
+    o.time_s = sim::to_seconds(sim::Duration{x.time});
+  }
+  return o;
+}
+
+// Out of memory in this framework although the tensors alone fit (or a second reason when they
+// did not): the pool is listed over capacity once, and a step that fitted no longer does.
+void mark_allocator_oom(const OomReport& o, std::int64_t demand_bytes, Report& r) {
+  const bool already = std::any_of(r.over_capacity.begin(), r.over_capacity.end(),
+                                   [&](const PoolDemand& d) { return d.pool == o.pool; });
+  if (!already) {
+    PoolDemand d;
+    d.pool = o.pool;
+    d.capacity_bytes = o.capacity_bytes;
+    d.demand_bytes = demand_bytes;
+    d.overshoot_bytes = d.demand_bytes - d.capacity_bytes;
+    d.first_failure = o;
+    r.over_capacity.push_back(d);
+  }
+  if (!r.oom) r.oom = o;
+  if (r.fits) {
+    r.fits = false;
+    r.outcome = sim::to_string(sim::OutcomeKind::kOutOfMemory);
+    r.tokens_per_s = r.tokens_per_s_per_gpu = r.tflops_per_gpu = r.hw_tflops_per_gpu = 0.0;
+    r.mfu = r.hfu = 0.0;
+    r.time = TimeSplit{};
+  }
+}
+
 // The framework's device allocator over each rank's HBM allocs and frees in simulated order
 // (runtime.h): reserved memory per rank, and a step that fits its tensors but not the
 // allocator's reserved memory (fragmentation, block rounding) does not fit.
@@ -661,94 +766,16 @@ void apply_allocator(const BuiltStep& step, const sim::Timeline& t, Report& r) {
   for (std::size_t k = 0; k < step.ranks.size() && k < r.ranks.size(); ++k) {
     const SimRankInfo& info = step.ranks[k];
     if (info.hbm_pool.index() >= plan.pools.size()) continue;
-    const std::optional<std::size_t> pool = info.hbm_pool.index();
-    const auto mine = [&](sim::TensorId id) {
-      const sim::Tensor& x = plan.tensors[id.index()];
-      return x.pool.index() == *pool && x.category != sim::TensorCategory::kRuntime;
-    };
-    // (time, frees before allocs as the engine orders an instant, op, position) -> event.
-    struct Timed {
-      std::int64_t time;
-      int phase;
-      std::size_t op;
-      std::size_t pos;
-      AllocEvent event;
-    };
-    std::vector<Timed> timed;
-    std::vector<AllocEvent> events;
-    // Initial tensors (weights, optimizer state) are allocated on the compute stream; an op's
-    // allocations on its lane's stream (a block returns to the pool it came from).
-    const std::uint32_t compute = info.compute_lane.value();
-    for (sim::TensorId id : plan.initial_tensors) {
-      if (mine(id)) events.push_back({id.value(), plan.tensors[id.index()].bytes, false, compute});
-    }
-    for (std::size_t i = 0; i < plan.ops.size(); ++i) {
-      const sim::Span* s = by_op[i];
-      if (s == nullptr) continue;
-      const sim::Op& op = plan.ops[i];
-      for (std::size_t j = 0; j < op.allocs.size(); ++j) {
-        if (!mine(op.allocs[j])) continue;
-        timed.push_back({s->start.time_since_epoch().count(),
-                         1,
-                         i,
-                         j,
-                         {op.allocs[j].value(), plan.tensors[op.allocs[j].index()].bytes, false,
-                          op.lane.value()}});
-      }
-      for (std::size_t j = 0; j < op.frees.size(); ++j) {
-        if (!mine(op.frees[j])) continue;
-        timed.push_back({s->end.time_since_epoch().count(),
-                         0,
-                         i,
-                         j,
-                         {op.frees[j].value(), plan.tensors[op.frees[j].index()].bytes, true}});
-      }
-    }
-    std::sort(timed.begin(), timed.end(), [](const Timed& a, const Timed& b) {
-      return std::tie(a.time, a.phase, a.op, a.pos) < std::tie(b.time, b.phase, b.op, b.pos);
-    });
-    const std::size_t first_timed = events.size();
-    for (const Timed& x : timed) events.push_back(x.event);
-    const AllocatorReplay a = replay_allocator(rt, events, rt.allocator_limit_bytes);
+    const RankAllocEvents ev = rank_alloc_events(plan, by_op, info);
+    const AllocatorReplay a = replay_allocator(rt, ev.events, rt.allocator_limit_bytes);
     RankReport& rr = r.ranks[k];
     rr.hbm_reserved_bytes =
         (rt.preallocated ? rt.allocator_limit_bytes : a.reserved_peak_bytes) + outside;
     r.hbm_reserved_bytes = std::max(r.hbm_reserved_bytes, rr.hbm_reserved_bytes);
     if (a.first_failure < 0) continue;
-    // Reserved memory went past what the allocator may hold: out of memory in this framework
-    // although the tensors alone fit (or a second reason when they did not).
-    const std::size_t at = static_cast<std::size_t>(a.first_failure);
-    OomReport o;
-    o.pool = plan.pools[info.hbm_pool.index()].name;
-    o.device_memory = true;
-    o.requested_bytes = events[at].bytes;
-    o.in_use_bytes = a.reserved_at_failure_bytes + outside;
-    o.capacity_bytes = rt.allocator_limit_bytes + outside;
-    o.op = "initial_tensors";
-    if (at >= first_timed) {
-      const Timed& x = timed[at - first_timed];
-      o.op = plan.ops[x.op].name + " (allocator: reserved memory)";
-      o.time_s = sim::to_seconds(sim::Duration{x.time});
-    }
-    const bool already = std::any_of(r.over_capacity.begin(), r.over_capacity.end(),
-                                     [&](const PoolDemand& d) { return d.pool == o.pool; });
-    if (!already) {
-      PoolDemand d;
-      d.pool = o.pool;
-      d.capacity_bytes = o.capacity_bytes;
-      d.demand_bytes = a.reserved_peak_bytes + outside;
-      d.overshoot_bytes = d.demand_bytes - d.capacity_bytes;
-      d.first_failure = o;
-      r.over_capacity.push_back(d);
-    }
-    if (!r.oom) r.oom = o;
-    if (r.fits) {
-      r.fits = false;
-      r.outcome = sim::to_string(sim::OutcomeKind::kOutOfMemory);
-      r.tokens_per_s = r.tokens_per_s_per_gpu = r.tflops_per_gpu = r.hw_tflops_per_gpu = 0.0;
-      r.mfu = r.hfu = 0.0;
-      r.time = TimeSplit{};
-    }
+    const OomReport o =
+        allocator_oom(plan, info, ev, a, static_cast<std::size_t>(a.first_failure), rt, outside);
+    mark_allocator_oom(o, a.reserved_peak_bytes + outside, r);
   }
 }
 
