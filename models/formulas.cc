@@ -533,10 +533,33 @@ ResolvedDtypes resolve_dtypes(const TrainingConfig& t) {
   return r;
 }
 
+bool DpSharding::of(TensorClass cls) const {
+  switch (cls) {
+    case TensorClass::kParams:
+      return params;
+    case TensorClass::kGrads:
+      return grads;
+    case TensorClass::kOptimizerStates:
+    case TensorClass::kMasterWeights:
+      return optimizer;
+    case TensorClass::kActivations:
+    case TensorClass::kNamedActivation:
+      return false;
+  }
+  return false;
+}
+
+DpSharding dp_sharding(const ParallelConfig& p) {
+  return {.params = p.fsdp || p.zero_stage >= 3,
+          .grads = p.fsdp || p.zero_stage >= 2,
+          .optimizer = p.fsdp || p.zero_stage >= 1};
+}
+
 StaticMemory static_memory(std::int64_t params, const ParallelConfig& p, const ResolvedDtypes& d) {
-  const bool shard_params = p.fsdp || p.zero_stage >= 3;
-  const bool shard_grads = p.fsdp || p.zero_stage >= 2;
-  const bool shard_opt = p.fsdp || p.zero_stage >= 1;
+  const DpSharding shard = dp_sharding(p);
+  const bool shard_params = shard.params;
+  const bool shard_grads = shard.grads;
+  const bool shard_opt = shard.optimizer;
   const std::int64_t dp = grad_dp(p);
   StaticMemory m;
   m.params_bytes = sim::dtype_bytes(d.params) * (shard_params ? ceil_div(params, dp) : params);

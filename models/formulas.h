@@ -168,6 +168,20 @@ std::int64_t attention_parameter_count_per_rank(const ModelArch& m, int tp);
 // split over etp (Megatron-Core expert layout).
 std::int64_t expert_parameter_count_per_rank(const ModelArch& m, int ep, int etp);
 
+// ZeRO / FSDP: which training state each data-parallel rank holds only its 1/dp shard of (over
+// grad_dp ranks). ZeRO stage 1 (Megatron's distributed optimizer) shards the optimizer state
+// (moments and master weights), stage 2 also the gradients, stage 3 also the parameters
+// (Rajbhandari et al., SC'20, "ZeRO", section 5); FSDP's full shard shards all three.
+// Activations are never sharded over data parallelism. The one statement of the rule: static
+// memory, the step builder, the plan-size estimate and the scenario flags read it.
+struct DpSharding {
+  bool params = false;
+  bool grads = false;
+  bool optimizer = false;  // moments and master weights
+  bool of(TensorClass cls) const;
+};
+DpSharding dp_sharding(const ParallelConfig& p);
+
 // Bytes of parameters, gradients and optimizer state one rank holds for `params` parameters of
 // its (tensor-sharded) pipeline stage, under ZeRO stage / FSDP over `dp` ranks:
 //   params 2Ψ (ZeRO-3/FSDP: 2Ψ/dp), grads 2Ψ (ZeRO-2+: 2Ψ/dp),

@@ -526,8 +526,7 @@ class StepBuilder {
   void grad_passes(Rank& r, const std::vector<OpId>& deps) {
     std::int64_t shard = 0;
     for (const ParamGroup& g : r.groups) {
-      shard += (s_.parallelism.fsdp || s_.parallelism.zero_stage >= 1) ? ceil_div(g.params, dp())
-                                                                       : g.params;
+      shard += dp_sharding(s_.parallelism).optimizer ? ceil_div(g.params, dp()) : g.params;
     }
     const std::int64_t gbytes = s_.training.fp32_master_weights ? 4 : 2;
     if (gdtype_ == sim::DType::kFp16) {
@@ -662,8 +661,8 @@ class StepBuilder {
   }
   std::int64_t norm_flops() const { return 5 * d_.tokens() * d_.h / d_.sp; }
 
-  bool shard_params() const { return s_.parallelism.fsdp || s_.parallelism.zero_stage >= 3; }
-  bool shard_grads() const { return s_.parallelism.fsdp || s_.parallelism.zero_stage >= 2; }
+  bool shard_params() const { return dp_sharding(s_.parallelism).params; }
+  bool shard_grads() const { return dp_sharding(s_.parallelism).grads; }
   int dp() const { return grad_dp(s_.parallelism); }  // the gradient-reduction group
   // Expert data-parallel size: tp · dp / (ep · etp).
   int edp() const {
@@ -1671,7 +1670,7 @@ class StepBuilder {
     ParamGroup& g = r.groups[r.expert_group_of_layer.at(layer)];
     OpId after = last;
     if (edp() > 1) {
-      const bool reduce_scatter = s_.parallelism.zero_stage >= 1;
+      const bool reduce_scatter = dp_sharding(s_.parallelism).optimizer;
       after = collective(
           r, r.comm,
           fmt::format("mb{}.{}.grad_{}", lbl(mb), g.name,
@@ -1714,7 +1713,7 @@ class StepBuilder {
                                                           : last)
             .allocs.push_back(*buf);
       }
-      const bool reduce_scatter = s_.parallelism.zero_stage >= 1 || s_.parallelism.fsdp;
+      const bool reduce_scatter = dp_sharding(s_.parallelism).optimizer;
       after = collective(
           r, r.comm,
           fmt::format("mb{}.{}.grad_{}", lbl(mb), gp->name,
@@ -1757,8 +1756,7 @@ class StepBuilder {
   int zenflow_interval() const { return std::max(1, s_.offload.zenflow.update_interval); }
   std::int64_t optimizer_shard(const ParamGroup& g) const {
     const int gdp = g.expert ? edp() : dp();
-    return (s_.parallelism.fsdp || s_.parallelism.zero_stage >= 1) ? ceil_div(g.params, gdp)
-                                                                   : g.params;
+    return dp_sharding(s_.parallelism).optimizer ? ceil_div(g.params, gdp) : g.params;
   }
   CostModel::CpuThreads cpu_threads() const {
     return {.bind_cores = s_.offload.cpu_bind_cores,
@@ -2006,7 +2004,7 @@ class StepBuilder {
       }
       if (gdtype_ == sim::DType::kFp8 && g.layer >= 0) done = fp8_weight_cast(r, g, done);
       // ZeRO-1/2: updated parameter shards are all-gathered for the next step.
-      if (gdp > 1 && !shard_params() && s_.parallelism.zero_stage >= 1) {
+      if (gdp > 1 && !shard_params() && dp_sharding(s_.parallelism).optimizer) {
         collective(
             r, r.comm, g.name + ".params_allgather", OpCategory::kComm, g.layer,
             sim::CollectiveKind::kAllGather, g.expert ? r.edp_group : r.dp_group,
@@ -2076,12 +2074,9 @@ std::vector<std::string> scenario_flags(const Scenario& s) {
     bool params_replicated = false;
     for (const OffloadRule& r : s.offload.rules) {
       if (r.where != Placement::kHost) continue;
-      const bool sharded =
-          (r.cls == TensorClass::kOptimizerStates || r.cls == TensorClass::kMasterWeights)
-              ? p.zero_stage >= 1
-          : r.cls == TensorClass::kGrads  ? p.zero_stage >= 2
-          : r.cls == TensorClass::kParams ? p.zero_stage >= 3
-                                          : true;
+      const bool state =
+          r.cls != TensorClass::kActivations && r.cls != TensorClass::kNamedActivation;
+      const bool sharded = !state || dp_sharding(p).of(r.cls);
       const std::string name = to_string(r.cls);
       if (!sharded && std::find(replicated.begin(), replicated.end(), name) == replicated.end()) {
         replicated.push_back(name);

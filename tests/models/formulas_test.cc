@@ -191,6 +191,32 @@ TEST(StaticMemory, ZeroStagesMatchClosedForms) {
   EXPECT_EQ(static_memory(psi, {}, false, sim::DType::kBf16).optimizer_bytes, 8 * psi);
 }
 
+// ZeRO's stages (Rajbhandari et al., SC'20, section 5): stage 1 shards the optimizer state,
+// 2 also the gradients, 3 also the parameters; FSDP's full shard shards all three; activations
+// are never sharded over data parallelism.
+TEST(DpSharding, ZeroStagesAndFsdp) {
+  using C = TensorClass;
+  const C classes[] = {C::kParams,        C::kGrads,       C::kOptimizerStates,
+                       C::kMasterWeights, C::kActivations, C::kNamedActivation};
+  // Expected per stage 0..3, then FSDP, in the order of `classes`.
+  const bool expected[5][6] = {{false, false, false, false, false, false},
+                               {false, false, true, true, false, false},
+                               {false, true, true, true, false, false},
+                               {true, true, true, true, false, false},
+                               {true, true, true, true, false, false}};
+  for (int row = 0; row < 5; ++row) {
+    ParallelConfig p;
+    p.dp = 8;
+    p.zero_stage = row < 4 ? row : 0;
+    p.fsdp = row == 4;
+    const DpSharding shard = dp_sharding(p);
+    EXPECT_EQ(shard.params, expected[row][0]) << row;
+    EXPECT_EQ(shard.grads, expected[row][1]) << row;
+    EXPECT_EQ(shard.optimizer, expected[row][2]) << row;
+    for (int c = 0; c < 6; ++c) EXPECT_EQ(shard.of(classes[c]), expected[row][c]) << row << c;
+  }
+}
+
 TEST(Parameters, LayerPerRankSumsToLayer) {
   const ModelArch m = gpt_layer();
   // Column-parallel parts split by t; norms (2 · 2h) and row-parallel biases (2 · h) replicated.
