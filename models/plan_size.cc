@@ -46,6 +46,7 @@ struct MoeOps {
   double bwd = 0;
   double fwd_collectives = 0;  // of fwd
   double bwd_collectives = 0;  // of bwd
+  double fwd_markers = 0;      // of fwd: the host-sync marker
   double fp8_casts_fwd = 0;    // FP8 input casts of the plain (non-grouped) GEMMs
   double fp8_casts_bwd = 0;
 };
@@ -57,7 +58,8 @@ MoeOps moe_ops(const LayerDims& d) {
   const double colls = (d.ep > 1 ? 3 : 0) + (d.etp > 1 ? 2 : 0);
   const double shared = d.fs > 0 ? 1 : 0;
   // The forward's host-sync marker (dropless routing) is one more op.
-  o.fwd = 8 + colls + shared * (3 + sp_gather + tp_reduce);
+  o.fwd_markers = 1;
+  o.fwd = 7 + o.fwd_markers + colls + shared * (3 + sp_gather + tp_reduce);
   o.bwd = 10 + colls + shared * (5 + sp_gather + tp_reduce);
   o.fwd_collectives = colls + shared * (sp_gather + tp_reduce);
   o.bwd_collectives = o.fwd_collectives;
@@ -66,20 +68,16 @@ MoeOps moe_ops(const LayerDims& d) {
   return o;
 }
 
-LayerShape layer_shape(const Scenario& s, const LayerDims& d, int layer) {
-  LayerShape out;
-  const LayerPolicy policy = layer_policy(s, d, layer);
-  const LayerActivations& acts = policy.acts;
-  out.params_on_host = policy.params_on_host;
-  out.grads_on_host = policy.grads_on_host;
-  out.opt_on_host = policy.opt_on_host;
-  out.master_on_host = policy.master_on_host;
+// Where a layer's saved activations go: the chunks copied to the host (whole tensors when the
+// policy does not chunk them) and whether any stays on HBM.
+void place_activations(const LayerDims& d, const LayerPolicy& policy, LayerShape& out) {
   double host_bytes = 0;
   for (int a = 0; a < kNumActs; ++a) {
-    if (!acts.saved[a]) continue;
+    if (!policy.acts.saved[a]) continue;
+    const auto bytes = static_cast<double>(act_bytes(d, static_cast<Act>(a)));
     if (policy.on_host[a]) {
-      host_bytes += static_cast<double>(act_bytes(d, static_cast<Act>(a)));
-    } else if (act_bytes(d, static_cast<Act>(a)) > 0) {
+      host_bytes += bytes;
+    } else if (bytes > 0) {
       out.hbm_saved = true;
     }
   }
@@ -88,11 +86,21 @@ LayerShape layer_shape(const Scenario& s, const LayerDims& d, int layer) {
                           ? std::ceil(host_bytes / static_cast<double>(policy.chunk_bytes))
                           : 1.0;
   }
-  out.recomputed = acts.recomputed_bytes(d) > 0;
-  // The recompute ops of StepBuilder::layer_backward, with their tensor-parallel collectives.
+}
+
+struct RecomputeOps {
+  double ops = 0;
+  double collectives = 0;  // of ops: tensor-parallel and MoE collectives
+  bool moe = false;        // the MoE FFN is re-run whole
+};
+
+// The recompute ops of StepBuilder::layer_backward for a dense layer, with their tensor-parallel
+// collectives.
+RecomputeOps dense_recompute(const Scenario& s, const LayerDims& d, const LayerActivations& acts) {
   const auto rc = [&](FwdOp op) { return acts.recompute[static_cast<int>(op)]; };
   const double sp_gather = d.t > 1 && d.sp > 1 ? 1 : 0;
   const double tp_reduce = d.t > 1 ? 1 : 0;
+  RecomputeOps out;
   double n = 0;
   if (rc(FwdOp::kLn1)) n += 1;
   // With rotary positions the recomputed QKV is followed by its rotary embedding.
@@ -109,26 +117,162 @@ LayerShape layer_shape(const Scenario& s, const LayerDims& d, int layer) {
       if (rc(op)) n += 1;
     }
   }
-  out.recompute_collectives = (rc(FwdOp::kQkv) ? sp_gather : 0) +
-                              (rc(FwdOp::kOutProj) ? tp_reduce : 0) +
-                              (rc(FwdOp::kMlpWi) ? sp_gather : 0);
-  if (d.moe && (rc(FwdOp::kMlpWi) || rc(FwdOp::kAct) || rc(FwdOp::kMlpWo))) {
-    // StepBuilder::moe_forward re-run whole instead of the dense MLP's recompute ops.
-    const MoeOps mo = moe_ops(d);
-    out.moe_recomputed = true;
-    n -= (rc(FwdOp::kMlpWi) ? 1 + sp_gather : 0) + (rc(FwdOp::kAct) ? 1 : 0) +
-         (rc(FwdOp::kMlpWo) ? 1 : 0);
-    if (s.training.compute_dtype == sim::DType::kFp8) {
-      n -= (rc(FwdOp::kMlpWi) ? 1 : 0) + (rc(FwdOp::kMlpWo) ? 1 : 0);
-      n += mo.fp8_casts_fwd;
-    }
-    n += mo.fwd;
-    out.recompute_collectives -= rc(FwdOp::kMlpWi) ? sp_gather : 0;
-    out.recompute_collectives += mo.fwd_collectives;
-  }
-  out.recompute_ops = n;
-  out.recompute_core = rc(FwdOp::kCore);
+  out.ops = n;
+  out.collectives = (rc(FwdOp::kQkv) ? sp_gather : 0) + (rc(FwdOp::kOutProj) ? tp_reduce : 0) +
+                    (rc(FwdOp::kMlpWi) ? sp_gather : 0);
   return out;
+}
+
+// An MoE layer whose MLP is recomputed re-runs StepBuilder::moe_forward whole instead of the
+// dense MLP's recompute ops.
+void moe_recompute(const Scenario& s, const LayerDims& d, const LayerActivations& acts,
+                   RecomputeOps& out) {
+  const auto rc = [&](FwdOp op) { return acts.recompute[static_cast<int>(op)]; };
+  if (!d.moe || !(rc(FwdOp::kMlpWi) || rc(FwdOp::kAct) || rc(FwdOp::kMlpWo))) return;
+  const double sp_gather = d.t > 1 && d.sp > 1 ? 1 : 0;
+  const MoeOps mo = moe_ops(d);
+  out.moe = true;
+  out.ops -= (rc(FwdOp::kMlpWi) ? 1 + sp_gather : 0) + (rc(FwdOp::kAct) ? 1 : 0) +
+             (rc(FwdOp::kMlpWo) ? 1 : 0);
+  if (s.training.compute_dtype == sim::DType::kFp8) {
+    out.ops -= (rc(FwdOp::kMlpWi) ? 1 : 0) + (rc(FwdOp::kMlpWo) ? 1 : 0);
+    out.ops += mo.fp8_casts_fwd;
+  }
+  out.ops += mo.fwd;
+  out.collectives -= rc(FwdOp::kMlpWi) ? sp_gather : 0;
+  out.collectives += mo.fwd_collectives;
+}
+
+LayerShape layer_shape(const Scenario& s, const LayerDims& d, int layer) {
+  LayerShape out;
+  const LayerPolicy policy = layer_policy(s, d, layer);
+  out.params_on_host = policy.params_on_host;
+  out.grads_on_host = policy.grads_on_host;
+  out.opt_on_host = policy.opt_on_host;
+  out.master_on_host = policy.master_on_host;
+  place_activations(d, policy, out);
+  out.recomputed = policy.acts.recomputed_bytes(d) > 0;
+  RecomputeOps rc = dense_recompute(s, d, policy.acts);
+  moe_recompute(s, d, policy.acts, rc);
+  out.recompute_ops = rc.ops;
+  out.recompute_collectives = rc.collectives;
+  out.moe_recomputed = rc.moe;
+  out.recompute_core = policy.acts.recompute[static_cast<int>(FwdOp::kCore)];
+  return out;
+}
+
+// What the recipe of a layer depends on besides its shape.
+struct RecipeInputs {
+  bool sharded_fetch = false;  // ZeRO-3 / FSDP parameters all-gathered over dp > 1 ranks
+  bool routed_fetch = false;   // router-aware expert fetch (formulas.h expert_fetch_counts)
+};
+
+// The transformer layer without context or tensor-parallel overlap (StepBuilder::layer_forward /
+// layer_backward): attention block, dense MLP or MoE FFN, tensor-parallel collectives, FP8
+// casts, rotary embedding, accumulation, parameter fetches and activation copies.
+void base_rows(const Scenario& s, const LayerDims& d, const LayerShape& ls, const RecipeInputs& in,
+               std::vector<RecipeRow>& rows) {
+  using K = RecipeOpKind;
+  const double tp_colls = d.t > 1 ? (d.sp > 1 ? 4 : 2) : 0;
+  const double mlp_colls = d.t > 1 ? (d.sp > 1 ? 2 : 1) : 0;
+  const bool fp8 = s.training.compute_dtype == sim::DType::kFp8;
+  // The MoE FFN replaces the dense MLP's 3 forward and 5 backward kernels, its TP collectives
+  // and the FP8 casts of its 2 GEMMs each way.
+  rows.push_back({"attention block, norms and residuals", K::kKernel, 6, 8});
+  rows.push_back({"attention tensor-parallel collectives", K::kCollective, tp_colls - mlp_colls,
+                  tp_colls - mlp_colls});
+  if (d.moe) {
+    const MoeOps mo = moe_ops(d);
+    rows.push_back({"MoE FFN kernels", K::kKernel, mo.fwd - mo.fwd_collectives - mo.fwd_markers,
+                    mo.bwd - mo.bwd_collectives});
+    rows.push_back({"MoE collectives", K::kCollective, mo.fwd_collectives, mo.bwd_collectives});
+    rows.push_back({"MoE host synchronisation", K::kMarker, mo.fwd_markers, 0});
+    if (fp8)
+      rows.push_back({"FP8 input casts", K::kKernel, 2 + mo.fp8_casts_fwd, 2 + mo.fp8_casts_bwd});
+    if (ls.params_on_host && in.routed_fetch) {
+      // StepBuilder::moe_routed_fetch: an H2D after the router's top-k.
+      rows.push_back({"router-aware expert fetch", K::kCopy, 1, 0});
+    }
+  } else {
+    rows.push_back({"MLP kernels", K::kKernel, 3, 5});
+    rows.push_back({"MLP tensor-parallel collectives", K::kCollective, mlp_colls, mlp_colls});
+    if (fp8) rows.push_back({"FP8 input casts", K::kKernel, 4, 4});
+  }
+  // Rotary positions: one rotary-embedding kernel forward and one backward.
+  const double rope = s.model.max_positions == 0 ? 1 : 0;
+  rows.push_back({"rotary embedding", K::kKernel, rope, rope});
+  // Without gradient-accumulation fusion, one accumulation pass per layer in the backward.
+  rows.push_back({"weight-gradient accumulation", K::kKernel, 0,
+                  s.training.gradient_accumulation_fusion ? 0.0 : 1.0});
+  const double host_fetch = ls.params_on_host ? 1 : 0;
+  const double gather = in.sharded_fetch ? 1 : 0;
+  rows.push_back({"host parameter fetch", K::kCopy, host_fetch, host_fetch});
+  rows.push_back({"sharded parameter all-gather", K::kCollective, gather, gather});
+  rows.push_back(
+      {"offloaded activation copies (D2H, H2D)", K::kCopy, ls.host_chunks, ls.host_chunks});
+  const double rc_markers = ls.moe_recomputed ? 1 : 0;
+  rows.push_back({"recomputed forward kernels", K::kKernel, 0, 0,
+                  ls.recompute_ops - ls.recompute_collectives - rc_markers});
+  rows.push_back({"recomputed collectives", K::kCollective, 0, 0, ls.recompute_collectives});
+  rows.push_back({"recomputed MoE host synchronisation", K::kMarker, 0, 0, rc_markers});
+}
+
+// Context parallelism (StepBuilder::ring_attention / ulysses_attention): per attention pass,
+// ring: cp kernels instead of one and cp − 1 K,V transfers (the backward also cp dK,dV
+// transfers); all-to-all: two all-to-alls over cp ranks.
+void context_parallel_rows(const Scenario& s, const LayerShape& ls, std::vector<RecipeRow>& rows) {
+  const ParallelConfig& p = s.parallelism;
+  if (p.cp == 1) return;
+  const double cp = p.cp;
+  const double recomputed = ls.recompute_core ? 1 : 0;
+  if (p.cp_comm_type == ParallelConfig::CpCommType::kA2A) {
+    rows.push_back(
+        {"context-parallel all-to-alls", RecipeOpKind::kCollective, 2, 2, 2 * recomputed});
+    return;
+  }
+  rows.push_back({"ring attention: more attention kernels", RecipeOpKind::kKernel, cp - 1, cp - 1,
+                  recomputed * (cp - 1)});
+  rows.push_back({"ring attention: K,V (and dK,dV) transfers", RecipeOpKind::kP2P, cp - 1,
+                  2 * cp - 1, recomputed * (cp - 1)});
+}
+
+// Tensor-parallel overlap (StepBuilder::gathered_gemm / scattered_gemm). tp_comm_overlap with
+// SP: an all-gather + GEMM becomes tp − 1 ring transfers and tp GEMMs, a GEMM + reduce-scatter
+// tp GEMMs and tp reduce-scatters (FP8: a cast per GEMM); dense layers have two of each in the
+// forward and two gathered dgrads in the backward, MoE layers one each (attention).
+void tp_overlap_rows(const Scenario& s, const LayerDims& d, std::vector<RecipeRow>& rows) {
+  const ParallelConfig& p = s.parallelism;
+  if (d.t == 1 || !p.tp_comm_overlap || d.sp == 1) return;
+  const double t = static_cast<double>(d.t);
+  const double fp8 = s.training.compute_dtype == sim::DType::kFp8 ? 1 : 0;
+  const double gathered = d.moe ? 1 : 2;   // forward, and as many in the backward
+  const double scattered = d.moe ? 1 : 2;  // forward
+  rows.push_back({"tensor-parallel overlap: ring transfers", RecipeOpKind::kP2P, gathered * (t - 1),
+                  gathered * (t - 1)});
+  rows.push_back({"tensor-parallel overlap: split GEMMs (and casts)", RecipeOpKind::kKernel,
+                  (gathered + scattered) * (t - 1) * (1 + fp8), gathered * (t - 1) * (1 + fp8)});
+  rows.push_back({"tensor-parallel overlap: collectives", RecipeOpKind::kCollective,
+                  scattered * (t - 1) - gathered, -gathered});
+}
+
+LayerRecipe recipe_of(const Scenario& s, const LayerDims& d, const LayerShape& ls,
+                      const RecipeInputs& in) {
+  LayerRecipe r;
+  base_rows(s, d, ls, in, r.rows);
+  context_parallel_rows(s, ls, r.rows);
+  tp_overlap_rows(s, d, r.rows);
+  return r;
+}
+
+RecipeInputs recipe_inputs(const Scenario& s) {
+  const ParallelConfig& p = s.parallelism;
+  return {.sharded_fetch = dp_sharding(p).params && grad_dp(p) > 1,
+          .routed_fetch = expert_fetch_counts(s).after_router > 0};
+}
+
+// The dimensions of layer l (its MoE sizes when the model has experts).
+LayerDims dims_of_layer(const Scenario& s, const LayerDims& d, int l) {
+  return s.model.moe.experts > 0 ? layer_dims(s.model, s.training, s.parallelism, l) : d;
 }
 
 struct Counts {
@@ -144,7 +288,7 @@ struct Counts {
 void add_group(const Scenario& s, bool params_on_host, bool grads_on_host, bool opt_on_host,
                Counts& c) {
   const ParallelConfig& p = s.parallelism;
-  const bool shard_params = p.fsdp || p.zero_stage >= 3;
+  const DpSharding shard = dp_sharding(p);
   double ops = 0;
   if (opt_on_host && s.offload.optimizer_on_cpu) {
     // DeepSpeed's flat CPU step and its H2D are one per stage, counted once (below).
@@ -157,7 +301,7 @@ void add_group(const Scenario& s, bool params_on_host, bool grads_on_host, bool 
   } else {
     ops += 1;
   }
-  if (grad_dp(p) > 1 && !shard_params && p.zero_stage >= 1) {
+  if (grad_dp(p) > 1 && !shard.params && shard.optimizer) {
     ops += 1;
     c.group_ranks += grad_dp(p);
   }
@@ -190,7 +334,7 @@ void add_zenflow(const Scenario& s, double pp, Counts& c) {
 // Gradient reduction and offload of one group over all micro-batches (StepBuilder::grads_done).
 void add_grads(const Scenario& s, double micro_batches, bool grads_on_host, Counts& c) {
   const ParallelConfig& p = s.parallelism;
-  const bool shard_grads = p.fsdp || p.zero_stage >= 2;
+  const bool shard_grads = dp_sharding(p).grads;
   const double times = shard_grads ? micro_batches : 1;
   if (grad_dp(p) > 1) {
     c.ops += times;
@@ -207,9 +351,9 @@ void add_grads(const Scenario& s, double micro_batches, bool grads_on_host, Coun
   }
 }
 
-// Context parallelism (StepBuilder::ring_attention / ulysses_attention): per attention pass,
-// ring: cp kernels instead of one and cp − 1 K,V transfers (the backward also cp dK,dV
-// transfers, the last one awaited by the next kernel); all-to-all: two all-to-alls over cp ranks.
+// Context parallelism beyond the recipe's ops: all-to-all: members of the two all-to-alls per
+// attention pass; ring: the dependencies of the K,V transfers (the last dK,dV transfer awaited
+// by the next kernel).
 void add_context_parallel(const Scenario& s, double micro_batches, const LayerShape& ls,
                           Counts& c) {
   const ParallelConfig& p = s.parallelism;
@@ -217,161 +361,143 @@ void add_context_parallel(const Scenario& s, double micro_batches, const LayerSh
   const double cp = p.cp;
   const double recomputed = ls.recompute_core ? 1 : 0;
   if (p.cp_comm_type == ParallelConfig::CpCommType::kA2A) {
-    c.ops += micro_batches * 2 * (2 + recomputed);
     c.group_ranks += micro_batches * 2 * (2 + recomputed) * cp;
     return;
   }
-  const double fwd_ops = 2 * (cp - 1);
   const double fwd_deps = 2 * (cp - 1);
-  c.ops += micro_batches * (fwd_ops * (1 + recomputed) + 3 * cp - 2);
   c.deps += micro_batches * (fwd_deps * (1 + recomputed) + 2 * (cp - 1) + cp + 1);
 }
 
-// Tensor-parallel overlap (StepBuilder::gathered_gemm / scattered_gemm / async_tp_reduce).
-// tp_comm_overlap with SP: an all-gather + GEMM becomes tp − 1 ring transfers and tp GEMMs, a
-// GEMM + reduce-scatter tp GEMMs and tp reduce-scatters (FP8: a cast per GEMM); dense layers
-// have two of each in the forward and two gathered dgrads in the backward, MoE layers one
-// each (attention). tp_async_grad_reduce moves the backward reductions to the TP lane: two
-// more dependencies each.
+// Tensor-parallel overlap beyond the recipe's ops: the dependencies of the ring transfers and
+// split GEMMs and the members of the split collectives; tp_async_grad_reduce moves the backward
+// reductions to the TP lane: two more dependencies each.
 void add_tp_overlap(const Scenario& s, double micro_batches, const LayerDims& d, Counts& c) {
   const ParallelConfig& p = s.parallelism;
   if (d.t == 1) return;
   const double t = static_cast<double>(d.t);
   if (p.tp_async_grad_reduce) c.deps += micro_batches * 2 * (d.moe ? 1 : 2);
   if (!p.tp_comm_overlap || d.sp == 1) return;
-  const double fp8 = s.training.compute_dtype == sim::DType::kFp8 ? 1 : 0;
-  const double gathered = (t - 2) + (t - 1) * (1 + fp8);
-  const double scattered = (t - 1) * (2 + fp8);
   const double n_gathered = d.moe ? 2 : 4;  // forward and backward
   const double n_scattered = d.moe ? 1 : 2;
-  c.ops += micro_batches * (n_gathered * gathered + n_scattered * scattered);
   c.deps += micro_batches * (n_gathered * 2 * (t - 1) + n_scattered * (t + 1));
   c.group_ranks += micro_batches * (n_scattered * (t - 1) * t - n_gathered * t);
 }
 
-}  // namespace
+// What the estimate needs of the scenario as a whole.
+struct StepContext {
+  LayerDims d;                 // layer_dims(s): the dense layer
+  double m = 1;                // micro-batches per step
+  double tp_colls = 0;         // tensor-parallel collectives of a layer, each way
+  RecipeInputs recipe;         // what layer recipes depend on besides the layer
+  double dp_gather_ranks = 0;  // members of a ZeRO-3 / FSDP parameter all-gather, 0 when none
+};
 
-PlanSize estimate_plan_size(const Scenario& s, const PlanSizeOptions& options) {
+// MoE layers beyond the recipe's ops: the host-sync marker waits for the permutation and holds
+// the next kernel, in the forward and in a recomputed forward; the overlapped shared experts
+// wait for the permutation and the unpermutation for them. The router-aware fetch's
+// dependencies and buffer. The routed experts' own parameter group
+// (StepBuilder::expert_grads_done and optimizer): reduced once over the expert-DP group,
+// updated, and all-gathered under ZeRO-1.
+void add_moe_layer(const Scenario& s, const StepContext& x, const LayerDims& dl,
+                   const LayerShape& ls, Counts& c) {
   const ParallelConfig& p = s.parallelism;
-  const LayerDims d = layer_dims(s);
-  const double m = static_cast<double>(std::max<std::int64_t>(1, grad_accum_steps(s.training, p)));
-  const double pp = std::max(1, p.pp);
-  const double v = std::max(1, p.virtual_stages);
-  const bool shard_params = p.fsdp || p.zero_stage >= 3;
-  const double tp_colls = d.t > 1 ? (d.sp > 1 ? 4 : 2) : 0;
-
-  Counts c;
-  const bool routed_fetch = expert_fetch_counts(s).after_router > 0;
-  // Every layer is held by exactly one stage; one pass per micro-batch.
-  for (int l = 0; l < s.model.layers; ++l) {
-    const LayerDims dl = s.model.moe.experts > 0 ? layer_dims(s.model, s.training, p, l) : d;
-    const LayerShape ls = layer_shape(s, dl, l);
-    const double fetch_ops = (ls.params_on_host ? 1 : 0) + (shard_params && grad_dp(p) > 1 ? 1 : 0);
-    // FP8: a cast before each forward and data-gradient GEMM (4 each); without gradient-
-    // accumulation fusion, one accumulation pass per layer in the backward.
-    const double casts = s.training.compute_dtype == sim::DType::kFp8 ? 4 : 0;
-    const double accum = s.training.gradient_accumulation_fusion ? 0 : 1;
-    // Rotary positions: one rotary-embedding kernel forward and one backward.
-    const double rope = s.model.max_positions == 0 ? 1 : 0;
-    double fwd = 9 + tp_colls + fetch_ops + ls.host_chunks + casts + rope;
-    double bwd =
-        13 + tp_colls + fetch_ops + ls.host_chunks + ls.recompute_ops + casts + accum + rope;
-    double moe_colls = 0;
-    if (dl.moe) {
-      // The MoE FFN replaces the dense MLP's 3 forward and 5 backward ops and its TP
-      // collectives (and FP8 casts of 2 GEMMs each way).
-      const MoeOps mo = moe_ops(dl);
-      const double mlp_colls = d.t > 1 ? (d.sp > 1 ? 2 : 1) : 0;
-      const double mlp_casts = casts > 0 ? 2 : 0;
-      fwd += mo.fwd - 3 - mlp_colls + (casts > 0 ? mo.fp8_casts_fwd : 0) - mlp_casts;
-      bwd += mo.bwd - 5 - mlp_colls + (casts > 0 ? mo.fp8_casts_bwd : 0) - mlp_casts;
-      moe_colls = mo.fwd_collectives + mo.bwd_collectives - 2 * mlp_colls;
-      // The host-sync marker waits for the permutation and holds the next kernel, in the
-      // forward and in a recomputed forward; the overlapped shared experts wait for the
-      // permutation and the unpermutation for them.
-      const double overlap = p.moe_shared_expert_overlap && dl.fs > 0 ? 2 : 0;
-      c.deps += m * (2 + overlap) * (ls.moe_recomputed ? 2 : 1);
-      // Router-aware expert fetch (StepBuilder::moe_routed_fetch): an H2D after the router's
-      // top-k, awaited by the first grouped GEMM, and its buffer.
-      if (ls.params_on_host && routed_fetch) {
-        c.ops += m;
-        c.deps += 2 * m;
-        c.tensors += m;
-        c.samples += 2 * m;
-      }
-    }
-    c.ops += m * (fwd + bwd);
-    // FP8: the layer's weights are cast once per step, after its optimizer update.
-    if (s.training.compute_dtype == sim::DType::kFp8) {
-      c.ops += 1;
-      c.deps += 1;
-    }
-    // Members of the tensor-parallel collectives (forward, backward, recomputed) and of the
-    // data-parallel parameter gathers.
-    const double rc_colls = ls.recompute_collectives;
-    c.group_ranks += m * ((2 * tp_colls + rc_colls + moe_colls) * static_cast<double>(d.t) +
-                          (shard_params && grad_dp(p) > 1 ? 2 * grad_dp(p) : 0));
-    add_context_parallel(s, m, ls, c);
-    add_tp_overlap(s, m, dl, c);
-    // Tensors: saved on HBM; per chunk a staging buffer, a host copy and a reload; the
-    // recompute buffer; fetched parameters, forward and backward.
-    const double tensors =
-        (ls.hbm_saved ? 1 : 0) + 3 * ls.host_chunks + (ls.recomputed ? 1 : 0) + 2 * fetch_ops;
-    c.tensors += m * tensors;
-    c.samples += m * 2 * tensors;
-    // Deps: each copy waits for its producer (D2H) or for its producer and prefetch point
-    // (H2D); fetches wait for the prefetch point and the layer's first ops for them.
-    c.deps += m * (ls.host_chunks * 3 + 2 * fetch_ops * 2);
-    // Offload back-pressure: a layer's first forward op waits for the D2H copies of the layer
-    // kOffloadWindowLayers before it on the same stage (approximated over the whole model).
-    if (l >= 2) c.deps += m * layer_shape(s, d, l - 2).host_chunks;
-    add_grads(s, m, ls.grads_on_host, c);
-    add_group(s, ls.params_on_host, ls.grads_on_host, ls.opt_on_host, c);
-    if (dl.moe) {
-      // The routed experts' group (StepBuilder::expert_grads_done and optimizer): reduced once
-      // over the expert-DP group, updated, and all-gathered under ZeRO-1.
-      const double edp = static_cast<double>(p.tp * p.dp / (p.ep * p.etp));
-      const double reduce = (edp > 1 ? 1 : 0) + (ls.grads_on_host ? 1 : 0);
-      c.ops += reduce;
-      c.deps += reduce * (p.overlap_grad_reduce ? 1 : 2);
-      ParallelConfig pe = p;
-      pe.dp = static_cast<int>(edp);
-      Scenario se = s;
-      se.parallelism = pe;
-      add_group(se, ls.params_on_host, ls.grads_on_host, ls.opt_on_host, c);
-    }
+  const double overlap = p.moe_shared_expert_overlap && dl.fs > 0 ? 2 : 0;
+  c.deps += x.m * (2 + overlap) * (ls.moe_recomputed ? 2 : 1);
+  if (ls.params_on_host && x.recipe.routed_fetch) {
+    c.deps += 2 * x.m;
+    c.tensors += x.m;
+    c.samples += 2 * x.m;
   }
-  // Embedding (stage 0) and head (last stage), placed by the rules that select every layer.
+  const double edp = static_cast<double>(p.tp * p.dp / (p.ep * p.etp));
+  const double reduce = (edp > 1 ? 1 : 0) + (ls.grads_on_host ? 1 : 0);
+  c.ops += reduce;
+  c.deps += reduce * (p.overlap_grad_reduce ? 1 : 2);
+  Scenario se = s;
+  se.parallelism.dp = static_cast<int>(edp);
+  add_group(se, ls.params_on_host, ls.grads_on_host, ls.opt_on_host, c);
+}
+
+// Layer l: its recipe's ops in every micro-batch, their tensors, dependencies and collective
+// members, and its parameter group's gradient and optimizer ops.
+void add_layer(const Scenario& s, const StepContext& x, int l, Counts& c) {
+  const LayerDims dl = dims_of_layer(s, x.d, l);
+  const LayerShape ls = layer_shape(s, dl, l);
+  const LayerRecipe recipe = recipe_of(s, dl, ls, x.recipe);
+  const double m = x.m;
+  c.ops += m * recipe.per_micro_batch();
+  const double fetch_ops = (ls.params_on_host ? 1 : 0) + (x.recipe.sharded_fetch ? 1 : 0);
+  double moe_colls = 0;
+  if (dl.moe) {
+    const MoeOps mo = moe_ops(dl);
+    const double mlp_colls = dl.t > 1 ? (dl.sp > 1 ? 2 : 1) : 0;
+    moe_colls = mo.fwd_collectives + mo.bwd_collectives - 2 * mlp_colls;
+    add_moe_layer(s, x, dl, ls, c);
+  }
+  // FP8: the layer's weights are cast once per step, after its optimizer update.
+  if (s.training.compute_dtype == sim::DType::kFp8) {
+    c.ops += 1;
+    c.deps += 1;
+  }
+  // Members of the tensor-parallel collectives (forward, backward, recomputed) and of the
+  // data-parallel parameter gathers.
+  c.group_ranks +=
+      m * ((2 * x.tp_colls + ls.recompute_collectives + moe_colls) * static_cast<double>(x.d.t) +
+           2 * x.dp_gather_ranks);
+  add_context_parallel(s, m, ls, c);
+  add_tp_overlap(s, m, dl, c);
+  // Tensors: saved on HBM; per chunk a staging buffer, a host copy and a reload; the
+  // recompute buffer; fetched parameters, forward and backward.
+  const double tensors =
+      (ls.hbm_saved ? 1 : 0) + 3 * ls.host_chunks + (ls.recomputed ? 1 : 0) + 2 * fetch_ops;
+  c.tensors += m * tensors;
+  c.samples += m * 2 * tensors;
+  // Deps: each copy waits for its producer (D2H) or for its producer and prefetch point
+  // (H2D); fetches wait for the prefetch point and the layer's first ops for them.
+  c.deps += m * (ls.host_chunks * 3 + 2 * fetch_ops * 2);
+  // Offload back-pressure: a layer's first forward op waits for the D2H copies of the layer
+  // kOffloadWindowLayers before it on the same stage (approximated over the whole model).
+  if (l >= 2) c.deps += m * layer_shape(s, x.d, l - 2).host_chunks;
+  add_grads(s, m, ls.grads_on_host, c);
+  add_group(s, ls.params_on_host, ls.grads_on_host, ls.opt_on_host, c);
+}
+
+// Embedding (stage 0) and head (last stage), placed by the rules that select every layer. Head
+// forward and backward, unchunked: norm, [gather], logits GEMM, loss; loss gradient, two GEMMs,
+// [reduce], norm. Chunked in C: norm, [gather], C × (GEMM, loss, loss gradient, two GEMMs);
+// scaling, [reduce], norm. The head's GEMMs stay in bf16 with FP8 (no casts).
+void add_embedding_and_head(const Scenario& s, const StepContext& x, Counts& c) {
   const GroupPlacement outside = non_layer_placement(s);
-  const bool params_on_host = outside.params_on_host;
-  const bool grads_on_host = outside.grads_on_host;
-  const bool opt_on_host = outside.opt_on_host;
+  const double m = x.m;
   c.ops += m * 2;  // embedding forward and backward
-  add_grads(s, m, grads_on_host, c);
-  add_group(s, params_on_host, grads_on_host, opt_on_host, c);
-  const double sp_gather = d.t > 1 && d.sp > 1 ? 1 : 0;
-  // Head forward and backward. Unchunked: norm, [gather], logits GEMM, loss; loss gradient,
-  // two GEMMs, [reduce], norm. Chunked in C: norm, [gather], C × (GEMM, loss, loss gradient,
-  // two GEMMs); scaling, [reduce], norm. The head's GEMMs stay in bf16 with FP8 (no casts).
+  add_grads(s, m, outside.grads_on_host, c);
+  add_group(s, outside.params_on_host, outside.grads_on_host, outside.opt_on_host, c);
+  const double sp_gather = x.d.t > 1 && x.d.sp > 1 ? 1 : 0;
   const double chunks = static_cast<double>(std::max<std::int64_t>(1, s.training.loss_chunks));
-  const double fp8 = 0;
-  const double tp_reduce = d.t > 1 ? 1 : 0;
+  const double tp_reduce = x.d.t > 1 ? 1 : 0;
   if (chunks > 1) {
-    c.ops += m * (1 + sp_gather + chunks * (5 + 2 * fp8) + 2 + tp_reduce);
+    c.ops += m * (1 + sp_gather + chunks * 5 + 2 + tp_reduce);
     c.tensors += m * chunks;  // one tensor of logits per chunk
     c.samples += 2 * m * chunks;
   } else {
-    c.ops += m * (3 + sp_gather + 2 * fp8 + 4 + tp_reduce);
+    c.ops += m * (3 + sp_gather + 4 + tp_reduce);
   }
-  c.group_ranks += m * (sp_gather + tp_reduce) * static_cast<double>(d.t);
+  c.group_ranks += m * (sp_gather + tp_reduce) * static_cast<double>(x.d.t);
   c.tensors += m;  // logits and norm input
   c.samples += 2 * m;
-  add_grads(s, m, grads_on_host, c);
-  add_group(s, params_on_host, grads_on_host, opt_on_host, c);
+  add_grads(s, m, outside.grads_on_host, c);
+  add_group(s, outside.params_on_host, outside.grads_on_host, outside.opt_on_host, c);
+}
+
+// Pipeline sends, the optimizer's gradient passes, DeepSpeed's flat CPU step and the per-stage
+// runtime tensors.
+void add_stage_ops(const Scenario& s, const StepContext& x, Counts& c) {
+  const ParallelConfig& p = s.parallelism;
+  const double pp = std::max(1, p.pp);
+  const double v = std::max(1, p.virtual_stages);
   // Pipeline: every forward and backward task sends to its neighbour except at the ends; each
   // send is two ops, the send (waiting on its producer) and its receive on the peer (waiting on
   // the send), and the receiver's first op (sometimes also a reload) waits on the receive.
-  const double sends = 2 * m * (pp * v - 1);
+  const double sends = 2 * x.m * (pp * v - 1);
   c.ops += 2 * sends;
   // The mixed-precision optimizer's gradient passes on every stage: the gradient norm, and with
   // fp16 the unscale and inf check; each waits for the stage's gradient reductions.
@@ -390,32 +516,96 @@ PlanSize estimate_plan_size(const Scenario& s, const PlanSizeOptions& options) {
   // a group has more than one rank) and the cuBLAS workspace instead (JAX: none, outside its
   // pool).
   using Runtime = HardwareConfig::Runtime;
-  const ParallelConfig& par = s.parallelism;
-  const bool comms = grad_dp(par) > 1 || par.tp > 1 || par.pp > 1;
+  const bool comms = grad_dp(p) > 1 || p.tp > 1 || p.pp > 1;
   const double runtime_tensors = s.hardware.runtime == Runtime::kNone  ? 1
                                  : s.hardware.runtime == Runtime::kJax ? 0
                                                                        : (comms ? 3 : 2);
   c.tensors += pp * runtime_tensors;
+}
 
-  PlanSize size;
-  size.ops = c.ops;
-  size.tensors = c.tensors;
-  size.deps = c.deps;
+// Bytes of the Plan and the Timeline for these counts.
+double plan_bytes(const Counts& c, const PlanSizeOptions& options) {
   const double per_op =
       static_cast<double>(sizeof(sim::Op) + sizeof(sim::OpInfo) + sizeof(sim::Span)) +
       2 * kNameHeapBytes + kResourceUsesPerOp * static_cast<double>(sizeof(sim::ResourceUse)) +
       kVectorBlockBytes;
   const double per_tensor = static_cast<double>(sizeof(sim::Tensor)) + kNameHeapBytes;
-  size.bytes = size.ops * per_op + size.tensors * per_tensor +
-               size.deps * static_cast<double>(sizeof(sim::OpId)) +
-               c.group_ranks * static_cast<double>(sizeof(int));
+  double bytes = c.ops * per_op + c.tensors * per_tensor +
+                 c.deps * static_cast<double>(sizeof(sim::OpId)) +
+                 c.group_ranks * static_cast<double>(sizeof(int));
   if (options.with_memory_samples) {
     // Per alloc and per free: a memory sample of its pool and a memory event; per tensor: its
     // TensorInfo (name, category, bytes, pool), so that the events name what was live.
-    size.bytes +=
-        c.samples * static_cast<double>(sizeof(sim::MemorySample) + sizeof(sim::MemoryEvent)) +
-        c.tensors * (static_cast<double>(sizeof(sim::TensorInfo)) + kNameHeapBytes);
+    bytes += c.samples * static_cast<double>(sizeof(sim::MemorySample) + sizeof(sim::MemoryEvent)) +
+             c.tensors * (static_cast<double>(sizeof(sim::TensorInfo)) + kNameHeapBytes);
   }
+  return bytes;
+}
+
+}  // namespace
+
+const char* to_string(RecipeOpKind kind) {
+  switch (kind) {
+    case RecipeOpKind::kKernel:
+      return "kernel";
+    case RecipeOpKind::kCollective:
+      return "collective";
+    case RecipeOpKind::kP2P:
+      return "p2p";
+    case RecipeOpKind::kCopy:
+      return "copy";
+    case RecipeOpKind::kMarker:
+      return "marker";
+  }
+  return "?";
+}
+
+double LayerRecipe::forward() const {
+  double n = 0;
+  for (const RecipeRow& r : rows) n += r.forward;
+  return n;
+}
+double LayerRecipe::backward() const {
+  double n = 0;
+  for (const RecipeRow& r : rows) n += r.backward + r.recompute;
+  return n;
+}
+double LayerRecipe::recompute() const {
+  double n = 0;
+  for (const RecipeRow& r : rows) n += r.recompute;
+  return n;
+}
+double LayerRecipe::of(RecipeOpKind kind) const {
+  double n = 0;
+  for (const RecipeRow& r : rows) {
+    if (r.kind == kind) n += r.forward + r.backward + r.recompute;
+  }
+  return n;
+}
+
+LayerRecipe layer_recipe(const Scenario& s, int layer) {
+  const LayerDims dl = dims_of_layer(s, layer_dims(s), layer);
+  return recipe_of(s, dl, layer_shape(s, dl, layer), recipe_inputs(s));
+}
+
+PlanSize estimate_plan_size(const Scenario& s, const PlanSizeOptions& options) {
+  const ParallelConfig& p = s.parallelism;
+  StepContext x;
+  x.d = layer_dims(s);
+  x.m = static_cast<double>(std::max<std::int64_t>(1, grad_accum_steps(s.training, p)));
+  x.tp_colls = x.d.t > 1 ? (x.d.sp > 1 ? 4 : 2) : 0;
+  x.recipe = recipe_inputs(s);
+  x.dp_gather_ranks = x.recipe.sharded_fetch ? static_cast<double>(grad_dp(p)) : 0;
+  Counts c;
+  // Every layer is held by exactly one stage; one pass per micro-batch.
+  for (int l = 0; l < s.model.layers; ++l) add_layer(s, x, l, c);
+  add_embedding_and_head(s, x, c);
+  add_stage_ops(s, x, c);
+  PlanSize size;
+  size.ops = c.ops;
+  size.tensors = c.tensors;
+  size.deps = c.deps;
+  size.bytes = plan_bytes(c, options);
   return size;
 }
 

@@ -11,10 +11,13 @@
 //
 //   models::PlanSize size = models::estimate_plan_size(scenario);
 //   if (size.ops > 20e6) fmt::print("{}\n", models::describe(size));
+//   for (const models::RecipeRow& row : models::layer_recipe(scenario, 0).rows)
+//     fmt::print("{}: {} forward, {} backward\n", row.what, row.forward, row.backward);
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "models/scenario.h"
 
@@ -37,6 +40,42 @@ struct PlanSizeOptions {
 
 // Expects a scenario that passed check_scenario(); for others the figures are still finite.
 PlanSize estimate_plan_size(const Scenario& scenario, const PlanSizeOptions& options = {});
+
+// One layer's recipe: the ops step_builder.cc lowers it to in each micro-batch, by kind, counted
+// in the forward pass, the backward pass and the forward ops the backward re-runs (recompute).
+// A row that replaces ops of another (the MoE FFN replacing the dense MLP, tensor-parallel
+// overlap splitting a GEMM) counts the difference, so a row may be negative. The estimate sums
+// the recipe of every layer; tests/models/plan_size_test.cc checks it, kind by kind, against the
+// ops every micro-batch of the built plans gives each layer.
+enum class RecipeOpKind {
+  kKernel,      // GPU kernels: GEMMs, attention, elementwise (norms, casts, rotary, accumulation)
+  kCollective,  // tensor-, expert- and data-parallel collectives
+  kP2P,         // point-to-point transfers (context-parallel ring, tensor-parallel overlap ring)
+  kCopy,        // host-device copies (offloaded activations, host parameters)
+  kMarker,      // zero-duration ordering points (MoE host synchronisation)
+};
+const char* to_string(RecipeOpKind kind);
+
+struct RecipeRow {
+  const char* what = "";  // "attention block kernels"
+  RecipeOpKind kind = RecipeOpKind::kKernel;
+  double forward = 0;
+  double backward = 0;   // without the recompute
+  double recompute = 0;  // forward ops re-run in the backward
+};
+
+struct LayerRecipe {
+  std::vector<RecipeRow> rows;
+  double forward() const;
+  double backward() const;  // with the recompute
+  double recompute() const;
+  double per_micro_batch() const { return forward() + backward(); }
+  // Forward, backward and recompute ops of one kind.
+  double of(RecipeOpKind kind) const;
+};
+
+// Expects a scenario that passed check_scenario() and 0 <= layer < model.layers.
+LayerRecipe layer_recipe(const Scenario& scenario, int layer);
 
 // "3.2M ops, 1.1M tensors, 4.0M deps, about 2.1 GiB of plan and timeline"
 std::string describe(const PlanSize& size);

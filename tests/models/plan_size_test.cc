@@ -1,11 +1,14 @@
 // estimate_plan_size against the Plans build_step really emits: every example and validation
 // scenario, every point of the example sweeps, and variants that switch on the features that
-// add ops (tensor/sequence parallelism, interleaved pipelines, ZeRO-3, chunked offload).
+// add ops (tensor/sequence parallelism, interleaved pipelines, ZeRO-3, chunked offload). On the
+// same plans, each layer's recipe (layer_recipe) against the ops every micro-batch gives it, kind
+// by kind.
 #include "models/plan_size.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -148,12 +151,113 @@ double real_bytes(const sim::Plan& plan, const sim::Timeline& t) {
 
 double ratio(double estimate, double real) { return real > 0 ? estimate / real : 1.0; }
 
+// --- Layer recipes against the built plan ------------------------------------------------------
+
+constexpr int kRecipeKinds = 5;
+
+RecipeOpKind recipe_kind(sim::OpKind kind) {
+  switch (kind) {
+    case sim::OpKind::kCollective:
+      return RecipeOpKind::kCollective;
+    case sim::OpKind::kP2P:
+      return RecipeOpKind::kP2P;
+    case sim::OpKind::kCopy:
+      return RecipeOpKind::kCopy;
+    case sim::OpKind::kMarker:
+    case sim::OpKind::kAlloc:
+    case sim::OpKind::kFree:
+      return RecipeOpKind::kMarker;
+    default:
+      return RecipeOpKind::kKernel;
+  }
+}
+
+// Ops per (layer, kind) of a range of a plan's ops; layer -1 is not counted.
+using KindCounts = std::vector<std::array<double, kRecipeKinds>>;
+KindCounts count_layer_ops(const sim::Plan& plan, std::size_t begin, std::size_t end, int layers) {
+  KindCounts out(static_cast<std::size_t>(layers), std::array<double, kRecipeKinds>{});
+  for (std::size_t i = begin; i < end; ++i) {
+    const sim::Op& op = plan.ops[i];
+    if (op.layer < 0 || op.layer >= layers) continue;
+    out[static_cast<std::size_t>(op.layer)][static_cast<std::size_t>(recipe_kind(op.kind))] += 1;
+  }
+  return out;
+}
+
+// What a micro-batch other than the last gives layer l besides its recipe: with sharded
+// gradients, their reduce-scatter (dp > 1) and their D2H (host gradients) in every micro-batch
+// (step_builder.cc grads_done; the other reductions wait for the last micro-batch).
+double per_micro_batch_gradient_ops(const Scenario& s, int layer, RecipeOpKind kind) {
+  const ParallelConfig& p = s.parallelism;
+  if (!dp_sharding(p).grads) return 0;
+  if (kind == RecipeOpKind::kCollective) return grad_dp(p) > 1 ? 1 : 0;
+  if (kind != RecipeOpKind::kCopy) return 0;
+  const LayerDims d =
+      s.model.moe.experts > 0 ? layer_dims(s.model, s.training, p, layer) : layer_dims(s);
+  return layer_policy(s, d, layer).grads_on_host ? 1 : 0;
+}
+
+// One micro-batch's pass (forward, backward or both) over the layers it holds: the ops of each
+// layer, kind by kind, against the layer's recipe. Returns the passes compared.
+int check_pass(const Scenario& s, const std::vector<LayerRecipe>& recipes, const KindCounts& counts,
+               const std::vector<int>& layers, bool forward, bool backward,
+               const std::string& where) {
+  for (int l : layers) {
+    const LayerRecipe& r = recipes[static_cast<std::size_t>(l)];
+    for (int k = 0; k < kRecipeKinds; ++k) {
+      const auto kind = static_cast<RecipeOpKind>(k);
+      double expected = 0;
+      for (const RecipeRow& row : r.rows) {
+        if (row.kind != kind) continue;
+        expected += (forward ? row.forward : 0) + (backward ? row.backward + row.recompute : 0);
+      }
+      if (backward) expected += per_micro_batch_gradient_ops(s, l, kind);
+      EXPECT_EQ(counts[static_cast<std::size_t>(l)][static_cast<std::size_t>(k)], expected)
+          << where << ", layer " << l << ", " << to_string(kind) << " ops";
+    }
+  }
+  return 1;
+}
+
+// Every micro-batch but the last (whose backward also holds the once-per-step gradient
+// reductions): with one stage, its forward and backward ops; with pipeline stages, each of its
+// forward and backward tasks over the layers of the task's chunk.
+int check_recipes(const std::string& name, const Scenario& s, const BuiltStep& step) {
+  const int layers = s.model.layers;
+  std::vector<LayerRecipe> recipes;
+  for (int l = 0; l < layers; ++l) recipes.push_back(layer_recipe(s, l));
+  const sim::Plan& plan = step.plan;
+  int passes = 0;
+  const std::vector<MicroBatchStart>& starts = step.micro_batch_starts;
+  std::vector<int> all(static_cast<std::size_t>(layers));
+  for (int l = 0; l < layers; ++l) all[static_cast<std::size_t>(l)] = l;
+  for (std::size_t i = 0; i + 1 < starts.size(); ++i) {
+    const KindCounts counts = count_layer_ops(plan, starts[i].op, starts[i + 1].op, layers);
+    passes +=
+        check_pass(s, recipes, counts, all, true, true, fmt::format("{}: micro-batch {}", name, i));
+  }
+  const int m = static_cast<int>(grad_accum_steps(s.training, s.parallelism));
+  const int per_chunk = layers / (s.parallelism.pp * s.parallelism.virtual_stages);
+  for (const PipelineTask& t : step.pipeline_tasks) {
+    if (t.receive || t.mb >= m - 1) continue;
+    std::vector<int> held;
+    const int first = (t.chunk * s.parallelism.pp + t.stage) * per_chunk;
+    for (int l = first; l < first + per_chunk; ++l) held.push_back(l);
+    const KindCounts counts = count_layer_ops(plan, t.op_begin, t.op_end, layers);
+    passes += check_pass(s, recipes, counts, held, t.forward, !t.forward,
+                         fmt::format("{}: stage {} chunk {} micro-batch {} {}", name, t.stage,
+                                     t.chunk, t.mb, t.forward ? "forward" : "backward"));
+  }
+  return passes;
+}
+
 TEST(PlanSize, WithinStatedFactorOfTheRealPlan) {
   int validation_cases = 0;
   const std::vector<Case> cases = all_cases(&validation_cases);
   ASSERT_GE(cases.size(), 50u) << "too few scenarios found under scenarios/";
   EXPECT_GE(validation_cases, 10) << "too few scenarios/validation cases load";
   int compared = 0;
+  int recipe_passes = 0;  // micro-batch passes checked against the layer recipes
   // Extreme estimate/real ratios over all cases, printed for the record.
   double lo[4] = {1e9, 1e9, 1e9, 1e9};
   double hi[4] = {0, 0, 0, 0};
@@ -161,6 +265,7 @@ TEST(PlanSize, WithinStatedFactorOfTheRealPlan) {
     auto step = build_step(c.scenario);
     ASSERT_TRUE(step) << c.name << ": " << step.error().message;
     const sim::Plan& plan = step->plan;
+    recipe_passes += check_recipes(c.name, c.scenario, *step);
     double deps = 0;
     for (const sim::Op& op : plan.ops) deps += static_cast<double>(op.deps.size());
     const PlanSize est = estimate_plan_size(c.scenario, {.with_memory_samples = true});
@@ -197,10 +302,13 @@ TEST(PlanSize, WithinStatedFactorOfTheRealPlan) {
     ++compared;
   }
   EXPECT_EQ(compared, static_cast<int>(cases.size()));
+  EXPECT_GT(recipe_passes, compared) << "too few micro-batch passes checked against recipes";
   std::printf(
-      "%d cases (%d from scenarios/validation); estimate/real: ops %.3f..%.3f, tensors "
-      "%.3f..%.3f, deps %.3f..%.3f, bytes %.3f..%.3f\n",
-      compared, validation_cases, lo[0], hi[0], lo[1], hi[1], lo[2], hi[2], lo[3], hi[3]);
+      "%d cases (%d from scenarios/validation), %d micro-batch passes checked against the layer "
+      "recipes; estimate/real: ops %.3f..%.3f, tensors %.3f..%.3f, deps %.3f..%.3f, bytes "
+      "%.3f..%.3f\n",
+      compared, validation_cases, recipe_passes, lo[0], hi[0], lo[1], hi[1], lo[2], hi[2], lo[3],
+      hi[3]);
 }
 
 TEST(PlanSize, ScalesWithLayersAndMicroBatchesWithoutOverflow) {
