@@ -321,6 +321,25 @@ class OpList {
 
 using Desc = cudnnBackendDescriptor_t;
 
+// The causally masked, scaled scores both graphs start from: S = Q·Kᵀ, scaled = scale · S,
+// masked_s = scaled where row >= col, `masked` (−∞) elsewhere (row and col from GEN_INDEX over
+// the last two dimensions).
+struct MaskedScoreTensors {
+  Desc q, kt, scale, masked;                 // operands
+  Desc s, scaled, row, col, mask, masked_s;  // virtual intermediates
+};
+
+sim::Status add_masked_scores(Builder& b, OpList& l, const MaskedScoreTensors& t) {
+  OFFSIM_RETURN_IF_ERROR(l.add(b.matmul(t.q, t.kt, t.s)));
+  OFFSIM_RETURN_IF_ERROR(l.add(b.pointwise(CUDNN_POINTWISE_MUL, t.s, t.scale, nullptr, t.scaled)));
+  OFFSIM_RETURN_IF_ERROR(
+      l.add(b.pointwise(CUDNN_POINTWISE_GEN_INDEX, t.scaled, nullptr, nullptr, t.row, 2)));
+  OFFSIM_RETURN_IF_ERROR(
+      l.add(b.pointwise(CUDNN_POINTWISE_GEN_INDEX, t.scaled, nullptr, nullptr, t.col, 3)));
+  OFFSIM_RETURN_IF_ERROR(l.add(b.pointwise(CUDNN_POINTWISE_CMP_GE, t.row, t.col, nullptr, t.mask)));
+  return l.add(b.pointwise(CUDNN_POINTWISE_BINARY_SELECT, t.scaled, t.masked, t.mask, t.masked_s));
+}
+
 // The forward graph's tensors: operands (by address or value) and virtual intermediates.
 struct ForwardTensors {
   Dims row_dims;
@@ -367,15 +386,8 @@ sim::Result<ForwardTensors> forward_tensors(Builder& b, const SdpaShape& s) {
 sim::Result<std::vector<Desc>> forward_ops(Builder& b, const ForwardTensors& t, bool with_stats) {
   const cudnnDataType_t fp32 = CUDNN_DATA_FLOAT;
   OpList l;
-  OFFSIM_RETURN_IF_ERROR(l.add(b.matmul(t.q, t.kt, t.s)));
-  OFFSIM_RETURN_IF_ERROR(l.add(b.pointwise(CUDNN_POINTWISE_MUL, t.s, t.scale, nullptr, t.scaled)));
-  OFFSIM_RETURN_IF_ERROR(
-      l.add(b.pointwise(CUDNN_POINTWISE_GEN_INDEX, t.scaled, nullptr, nullptr, t.row, 2)));
-  OFFSIM_RETURN_IF_ERROR(
-      l.add(b.pointwise(CUDNN_POINTWISE_GEN_INDEX, t.scaled, nullptr, nullptr, t.col, 3)));
-  OFFSIM_RETURN_IF_ERROR(l.add(b.pointwise(CUDNN_POINTWISE_CMP_GE, t.row, t.col, nullptr, t.mask)));
-  OFFSIM_RETURN_IF_ERROR(
-      l.add(b.pointwise(CUDNN_POINTWISE_BINARY_SELECT, t.scaled, t.masked, t.mask, t.masked_s)));
+  OFFSIM_RETURN_IF_ERROR(add_masked_scores(
+      b, l, {t.q, t.kt, t.scale, t.masked, t.s, t.scaled, t.row, t.col, t.mask, t.masked_s}));
   OFFSIM_RETURN_IF_ERROR(l.add(b.reduction(CUDNN_REDUCE_TENSOR_MAX, t.masked_s, t.max)));
   OFFSIM_RETURN_IF_ERROR(
       l.add(b.pointwise(CUDNN_POINTWISE_SUB, t.masked_s, t.max, nullptr, t.centered)));
@@ -471,15 +483,8 @@ sim::Result<std::vector<Desc>> backward_ops(Builder& b, const BackwardTensors& t
   OFFSIM_RETURN_IF_ERROR(l.add(b.pointwise(CUDNN_POINTWISE_MUL, t.d_o, t.o, nullptr, t.dot)));
   OFFSIM_RETURN_IF_ERROR(l.add(b.reduction(CUDNN_REDUCE_TENSOR_ADD, t.dot, t.softmax_sum)));
   // P = exp(mask(scale · Q·Kᵀ) − Stats)
-  OFFSIM_RETURN_IF_ERROR(l.add(b.matmul(t.q, t.kt, t.s)));
-  OFFSIM_RETURN_IF_ERROR(l.add(b.pointwise(CUDNN_POINTWISE_MUL, t.s, t.scale, nullptr, t.scaled)));
-  OFFSIM_RETURN_IF_ERROR(
-      l.add(b.pointwise(CUDNN_POINTWISE_GEN_INDEX, t.scaled, nullptr, nullptr, t.row, 2)));
-  OFFSIM_RETURN_IF_ERROR(
-      l.add(b.pointwise(CUDNN_POINTWISE_GEN_INDEX, t.scaled, nullptr, nullptr, t.col, 3)));
-  OFFSIM_RETURN_IF_ERROR(l.add(b.pointwise(CUDNN_POINTWISE_CMP_GE, t.row, t.col, nullptr, t.mask)));
-  OFFSIM_RETURN_IF_ERROR(
-      l.add(b.pointwise(CUDNN_POINTWISE_BINARY_SELECT, t.scaled, t.masked, t.mask, t.masked_s)));
+  OFFSIM_RETURN_IF_ERROR(add_masked_scores(
+      b, l, {t.q, t.kt, t.scale, t.masked, t.s, t.scaled, t.row, t.col, t.mask, t.masked_s}));
   OFFSIM_RETURN_IF_ERROR(
       l.add(b.pointwise(CUDNN_POINTWISE_SUB, t.masked_s, t.stats, nullptr, t.centered)));
   OFFSIM_RETURN_IF_ERROR(
