@@ -43,9 +43,8 @@ std::string format_ms(std::int64_t ns) {
 bool finite_nonneg(double x) { return std::isfinite(x) && x >= 0.0; }
 
 // The checks the engine needs to run safely when validate() is skipped (ids in range, sane
-// numbers); cycles are not checked, so such runs can deadlock. The plan's tables here, each op
-// in Engine::setup's single pass over the ops (op_runnable, and op_error for the message).
-Status check_runnable_tables(const Plan& plan) {
+// numbers); cycles are not checked, so such runs can deadlock.
+Status check_runnable(const Plan& plan) {
   for (std::size_t r = 0; r < plan.resources.size(); ++r) {
     const double c = plan.resources[r].capacity;
     if (!(std::isfinite(c) && c > 0.0)) {
@@ -68,66 +67,43 @@ Status check_runnable_tables(const Plan& plan) {
     return fail(ErrorCode::kLimitExceeded, "plan has {} tensors; at most 2^31 are supported",
                 plan.tensors.size());
   }
-  return ok();
-}
-
-bool cost_runnable(const OpCost& c, std::size_t resources) {
-  if (!finite_nonneg(c.work) || !(c.max_rate > 0.0) || c.latency.count() < 0 ||
-      c.multiplicity < 1) {
-    return false;
-  }
-  return std::all_of(c.uses.begin(), c.uses.end(), [&](const ResourceUse& u) {
-    return u.resource.index() < resources && finite_nonneg(u.per_unit);
-  });
-}
-
-// Whether op `op` passes the checks op_error() explains.
-bool op_runnable(const Plan& plan, const Op& op) {
-  const auto known_op = [&](OpId d) { return d.index() < plan.ops.size(); };
-  const auto known_tensor = [&](TensorId t) { return t.index() < plan.tensors.size(); };
-  return op.lane.index() < plan.lanes.size() &&
-         std::all_of(op.deps.begin(), op.deps.end(), known_op) &&
-         cost_runnable(op.cost, plan.resources.size()) &&
-         std::all_of(op.allocs.begin(), op.allocs.end(), known_tensor) &&
-         std::all_of(op.frees.begin(), op.frees.end(), known_tensor);
-}
-
-// The first check op i fails, as an error naming it.
-Error op_error(const Plan& plan, std::size_t i) {
-  const Op& op = plan.ops[i];
-  if (op.lane.index() >= plan.lanes.size()) {
-    return Error{ErrorCode::kInvalidInput,
-                 fmt::format("ops[{}] '{}': unknown lane id {}", i, op.name, op.lane.value())};
-  }
-  for (OpId d : op.deps) {
-    if (d.index() >= plan.ops.size()) {
-      return Error{ErrorCode::kInvalidInput,
-                   fmt::format("ops[{}] '{}': unknown dependency op id {}", i, op.name, d.value())};
+  for (std::size_t i = 0; i < plan.ops.size(); ++i) {
+    const Op& op = plan.ops[i];
+    if (op.lane.index() >= plan.lanes.size()) {
+      return fail(ErrorCode::kInvalidInput, "ops[{}] '{}': unknown lane id {}", i, op.name,
+                  op.lane.value());
     }
-  }
-  const OpCost& c = op.cost;
-  if (!finite_nonneg(c.work) || !(c.max_rate > 0.0) || c.latency.count() < 0 ||
-      c.multiplicity < 1) {
-    return Error{ErrorCode::kInvalidInput,
-                 fmt::format("ops[{}] '{}': cost needs finite work >= 0, max_rate > 0, latency >= "
-                             "0 and multiplicity >= 1",
-                             i, op.name)};
-  }
-  if (!cost_runnable(c, plan.resources.size())) {
-    return Error{ErrorCode::kInvalidInput,
-                 fmt::format("ops[{}] '{}': resource use needs a known resource and a finite "
-                             "per_unit >= 0",
-                             i, op.name)};
-  }
-  for (const auto* list : {&op.allocs, &op.frees}) {
-    for (TensorId t : *list) {
-      if (t.index() >= plan.tensors.size()) {
-        return Error{ErrorCode::kInvalidInput,
-                     fmt::format("ops[{}] '{}': unknown tensor id {}", i, op.name, t.value())};
+    for (OpId d : op.deps) {
+      if (d.index() >= plan.ops.size()) {
+        return fail(ErrorCode::kInvalidInput, "ops[{}] '{}': unknown dependency op id {}", i,
+                    op.name, d.value());
+      }
+    }
+    const OpCost& c = op.cost;
+    if (!finite_nonneg(c.work) || !(c.max_rate > 0.0) || c.latency.count() < 0 ||
+        c.multiplicity < 1) {
+      return fail(ErrorCode::kInvalidInput,
+                  "ops[{}] '{}': cost needs finite work >= 0, max_rate > 0, latency >= 0 and "
+                  "multiplicity >= 1",
+                  i, op.name);
+    }
+    for (const ResourceUse& u : c.uses) {
+      if (u.resource.index() >= plan.resources.size() || !finite_nonneg(u.per_unit)) {
+        return fail(ErrorCode::kInvalidInput,
+                    "ops[{}] '{}': resource use needs a known resource and a finite per_unit >= 0",
+                    i, op.name);
+      }
+    }
+    for (const auto* list : {&op.allocs, &op.frees}) {
+      for (TensorId t : *list) {
+        if (t.index() >= plan.tensors.size()) {
+          return fail(ErrorCode::kInvalidInput, "ops[{}] '{}': unknown tensor id {}", i, op.name,
+                      t.value());
+        }
       }
     }
   }
-  return Error{ErrorCode::kInternal, fmt::format("ops[{}] '{}': no check failed", i, op.name)};
+  return ok();
 }
 
 enum class Phase : std::uint8_t { kWaiting, kLatency, kFlowing, kDone };
@@ -198,7 +174,7 @@ class Engine {
   Result<SimResult> run();
 
  private:
-  Status setup(bool check_ops);
+  void setup();
   void push_event(std::int64_t time, EventKind kind, std::uint32_t index, std::uint32_t gen) {
     heap_.push_back(Event{time, next_seq_++, index, gen, kind});
     std::push_heap(heap_.begin(), heap_.end(), EventLater{});
@@ -277,8 +253,7 @@ class Engine {
   std::vector<OutOfMemory> over_capacity_;  // first failure per pool, run_past_capacity
 };
 
-// check_ops: each op is checked (op_runnable) as the pass reaches it, before its ids are used.
-Status Engine::setup(bool check_ops) {
+void Engine::setup() {
   const std::size_t n = plan_.ops.size();
   ops_.resize(n);
   uses_.clear();
@@ -289,7 +264,6 @@ Status Engine::setup(bool check_ops) {
   edges.reserve(n);
   for (std::size_t i = 0; i < n; ++i) {
     const Op& op = plan_.ops[i];
-    if (check_ops && !op_runnable(plan_, op)) return fail(op_error(plan_, i));
     OpState& s = ops_[i];
     s.work = op.cost.work;
     s.max_rate = op.cost.max_rate;
@@ -347,7 +321,6 @@ Status Engine::setup(bool check_ops) {
   heap_.reserve(256);
   ready_.reserve(256);
   if (options_.record_spans) spans_.reserve(n);
-  return ok();
 }
 
 // The live set of a pool now (for an out-of-memory report).
@@ -887,7 +860,7 @@ Result<SimResult> Engine::run() {
   if (options_.validate_plan) {
     OFFSIM_RETURN_IF_ERROR(validate(plan_));
   } else {
-    OFFSIM_RETURN_IF_ERROR(check_runnable_tables(plan_));
+    OFFSIM_RETURN_IF_ERROR(check_runnable(plan_));
   }
   if (plan_.ops.size() >= kNone) {
     return fail(ErrorCode::kLimitExceeded, "plan has {} ops; at most {} are supported",
@@ -896,7 +869,7 @@ Result<SimResult> Engine::run() {
   SimResult result;
   result.timeline = timeline_skeleton(plan_, options_.record_op_infos);
   result.timeline.source = "predicted";
-  OFFSIM_RETURN_IF_ERROR(setup(!options_.validate_plan));
+  setup();
   if (periods_ != nullptr) {
     periods_->snapshots.assign(periods_->boundaries.size(), {});
     periods_->live_at_peak.assign(plan_.pools.size(), {});
