@@ -342,6 +342,7 @@ static OpCost kernel(const CostModel& cm, int multiplicity, ResourceId sm, Resou
   if (flops <= 0.0) return c;
   c.work = flops;
   c.max_rate = flops_per_s;
+  c.uses.reserve(2);  // one allocation for both uses
   c.uses.push_back({sm, 1.0 / flops_per_s});
   if (hbm_bytes > 0.0) c.uses.push_back({hbm, hbm_bytes / flops});
   return c;
@@ -368,12 +369,20 @@ std::size_t CostModel::KeyHash::operator()(const GemmKey& k) const {
   return mix(h, static_cast<std::uint64_t>(k.shape.dtype) * 2 + (k.shape.grouped ? 1 : 0));
 }
 
-std::size_t CostModel::KeyHash::operator()(const CollectiveKey& k) const {
+std::size_t CostModel::KeyHash::operator()(const CollectiveArgs& k) const {
   std::size_t h = mix(0, static_cast<std::uint64_t>(k.rank));
   h = mix(h, static_cast<std::uint64_t>(k.kind));
   h = mix(h, static_cast<std::uint64_t>(k.bytes));
-  for (int r : k.group) h = mix(h, static_cast<std::uint64_t>(r));
+  for (int r : *k.group) h = mix(h, static_cast<std::uint64_t>(r));
   return h;
+}
+
+std::size_t CostModel::KeyHash::operator()(const CollectiveKey& k) const {
+  return (*this)(CollectiveArgs{k.rank, k.kind, k.bytes, &k.group});
+}
+
+bool CostModel::KeyEqual::operator()(const CollectiveKey& a, const CollectiveArgs& b) const {
+  return a.rank == b.rank && a.kind == b.kind && a.bytes == b.bytes && a.group == *b.group;
 }
 
 OpCost CostModel::gemm(int rank, const sim::GemmShape& shape) const {
@@ -789,10 +798,10 @@ CollectivePlan CostModel::plan_collective(sim::CollectiveKind kind, const std::v
 
 OpCost CostModel::collective(int rank, sim::CollectiveKind kind, const std::vector<int>& group,
                              std::int64_t bytes) const {
-  CollectiveKey key{rank, kind, bytes, group};
-  if (auto it = collective_memo_.find(key); it != collective_memo_.end()) return it->second;
+  const CollectiveArgs args{rank, kind, bytes, &group};
+  if (auto it = collective_memo_.find(args); it != collective_memo_.end()) return it->second;
   OpCost c = collective_uncached(rank, kind, group, bytes);
-  collective_memo_.emplace(std::move(key), c);
+  collective_memo_.emplace(CollectiveKey{rank, kind, bytes, group}, c);
   return c;
 }
 

@@ -219,12 +219,27 @@ class CostModel {
     std::vector<int> group;
     bool operator==(const CollectiveKey&) const = default;
   };
+  struct CollectiveArgs {  // a CollectiveKey's fields without copying the group (lookups)
+    int rank = 0;
+    sim::CollectiveKind kind = sim::CollectiveKind::kAllReduce;
+    std::int64_t bytes = 0;
+    const std::vector<int>* group = nullptr;
+  };
   struct KeyHash {
+    using is_transparent = void;
     std::size_t operator()(const GemmKey& k) const;
+    std::size_t operator()(const CollectiveArgs& k) const;
     std::size_t operator()(const CollectiveKey& k) const;
   };
-  mutable std::unordered_map<GemmKey, sim::OpCost, KeyHash> gemm_memo_;
-  mutable std::unordered_map<CollectiveKey, sim::OpCost, KeyHash> collective_memo_;
+  struct KeyEqual {
+    using is_transparent = void;
+    bool operator()(const GemmKey& a, const GemmKey& b) const { return a == b; }
+    bool operator()(const CollectiveKey& a, const CollectiveKey& b) const { return a == b; }
+    bool operator()(const CollectiveKey& a, const CollectiveArgs& b) const;
+    bool operator()(const CollectiveArgs& a, const CollectiveKey& b) const { return (*this)(b, a); }
+  };
+  mutable std::unordered_map<GemmKey, sim::OpCost, KeyHash, KeyEqual> gemm_memo_;
+  mutable std::unordered_map<CollectiveKey, sim::OpCost, KeyHash, KeyEqual> collective_memo_;
 };
 
 }  // namespace offsim::models
