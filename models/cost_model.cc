@@ -386,10 +386,10 @@ bool CostModel::KeyEqual::operator()(const CollectiveKey& a, const CollectiveArg
 }
 
 OpCost CostModel::gemm(int rank, const sim::GemmShape& shape) const {
-  GemmKey key{rank, shape};
+  const GemmKey key{rank, shape};
   if (auto it = gemm_memo_.find(key); it != gemm_memo_.end()) return it->second;
   OpCost c = gemm_uncached(rank, shape);
-  gemm_memo_.emplace(std::move(key), c);
+  gemm_memo_.emplace(key, c);
   return c;
 }
 
