@@ -342,12 +342,58 @@ static OpCost kernel(const CostModel& cm, int multiplicity, ResourceId sm, Resou
   if (flops <= 0.0) return c;
   c.work = flops;
   c.max_rate = flops_per_s;
+  c.uses.reserve(2);  // one allocation for both uses
   c.uses.push_back({sm, 1.0 / flops_per_s});
   if (hbm_bytes > 0.0) c.uses.push_back({hbm, hbm_bytes / flops});
   return c;
 }
 
+namespace {
+
+std::size_t mix(std::size_t h, std::uint64_t v) {
+  // 64-bit multiply-xorshift (the finaliser of MurmurHash3) folded into the running hash.
+  v ^= v >> 33;
+  v *= 0xff51afd7ed558ccdULL;
+  v ^= v >> 33;
+  return (h ^ static_cast<std::size_t>(v)) * 0x9e3779b97f4a7c15ULL;
+}
+
+}  // namespace
+
+std::size_t CostModel::KeyHash::operator()(const GemmKey& k) const {
+  std::size_t h = mix(0, static_cast<std::uint64_t>(k.rank));
+  h = mix(h, static_cast<std::uint64_t>(k.shape.m));
+  h = mix(h, static_cast<std::uint64_t>(k.shape.n));
+  h = mix(h, static_cast<std::uint64_t>(k.shape.k));
+  h = mix(h, static_cast<std::uint64_t>(k.shape.batch));
+  return mix(h, static_cast<std::uint64_t>(k.shape.dtype) * 2 + (k.shape.grouped ? 1 : 0));
+}
+
+std::size_t CostModel::KeyHash::operator()(const CollectiveArgs& k) const {
+  std::size_t h = mix(0, static_cast<std::uint64_t>(k.rank));
+  h = mix(h, static_cast<std::uint64_t>(k.kind));
+  h = mix(h, static_cast<std::uint64_t>(k.bytes));
+  for (int r : *k.group) h = mix(h, static_cast<std::uint64_t>(r));
+  return h;
+}
+
+std::size_t CostModel::KeyHash::operator()(const CollectiveKey& k) const {
+  return (*this)(CollectiveArgs{k.rank, k.kind, k.bytes, &k.group});
+}
+
+bool CostModel::KeyEqual::operator()(const CollectiveKey& a, const CollectiveArgs& b) const {
+  return a.rank == b.rank && a.kind == b.kind && a.bytes == b.bytes && a.group == *b.group;
+}
+
 OpCost CostModel::gemm(int rank, const sim::GemmShape& shape) const {
+  const GemmKey key{rank, shape};
+  if (auto it = gemm_memo_.find(key); it != gemm_memo_.end()) return it->second;
+  OpCost c = gemm_uncached(rank, shape);
+  gemm_memo_.emplace(key, c);
+  return c;
+}
+
+OpCost CostModel::gemm_uncached(int rank, const sim::GemmShape& shape) const {
   const RankResources& rr = at(rank);
   const double batch = static_cast<double>(std::max<std::int64_t>(shape.batch, 1));
   const double m = static_cast<double>(shape.m);
@@ -752,6 +798,15 @@ CollectivePlan CostModel::plan_collective(sim::CollectiveKind kind, const std::v
 
 OpCost CostModel::collective(int rank, sim::CollectiveKind kind, const std::vector<int>& group,
                              std::int64_t bytes) const {
+  const CollectiveArgs args{rank, kind, bytes, &group};
+  if (auto it = collective_memo_.find(args); it != collective_memo_.end()) return it->second;
+  OpCost c = collective_uncached(rank, kind, group, bytes);
+  collective_memo_.emplace(CollectiveKey{rank, kind, bytes, group}, c);
+  return c;
+}
+
+OpCost CostModel::collective_uncached(int rank, sim::CollectiveKind kind,
+                                      const std::vector<int>& group, std::int64_t bytes) const {
   const RankResources& rr = at(rank);
   const CollectivePlan plan = plan_collective(kind, group, bytes);
   OpCost c;

@@ -12,11 +12,15 @@
 //   sim::OpCost c = cm->gemm(0, {.m = 4096, .n = 4096, .k = 4096});
 //   sim::Duration t = cm->alone(c);     // time on idle resources
 //   sim::PoolId hbm = cm->hbm_pool(0);  // "rank0.hbm"
+//
+// gemm() and collective() remember their results (a step asks for the same few shapes once per
+// layer and micro-batch), so one CostModel is not for concurrent use.
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -189,6 +193,9 @@ class CostModel {
             sim::platform::Topology topology)
       : system_(std::move(system)), profile_(std::move(profile)), topology_(std::move(topology)) {}
   const RankResources& at(int rank) const;
+  sim::OpCost gemm_uncached(int rank, const sim::GemmShape& shape) const;
+  sim::OpCost collective_uncached(int rank, sim::CollectiveKind kind, const std::vector<int>& group,
+                                  std::int64_t bytes) const;
   sim::OpCost classic_attention(const RankResources& rr, const sim::AttentionShape& shape,
                                 bool dropout) const;
 
@@ -197,6 +204,42 @@ class CostModel {
   sim::platform::Topology topology_;
   std::map<int, RankResources> ranks_;
   std::vector<double> capacities_;  // by ResourceId index, as registered in the builder
+
+  // Memo of gemm() and collective(): every member above is fixed once create() returns, so each
+  // is a pure function of its arguments and a remembered result is the one it would compute.
+  struct GemmKey {
+    int rank = 0;
+    sim::GemmShape shape;
+    bool operator==(const GemmKey&) const = default;
+  };
+  struct CollectiveKey {
+    int rank = 0;
+    sim::CollectiveKind kind = sim::CollectiveKind::kAllReduce;
+    std::int64_t bytes = 0;
+    std::vector<int> group;
+    bool operator==(const CollectiveKey&) const = default;
+  };
+  struct CollectiveArgs {  // a CollectiveKey's fields without copying the group (lookups)
+    int rank = 0;
+    sim::CollectiveKind kind = sim::CollectiveKind::kAllReduce;
+    std::int64_t bytes = 0;
+    const std::vector<int>* group = nullptr;
+  };
+  struct KeyHash {
+    using is_transparent = void;
+    std::size_t operator()(const GemmKey& k) const;
+    std::size_t operator()(const CollectiveArgs& k) const;
+    std::size_t operator()(const CollectiveKey& k) const;
+  };
+  struct KeyEqual {
+    using is_transparent = void;
+    bool operator()(const GemmKey& a, const GemmKey& b) const { return a == b; }
+    bool operator()(const CollectiveKey& a, const CollectiveKey& b) const { return a == b; }
+    bool operator()(const CollectiveKey& a, const CollectiveArgs& b) const;
+    bool operator()(const CollectiveArgs& a, const CollectiveKey& b) const { return (*this)(b, a); }
+  };
+  mutable std::unordered_map<GemmKey, sim::OpCost, KeyHash, KeyEqual> gemm_memo_;
+  mutable std::unordered_map<CollectiveKey, sim::OpCost, KeyHash, KeyEqual> collective_memo_;
 };
 
 }  // namespace offsim::models

@@ -218,6 +218,7 @@ std::optional<sim::SimResult> simulate_reduced(const sim::Plan& plan, const Eval
   sim_options.validate_plan = false;
   sim_options.cancel = options.cancel;
   sim_options.run_past_capacity = true;
+  sim_options.record_op_infos = false;  // the report reads the plan, as on the full path
   sim::Result<sim::SimResult> result =
       sim::detail::simulate_with_periods(plan, sim_options, &probe);
   if (!result) {
