@@ -229,7 +229,8 @@ void add_context_parallel(const Scenario& s, double micro_batches, const LayerSh
 
 // Tensor-parallel overlap (StepBuilder::gathered_gemm / scattered_gemm / async_tp_reduce).
 // tp_comm_overlap with SP: an all-gather + GEMM becomes tp − 1 ring transfers and tp GEMMs, a
-// GEMM + reduce-scatter tp GEMMs and tp reduce-scatters (FP8: a cast per GEMM); dense layers
+// GEMM + reduce-scatter tp GEMMs and tp reduce-scatters (FP8: a cast per GEMM of the
+// reduce-scatter; a gathered GEMM's input is cast once, before the transfers); dense layers
 // have two of each in the forward and two gathered dgrads in the backward, MoE layers one
 // each (attention). tp_async_grad_reduce moves the backward reductions to the TP lane: two
 // more dependencies each.
@@ -240,7 +241,7 @@ void add_tp_overlap(const Scenario& s, double micro_batches, const LayerDims& d,
   if (p.tp_async_grad_reduce) c.deps += micro_batches * 2 * (d.moe ? 1 : 2);
   if (!p.tp_comm_overlap || d.sp == 1) return;
   const double fp8 = s.training.compute_dtype == sim::DType::kFp8 ? 1 : 0;
-  const double gathered = (t - 2) + (t - 1) * (1 + fp8);
+  const double gathered = (t - 2) + (t - 1);
   const double scattered = (t - 1) * (2 + fp8);
   const double n_gathered = d.moe ? 2 : 4;  // forward and backward
   const double n_scattered = d.moe ? 1 : 2;
