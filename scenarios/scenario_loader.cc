@@ -416,6 +416,15 @@ sim::Status read_hardware(const Node& node, const std::string& base_dir,
   return r.finish();
 }
 
+// training.fp8_recipe: absent leaves the recipe to resolve() (the GPU's default).
+sim::Status read_fp8_recipe(MapReader& r, models::TrainingConfig& t) {
+  const Node* f = r.get("fp8_recipe");
+  if (f == nullptr) return sim::ok();
+  OFFSIM_ASSIGN_OR_RETURN(t.fp8_recipe, enum_of(*f, r.child("fp8_recipe"), kFp8Recipes,
+                                                models::fp8_recipe_from_string));
+  return sim::ok();
+}
+
 sim::Status read_training(const Node& node, models::TrainingConfig& t) {
   OFFSIM_RETURN_IF_ERROR(expect_map(node, "training"));
   MapReader r(node, "training");
@@ -434,10 +443,7 @@ sim::Status read_training(const Node& node, models::TrainingConfig& t) {
     }
     t.compute_dtype = *d;
   }
-  if (const Node* f = r.get("fp8_recipe")) {
-    OFFSIM_ASSIGN_OR_RETURN(t.fp8_recipe, enum_of(*f, r.child("fp8_recipe"), kFp8Recipes,
-                                                  models::fp8_recipe_from_string));
-  }
+  OFFSIM_RETURN_IF_ERROR(read_fp8_recipe(r, t));
   OFFSIM_RETURN_IF_ERROR(read_bool(r, "fp32_master_weights", t.fp32_master_weights));
   OFFSIM_RETURN_IF_ERROR(read_int(r, "loss_chunks", t.loss_chunks, 1, kMaxDim));
   OFFSIM_RETURN_IF_ERROR(
