@@ -907,4 +907,32 @@ OpCost CostModel::host_compute(int rank, std::int64_t dram_bytes, double flops,
   return c;
 }
 
+bool fp8_blackwell(std::string_view gpu_kind) {
+  return gpu_kind == "b200" || gpu_kind == "gb200" || gpu_kind == "b300" || gpu_kind == "gb300";
+}
+
+TrainingConfig::Fp8Recipe default_fp8_recipe(std::string_view gpu_kind) {
+  return fp8_blackwell(gpu_kind) ? TrainingConfig::Fp8Recipe::kMxfp8
+                                 : TrainingConfig::Fp8Recipe::kDelayed;
+}
+
+std::int64_t fp8_quantize_bytes(TrainingConfig::Fp8Recipe recipe, bool blackwell, bool from_norm,
+                                std::int64_t elements) {
+  const std::int64_t transpose = blackwell ? 0 : 1;  // column-wise copy of a per-tensor scaling
+  switch (recipe) {
+    case TrainingConfig::Fp8Recipe::kDelayed:
+      if (from_norm) return 2 * transpose * elements;
+      return (2 + 1 + transpose) * elements;
+    case TrainingConfig::Fp8Recipe::kCurrent:
+      return (from_norm ? 0 : 2 * elements) + (2 + 1 + transpose) * elements;
+    case TrainingConfig::Fp8Recipe::kMxfp8:
+      // 2 read, 1 + 1 written, one E8M0 scale byte per 32 values each way.
+      return 4 * elements + 2 * ((elements + 31) / 32);
+    case TrainingConfig::Fp8Recipe::kBlockwise:
+      // 2 read, 1 + 1 written, one fp32 scale per 128 values each way.
+      return 4 * elements + 2 * 4 * ((elements + 127) / 128);
+  }
+  return 4 * elements;
+}
+
 }  // namespace offsim::models

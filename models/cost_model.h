@@ -20,10 +20,12 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
+#include "models/scenario.h"
 #include "sim/core/result.h"
 #include "sim/core/time.h"
 #include "sim/plan/plan.h"
@@ -241,5 +243,36 @@ class CostModel {
   mutable std::unordered_map<GemmKey, sim::OpCost, KeyHash, KeyEqual> gemm_memo_;
   mutable std::unordered_map<CollectiveKey, sim::OpCost, KeyHash, KeyEqual> collective_memo_;
 };
+
+// ---- FP8 as Transformer Engine runs it (TransformerEngine, transformer_engine/pytorch) ----------
+
+// GPUs whose FP8 GEMMs take non-TN operand layouts (data-centre Blackwell, sm_100/sm_103): there
+// a per-tensor FP8 tensor needs no transposed copy for the backward GEMMs
+// (utils.py is_non_tn_fp8_gemm_supported); on Hopper every column-wise use reads a transpose.
+// MXFP8 (1x32 E8M0 block scales) runs only there (check_mxfp8_support).
+bool fp8_blackwell(std::string_view gpu_kind);
+// TE's get_default_fp8_recipe() (quantization.py): MXFP8BlockScaling where MXFP8 is supported,
+// DelayedScaling otherwise.
+TrainingConfig::Fp8Recipe default_fp8_recipe(std::string_view gpu_kind);
+// HBM bytes of quantizing `elements` bf16 values to FP8 for the GEMMs that read them: a row-wise
+// copy (this GEMM) and a column-wise copy (the backward GEMM that reads the tensor the other way),
+// per recipe:
+// * delayed: one cast(-transpose) kernel reads 2 bytes, computes the amax on the way
+//   (nvte_fp8_transpose_dbias / cast_transpose) and writes 1 byte, plus 1 for the transpose on
+//   Hopper. After a norm (`from_norm`) the norm kernel itself writes FP8 (normalization.cpp:
+//   "Always used fused kernel for FP8 delayed scaling"), leaving only the transpose (read 1,
+//   write 1) on Hopper and nothing on Blackwell.
+// * current: the scale needs the tensor's amax first: an amax pass (read 2, nvte_compute_amax),
+//   then the cast as above; after a norm, the norm kernel produces the amax as it writes its
+//   bf16 output (create_hp_tensor_with_amax, quantize_with_amax), so only the cast remains.
+// * mxfp8: one kernel reads 2 and writes row-wise and column-wise data (1 + 1) and their E8M0
+//   scales (1 byte per 32 values each way); not fused with the norm unless
+//   NVTE_NORM_FWD_USE_CUDNN is set (off by default).
+// * blockwise: one kernel reads 2 and writes 1x128-block row-wise and transposed column-wise
+//   data (1 + 1) and fp32 scales (4 bytes per 128 values each way); never fused with the norm.
+// The scale computation (a one-thread kernel) and, for current scaling with sequence
+// parallelism, the scalar amax all-reduce over the TP group are not charged.
+std::int64_t fp8_quantize_bytes(TrainingConfig::Fp8Recipe recipe, bool blackwell, bool from_norm,
+                                std::int64_t elements);
 
 }  // namespace offsim::models

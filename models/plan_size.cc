@@ -238,8 +238,9 @@ void context_parallel_rows(const Scenario& s, const LayerShape& ls, std::vector<
 
 // Tensor-parallel overlap (StepBuilder::gathered_gemm / scattered_gemm). tp_comm_overlap with
 // SP: an all-gather + GEMM becomes tp − 1 ring transfers and tp GEMMs, a GEMM + reduce-scatter
-// tp GEMMs and tp reduce-scatters (FP8: a cast per GEMM); dense layers have two of each in the
-// forward and two gathered dgrads in the backward, MoE layers one each (attention).
+// tp GEMMs and tp reduce-scatters (FP8: a cast per GEMM of the reduce-scatter; a gathered GEMM's
+// input is cast once, before the transfers); dense layers have two of each in the forward and two
+// gathered dgrads in the backward, MoE layers one each (attention).
 void tp_overlap_rows(const Scenario& s, const LayerDims& d, std::vector<RecipeRow>& rows) {
   const ParallelConfig& p = s.parallelism;
   if (d.t == 1 || !p.tp_comm_overlap || d.sp == 1) return;
@@ -250,7 +251,7 @@ void tp_overlap_rows(const Scenario& s, const LayerDims& d, std::vector<RecipeRo
   rows.push_back({"tensor-parallel overlap: ring transfers", RecipeOpKind::kP2P, gathered * (t - 1),
                   gathered * (t - 1)});
   rows.push_back({"tensor-parallel overlap: split GEMMs (and casts)", RecipeOpKind::kKernel,
-                  (gathered + scattered) * (t - 1) * (1 + fp8), gathered * (t - 1) * (1 + fp8)});
+                  (gathered + scattered * (1 + fp8)) * (t - 1), gathered * (t - 1)});
   rows.push_back({"tensor-parallel overlap: collectives", RecipeOpKind::kCollective,
                   scattered * (t - 1) - gathered, -gathered});
 }

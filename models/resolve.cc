@@ -2,6 +2,9 @@
 
 #include <utility>
 
+#include <fmt/format.h>
+
+#include "models/cost_model.h"
 #include "sim/platform/host.h"
 
 namespace offsim::models {
@@ -68,6 +71,24 @@ sim::Status resolve_hardware_of(const Scenario& s, const ResolveOptions& options
   return sim::ok();
 }
 
+// FP8: an unset training.fp8_recipe takes Transformer Engine's default for the GPU; MXFP8 needs
+// Blackwell's block-scaled tensor cores.
+sim::Status bind_fp8_recipe(Scenario& s, const sim::platform::System& system,
+                            const ResolveOptions& options) {
+  if (s.training.compute_dtype != sim::DType::kFp8) return sim::ok();
+  if (!s.training.fp8_recipe) s.training.fp8_recipe = default_fp8_recipe(system.gpu);
+  if (*s.training.fp8_recipe == TrainingConfig::Fp8Recipe::kMxfp8 && !fp8_blackwell(system.gpu)) {
+    return sim::fail(located(
+        sim::Error{ErrorCode::kInvalidInput,
+                   fmt::format("training.fp8_recipe: mxfp8 needs a Blackwell GPU (b200, gb200, "
+                               "b300, gb300), system {} has {}; expected delayed, current or "
+                               "blockwise",
+                               system.name, system.gpu)},
+        options));
+  }
+  return sim::ok();
+}
+
 // The keys resolve_hardware_of() reads.
 bool same_hardware(const HardwareConfig& a, const HardwareConfig& b) {
   return a.system == b.system && a.nodes == b.nodes && a.profile_path == b.profile_path &&
@@ -87,6 +108,7 @@ sim::Result<ResolvedScenario> resolve(const Scenario& scenario, const ResolveOpt
   out.system_ = std::make_shared<const sim::platform::System>(std::move(system));
   out.profile_ = std::make_shared<const sim::platform::CalibrationProfile>(std::move(profile));
   out.scenario_ = scenario;
+  OFFSIM_RETURN_IF_ERROR(bind_fp8_recipe(out.scenario_, out.system_, options));
   return out;
 }
 
@@ -104,6 +126,7 @@ sim::Result<ResolvedScenario> resolve_variant(const ResolvedScenario& base,
   }
   ResolvedScenario out = base;
   out.scenario_ = scenario;
+  OFFSIM_RETURN_IF_ERROR(bind_fp8_recipe(out.scenario_, out.system_, options));
   return out;
 }
 

@@ -59,6 +59,20 @@ const char* to_string(ParallelConfig::CpCommType v) {
   return "?";
 }
 
+const char* to_string(TrainingConfig::Fp8Recipe v) {
+  switch (v) {
+    case TrainingConfig::Fp8Recipe::kDelayed:
+      return "delayed";
+    case TrainingConfig::Fp8Recipe::kCurrent:
+      return "current";
+    case TrainingConfig::Fp8Recipe::kMxfp8:
+      return "mxfp8";
+    case TrainingConfig::Fp8Recipe::kBlockwise:
+      return "blockwise";
+  }
+  return "?";
+}
+
 const char* to_string(ParallelConfig::PipelineSchedule v) {
   switch (v) {
     case ParallelConfig::PipelineSchedule::k1F1B:
@@ -129,6 +143,12 @@ std::optional<ParallelConfig::PipelineSchedule> pipeline_schedule_from_string(st
 std::optional<ParallelConfig::CpCommType> cp_comm_type_from_string(std::string_view s) {
   static constexpr ParallelConfig::CpCommType kAll[] = {ParallelConfig::CpCommType::kP2P,
                                                         ParallelConfig::CpCommType::kA2A};
+  return parse_enum(s, kAll);
+}
+std::optional<TrainingConfig::Fp8Recipe> fp8_recipe_from_string(std::string_view s) {
+  static constexpr TrainingConfig::Fp8Recipe kAll[] = {
+      TrainingConfig::Fp8Recipe::kDelayed, TrainingConfig::Fp8Recipe::kCurrent,
+      TrainingConfig::Fp8Recipe::kMxfp8, TrainingConfig::Fp8Recipe::kBlockwise};
   return parse_enum(s, kAll);
 }
 std::optional<RecomputeConfig::Mode> recompute_mode_from_string(std::string_view s) {

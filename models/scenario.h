@@ -112,6 +112,14 @@ struct TrainingConfig {
   std::int64_t micro_batch = 1;   // sequences per forward/backward pass on one rank
   std::int64_t seq_len = 0;
   sim::DType compute_dtype = sim::DType::kBf16;  // GEMM precision; kFp8 = fp8 GEMMs, bf16 rest
+  // How Transformer Engine scales FP8 tensors (training.fp8_recipe; only with fp8): kDelayed,
+  // per-tensor scales from the amax history (DelayedScaling); kCurrent, per-tensor scales from
+  // the tensor's own amax (Float8CurrentScaling, Megatron-Bridge "FP8-CS"); kMxfp8, E8M0 scales
+  // per 1x32 block (MXFP8BlockScaling, Blackwell only, "FP8-MX"); kBlockwise, fp32 scales per
+  // 1x128 (activations, gradients) and 128x128 (weights) block (Float8BlockScaling, DeepSeek-V3).
+  // Unset: TE's get_default_fp8_recipe(), mxfp8 on Blackwell, delayed otherwise (set by resolve).
+  enum class Fp8Recipe { kDelayed, kCurrent, kMxfp8, kBlockwise };
+  std::optional<Fp8Recipe> fp8_recipe;
   bool fp32_master_weights = true;
   Optimizer optimizer = Optimizer::kAdamW;
   // The LM head and cross entropy over the micro-batch's tokens in this many chunks. 1: the
@@ -325,6 +333,8 @@ std::optional<ModelArch::AttentionImpl> attention_impl_from_string(std::string_v
 std::optional<ParallelConfig::PipelineSchedule> pipeline_schedule_from_string(std::string_view s);
 const char* to_string(ParallelConfig::CpCommType v);
 std::optional<ParallelConfig::CpCommType> cp_comm_type_from_string(std::string_view s);
+const char* to_string(TrainingConfig::Fp8Recipe v);
+std::optional<TrainingConfig::Fp8Recipe> fp8_recipe_from_string(std::string_view s);
 std::optional<RecomputeConfig::Mode> recompute_mode_from_string(std::string_view s);
 std::optional<TensorClass> tensor_class_from_string(std::string_view s);
 std::optional<Placement> placement_from_string(std::string_view s);

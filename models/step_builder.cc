@@ -165,6 +165,8 @@ class StepBuilder {
     static_only_ = options.static_only;
     gdtype_ = s.training.compute_dtype;
     adtype_ = gdtype_ == sim::DType::kFp8 ? sim::DType::kBf16 : gdtype_;
+    fp8_blackwell_ = fp8_blackwell(cm.system().gpu);
+    fp8_recipe_ = s.training.fp8_recipe.value_or(default_fp8_recipe(cm.system().gpu));
     dt_ = resolve_dtypes(s.training);
     for (int l = 0; l < s.model.layers; ++l) {
       ldims_.push_back(layer_dims(s.model, s.training, p, l));
@@ -330,16 +332,25 @@ class StepBuilder {
   OpId gemm_as(sim::DType dtype, Rank& r, const std::string& name, OpCategory cat, int layer,
                std::int64_t m, std::int64_t n, std::int64_t k, bool weight_grad) {
     sim::GemmShape shape{.m = m, .n = n, .k = k, .batch = 1, .dtype = dtype};
-    if (dtype == sim::DType::kFp8 && !weight_grad) {
-      // Transformer Engine casts the GEMM's bf16 activation input (forward) or output gradient
-      // (dgrad), m × k elements, to FP8 and its transpose in one pass: read 2 bytes, write 1 + 1;
-      // the wgrad GEMM reuses those transposes.
-      elementwise(r, name + ".fp8_cast", cat, layer, 4 * m * k, static_cast<double>(m * k));
+    if (dtype == sim::DType::kFp8 && !weight_grad && !fp8_input_cast_) {
+      // Transformer Engine quantizes the GEMM's bf16 activation input (forward) or output
+      // gradient (dgrad), m × k elements, row-wise for this GEMM and column-wise for the wgrad
+      // GEMM, which reuses it.
+      fp8_cast(r, name, cat, layer, m * k, /*from_norm=*/false);
     }
     sim::OpSizes sz;
     sz.gemm = shape;
     sz.flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
     return add(r, r.compute, name, OpKind::kGemm, cat, layer, cm_.gemm(r.rank, shape), sz);
+  }
+
+  // The FP8 quantization of `elements` bf16 values as the scenario's recipe runs it
+  // (fp8_quantize_bytes); one op for the recipe's kernels (amax pass, cast).
+  OpId fp8_cast(Rank& r, const std::string& name, OpCategory cat, int layer, std::int64_t elements,
+                bool from_norm) {
+    const std::int64_t bytes = fp8_quantize_bytes(fp8_recipe_, fp8_blackwell_, from_norm, elements);
+    return elementwise(r, name + ".fp8_cast", cat, layer, bytes,
+                       bytes > 0 ? static_cast<double>(elements) : 0.0);
   }
 
   OpId elementwise(Rank& r, const std::string& name, OpCategory cat, int layer, std::int64_t bytes,
@@ -504,16 +515,18 @@ class StepBuilder {
                        3.0 * static_cast<double>(elems));
   }
 
-  // FP8: Transformer Engine casts each layer's bf16 weights to FP8 and their transposes once per
-  // step (later micro-batches reuse the cached copies): read 2 bytes, write 1 + 1 per weight of
-  // the layer's linear layers on this rank. Charged right after the layer's optimizer update,
+  // FP8: Transformer Engine quantizes each layer's bf16 weights (row-wise for the forward,
+  // column-wise for the dgrad) once per step: Megatron passes is_first_microbatch, and later
+  // micro-batches reuse the cached FP8 weights. Bytes per the recipe (fp8_quantize_bytes) over
+  // the layer's linear weights on this rank. Charged right after the layer's optimizer update,
   // which produces the weights it casts.
   OpId fp8_weight_cast(Rank& r, const ParamGroup& g, OpId after) {
     const std::int64_t gated = d_.gated ? 2 : 1;
     const std::int64_t weights =
         d_.h * (d_.q() + 2 * d_.kv()) + d_.q() * d_.h + d_.h * d_.f * gated + d_.f * d_.h;
     const OpId cast = elementwise(r, g.name + ".fp8_weight_cast", OpCategory::kOptimizer, g.layer,
-                                  4 * weights, static_cast<double>(weights));
+                                  fp8_quantize_bytes(fp8_recipe_, fp8_blackwell_, false, weights),
+                                  static_cast<double>(weights));
     b_.op_at(cast).deps.push_back(after);
     return cast;
   }
@@ -566,13 +579,27 @@ class StepBuilder {
   // Transformer Engine's ring exchange (userbuffers, copy engines): the GEMM on the rank's own
   // m/tp rows runs at once while the next chunk comes from the ring neighbour, each of the
   // tp − 1 transfers on the TP lane, each chunk's GEMM once its rows are there.
+  // FP8: Transformer Engine quantizes the rank's own rows (m / sp) before the all-gather, which
+  // then moves FP8 (1 byte per value); `from_norm`: the input is a norm's output.
   OpId gathered_gemm(Rank& r, const std::string& gather, const std::string& name, OpCategory cat,
-                     int layer, GemmDims g) {
+                     int layer, GemmDims g, bool from_norm = false) {
+    const bool fp8 = gdtype_ == sim::DType::kFp8;
+    if (fp8) fp8_cast(r, name, cat, layer, ceil_div(g.m, d_.sp) * g.k, from_norm);
+    fp8_input_cast_ = fp8;
+    const OpId out = gathered_gemm_of(r, gather, name, cat, layer, g, fp8 ? 1 : d_.e);
+    fp8_input_cast_ = false;
+    return out;
+  }
+  OpId gathered_gemm_of(Rank& r, const std::string& gather, const std::string& name, OpCategory cat,
+                        int layer, GemmDims g, std::int64_t elem_bytes) {
     if (!tp_overlap()) {
-      tp_gather(r, gather, OpCategory::kComm, layer);
+      if (d_.t > 1 && d_.sp > 1) {
+        collective(r, r.compute, gather, OpCategory::kComm, layer, sim::CollectiveKind::kAllGather,
+                   r.tp_group, d_.tokens() * d_.h * elem_bytes);
+      }
       return gemm(r, name, cat, layer, g.m, g.n, g.k);
     }
-    const std::int64_t chunk_bytes = d_.tokens() * d_.h * d_.e / d_.t;
+    const std::int64_t chunk_bytes = d_.tokens() * d_.h * elem_bytes / d_.t;
     const OpId ready = last_compute_;
     OpId out{};
     OpId recv{};
@@ -1052,7 +1079,7 @@ class StepBuilder {
       }
     }
     push(gathered_gemm(r, p + ".qkv.tp_allgather", p + ".qkv.fwd", cat, l,
-                       {d_.tokens(), d_.qkv_n(), d_.h}));
+                       {d_.tokens(), d_.qkv_n(), d_.h}, /*from_norm=*/true));
     rotary(r, p + ".rope.fwd", l);
     push(attention(r, p + ".attn.fwd", cat, l, false));
     push(scattered_gemm(r, p + ".out_proj.fwd", p + ".out_proj.tp_reduce", cat, l,
@@ -1063,7 +1090,7 @@ class StepBuilder {
     } else {
       const std::int64_t g = d_.gated ? 2 : 1;
       push(gathered_gemm(r, p + ".mlp.tp_allgather", p + ".mlpwi.fwd", cat, l,
-                         {d_.tokens(), d_.f * g, d_.h}));
+                         {d_.tokens(), d_.f * g, d_.h}, /*from_norm=*/true));
       push(elementwise(r, p + ".act.fwd", cat, l, d_.tokens() * d_.f * d_.e * (g + 1),
                        static_cast<double>(8 * d_.tokens() * d_.f)));
       push(scattered_gemm(r, p + ".mlpwo.fwd", p + ".mlpwo.tp_reduce", cat, l,
@@ -2024,6 +2051,11 @@ class StepBuilder {
   int last_label_ = 0;
   sim::DType gdtype_ = sim::DType::kBf16;
   sim::DType adtype_ = sim::DType::kBf16;
+  // FP8 (training.fp8_recipe as resolved; Blackwell needs no transposed FP8 copies).
+  TrainingConfig::Fp8Recipe fp8_recipe_ = TrainingConfig::Fp8Recipe::kDelayed;
+  bool fp8_blackwell_ = false;
+  // Set while a gathered GEMM's input was quantized before its all-gather: its GEMMs cast nothing.
+  bool fp8_input_cast_ = false;
   ResolvedDtypes dt_;
   std::vector<PoolId> hbm_pools_;
   std::vector<LayerPolicy> policies_;

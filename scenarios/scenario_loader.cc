@@ -178,6 +178,9 @@ constexpr ParallelConfig::PipelineSchedule kSchedules[] = {
     ParallelConfig::PipelineSchedule::k1F1B, ParallelConfig::PipelineSchedule::kInterleaved1F1B};
 constexpr ParallelConfig::CpCommType kCpCommTypes[] = {ParallelConfig::CpCommType::kP2P,
                                                        ParallelConfig::CpCommType::kA2A};
+constexpr models::TrainingConfig::Fp8Recipe kFp8Recipes[] = {
+    models::TrainingConfig::Fp8Recipe::kDelayed, models::TrainingConfig::Fp8Recipe::kCurrent,
+    models::TrainingConfig::Fp8Recipe::kMxfp8, models::TrainingConfig::Fp8Recipe::kBlockwise};
 constexpr RecomputeConfig::Mode kRecomputeModes[] = {
     RecomputeConfig::Mode::kNone, RecomputeConfig::Mode::kSelective, RecomputeConfig::Mode::kFull};
 constexpr models::Placement kPlacements[] = {models::Placement::kHbm, models::Placement::kHost};
@@ -413,6 +416,15 @@ sim::Status read_hardware(const Node& node, const std::string& base_dir,
   return r.finish();
 }
 
+// training.fp8_recipe: absent leaves the recipe to resolve() (the GPU's default).
+sim::Status read_fp8_recipe(MapReader& r, models::TrainingConfig& t) {
+  const Node* f = r.get("fp8_recipe");
+  if (f == nullptr) return sim::ok();
+  OFFSIM_ASSIGN_OR_RETURN(t.fp8_recipe, enum_of(*f, r.child("fp8_recipe"), kFp8Recipes,
+                                                models::fp8_recipe_from_string));
+  return sim::ok();
+}
+
 sim::Status read_training(const Node& node, models::TrainingConfig& t) {
   OFFSIM_RETURN_IF_ERROR(expect_map(node, "training"));
   MapReader r(node, "training");
@@ -431,6 +443,7 @@ sim::Status read_training(const Node& node, models::TrainingConfig& t) {
     }
     t.compute_dtype = *d;
   }
+  OFFSIM_RETURN_IF_ERROR(read_fp8_recipe(r, t));
   OFFSIM_RETURN_IF_ERROR(read_bool(r, "fp32_master_weights", t.fp32_master_weights));
   OFFSIM_RETURN_IF_ERROR(read_int(r, "loss_chunks", t.loss_chunks, 1, kMaxDim));
   OFFSIM_RETURN_IF_ERROR(
@@ -1065,6 +1078,7 @@ Node training_node(const models::TrainingConfig& t) {
   put(training, "micro_batch", number_node(t.micro_batch));
   put(training, "seq_len", number_node(t.seq_len));
   put(training, "precision", scalar_node(sim::to_string(t.compute_dtype)));
+  if (t.fp8_recipe) put(training, "fp8_recipe", scalar_node(models::to_string(*t.fp8_recipe)));
   put(training, "fp32_master_weights", bool_node(t.fp32_master_weights));
   put(training, "loss_chunks", number_node(t.loss_chunks));
   put(training, "gradient_accumulation_fusion", bool_node(t.gradient_accumulation_fusion));

@@ -510,6 +510,19 @@ CalibrationProfile blackwell(bool grace) {
   derived_peaks(p, true);
   set_gemm(p, 1745, grace ? Origin::kAssumption : Origin::kPublished,
            std::string(kSrcMamf) + ": ~1,745 of 2,250 TFLOP/s" + note, 148);
+  // FP8 GEMMs: without a point they would run at the bf16 best-GEMM fraction of the FP8 peak.
+  p.gemm.points.push_back(
+      {.m = 16384,
+       .n = 4096,
+       .k = 4096,
+       .dtype = DType::kFp8,
+       .efficiency = fig(2544.7 * kTFLOP / p.gpu.dense_flops_fp8.value,
+                         grace ? Origin::kAssumption : Origin::kPublished,
+                         "vllm-project/vllm PR #19566 (SM100 FP8 CUTLASS tunings; "
+                         "benchmarks/kernels/bench_fp8_gemm.py, run on B200 as in PR #18778): "
+                         "2,545 TFLOP/s for a 16384x4096x4096 per-tensor-scaled FP8 GEMM, "
+                         "quantization not timed (bf16 at that shape: 1,513)" +
+                             note)});
   attention_by_seq(p, Origin::kAssumption,
                    "; no Blackwell measurement by shape: cuDNN's fused attention on Blackwell "
                    "taken at the same fractions of the dense peak as on H100 (assumption)");
@@ -617,6 +630,11 @@ CalibrationProfile blackwell_ultra(bool grace) {
   derived_peaks(p, true);
   set_gemm(p, tflops * (1745.0 / 2250.0), Origin::kAssumption,
            std::string(kSrcMamf) + ": B200's ~1,745 of 2,250 TFLOP/s fraction applied", 148);
+  for (GemmPoint& g : p.gemm.points) {
+    // The B200's FP8 point, as a fraction of this part's FP8 peak.
+    g.efficiency.origin = Origin::kAssumption;
+    g.efficiency.source += "; B200's fraction applied";
+  }
   return p;
 }
 }  // namespace

@@ -3,10 +3,13 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "models/evaluate.h"
 #include "models/formulas.h"
+#include "models/resolve.h"
 #include "models/step_builder.h"
 
 namespace offsim::models {
@@ -345,8 +348,9 @@ TEST(Evaluate, GradientReduceAfterBackwardIsExposed) {
 
 TEST(BuildStep, Fp8GemmsCastTheirInputs) {
   // Every FP8 forward and dgrad GEMM is preceded by Transformer Engine's cast-transpose of its
-  // m × k input (4 bytes per element: read bf16, write FP8 and its transpose); wgrad GEMMs are
-  // not, and bf16 steps have no casts.
+  // m × k input; wgrad GEMMs are not, and bf16 steps have no casts. H100, delayed scaling (TE's
+  // default there): 4 bytes per element (read bf16, write FP8 and its transpose), 2 after a
+  // norm, which writes FP8 itself and leaves the transpose (read 1, write 1).
   Scenario s = base("llama3-8b", "dgx-h100");
   s.parallelism = {.dp = 8};
   s.training.compute_dtype = sim::DType::kFp8;
@@ -361,7 +365,8 @@ TEST(BuildStep, Fp8GemmsCastTheirInputs) {
     ASSERT_EQ(g.kind, sim::OpKind::kGemm) << ops[i].name;
     EXPECT_EQ(ops[i].name, g.name + ".fp8_cast");
     EXPECT_FALSE(g.name.ends_with(".wgrad"));
-    EXPECT_EQ(ops[i].sizes.bytes, 4 * g.sizes.gemm.m * g.sizes.gemm.k) << g.name;
+    const bool from_norm = g.name.ends_with(".qkv.fwd") || g.name.ends_with(".mlpwi.fwd");
+    EXPECT_EQ(ops[i].sizes.bytes, (from_norm ? 2 : 4) * g.sizes.gemm.m * g.sizes.gemm.k) << g.name;
   }
   // The LM head is not a Transformer Engine layer: its GEMMs stay in bf16, without casts.
   int fp8_gemms = 0;
@@ -383,6 +388,71 @@ TEST(BuildStep, Fp8GemmsCastTheirInputs) {
   auto bf16 = build_step(s);
   ASSERT_TRUE(bf16);
   for (const sim::Op& op : bf16->plan.ops) EXPECT_FALSE(op.name.ends_with(".fp8_cast"));
+}
+
+// The bytes of the first layer's FP8 casts before the qkv GEMM (input: the first norm's output)
+// and the out_proj GEMM (input: the attention output), both 2048 × 4096 values in llama3-8b.
+std::pair<std::int64_t, std::int64_t> first_casts(const std::string& system,
+                                                  TrainingConfig::Fp8Recipe recipe) {
+  Scenario s = base("llama3-8b", system);
+  s.parallelism = {.dp = 8};
+  s.training.compute_dtype = sim::DType::kFp8;
+  s.training.fp8_recipe = recipe;
+  auto step = build_step(s);
+  EXPECT_TRUE(step) << step.error().message;
+  if (!step) return {-1, -1};
+  std::int64_t qkv = -1;
+  std::int64_t proj = -1;
+  for (const sim::Op& op : step->plan.ops) {
+    if (qkv < 0 && op.name.ends_with(".l0.qkv.fwd.fp8_cast")) qkv = op.sizes.bytes;
+    if (proj < 0 && op.name.ends_with(".l0.out_proj.fwd.fp8_cast")) proj = op.sizes.bytes;
+  }
+  return {qkv, proj};
+}
+
+TEST(BuildStep, Fp8CastBytesFollowTheRecipe) {
+  using R = TrainingConfig::Fp8Recipe;
+  const std::int64_t n = 2048 * 4096;
+  // H100 (transposed copies for the backward GEMMs). Delayed: the norm writes FP8, the transpose
+  // remains (2 n); elsewhere one cast-transpose (read 2, write 1 + 1).
+  EXPECT_EQ(first_casts("dgx-h100", R::kDelayed), std::make_pair(2 * n, 4 * n));
+  // Current scaling: the cast (4 n) and, where no norm produced the amax, an amax pass (read 2).
+  EXPECT_EQ(first_casts("dgx-h100", R::kCurrent), std::make_pair(4 * n, 6 * n));
+  // Blockwise (1x128): read 2, write 1 + 1 and an fp32 scale per 128 values each way; no fusion.
+  EXPECT_EQ(first_casts("dgx-h100", R::kBlockwise),
+            std::make_pair(4 * n + 8 * n / 128, 4 * n + 8 * n / 128));
+  // B200 takes non-TN FP8 GEMMs: no transposes for the per-tensor recipes. Delayed: nothing left
+  // after the norm; elsewhere read 2, write 1. MXFP8: read 2, write 1 + 1 and an E8M0 scale per
+  // 32 values each way, not fused with the norm.
+  EXPECT_EQ(first_casts("dgx-b200", R::kDelayed), std::make_pair(std::int64_t{0}, 3 * n));
+  EXPECT_EQ(first_casts("dgx-b200", R::kCurrent), std::make_pair(3 * n, 5 * n));
+  EXPECT_EQ(first_casts("dgx-b200", R::kMxfp8),
+            std::make_pair(4 * n + 2 * n / 32, 4 * n + 2 * n / 32));
+}
+
+TEST(BuildStep, Fp8RecipeDefaultsToTransformerEnginesAndMxfp8NeedsBlackwell) {
+  Scenario s = base("llama3-8b", "dgx-h100");
+  s.parallelism = {.dp = 8};
+  s.training.compute_dtype = sim::DType::kFp8;
+  auto h100 = resolve(s);
+  ASSERT_TRUE(h100) << h100.error().message;
+  EXPECT_EQ(h100->scenario().training.fp8_recipe, TrainingConfig::Fp8Recipe::kDelayed);
+  s.training.fp8_recipe = TrainingConfig::Fp8Recipe::kMxfp8;
+  auto refused = resolve(s);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code, sim::ErrorCode::kInvalidInput);
+  EXPECT_TRUE(refused.error().message.starts_with("training.fp8_recipe: mxfp8 needs a Blackwell"))
+      << refused.error().message;
+  s.training.fp8_recipe.reset();
+  s.hardware.system = "dgx-b200";
+  auto b200 = resolve(s);
+  ASSERT_TRUE(b200) << b200.error().message;
+  EXPECT_EQ(b200->scenario().training.fp8_recipe, TrainingConfig::Fp8Recipe::kMxfp8);
+  // bf16 steps leave the recipe alone.
+  s.training.compute_dtype = sim::DType::kBf16;
+  auto bf16 = resolve(s);
+  ASSERT_TRUE(bf16);
+  EXPECT_FALSE(bf16->scenario().training.fp8_recipe);
 }
 
 TEST(BuildStep, FrameworkOpsHaveExactBytes) {

@@ -85,7 +85,7 @@ TEST_F(LoaderTest, UnknownKeyNamesFileLineColumnAndPath) {
       replace(kBase, "  seq_len: 2048\n", "  seq_len: 2048\n  micro_bach: 1\n");
   EXPECT_EQ(error_of(text),
             p(":9:15: training.micro_bach: unknown key; expected one of global_batch, "
-              "micro_batch, seq_len, precision, fp32_master_weights, loss_chunks, "
+              "micro_batch, seq_len, precision, fp8_recipe, fp32_master_weights, loss_chunks, "
               "gradient_accumulation_fusion, dtype_preset, dtypes, optimizer"));
   EXPECT_EQ(error_of(std::string(kBase) + "colour: red\n"),
             p(":13:9: colour: unknown key; expected one of name, model, hardware, training, "
@@ -233,6 +233,24 @@ TEST_F(LoaderTest, ImpossibleConfigurationsPointAtTheKey) {
       << gpus;
 }
 
+TEST_F(LoaderTest, Fp8RecipeKey) {
+  // training.fp8_recipe reaches the scenario and the effective scenario; a bad value names the
+  // key and the accepted spellings.
+  const std::string path = write("s.yaml", kBase);
+  auto file = load_scenario_file(path, {"training.precision=fp8", "training.fp8_recipe=current"});
+  ASSERT_TRUE(file) << file.error().message;
+  auto s = scenario_from_document(file->base, file->base_dir);
+  ASSERT_TRUE(s) << s.error().message;
+  EXPECT_EQ(s->training.fp8_recipe, models::TrainingConfig::Fp8Recipe::kCurrent);
+  const std::string effective = emit_yaml(scenario_to_document(*s));
+  EXPECT_NE(effective.find("  fp8_recipe: current\n"), std::string::npos) << effective;
+  const std::string bad = error_of(kBase, {"training.fp8_recipe=tensorwise"});
+  EXPECT_NE(bad.find("training.fp8_recipe: expected one of delayed, current, mxfp8, blockwise, "
+                     "got \"tensorwise\""),
+            std::string::npos)
+      << bad;
+}
+
 TEST_F(LoaderTest, ContextParallelKeys) {
   // parallelism.cp and cp_comm_type reach the scenario and the effective scenario.
   const std::string path = write("s.yaml", kBase);
@@ -282,7 +300,8 @@ TEST_F(LoaderTest, OverridesApplyAndNameThemselvesInErrors) {
 
   EXPECT_EQ(error_of(kBase, {"training.micro_bach=4"}),
             "--set training.micro_bach=4: training.micro_bach: unknown key; expected one of "
-            "global_batch, micro_batch, seq_len, precision, fp32_master_weights, loss_chunks, "
+            "global_batch, micro_batch, seq_len, precision, fp8_recipe, fp32_master_weights, "
+            "loss_chunks, "
             "gradient_accumulation_fusion, dtype_preset, dtypes, optimizer");
   EXPECT_EQ(error_of(kBase, {"training.micro_batch=-1"}),
             "--set training.micro_batch=-1: training.micro_batch: expected an integer in "
