@@ -108,7 +108,7 @@ sim::Result<ResolvedScenario> resolve(const Scenario& scenario, const ResolveOpt
   out.system_ = std::make_shared<const sim::platform::System>(std::move(system));
   out.profile_ = std::make_shared<const sim::platform::CalibrationProfile>(std::move(profile));
   out.scenario_ = scenario;
-  OFFSIM_RETURN_IF_ERROR(bind_fp8_recipe(out.scenario_, out.system_, options));
+  OFFSIM_RETURN_IF_ERROR(bind_fp8_recipe(out.scenario_, *out.system_, options));
   return out;
 }
 
@@ -126,7 +126,7 @@ sim::Result<ResolvedScenario> resolve_variant(const ResolvedScenario& base,
   }
   ResolvedScenario out = base;
   out.scenario_ = scenario;
-  OFFSIM_RETURN_IF_ERROR(bind_fp8_recipe(out.scenario_, out.system_, options));
+  OFFSIM_RETURN_IF_ERROR(bind_fp8_recipe(out.scenario_, *out.system_, options));
   return out;
 }
 
