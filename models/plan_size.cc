@@ -291,7 +291,11 @@ void add_group(const Scenario& s, bool params_on_host, bool grads_on_host, bool 
   const ParallelConfig& p = s.parallelism;
   const DpSharding shard = dp_sharding(p);
   double ops = 0;
-  if (opt_on_host && s.offload.optimizer_on_cpu) {
+  if (opt_on_host && s.offload.optimizer_on_cpu && s.offload.superoffload.enabled) {
+    // SuperOffload (StepBuilder::superoffload_step): the worker's update, the narrowing and the
+    // H2D per host group (a group kept on the GPU has one update instead).
+    ops += (grads_on_host ? 0 : 1) + 3;
+  } else if (opt_on_host && s.offload.optimizer_on_cpu) {
     // DeepSpeed's flat CPU step and its H2D are one per stage, counted once (below).
     const bool flat = s.offload.cpu_step == OffloadPolicy::CpuStep::kFlatPartition;
     ops += (grads_on_host ? 0 : 1) + (flat ? 0 : 1 + (params_on_host ? 0 : 1));
@@ -507,7 +511,8 @@ void add_stage_ops(const Scenario& s, const StepContext& x, Counts& c) {
   c.deps += grad_passes * static_cast<double>(s.model.layers + 2);  // one per parameter group
   // DeepSpeed's flat CPU step (StepBuilder::deepspeed_flat_step): a host step waiting for every
   // group's gradient reduction, and one H2D, per stage.
-  if (s.offload.optimizer_on_cpu && s.offload.cpu_step == OffloadPolicy::CpuStep::kFlatPartition) {
+  if (s.offload.optimizer_on_cpu && s.offload.cpu_step == OffloadPolicy::CpuStep::kFlatPartition &&
+      !s.offload.superoffload.enabled) {
     c.ops += pp * 2;
     c.deps += pp + static_cast<double>(s.model.layers + 2);
     add_zenflow(s, pp, c);

@@ -728,6 +728,28 @@ sim::Status check_expert_fetch(const OffloadPolicy& o) {
   return sim::ok();
 }
 
+// offload.cpu.superoffload: DeepSpeed accepts super_offload, ratio and cpuadam_cores_perc only
+// with ZeRO stage 3 (offload_config.py) and the optimizer on the CPU.
+sim::Status check_superoffload(const Scenario& s) {
+  const OffloadPolicy::SuperOffload& so = s.offload.superoffload;
+  if (!so.enabled) return sim::ok();
+  if (!s.offload.optimizer_on_cpu || s.parallelism.zero_stage != 3 || s.offload.zenflow.enabled) {
+    return invalid(fmt::format(
+        "offload.cpu.superoffload: SuperOffload runs on DeepSpeed ZeRO-3 with the optimizer on the "
+        "CPU; expected offload.optimizer cpu (e.g. preset zero_offload), parallelism.zero_stage 3 "
+        "and no offload.cpu.zenflow, got zero_stage {}",
+        s.parallelism.zero_stage));
+  }
+  if (!(so.ratio >= 0.0 && so.ratio <= 1.0) ||
+      !(so.cpuadam_cores_perc > 0.0 && so.cpuadam_cores_perc < 1.0) || so.sub_group_size < 1) {
+    return invalid(fmt::format(
+        "offload.cpu.superoffload: expected ratio in [0, 1], cpuadam_cores_perc in (0, 1) (the "
+        "training process keeps the rest) and sub_group_size >= 1, got {}, {}, {}",
+        so.ratio, so.cpuadam_cores_perc, so.sub_group_size));
+  }
+  return sim::ok();
+}
+
 sim::Status check_offload(const Scenario& s) {
   bool optimizer_on_host = false;
   for (std::size_t i = 0; i < s.offload.rules.size(); ++i) {
@@ -757,6 +779,7 @@ sim::Status check_offload(const Scenario& s) {
           zf.topk_ratio, zf.update_interval, zf.reserved_cores));
     }
   }
+  OFFSIM_RETURN_IF_ERROR(check_superoffload(s));
   return check_expert_fetch(s.offload);
 }
 

@@ -292,6 +292,20 @@ struct OffloadPolicy {
     double reserved_cores = 0.5;  // pt_reserved_cores_perc: cores kept by the training process
   };
   ZenFlow zenflow;
+  // DeepSpeed SuperOffload (offload.cpu.superoffload; zero_optimization.offload_optimizer
+  // super_offload: true, deepspeed/runtime/superoffload/, arXiv 2509.21271) on ZeRO-3: the first
+  // 1 - ratio of the rank's optimizer sub-groups (in parameter order, the last the backward
+  // reaches) keep master, moments and fp32 gradients on the GPU and update there; the others'
+  // fp32 gradients go down as each sub-group completes and a worker process runs CPU Adam on
+  // cpuadam_cores_perc of the rank's cores, overlapping the rest of the backward (no wait for
+  // the global norm: speculation, rolled back only when clipping or overflow strikes).
+  struct SuperOffload {
+    bool enabled = false;
+    double ratio = 1.0;                           // offload_config.py default
+    double cpuadam_cores_perc = 0.8;              // offload_config.py default
+    std::int64_t sub_group_size = 1'000'000'000;  // zero/config.py default
+  };
+  SuperOffload superoffload;
 };
 
 struct HardwareConfig {

@@ -753,6 +753,7 @@ class StepBuilder {
     out_.ranks.push_back(info);
 
     make_param_groups(r);
+    superoffload_placement(r);
     make_static_tensors(r);
     if (static_only_) return sim::ok();
 
@@ -1672,7 +1673,7 @@ class StepBuilder {
   // link. (Earlier micro-batches' accumulation copies, async_accumulate_grad_in_cpu_via_gpu, are
   // modelled as the gradient in its own dtype.)
   std::int64_t grads_d2h_bytes(const ParamGroup& g) const {
-    if (!deepspeed_cpu_step(g)) return g.mem.grads_bytes;
+    if (!deepspeed_cpu_step(g) && !superoffload(g)) return g.mem.grads_bytes;
     const std::int64_t widened = g.mem.grads_bytes / sim::dtype_bytes(dt_.grads) *
                                  sim::dtype_bytes(dt_.master.value_or(dt_.params));
     if (!zenflow(g)) return widened;
@@ -1770,7 +1771,7 @@ class StepBuilder {
   // DeepSpeed ZeRO-Offload (offload.cpu.step flat_partition, set by the zero_offload preset)
   // updates on the host, with the fp32 master there.
   bool deepspeed_cpu_step(const ParamGroup& g) const {
-    return g.opt_on_host && s_.offload.optimizer_on_cpu &&
+    return g.opt_on_host && s_.offload.optimizer_on_cpu && !s_.offload.superoffload.enabled &&
            s_.offload.cpu_step == OffloadPolicy::CpuStep::kFlatPartition &&
            !(g.master_on_hbm && g.mem.master_bytes > 0);
   }
@@ -1781,6 +1782,11 @@ class StepBuilder {
     return s_.offload.zenflow.enabled && deepspeed_cpu_step(g);
   }
   int zenflow_interval() const { return std::max(1, s_.offload.zenflow.update_interval); }
+  // DeepSpeed SuperOffload (offload.cpu.superoffload) on a group whose optimizer stays on the
+  // host (superoffload_placement moved the others' state to the GPU).
+  bool superoffload(const ParamGroup& g) const {
+    return s_.offload.superoffload.enabled && s_.offload.optimizer_on_cpu && g.opt_on_host;
+  }
   std::int64_t optimizer_shard(const ParamGroup& g) const {
     const int gdp = g.expert ? edp() : dp();
     return dp_sharding(s_.parallelism).optimizer ? ceil_div(g.params, gdp) : g.params;
@@ -2004,6 +2010,108 @@ class StepBuilder {
     return done;
   }
 
+  // SuperOffload's sub-groups (superoffload_stage3.py, _create_fp16_sub_groups, and ZeRO-3's
+  // _create_fp32_partitions): the rank's partition is cut, in parameter order, into sub-groups
+  // that close once they reach sub_group_size elements, and sub-group i stays on the GPU when
+  // i < int((1 - ratio) · N). Here a parameter group stays on the GPU when its first element
+  // falls within those first sub-groups: its fp32 master, moments and gradients are allocated
+  // on the HBM and it updates with the GPU optimizer. These are the groups the backward reaches
+  // last, so the CPU has no update left to start once the backward ends (the "tail buckets" n').
+  void superoffload_placement(Rank& r) {
+    const OffloadPolicy::SuperOffload& so = s_.offload.superoffload;
+    if (!so.enabled || !s_.offload.optimizer_on_cpu) return;
+    std::int64_t partition = 0;
+    for (const ParamGroup& g : r.groups) {
+      if (g.opt_on_host) partition += optimizer_shard(g);
+    }
+    const std::int64_t sub_groups =
+        std::max<std::int64_t>(1, ceil_div(partition, so.sub_group_size));
+    const auto on_gpu =
+        static_cast<std::int64_t>((1.0 - so.ratio) * static_cast<double>(sub_groups));
+    const std::int64_t gpu_elements = on_gpu * so.sub_group_size;
+    std::int64_t before = 0;
+    for (ParamGroup& g : r.groups) {
+      if (!g.opt_on_host) continue;
+      if (before < gpu_elements) {
+        g.opt_on_host = false;
+        g.grads_on_host = false;
+        g.master_on_host = false;
+        g.master_on_hbm = false;
+      }
+      before += optimizer_shard(g);
+    }
+  }
+
+  // SuperOffload's host side (superoffload_stage3.py partition_grads and step(),
+  // superoffload_utils.py), in the order the backward completes the sub-groups: once a group's
+  // gradient is reduced, its fp32 gradient (cast on the GPU, grads_d2h_bytes) is on the host and
+  // the worker process runs DeepSpeed CPU Adam on it (copy into its pinned gradient buffer, read
+  // 4 write 4; Adam on fp32 gradient, master and moments, 28 bytes) on cpuadam_cores_perc of the
+  // rank's cores. It does not wait for the global gradient norm: the update is speculative and
+  // rolled back only when clipping or an overflow strikes, which a steady step does not
+  // (gradient_clipping is unset in DeepSpeed's SuperOffload examples). step() then waits for
+  // every pending update and, per host sub-group, copies the fp32 partition into the GPU's
+  // 16-bit partition: a blocking copy_, so PyTorch narrows on the host (read 4, write 2) and the
+  // 16-bit partition crosses the link, one group after the other. The narrowing runs on the
+  // training process's OpenMP threads, which keep the launcher's cores: SuperOffload restricts
+  // the process with psutil's cpu_affinity, i.e. sched_setaffinity of its main thread only, after
+  // the thread pool exists, and the worker is idle by then. Ops are recorded per group in
+  // superoffload_done_.
+  void superoffload_step(Rank& r) {
+    superoffload_done_.clear();
+    superoffload_waited_.reset();
+    CostModel::CpuThreads worker = cpu_threads();
+    worker.core_fraction = s_.offload.superoffload.cpuadam_cores_perc;
+    const CostModel::CpuThreads main = cpu_threads();
+    const std::int64_t master = sim::dtype_bytes(dt_.master.value_or(dt_.params));
+    std::optional<OpId> last_update;
+    for (std::size_t i = r.groups.size(); i-- > 0;) {
+      const ParamGroup& g = r.groups[i];
+      if (!superoffload(g)) continue;
+      const std::map<int, OpId>& reduced = g.expert ? r.expert_reduce_op : r.reduce_op;
+      std::vector<OpId> deps;
+      if (auto it = reduced.find(g.reduce_key()); it != reduced.end()) deps.push_back(it->second);
+      const std::int64_t shard = optimizer_shard(g);
+      if (!g.grads_on_host) {
+        deps = {copy(r, sim::CopyDirection::kD2H, g.name + ".grads_d2h", OpCategory::kOffload,
+                     g.layer, shard * master, std::move(deps))};
+      }
+      sim::OpSizes sz;
+      sz.bytes = (2 * master + hdo_step_bytes_per_param(dt_)) * shard;
+      sz.flops = kAdamFlopsPerParam * static_cast<double>(shard);
+      last_update = add(r, r.cpu, g.name + ".superoffload_adam.worker", OpKind::kHostCompute,
+                        OpCategory::kCpuOptimizer, g.layer,
+                        cm_.host_compute(r.rank, sz.bytes, sz.flops, worker), sz, std::move(deps));
+    }
+    if (!last_update) return;
+    OpId prev = *last_update;
+    for (const ParamGroup& g : r.groups) {
+      if (!superoffload(g)) continue;
+      const std::int64_t shard = optimizer_shard(g);
+      sim::OpSizes sz;
+      sz.bytes = (master + sim::dtype_bytes(dt_.params)) * shard;
+      sz.flops = static_cast<double>(shard);
+      const OpId narrow = add(r, r.cpu, g.name + ".superoffload_narrow.cpu", OpKind::kHostCompute,
+                              OpCategory::kCpuOptimizer, g.layer,
+                              cm_.host_compute(r.rank, sz.bytes, sz.flops, main), sz, {prev});
+      prev = copy(r, sim::CopyDirection::kH2D, g.name + ".params_h2d", OpCategory::kOffload,
+                  g.layer, shard * sim::dtype_bytes(dt_.params), {narrow});
+      superoffload_done_[g.name] = prev;
+    }
+    superoffload_waited_ = *last_update;
+  }
+
+  // The op after which a group's updated parameters are on the GPU under SuperOffload: its
+  // narrowing copy for a host group; the GPU optimizer, once step() has waited for the
+  // worker's updates, for a group kept on the GPU.
+  OpId superoffload_done(Rank& r, ParamGroup& g, std::vector<OpId> deps) {
+    if (auto it = superoffload_done_.find(g.name); it != superoffload_done_.end()) {
+      return it->second;
+    }
+    if (superoffload_waited_) deps.push_back(*superoffload_waited_);
+    return gpu_group_step(r, g, std::move(deps));
+  }
+
   void optimizer(Rank& r) {
     for (OpId reduce : deferred_reduce_) b_.op_at(reduce).deps.push_back(last_compute_);
     deferred_reduce_.clear();
@@ -2013,6 +2121,7 @@ class StepBuilder {
       grad_passes(r, reduces);
     }
     const std::optional<OpId> flat = deepspeed_flat_step(r);
+    if (s_.offload.superoffload.enabled) superoffload_step(r);
     bool cpu_step_started = false;
     for (ParamGroup& g : r.groups) {
       const int key = g.reduce_key();
@@ -2024,6 +2133,8 @@ class StepBuilder {
       OpId done{};
       if (flat && deepspeed_cpu_step(g)) {
         done = *flat;
+      } else if (s_.offload.superoffload.enabled) {
+        done = superoffload_done(r, g, std::move(deps));
       } else if (g.opt_on_host && s_.offload.optimizer_on_cpu) {
         done = cpu_group_step(r, g, std::move(deps), cpu_step_started);
       } else {
@@ -2065,8 +2176,12 @@ class StepBuilder {
   std::map<OpId, std::string> recv_names_;  // the display name of each send's receive
   std::vector<std::pair<OpId, SendKey>> pending_recv_;
   std::vector<OpId> deferred_reduce_;  // gradient reductions that wait for the whole backward
-  OpId last_compute_;                  // the latest op emitted on the current rank's compute lane
-  bool static_only_ = false;           // BuildOptions::static_only
+  // SuperOffload (superoffload_step): per host group the op that puts its update on the GPU,
+  // and the worker's last update, which step() waits for.
+  std::map<std::string, OpId> superoffload_done_;
+  std::optional<OpId> superoffload_waited_;
+  OpId last_compute_;         // the latest op emitted on the current rank's compute lane
+  bool static_only_ = false;  // BuildOptions::static_only
   // Cross-lane dependencies of the next compute op (a ring attention's last dK,dV transfer).
   std::vector<OpId> next_compute_deps_;
 };

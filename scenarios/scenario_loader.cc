@@ -714,6 +714,58 @@ sim::Result<models::OffloadPolicy::ZenFlow> read_zenflow(const Node& node) {
   return z;
 }
 
+// offload.cpu.superoffload (DeepSpeed's zero_optimization.offload_optimizer with super_offload:
+// true, offload_config.py): ratio, cpuadam_cores_perc and the ZeRO-3 sub_group_size that cuts
+// the rank's partition into the optimizer's sub-groups; absent keys take DeepSpeed's defaults.
+sim::Result<models::OffloadPolicy::SuperOffload> read_superoffload(const Node& node) {
+  if (node.kind != NodeKind::kMap) {
+    return type_error(node, "offload.cpu.superoffload",
+                      "a map with ratio, cpuadam_cores_perc and sub_group_size");
+  }
+  models::OffloadPolicy::SuperOffload so;
+  so.enabled = true;
+  MapReader r(node, "offload.cpu.superoffload");
+  OFFSIM_RETURN_IF_ERROR(read_double(r, "ratio", so.ratio, 0.0, 1.0));
+  OFFSIM_RETURN_IF_ERROR(read_double(r, "cpuadam_cores_perc", so.cpuadam_cores_perc, 0.01, 0.99));
+  OFFSIM_RETURN_IF_ERROR(read_int(r, "sub_group_size", so.sub_group_size, 1));
+  OFFSIM_RETURN_IF_ERROR(r.finish());
+  return so;
+}
+
+// offload.cpu: how the host step runs (bind_cores, threads, step) and the DeepSpeed steps that
+// extend ZeRO-Offload (zenflow, superoffload).
+sim::Status read_cpu(const Node& cpu, OffloadPolicy& policy) {
+  if (cpu.kind != NodeKind::kMap) {
+    return type_error(cpu, "offload.cpu",
+                      "a map with bind_cores, threads, step, zenflow and superoffload");
+  }
+  MapReader c(cpu, "offload.cpu");
+  OFFSIM_RETURN_IF_ERROR(read_bool(c, "bind_cores", policy.cpu_bind_cores));
+  OFFSIM_RETURN_IF_ERROR(read_int(c, "threads", policy.cpu_threads, 1, 65536));
+  OFFSIM_RETURN_IF_ERROR(
+      read_enum(c, "step", policy.cpu_step, kCpuSteps, models::cpu_step_from_string));
+  if (const Node* zf = c.get("zenflow")) {
+    OFFSIM_ASSIGN_OR_RETURN(policy.zenflow, read_zenflow(*zf));
+  }
+  if (const Node* so = c.get("superoffload")) {
+    OFFSIM_ASSIGN_OR_RETURN(policy.superoffload, read_superoffload(*so));
+  }
+  OFFSIM_RETURN_IF_ERROR(c.finish());
+  if (policy.zenflow.enabled && policy.cpu_step != models::OffloadPolicy::CpuStep::kFlatPartition) {
+    return sim::fail(ErrorCode::kInvalidInput,
+                     "{}: offload.cpu.zenflow: ZenFlow extends DeepSpeed's ZeRO-Offload step; "
+                     "expected offload.cpu.step: flat_partition (the zero_offload preset)",
+                     cpu.origin);
+  }
+  if (policy.zenflow.enabled && policy.superoffload.enabled) {
+    return sim::fail(ErrorCode::kInvalidInput,
+                     "{}: offload.cpu: zenflow and superoffload are two different DeepSpeed "
+                     "optimizers; expected at most one of them",
+                     cpu.origin);
+  }
+  return sim::ok();
+}
+
 sim::Result<OffloadPolicy> read_offload(const Node& node) {
   if (node.kind == NodeKind::kScalar) return preset_of(node, {}, "offload");
   if (node.kind != NodeKind::kMap) {
@@ -772,27 +824,7 @@ sim::Result<OffloadPolicy> read_offload(const Node& node) {
   if (const Node* label = r.get("label")) {
     OFFSIM_ASSIGN_OR_RETURN(policy.preset, string_of(*label, "offload.label"));
   }
-  if (const Node* cpu = r.get("cpu")) {
-    if (cpu->kind != NodeKind::kMap) {
-      return type_error(*cpu, "offload.cpu", "a map with bind_cores, threads, step and zenflow");
-    }
-    MapReader c(*cpu, "offload.cpu");
-    OFFSIM_RETURN_IF_ERROR(read_bool(c, "bind_cores", policy.cpu_bind_cores));
-    OFFSIM_RETURN_IF_ERROR(read_int(c, "threads", policy.cpu_threads, 1, 65536));
-    OFFSIM_RETURN_IF_ERROR(
-        read_enum(c, "step", policy.cpu_step, kCpuSteps, models::cpu_step_from_string));
-    if (const Node* zf = c.get("zenflow")) {
-      OFFSIM_ASSIGN_OR_RETURN(policy.zenflow, read_zenflow(*zf));
-    }
-    OFFSIM_RETURN_IF_ERROR(c.finish());
-    if (policy.zenflow.enabled &&
-        policy.cpu_step != models::OffloadPolicy::CpuStep::kFlatPartition) {
-      return sim::fail(ErrorCode::kInvalidInput,
-                       "{}: offload.cpu.zenflow: ZenFlow extends DeepSpeed's ZeRO-Offload step; "
-                       "expected offload.cpu.step: flat_partition (the zero_offload preset)",
-                       cpu->origin);
-    }
-  }
+  if (const Node* cpu = r.get("cpu")) OFFSIM_RETURN_IF_ERROR(read_cpu(*cpu, policy));
   if (const Node* x = r.get("experts")) OFFSIM_RETURN_IF_ERROR(read_expert_fetch(*x, policy));
   OFFSIM_RETURN_IF_ERROR(r.finish());
   return policy;
@@ -1157,7 +1189,7 @@ Node offload_node(const OffloadPolicy& o) {
   put(off, "rules", std::move(rules));
   put(off, "optimizer", scalar_node(o.optimizer_on_cpu ? "cpu" : "gpu"));
   const bool flat = o.cpu_step == models::OffloadPolicy::CpuStep::kFlatPartition;
-  if (o.cpu_bind_cores || o.cpu_threads > 0 || flat) {
+  if (o.cpu_bind_cores || o.cpu_threads > 0 || flat || o.superoffload.enabled) {
     Node cpu = make_map();
     put(cpu, "bind_cores", bool_node(o.cpu_bind_cores));
     if (o.cpu_threads > 0) put(cpu, "threads", number_node(o.cpu_threads));
@@ -1169,6 +1201,13 @@ Node offload_node(const OffloadPolicy& o) {
       put(zf, "overlap_step", bool_node(o.zenflow.overlap_step));
       put(zf, "pt_reserved_cores_perc", number_node(o.zenflow.reserved_cores));
       put(cpu, "zenflow", std::move(zf));
+    }
+    if (o.superoffload.enabled) {
+      Node so = make_map();
+      put(so, "ratio", number_node(o.superoffload.ratio));
+      put(so, "cpuadam_cores_perc", number_node(o.superoffload.cpuadam_cores_perc));
+      put(so, "sub_group_size", number_node(o.superoffload.sub_group_size));
+      put(cpu, "superoffload", std::move(so));
     }
     put(off, "cpu", std::move(cpu));
   }

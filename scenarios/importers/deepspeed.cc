@@ -259,6 +259,50 @@ sim::Status map_zenflow(Fields& fields, Mapper& m, bool optimizer_cpu) {
   return sim::ok();
 }
 
+// zero_optimization.offload_optimizer.super_offload (DeepSpeed SuperOffload,
+// deepspeed/runtime/superoffload/, offload_config.py) with its ratio and cpuadam_cores_perc, and
+// the ZeRO-3 sub_group_size that cuts the partition into its sub-groups: offload.cpu.superoffload.
+// Without super_offload, ratio is ZeRO-3's partial offload (Twin-Flow), not modelled.
+sim::Status map_superoffload(Fields& fields, Mapper& m, std::int64_t stage, bool optimizer_cpu) {
+  const std::string base = "zero_optimization.offload_optimizer.";
+  bool on = false;
+  if (Field* f = fields.get(base + "super_offload")) {
+    OFFSIM_ASSIGN_OR_RETURN(on, m.boolean(*f));
+    if (on && (stage != 3 || !optimizer_cpu)) {
+      return m.error(*f,
+                     "SuperOffload needs ZeRO stage 3 and offload_optimizer.device cpu "
+                     "(DeepSpeed accepts it only there)");
+    }
+    if (on) {
+      OFFSIM_RETURN_IF_ERROR(set_path(m.doc, "offload.cpu.superoffload", make_map()));
+      m.mapped(*f, "offload.cpu.superoffload");
+    } else {
+      m.mapped(*f, "(ZeRO-Offload without SuperOffload)");
+    }
+  }
+  for (const char* key : {"ratio", "cpuadam_cores_perc"}) {
+    Field* f = fields.get(base + key);
+    if (f == nullptr) continue;
+    if (!on) {
+      m.unmapped(*f,
+                 "used by DeepSpeed only with super_offload (or, ratio, ZeRO-3 partial "
+                 "offload, which is not modelled)");
+      continue;
+    }
+    OFFSIM_ASSIGN_OR_RETURN(double v, m.number_in(*f, 0.0, 1.0));
+    OFFSIM_RETURN_IF_ERROR(
+        m.set(*f, fmt::format("offload.cpu.superoffload.{}", key), fmt::format("{}", v)));
+  }
+  if (on) {
+    if (Field* f = fields.get("zero_optimization.sub_group_size")) {
+      OFFSIM_ASSIGN_OR_RETURN(double v, m.number_in(*f, 1.0, 1e15));
+      OFFSIM_RETURN_IF_ERROR(m.set(*f, "offload.cpu.superoffload.sub_group_size",
+                                   std::to_string(static_cast<std::int64_t>(v))));
+    }
+  }
+  return sim::ok();
+}
+
 // --- ZeRO: stage, overlap and the offload devices.
 sim::Status map_zero(Fields& fields, Mapper& m) {
   std::int64_t stage = 0;
@@ -274,11 +318,15 @@ sim::Status map_zero(Fields& fields, Mapper& m) {
   for (const char* what : {"offload_optimizer", "offload_param"}) {
     OFFSIM_RETURN_IF_ERROR(map_offload_device(fields, m, what, stage, offload));
   }
-  if (offload.rules.items.empty()) return map_zenflow(fields, m, false);
+  if (offload.rules.items.empty()) {
+    OFFSIM_RETURN_IF_ERROR(map_superoffload(fields, m, stage, false));
+    return map_zenflow(fields, m, false);
+  }
   Node off = make_map();
   off.entries.emplace_back("rules", std::move(offload.rules));
   off.entries.emplace_back("optimizer", make_scalar(offload.optimizer_cpu ? "cpu" : "gpu"));
   OFFSIM_RETURN_IF_ERROR(set_path(m.doc, "offload", std::move(off)));
+  OFFSIM_RETURN_IF_ERROR(map_superoffload(fields, m, stage, offload.optimizer_cpu));
   return map_zenflow(fields, m, offload.optimizer_cpu);
 }
 
@@ -291,6 +339,11 @@ sim::Status map_details(Fields& fields, Mapper& m) {
         "zero_optimization.stage3_max_live_parameters",
         "zero_optimization.stage3_param_persistence_threshold",
         "zero_optimization.stage3_max_reuse_distance", "zero_optimization.sub_group_size"}) {
+    // SuperOffload's sub-groups use sub_group_size (map_superoffload has read it then).
+    if (find_path(m.doc, "offload.cpu.superoffload.sub_group_size") != nullptr &&
+        std::string_view(key) == "zero_optimization.sub_group_size") {
+      continue;
+    }
     if (Field* f = fields.get(key)) {
       m.unmapped(*f, "bucket and prefetch sizes are not modelled (offsim reduces per layer)");
     }

@@ -579,6 +579,39 @@ TEST(MegatronImport, ActivationAndOptimizerOffloadTogether) {
   EXPECT_EQ(value_at(d, "model.max_positions"), "2048");
 }
 
+TEST(DeepSpeedImport, SuperOffloadBlock) {
+  // DeepSpeedExamples' SuperOffload config (finetune_qwen3-14b_1gpu.sh): super_offload, ratio,
+  // cpuadam_cores_perc and sub_group_size reach offload.cpu.superoffload; without ZeRO-3 it is
+  // refused, and without super_offload ratio is reported as not modelled.
+  const std::string cfg = write_temp("so.json", R"({"train_batch_size": 4,
+ "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1, "bf16": {"enabled": true},
+ "zero_optimization": {"stage": 3, "overlap_comm": false, "reduce_bucket_size": 4e8,
+ "sub_group_size": 4e8, "offload_optimizer": {"device": "cpu", "pin_memory": true,
+ "ratio": 0.90, "super_offload": true, "cpuadam_cores_perc": 0.90}}})");
+  const ImportOptions opts{.sets = {"model=llama3-8b", "training.seq_len=4096",
+                                    "hardware.system=gh200", "training.micro_batch=4"},
+                           .gpus = 1};
+  auto r = import_config(Framework::kDeepSpeed, {cfg}, opts);
+  ASSERT_TRUE(r) << r.error().message;
+  const Node& d = r->scenario;
+  EXPECT_EQ(value_at(d, "offload.cpu.superoffload.ratio"), "0.9");
+  EXPECT_EQ(value_at(d, "offload.cpu.superoffload.cpuadam_cores_perc"), "0.9");
+  EXPECT_EQ(value_at(d, "offload.cpu.superoffload.sub_group_size"), "400000000");
+  EXPECT_EQ(find_field(r->unmapped, "zero_optimization.sub_group_size"), nullptr);
+  expect_round_trip(*r);
+  const std::string stage2 = write_temp("so2.json", R"({"train_micro_batch_size_per_gpu": 4,
+ "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu", "super_offload": true}}})");
+  auto bad = import_config(Framework::kDeepSpeed, {stage2}, opts);
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.error().message.find("SuperOffload needs ZeRO stage 3"), std::string::npos)
+      << bad.error().message;
+  const std::string plain = write_temp("so3.json", R"({"train_micro_batch_size_per_gpu": 4,
+ "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu", "ratio": 0.5}}})");
+  auto p = import_config(Framework::kDeepSpeed, {plain}, opts);
+  ASSERT_TRUE(p) << p.error().message;
+  EXPECT_NE(find_field(p->unmapped, "zero_optimization.offload_optimizer.ratio"), nullptr);
+}
+
 TEST(DeepSpeedImport, ZenFlowBlock) {
   // The core-binding blog's zf_config.json: ZenFlow's keys reach offload.cpu.zenflow on the
   // flat-partition step; "auto" intervals are reported; ZenFlow without CPU offload is refused.

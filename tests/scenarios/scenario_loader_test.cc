@@ -219,6 +219,60 @@ TEST_F(LoaderTest, ZenFlowKeys) {
       << step;
 }
 
+TEST_F(LoaderTest, SuperOffloadKeys) {
+  // offload.cpu.superoffload: DeepSpeed's defaults (ratio 1, cpuadam_cores_perc 0.8,
+  // sub_group_size 1e9) when a key is left out, the keys reach the scenario; ZeRO-3 is required,
+  // and bad values, unknown keys and ZenFlow alongside name the key.
+  const std::string zero3 = replace(kBase, "  tp: 1\n", "  tp: 1\n  zero_stage: 3\n");
+  const auto load = [&](const std::string& so) {
+    const std::string path = write(
+        "s.yaml", replace(zero3, "offload: megatron_activation_offload",
+                          "offload:\n  preset: zero_offload\n  cpu:\n    superoffload:" + so));
+    auto file = load_scenario_file(path);
+    EXPECT_TRUE(file) << file.error().message;
+    auto s = scenario_from_document(file->base, file->base_dir);
+    EXPECT_TRUE(s) << s.error().message;
+    EXPECT_TRUE(check_loaded(*s, file->base));
+    return s->offload.superoffload;
+  };
+  const models::OffloadPolicy::SuperOffload d = load(" {}");
+  EXPECT_TRUE(d.enabled);
+  EXPECT_DOUBLE_EQ(d.ratio, 1.0);
+  EXPECT_DOUBLE_EQ(d.cpuadam_cores_perc, 0.8);
+  EXPECT_EQ(d.sub_group_size, 1'000'000'000);
+  const models::OffloadPolicy::SuperOffload so =
+      load("\n      ratio: 0.9\n      cpuadam_cores_perc: 0.9\n      sub_group_size: 400000000");
+  EXPECT_DOUBLE_EQ(so.ratio, 0.9);
+  EXPECT_DOUBLE_EQ(so.cpuadam_cores_perc, 0.9);
+  EXPECT_EQ(so.sub_group_size, 400'000'000);
+  const std::string with =
+      replace(zero3, "offload: megatron_activation_offload",
+              "offload:\n  preset: zero_offload\n  cpu:\n    superoffload: {}");
+  const std::string ratio = error_of(with, {"offload.cpu.superoffload.ratio=1.5"});
+  EXPECT_NE(ratio.find("offload.cpu.superoffload.ratio: expected a number in [0, 1]"),
+            std::string::npos)
+      << ratio;
+  const std::string cores = error_of(with, {"offload.cpu.superoffload.cpuadam_cores_perc=1"});
+  EXPECT_NE(cores.find("offload.cpu.superoffload.cpuadam_cores_perc"), std::string::npos) << cores;
+  const std::string size = error_of(with, {"offload.cpu.superoffload.sub_group_size=0"});
+  EXPECT_NE(size.find("offload.cpu.superoffload.sub_group_size: expected an integer"),
+            std::string::npos)
+      << size;
+  const std::string unknown = error_of(with, {"offload.cpu.superoffload.super_offload=true"});
+  EXPECT_NE(unknown.find("offload.cpu.superoffload"), std::string::npos) << unknown;
+  EXPECT_NE(unknown.find("super_offload"), std::string::npos) << unknown;
+  const std::string stage =
+      error_of(replace(kBase, "offload: megatron_activation_offload",
+                       "offload:\n  preset: zero_offload\n  cpu:\n    superoffload: {ratio: 0.9}"));
+  EXPECT_NE(stage.find("offload.cpu.superoffload: SuperOffload runs on DeepSpeed ZeRO-3"),
+            std::string::npos)
+      << stage;
+  const std::string both = error_of(
+      replace(zero3, "offload: megatron_activation_offload",
+              "offload:\n  preset: zero_offload\n  cpu:\n    superoffload: {}\n    zenflow: {}"));
+  EXPECT_NE(both.find("expected at most one of them"), std::string::npos) << both;
+}
+
 TEST_F(LoaderTest, ImpossibleConfigurationsPointAtTheKey) {
   // Llama 3 8B has 32 heads; TP 3 does not divide them.
   EXPECT_EQ(error_of(replace(kBase, "  tp: 1\n", "  tp: 3\n")),
