@@ -301,6 +301,15 @@ PlanSize estimate_plan_size(const Scenario& s, const PlanSizeOptions& options) {
       }
     }
     c.ops += m * (fwd + bwd);
+    // The host issue thread (StepBuilder::host_issue_close): an MoE forward (and recomputed
+    // forward) ends a host segment at its synchronisation, with a marker on the host lane that
+    // waits for the segment's first op and that its last op waits for; segments of a
+    // host-bound pass get one too (not counted: they depend on the kernels' times).
+    if (dl.moe) {
+      const double host_markers = ls.moe_recomputed ? 2 : 1;
+      c.ops += m * host_markers;
+      c.deps += 2 * m * host_markers;
+    }
     // FP8: the layer's weights are cast once per step, after its optimizer update.
     if (s.training.compute_dtype == sim::DType::kFp8) {
       c.ops += 1;
