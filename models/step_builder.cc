@@ -321,7 +321,7 @@ class StepBuilder {
     }
     const OpId id = b_.op(std::move(op));
     if (on_compute) last_compute_ = id;
-    if (issued) host_issue_note(id, host_s, gpu_s);
+    if (issued) host_issue_note(id, host_s, gpu_s, on_compute);
     return id;
   }
 
@@ -333,10 +333,10 @@ class StepBuilder {
   // host time of its ops (CostModel::host_issue_s), and the segment's last op waits for it. The
   // lane runs its markers in order, and a synchronisation is a marker there that waits for the
   // GPU op it reads, so the markers' end times are the host's clock: the last op of a segment
-  // starts no earlier than the CPU issued it. The host runs at most one segment ahead of the
-  // GPU within a pass: a segment's marker also waits for the first op of the pass's previous
-  // segment (the launch queue's bound, stricter than CUDA's 1024 entries; it keeps the engine
-  // state periodic for the steady-state probe). With fast kernels (a host-bound step) the GPU
+  // starts no earlier than the CPU issued it. The host does not run ahead into a pass the GPU
+  // has not begun: a pass's first marker also waits for a GPU op of the pass (a bound in place
+  // of CUDA's 1024-entry launch queue; it keeps the engine state periodic for the
+  // steady-state probe). With fast kernels (a host-bound step) the GPU
   // waits for the host; with long ones the host stays ahead and nothing changes.
   // A compute-stream op of another layer starts a segment; side-stream ops (copies, gradient
   // reductions, prefetches of another layer) join the open one.
@@ -352,7 +352,9 @@ class StepBuilder {
     host_seg_.name = first.substr(0, dot2) + ".host_issue";
   }
 
-  void host_issue_note(OpId id, double host_s, double gpu_s) {
+  // The segment's marker holds its last compute-stream op; copies and side-stream collectives
+  // are not held (prefetches are issued ahead by hooks and schedules).
+  void host_issue_note(OpId id, double host_s, double gpu_s, bool on_compute) {
     HostSegment& g = host_seg_;
     g.host_s += host_s;
     g.gpu_s += gpu_s;
@@ -360,28 +362,32 @@ class StepBuilder {
       g.first = id;
       g.first_gpu_s = gpu_s;
     }
-    g.last = id;
-    g.last_gpu_s = gpu_s;
+    if (on_compute) {
+      g.last = id;
+      g.last_gpu_s = gpu_s;
+    }
   }
 
-  // Ends the open segment. Its marker waits for the first op of the pass's previous segment
-  // (the pass's first segment: for its own first op), so the host runs at most one segment
-  // ahead of the GPU. A segment gets no marker when the host cannot hold its last op back: its
+  // Ends the open segment. The pass's first marker waits for the first op of the pass's
+  // previous segment (the pass's first segment gets none: the host issued it while the GPU ran
+  // the previous pass), so the host does not run ahead into a pass the GPU has not begun;
+  // later markers, and those after a synchronisation, follow in the lane's order.
+  // A segment gets no marker when the host cannot hold its last op back: its
   // host time is at most the GPU time (alone) from that anchor's end to the last op's start,
   // and no earlier segment of the pass had the GPU wait. `force`: a synchronisation follows.
   void host_issue_close(bool force = false) {
     HostSegment g = std::move(host_seg_);
     host_seg_ = HostSegment{};
-    if (!g.open || !g.first) return;
-    std::optional<OpId> anchor = host_prev_first_;
-    double slack = host_prev_gpu_s_ + g.gpu_s - g.last_gpu_s;
-    if (!anchor) {
-      if (g.first != g.last) anchor = g.first;
-      slack = g.gpu_s - g.first_gpu_s - g.last_gpu_s;
-    }
+    if (!g.open || !g.first || !g.last) return;
+    // Once a marker of the pass holds the GPU, the lane's order bounds the next ones.
+    const std::optional<OpId> anchor = host_behind_ ? std::nullopt : host_prev_first_;
+    const double slack = host_prev_gpu_s_ + g.gpu_s - g.last_gpu_s;
+    const bool pass_first = !host_prev_first_;
     host_prev_first_ = g.first;
     host_prev_gpu_s_ = g.gpu_s - g.first_gpu_s;
-    if (!force && (!anchor || (!host_behind_ && g.host_s <= slack))) return;
+    // The pass's first segment: the host issued it while the GPU ran the previous pass.
+    if (pass_first && !host_behind_) return;
+    if (!force && !host_behind_ && g.host_s <= slack) return;
     host_behind_ = true;
     sim::Op m;
     m.name = g.name;
@@ -392,7 +398,7 @@ class StepBuilder {
     m.cost.latency = sim::duration_from_seconds(g.host_s);
     if (anchor) m.deps.push_back(*anchor);
     const OpId marker = b_.op(std::move(m));
-    b_.op_at(g.last).deps.push_back(marker);
+    b_.op_at(*g.last).deps.push_back(marker);
   }
 
   // Between tasks (passes): the host is taken to have issued the next pass's first segment
@@ -1613,6 +1619,7 @@ class StepBuilder {
     const OpId sync = add(r, r.issue, p + ".moe.host_sync" + sfx, OpKind::kMarker,
                           OpCategory::kNone, l, round_trip, {}, {permute});
     host_wait_ = sync;
+    host_behind_ = true;
     std::vector<OpId> after;
     const auto emit_after = [&](OpId id) {
       if (after.empty()) b_.op_at(id).deps.push_back(sync);
@@ -2184,7 +2191,7 @@ class StepBuilder {
     double first_gpu_s = 0.0;  // of its first op (0 off the compute stream)
     double last_gpu_s = 0.0;   // of its last op
     std::optional<OpId> first;
-    OpId last{};  // the segment's last GPU op, which waits for the marker
+    std::optional<OpId> last;  // its last compute-stream op, which waits for the marker
   };
   HostSegment host_seg_;
   std::optional<OpId> host_wait_;        // a synchronisation whose next op is not issued yet
