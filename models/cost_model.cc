@@ -407,31 +407,26 @@ OpCost CostModel::gemm_uncached(int rank, const sim::GemmShape& shape) const {
   return kernel(*this, rr.multiplicity, rr.sm, rr.hbm_bw, flops, rate, bytes);
 }
 
-// Host figures of the MoE launch path, measured on bare-metal Linux with an RTX 3090 and a Xeon
-// host (jingyaogong/minimind pull request 837, comment of 2026-09-03, `bench_moe.py --mode
-// sync-probe`): one eager PyTorch kernel launch costs 9.02 us of host time, one device-to-host
-// round trip (a .item()-style read that waits for the stream) 26.11 us. Not fitted to any table.
+// Host figures of the framework's launch path, measured on bare-metal Linux with an RTX 3090
+// and a Xeon host (jingyaogong/minimind pull request 837, comment of 2026-09-03, `bench_moe.py
+// --mode sync-probe`): one eager PyTorch op costs 9.02 us of host time from Python to its
+// launch, one device-to-host round trip (a .item()-style read that waits for the stream)
+// 26.11 us. A backward node is charged as one eager op: assumption. The autograd engine runs the
+// node in C++ (pytorch/pytorch issue 41383: about 1 us of C++ dispatch per op against 2 us from
+// Python), but Megatron-Core's and Transformer Engine's layers are torch.autograd.Functions whose
+// backward is Python code that issues the same kind of calls as their forward. Not fitted to any
+// table.
 constexpr double kEagerOpIssueS = 9.02e-6;
+constexpr double kAutogradOpIssueS = kEagerOpIssueS;
 constexpr double kDeviceToHostRoundTripS = 26.11e-6;
 
-double CostModel::moe_host_issue_s(bool grouped_gemm, std::int64_t local_experts) const {
-  if (!grouped_gemm) return kEagerOpIssueS;
-  return kEagerOpIssueS + static_cast<double>(std::max<std::int64_t>(local_experts, 1)) *
-                              profile_.gpu.kernel_launch_s.value;
+double CostModel::host_issue_s(const HostOps& ops) const {
+  return ops.eager * kEagerOpIssueS + ops.autograd * kAutogradOpIssueS +
+         ops.launches * profile_.gpu.kernel_launch_s.value;
 }
 
-sim::Duration CostModel::moe_host_stall(const std::vector<HostIssuedKernel>& after_sync) const {
-  // Both clocks start when the synchronisation returns: the GPU is idle, the CPU issues.
-  double cpu = kDeviceToHostRoundTripS;
-  double gpu_end = kDeviceToHostRoundTripS;
-  double gpu_busy = 0.0;
-  for (const HostIssuedKernel& k : after_sync) {
-    cpu += k.host_s;
-    const double run = sim::to_seconds(k.gpu);
-    gpu_end = std::max(gpu_end, cpu) + run;
-    gpu_busy += run;
-  }
-  return sim::duration_from_seconds(std::max(0.0, gpu_end - gpu_busy));
+sim::Duration CostModel::host_sync_latency() const {
+  return sim::duration_from_seconds(kDeviceToHostRoundTripS);
 }
 
 OpCost CostModel::grouped_gemm(int rank, const std::vector<sim::GemmShape>& groups) const {

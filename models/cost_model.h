@@ -88,22 +88,22 @@ class CostModel {
   // surface's efficiency for its own per-expert shape, so few tokens per expert run slower; the
   // groups' times add up.
   sim::OpCost grouped_gemm(int rank, const std::vector<sim::GemmShape>& groups) const;
-  // Dropless MoE routing as Megatron-Core's token dispatchers run it: the host needs the
-  // per-expert token counts (the all-to-all's split sizes, the grouped GEMM's per-expert rows),
-  // so once per MoE layer forward the CPU waits for the compute stream (a device-to-host
-  // synchronisation) and the launch queue is empty when it returns. `after_sync` lists the
-  // kernels launched from then to the end of the MoE block, each with its GPU time alone and
-  // its host issue time (moe_host_issue_s). Returns the compute stream's idle time: the sync's
-  // round trip, then for each kernel start = max(previous end, time the CPU issued it).
-  struct HostIssuedKernel {
-    sim::Duration gpu{0};
-    double host_s = 0.0;
+  // The framework's host thread (one per rank) issues every GPU op in program order; the
+  // step builder charges each op the host time below on the rank's host lane, and an op starts
+  // no earlier than the CPU issued it (see models/README.md, "Host issue thread"). Counts of
+  // what one simulated op stands for in the framework's Python: `eager` PyTorch ops (forward,
+  // recompute and optimizer: Python dispatch plus one launch each), `autograd` backward nodes
+  // (the engine's dispatch of a node plus its launch) and extra `launches` of kernels a C++
+  // loop issues (cuBLAS GEMMs of a grouped linear, one per local expert).
+  struct HostOps {
+    double eager = 0.0;
+    double autograd = 0.0;
+    double launches = 0.0;
   };
-  sim::Duration moe_host_stall(const std::vector<HostIssuedKernel>& after_sync) const;
-  // The host time to issue one MoE kernel from Python: one eager PyTorch op, plus, for a grouped
-  // GEMM, one cuBLAS launch per local expert (Transformer Engine's grouped linear loops over the
-  // experts' GEMMs in C++, general_grouped_gemm).
-  double moe_host_issue_s(bool grouped_gemm, std::int64_t local_experts) const;
+  double host_issue_s(const HostOps& ops) const;
+  // A device-to-host synchronisation (.item(), .tolist(), event.synchronize() after a D2H copy):
+  // the host waits for the stream, then for the copy's round trip.
+  sim::Duration host_sync_latency() const;
   // Flash: one fused kernel at the profile's flash efficiency; Q, K, V, O (and gradients) cross
   // HBM once. Classic (Megatron 2021): the kernels it really runs, one after another (see
   // classic_attention_time): batched GEMMs over the full s×s product at the GEMM surface's

@@ -225,6 +225,7 @@ class StepBuilder {
     std::vector<int> cp_group;  // context-parallel ring (stride tp), cp > 1
     LaneId cp_lane;             // its K,V transfers (Transformer Engine's CP stream), cp > 1
     LaneId tp_lane;             // overlapped tensor-parallel communication (tp > 1)
+    LaneId issue;               // the framework's host thread issuing the GPU ops (".host")
     std::vector<ParamGroup> groups;
     std::map<int, std::size_t> group_of_layer;
     std::map<std::pair<int, int>, OpId> last_grad_op;  // (layer key, mb) -> op after its grads
@@ -306,9 +307,138 @@ class StepBuilder {
       op.deps.insert(op.deps.end(), next_compute_deps_.begin(), next_compute_deps_.end());
       next_compute_deps_.clear();
     }
+    const bool issued =
+        lane != r.cpu && lane != r.issue && kind != OpKind::kMarker && kind != OpKind::kHostCompute;
+    double host_s = 0.0;
+    const double gpu_s = on_compute ? sim::to_seconds(cm_.alone(op.cost)) : 0.0;
+    if (issued) {
+      host_s = cm_.host_issue_s(host_ops(op.name, op.sizes));
+      host_issue_open(r, op.name, layer, on_compute);
+      if (host_wait_) {
+        // The first op after a synchronisation: the host issues it once the wait returns.
+        b_.op_at(*host_wait_).cost.latency += sim::duration_from_seconds(host_s);
+        host_s = 0.0;
+        host_wait_.reset();
+      }
+    }
     const OpId id = b_.op(std::move(op));
     if (on_compute) last_compute_ = id;
+    if (issued) host_issue_note(id, host_s, gpu_s, on_compute);
     return id;
+  }
+
+  // --- the host issue thread -----------------------------------------------------------------
+  // The framework's Python thread issues the rank's GPU ops in program order (every op on a GPU
+  // lane, in the order the builder emits them) and a kernel cannot start before its launch.
+  // The ops are cut into segments (one layer's part of a pass, split at host synchronisations);
+  // each segment has a marker on the rank's host lane ("rank<r>.host") whose latency is the
+  // host time of its ops (CostModel::host_issue_s), and the segment's last op waits for it. The
+  // lane runs its markers in order, and a synchronisation is a marker there that waits for the
+  // GPU op it reads, so the markers' end times are the host's clock: the last op of a segment
+  // starts no earlier than the CPU issued it. The host does not run ahead into a pass the GPU
+  // has not begun: a pass's first marker also waits for a GPU op of the pass (a bound in place
+  // of CUDA's 1024-entry launch queue; it keeps the engine state periodic for the
+  // steady-state probe). With fast kernels (a host-bound step) the GPU
+  // waits for the host; with long ones the host stays ahead and nothing changes.
+  // A compute-stream op of another layer starts a segment; side-stream ops (copies, gradient
+  // reductions, prefetches of another layer) join the open one.
+  void host_issue_open(Rank& r, const std::string& first, int layer, bool on_compute) {
+    if (host_seg_.open && (host_seg_.layer == layer || !on_compute || host_one_segment_)) return;
+    host_issue_close();
+    host_seg_.open = true;
+    host_seg_.lane = r.issue;
+    host_seg_.layer = layer;
+    // Named by the first op's micro-batch and layer ("mb0.l3.host_issue").
+    const std::size_t dot = first.find('.');
+    const std::size_t dot2 = dot == std::string::npos ? dot : first.find('.', dot + 1);
+    host_seg_.name = first.substr(0, dot2) + ".host_issue";
+  }
+
+  // The segment's marker holds its last compute-stream op; copies and side-stream collectives
+  // are not held (prefetches are issued ahead by hooks and schedules).
+  void host_issue_note(OpId id, double host_s, double gpu_s, bool on_compute) {
+    HostSegment& g = host_seg_;
+    g.host_s += host_s;
+    g.gpu_s += gpu_s;
+    if (!g.first) {
+      g.first = id;
+      g.first_gpu_s = gpu_s;
+    }
+    if (on_compute) {
+      g.last = id;
+      g.last_gpu_s = gpu_s;
+    }
+  }
+
+  // Ends the open segment. The pass's first marker waits for the first op of the pass's
+  // previous segment (the pass's first segment gets none: the host issued it while the GPU ran
+  // the previous pass), so the host does not run ahead into a pass the GPU has not begun;
+  // later markers, and those after a synchronisation, follow in the lane's order.
+  // A segment gets no marker when the host cannot hold its last op back: its
+  // host time is at most the GPU time (alone) from that anchor's end to the last op's start,
+  // and no earlier segment of the pass had the GPU wait. `force`: a synchronisation follows.
+  void host_issue_close(bool force = false) {
+    HostSegment g = std::move(host_seg_);
+    host_seg_ = HostSegment{};
+    if (!g.open || !g.first || !g.last) return;
+    // Once a marker of the pass holds the GPU, the lane's order bounds the next ones.
+    const std::optional<OpId> anchor = host_behind_ ? std::nullopt : host_prev_first_;
+    const double slack = host_prev_gpu_s_ + g.gpu_s - g.last_gpu_s;
+    const bool pass_first = !host_prev_first_;
+    host_prev_first_ = g.first;
+    host_prev_gpu_s_ = g.gpu_s - g.first_gpu_s;
+    // The pass's first segment: the host issued it while the GPU ran the previous pass.
+    if (pass_first && !host_behind_) return;
+    if (!force && !host_behind_ && g.host_s <= slack) return;
+    host_behind_ = true;
+    sim::Op m;
+    m.name = g.name;
+    m.lane = g.lane;
+    m.kind = OpKind::kMarker;
+    m.category = OpCategory::kNone;
+    m.layer = g.layer;
+    m.cost.latency = sim::duration_from_seconds(g.host_s);
+    if (anchor) m.deps.push_back(*anchor);
+    const OpId marker = b_.op(std::move(m));
+    b_.op_at(*g.last).deps.push_back(marker);
+  }
+
+  // Between tasks (passes): the host is taken to have issued the next pass's first segment
+  // while the GPU ran this one.
+  void host_issue_end_task() {
+    host_issue_close();
+    host_prev_first_.reset();
+    host_prev_gpu_s_ = 0.0;
+    host_behind_ = false;
+  }
+
+  // What one simulated op stands for on the host thread, counted in Megatron-Core's MoE layer
+  // (megatron/core/transformer/moe/, see models/README.md "Host issue thread" for the count per
+  // function). Every other op is one PyTorch op: an eager op in the forward, recompute and
+  // optimizer, a backward node in the backward. A grouped GEMM adds one cuBLAS launch per
+  // local expert (Transformer Engine's general_grouped_gemm loops over the GEMMs in C++).
+  static CostModel::HostOps host_ops(const std::string& name, const sim::OpSizes& sizes) {
+    const auto has = [&](const char* part) { return name.find(part) != std::string::npos; };
+    const bool backward = has(".bwd") || has(".dgrad") || has(".wgrad");
+    double n = 1.0;
+    if (has(".router.topk")) {
+      n = backward ? 9.0 : 14.0;
+    } else if (has(".moe.unpermute")) {
+      n = 3.0;
+    } else if (has(".moe.permute")) {
+      n = backward ? 3.0 : 20.0;
+    } else if (has(".alltoall")) {
+      n = 2.0;
+    } else if (has(".experts.act")) {
+      n = 3.0;
+    } else if (sizes.gemm.grouped) {
+      n = has(".fc1.") && !has(".wgrad") ? 5.0 : 3.0;
+      if (backward) n -= 1.0;
+    }
+    CostModel::HostOps ops;
+    (backward ? ops.autograd : ops.eager) = n;
+    if (sizes.gemm.grouped) ops.launches = static_cast<double>(sizes.gemm.batch);
+    return ops;
   }
 
   // A weight-gradient GEMM: with fp8 it reuses the transposes its forward and dgrad cast.
@@ -718,6 +848,12 @@ class StepBuilder {
     r.h2d = lane(".h2d", sim::LaneRole::kH2D);
     r.d2h = lane(".d2h", sim::LaneRole::kD2H);
     r.cpu = lane(".cpu", sim::LaneRole::kCpu);
+    r.issue = lane(".host", sim::LaneRole::kCpu);
+    host_seg_ = HostSegment{};
+    host_wait_.reset();
+    host_prev_first_.reset();
+    host_prev_gpu_s_ = 0.0;
+    host_behind_ = false;
     if (s_.parallelism.moe_shared_expert_overlap && s_.model.moe.experts > 0) {
       r.moe_shared = lane(".moe_shared", sim::LaneRole::kOther);
     }
@@ -778,18 +914,24 @@ class StepBuilder {
                       .index = t.forward ? forwards++ - warmup : backwards++,
                       .op_begin = b_.peek().ops.size(),
                       .tensor_begin = b_.peek().tensors.size()};
+      host_issue_end_task();
       if (t.forward) {
         forward_task(r, t);
       } else {
         backward_task(r, t);
       }
+      host_issue_end_task();
       if (p.pp > 1) {
         pt.op_end = b_.peek().ops.size();
         pt.tensor_end = b_.peek().tensors.size();
         out_.pipeline_tasks.push_back(pt);
       }
     }
+    // The optimizer's ops (multi-tensor kernels over every group) are one host segment.
+    host_one_segment_ = true;
     optimizer(r);
+    host_issue_end_task();
+    host_one_segment_ = false;
     return sim::ok();
   }
 
@@ -1472,9 +1614,9 @@ class StepBuilder {
   // The MoE FFN forward of layer l (after the second norm): router, dispatch, the experts'
   // grouped GEMMs, combine, and the shared experts. `emit` sees every compute-lane op.
   // Dropless routing (Megatron-Core's token dispatchers) synchronises the host with the compute
-  // stream once, after the first permutation: the marker ".moe.host_sync" on the CPU lane
-  // holds the next kernel for the round trip and the launch queue's refill
-  // (CostModel::moe_host_stall over the kernels issued after it up to the block's end).
+  // stream once, after the first permutation: the marker ".moe.host_sync" on the host lane
+  // waits for it plus the device-to-host round trip, and the host issues the next kernel only
+  // then (host_issue_open/close), so the GPU waits for the launch queue's refill.
   // With moe_shared_expert_overlap the shared experts run on their own stream from the
   // permutation on, and the unpermutation waits for them.
   // `fetch` (the forward's): its routed_bytes of expert weights come in after the router.
@@ -1496,8 +1638,15 @@ class StepBuilder {
     const bool overlap = s_.parallelism.moe_shared_expert_overlap && md.fs > 0;
     std::optional<OpId> shared_done;
     if (overlap) shared_done = moe_shared_forward_side(r, p, cat, l, sfx, permute);
-    const OpId sync = add(r, r.cpu, p + ".moe.host_sync" + sfx, OpKind::kMarker, OpCategory::kNone,
-                          l, sim::OpCost{}, {}, {permute});
+    // The host issues nothing more until the counts are on the CPU: the segment up to the
+    // permutation ends, then the synchronisation waits for the permutation and the copy.
+    host_issue_close(/*force=*/true);
+    sim::OpCost round_trip;
+    round_trip.latency = cm_.host_sync_latency();
+    const OpId sync = add(r, r.issue, p + ".moe.host_sync" + sfx, OpKind::kMarker,
+                          OpCategory::kNone, l, round_trip, {}, {permute});
+    host_wait_ = sync;
+    host_behind_ = true;
     std::vector<OpId> after;
     const auto emit_after = [&](OpId id) {
       if (after.empty()) b_.op_at(id).deps.push_back(sync);
@@ -1512,14 +1661,6 @@ class StepBuilder {
     if (shared_done) b_.op_at(unpermute).deps.push_back(*shared_done);
     emit_after(unpermute);
     if (md.fs > 0 && !overlap) moe_shared_forward(r, p, cat, l, sfx, emit_after);
-    std::vector<CostModel::HostIssuedKernel> issued;
-    issued.reserve(after.size());
-    for (OpId id : after) {
-      const sim::Op& op = b_.op_at(id);
-      issued.push_back({.gpu = cm_.alone(op.cost),
-                        .host_s = cm_.moe_host_issue_s(op.sizes.gemm.grouped, md.local_experts)});
-    }
-    b_.op_at(sync).cost.latency = cm_.moe_host_stall(issued);
   }
 
   template <class Emit>
@@ -2184,6 +2325,25 @@ class StepBuilder {
   bool static_only_ = false;  // BuildOptions::static_only
   // Cross-lane dependencies of the next compute op (a ring attention's last dK,dV transfer).
   std::vector<OpId> next_compute_deps_;
+  // The open segment of the current rank's host issue thread (host_issue_open/close).
+  struct HostSegment {
+    bool open = false;
+    LaneId lane;       // the rank's host lane
+    std::string name;  // its marker's
+    int layer = 0;
+    double host_s = 0.0;       // host time of its ops
+    double gpu_s = 0.0;        // GPU time (alone) of its compute-stream ops
+    double first_gpu_s = 0.0;  // of its first op (0 off the compute stream)
+    double last_gpu_s = 0.0;   // of its last op
+    std::optional<OpId> first;
+    std::optional<OpId> last;  // its last compute-stream op, which waits for the marker
+  };
+  HostSegment host_seg_;
+  std::optional<OpId> host_wait_;        // a synchronisation whose next op is not issued yet
+  std::optional<OpId> host_prev_first_;  // the first GPU op of the task's previous segment
+  double host_prev_gpu_s_ = 0.0;         // that segment's GPU time after its first op
+  bool host_behind_ = false;             // a marker of this task may hold the GPU back
+  bool host_one_segment_ = false;        // the optimizer: no cut at layer changes
 };
 
 std::vector<std::string> scenario_flags(const Scenario& s) {

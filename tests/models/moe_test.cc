@@ -219,35 +219,74 @@ TEST(MoeStep, AllToAllAndGroupedGemms) {
   EXPECT_EQ(expert_params, 32LL * 3 * 2048 * 768 * 2);
 }
 
-// The launch queue after dropless routing's host synchronisation, by hand: round trip 26.11 us,
-// then each kernel starts when the CPU has issued it (9.02 us each) or the previous one ends.
-TEST(MoeHostSync, StallIsTheRoundTripAndTheLaunchQueueRefill) {
+// The host issue thread's figures: 9.02 us per eager op or backward node, a cuBLAS launch per
+// extra kernel, 26.11 us for a device-to-host synchronisation (minimind pull request 837).
+TEST(HostIssue, FiguresByHand) {
   auto system = *sim::platform::find_system("dgx-h100");
   sim::PlanBuilder b;
   auto cm = CostModel::create(system, *sim::platform::builtin_profile(system.gpu),
                               {{.rank = 0, .multiplicity = 1}}, b);
   ASSERT_TRUE(cm.has_value()) << cm.error().message;
-  const auto us = [](double v) { return sim::duration_from_seconds(v * 1e-6); };
-  // Nothing after the sync: the round trip alone.
-  EXPECT_EQ(cm->moe_host_stall({}), us(26.11));
-  // Three 1 us kernels: the GPU waits for every launch; the last ends at 26.11 + 3 × 9.02 + 1,
-  // 3 of which are busy.
-  const std::vector<CostModel::HostIssuedKernel> short_kernels(3,
-                                                               {.gpu = us(1.0), .host_s = 9.02e-6});
-  EXPECT_NEAR(sim::to_seconds(cm->moe_host_stall(short_kernels)), (26.11 + 3 * 9.02 - 2.0) * 1e-6,
-              2e-9);
-  // Three 100 us kernels: only the first launch is exposed, the CPU runs ahead after it.
-  const std::vector<CostModel::HostIssuedKernel> long_kernels(
-      3, {.gpu = us(100.0), .host_s = 9.02e-6});
-  EXPECT_NEAR(sim::to_seconds(cm->moe_host_stall(long_kernels)), (26.11 + 9.02) * 1e-6, 2e-9);
-  // A grouped GEMM issues one cuBLAS launch per local expert after the Python op.
-  EXPECT_DOUBLE_EQ(cm->moe_host_issue_s(true, 16),
+  EXPECT_EQ(cm->host_sync_latency(), sim::duration_from_seconds(26.11e-6));
+  EXPECT_DOUBLE_EQ(cm->host_issue_s({.eager = 3.0}), 3 * 9.02e-6);
+  EXPECT_DOUBLE_EQ(cm->host_issue_s({.autograd = 2.0}), 2 * 9.02e-6);
+  EXPECT_DOUBLE_EQ(cm->host_issue_s({.eager = 1.0, .launches = 16.0}),
                    9.02e-6 + 16 * cm->profile().gpu.kernel_launch_s.value);
-  EXPECT_DOUBLE_EQ(cm->moe_host_issue_s(false, 16), 9.02e-6);
 }
 
-// One host synchronisation per MoE layer forward (and none in the backward): a marker on the CPU
-// lane after the permutation that the dispatch all-to-all waits for, at least the round trip.
+// The host lane of each rank: its markers' latencies add up to the host time of every GPU op
+// the rank issues, and no op's segment ends before the host issued it. A tiny MoE model (hidden
+// 256, 512 tokens) is host-bound: the step is at least the host's issue time, and the GPU
+// waits for it.
+TEST(HostIssue, TinyMoeStepIsHostBound) {
+  Scenario s = small_moe();
+  s.model.hidden = 256;
+  s.model.heads = 4;
+  s.model.kv_heads = 4;
+  s.model.head_dim = 64;
+  s.model.ffn_hidden = 512;
+  s.model.moe.expert_ffn_hidden = 128;
+  s.training.seq_len = 512;
+  auto step = build_step(s);
+  ASSERT_TRUE(step.has_value()) << step.error().message;
+  double host_s = 0.0;
+  int markers = 0;
+  for (const sim::Op& op : step->plan.ops) {
+    const sim::Lane& lane = step->plan.lanes[op.lane.index()];
+    if (lane.name != "rank0.host") continue;
+    host_s += sim::to_seconds(op.cost.latency);
+    if (op.name.find(".host_issue") != std::string::npos) ++markers;
+  }
+  // 2 micro-batches × 4 layers: each layer's forward before and after its synchronisation.
+  EXPECT_GE(markers, 2 * 4 * 2);
+  auto ev = evaluate(s);
+  ASSERT_TRUE(ev.has_value()) << ev.error().message;
+  EXPECT_GT(host_s, 0.25 * ev->report.step_time_s);
+  EXPECT_GE(ev->report.step_time_s, host_s);
+}
+
+// A large dense layer keeps the GPU busy far longer than the host takes to issue it: no segment
+// can hold the GPU back, so the host lane gets no issue markers and the step is the GPU's.
+TEST(HostIssue, LargeDenseStepRunsAheadOfTheHost) {
+  Scenario s;
+  s.name = "dense";
+  s.model = model("llama3-70b");
+  s.model.layers = 4;
+  s.hardware.system = "dgx-h100";
+  s.training = {.global_batch = 16, .micro_batch = 1, .seq_len = 4096};
+  s.parallelism = {.dp = 2, .tp = 4, .pp = 1, .sequence_parallel = true, .zero_stage = 1};
+  auto step = build_step(s);
+  ASSERT_TRUE(step.has_value()) << step.error().message;
+  int on_host_lane = 0;
+  for (const sim::Op& op : step->plan.ops) {
+    if (step->plan.lanes[op.lane.index()].name == "rank0.host") ++on_host_lane;
+  }
+  EXPECT_EQ(on_host_lane, 0);
+}
+
+// One host synchronisation per MoE layer forward (and none in the backward): a marker on the host
+// lane after the permutation that the dispatch all-to-all waits for: the round trip and the
+// dispatch's issue.
 TEST(MoeHostSync, OneMarkerPerForwardHoldsTheDispatch) {
   const Scenario s = small_moe();
   auto step = build_step(s);
@@ -260,7 +299,9 @@ TEST(MoeHostSync, OneMarkerPerForwardHoldsTheDispatch) {
     ++markers;
     EXPECT_EQ(op.kind, sim::OpKind::kMarker);
     EXPECT_NE(op.name.find(".fwd"), std::string::npos);
-    EXPECT_GE(sim::to_seconds(op.cost.latency), 26.11e-6);
+    // The round trip, then the host issues the dispatch all-to-all (2 eager ops).
+    EXPECT_EQ(op.cost.latency,
+              sim::duration_from_seconds(26.11e-6) + sim::duration_from_seconds(2 * 9.02e-6));
     EXPECT_EQ(plan.ops[op.deps.at(0).index()].name.find(".moe.permute") != std::string::npos, true);
     EXPECT_EQ(plan.lanes[op.lane.index()].role, sim::LaneRole::kCpu);
   }
@@ -297,8 +338,11 @@ TEST(MoeStep, SharedExpertOverlapMovesTheSharedExpertsToTheirStream) {
   auto overlapped = evaluate(s);
   ASSERT_TRUE(overlapped.has_value()) << overlapped.error().message;
   EXPECT_LT(overlapped->report.step_time_s, serial->report.step_time_s);
+  // Exact but for the host issue markers of host-bound segments, which depend on the kernels'
+  // times (plan_size.cc counts the synchronisations' only).
   const PlanSize est = estimate_plan_size(s, {});
-  EXPECT_EQ(est.ops, static_cast<double>(step->plan.ops.size()));
+  EXPECT_NEAR(est.ops, static_cast<double>(step->plan.ops.size()),
+              0.05 * static_cast<double>(step->plan.ops.size()));
 }
 
 TEST(MoeStep, ImbalanceSlowsTheStep) {
