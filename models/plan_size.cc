@@ -187,7 +187,6 @@ void base_rows(const Scenario& s, const LayerDims& d, const LayerShape& ls, cons
                     mo.bwd - mo.bwd_collectives});
     rows.push_back({"MoE collectives", K::kCollective, mo.fwd_collectives, mo.bwd_collectives});
     rows.push_back({"MoE host synchronisation", K::kMarker, mo.fwd_markers, 0});
-    rows.push_back({"MoE host issue segment end", K::kMarker, 1, 0});
     if (fp8)
       rows.push_back({"FP8 input casts", K::kKernel, 2 + mo.fp8_casts_fwd, 2 + mo.fp8_casts_bwd});
     if (ls.params_on_host && in.routed_fetch) {
@@ -216,7 +215,6 @@ void base_rows(const Scenario& s, const LayerDims& d, const LayerShape& ls, cons
                   ls.recompute_ops - ls.recompute_collectives - rc_markers});
   rows.push_back({"recomputed collectives", K::kCollective, 0, 0, ls.recompute_collectives});
   rows.push_back({"recomputed MoE host synchronisation", K::kMarker, 0, 0, rc_markers});
-  rows.push_back({"recomputed MoE host issue segment end", K::kMarker, 0, 0, rc_markers});
 }
 
 // Context parallelism (StepBuilder::ring_attention / ulysses_attention): per attention pass,
@@ -411,10 +409,13 @@ void add_moe_layer(const Scenario& s, const StepContext& x, const LayerDims& dl,
   const double overlap = p.moe_shared_expert_overlap && dl.fs > 0 ? 2 : 0;
   c.deps += x.m * (2 + overlap) * (ls.moe_recomputed ? 2 : 1);
   // The host issue thread (StepBuilder::host_issue_close): an MoE forward (and recomputed
-  // forward) ends a host segment at its synchronisation, with a marker on the host lane (a
-  // recipe row) that waits for the segment's first op and that its last op waits for; segments
-  // of a host-bound pass get one too (not counted: they depend on the kernels' times).
-  c.deps += 2 * x.m * (ls.moe_recomputed ? 2 : 1);
+  // forward) ends a host segment at its synchronisation, with a marker on the host lane that
+  // waits for the segment's first op and that its last op waits for; segments of a host-bound
+  // pass get one too (not counted: they depend on the kernels' times, so they are not in the
+  // layer recipe either).
+  const double host_markers = ls.moe_recomputed ? 2 : 1;
+  c.ops += x.m * host_markers;
+  c.deps += 2 * x.m * host_markers;
   if (ls.params_on_host && x.recipe.routed_fetch) {
     c.deps += 2 * x.m;
     c.tensors += x.m;

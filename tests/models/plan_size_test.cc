@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <fmt/format.h>
@@ -172,13 +173,22 @@ RecipeOpKind recipe_kind(sim::OpKind kind) {
   }
 }
 
-// Ops per (layer, kind) of a range of a plan's ops; layer -1 is not counted.
+// The host issue thread's segment markers (StepBuilder::host_issue_close, "….host_issue"): where
+// they appear depends on the kernels' times (host-bound segments), so no recipe counts them.
+bool host_issue_marker(const sim::Op& op) {
+  constexpr std::string_view kSuffix = ".host_issue";
+  return op.kind == sim::OpKind::kMarker && op.name.size() >= kSuffix.size() &&
+         op.name.compare(op.name.size() - kSuffix.size(), kSuffix.size(), kSuffix) == 0;
+}
+
+// Ops per (layer, kind) of a range of a plan's ops; layer -1 and host issue markers are not
+// counted.
 using KindCounts = std::vector<std::array<double, kRecipeKinds>>;
 KindCounts count_layer_ops(const sim::Plan& plan, std::size_t begin, std::size_t end, int layers) {
   KindCounts out(static_cast<std::size_t>(layers), std::array<double, kRecipeKinds>{});
   for (std::size_t i = begin; i < end; ++i) {
     const sim::Op& op = plan.ops[i];
-    if (op.layer < 0 || op.layer >= layers) continue;
+    if (op.layer < 0 || op.layer >= layers || host_issue_marker(op)) continue;
     out[static_cast<std::size_t>(op.layer)][static_cast<std::size_t>(recipe_kind(op.kind))] += 1;
   }
   return out;
