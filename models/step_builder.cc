@@ -1399,16 +1399,12 @@ class StepBuilder {
     return first;
   }
 
-  // `recv`: without an earlier op to prefetch after, the reload waits for the gradient
-  // arriving from the next pipeline stage.
-  OpId layer_backward(Rank& r, int mb, int l, Fetch& fetch, std::optional<OpId> act_after,
-                      std::optional<SendKey> recv) {
-    const LayerPolicy& lp = policies_[l];
-    const std::string p = pfx(mb, l);
-    Rank::Saved& saved = r.saved.at({mb, l});
-
-    // Reload offloaded activations.
-    std::vector<OpId> wait = fetch.wait;
+  // Reloads layer l's offloaded activations of micro-batch mb (H2D after their D2H and
+  // `act_after`); appends the copies to `wait` and returns the reloaded HBM tensors.
+  std::vector<TensorId> reload_activations(Rank& r, int mb, int l, const std::string& p,
+                                           std::optional<OpId> act_after,
+                                           std::optional<SendKey> recv, std::vector<OpId>& wait) {
+    const Rank::Saved& saved = r.saved.at({mb, l});
     std::vector<TensorId> reloaded;
     for (std::size_t c = 0; c < saved.host.size(); ++c) {
       std::vector<OpId> deps = {saved.d2h[c]};
@@ -1423,91 +1419,84 @@ class StepBuilder {
       reloaded.push_back(back);
       wait.push_back(cp);
     }
+    return reloaded;
+  }
 
-    std::vector<OpId> ops;
-    const auto first_op = [&](OpId op) {
-      if (ops.empty()) {
-        for (OpId w : wait) b_.op_at(op).deps.push_back(w);
-        r.layer_first_bwd[{mb, l}] = op;
-      }
-      ops.push_back(op);
-      return op;
-    };
-
-    // Recompute the forward ops the backward needs and nobody saved.
-    const auto& rc = lp.acts.recompute;
+  // Recomputes the forward ops of layer l that the backward needs and nobody saved; `emit`
+  // sees every op.
+  template <class Emit>
+  void recompute_forward(Rank& r, const std::string& p, int l, Emit&& emit) {
+    const auto& rc = policies_[l].acts.recompute;
     const OpCategory rcat = OpCategory::kRecompute;
     const std::int64_t g = d_.gated ? 2 : 1;
-    const std::int64_t recomputed = lp.acts.recomputed_bytes(ld(l));
-    std::optional<TensorId> recomp_t;
-    const auto rc_op = [&](OpId op) {
-      first_op(op);
-      if (!recomp_t && recomputed > 0) {
-        // Re-created for this layer's backward only: a transient, not a saved activation.
-        recomp_t = tensor(r.hbm, p + ".recomputed", recomputed, TensorCategory::kTransients);
-        b_.op_at(op).allocs.push_back(*recomp_t);
-      }
-    };
     const auto idx = [](FwdOp o) { return static_cast<int>(o); };
     if (rc[idx(FwdOp::kLn1)]) {
-      rc_op(elementwise(r, p + ".ln1.recompute", rcat, l, 2 * residual_bytes(), norm_flops()));
+      emit(elementwise(r, p + ".ln1.recompute", rcat, l, 2 * residual_bytes(), norm_flops()));
     }
     if (rc[idx(FwdOp::kQkv)]) {
       if (d_.t > 1 && d_.sp > 1) {
-        rc_op(collective(r, r.compute, p + ".qkv.tp_allgather.recompute", OpCategory::kComm, l,
-                         sim::CollectiveKind::kAllGather, r.tp_group, d_.tokens() * d_.h * d_.e));
+        emit(collective(r, r.compute, p + ".qkv.tp_allgather.recompute", OpCategory::kComm, l,
+                        sim::CollectiveKind::kAllGather, r.tp_group, d_.tokens() * d_.h * d_.e));
       }
-      rc_op(gemm(r, p + ".qkv.recompute", rcat, l, d_.tokens(), d_.qkv_n(), d_.h));
-      if (rotary_positions()) rc_op(rotary(r, p + ".rope.recompute", l));
+      emit(gemm(r, p + ".qkv.recompute", rcat, l, d_.tokens(), d_.qkv_n(), d_.h));
+      if (rotary_positions()) emit(rotary(r, p + ".rope.recompute", l));
     }
-    if (rc[idx(FwdOp::kCore)]) rc_op(attention(r, p + ".attn.recompute", rcat, l, false));
+    if (rc[idx(FwdOp::kCore)]) emit(attention(r, p + ".attn.recompute", rcat, l, false));
     if (rc[idx(FwdOp::kOutProj)]) {
-      rc_op(gemm(r, p + ".out_proj.recompute", rcat, l, d_.tokens(), d_.h, d_.o()));
+      emit(gemm(r, p + ".out_proj.recompute", rcat, l, d_.tokens(), d_.h, d_.o()));
       if (d_.t > 1) {
-        rc_op(collective(
+        emit(collective(
             r, r.compute, p + ".out_proj.tp_reduce.recompute", OpCategory::kComm, l,
             d_.sp > 1 ? sim::CollectiveKind::kReduceScatter : sim::CollectiveKind::kAllReduce,
             r.tp_group, d_.tokens() * d_.h * d_.e));
       }
     }
     if (rc[idx(FwdOp::kRes1)] || rc[idx(FwdOp::kLn2)]) {
-      rc_op(elementwise(r, p + ".res1_ln2.recompute", rcat, l, res1_ln2_fwd_bytes(),
-                        2 * norm_flops()));
+      emit(elementwise(r, p + ".res1_ln2.recompute", rcat, l, res1_ln2_fwd_bytes(),
+                       2 * norm_flops()));
     }
     if (ld(l).moe && (rc[idx(FwdOp::kMlpWi)] || rc[idx(FwdOp::kAct)] || rc[idx(FwdOp::kMlpWo)])) {
       // The MoE FFN is re-run whole (router, dispatch, experts, combine).
-      moe_forward(r, p, rcat, l, rc_op, ".recompute");
+      moe_forward(r, p, rcat, l, emit, ".recompute");
     } else if (rc[idx(FwdOp::kMlpWi)]) {
       if (d_.t > 1 && d_.sp > 1) {
-        rc_op(collective(r, r.compute, p + ".mlp.tp_allgather.recompute", OpCategory::kComm, l,
-                         sim::CollectiveKind::kAllGather, r.tp_group, d_.tokens() * d_.h * d_.e));
+        emit(collective(r, r.compute, p + ".mlp.tp_allgather.recompute", OpCategory::kComm, l,
+                        sim::CollectiveKind::kAllGather, r.tp_group, d_.tokens() * d_.h * d_.e));
       }
-      rc_op(gemm(r, p + ".mlpwi.recompute", rcat, l, d_.tokens(), d_.f * g, d_.h));
+      emit(gemm(r, p + ".mlpwi.recompute", rcat, l, d_.tokens(), d_.f * g, d_.h));
     }
     if (rc[idx(FwdOp::kAct)] && !ld(l).moe) {
-      rc_op(elementwise(r, p + ".act.recompute", rcat, l, d_.tokens() * d_.f * d_.e * (g + 1),
-                        static_cast<double>(8 * d_.tokens() * d_.f)));
+      emit(elementwise(r, p + ".act.recompute", rcat, l, d_.tokens() * d_.f * d_.e * (g + 1),
+                       static_cast<double>(8 * d_.tokens() * d_.f)));
     }
     if (rc[idx(FwdOp::kMlpWo)] && !ld(l).moe) {
-      rc_op(gemm(r, p + ".mlpwo.recompute", rcat, l, d_.tokens(), d_.h, d_.f));
+      emit(gemm(r, p + ".mlpwo.recompute", rcat, l, d_.tokens(), d_.h, d_.f));
     }
+  }
 
+  // The FFN's backward of layer l (MoE or dense), after the second residual's.
+  void ffn_backward(Rank& r, const std::string& p, int l) {
     const OpCategory cat = OpCategory::kCompute;
-    first_op(elementwise(r, p + ".res2.bwd", cat, l, 2 * residual_bytes() + dropout_mask_bytes(),
-                         static_cast<double>(d_.tokens() * d_.h / d_.sp)));
     if (ld(l).moe) {
       moe_backward(r, p, cat, l);
-    } else {
-      gathered_gemm(r, p + ".mlpwo.bwd.tp_allgather", p + ".mlpwo.dgrad", cat, l,
-                    {d_.tokens(), d_.f, d_.h});
-      wgrad_gemm(r, p + ".mlpwo.wgrad", cat, l, d_.f, d_.h, d_.tokens());
-      elementwise(r, p + ".act.bwd", cat, l, d_.tokens() * d_.f * d_.e * (2 * g + 1),
-                  static_cast<double>(10 * d_.tokens() * d_.f));
-      gemm(r, p + ".mlpwi.dgrad", cat, l, d_.tokens(), d_.h, d_.f * g);
-      const std::optional<OpId> reduce = async_tp_reduce(r, p + ".mlpwi.bwd.tp_reduce", l);
-      wgrad_gemm(r, p + ".mlpwi.wgrad", cat, l, d_.h, d_.f * g, d_.tokens());
-      finish_tp_reduce(r, reduce, p + ".mlpwi.bwd.tp_reduce", l);
+      return;
     }
+    const std::int64_t g = d_.gated ? 2 : 1;
+    gathered_gemm(r, p + ".mlpwo.bwd.tp_allgather", p + ".mlpwo.dgrad", cat, l,
+                  {d_.tokens(), d_.f, d_.h});
+    wgrad_gemm(r, p + ".mlpwo.wgrad", cat, l, d_.f, d_.h, d_.tokens());
+    elementwise(r, p + ".act.bwd", cat, l, d_.tokens() * d_.f * d_.e * (2 * g + 1),
+                static_cast<double>(10 * d_.tokens() * d_.f));
+    gemm(r, p + ".mlpwi.dgrad", cat, l, d_.tokens(), d_.h, d_.f * g);
+    const std::optional<OpId> reduce = async_tp_reduce(r, p + ".mlpwi.bwd.tp_reduce", l);
+    wgrad_gemm(r, p + ".mlpwi.wgrad", cat, l, d_.h, d_.f * g, d_.tokens());
+    finish_tp_reduce(r, reduce, p + ".mlpwi.bwd.tp_reduce", l);
+  }
+
+  // The attention block's backward of layer l, from the first residual and second norm to
+  // the first norm; returns the first norm's backward (the layer's last op).
+  OpId attention_backward(Rank& r, const std::string& p, int l) {
+    const OpCategory cat = OpCategory::kCompute;
     elementwise(r, p + ".res1_ln2.bwd", cat, l, 6 * residual_bytes() + dropout_mask_bytes(),
                 4 * norm_flops());
     gathered_gemm(r, p + ".out_proj.bwd.tp_allgather", p + ".out_proj.dgrad", cat, l,
@@ -1519,10 +1508,49 @@ class StepBuilder {
     const std::optional<OpId> reduce = async_tp_reduce(r, p + ".qkv.bwd.tp_reduce", l);
     wgrad_gemm(r, p + ".qkv.wgrad", cat, l, d_.h, d_.qkv_n(), d_.tokens());
     finish_tp_reduce(r, reduce, p + ".qkv.bwd.tp_reduce", l);
-    const OpId last =
-        elementwise(r, p + ".ln1.bwd", cat, l, 3 * residual_bytes(), 2 * norm_flops());
+    return elementwise(r, p + ".ln1.bwd", cat, l, 3 * residual_bytes(), 2 * norm_flops());
+  }
+
+  // `recv`: without an earlier op to prefetch after, the reload waits for the gradient
+  // arriving from the next pipeline stage.
+  OpId layer_backward(Rank& r, int mb, int l, Fetch& fetch, std::optional<OpId> act_after,
+                      std::optional<SendKey> recv) {
+    const LayerPolicy& lp = policies_[l];
+    const std::string p = pfx(mb, l);
+
+    std::vector<OpId> wait = fetch.wait;
+    const std::vector<TensorId> reloaded = reload_activations(r, mb, l, p, act_after, recv, wait);
+
+    std::vector<OpId> ops;
+    const auto first_op = [&](OpId op) {
+      if (ops.empty()) {
+        for (OpId w : wait) b_.op_at(op).deps.push_back(w);
+        r.layer_first_bwd[{mb, l}] = op;
+      }
+      ops.push_back(op);
+      return op;
+    };
+
+    const std::int64_t recomputed = lp.acts.recomputed_bytes(ld(l));
+    std::optional<TensorId> recomp_t;
+    const auto rc_op = [&](OpId op) {
+      first_op(op);
+      if (!recomp_t && recomputed > 0) {
+        // Re-created for this layer's backward only: a transient, not a saved activation.
+        recomp_t = tensor(r.hbm, p + ".recomputed", recomputed, TensorCategory::kTransients);
+        b_.op_at(op).allocs.push_back(*recomp_t);
+      }
+    };
+    recompute_forward(r, p, l, rc_op);
+
+    first_op(elementwise(r, p + ".res2.bwd", OpCategory::kCompute, l,
+                         2 * residual_bytes() + dropout_mask_bytes(),
+                         static_cast<double>(d_.tokens() * d_.h / d_.sp)));
+    ffn_backward(r, p, l);
+    const OpId last = attention_backward(r, p, l);
+    const TensorId saved_hbm = r.saved.at({mb, l}).hbm;
     sim::Op& lo = b_.op_at(last);
-    if (saved.hbm.valid()) lo.frees.push_back(saved.hbm);
+    if (saved_hbm.valid()) lo.frees.push_back(saved_hbm);
     for (TensorId t : reloaded) lo.frees.push_back(t);
     if (recomp_t) lo.frees.push_back(*recomp_t);
     for (TensorId buf : fetch.buffers) lo.frees.push_back(buf);
@@ -2474,30 +2502,12 @@ GroupPlacement non_layer_placement(const Scenario& s) {
   return p;
 }
 
-sim::Result<BuiltStep> build_step(const Scenario& s, const BuildOptions& options) {
-  OFFSIM_ASSIGN_OR_RETURN(ResolvedScenario resolved, resolve(s));
-  return build_step(resolved, options);
-}
+namespace {
 
-sim::Result<BuiltStep> build_step(const ResolvedScenario& resolved, const BuildOptions& options) {
-  // Checked, with the host and hardware.overrides applied, once by resolve().
-  const Scenario& s = resolved.scenario();
-  const sim::platform::System& system = resolved.system();
-  const sim::platform::CalibrationProfile* profile = &resolved.profile();
-
-  const ParallelConfig& p = s.parallelism;
-  std::vector<SimRank> ranks;
-  for (int stage = 0; stage < p.pp; ++stage) {
-    ranks.push_back({.rank = stage * stage_ranks(p), .multiplicity = stage_ranks(p), .stride = 1});
-  }
-  sim::PlanBuilder b;
-  OFFSIM_ASSIGN_OR_RETURN(CostModel cm, CostModel::create(system, *profile, ranks, b));
-
-  BuiltStep out;
-  out.gpus = stage_ranks(p) * p.pp;
-  out.tokens_per_step = s.training.global_batch * s.training.seq_len;
-  // Model FLOPs (whole job): 3 × forward (forward, activation grad, weight grad) of every layer
-  // and the LM head, attention counted in full (Megatron/PaLM convention).
+// Model FLOPs (whole job): 3 × forward (forward, activation grad, weight grad) of every layer
+// and the LM head, attention counted in full (Megatron/PaLM convention); the hardware FLOPs add
+// the recomputed forward ops.
+void set_step_flops(const Scenario& s, BuiltStep& out) {
   const LayerDims d = layer_dims(s.model, s.training, ParallelConfig{});
   const double sequences =
       static_cast<double>(s.training.global_batch) / static_cast<double>(s.training.micro_batch);
@@ -2526,24 +2536,104 @@ sim::Result<BuiltStep> build_step(const ResolvedScenario& resolved, const BuildO
     }
   }
   out.hardware_flops_per_step = out.model_flops_per_step + recompute * sequences;
+}
+
+// The communicators every rank joins (a group of one rank needs none): data-parallel,
+// tensor-parallel, and the pipeline's point-to-point pairs; in one NVLink domain when the
+// group fits on a node of an NVLink system. Sets out.runtime and appends its notes to the flags.
+void set_runtime(const Scenario& s, const sim::platform::System& system,
+                 const sim::platform::CalibrationProfile& profile, BuiltStep& out) {
+  const ParallelConfig& p = s.parallelism;
+  const bool nvlink = profile.nvlink.bytes_per_s_per_gpu.value > 0.0;
+  const int per_node = system.gpus_per_node;
+  std::vector<NcclCommunicator> comms = {
+      {.ranks = grad_dp(p), .nvlink = nvlink && stage_ranks(p) <= per_node},
+      {.ranks = p.tp, .nvlink = nvlink && p.tp <= per_node},
+      {.ranks = p.pp > 1 ? 2 : 1, .nvlink = nvlink && stage_ranks(p) * p.pp <= per_node}};
+  if (p.cp > 1) comms.push_back({.ranks = p.cp, .nvlink = nvlink && p.tp * p.cp <= per_node});
+  out.runtime = runtime_model(s.hardware.runtime, profile.provenance.profile_name,
+                              static_cast<std::int64_t>(profile.gpu.hbm_usable_bytes.value), comms);
+  for (const std::string& note : out.runtime.notes) out.flags.push_back(note);
+}
+
+// Per-expert load of one micro-batch (token rows over the expert-parallel group) and the
+// simulated EP rank's share, for the report's metadata.
+void add_moe_metadata(const Scenario& s, sim::PlanBuilder& b) {
+  const ParallelConfig& p = s.parallelism;
+  const std::vector<double> rows = expert_rows(s.model, s.training, p);
+  std::string loads;
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    loads += fmt::format("{}{:.0f}", i == 0 ? "" : ",", rows[i]);
+  }
+  b.metadata("moe_expert_rows_per_micro_batch", loads);
+  if (s.offload.expert_fetch == OffloadPolicy::ExpertFetch::kRouted) {
+    const ExpertFetchCounts x = expert_fetch_counts(s);
+    b.metadata("moe_expert_fetch",
+               fmt::format("routed: {:.2f} of {} local experts hit per micro-batch; {} fetched, "
+                           "{} prefetched with the layer, {} after the router",
+                           x.expected_hit, s.model.moe.experts / p.ep, x.fetched, x.with_layer,
+                           x.after_router));
+  }
+  for (int l = 0; l < s.model.layers; ++l) {
+    if (!is_moe_layer(s.model, l)) continue;
+    const LayerDims md = layer_dims(s.model, s.training, p, l);
+    b.metadata("moe_simulated_rank_rows",
+               fmt::format("{} rows over {} local experts, {} in the most-loaded one", md.routed,
+                           md.local_experts, md.max_rows));
+    break;
+  }
+}
+
+// The HBM and host pool capacities of the built plan (the JAX runtime's preallocated pool
+// caps the HBM ones), as seen by the first simulated rank.
+void set_pool_capacities(BuiltStep& out) {
+  if (out.runtime.preallocated) {
+    // JAX: tensors live in the preallocated pool, a fraction of the HBM.
+    for (const SimRankInfo& info : out.ranks) {
+      out.plan.pools[info.hbm_pool.index()].capacity_bytes = out.runtime.allocator_limit_bytes;
+    }
+  }
+  if (!out.ranks.empty()) {
+    const auto& pools = out.plan.pools;
+    for (const auto& pool : pools) {
+      if (&pool == &pools[out.ranks.front().hbm_pool.index()]) {
+        out.hbm_capacity_bytes = pool.capacity_bytes;
+      }
+      if (&pool == &pools[out.ranks.front().host_pool.index()]) {
+        out.host_capacity_bytes = pool.capacity_bytes;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+sim::Result<BuiltStep> build_step(const Scenario& s, const BuildOptions& options) {
+  OFFSIM_ASSIGN_OR_RETURN(ResolvedScenario resolved, resolve(s));
+  return build_step(resolved, options);
+}
+
+sim::Result<BuiltStep> build_step(const ResolvedScenario& resolved, const BuildOptions& options) {
+  // Checked, with the host and hardware.overrides applied, once by resolve().
+  const Scenario& s = resolved.scenario();
+  const sim::platform::System& system = resolved.system();
+  const sim::platform::CalibrationProfile* profile = &resolved.profile();
+
+  const ParallelConfig& p = s.parallelism;
+  std::vector<SimRank> ranks;
+  for (int stage = 0; stage < p.pp; ++stage) {
+    ranks.push_back({.rank = stage * stage_ranks(p), .multiplicity = stage_ranks(p), .stride = 1});
+  }
+  sim::PlanBuilder b;
+  OFFSIM_ASSIGN_OR_RETURN(CostModel cm, CostModel::create(system, *profile, ranks, b));
+
+  BuiltStep out;
+  out.gpus = stage_ranks(p) * p.pp;
+  out.tokens_per_step = s.training.global_batch * s.training.seq_len;
+  set_step_flops(s, out);
   out.peak_flops_per_gpu = cm.peak_flops(s.training.compute_dtype);
   out.flags = scenario_flags(s);
-  {
-    // The communicators every rank joins (a group of one rank needs none): data-parallel,
-    // tensor-parallel, and the pipeline's point-to-point pairs; in one NVLink domain when the
-    // group fits on a node of an NVLink system.
-    const bool nvlink = profile->nvlink.bytes_per_s_per_gpu.value > 0.0;
-    const int per_node = system.gpus_per_node;
-    std::vector<NcclCommunicator> comms = {
-        {.ranks = grad_dp(p), .nvlink = nvlink && stage_ranks(p) <= per_node},
-        {.ranks = p.tp, .nvlink = nvlink && p.tp <= per_node},
-        {.ranks = p.pp > 1 ? 2 : 1, .nvlink = nvlink && stage_ranks(p) * p.pp <= per_node}};
-    if (p.cp > 1) comms.push_back({.ranks = p.cp, .nvlink = nvlink && p.tp * p.cp <= per_node});
-    out.runtime =
-        runtime_model(s.hardware.runtime, profile->provenance.profile_name,
-                      static_cast<std::int64_t>(profile->gpu.hbm_usable_bytes.value), comms);
-    for (const std::string& note : out.runtime.notes) out.flags.push_back(note);
-  }
+  set_runtime(s, system, *profile, out);
 
   if (options.micro_batches == 0 && !options.static_only) {
     // The closed-form size is within a few percent of the plan's (plan_size_test): 5% more room
@@ -2562,50 +2652,9 @@ sim::Result<BuiltStep> build_step(const ResolvedScenario& resolved, const BuildO
              fmt::format("one simulated rank per pipeline stage ({}), each standing for {} = {} "
                          "identical ranks",
                          p.pp, p.cp > 1 ? "dp·tp·cp" : "dp·tp", stage_ranks(p)));
-  if (s.model.moe.experts > 0) {
-    // Per-expert load of one micro-batch (token rows over the expert-parallel group) and the
-    // simulated EP rank's share, for the report's metadata.
-    const std::vector<double> rows = expert_rows(s.model, s.training, p);
-    std::string loads;
-    for (std::size_t i = 0; i < rows.size(); ++i) {
-      loads += fmt::format("{}{:.0f}", i == 0 ? "" : ",", rows[i]);
-    }
-    b.metadata("moe_expert_rows_per_micro_batch", loads);
-    if (s.offload.expert_fetch == OffloadPolicy::ExpertFetch::kRouted) {
-      const ExpertFetchCounts x = expert_fetch_counts(s);
-      b.metadata("moe_expert_fetch",
-                 fmt::format("routed: {:.2f} of {} local experts hit per micro-batch; {} fetched, "
-                             "{} prefetched with the layer, {} after the router",
-                             x.expected_hit, s.model.moe.experts / p.ep, x.fetched, x.with_layer,
-                             x.after_router));
-    }
-    for (int l = 0; l < s.model.layers; ++l) {
-      if (!is_moe_layer(s.model, l)) continue;
-      const LayerDims md = layer_dims(s.model, s.training, p, l);
-      b.metadata("moe_simulated_rank_rows",
-                 fmt::format("{} rows over {} local experts, {} in the most-loaded one", md.routed,
-                             md.local_experts, md.max_rows));
-      break;
-    }
-  }
+  if (s.model.moe.experts > 0) add_moe_metadata(s, b);
   out.plan = std::move(b).build();
-  if (out.runtime.preallocated) {
-    // JAX: tensors live in the preallocated pool, a fraction of the HBM.
-    for (const SimRankInfo& info : out.ranks) {
-      out.plan.pools[info.hbm_pool.index()].capacity_bytes = out.runtime.allocator_limit_bytes;
-    }
-  }
-  if (!out.ranks.empty()) {
-    const auto& pools = out.plan.pools;
-    for (const auto& pool : pools) {
-      if (&pool == &pools[out.ranks.front().hbm_pool.index()]) {
-        out.hbm_capacity_bytes = pool.capacity_bytes;
-      }
-      if (&pool == &pools[out.ranks.front().host_pool.index()]) {
-        out.host_capacity_bytes = pool.capacity_bytes;
-      }
-    }
-  }
+  set_pool_capacities(out);
   return out;
 }
 
