@@ -402,17 +402,27 @@ std::optional<Report> steady_state_report(const ResolvedScenario& resolved,
 // step renames; after b2: only tensors outside the tasks or of the last micro-batch).
 constexpr std::int64_t kMaxPeriodMultiple = 4;
 
-std::optional<Report> pipeline_steady_state_report(const ResolvedScenario& resolved,
-                                                   const EvalOptions& options, std::string& why) {
-  const Scenario& scenario = resolved.scenario();
+// The reduced pipeline step's sizes: P (period, in task indices), its micro-batches, Q and K.
+struct PipelinePeriods {
+  std::int64_t v = 1;           // virtual stages
+  std::int64_t period_mbs = 1;  // micro-batches per period
+  std::int64_t period = 1;      // in task indices
+  std::int64_t m = 0;           // the scenario's micro-batches
+  std::int64_t q_max = 0;       // Q
+  std::int64_t k = 0;           // the reduced step's micro-batches
+};
+
+// The periods of a pipelined scenario, or nothing (with why) when it has too few micro-batches.
+std::optional<PipelinePeriods> pipeline_periods(const Scenario& scenario, std::string& why) {
   const ParallelConfig& par = scenario.parallelism;
   const bool interleaved =
       par.schedule == ParallelConfig::PipelineSchedule::kInterleaved1F1B && par.virtual_stages > 1;
   const std::int64_t pp = par.pp;
-  const std::int64_t v = par.virtual_stages;
-  const std::int64_t period_mbs = interleaved ? pp : 1;
-  const std::int64_t period = interleaved ? pp * v : 1;  // in task indices
-  const std::int64_t m = grad_accum_steps(scenario.training, par);
+  PipelinePeriods p;
+  p.v = par.virtual_stages;
+  p.period_mbs = interleaved ? pp : 1;
+  p.period = interleaved ? pp * p.v : 1;
+  p.m = grad_accum_steps(scenario.training, par);
   // The engine's state may repeat only after q periods (flows can change slots from one
   // period to the next, a permutation that comes back): boundaries at b1 + i·P for i = 0..Q,
   // and M - K a multiple of Q periods so that any q dividing Q extrapolates. K (1F1B): the
@@ -423,16 +433,288 @@ std::optional<Report> pipeline_steady_state_report(const ResolvedScenario& resol
   // 0 in index but have windows that end later by as much (see stage_hi below); the engine
   // checks each against its own stage's window. Interleaved: stage 0's steady indices end at
   // about (K/pp - 1)·pp·v.
-  const std::int64_t q_max = interleaved ? 2 : kMaxPeriodMultiple;
-  std::int64_t k = interleaved ? pp * (q_max + 5) : pp + 3 + q_max;
-  if (m > k) k += (m - k) % (q_max * period_mbs);
-  if (m <= k || m > std::int64_t{1} << 30 || (m - k) % period_mbs != 0) {
-    why = fmt::format("{} micro-batches (the pipeline fast path needs more than {})", m, k);
+  p.q_max = interleaved ? 2 : kMaxPeriodMultiple;
+  p.k = interleaved ? pp * (p.q_max + 5) : pp + 3 + p.q_max;
+  if (p.m > p.k) p.k += (p.m - p.k) % (p.q_max * p.period_mbs);
+  if (p.m <= p.k || p.m > std::int64_t{1} << 30 || (p.m - p.k) % p.period_mbs != 0) {
+    why = fmt::format("{} micro-batches (the pipeline fast path needs more than {})", p.m, p.k);
     return std::nullopt;
   }
+  return p;
+}
+
+// A reduced step's pipeline tasks, indexed: each task's kind, its stage's window top, the task
+// one period on, and the task that holds an op or a tensor.
+class PipelineIndex {
+ public:
+  PipelineIndex(const sim::Plan& plan, const std::vector<PipelineTask>& tasks,
+                const PipelinePeriods& p)
+      : plan_(plan), tasks_(tasks), v_(p.v), period_(p.period) {}
+
+  // Indexes the tasks; false (with why) when they are not in op order.
+  bool build(std::int64_t k, std::string& why) {
+    if (!index_kinds(k, why)) return false;
+    cap_at_steady_end();
+    index_tensors();
+    return true;
+  }
+
+  // A task's kind: (stage, chunk, direction, receive).
+  std::uint32_t kind_of(const PipelineTask& t) const {
+    return static_cast<std::uint32_t>(((t.stage * v_ + t.chunk) * 2 + (t.forward ? 1 : 0)) * 2 +
+                                      (t.receive ? 1 : 0));
+  }
+
+  // The window top of a task's stage (every task's stage has one once built).
+  std::int64_t hi_of(const PipelineTask& t) const { return stage_hi_.find(t.stage)->second; }
+
+  // The lowest window top (the boundaries' stage 0).
+  std::int64_t hi() const {
+    std::int64_t hi = std::numeric_limits<std::int64_t>::max();
+    for (const auto& [stage, top] : stage_hi_) hi = std::min(hi, top);
+    return hi;
+  }
+
+  // The task that holds op `x`, or nothing.
+  const PipelineTask* task_of_op(std::size_t x) const {
+    auto it = std::upper_bound(tasks_.begin(), tasks_.end(), x,
+                               [](std::size_t o, const PipelineTask& t) { return o < t.op_begin; });
+    if (it == tasks_.begin()) return nullptr;
+    --it;
+    return x < it->op_end ? &*it : nullptr;
+  }
+
+  // The task that holds tensor `x`, or nothing.
+  const PipelineTask* task_of_tensor(std::size_t x) const {
+    auto it =
+        std::upper_bound(with_tensors_.begin(), with_tensors_.end(), x,
+                         [&](std::size_t o, std::size_t t) { return o < tasks_[t].tensor_begin; });
+    if (it == with_tensors_.begin()) return nullptr;
+    --it;
+    return x < tasks_[*it].tensor_end ? &tasks_[*it] : nullptr;
+  }
+
+  // The task of the same kind one period on, or nothing.
+  const PipelineTask* next_of(const PipelineTask& t) const {
+    auto it = by_kind_.find({kind_of(t), t.index + period_});
+    return it == by_kind_.end() ? nullptr : &tasks_[it->second];
+  }
+
+  // lo: the lowest index from which every period is identical to the next, up to hi.
+  std::int64_t steady_lo() const {
+    std::int64_t lo = 0;
+    for (const PipelineTask& t : tasks_) {
+      if (t.index < 0 || t.index + period_ > hi_of(t)) continue;
+      const PipelineTask* n = next_of(t);
+      if (n == nullptr || !same_task(t, *n)) lo = std::max(lo, t.index + 1);
+    }
+    return lo;
+  }
+
+  // The ops of the tasks with index in [from, to).
+  std::int64_t ops_in(std::int64_t from, std::int64_t to) const {
+    std::int64_t ops = 0;
+    for (const PipelineTask& t : tasks_) {
+      if (t.index >= from && t.index < to) ops += static_cast<std::int64_t>(t.op_end - t.op_begin);
+    }
+    return ops;
+  }
+
+ private:
+  // Each stage's window top: below the stage's last steady index (its forwards after warm-up)
+  // and below the indices of its tasks of the last micro-batch (a receive belongs to its send's
+  // stage and index). Stages run skewed in index (in 1F1B stage s is about s·t_b / (t_f + t_b)
+  // indices ahead of stage 0 at any instant and its steady range ends s indices later), so each
+  // stage keeps its own window; hi is the lowest of them (the boundaries' stage 0).
+  bool index_kinds(std::int64_t k, std::string& why) {
+    for (std::size_t i = 0; i < tasks_.size(); ++i) {
+      const PipelineTask& t = tasks_[i];
+      by_kind_[{kind_of(t), t.index}] = i;
+      stage_hi_.try_emplace(t.stage, std::numeric_limits<std::int64_t>::max() / 2);
+      if (t.mb == k - 1) stage_hi_[t.stage] = std::min(stage_hi_[t.stage], t.index - 1);
+      if (i > 0 && t.op_begin < tasks_[i - 1].op_end) {
+        why = "pipeline tasks out of order";
+        return false;
+      }
+    }
+    return true;
+  }
+
+  // Caps each stage's window top below its forwards' highest index.
+  void cap_at_steady_end() {
+    std::map<int, std::int64_t> steady_end;  // stage -> its forwards' highest index
+    for (const PipelineTask& t : tasks_) {
+      if (!t.receive && t.forward) steady_end[t.stage] = std::max(steady_end[t.stage], t.index);
+    }
+    for (const auto& [stage, last] : steady_end) {
+      stage_hi_[stage] = std::min(stage_hi_[stage], last - 1);
+    }
+  }
+
+  // Tasks with tensors, by first tensor, for mapping a reference into the next period.
+  void index_tensors() {
+    for (std::size_t i = 0; i < tasks_.size(); ++i) {
+      if (tasks_[i].tensor_end > tasks_[i].tensor_begin) with_tensors_.push_back(i);
+    }
+    std::sort(with_tensors_.begin(), with_tensors_.end(), [&](std::size_t a, std::size_t b) {
+      return tasks_[a].tensor_begin < tasks_[b].tensor_begin;
+    });
+  }
+
+  // Op `y` is op `x` moved one period on (or the same op outside the tasks).
+  bool moved_op(std::size_t x, std::size_t y) const {
+    const PipelineTask* t = task_of_op(x);
+    if (t == nullptr) return y == x;
+    const PipelineTask* n = next_of(*t);
+    return n != nullptr && n->op_end - n->op_begin == t->op_end - t->op_begin &&
+           y == n->op_begin + (x - t->op_begin);
+  }
+
+  // Tensor `y` is tensor `x` moved one period on (or the same tensor outside the tasks).
+  bool moved_tensor(std::size_t x, std::size_t y) const {
+    const PipelineTask* t = task_of_tensor(x);
+    if (t == nullptr) return y == x;
+    const PipelineTask* n = next_of(*t);
+    return n != nullptr && n->tensor_end - n->tensor_begin == t->tensor_end - t->tensor_begin &&
+           y == n->tensor_begin + (x - t->tensor_begin);
+  }
+
+  // Op `y` is op `x` one period on: same fields, references moved.
+  bool same_op(const sim::Op& x, const sim::Op& y) const {
+    if (x.lane != y.lane || x.kind != y.kind || x.category != y.category || x.layer != y.layer ||
+        !(x.cost == y.cost) || x.deps.size() != y.deps.size() ||
+        x.allocs.size() != y.allocs.size() || x.frees.size() != y.frees.size()) {
+      return false;
+    }
+    for (std::size_t j = 0; j < x.deps.size(); ++j) {
+      if (!moved_op(x.deps[j].index(), y.deps[j].index())) return false;
+    }
+    for (std::size_t j = 0; j < x.allocs.size(); ++j) {
+      if (!moved_tensor(x.allocs[j].index(), y.allocs[j].index())) return false;
+    }
+    for (std::size_t j = 0; j < x.frees.size(); ++j) {
+      if (!moved_tensor(x.frees[j].index(), y.frees[j].index())) return false;
+    }
+    return true;
+  }
+
+  // Task `b` is task `a` one period on, op for op and tensor for tensor.
+  bool same_task(const PipelineTask& a, const PipelineTask& b) const {
+    if (b.op_end - b.op_begin != a.op_end - a.op_begin ||
+        b.tensor_end - b.tensor_begin != a.tensor_end - a.tensor_begin) {
+      return false;
+    }
+    for (std::size_t i = 0; i < a.op_end - a.op_begin; ++i) {
+      if (!same_op(plan_.ops[a.op_begin + i], plan_.ops[b.op_begin + i])) return false;
+    }
+    for (std::size_t i = 0; i < a.tensor_end - a.tensor_begin; ++i) {
+      const sim::Tensor& x = plan_.tensors[a.tensor_begin + i];
+      const sim::Tensor& y = plan_.tensors[b.tensor_begin + i];
+      if (x.pool != y.pool || x.bytes != y.bytes || x.category != y.category) return false;
+    }
+    return true;
+  }
+
+  const sim::Plan& plan_;
+  const std::vector<PipelineTask>& tasks_;
+  std::int64_t v_;
+  std::int64_t period_;
+  std::map<int, std::int64_t> stage_hi_;
+  std::map<std::pair<std::uint32_t, std::int64_t>, std::size_t> by_kind_;
+  std::vector<std::size_t> with_tensors_;
+};
+
+// The probe's segments and boundaries: boundaries at b1 + i·P, i = 0..Q; the last micro-batch's
+// tasks stand for the full step's last: outside the periodic segments (ids written as they are;
+// they may only wait at a boundary). False (with why) when a boundary has no task.
+bool fill_period_probe(const PipelineIndex& index, const std::vector<PipelineTask>& tasks,
+                       const PipelinePeriods& p, std::int64_t lo, std::int64_t b1,
+                       sim::detail::PeriodProbe& probe, std::string& why) {
+  for (const PipelineTask& t : tasks) {
+    if (t.mb == p.k - 1) continue;
+    probe.segments.push_back({.op_begin = static_cast<std::uint32_t>(t.op_begin),
+                              .op_end = static_cast<std::uint32_t>(t.op_end),
+                              .tensor_begin = static_cast<std::uint32_t>(t.tensor_begin),
+                              .tensor_end = static_cast<std::uint32_t>(t.tensor_end),
+                              .kind = index.kind_of(t),
+                              .index = t.index,
+                              .hi = index.hi_of(t)});
+  }
+  for (std::int64_t i = 0; i <= p.q_max; ++i) {
+    const std::int64_t base = b1 + i * p.period;
+    const PipelineTask* first = nullptr;
+    for (const PipelineTask& t : tasks) {
+      if (t.stage == 0 && t.forward && !t.receive && t.index == base &&
+          (first == nullptr || t.op_begin < first->op_begin)) {
+        first = &t;
+      }
+    }
+    if (first == nullptr || first->op_end == first->op_begin) {
+      why = "no boundary task";
+      return false;
+    }
+    probe.boundaries.push_back({.first_op = static_cast<std::uint32_t>(first->op_begin),
+                                .first_tensor = static_cast<std::uint32_t>(first->tensor_begin),
+                                .index = base,
+                                .min_index = lo + i * p.period,
+                                .max_index = std::numeric_limits<std::int64_t>::max()});
+  }
+  return true;
+}
+
+// The smallest q (dividing Q) whose boundaries 0 and q are quiet (nothing above hi - q·P
+// started at boundary 0) with equal states; 0 (with why) when none is.
+std::int64_t period_multiple(const sim::detail::PeriodProbe& probe, const PipelinePeriods& p,
+                             std::int64_t lo, std::int64_t hi, std::int64_t b1, std::string& why) {
+  const auto& s1 = probe.snapshots[0];
+  std::int64_t q = 0;
+  why = "no periodic state";
+  for (std::int64_t c = 1; c <= p.q_max && q == 0; ++c) {
+    const auto& sc = probe.snapshots[static_cast<std::size_t>(c)];
+    if (p.q_max % c != 0 || !s1.taken || !sc.taken) continue;
+    if (!s1.quiet || !sc.quiet || s1.highest_over > -c * p.period) {
+      why = fmt::format(
+          "tasks in flight beyond the window (indices {}..{} and {}..{} at boundaries {} and "
+          "{}, {} and {} above their stage's window, window {}..{} on stage 0)",
+          s1.lowest_index, s1.highest_index, sc.lowest_index, sc.highest_index, b1,
+          b1 + c * p.period, s1.highest_over, sc.highest_over, lo, hi);
+      continue;
+    }
+    if (s1.state == sc.state && sc.time_ns > s1.time_ns) q = c;
+  }
+  return q;
+}
+
+// Each pool's peak keeps its live tensors' names: before t2 no tensor of the last micro-batch
+// (which the reduced step renames), after t2 only tensors outside the tasks or of the last
+// micro-batch. False (with why) otherwise.
+bool pipeline_peaks_keep_names(const sim::Timeline& t, sim::TimePoint t2,
+                               const sim::detail::PeriodProbe& probe, const PipelineIndex& index,
+                               std::int64_t k, std::string& why) {
+  for (std::size_t p = 0; p < t.pools.size(); ++p) {
+    if (t.pools[p].peak_bytes == 0) continue;
+    const bool before = t.pools[p].peak_time <= t2;
+    for (std::uint32_t id : probe.live_at_peak[p]) {
+      const PipelineTask* owner = index.task_of_tensor(id);
+      const bool last = owner != nullptr && owner->mb == k - 1;
+      if (before ? last : (owner != nullptr && !last)) {
+        why = "a pool's peak holds tensors whose names move";
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+std::optional<Report> pipeline_steady_state_report(const ResolvedScenario& resolved,
+                                                   const EvalOptions& options, std::string& why) {
+  const Scenario& scenario = resolved.scenario();
+  const std::optional<PipelinePeriods> periods = pipeline_periods(scenario, why);
+  if (!periods) return std::nullopt;
+  const PipelinePeriods& p = *periods;
   BuildOptions reduced = options.build;
-  reduced.micro_batches = static_cast<int>(k);
-  reduced.last_micro_batch_label = static_cast<int>(m - 1);
+  reduced.micro_batches = static_cast<int>(p.k);
+  reduced.last_micro_batch_label = static_cast<int>(p.m - 1);
   sim::Result<BuiltStep> built = build_step(resolved, reduced);
   if (!built) {
     why = "the reduced step does not build";
@@ -445,201 +727,33 @@ std::optional<Report> pipeline_steady_state_report(const ResolvedScenario& resol
     why = "no pipeline task structure";
     return std::nullopt;
   }
-  const auto kind_of = [&](const PipelineTask& t) {
-    return static_cast<std::uint32_t>(((t.stage * v + t.chunk) * 2 + (t.forward ? 1 : 0)) * 2 +
-                                      (t.receive ? 1 : 0));
-  };
-  // Each stage's window top: below the stage's last steady index (its forwards after warm-up)
-  // and below the indices of its tasks of the last micro-batch (a receive belongs to its send's
-  // stage and index). Stages run skewed in index (in 1F1B stage s is about s·t_b / (t_f + t_b)
-  // indices ahead of stage 0 at any instant and its steady range ends s indices later), so each
-  // stage keeps its own window; hi is the lowest of them (the boundaries' stage 0).
-  std::map<int, std::int64_t> stage_hi;
-  std::map<std::pair<std::uint32_t, std::int64_t>, std::size_t> by_kind;
-  for (std::size_t i = 0; i < tasks.size(); ++i) {
-    const PipelineTask& t = tasks[i];
-    by_kind[{kind_of(t), t.index}] = i;
-    stage_hi.try_emplace(t.stage, std::numeric_limits<std::int64_t>::max() / 2);
-    if (t.mb == k - 1) stage_hi[t.stage] = std::min(stage_hi[t.stage], t.index - 1);
-    if (i > 0 && t.op_begin < tasks[i - 1].op_end) {
-      why = "pipeline tasks out of order";
-      return std::nullopt;
-    }
-  }
-  std::map<int, std::int64_t> steady_end;  // stage -> its forwards' highest index
-  for (const PipelineTask& t : tasks) {
-    if (!t.receive && t.forward) steady_end[t.stage] = std::max(steady_end[t.stage], t.index);
-  }
-  for (const auto& [stage, last] : steady_end) {
-    stage_hi[stage] = std::min(stage_hi[stage], last - 1);
-  }
-  const auto hi_of = [&](const PipelineTask& t) { return stage_hi[t.stage]; };
-  std::int64_t hi = std::numeric_limits<std::int64_t>::max();
-  for (const auto& [stage, top] : stage_hi) hi = std::min(hi, top);
-  // Ops and tensors of the tasks, for mapping a reference into the next period.
-  std::vector<std::size_t> with_tensors;
-  for (std::size_t i = 0; i < tasks.size(); ++i) {
-    if (tasks[i].tensor_end > tasks[i].tensor_begin) with_tensors.push_back(i);
-  }
-  std::sort(with_tensors.begin(), with_tensors.end(), [&](std::size_t a, std::size_t b) {
-    return tasks[a].tensor_begin < tasks[b].tensor_begin;
-  });
-  const auto task_of_op = [&](std::size_t x) -> const PipelineTask* {
-    auto it = std::upper_bound(tasks.begin(), tasks.end(), x,
-                               [](std::size_t o, const PipelineTask& t) { return o < t.op_begin; });
-    if (it == tasks.begin()) return nullptr;
-    --it;
-    return x < it->op_end ? &*it : nullptr;
-  };
-  const auto task_of_tensor = [&](std::size_t x) -> const PipelineTask* {
-    auto it =
-        std::upper_bound(with_tensors.begin(), with_tensors.end(), x,
-                         [&](std::size_t o, std::size_t t) { return o < tasks[t].tensor_begin; });
-    if (it == with_tensors.begin()) return nullptr;
-    --it;
-    return x < tasks[*it].tensor_end ? &tasks[*it] : nullptr;
-  };
-  const auto next_of = [&](const PipelineTask& t) -> const PipelineTask* {
-    auto it = by_kind.find({kind_of(t), t.index + period});
-    return it == by_kind.end() ? nullptr : &tasks[it->second];
-  };
-  // Op `y` is op `x` moved one period on (or the same op outside the tasks).
-  const auto moved_op = [&](std::size_t x, std::size_t y) {
-    const PipelineTask* t = task_of_op(x);
-    if (t == nullptr) return y == x;
-    const PipelineTask* n = next_of(*t);
-    return n != nullptr && n->op_end - n->op_begin == t->op_end - t->op_begin &&
-           y == n->op_begin + (x - t->op_begin);
-  };
-  const auto moved_tensor = [&](std::size_t x, std::size_t y) {
-    const PipelineTask* t = task_of_tensor(x);
-    if (t == nullptr) return y == x;
-    const PipelineTask* n = next_of(*t);
-    return n != nullptr && n->tensor_end - n->tensor_begin == t->tensor_end - t->tensor_begin &&
-           y == n->tensor_begin + (x - t->tensor_begin);
-  };
-  const auto same_task = [&](const PipelineTask& a, const PipelineTask& b) {
-    if (b.op_end - b.op_begin != a.op_end - a.op_begin ||
-        b.tensor_end - b.tensor_begin != a.tensor_end - a.tensor_begin) {
-      return false;
-    }
-    for (std::size_t i = 0; i < a.op_end - a.op_begin; ++i) {
-      const sim::Op& x = plan.ops[a.op_begin + i];
-      const sim::Op& y = plan.ops[b.op_begin + i];
-      if (x.lane != y.lane || x.kind != y.kind || x.category != y.category || x.layer != y.layer ||
-          !(x.cost == y.cost) || x.deps.size() != y.deps.size() ||
-          x.allocs.size() != y.allocs.size() || x.frees.size() != y.frees.size()) {
-        return false;
-      }
-      for (std::size_t j = 0; j < x.deps.size(); ++j) {
-        if (!moved_op(x.deps[j].index(), y.deps[j].index())) return false;
-      }
-      for (std::size_t j = 0; j < x.allocs.size(); ++j) {
-        if (!moved_tensor(x.allocs[j].index(), y.allocs[j].index())) return false;
-      }
-      for (std::size_t j = 0; j < x.frees.size(); ++j) {
-        if (!moved_tensor(x.frees[j].index(), y.frees[j].index())) return false;
-      }
-    }
-    for (std::size_t i = 0; i < a.tensor_end - a.tensor_begin; ++i) {
-      const sim::Tensor& x = plan.tensors[a.tensor_begin + i];
-      const sim::Tensor& y = plan.tensors[b.tensor_begin + i];
-      if (x.pool != y.pool || x.bytes != y.bytes || x.category != y.category) return false;
-    }
-    return true;
-  };
-  // lo: the lowest index from which every period is identical to the next, up to hi.
-  std::int64_t lo = 0;
-  for (const PipelineTask& t : tasks) {
-    if (t.index < 0 || t.index + period > hi_of(t)) continue;
-    const PipelineTask* n = next_of(t);
-    if (n == nullptr || !same_task(t, *n)) lo = std::max(lo, t.index + 1);
-  }
+  PipelineIndex index(plan, tasks, p);
+  if (!index.build(p.k, why)) return std::nullopt;
+  const std::int64_t hi = index.hi();
+  const std::int64_t lo = index.steady_lo();
   // Boundaries at b1 + i·P, i = 0..Q, one period above lo.
-  const std::int64_t b1 = lo + period;
-  if (b1 + q_max * period > hi) {
+  const std::int64_t b1 = lo + p.period;
+  if (b1 + p.q_max * p.period > hi) {
     why = fmt::format("no identical periods in the reduced step's steady state (from {} to {})", lo,
                       hi);
     return std::nullopt;
   }
-  // The last micro-batch's tasks stand for the full step's last: outside the periodic segments
-  // (ids written as they are; they may only wait at a boundary).
   sim::detail::PeriodProbe probe;
-  for (const PipelineTask& t : tasks) {
-    if (t.mb == k - 1) continue;
-    probe.segments.push_back({.op_begin = static_cast<std::uint32_t>(t.op_begin),
-                              .op_end = static_cast<std::uint32_t>(t.op_end),
-                              .tensor_begin = static_cast<std::uint32_t>(t.tensor_begin),
-                              .tensor_end = static_cast<std::uint32_t>(t.tensor_end),
-                              .kind = kind_of(t),
-                              .index = t.index,
-                              .hi = hi_of(t)});
-  }
-  for (std::int64_t i = 0; i <= q_max; ++i) {
-    const std::int64_t base = b1 + i * period;
-    const PipelineTask* first = nullptr;
-    for (const PipelineTask& t : tasks) {
-      if (t.stage == 0 && t.forward && !t.receive && t.index == base &&
-          (first == nullptr || t.op_begin < first->op_begin)) {
-        first = &t;
-      }
-    }
-    if (first == nullptr || first->op_end == first->op_begin) {
-      why = "no boundary task";
-      return std::nullopt;
-    }
-    probe.boundaries.push_back({.first_op = static_cast<std::uint32_t>(first->op_begin),
-                                .first_tensor = static_cast<std::uint32_t>(first->tensor_begin),
-                                .index = base,
-                                .min_index = lo + i * period,
-                                .max_index = std::numeric_limits<std::int64_t>::max()});
-  }
+  if (!fill_period_probe(index, tasks, p, lo, b1, probe, why)) return std::nullopt;
   std::optional<sim::SimResult> result = simulate_reduced(plan, options, probe, why);
   if (!result) return std::nullopt;
   const sim::Timeline& t = result->timeline;
-  // The smallest q (dividing Q) whose boundaries 0 and q are quiet (nothing above hi - q·P
-  // started at boundary 0) with equal states.
-  const auto& s1 = probe.snapshots[0];
-  std::int64_t q = 0;
-  why = "no periodic state";
-  for (std::int64_t c = 1; c <= q_max && q == 0; ++c) {
-    const auto& sc = probe.snapshots[static_cast<std::size_t>(c)];
-    if (q_max % c != 0 || !s1.taken || !sc.taken) continue;
-    if (!s1.quiet || !sc.quiet || s1.highest_over > -c * period) {
-      why = fmt::format(
-          "tasks in flight beyond the window (indices {}..{} and {}..{} at boundaries {} and "
-          "{}, {} and {} above their stage's window, window {}..{} on stage 0)",
-          s1.lowest_index, s1.highest_index, sc.lowest_index, sc.highest_index, b1, b1 + c * period,
-          s1.highest_over, sc.highest_over, lo, hi);
-      continue;
-    }
-    if (s1.state == sc.state && sc.time_ns > s1.time_ns) q = c;
-  }
+  const std::int64_t q = period_multiple(probe, p, lo, hi, b1, why);
   if (q == 0) return std::nullopt;
+  const auto& s1 = probe.snapshots[0];
   const auto& s2 = probe.snapshots[static_cast<std::size_t>(q)];
-  const std::int64_t extra = (m - k) / (q * period_mbs);
+  const std::int64_t extra = (p.m - p.k) / (q * p.period_mbs);
   const std::int64_t period_ns = s2.time_ns - s1.time_ns;
   const sim::TimePoint t1{sim::Duration{s1.time_ns}};
   const sim::TimePoint t2{sim::Duration{s2.time_ns}};
   if (!failures_in_prefix(t, t2, why)) return std::nullopt;
-  for (std::size_t p = 0; p < t.pools.size(); ++p) {
-    if (t.pools[p].peak_bytes == 0) continue;
-    const bool before = t.pools[p].peak_time <= t2;
-    for (std::uint32_t id : probe.live_at_peak[p]) {
-      const PipelineTask* owner = task_of_tensor(id);
-      const bool last = owner != nullptr && owner->mb == k - 1;
-      if (before ? last : (owner != nullptr && !last)) {
-        why = "a pool's peak holds tensors whose names move";
-        return std::nullopt;
-      }
-    }
-  }
-  std::int64_t period_ops = 0;  // the ops of q periods' tasks
-  for (const PipelineTask& t : tasks) {
-    if (t.index >= b1 && t.index < b1 + q * period) {
-      period_ops += static_cast<std::int64_t>(t.op_end - t.op_begin);
-    }
-  }
+  if (!pipeline_peaks_keep_names(t, t2, probe, index, p.k, why)) return std::nullopt;
+  const std::int64_t period_ops = index.ops_in(b1, b1 + q * p.period);  // q periods' tasks
   Extrapolation x;
   x.makespan = t.makespan + sim::Duration{extra * period_ns};
   x.plan_ops = static_cast<std::int64_t>(plan.ops.size()) + extra * period_ops;

@@ -165,6 +165,145 @@ struct PoolState {
   bool over_capacity = false;  // an alloc went past capacity (run_past_capacity)
 };
 
+// Writes a snapshot's words (Engine::take_snapshot): ids relative to the boundary's segment or
+// period, and the quiet/window facts gathered while writing the lanes.
+class SnapshotWriter {
+ public:
+  using Segment = detail::PeriodProbe::Segment;
+
+  SnapshotWriter(const detail::PeriodProbe& probe, const detail::PeriodProbe::Boundary& boundary,
+                 std::int64_t now, std::size_t groups, std::vector<std::uint64_t>& state)
+      : b(boundary),
+        out(state),
+        group_name(groups, kNone),
+        segmented(!probe.segments.empty()),
+        probe_(probe),
+        segs_(probe.segments),
+        now_(now) {
+    out.clear();
+    if (segmented) index_tensor_segments();
+  }
+
+  const detail::PeriodProbe::Boundary& b;
+  std::vector<std::uint64_t>& out;
+  // Group ids are names only (which free slot a new group takes changes nothing else): they
+  // are written in order of first use, so equal states with permuted group ids compare equal.
+  std::vector<std::uint32_t> group_name;
+  const bool segmented;
+  bool quiet = true;
+  std::int64_t lowest = std::numeric_limits<std::int64_t>::max();
+  std::int64_t highest = std::numeric_limits<std::int64_t>::min();
+  std::int64_t highest_over = std::numeric_limits<std::int64_t>::min();
+
+  // A time relative to the snapshot's instant.
+  std::uint64_t rel(std::int64_t ns) const { return static_cast<std::uint64_t>(ns - now_); }
+
+  // Segments (see detail::PeriodProbe): which one holds an op.
+  const Segment* seg_of_op(std::uint32_t x) const {
+    auto it = std::upper_bound(segs_.begin(), segs_.end(), x,
+                               [](std::uint32_t v, const Segment& g) { return v < g.op_begin; });
+    if (it == segs_.begin()) return nullptr;
+    --it;
+    return x < it->op_end ? &*it : nullptr;
+  }
+
+  // Which segment holds a tensor.
+  const Segment* seg_of_tensor(std::uint32_t t) const {
+    auto it =
+        std::upper_bound(by_tensor_.begin(), by_tensor_.end(), t,
+                         [](std::uint32_t v, const Segment* g) { return v < g->tensor_begin; });
+    if (it == by_tensor_.begin()) return nullptr;
+    --it;
+    return t < (*it)->tensor_end ? *it : nullptr;
+  }
+
+  // With segments: `x` is a lane's next op to end (head) or an op that started (ran).
+  void window(std::uint32_t x, bool head, bool ran) {
+    const Segment* g = seg_of_op(x);
+    if (g == nullptr) {
+      if (ran) quiet = false;
+      return;
+    }
+    if (head) {
+      lowest = std::min(lowest, g->index);
+      if (g->index < b.min_index) quiet = false;
+    }
+    if (ran) {
+      highest = std::max(highest, g->index);
+      highest_over = std::max(highest_over, g->index - g->hi);
+      if (g->index > b.max_index || g->index > g->hi) quiet = false;
+    }
+  }
+
+  // An op's name: by segment and offset, by period offset, or as it is.
+  void op_id(std::uint32_t x) {
+    if (x == kNone) {
+      out.push_back(2);
+      out.push_back(0);
+    } else if (segmented) {
+      if (const Segment* g = seg_of_op(x)) {
+        out.push_back(3);
+        out.push_back(g->kind);
+        out.push_back(static_cast<std::uint64_t>(g->index - b.index));
+        out.push_back(x - g->op_begin);
+      } else {
+        out.push_back(0);
+        out.push_back(x);
+      }
+    } else if (x >= probe_.op_lo && x < probe_.op_hi) {
+      out.push_back(1);
+      out.push_back(static_cast<std::uint64_t>(std::int64_t{x} - std::int64_t{b.first_op}));
+    } else {
+      out.push_back(0);
+      out.push_back(x);
+    }
+  }
+
+  // A live tensor's name, as op_id names ops.
+  void tensor_id(std::uint32_t t) {
+    if (segmented) {
+      if (const Segment* g = seg_of_tensor(t)) {
+        out.push_back(3);
+        out.push_back(g->kind);
+        out.push_back(static_cast<std::uint64_t>(g->index - b.index));
+        out.push_back(t - g->tensor_begin);
+      } else {
+        out.push_back(0);
+        out.push_back(t);
+      }
+    } else if (t >= probe_.tensor_lo && t < probe_.tensor_hi) {
+      out.push_back(1);
+      out.push_back(static_cast<std::uint64_t>(std::int64_t{t} - std::int64_t{b.first_tensor}));
+    } else {
+      out.push_back(0);
+      out.push_back(t);
+    }
+  }
+
+  // A group's name, given in order of first use.
+  std::uint64_t group_id(std::uint32_t g) {
+    if (g == kNone) return std::uint64_t{kNone};
+    if (group_name[g] == kNone) group_name[g] = groups_named_++;
+    return std::uint64_t{group_name[g]};
+  }
+
+ private:
+  // Sorts the segments that hold tensors by their first tensor.
+  void index_tensor_segments() {
+    for (const Segment& g : segs_) {
+      if (g.tensor_end > g.tensor_begin) by_tensor_.push_back(&g);
+    }
+    std::sort(by_tensor_.begin(), by_tensor_.end(),
+              [](const Segment* a, const Segment* c) { return a->tensor_begin < c->tensor_begin; });
+  }
+
+  const detail::PeriodProbe& probe_;
+  const std::vector<Segment>& segs_;
+  std::int64_t now_;
+  std::vector<const Segment*> by_tensor_;  // segments with tensors, by tensor_begin
+  std::uint32_t groups_named_ = 0;
+};
+
 class Engine {
  public:
   Engine(const Plan& plan, const SimOptions& options, detail::EngineProbe* probe,
@@ -175,6 +314,11 @@ class Engine {
 
  private:
   void setup();
+  void seed();
+  void run_instant();
+  void poll_cancel(std::int64_t& next_poll);
+  void sort_spans();
+  void fill_outcome(Timeline& t);
   void push_event(std::int64_t time, EventKind kind, std::uint32_t index, std::uint32_t gen) {
     heap_.push_back(Event{time, next_seq_++, index, gen, kind});
     std::push_heap(heap_.begin(), heap_.end(), EventLater{});
@@ -198,6 +342,11 @@ class Engine {
   void fill_memory(Timeline& timeline);
   void describe_deadlock(Timeline& timeline) const;
   void take_snapshot(std::size_t boundary);
+  void snapshot_lane(SnapshotWriter& w, std::uint32_t lane) const;
+  void snapshot_flows(SnapshotWriter& w) const;
+  void snapshot_groups(SnapshotWriter& w) const;
+  void snapshot_events(SnapshotWriter& w) const;
+  void snapshot_memory(SnapshotWriter& w) const;
   bool is_lane_head(std::uint32_t op) const {
     const std::uint32_t lane = ops_[op].lane;
     const std::uint32_t pos = lane_offsets_[lane] + lane_head_[lane];
@@ -644,138 +793,73 @@ void Engine::describe_deadlock(Timeline& timeline) const {
 // boundary: see detail::PeriodProbe. Everything the engine reads later is here; what it only
 // records (spans, samples, peaks, counters) is not.
 void Engine::take_snapshot(std::size_t boundary) {
-  const detail::PeriodProbe::Boundary& b = periods_->boundaries[boundary];
   detail::PeriodProbe::Snapshot& snap = periods_->snapshots[boundary];
   snap.taken = true;
   snap.time_ns = now_;
-  std::vector<std::uint64_t>& out = snap.state;
-  out.clear();
-  const auto rel = [&](std::int64_t ns) { return static_cast<std::uint64_t>(ns - now_); };
-  // Segments (see detail::PeriodProbe): which one holds an op or a tensor.
-  using Segment = detail::PeriodProbe::Segment;
-  const std::vector<Segment>& segs = periods_->segments;
-  const bool segmented = !segs.empty();
-  const auto seg_of_op = [&](std::uint32_t x) -> const Segment* {
-    auto it = std::upper_bound(segs.begin(), segs.end(), x,
-                               [](std::uint32_t v, const Segment& g) { return v < g.op_begin; });
-    if (it == segs.begin()) return nullptr;
-    --it;
-    return x < it->op_end ? &*it : nullptr;
-  };
-  std::vector<const Segment*> by_tensor;  // segments with tensors, by tensor_begin
-  if (segmented) {
-    for (const Segment& g : segs) {
-      if (g.tensor_end > g.tensor_begin) by_tensor.push_back(&g);
+  SnapshotWriter w(*periods_, periods_->boundaries[boundary], now_, groups_.size(), snap.state);
+  w.out.push_back(w.rel(makespan_));
+  w.out.push_back(ready_.size() - ready_next_);
+  w.out.push_back(released_.size());
+  for (std::uint32_t lane = 0; lane < lane_head_.size(); ++lane) snapshot_lane(w, lane);
+  snapshot_flows(w);
+  snapshot_groups(w);
+  snapshot_events(w);
+  snapshot_memory(w);
+  snap.quiet = w.quiet;
+  snap.lowest_index = w.lowest;
+  snap.highest_index = w.highest;
+  snap.highest_over = w.highest_over;
+}
+
+// One lane in the snapshot: its last ended op, its head, and its unstarted ops' finished deps.
+void Engine::snapshot_lane(SnapshotWriter& w, std::uint32_t lane) const {
+  const detail::PeriodProbe::Boundary& b = w.b;
+  std::vector<std::uint64_t>& out = w.out;
+  const std::uint32_t lo = lane_offsets_[lane];
+  const std::uint32_t hi = lane_offsets_[lane + 1];
+  const std::uint32_t pos = lo + lane_head_[lane];
+  out.push_back(0xA1A1000000000000u | lane);
+  if (pos > lo) {
+    const std::uint32_t prev = lane_ops_[pos - 1];
+    if (w.segmented) {
+      w.window(prev, false, true);
+    } else if (prev >= b.next_first_op) {
+      w.quiet = false;
     }
-    std::sort(by_tensor.begin(), by_tensor.end(),
-              [](const Segment* a, const Segment* c) { return a->tensor_begin < c->tensor_begin; });
+    out.push_back(w.rel(ops_[prev].end_ns));
   }
-  const auto seg_of_tensor = [&](std::uint32_t t) -> const Segment* {
-    auto it =
-        std::upper_bound(by_tensor.begin(), by_tensor.end(), t,
-                         [](std::uint32_t v, const Segment* g) { return v < g->tensor_begin; });
-    if (it == by_tensor.begin()) return nullptr;
-    --it;
-    return t < (*it)->tensor_end ? *it : nullptr;
-  };
-  bool quiet = true;
-  std::int64_t lowest = std::numeric_limits<std::int64_t>::max();
-  std::int64_t highest = std::numeric_limits<std::int64_t>::min();
-  std::int64_t highest_over = std::numeric_limits<std::int64_t>::min();
-  // With segments: `x` is a lane's next op to end (head) or an op that started (ran).
-  const auto window = [&](std::uint32_t x, bool head, bool ran) {
-    const Segment* g = seg_of_op(x);
-    if (g == nullptr) {
-      if (ran) quiet = false;
-      return;
-    }
-    if (head) {
-      lowest = std::min(lowest, g->index);
-      if (g->index < b.min_index) quiet = false;
-    }
-    if (ran) {
-      highest = std::max(highest, g->index);
-      highest_over = std::max(highest_over, g->index - g->hi);
-      if (g->index > b.max_index || g->index > g->hi) quiet = false;
-    }
-  };
-  const auto op_id = [&](std::uint32_t x) {
-    if (x == kNone) {
-      out.push_back(2);
-      out.push_back(0);
-    } else if (segmented) {
-      if (const Segment* g = seg_of_op(x)) {
-        out.push_back(3);
-        out.push_back(g->kind);
-        out.push_back(static_cast<std::uint64_t>(g->index - b.index));
-        out.push_back(x - g->op_begin);
-      } else {
-        out.push_back(0);
-        out.push_back(x);
-      }
-    } else if (x >= periods_->op_lo && x < periods_->op_hi) {
-      out.push_back(1);
-      out.push_back(static_cast<std::uint64_t>(std::int64_t{x} - std::int64_t{b.first_op}));
-    } else {
-      out.push_back(0);
-      out.push_back(x);
-    }
-  };
-  out.push_back(rel(makespan_));
-  out.push_back(ready_.size() - ready_next_);
-  out.push_back(released_.size());
-  for (std::uint32_t lane = 0; lane < lane_head_.size(); ++lane) {
-    const std::uint32_t lo = lane_offsets_[lane];
-    const std::uint32_t hi = lane_offsets_[lane + 1];
-    const std::uint32_t pos = lo + lane_head_[lane];
-    out.push_back(0xA1A1000000000000u | lane);
-    if (pos > lo) {
-      const std::uint32_t prev = lane_ops_[pos - 1];
-      if (segmented) {
-        window(prev, false, true);
-      } else if (prev >= b.next_first_op) {
-        quiet = false;
-      }
-      out.push_back(rel(ops_[prev].end_ns));
-    }
-    if (pos >= hi) {
-      op_id(kNone);
-      continue;
-    }
-    const std::uint32_t head = lane_ops_[pos];
-    const OpState& h = ops_[head];
-    if (segmented) {
-      window(head, true, h.phase != Phase::kWaiting);
-    } else {
-      if (head < b.prev_first_op) quiet = false;
-      if (h.phase != Phase::kWaiting && head >= b.next_first_op) quiet = false;
-    }
-    op_id(head);
-    out.push_back(static_cast<std::uint64_t>(h.phase));
-    out.push_back(h.phase == Phase::kWaiting ? h.pending_deps : rel(h.start_ns));
-    // Unstarted ops of the lane and the finished ops they wait on (when those ended).
-    for (std::uint32_t i = pos; i < hi; ++i) {
-      const std::uint32_t x = lane_ops_[i];
-      for (OpId d : plan_.ops[x].deps) {
-        const OpState& ds = ops_[d.index()];
-        if (ds.phase != Phase::kDone) continue;
-        op_id(x);
-        op_id(d.value());
-        out.push_back(rel(ds.end_ns));
-      }
+  if (pos >= hi) {
+    w.op_id(kNone);
+    return;
+  }
+  const std::uint32_t head = lane_ops_[pos];
+  const OpState& h = ops_[head];
+  if (w.segmented) {
+    w.window(head, true, h.phase != Phase::kWaiting);
+  } else {
+    if (head < b.prev_first_op) w.quiet = false;
+    if (h.phase != Phase::kWaiting && head >= b.next_first_op) w.quiet = false;
+  }
+  w.op_id(head);
+  out.push_back(static_cast<std::uint64_t>(h.phase));
+  out.push_back(h.phase == Phase::kWaiting ? h.pending_deps : w.rel(h.start_ns));
+  // Unstarted ops of the lane and the finished ops they wait on (when those ended).
+  for (std::uint32_t i = pos; i < hi; ++i) {
+    const std::uint32_t x = lane_ops_[i];
+    for (OpId d : plan_.ops[x].deps) {
+      const OpState& ds = ops_[d.index()];
+      if (ds.phase != Phase::kDone) continue;
+      w.op_id(x);
+      w.op_id(d.value());
+      out.push_back(w.rel(ds.end_ns));
     }
   }
-  // Group ids are names only (which free slot a new group takes changes nothing else): they
-  // are written in order of first use, so equal states with permuted group ids compare equal.
-  std::vector<std::uint32_t> group_name(groups_.size(), kNone);
-  std::uint32_t groups_named = 0;
-  const auto group_id = [&](std::uint32_t g) {
-    if (g == kNone) return std::uint64_t{kNone};
-    if (group_name[g] == kNone) group_name[g] = groups_named++;
-    return std::uint64_t{group_name[g]};
-  };
-  // Flows are written as the solver lists them, each named by its op: which slot a flow took
-  // depends on history but changes nothing (see FlowSolver::append_state).
+}
+
+// Flows are written as the solver lists them, each named by its op: which slot a flow took
+// depends on history but changes nothing (see FlowSolver::append_state).
+void Engine::snapshot_flows(SnapshotWriter& w) const {
+  std::vector<std::uint64_t>& out = w.out;
   out.push_back(0xA2A2000000000000u);
   std::uint64_t in_flight = 0;
   for (const FlowState& fs : flows_) in_flight += fs.op != kNone ? 1 : 0;
@@ -783,164 +867,131 @@ void Engine::take_snapshot(std::size_t boundary) {
   std::vector<std::uint8_t> flow_named(flows_.size(), 0);
   solver_.append_state(out, [&](std::uint32_t f) {
     const FlowState& fs = flows_[f];
-    op_id(fs.op);
+    w.op_id(fs.op);
     if (flow_named[f] != 0) return;
     flow_named[f] = 1;
-    op_id(fs.sig_op);
-    out.push_back(group_id(fs.group));
+    w.op_id(fs.sig_op);
+    out.push_back(w.group_id(fs.group));
     out.push_back(std::bit_cast<std::uint64_t>(fs.remaining));
     out.push_back(std::bit_cast<std::uint64_t>(fs.rate));
-    out.push_back(rel(fs.last_ns));
-    out.push_back(fs.completion_ns == kNeverNs ? ~std::uint64_t{0} : rel(fs.completion_ns));
+    out.push_back(w.rel(fs.last_ns));
+    out.push_back(fs.completion_ns == kNeverNs ? ~std::uint64_t{0} : w.rel(fs.completion_ns));
   });
-  // Live groups in order of their names; a member is its flow's op, or nothing once the flow
-  // left the group (the group's event skips it).
+}
+
+// Live groups in order of their names; a member is its flow's op, or nothing once the flow
+// left the group (the group's event skips it).
+void Engine::snapshot_groups(SnapshotWriter& w) const {
+  std::vector<std::uint64_t>& out = w.out;
   out.push_back(0xA3A3000000000000u);
   std::vector<std::uint32_t> live_groups;
   for (std::uint32_t g = 0; g < groups_.size(); ++g) {
     if (groups_[g].live != 0) live_groups.push_back(g);
   }
-  for (std::uint32_t g : live_groups) group_id(g);  // unnamed ones last (none expected)
+  for (std::uint32_t g : live_groups) w.group_id(g);  // unnamed ones last (none expected)
   std::sort(live_groups.begin(), live_groups.end(),
-            [&](std::uint32_t x, std::uint32_t y) { return group_name[x] < group_name[y]; });
+            [&](std::uint32_t x, std::uint32_t y) { return w.group_name[x] < w.group_name[y]; });
   for (std::uint32_t g : live_groups) {
-    out.push_back(group_id(g));
+    out.push_back(w.group_id(g));
     out.push_back(groups_[g].live);
     out.push_back(groups_[g].members.size());
     for (std::uint32_t f : groups_[g].members) {
       const FlowState& fs = flows_[f];
-      op_id(fs.group == g ? fs.op : kNone);
+      w.op_id(fs.group == g ? fs.op : kNone);
     }
   }
+}
+
+// Pending events in firing order, less superseded group events.
+void Engine::snapshot_events(SnapshotWriter& w) const {
+  std::vector<std::uint64_t>& out = w.out;
   std::vector<Event> events = heap_;
   std::sort(events.begin(), events.end(), [](const Event& x, const Event& y) {
     return x.time < y.time || (x.time == y.time && x.seq < y.seq);
   });
   for (const Event& e : events) {
     if (e.kind == EventKind::kGroup && groups_[e.index].generation != e.generation) continue;
-    out.push_back(rel(e.time));
+    out.push_back(w.rel(e.time));
     out.push_back(static_cast<std::uint64_t>(e.kind));
     if (e.kind == EventKind::kOpTimer) {
-      op_id(e.index);
+      w.op_id(e.index);
     } else {
-      out.push_back(group_id(e.index));
+      out.push_back(w.group_id(e.index));
     }
   }
-  out.push_back(0xA5A5000000000000u);
-  for (std::size_t p = 0; p < pools_.size(); ++p) {
-    out.push_back(static_cast<std::uint64_t>(ledger_.in_use(PoolId{p})));
-  }
-  for (std::uint32_t t = 0; t < live_.size(); ++t) {
-    if (!live_[t]) continue;
-    if (segmented) {
-      if (const Segment* g = seg_of_tensor(t)) {
-        out.push_back(3);
-        out.push_back(g->kind);
-        out.push_back(static_cast<std::uint64_t>(g->index - b.index));
-        out.push_back(t - g->tensor_begin);
-      } else {
-        out.push_back(0);
-        out.push_back(t);
-      }
-    } else if (t >= periods_->tensor_lo && t < periods_->tensor_hi) {
-      out.push_back(1);
-      out.push_back(static_cast<std::uint64_t>(std::int64_t{t} - std::int64_t{b.first_tensor}));
-    } else {
-      out.push_back(0);
-      out.push_back(t);
-    }
-  }
-  snap.quiet = quiet;
-  snap.lowest_index = lowest;
-  snap.highest_index = highest;
-  snap.highest_over = highest_over;
 }
 
-Result<SimResult> Engine::run() {
-  if (options_.validate_plan) {
-    OFFSIM_RETURN_IF_ERROR(validate(plan_));
-  } else {
-    OFFSIM_RETURN_IF_ERROR(check_runnable(plan_));
+// Bytes in use per pool, then the live tensors.
+void Engine::snapshot_memory(SnapshotWriter& w) const {
+  w.out.push_back(0xA5A5000000000000u);
+  for (std::size_t p = 0; p < pools_.size(); ++p) {
+    w.out.push_back(static_cast<std::uint64_t>(ledger_.in_use(PoolId{p})));
   }
-  if (plan_.ops.size() >= kNone) {
-    return fail(ErrorCode::kLimitExceeded, "plan has {} ops; at most {} are supported",
-                plan_.ops.size(), kNone - 1);
+  for (std::uint32_t t = 0; t < live_.size(); ++t) {
+    if (live_[t]) w.tensor_id(t);
   }
-  SimResult result;
-  result.timeline = timeline_skeleton(plan_, options_.record_op_infos);
-  result.timeline.source = "predicted";
-  setup();
-  if (periods_ != nullptr) {
-    periods_->snapshots.assign(periods_->boundaries.size(), {});
-    periods_->live_at_peak.assign(plan_.pools.size(), {});
-  }
+}
 
+// Allocates the initial tensors and readies each lane's first op when it waits on nothing.
+void Engine::seed() {
   for (TensorId t : plan_.initial_tensors) {
     if (!alloc_tensor(t, kNone)) break;
   }
-  if (!stopped_) {
-    for (std::uint32_t lane = 0; lane < lane_head_.size(); ++lane) {
-      if (lane_offsets_[lane] < lane_offsets_[lane + 1]) {
-        const std::uint32_t head = lane_ops_[lane_offsets_[lane]];
-        if (ops_[head].pending_deps == 0) make_ready(head);
-      }
+  if (stopped_) return;
+  for (std::uint32_t lane = 0; lane < lane_head_.size(); ++lane) {
+    if (lane_offsets_[lane] < lane_offsets_[lane + 1]) {
+      const std::uint32_t head = lane_ops_[lane_offsets_[lane]];
+      if (ops_[head].pending_deps == 0) make_ready(head);
     }
   }
+}
 
-  std::int64_t next_poll = 0;
-  while (!stopped_) {
-    // Everything that happens at now_: timed events first (ends free memory), then ops that
-    // became ready (their allocs), until neither is left.
-    for (;;) {
-      if (!heap_.empty() && heap_.front().time == now_) {
-        std::pop_heap(heap_.begin(), heap_.end(), EventLater{});
-        const Event e = heap_.back();
-        heap_.pop_back();
-        ++events_;
-        handle_event(e);
-      } else if (ready_next_ < ready_.size()) {
-        ++events_;
-        start_op(ready_[ready_next_++]);
-        if (ready_next_ == ready_.size()) {
-          ready_.clear();
-          ready_next_ = 0;
-        }
-      } else {
-        break;
+// Everything that happens at now_: timed events first (ends free memory), then ops that
+// became ready (their allocs), until neither is left or the run stops.
+void Engine::run_instant() {
+  for (;;) {
+    if (!heap_.empty() && heap_.front().time == now_) {
+      std::pop_heap(heap_.begin(), heap_.end(), EventLater{});
+      const Event e = heap_.back();
+      heap_.pop_back();
+      ++events_;
+      handle_event(e);
+    } else if (ready_next_ < ready_.size()) {
+      ++events_;
+      start_op(ready_[ready_next_++]);
+      if (ready_next_ == ready_.size()) {
+        ready_.clear();
+        ready_next_ = 0;
       }
-      if (stopped_) break;
-      if (events_ > options_.max_events) {
-        stop_with_error(Error{
-            ErrorCode::kLimitExceeded,
-            fmt::format("simulation stopped after {} events (max_events = {}) "
-                        "at {} with {} of {} ops ended",
-                        events_, options_.max_events, format_ms(now_), ended_, plan_.ops.size())});
-        break;
-      }
+    } else {
+      return;
     }
-    if (stopped_) break;
-    remove_released();
-    if (solver_.dirty()) apply_solve();
-    if (snapshot_due_ && (heap_.empty() || heap_.front().time > now_)) {
-      snapshot_due_ = false;
-      take_snapshot(next_boundary_++);
-    }
-    if (heap_.empty()) break;
-    now_ = heap_.front().time;
-    if (options_.cancel != nullptr && events_ >= next_poll) {
-      next_poll = events_ + kCancelPollEvents;
-      if (options_.cancel->load(std::memory_order_relaxed)) {
-        stop_with_error(Error{ErrorCode::kCancelled,
-                              fmt::format("simulation cancelled at {} after {} events with {} of "
-                                          "{} ops ended",
-                                          format_ms(now_), events_, ended_, plan_.ops.size())});
-      }
+    if (stopped_) return;
+    if (events_ > options_.max_events) {
+      stop_with_error(Error{
+          ErrorCode::kLimitExceeded,
+          fmt::format("simulation stopped after {} events (max_events = {}) "
+                      "at {} with {} of {} ops ended",
+                      events_, options_.max_events, format_ms(now_), ended_, plan_.ops.size())});
+      return;
     }
   }
-  if (error_) return fail(std::move(*error_));
+}
 
-  Timeline& t = result.timeline;
-  // Spans were appended in end-time order; equal end times go by op id.
+// Stops the run when the cancel flag is set; polled every kCancelPollEvents events.
+void Engine::poll_cancel(std::int64_t& next_poll) {
+  if (options_.cancel == nullptr || events_ < next_poll) return;
+  next_poll = events_ + kCancelPollEvents;
+  if (options_.cancel->load(std::memory_order_relaxed)) {
+    stop_with_error(Error{ErrorCode::kCancelled,
+                          fmt::format("simulation cancelled at {} after {} events with {} of "
+                                      "{} ops ended",
+                                      format_ms(now_), events_, ended_, plan_.ops.size())});
+  }
+}
+
+// Spans were appended in end-time order; equal end times go by op id.
+void Engine::sort_spans() {
   for (std::size_t i = 0; i < spans_.size();) {
     std::size_t j = i + 1;
     while (j < spans_.size() && spans_[j].end == spans_[i].end) ++j;
@@ -951,9 +1002,10 @@ Result<SimResult> Engine::run() {
     }
     i = j;
   }
-  t.spans = std::move(spans_);
-  t.makespan = TimePoint{Duration{makespan_}};
-  fill_memory(t);
+}
+
+// The run's outcome: out of memory, deadlock or completed.
+void Engine::fill_outcome(Timeline& t) {
   if (oom_) {
     t.outcome.kind = OutcomeKind::kOutOfMemory;
     t.outcome.message = fmt::format(
@@ -974,6 +1026,50 @@ Result<SimResult> Engine::run() {
     t.outcome.message =
         fmt::format("completed {} ops; makespan {}", plan_.ops.size(), format_ms(makespan_));
   }
+}
+
+Result<SimResult> Engine::run() {
+  if (options_.validate_plan) {
+    OFFSIM_RETURN_IF_ERROR(validate(plan_));
+  } else {
+    OFFSIM_RETURN_IF_ERROR(check_runnable(plan_));
+  }
+  if (plan_.ops.size() >= kNone) {
+    return fail(ErrorCode::kLimitExceeded, "plan has {} ops; at most {} are supported",
+                plan_.ops.size(), kNone - 1);
+  }
+  SimResult result;
+  result.timeline = timeline_skeleton(plan_, options_.record_op_infos);
+  result.timeline.source = "predicted";
+  setup();
+  if (periods_ != nullptr) {
+    periods_->snapshots.assign(periods_->boundaries.size(), {});
+    periods_->live_at_peak.assign(plan_.pools.size(), {});
+  }
+  seed();
+
+  std::int64_t next_poll = 0;
+  while (!stopped_) {
+    run_instant();
+    if (stopped_) break;
+    remove_released();
+    if (solver_.dirty()) apply_solve();
+    if (snapshot_due_ && (heap_.empty() || heap_.front().time > now_)) {
+      snapshot_due_ = false;
+      take_snapshot(next_boundary_++);
+    }
+    if (heap_.empty()) break;
+    now_ = heap_.front().time;
+    poll_cancel(next_poll);
+  }
+  if (error_) return fail(std::move(*error_));
+
+  Timeline& t = result.timeline;
+  sort_spans();
+  t.spans = std::move(spans_);
+  t.makespan = TimePoint{Duration{makespan_}};
+  fill_memory(t);
+  fill_outcome(t);
   result.stats.ops_executed = ended_;
   result.stats.flow_solves = solver_.solves();
   result.stats.flows_resolved = solver_.flows_resolved();
