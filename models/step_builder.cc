@@ -312,7 +312,7 @@ class StepBuilder {
     double host_s = 0.0;
     const double gpu_s = on_compute ? sim::to_seconds(cm_.alone(op.cost)) : 0.0;
     if (issued) {
-      host_s = cm_.host_issue_s(host_ops(op.name, op.sizes));
+      host_s = cm_.host_issue_s(take_host_ops(category, op.sizes));
       host_issue_open(r, op.name, layer, on_compute);
       if (host_wait_) {
         // The first op after a synchronisation: the host issues it once the wait returns.
@@ -412,31 +412,26 @@ class StepBuilder {
     host_behind_ = false;
   }
 
-  // What one simulated op stands for on the host thread, counted in Megatron-Core's MoE layer
+  // What the next issued op stands for on the host thread, set by the lowering just before it
+  // adds an op that stands for several framework ops: the MoE layer's router, permutation,
+  // all-to-alls, grouped GEMMs and activation, counted in Megatron-Core's source
   // (megatron/core/transformer/moe/, see models/README.md "Host issue thread" for the count per
-  // function). Every other op is one PyTorch op: an eager op in the forward, recompute and
-  // optimizer, a backward node in the backward. A grouped GEMM adds one cuBLAS launch per
-  // local expert (Transformer Engine's general_grouped_gemm loops over the GEMMs in C++).
-  static CostModel::HostOps host_ops(const std::string& name, const sim::OpSizes& sizes) {
-    const auto has = [&](const char* part) { return name.find(part) != std::string::npos; };
-    const bool backward = has(".bwd") || has(".dgrad") || has(".wgrad");
-    double n = 1.0;
-    if (has(".router.topk")) {
-      n = backward ? 9.0 : 14.0;
-    } else if (has(".moe.unpermute")) {
-      n = 3.0;
-    } else if (has(".moe.permute")) {
-      n = backward ? 3.0 : 20.0;
-    } else if (has(".alltoall")) {
-      n = 2.0;
-    } else if (has(".experts.act")) {
-      n = 3.0;
-    } else if (sizes.gemm.grouped) {
-      n = has(".fc1.") && !has(".wgrad") ? 5.0 : 3.0;
-      if (backward) n -= 1.0;
-    }
+  // function). `backward`: backward nodes of the autograd engine rather than eager ops.
+  void next_host_ops(double framework_ops, bool backward) {
+    next_host_ops_ = NextHostOps{.ops = framework_ops, .backward = backward};
+  }
+
+  // The host work of the op being issued: what next_host_ops() set, else one PyTorch op (an
+  // eager op in the forward, recompute and optimizer, a backward node in a backward task). A
+  // grouped GEMM adds one cuBLAS launch per local expert (Transformer Engine's
+  // general_grouped_gemm loops over the GEMMs in C++).
+  CostModel::HostOps take_host_ops(OpCategory category, const sim::OpSizes& sizes) {
+    NextHostOps next{.ops = 1.0,
+                     .backward = in_backward_task_ && category != OpCategory::kRecompute};
+    if (next_host_ops_) next = *next_host_ops_;
+    next_host_ops_.reset();
     CostModel::HostOps ops;
-    (backward ? ops.autograd : ops.eager) = n;
+    (next.backward ? ops.autograd : ops.eager) = next.ops;
     if (sizes.gemm.grouped) ops.launches = static_cast<double>(sizes.gemm.batch);
     return ops;
   }
@@ -914,13 +909,7 @@ class StepBuilder {
                       .index = t.forward ? forwards++ - warmup : backwards++,
                       .op_begin = b_.peek().ops.size(),
                       .tensor_begin = b_.peek().tensors.size()};
-      host_issue_end_task();
-      if (t.forward) {
-        forward_task(r, t);
-      } else {
-        backward_task(r, t);
-      }
-      host_issue_end_task();
+      run_task(r, t);
       if (p.pp > 1) {
         pt.op_end = b_.peek().ops.size();
         pt.tensor_end = b_.peek().tensors.size();
@@ -933,6 +922,19 @@ class StepBuilder {
     host_issue_end_task();
     host_one_segment_ = false;
     return sim::ok();
+  }
+
+  // One forward or backward task of the schedule, a pass of its own on the host issue thread.
+  void run_task(Rank& r, const Task& t) {
+    host_issue_end_task();
+    in_backward_task_ = !t.forward;
+    if (t.forward) {
+      forward_task(r, t);
+    } else {
+      backward_task(r, t);
+    }
+    in_backward_task_ = false;
+    host_issue_end_task();
   }
 
   std::vector<int> chunk_layers(int stage, int chunk) const {
@@ -1655,12 +1657,14 @@ class StepBuilder {
     const std::int64_t t = md.moe_tokens;
     const std::int64_t assigned = t * md.top_k;
     emit(gemm(r, p + ".router" + sfx, cat, l, t, md.experts, md.h));
+    next_host_ops(14, false);
     const OpId topk =
         emit_id(emit, elementwise(r, p + ".router.topk" + sfx, cat, l, t * md.experts * 8,
                                   static_cast<double>(5 * t * md.experts)));
     std::optional<OpId> weights_in;
     if (fetch != nullptr && fetch->routed_bytes > 0)
       weights_in = moe_routed_fetch(r, p, l, topk, *fetch);
+    next_host_ops(20, false);
     const OpId permute = emit_id(
         emit, elementwise(r, p + ".moe.permute" + sfx, cat, l, 2 * assigned * md.h * md.e, 0.0));
     const bool overlap = s_.parallelism.moe_shared_expert_overlap && md.fs > 0;
@@ -1683,6 +1687,7 @@ class StepBuilder {
     };
     moe_routed_forward(r, p, cat, l, sfx, emit_after, weights_in);
     // Unpermute: read the top_k expert outputs and their weights, write the token sum.
+    next_host_ops(3, false);
     const OpId unpermute =
         elementwise(r, p + ".moe.unpermute" + sfx, cat, l, (assigned + t) * md.h * md.e,
                     static_cast<double>(2 * assigned * md.h));
@@ -1707,8 +1712,10 @@ class StepBuilder {
     const LayerDims& md = ld(l);
     const std::int64_t g = md.gated ? 2 : 1;
     if (md.ep > 1) {
+      next_host_ops(2, false);
       emit(collective(r, r.compute, p + ".moe.dispatch.alltoall" + sfx, OpCategory::kComm, l,
                       sim::CollectiveKind::kAllToAll, r.ep_group, alltoall_bytes(md)));
+      next_host_ops(2, false);
       emit(collective(r, r.compute, p + ".moe.dispatch.probs.alltoall" + sfx, OpCategory::kComm, l,
                       sim::CollectiveKind::kAllToAll, r.ep_group, probs_alltoall_bytes(md)));
     }
@@ -1716,13 +1723,16 @@ class StepBuilder {
       emit(collective(r, r.compute, p + ".moe.etp_allgather" + sfx, OpCategory::kComm, l,
                       sim::CollectiveKind::kAllGather, r.etp_group, md.routed * md.h * md.e));
     }
+    next_host_ops(5, false);
     const OpId fc1 = grouped_gemm(
         r, p + ".experts.fc1.grouped_gemm" + sfx, cat, l, md,
         [&](std::int64_t rows) { return sim::GemmShape{.m = rows, .n = md.fe * g, .k = md.h}; });
     if (weights_in) b_.op_at(fc1).deps.push_back(*weights_in);
     emit(fc1);
+    next_host_ops(3, false);
     emit(elementwise(r, p + ".experts.act" + sfx, cat, l, md.routed * md.fe * md.e * (g + 1),
                      static_cast<double>(8 * md.routed * md.fe)));
+    next_host_ops(3, false);
     emit(grouped_gemm(r, p + ".experts.fc2.grouped_gemm" + sfx, cat, l, md, [&](std::int64_t rows) {
       return sim::GemmShape{.m = rows, .n = md.h, .k = md.fe};
     }));
@@ -1731,6 +1741,7 @@ class StepBuilder {
                       sim::CollectiveKind::kReduceScatter, r.etp_group, md.routed * md.h * md.e));
     }
     if (md.ep > 1) {
+      next_host_ops(2, false);
       emit(collective(r, r.compute, p + ".moe.combine.alltoall" + sfx, OpCategory::kComm, l,
                       sim::CollectiveKind::kAllToAll, r.ep_group, alltoall_bytes(md)));
     }
@@ -1795,9 +1806,11 @@ class StepBuilder {
       wgrad_gemm(r, p + ".shared.mlpwi.wgrad", cat, l, d_.h, md.fs * g, d_.tokens());
       tp_reduce(r, p + ".shared.bwd.tp_reduce", OpCategory::kComm, l);
     }
+    next_host_ops(3, true);
     elementwise(r, p + ".moe.unpermute.bwd", cat, l, (2 * assigned + t) * md.h * md.e,
                 static_cast<double>(2 * assigned * md.h));
     if (md.ep > 1) {
+      next_host_ops(2, true);
       collective(r, r.compute, p + ".moe.combine.alltoall.bwd", OpCategory::kComm, l,
                  sim::CollectiveKind::kAllToAll, r.ep_group, alltoall_bytes(md));
     }
@@ -1805,17 +1818,22 @@ class StepBuilder {
       collective(r, r.compute, p + ".moe.etp_allgather.bwd", OpCategory::kComm, l,
                  sim::CollectiveKind::kAllGather, r.etp_group, md.routed * md.h * md.e);
     }
+    next_host_ops(2, true);
     grouped_gemm(r, p + ".experts.fc2.grouped_gemm.dgrad", cat, l, md, [&](std::int64_t rows) {
       return sim::GemmShape{.m = rows, .n = md.fe, .k = md.h};
     });
+    next_host_ops(2, true);
     grouped_gemm(r, p + ".experts.fc2.grouped_gemm.wgrad", cat, l, md, [&](std::int64_t rows) {
       return sim::GemmShape{.m = md.fe, .n = md.h, .k = rows};
     });
+    next_host_ops(3, true);
     elementwise(r, p + ".experts.act.bwd", cat, l, md.routed * md.fe * md.e * (2 * g + 1),
                 static_cast<double>(10 * md.routed * md.fe));
+    next_host_ops(4, true);
     grouped_gemm(r, p + ".experts.fc1.grouped_gemm.dgrad", cat, l, md, [&](std::int64_t rows) {
       return sim::GemmShape{.m = rows, .n = md.h, .k = md.fe * g};
     });
+    next_host_ops(2, true);
     grouped_gemm(r, p + ".experts.fc1.grouped_gemm.wgrad", cat, l, md, [&](std::int64_t rows) {
       return sim::GemmShape{.m = md.h, .n = md.fe * g, .k = rows};
     });
@@ -1824,12 +1842,16 @@ class StepBuilder {
                  sim::CollectiveKind::kReduceScatter, r.etp_group, md.routed * md.h * md.e);
     }
     if (md.ep > 1) {
+      next_host_ops(2, true);
       collective(r, r.compute, p + ".moe.dispatch.alltoall.bwd", OpCategory::kComm, l,
                  sim::CollectiveKind::kAllToAll, r.ep_group, alltoall_bytes(md));
+      next_host_ops(2, true);
       collective(r, r.compute, p + ".moe.dispatch.probs.alltoall.bwd", OpCategory::kComm, l,
                  sim::CollectiveKind::kAllToAll, r.ep_group, probs_alltoall_bytes(md));
     }
+    next_host_ops(3, true);
     elementwise(r, p + ".moe.permute.bwd", cat, l, 2 * assigned * md.h * md.e, 0.0);
+    next_host_ops(9, true);
     elementwise(r, p + ".router.topk.bwd", cat, l, t * md.experts * 8,
                 static_cast<double>(5 * t * md.experts));
     gemm(r, p + ".router.dgrad", cat, l, t, md.h, md.experts);
@@ -2367,11 +2389,17 @@ class StepBuilder {
     std::optional<OpId> last;  // its last compute-stream op, which waits for the marker
   };
   HostSegment host_seg_;
-  std::optional<OpId> host_wait_;        // a synchronisation whose next op is not issued yet
-  std::optional<OpId> host_prev_first_;  // the first GPU op of the task's previous segment
-  double host_prev_gpu_s_ = 0.0;         // that segment's GPU time after its first op
-  bool host_behind_ = false;             // a marker of this task may hold the GPU back
-  bool host_one_segment_ = false;        // the optimizer: no cut at layer changes
+  std::optional<OpId> host_wait_;  // a synchronisation whose next op is not issued yet
+  struct NextHostOps {
+    double ops = 1.0;
+    bool backward = false;
+  };
+  std::optional<NextHostOps> next_host_ops_;  // next_host_ops(): for the next issued op only
+  bool in_backward_task_ = false;             // building a backward task
+  std::optional<OpId> host_prev_first_;       // the first GPU op of the task's previous segment
+  double host_prev_gpu_s_ = 0.0;              // that segment's GPU time after its first op
+  bool host_behind_ = false;                  // a marker of this task may hold the GPU back
+  bool host_one_segment_ = false;             // the optimizer: no cut at layer changes
 };
 
 std::vector<std::string> scenario_flags(const Scenario& s) {
