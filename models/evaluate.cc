@@ -274,6 +274,19 @@ bool memory_keeps_names(const sim::Timeline& t, const sim::detail::PeriodProbe& 
   return true;
 }
 
+// The reduced step of the fast paths: `k` micro-batches, the last labelled as the scenario's
+// last (`m` - 1); on failure `why` says so.
+sim::Result<BuiltStep> build_reduced_step(const ResolvedScenario& resolved,
+                                          const EvalOptions& options, std::int64_t k,
+                                          std::int64_t m, std::string& why) {
+  BuildOptions reduced = options.build;
+  reduced.micro_batches = static_cast<int>(k);
+  reduced.last_micro_batch_label = static_cast<int>(m - 1);
+  sim::Result<BuiltStep> built = build_step(resolved, reduced);
+  if (!built) why = "the reduced step does not build";
+  return built;
+}
+
 std::optional<Report> steady_state_report(const ResolvedScenario& resolved,
                                           const EvalOptions& options, std::string& why) {
   const Scenario& scenario = resolved.scenario();
@@ -287,14 +300,8 @@ std::optional<Report> steady_state_report(const ResolvedScenario& resolved,
     why = fmt::format("{} micro-batches (the fast path needs more than {})", m, kK);
     return std::nullopt;
   }
-  BuildOptions reduced = options.build;
-  reduced.micro_batches = kK;
-  reduced.last_micro_batch_label = static_cast<int>(m - 1);
-  sim::Result<BuiltStep> built = build_step(resolved, reduced);
-  if (!built) {
-    why = "the reduced step does not build";
-    return std::nullopt;
-  }
+  sim::Result<BuiltStep> built = build_reduced_step(resolved, options, kK, m, why);
+  if (!built) return std::nullopt;
   const BuiltStep& step = *built;
   const sim::Plan& plan = step.plan;
   const std::vector<MicroBatchStart>& mb = step.micro_batch_starts;
@@ -712,14 +719,8 @@ std::optional<Report> pipeline_steady_state_report(const ResolvedScenario& resol
   const std::optional<PipelinePeriods> periods = pipeline_periods(scenario, why);
   if (!periods) return std::nullopt;
   const PipelinePeriods& p = *periods;
-  BuildOptions reduced = options.build;
-  reduced.micro_batches = static_cast<int>(p.k);
-  reduced.last_micro_batch_label = static_cast<int>(p.m - 1);
-  sim::Result<BuiltStep> built = build_step(resolved, reduced);
-  if (!built) {
-    why = "the reduced step does not build";
-    return std::nullopt;
-  }
+  sim::Result<BuiltStep> built = build_reduced_step(resolved, options, p.k, p.m, why);
+  if (!built) return std::nullopt;
   const BuiltStep& step = *built;
   const sim::Plan& plan = step.plan;
   const std::vector<PipelineTask>& tasks = step.pipeline_tasks;
