@@ -2,6 +2,7 @@
 
 #include <pthread.h>
 #include <sched.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <atomic>
@@ -238,6 +239,31 @@ sim::Result<NodeBandwidth> measure_node(int node, const std::vector<int>& cpus,
   return out;
 }
 
+// The buffers of one Adam loop over `n` parameters, filled (first touched) by the thread that
+// makes it.
+struct AdamBuffers {
+  explicit AdamBuffers(std::int64_t count)
+      : n(count),
+        grad(static_cast<std::size_t>(count)),
+        param(static_cast<std::size_t>(count)),
+        grad32(static_cast<std::size_t>(count)),
+        master(static_cast<std::size_t>(count)),
+        m(static_cast<std::size_t>(count), 0.0f),
+        v(static_cast<std::size_t>(count), 0.0f) {
+    for (std::size_t i = 0; i < master.size(); ++i) {
+      master[i] = 0.01f * static_cast<float>((i * 2654435761u) % 1000) - 5.0f;
+      grad[i] = to_bf16(0.001f * static_cast<float>((i * 40503u) % 2000) - 1.0f);
+    }
+  }
+  void step(int s) {
+    host_adam_step(n, grad.data(), grad32.data(), master.data(), m.data(), v.data(), param.data(),
+                   s);
+  }
+  std::int64_t n;
+  std::vector<std::uint16_t> grad, param;
+  std::vector<float> grad32, master, m, v;
+};
+
 sim::Result<Measured> measure_adam(int cpu, std::int64_t params, int samples) {
   sim::Result<Measured> result = sim::fail(sim::ErrorCode::kInternal, "not run");
   std::thread worker([&] {
@@ -245,20 +271,12 @@ sim::Result<Measured> measure_adam(int cpu, std::int64_t params, int samples) {
       result = sim::fail(st.error());
       return;
     }
-    const auto n = static_cast<std::size_t>(params);
-    std::vector<std::uint16_t> grad(n), param(n);
-    std::vector<float> grad32(n), master(n), m(n, 0.0f), v(n, 0.0f);
-    for (std::size_t i = 0; i < n; ++i) {
-      master[i] = 0.01f * static_cast<float>((i * 2654435761u) % 1000) - 5.0f;
-      grad[i] = to_bf16(0.001f * static_cast<float>((i * 40503u) % 2000) - 1.0f);
-    }
-    host_adam_step(params, grad.data(), grad32.data(), master.data(), m.data(), v.data(),
-                   param.data(), 1);  // warm-up
+    AdamBuffers b(params);
+    b.step(1);  // warm-up
     std::vector<double> rates;
     for (int s = 0; s < samples; ++s) {
       const auto t0 = Clock::now();
-      host_adam_step(params, grad.data(), grad32.data(), master.data(), m.data(), v.data(),
-                     param.data(), s + 2);
+      b.step(s + 2);
       const double seconds =
           std::max(std::chrono::duration<double>(Clock::now() - t0).count(), 1e-9);
       rates.push_back(kHostAdamBytesPerParam * static_cast<double>(params) / seconds);
@@ -269,11 +287,92 @@ sim::Result<Measured> measure_adam(int cpu, std::int64_t params, int samples) {
   return result;
 }
 
+// One pinned thread per CPU of `cpus`, each stepping its own params / threads slice; a sample
+// starts them together and ends when the last is done.
+sim::Result<Measured> measure_adam_threads(const std::vector<int>& cpus, std::int64_t params,
+                                           int samples) {
+  const int threads = static_cast<int>(cpus.size());
+  const std::int64_t per = std::max<std::int64_t>(1024, params / threads);
+  std::barrier sync(threads + 1);
+  std::atomic<bool> stop{false};
+  std::atomic<int> step{1};
+  std::mutex mu;
+  std::optional<sim::Error> error;
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&, cpu = cpus[static_cast<std::size_t>(t)]] {
+      if (sim::Status st = pin_to_cpu(cpu); !st) {
+        std::lock_guard lock(mu);
+        if (!error) error = st.error();
+      }
+      AdamBuffers b(per);
+      b.step(1);               // warm-up
+      sync.arrive_and_wait();  // ready
+      for (;;) {
+        sync.arrive_and_wait();  // start
+        if (stop.load()) return;
+        b.step(step.load());
+        sync.arrive_and_wait();  // end
+      }
+    });
+  }
+  sync.arrive_and_wait();
+  std::vector<double> rates;
+  for (int s = 0; s < samples; ++s) {
+    step.store(s + 2);
+    sync.arrive_and_wait();
+    const auto t0 = Clock::now();
+    sync.arrive_and_wait();
+    const double seconds = std::max(std::chrono::duration<double>(Clock::now() - t0).count(), 1e-9);
+    rates.push_back(kHostAdamBytesPerParam * static_cast<double>(per) * threads / seconds);
+  }
+  stop.store(true);
+  sync.arrive_and_wait();
+  for (std::thread& t : pool) t.join();
+  if (error) return sim::fail(*error);
+  return summarize(std::move(rates));
+}
+
+// CPU Adam by thread count on the first node's CPUs (at most its physical cores).
+sim::Result<std::vector<AdamScaling>> measure_adam_scaling(const HostTopology::Node& node,
+                                                           const HostCalibrationOptions& o) {
+  int most = std::min(static_cast<int>(node.cpus.size()), std::max(1, node.cores));
+  if (o.max_adam_threads > 0) most = std::min(most, o.max_adam_threads);
+  std::vector<AdamScaling> out;
+  for (int threads : adam_thread_counts(most)) {
+    const std::vector<int> cpus(node.cpus.begin(), node.cpus.begin() + threads);
+    OFFSIM_ASSIGN_OR_RETURN(Measured m, measure_adam_threads(cpus, o.adam_params, o.adam_samples));
+    out.push_back(AdamScaling{.threads = threads, .bytes_per_s = std::move(m)});
+  }
+  return out;
+}
+
+std::int64_t memlock_limit() {
+  rlimit r{};
+  if (getrlimit(RLIMIT_MEMLOCK, &r) != 0 || r.rlim_cur == RLIM_INFINITY) return -1;
+  return static_cast<std::int64_t>(r.rlim_cur);
+}
+
+std::string bytes_text(std::int64_t bytes) {
+  if (bytes < 0) return "unlimited";
+  return fmt::format("{:.2f} GiB", static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
+}
+
 std::string gbs(double bytes_per_s) { return fmt::format("{:.2f} GB/s", bytes_per_s / 1e9); }
 
 std::string measured_text(const Measured& m) {
   return fmt::format("median {} (min {}, max {}, noise {:.1f}%, {} samples)", gbs(m.median),
                      gbs(m.min), gbs(m.max), 100.0 * m.noise, m.samples.size());
+}
+
+std::string scaling_text(const std::vector<AdamScaling>& scaling) {
+  std::string out;
+  for (const AdamScaling& s : scaling) {
+    out += fmt::format("{}{} thread{}: {} ({} per thread)", out.empty() ? "" : ", ", s.threads,
+                       s.threads == 1 ? "" : "s", gbs(s.bytes_per_s.median),
+                       gbs(s.bytes_per_s.median / s.threads));
+  }
+  return out;
 }
 
 }  // namespace
@@ -387,6 +486,26 @@ sim::Result<HostTopology> read_host_topology(const std::string& sysfs_root,
   return t;
 }
 
+std::vector<int> adam_thread_counts(int cpus) {
+  std::vector<int> out;
+  for (int t = 1; t < cpus; t *= 2) out.push_back(t);
+  if (cpus >= 1) out.push_back(cpus);
+  return out;
+}
+
+sim::Result<std::int64_t> read_mem_total(const std::string& meminfo_path) {
+  std::ifstream in(meminfo_path);
+  if (!in) return sim::fail(sim::ErrorCode::kNotFound, "{}: cannot be read", meminfo_path);
+  std::string key, unit;
+  std::int64_t value = 0;
+  while (in >> key >> value) {
+    std::getline(in, unit);
+    if (key == "MemTotal:" && value > 0) return value * 1024;  // the file counts kB
+  }
+  return sim::fail(sim::ErrorCode::kInvalidInput, "{}: no \"MemTotal: <kB> kB\" line",
+                   meminfo_path);
+}
+
 Measured summarize(std::vector<double> samples) {
   Measured m;
   m.samples = samples;
@@ -444,6 +563,9 @@ sim::Result<HostCalibration> measure_host(const HostCalibrationOptions& options)
   OFFSIM_ASSIGN_OR_RETURN(h.adam_bytes_per_s_per_core,
                           measure_adam(h.topology.nodes.front().cpus.front(), options.adam_params,
                                        options.adam_samples));
+  OFFSIM_ASSIGN_OR_RETURN(h.adam_scaling, measure_adam_scaling(h.topology.nodes.front(), options));
+  h.memlock_limit_bytes = memlock_limit();
+  OFFSIM_ASSIGN_OR_RETURN(h.mem_total_bytes, read_mem_total(options.meminfo_path));
   return h;
 }
 
@@ -482,9 +604,9 @@ void apply_host_calibration(const HostCalibration& host,
       fmt::format("{}: one pinned thread running DeepSpeed's host step as five passes "
                   "(bf16 gradient widened, norm, unscale/clip, AdamW on fp32 master and moments, "
                   "master narrowed to bf16: 52 B per parameter) over {} parameters, {} vector "
-                  "code, {}",
-                  by, host.adam_params, vector_isa(),
-                  measured_text(host.adam_bytes_per_s_per_core))};
+                  "code, {}; threads together on node {}: {}",
+                  by, host.adam_params, vector_isa(), measured_text(host.adam_bytes_per_s_per_core),
+                  t.nodes.front().id, scaling_text(host.adam_scaling))};
 
   std::vector<std::string>& measured = profile.provenance.measured;
   for (const char* key : {"host.cores_per_socket", "host.dram_bytes_per_s_per_socket",
@@ -508,6 +630,14 @@ std::string host_calibration_to_text(const HostCalibration& host) {
   }
   out += fmt::format("  CPU Adam, one core ({} params, 52 B each): {}\n", host.adam_params,
                      measured_text(host.adam_bytes_per_s_per_core));
+  for (const AdamScaling& s : host.adam_scaling) {
+    out += fmt::format("  CPU Adam, {:>3} thread(s) together: {} ({} per thread)\n", s.threads,
+                       measured_text(s.bytes_per_s), gbs(s.bytes_per_s.median / s.threads));
+  }
+  out += fmt::format(
+      "  pinnable memory: RLIMIT_MEMLOCK {}, MemTotal {} (offsim's pinned pool is the node's "
+      "host memory: hardware.overrides.system.host_memory_bytes_per_node)\n",
+      bytes_text(host.memlock_limit_bytes), bytes_text(host.mem_total_bytes));
   return out;
 }
 

@@ -3,8 +3,10 @@
 // (STREAM-like read, write and copy kernels with one thread pinned to each of the node's cores,
 // on memory those threads first touched, repeated samples: median, minimum, maximum and noise
 // kept) and the CPU Adam rate of one core (our own loop over the passes DeepSpeed's host step
-// makes, 52 bytes per parameter; see models/step_builder.cc), then writes them into a profile's
-// host keys with origin "measured", the date and the per-node details in each figure's source.
+// makes, 52 bytes per parameter; see models/step_builder.cc) and of 1, 2, 4, ... threads
+// together, then writes them into a profile's host keys with origin "measured", the date and
+// the per-node details in each figure's source. The pinnable memory (RLIMIT_MEMLOCK, MemTotal)
+// is reported alongside.
 // Pinned-copy bandwidth per NUMA node (with a GPU) and the remote-DRAM ratio (two or more
 // nodes) are not measured here: those keys keep their values.
 //
@@ -69,6 +71,21 @@ struct NodeBandwidth {
   Measured copy;   // bytes/s, bytes read plus written (STREAM's convention)
 };
 
+// CPU Adam with `threads` threads, each pinned to one CPU of the first NUMA node and stepping
+// its own slice of the parameters (first touched by itself): all threads together, 52 B per
+// parameter. Where it stops growing with the threads, the step is bound by DRAM, not cores
+// (the forecast takes min(cores x per-core rate, DRAM); models/cost_model.h).
+struct AdamScaling {
+  int threads = 0;
+  Measured bytes_per_s;
+};
+
+// 1, 2, 4, ... up to `cpus`, and `cpus` itself (empty when cpus < 1).
+std::vector<int> adam_thread_counts(int cpus);
+
+// MemTotal of a /proc/meminfo file in bytes; an error names the file when it has none.
+sim::Result<std::int64_t> read_mem_total(const std::string& meminfo_path);
+
 struct HostCalibrationOptions {
   std::string sysfs_root = "/sys";
   std::int64_t array_bytes = std::int64_t{256} << 20;  // per array, per node (copy uses two)
@@ -76,13 +93,20 @@ struct HostCalibrationOptions {
   std::int64_t adam_params = std::int64_t{8} << 20;  // the Adam loop's parameters
   int adam_samples = 5;
   int max_threads_per_node = 0;  // 0: one per core of the node
-  std::string date;              // ISO 8601 for the sources; empty: now (UTC)
+  int max_adam_threads = 0;      // CPU Adam scaling up to this many threads; 0: the node's cores
+  std::string meminfo_path = "/proc/meminfo";
+  std::string date;  // ISO 8601 for the sources; empty: now (UTC)
 };
 
 struct HostCalibration {
   HostTopology topology;
   std::vector<NodeBandwidth> nodes;
-  Measured adam_bytes_per_s_per_core;  // 52 bytes per parameter over one pinned thread's time
+  Measured adam_bytes_per_s_per_core;     // 52 bytes per parameter over one pinned thread's time
+  std::vector<AdamScaling> adam_scaling;  // by thread count, on the first node
+  // What the process may pin: RLIMIT_MEMLOCK (-1: unlimited) and the host's MemTotal. Pinned
+  // copy bandwidth needs a GPU and is measured by the GPU stages.
+  std::int64_t memlock_limit_bytes = -1;
+  std::int64_t mem_total_bytes = 0;
   std::int64_t array_bytes = 0;
   std::int64_t adam_params = 0;
   std::string date;
@@ -101,8 +125,8 @@ double host_adam_step(std::int64_t n, const std::uint16_t* grad_bf16, float* gra
                       float* m, float* v, std::uint16_t* param_bf16, int step);
 
 // Writes host.cores_per_socket, host.dram_bytes_per_s_per_socket (the least over sockets of the
-// sum of its nodes' copy medians) and host.adam_bytes_per_s_per_core as measured figures and
-// lists them in the provenance.
+// sum of its nodes' copy medians) and host.adam_bytes_per_s_per_core (one core; the scaling by
+// threads in its source) as measured figures and lists them in the provenance.
 void apply_host_calibration(const HostCalibration& host,
                             sim::platform::CalibrationProfile& profile);
 

@@ -13,6 +13,8 @@ fail() {
 "$offsim" calibrate --host --quick --host-array-mib 8 --base h200 --out "$work/host.json" \
   >"$work/out.txt" 2>&1 || { cat "$work/out.txt"; fail "exit status $?"; }
 grep -q "^  CPU Adam, one core" "$work/out.txt" || fail "no CPU Adam line"
+grep -q "^  CPU Adam,   1 thread(s) together" "$work/out.txt" || fail "no CPU Adam scaling"
+grep -q "^  pinnable memory: RLIMIT_MEMLOCK" "$work/out.txt" || fail "no pinnable memory line"
 python3 - "$work/host.json" <<'PY' || fail "profile keys"
 import json, sys
 p = json.load(open(sys.argv[1]))
@@ -22,6 +24,7 @@ for key in ("cores_per_socket", "dram_bytes_per_s_per_socket", "adam_bytes_per_s
     assert "calibrate --host" in f["source"], key
     assert f["value"] > 0, key
     assert "host." + key in p["provenance"]["measured"], key
+assert "threads together" in p["host"]["adam_bytes_per_s_per_core"]["source"]
 assert p["host"]["remote_dram_time_ratio"]["origin"] != "measured"
 assert p["gpu"]["dense_flops_bf16"]["origin"] != "measured"
 PY

@@ -149,6 +149,28 @@ TEST(HostCalibration, AdamLoopMatchesAScalarReference) {
   }
 }
 
+TEST(HostCalibration, AdamThreadCountsDoubleUpToTheCpus) {
+  EXPECT_EQ(adam_thread_counts(0), std::vector<int>{});
+  EXPECT_EQ(adam_thread_counts(1), std::vector<int>{1});
+  EXPECT_EQ(adam_thread_counts(2), (std::vector<int>{1, 2}));
+  EXPECT_EQ(adam_thread_counts(6), (std::vector<int>{1, 2, 4, 6}));
+  EXPECT_EQ(adam_thread_counts(72), (std::vector<int>{1, 2, 4, 8, 16, 32, 64, 72}));
+}
+
+TEST(HostCalibration, ReadsMemTotalAndNamesABrokenMeminfo) {
+  const fs::path dir = fs::path(::testing::TempDir()) / "meminfo";
+  write(dir / "good", "MemFree:  100 kB\nMemTotal:       131072 kB\nBuffers: 1 kB");
+  auto total = read_mem_total((dir / "good").string());
+  ASSERT_TRUE(total) << total.error().message;
+  EXPECT_EQ(*total, std::int64_t{131072} * 1024);  // 128 MiB
+  write(dir / "bad", "MemFree: 100 kB");
+  auto bad = read_mem_total((dir / "bad").string());
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.error().message.find((dir / "bad").string()), std::string::npos);
+  EXPECT_NE(bad.error().message.find("MemTotal"), std::string::npos);
+  EXPECT_FALSE(read_mem_total((dir / "missing").string()));
+}
+
 TEST(HostCalibration, MeasuresThisMachineWithinPlausibleRanges) {
   HostCalibrationOptions o;
   o.array_bytes = std::int64_t{8} << 20;
@@ -156,6 +178,7 @@ TEST(HostCalibration, MeasuresThisMachineWithinPlausibleRanges) {
   o.adam_params = std::int64_t{1} << 18;
   o.adam_samples = 3;
   o.max_threads_per_node = 2;
+  o.max_adam_threads = 2;
   o.date = "2026-12-01T00:00:00Z";
   auto h = measure_host(o);
   ASSERT_TRUE(h) << h.error().message;
@@ -180,6 +203,18 @@ TEST(HostCalibration, MeasuresThisMachineWithinPlausibleRanges) {
       EXPECT_GE(m->noise, 0.0);
     }
   }
+  // CPU Adam by threads: 1, then 2 when the first node has two CPUs (capped at 2 here).
+  ASSERT_FALSE(h->adam_scaling.empty());
+  EXPECT_EQ(h->adam_scaling.front().threads, 1);
+  EXPECT_LE(h->adam_scaling.back().threads, 2);
+  for (const AdamScaling& s : h->adam_scaling) {
+    EXPECT_EQ(s.bytes_per_s.samples.size(), 3u);
+    EXPECT_GT(s.bytes_per_s.median, 1e8);
+    EXPECT_LT(s.bytes_per_s.median, 1e13);
+  }
+  EXPECT_GT(h->mem_total_bytes, std::int64_t{1} << 26);  // any machine that builds offsim
+  EXPECT_NE(host_calibration_to_text(*h).find("pinnable memory: RLIMIT_MEMLOCK"),
+            std::string::npos);
   const Measured& adam = h->adam_bytes_per_s_per_core;
   EXPECT_EQ(adam.samples.size(), 3u);
   EXPECT_GT(adam.median, 1e8);  // DeepSpeed's published AVX-512 rate is ~1.5 GB/s per core
@@ -195,6 +230,7 @@ TEST(HostCalibration, MeasuresThisMachineWithinPlausibleRanges) {
             *std::min_element(t.cores_per_socket.begin(), t.cores_per_socket.end()));
   EXPECT_EQ(profile->host.dram_bytes_per_s_per_socket.origin, sim::platform::Origin::kMeasured);
   EXPECT_NE(profile->host.dram_bytes_per_s_per_socket.source.find("2026-12-01"), std::string::npos);
+  EXPECT_NE(profile->host.adam_bytes_per_s_per_core.source.find("1 thread: "), std::string::npos);
   const auto& measured = profile->provenance.measured;
   EXPECT_NE(std::find(measured.begin(), measured.end(), "host.adam_bytes_per_s_per_core"),
             measured.end());
