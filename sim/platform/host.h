@@ -41,8 +41,9 @@ struct Host {
   Figure root_complex_bytes_per_s;          // per socket and direction, all its GPUs' DMA
   Figure numa_nodes_per_socket;             // default BIOS setting (SNC / NPS)
   // DeepSpeed CPU Adam's host step (gradient conversion, norm, clipping, Adam, parameter
-  // conversion) in bytes streamed per second per core: the published rate of a 512-bit core
-  // scaled by this core's vector width (DeepSpeed compiles its AVX-512 or its AVX2 kernel).
+  // conversion) in bytes streamed per second per core. x86: the published rate of a 512-bit
+  // core scaled by this core's vector width (DeepSpeed compiles its AVX-512 or its AVX2 kernel);
+  // Grace: DeepSpeed CPU-Adam measured on a GH200 (SuperOffload, arXiv 2509.21271).
   Figure adam_bytes_per_s_per_core;
   // Time per byte a thread takes on data in another socket's DRAM, over local DRAM.
   Figure remote_dram_time_ratio;
