@@ -355,7 +355,9 @@ std::int64_t memlock_limit() {
 
 std::string bytes_text(std::int64_t bytes) {
   if (bytes < 0) return "unlimited";
-  return fmt::format("{:.2f} GiB", static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
+  const double mib = static_cast<double>(bytes) / (1024.0 * 1024.0);
+  if (mib < 1024.0) return fmt::format("{:.1f} MiB", mib);
+  return fmt::format("{:.2f} GiB", mib / 1024.0);
 }
 
 std::string gbs(double bytes_per_s) { return fmt::format("{:.2f} GB/s", bytes_per_s / 1e9); }
