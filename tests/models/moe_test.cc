@@ -349,13 +349,11 @@ TEST(MoeStep, SharedExpertOverlapMovesTheSharedExpertsToTheirStream) {
 
 TEST(MoeStep, ImbalanceSlowsTheStep) {
   Scenario s = small_moe();
-  // Four sequences per micro-batch: at one, 32 local experts keep the host thread busier than
-  // the GPU (Transformer Engine's host time per expert), and the host hides the skew.
-  s.training.micro_batch = 4;
-  s.training.global_batch = 32;
   auto balanced = evaluate(s);
   ASSERT_TRUE(balanced.has_value()) << balanced.error().message;
-  s.model.moe.load_imbalance = 4.0;
+  // The most-loaded expert at 8x the mean: the host thread (Transformer Engine's time per local
+  // expert) hides part of a smaller skew in this small model.
+  s.model.moe.load_imbalance = 8.0;
   auto skewed = evaluate(s);
   ASSERT_TRUE(skewed.has_value());
   EXPECT_GT(skewed->report.step_time_s, balanced->report.step_time_s * 1.05);
@@ -364,7 +362,7 @@ TEST(MoeStep, ImbalanceSlowsTheStep) {
   for (const auto& [k, v] : skewed->report.metadata) {
     if (k == "moe_expert_rows_per_micro_batch") {
       has_loads = true;
-      EXPECT_EQ(v.substr(0, v.find(',')), "8192");  // 4 × the mean of 2048 rows
+      EXPECT_EQ(v.substr(0, v.find(',')), "4096");  // 8 × the mean of 512 rows
     }
   }
   EXPECT_TRUE(has_loads);
