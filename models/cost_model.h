@@ -93,8 +93,9 @@ class CostModel {
   // no earlier than the CPU issued it (see models/README.md, "Host issue thread"). Counts of
   // what one simulated op stands for in the framework's Python: `eager` PyTorch ops (forward,
   // recompute and optimizer: Python dispatch plus one launch each), `autograd` backward nodes
-  // (the engine's dispatch of a node plus its launch) and extra `launches` of kernels a C++
-  // loop issues (cuBLAS GEMMs of a grouped linear, one per local expert).
+  // (the engine's dispatch of a node plus its launch) and `launches`: the local experts of a
+  // grouped linear, each charged Transformer Engine's measured host time per expert (its
+  // backward figure when the op is a backward node, see cost_model.cc).
   struct HostOps {
     double eager = 0.0;
     double autograd = 0.0;

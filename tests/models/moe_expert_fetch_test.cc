@@ -135,8 +135,12 @@ TEST(MoeExpertFetch, FewTokensFetchLessAndPeakLower) {
 }
 
 TEST(MoeExpertFetch, TrainingMicroBatchGainsNothingAndWaitsForTheRouter) {
-  // 4096 tokens hit all 128 experts: the routed fetch moves the same bytes, later.
+  // 4096 tokens hit all 128 experts: the routed fetch moves the same bytes, later. Two
+  // sequences per micro-batch: at one, the host's issue of 128 local experts per grouped GEMM
+  // (Transformer Engine's host time per expert) hides the router's wait.
   Scenario s = one_gpu(4096);
+  s.training.micro_batch = 2;
+  s.training.global_batch = 4;
   auto whole = evaluate(s);
   ASSERT_TRUE(whole.has_value()) << whole.error().message;
   s.offload.expert_fetch = OffloadPolicy::ExpertFetch::kRouted;

@@ -219,8 +219,9 @@ TEST(MoeStep, AllToAllAndGroupedGemms) {
   EXPECT_EQ(expert_params, 32LL * 3 * 2048 * 768 * 2);
 }
 
-// The host issue thread's figures: 9.02 us per eager op or backward node, a cuBLAS launch per
-// extra kernel, 26.11 us for a device-to-host synchronisation (minimind pull request 837).
+// The host issue thread's figures: 9.02 us per eager op or backward node, 26.11 us for a
+// device-to-host synchronisation (minimind pull request 837), and per local expert of a grouped
+// linear 1.2 ms / 128 forward and 2.1 ms / 256 backward (TransformerEngine issue 2897).
 TEST(HostIssue, FiguresByHand) {
   auto system = *sim::platform::find_system("dgx-h100");
   sim::PlanBuilder b;
@@ -230,8 +231,9 @@ TEST(HostIssue, FiguresByHand) {
   EXPECT_EQ(cm->host_sync_latency(), sim::duration_from_seconds(26.11e-6));
   EXPECT_DOUBLE_EQ(cm->host_issue_s({.eager = 3.0}), 3 * 9.02e-6);
   EXPECT_DOUBLE_EQ(cm->host_issue_s({.autograd = 2.0}), 2 * 9.02e-6);
-  EXPECT_DOUBLE_EQ(cm->host_issue_s({.eager = 1.0, .launches = 16.0}),
-                   9.02e-6 + 16 * cm->profile().gpu.kernel_launch_s.value);
+  EXPECT_NEAR(cm->host_issue_s({.eager = 1.0, .launches = 16.0}), 9.02e-6 + 16 * 9.375e-6, 1e-12);
+  EXPECT_NEAR(cm->host_issue_s({.autograd = 2.0, .launches = 16.0}), 2 * 9.02e-6 + 16 * 8.203125e-6,
+              1e-12);
 }
 
 // The host lane of each rank: its markers' latencies add up to the host time of every GPU op
@@ -349,7 +351,9 @@ TEST(MoeStep, ImbalanceSlowsTheStep) {
   Scenario s = small_moe();
   auto balanced = evaluate(s);
   ASSERT_TRUE(balanced.has_value()) << balanced.error().message;
-  s.model.moe.load_imbalance = 4.0;
+  // The most-loaded expert at 8x the mean: the host thread (Transformer Engine's time per local
+  // expert) hides part of a smaller skew in this small model.
+  s.model.moe.load_imbalance = 8.0;
   auto skewed = evaluate(s);
   ASSERT_TRUE(skewed.has_value());
   EXPECT_GT(skewed->report.step_time_s, balanced->report.step_time_s * 1.05);
@@ -358,7 +362,7 @@ TEST(MoeStep, ImbalanceSlowsTheStep) {
   for (const auto& [k, v] : skewed->report.metadata) {
     if (k == "moe_expert_rows_per_micro_batch") {
       has_loads = true;
-      EXPECT_EQ(v.substr(0, v.find(',')), "2048");  // 4 × the mean of 512 rows
+      EXPECT_EQ(v.substr(0, v.find(',')), "4096");  // 8 × the mean of 512 rows
     }
   }
   EXPECT_TRUE(has_loads);
