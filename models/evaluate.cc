@@ -222,7 +222,8 @@ std::optional<sim::SimResult> simulate_reduced(const sim::Plan& plan, const Eval
   sim::Result<sim::SimResult> result =
       sim::detail::simulate_with_periods(plan, sim_options, &probe);
   if (!result) {
-    why = "the reduced step does not simulate";
+    // Stopped at the last boundary: the probe's keep_running said why.
+    if (!probe.stopped) why = "the reduced step does not simulate";
     return std::nullopt;
   }
   const sim::Outcome& o = result->timeline.outcome;
@@ -287,6 +288,21 @@ sim::Result<BuiltStep> build_reduced_step(const ResolvedScenario& resolved,
   return built;
 }
 
+// The two one-stage boundaries are quiet with equal states; false (with why) otherwise.
+bool single_stage_periodic(const sim::detail::PeriodProbe& probe, std::string& why) {
+  const auto& s1 = probe.snapshots[0];
+  const auto& s2 = probe.snapshots[1];
+  if (!s1.taken || !s2.taken || !s1.quiet || !s2.quiet) {
+    why = "micro-batches overlap more than one period";
+    return false;
+  }
+  if (s1.state != s2.state || s2.time_ns <= s1.time_ns) {
+    why = "no periodic state";
+    return false;
+  }
+  return true;
+}
+
 std::optional<Report> steady_state_report(const ResolvedScenario& resolved,
                                           const EvalOptions& options, std::string& why) {
   const Scenario& scenario = resolved.scenario();
@@ -347,19 +363,16 @@ std::optional<Report> steady_state_report(const ResolvedScenario& resolved,
                                 .prev_first_op = static_cast<std::uint32_t>(mb[i - 1].op),
                                 .next_first_op = static_cast<std::uint32_t>(mb[i + 1].op)});
   }
+  // Checked when the second boundary's snapshot is taken, so a run with no period stops there.
+  probe.keep_running = [&why](const sim::detail::PeriodProbe& pr) {
+    return single_stage_periodic(pr, why);
+  };
   std::optional<sim::SimResult> result = simulate_reduced(plan, options, probe, why);
   if (!result) return std::nullopt;
   const sim::Timeline& t = result->timeline;
+  if (!single_stage_periodic(probe, why)) return std::nullopt;
   const auto& s1 = probe.snapshots[0];
   const auto& s2 = probe.snapshots[1];
-  if (!s1.taken || !s2.taken || !s1.quiet || !s2.quiet) {
-    why = "micro-batches overlap more than one period";
-    return std::nullopt;
-  }
-  if (s1.state != s2.state || s2.time_ns <= s1.time_ns) {
-    why = "no periodic state";
-    return std::nullopt;
-  }
   const std::int64_t extra = m - kK;
   const std::int64_t period_ns = s2.time_ns - s1.time_ns;
   const sim::TimePoint b1{sim::Duration{s1.time_ns}};
@@ -741,6 +754,10 @@ std::optional<Report> pipeline_steady_state_report(const ResolvedScenario& resol
   }
   sim::detail::PeriodProbe probe;
   if (!fill_period_probe(index, tasks, p, lo, b1, probe, why)) return std::nullopt;
+  // With no usable boundary pair the run stops at the last boundary (its cool-down is wasted).
+  probe.keep_running = [&](const sim::detail::PeriodProbe& pr) {
+    return period_multiple(pr, p, lo, hi, b1, why) != 0;
+  };
   std::optional<sim::SimResult> result = simulate_reduced(plan, options, probe, why);
   if (!result) return std::nullopt;
   const sim::Timeline& t = result->timeline;
