@@ -345,6 +345,19 @@ TEST(SteadyState, FallsBackWhereNothingCanBeProven) {
   ASSERT_TRUE(c->timeline);
 }
 
+TEST(SteadyState, PipelineActivationOffloadFallsBackWithTheSameReport) {
+  // Activation offload over a two-stage pipeline: the last stage runs a shorter period than the
+  // first (whose copies share its host link) and drifts ahead of it by the difference every
+  // period, so no two boundaries are equal. The reduced run stops at its last boundary, and the
+  // full simulation gives the report.
+  Scenario s = base("llama3-8b", "dgx-h100", 16);
+  s.parallelism = {.tp = 4, .pp = 2};
+  s.offload = *offload_preset("megatron_activation_offload", {});
+  const Both both = evaluate_both(s, "llama3-8b pp 2 activation offload");
+  EXPECT_FALSE(both.fast.steady_state);
+  EXPECT_EQ(both.fast.full_path_reason, "no periodic state");
+}
+
 TEST(SteadyState, TakenForAStepOutOfMemoryBeforeItsPeriod) {
   // 70B on one H100: the weights alone are over capacity at t = 0, before the first period
   // boundary, so the first failure, the demand and every other field extrapolate exactly.
