@@ -222,7 +222,8 @@ std::optional<sim::SimResult> simulate_reduced(const sim::Plan& plan, const Eval
   sim::Result<sim::SimResult> result =
       sim::detail::simulate_with_periods(plan, sim_options, &probe);
   if (!result) {
-    why = "the reduced step does not simulate";
+    // Stopped at the last boundary: the probe's keep_running said why.
+    if (!probe.stopped) why = "the reduced step does not simulate";
     return std::nullopt;
   }
   const sim::Outcome& o = result->timeline.outcome;
@@ -287,6 +288,21 @@ sim::Result<BuiltStep> build_reduced_step(const ResolvedScenario& resolved,
   return built;
 }
 
+// The two one-stage boundaries are quiet with equal states; false (with why) otherwise.
+bool single_stage_periodic(const sim::detail::PeriodProbe& probe, std::string& why) {
+  const auto& s1 = probe.snapshots[0];
+  const auto& s2 = probe.snapshots[1];
+  if (!s1.taken || !s2.taken || !s1.quiet || !s2.quiet) {
+    why = "micro-batches overlap more than one period";
+    return false;
+  }
+  if (s1.state != s2.state || s2.time_ns <= s1.time_ns) {
+    why = "no periodic state";
+    return false;
+  }
+  return true;
+}
+
 std::optional<Report> steady_state_report(const ResolvedScenario& resolved,
                                           const EvalOptions& options, std::string& why) {
   const Scenario& scenario = resolved.scenario();
@@ -347,19 +363,16 @@ std::optional<Report> steady_state_report(const ResolvedScenario& resolved,
                                 .prev_first_op = static_cast<std::uint32_t>(mb[i - 1].op),
                                 .next_first_op = static_cast<std::uint32_t>(mb[i + 1].op)});
   }
+  // Checked when the second boundary's snapshot is taken, so a run with no period stops there.
+  probe.keep_running = [&why](const sim::detail::PeriodProbe& pr) {
+    return single_stage_periodic(pr, why);
+  };
   std::optional<sim::SimResult> result = simulate_reduced(plan, options, probe, why);
   if (!result) return std::nullopt;
   const sim::Timeline& t = result->timeline;
+  if (!single_stage_periodic(probe, why)) return std::nullopt;
   const auto& s1 = probe.snapshots[0];
   const auto& s2 = probe.snapshots[1];
-  if (!s1.taken || !s2.taken || !s1.quiet || !s2.quiet) {
-    why = "micro-batches overlap more than one period";
-    return std::nullopt;
-  }
-  if (s1.state != s2.state || s2.time_ns <= s1.time_ns) {
-    why = "no periodic state";
-    return std::nullopt;
-  }
   const std::int64_t extra = m - kK;
   const std::int64_t period_ns = s2.time_ns - s1.time_ns;
   const sim::TimePoint b1{sim::Duration{s1.time_ns}};
@@ -407,7 +420,13 @@ std::optional<Report> steady_state_report(const ResolvedScenario& resolved,
 // (ops of one period's tasks), pool peaks and live sets as in the reduced run when their live
 // tensors keep their names (before b2: no tensor of the last micro-batch, which the reduced
 // step renames; after b2: only tensors outside the tasks or of the last micro-batch).
-constexpr std::int64_t kMaxPeriodMultiple = 4;
+//
+// Q (the largest period multiple tried) is 1 for 1F1B: flows are written by their op, not by
+// the solver slot they take, and every pipelined point of spaces A and B that proved a period
+// with Q = 4 did so with q = 1 (34 of 34 in the stride-10 subsamples), and Q = 4 cost three
+// more micro-batches of reduced step plus up to three to make M - K a multiple of Q. A step
+// whose state would repeat only after q > 1 periods takes the full path.
+constexpr std::int64_t kMaxPeriodMultiple = 1;
 
 // The reduced pipeline step's sizes: P (period, in task indices), its micro-batches, Q and K.
 struct PipelinePeriods {
@@ -741,6 +760,10 @@ std::optional<Report> pipeline_steady_state_report(const ResolvedScenario& resol
   }
   sim::detail::PeriodProbe probe;
   if (!fill_period_probe(index, tasks, p, lo, b1, probe, why)) return std::nullopt;
+  // With no usable boundary pair the run stops at the last boundary (its cool-down is wasted).
+  probe.keep_running = [&](const sim::detail::PeriodProbe& pr) {
+    return period_multiple(pr, p, lo, hi, b1, why) != 0;
+  };
   std::optional<sim::SimResult> result = simulate_reduced(plan, options, probe, why);
   if (!result) return std::nullopt;
   const sim::Timeline& t = result->timeline;

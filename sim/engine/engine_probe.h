@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <vector>
 
@@ -98,6 +99,11 @@ struct PeriodProbe {
     std::int64_t highest_over = 0;  // the largest index - Segment::hi among started ops
   };
   std::vector<Snapshot> snapshots;  // filled by the engine, one per boundary
+  // Called once, right after the last boundary's snapshot; returning false stops the run there
+  // (the simulation fails with ErrorCode::kCancelled and `stopped` is set): the caller found no
+  // boundary pair it can use, so the rest of the run (the cool-down) would be wasted.
+  std::function<bool(const PeriodProbe&)> keep_running;
+  bool stopped = false;
   // Per pool: the tensors live at its peak (ids, in pool order), as in Timeline::live_at_peak.
   std::vector<std::vector<std::uint32_t>> live_at_peak;
 };

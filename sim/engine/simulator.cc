@@ -342,6 +342,7 @@ class Engine {
   void fill_memory(Timeline& timeline);
   void describe_deadlock(Timeline& timeline) const;
   void take_snapshot(std::size_t boundary);
+  bool keep_running_after_snapshot();
   void snapshot_lane(SnapshotWriter& w, std::uint32_t lane) const;
   void snapshot_flows(SnapshotWriter& w) const;
   void snapshot_groups(SnapshotWriter& w) const;
@@ -811,6 +812,20 @@ void Engine::take_snapshot(std::size_t boundary) {
   snap.highest_over = w.highest_over;
 }
 
+// After a snapshot: false (the run stopped) when it was the last boundary's and the probe's
+// caller has no use for the rest of the run.
+bool Engine::keep_running_after_snapshot() {
+  if (next_boundary_ != periods_->boundaries.size() || !periods_->keep_running ||
+      periods_->keep_running(*periods_)) {
+    return true;
+  }
+  periods_->stopped = true;
+  stop_with_error(Error{
+      ErrorCode::kCancelled,
+      fmt::format("simulation stopped after the last period boundary at {}", format_ms(now_))});
+  return false;
+}
+
 // One lane in the snapshot: its last ended op, its head, and its unstarted ops' finished deps.
 void Engine::snapshot_lane(SnapshotWriter& w, std::uint32_t lane) const {
   const detail::PeriodProbe::Boundary& b = w.b;
@@ -1057,6 +1072,7 @@ Result<SimResult> Engine::run() {
     if (snapshot_due_ && (heap_.empty() || heap_.front().time > now_)) {
       snapshot_due_ = false;
       take_snapshot(next_boundary_++);
+      if (!keep_running_after_snapshot()) break;
     }
     if (heap_.empty()) break;
     now_ = heap_.front().time;

@@ -93,5 +93,44 @@ TEST(PeriodProbeTest, NoPeriodWhenTheCopyFallsBehind) {
   EXPECT_NE(probe.snapshots[0].state, probe.snapshots[1].state);
 }
 
+TEST(PeriodProbeTest, StopsAtTheLastBoundaryWhenTheCallerHasNoUseForTheRest) {
+  // The copy falls behind (as above): the caller sees unequal states once both snapshots are
+  // taken and stops the run at the second boundary (3 ms) instead of its end (11 ms).
+  const Plan plan = blocks(50e6);
+  detail::PeriodProbe probe = probe_blocks_2_and_3();
+  int calls = 0;
+  probe.keep_running = [&calls](const detail::PeriodProbe& p) {
+    ++calls;
+    EXPECT_TRUE(p.snapshots[1].taken);
+    return p.snapshots[0].state == p.snapshots[1].state;
+  };
+  auto r = detail::simulate_with_periods(plan, {}, &probe);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, ErrorCode::kCancelled);
+  EXPECT_NE(r.error().message.find("last period boundary at 3"), std::string::npos)
+      << r.error().message;
+  EXPECT_TRUE(probe.stopped);
+  EXPECT_EQ(calls, 1);
+}
+
+TEST(PeriodProbeTest, RunsToTheEndWhenTheCallerKeepsIt) {
+  // A periodic run whose caller keeps it: called once, the same timeline as sim::simulate.
+  const Plan plan = blocks(10e6);
+  detail::PeriodProbe probe = probe_blocks_2_and_3();
+  int calls = 0;
+  probe.keep_running = [&calls](const detail::PeriodProbe& p) {
+    ++calls;
+    return p.snapshots[0].state == p.snapshots[1].state;
+  };
+  auto r = detail::simulate_with_periods(plan, {}, &probe);
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_FALSE(probe.stopped);
+  EXPECT_EQ(calls, 1);
+  auto plain = simulate(plan, {});
+  ASSERT_TRUE(plain);
+  EXPECT_EQ(plain->timeline.makespan, r->timeline.makespan);
+  EXPECT_EQ(plain->timeline.spans, r->timeline.spans);
+}
+
 }  // namespace
 }  // namespace offsim::sim
