@@ -34,6 +34,7 @@
 
 #include "models/cost_model.h"
 #include "models/formulas.h"
+#include "models/plan_size.h"
 #include "models/step_builder.h"
 
 namespace offsim::models::detail {
@@ -130,6 +131,11 @@ class StepBuilder {
   // A GEMM's m × n × k (gathered_gemm, scattered_gemm).
   struct GemmDims {
     std::int64_t m = 0, n = 0, k = 0;
+  };
+  // A memory-bound kernel's bytes and FLOPs.
+  struct Traffic {
+    std::int64_t bytes = 0;
+    double flops = 0.0;
   };
 
   // A layer's fetched parameters (fetch_params): the ops the layer's first compute op must wait
@@ -228,6 +234,11 @@ class StepBuilder {
   void finish_tp_reduce(Rank& r, std::optional<OpId> reduce, const std::string& name, int layer);
   void grad_accumulation(Rank& r, const std::string& name, int layer, std::int64_t params);
   OpId layer_forward(Rank& r, int mb, int l, Fetch& fetch);
+  OpId forward_op(Rank& r, const std::string& p, int l, const LayerOpEntry& e);
+  void recompute_op(Rank& r, const std::string& p, int l, const LayerOpEntry& e,
+                    const OpSink& emit);
+  GemmDims layer_gemm(FwdOp op) const;
+  Traffic layer_elementwise(FwdOp op) const;
   OpId head_forward(Rank& r, int mb);
   OpId head_forward_chunked(Rank& r, int mb, std::int64_t chunks);
   OpId head_backward(Rank& r, int mb);
@@ -272,6 +283,10 @@ class StepBuilder {
   void optimizer(Rank& r);
 
   // --- step_offload.cc: host transfers and host optimizer steps
+  std::vector<TensorId> save_activations(Rank& r, int l, const std::string& p, OpId first,
+                                         Rank::Saved& saved);
+  void offload_activations(Rank& r, int l, const std::string& p, OpId last,
+                           const std::vector<TensorId>& staging, Rank::Saved& saved);
   std::vector<TensorId> reload_activations(Rank& r, int mb, int l, const std::string& p,
                                            std::optional<OpId> act_after,
                                            std::optional<SendKey> recv, std::vector<OpId>& wait);

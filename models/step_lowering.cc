@@ -4,6 +4,9 @@
 #include "models/step_builder_impl.h"
 
 #include <algorithm>
+#include <utility>
+
+#include "models/plan_size.h"
 
 namespace offsim::models::detail {
 
@@ -245,78 +248,134 @@ void StepBuilder::grad_accumulation(Rank& r, const std::string& name, int layer,
 
 // The forward ops of one layer; returns the last.
 OpId StepBuilder::layer_forward(Rank& r, int mb, int l, Fetch& fetch) {
-  const LayerPolicy& lp = policies_[l];
   const std::string p = pfx(mb, l);
-  const OpCategory cat = OpCategory::kCompute;
   std::vector<OpId> ops;
   const auto push = [&](OpId op) {
     ops.push_back(op);
     return op;
   };
-
-  // Saved tensors: the HBM-resident ones and the offloaded ones (separately, per chunk).
   Rank::Saved saved;
-  std::int64_t hbm_bytes = 0;
-  std::int64_t host_bytes = 0;
-  for (int a = 0; a < kNumActs; ++a) {
-    if (!lp.acts.saved[a]) continue;
-    (lp.on_host[a] ? host_bytes : hbm_bytes) += act_bytes(ld(l), static_cast<Act>(a));
-  }
-
-  push(elementwise(r, p + ".ln1.fwd", cat, l, 2 * residual_bytes(), norm_flops()));
-  for (OpId w : fetch.wait) b_.op_at(ops.front()).deps.push_back(w);
-  r.layer_first_fwd[{mb, l}] = ops.front();
-  if (hbm_bytes > 0) {
-    saved.hbm = tensor(r.hbm, p + ".act", hbm_bytes, TensorCategory::kActivations);
-    b_.op_at(ops.front()).allocs.push_back(saved.hbm);
-  }
   std::vector<TensorId> staging;
-  if (host_bytes > 0) {
-    const std::int64_t chunk = lp.chunk_bytes > 0 ? lp.chunk_bytes : host_bytes;
-    for (std::int64_t off = 0; off < host_bytes; off += chunk) {
-      const std::int64_t n = std::min(chunk, host_bytes - off);
-      saved.chunks.push_back(n);
-      const TensorId st = tensor(r.hbm, fmt::format("{}.act_offload{}", p, staging.size()), n,
-                                 TensorCategory::kActivations);
-      b_.op_at(ops.front()).allocs.push_back(st);
-      staging.push_back(st);
+  // The entries of the layer's forward recipe (plan_size.h); an MoE layer runs its MoE FFN in
+  // place of the dense MLP's entries.
+  bool ffn_done = false;
+  for (const LayerOpEntry& e : layer_forward_recipe()) {
+    if (e.ffn && ld(l).moe) {
+      if (!std::exchange(ffn_done, true)) {
+        moe_forward(r, p, OpCategory::kCompute, l, push, ".fwd", &fetch);
+      }
+      continue;
     }
+    push(forward_op(r, p, l, e));
+    if (ops.size() > 1) continue;
+    // The layer's first op waits for its parameters and allocates what the layer saves.
+    for (OpId w : fetch.wait) b_.op_at(ops.front()).deps.push_back(w);
+    r.layer_first_fwd[{mb, l}] = ops.front();
+    staging = save_activations(r, l, p, ops.front(), saved);
   }
-  push(gathered_gemm(r, p + ".qkv.tp_allgather", p + ".qkv.fwd", cat, l,
-                     {d_.tokens(), d_.qkv_n(), d_.h}, /*from_norm=*/true));
-  rotary(r, p + ".rope.fwd", l);
-  push(attention(r, p + ".attn.fwd", cat, l, false));
-  push(scattered_gemm(r, p + ".out_proj.fwd", p + ".out_proj.tp_reduce", cat, l,
-                      {d_.tokens(), d_.h, d_.o()}));
-  push(elementwise(r, p + ".res1_ln2.fwd", cat, l, res1_ln2_fwd_bytes(), 2 * norm_flops()));
-  if (ld(l).moe) {
-    moe_forward(r, p, cat, l, push, ".fwd", &fetch);
-  } else {
-    const std::int64_t g = d_.gated ? 2 : 1;
-    push(gathered_gemm(r, p + ".mlp.tp_allgather", p + ".mlpwi.fwd", cat, l,
-                       {d_.tokens(), d_.f * g, d_.h}, /*from_norm=*/true));
-    push(elementwise(r, p + ".act.fwd", cat, l, d_.tokens() * d_.f * d_.e * (g + 1),
-                     static_cast<double>(8 * d_.tokens() * d_.f)));
-    push(scattered_gemm(r, p + ".mlpwo.fwd", p + ".mlpwo.tp_reduce", cat, l,
-                        {d_.tokens(), d_.h, d_.f}));
-  }
-  const OpId last = push(elementwise(r, p + ".res2.fwd", cat, l, res2_fwd_bytes(),
-                                     static_cast<double>(d_.tokens() * d_.h / d_.sp)));
+  const OpId last = ops.back();
   for (TensorId buf : fetch.buffers) b_.op_at(last).frees.push_back(buf);
-
-  // Eager D2H of the offloaded tensors once the layer's forward is done.
-  for (std::size_t c = 0; c < staging.size(); ++c) {
-    const TensorId host = tensor(r.host, fmt::format("{}.act_host{}", p, c), saved.chunks[c],
-                                 TensorCategory::kActivations);
-    const OpId cp = copy(r, sim::CopyDirection::kD2H, fmt::format("{}.act.d2h{}", p, c),
-                         OpCategory::kOffload, l, saved.chunks[c], {last});
-    b_.op_at(cp).allocs.push_back(host);
-    b_.op_at(cp).frees.push_back(staging[c]);
-    saved.host.push_back(host);
-    saved.d2h.push_back(cp);
-  }
+  offload_activations(r, l, p, last, staging, saved);
   r.saved[{mb, l}] = std::move(saved);
   return last;
+}
+
+// One entry of the layer's forward recipe: its kernel, with a column-parallel GEMM's
+// sequence-parallel all-gather before it (the GEMMs of the recipe read a norm's output) and
+// the rotary embedding after it, a row-parallel GEMM's reduction after it.
+OpId StepBuilder::forward_op(Rank& r, const std::string& p, int l, const LayerOpEntry& e) {
+  const OpCategory cat = OpCategory::kCompute;
+  const std::string name = p + "." + e.name + ".fwd";
+  switch (e.shape) {
+    case LayerOpShape::kAttention:
+      return attention(r, name, cat, l, false);
+    case LayerOpShape::kColumnGemm: {
+      const OpId out = gathered_gemm(r, p + "." + e.comm, name, cat, l, layer_gemm(e.first),
+                                     /*from_norm=*/true);
+      if (e.rotary_after) rotary(r, p + ".rope.fwd", l);
+      return out;
+    }
+    case LayerOpShape::kRowGemm:
+      return scattered_gemm(r, name, p + "." + e.comm, cat, l, layer_gemm(e.first));
+    case LayerOpShape::kElementwise:
+      break;
+  }
+  const Traffic t = layer_elementwise(e.first);
+  return elementwise(r, name, cat, l, t.bytes, t.flops);
+}
+
+// The re-run of one entry in the recompute: plain GEMMs (no tensor-parallel overlap), with the
+// entry's collective when the recipe re-runs it.
+void StepBuilder::recompute_op(Rank& r, const std::string& p, int l, const LayerOpEntry& e,
+                               const OpSink& emit) {
+  const OpCategory rcat = OpCategory::kRecompute;
+  const std::string name = p + "." + e.name + ".recompute";
+  const std::string comm = p + "." + e.comm + ".recompute";
+  const std::int64_t tp_bytes = d_.tokens() * d_.h * d_.e;
+  const GemmDims g = layer_gemm(e.first);
+  switch (e.shape) {
+    case LayerOpShape::kAttention:
+      emit(attention(r, name, rcat, l, false));
+      return;
+    case LayerOpShape::kColumnGemm:
+      if (e.comm_recomputed && d_.t > 1 && d_.sp > 1) {
+        emit(collective(r, r.compute, comm, OpCategory::kComm, l, sim::CollectiveKind::kAllGather,
+                        r.tp_group, tp_bytes));
+      }
+      emit(gemm(r, name, rcat, l, g.m, g.n, g.k));
+      if (e.rotary_after && rotary_positions()) emit(rotary(r, p + ".rope.recompute", l));
+      return;
+    case LayerOpShape::kRowGemm:
+      emit(gemm(r, name, rcat, l, g.m, g.n, g.k));
+      if (e.comm_recomputed && d_.t > 1) {
+        emit(collective(
+            r, r.compute, comm, OpCategory::kComm, l,
+            d_.sp > 1 ? sim::CollectiveKind::kReduceScatter : sim::CollectiveKind::kAllReduce,
+            r.tp_group, tp_bytes));
+      }
+      return;
+    case LayerOpShape::kElementwise: {
+      const Traffic t = layer_elementwise(e.first);
+      emit(elementwise(r, name, rcat, l, t.bytes, t.flops));
+      return;
+    }
+  }
+}
+
+// The GEMM of a recipe entry (its first FwdOp) on this rank: tokens × the output features.
+StepBuilder::GemmDims StepBuilder::layer_gemm(FwdOp op) const {
+  const std::int64_t g = d_.gated ? 2 : 1;
+  switch (op) {
+    case FwdOp::kQkv:
+      return {d_.tokens(), d_.qkv_n(), d_.h};
+    case FwdOp::kOutProj:
+      return {d_.tokens(), d_.h, d_.o()};
+    case FwdOp::kMlpWi:
+      return {d_.tokens(), d_.f * g, d_.h};
+    case FwdOp::kMlpWo:
+      return {d_.tokens(), d_.h, d_.f};
+    default:
+      return {};
+  }
+}
+
+// Bytes and FLOPs of a recipe entry's memory-bound kernel (its first FwdOp): the first norm;
+// the first residual add fused with the second norm; the MLP activation (gated: reads both
+// halves); the second residual add.
+StepBuilder::Traffic StepBuilder::layer_elementwise(FwdOp op) const {
+  const std::int64_t g = d_.gated ? 2 : 1;
+  switch (op) {
+    case FwdOp::kLn1:
+      return {2 * residual_bytes(), static_cast<double>(norm_flops())};
+    case FwdOp::kRes1:
+      return {res1_ln2_fwd_bytes(), static_cast<double>(2 * norm_flops())};
+    case FwdOp::kAct:
+      return {d_.tokens() * d_.f * d_.e * (g + 1), static_cast<double>(8 * d_.tokens() * d_.f)};
+    case FwdOp::kRes2:
+      return {res2_fwd_bytes(), static_cast<double>(d_.tokens() * d_.h / d_.sp)};
+    default:
+      return {};
+  }
 }
 
 OpId StepBuilder::head_forward(Rank& r, int mb) {
@@ -395,54 +454,20 @@ OpId StepBuilder::head_backward(Rank& r, int mb) {
   return first;
 }
 
-// Recomputes the forward ops of layer l that the backward needs and nobody saved; `emit`
-// sees every op.
+// Recomputes the forward ops of layer l that the backward needs and nobody saved: the entries
+// of the layer's forward recipe its recompute marks; `emit` sees every op.
 void StepBuilder::recompute_forward(Rank& r, const std::string& p, int l, const OpSink& emit) {
-  const auto& rc = policies_[l].acts.recompute;
-  const OpCategory rcat = OpCategory::kRecompute;
-  const std::int64_t g = d_.gated ? 2 : 1;
-  const auto idx = [](FwdOp o) { return static_cast<int>(o); };
-  if (rc[idx(FwdOp::kLn1)]) {
-    emit(elementwise(r, p + ".ln1.recompute", rcat, l, 2 * residual_bytes(), norm_flops()));
-  }
-  if (rc[idx(FwdOp::kQkv)]) {
-    if (d_.t > 1 && d_.sp > 1) {
-      emit(collective(r, r.compute, p + ".qkv.tp_allgather.recompute", OpCategory::kComm, l,
-                      sim::CollectiveKind::kAllGather, r.tp_group, d_.tokens() * d_.h * d_.e));
+  bool ffn_done = false;
+  for (const LayerOpEntry& e : layer_forward_recipe()) {
+    if (!recomputes(e, policies_[l].acts)) continue;
+    if (e.ffn && ld(l).moe) {
+      // The MoE FFN is re-run whole (router, dispatch, experts, combine).
+      if (!std::exchange(ffn_done, true)) {
+        moe_forward(r, p, OpCategory::kRecompute, l, emit, ".recompute");
+      }
+      continue;
     }
-    emit(gemm(r, p + ".qkv.recompute", rcat, l, d_.tokens(), d_.qkv_n(), d_.h));
-    if (rotary_positions()) emit(rotary(r, p + ".rope.recompute", l));
-  }
-  if (rc[idx(FwdOp::kCore)]) emit(attention(r, p + ".attn.recompute", rcat, l, false));
-  if (rc[idx(FwdOp::kOutProj)]) {
-    emit(gemm(r, p + ".out_proj.recompute", rcat, l, d_.tokens(), d_.h, d_.o()));
-    if (d_.t > 1) {
-      emit(collective(
-          r, r.compute, p + ".out_proj.tp_reduce.recompute", OpCategory::kComm, l,
-          d_.sp > 1 ? sim::CollectiveKind::kReduceScatter : sim::CollectiveKind::kAllReduce,
-          r.tp_group, d_.tokens() * d_.h * d_.e));
-    }
-  }
-  if (rc[idx(FwdOp::kRes1)] || rc[idx(FwdOp::kLn2)]) {
-    emit(
-        elementwise(r, p + ".res1_ln2.recompute", rcat, l, res1_ln2_fwd_bytes(), 2 * norm_flops()));
-  }
-  if (ld(l).moe && (rc[idx(FwdOp::kMlpWi)] || rc[idx(FwdOp::kAct)] || rc[idx(FwdOp::kMlpWo)])) {
-    // The MoE FFN is re-run whole (router, dispatch, experts, combine).
-    moe_forward(r, p, rcat, l, emit, ".recompute");
-  } else if (rc[idx(FwdOp::kMlpWi)]) {
-    if (d_.t > 1 && d_.sp > 1) {
-      emit(collective(r, r.compute, p + ".mlp.tp_allgather.recompute", OpCategory::kComm, l,
-                      sim::CollectiveKind::kAllGather, r.tp_group, d_.tokens() * d_.h * d_.e));
-    }
-    emit(gemm(r, p + ".mlpwi.recompute", rcat, l, d_.tokens(), d_.f * g, d_.h));
-  }
-  if (rc[idx(FwdOp::kAct)] && !ld(l).moe) {
-    emit(elementwise(r, p + ".act.recompute", rcat, l, d_.tokens() * d_.f * d_.e * (g + 1),
-                     static_cast<double>(8 * d_.tokens() * d_.f)));
-  }
-  if (rc[idx(FwdOp::kMlpWo)] && !ld(l).moe) {
-    emit(gemm(r, p + ".mlpwo.recompute", rcat, l, d_.tokens(), d_.h, d_.f));
+    recompute_op(r, p, l, e, emit);
   }
 }
 

@@ -51,6 +51,52 @@ double cpu_step_flops_per_param(bool widen_on_host) {
 
 }  // namespace
 
+// The tensors layer l's forward saves (allocated by its first op `first`): those kept on HBM as
+// one tensor, the offloaded ones as HBM staging buffers, in chunks of the policy's chunk_bytes.
+// Returns the staging buffers.
+std::vector<TensorId> StepBuilder::save_activations(Rank& r, int l, const std::string& p,
+                                                    OpId first, Rank::Saved& saved) {
+  const LayerPolicy& lp = policies_[l];
+  std::int64_t hbm_bytes = 0;
+  std::int64_t host_bytes = 0;
+  for (int a = 0; a < kNumActs; ++a) {
+    if (!lp.acts.saved[a]) continue;
+    (lp.on_host[a] ? host_bytes : hbm_bytes) += act_bytes(ld(l), static_cast<Act>(a));
+  }
+  if (hbm_bytes > 0) {
+    saved.hbm = tensor(r.hbm, p + ".act", hbm_bytes, TensorCategory::kActivations);
+    b_.op_at(first).allocs.push_back(saved.hbm);
+  }
+  std::vector<TensorId> staging;
+  if (host_bytes > 0) {
+    const std::int64_t chunk = lp.chunk_bytes > 0 ? lp.chunk_bytes : host_bytes;
+    for (std::int64_t off = 0; off < host_bytes; off += chunk) {
+      const std::int64_t n = std::min(chunk, host_bytes - off);
+      saved.chunks.push_back(n);
+      const TensorId st = tensor(r.hbm, fmt::format("{}.act_offload{}", p, staging.size()), n,
+                                 TensorCategory::kActivations);
+      b_.op_at(first).allocs.push_back(st);
+      staging.push_back(st);
+    }
+  }
+  return staging;
+}
+
+// Eager D2H of the offloaded tensors once the layer's forward (its last op `last`) is done.
+void StepBuilder::offload_activations(Rank& r, int l, const std::string& p, OpId last,
+                                      const std::vector<TensorId>& staging, Rank::Saved& saved) {
+  for (std::size_t c = 0; c < staging.size(); ++c) {
+    const TensorId host = tensor(r.host, fmt::format("{}.act_host{}", p, c), saved.chunks[c],
+                                 TensorCategory::kActivations);
+    const OpId cp = copy(r, sim::CopyDirection::kD2H, fmt::format("{}.act.d2h{}", p, c),
+                         OpCategory::kOffload, l, saved.chunks[c], {last});
+    b_.op_at(cp).allocs.push_back(host);
+    b_.op_at(cp).frees.push_back(staging[c]);
+    saved.host.push_back(host);
+    saved.d2h.push_back(cp);
+  }
+}
+
 // Reloads layer l's offloaded activations of micro-batch mb (H2D after their D2H and
 // `act_after`); appends the copies to `wait` and returns the reloaded HBM tensors.
 std::vector<TensorId> StepBuilder::reload_activations(Rank& r, int mb, int l, const std::string& p,
