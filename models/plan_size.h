@@ -2,11 +2,11 @@
 // the engine would record for it, estimated in closed form without building anything
 // (target offsim_models). Used to refuse enormous scenarios up front.
 //
-// The count follows step_builder.cc: per represented rank (one per pipeline stage), for every
-// micro-batch and every layer the rank holds, the forward and backward ops of one layer pass
-// (GEMMs, attention, norms, tensor-parallel collectives, recompute, activation offload copies,
-// parameter fetches, gradient reductions), plus the embedding/head ops, the pipeline sends and
-// the optimizer ops of every parameter group. Layers are visited once (at most 100 000 in a
+// The count follows the step builder (models/step_*.cc): per represented rank (one per pipeline
+// stage), for every micro-batch and every layer the rank holds, the forward and backward ops of one
+// layer pass (GEMMs, attention, norms, tensor-parallel collectives, recompute, activation offload
+// copies, parameter fetches, gradient reductions), plus the embedding/head ops, the pipeline sends
+// and the optimizer ops of every parameter group. Layers are visited once (at most 100 000 in a
 // scenario); micro-batches multiply in floating point, so no count overflows.
 //
 //   models::PlanSize size = models::estimate_plan_size(scenario);
@@ -43,7 +43,7 @@ struct PlanSizeOptions {
 // Expects a scenario that passed check_scenario(); for others the figures are still finite.
 PlanSize estimate_plan_size(const Scenario& scenario, const PlanSizeOptions& options = {});
 
-// One layer's recipe: the ops step_builder.cc lowers it to in each micro-batch, by kind, counted
+// One layer's recipe: the ops the step builder lowers it to in each micro-batch, by kind, counted
 // in the forward pass, the backward pass and the forward ops the backward re-runs (recompute).
 // A row that replaces ops of another (the MoE FFN replacing the dense MLP, tensor-parallel
 // overlap splitting a GEMM) counts the difference, so a row may be negative. The estimate sums

@@ -196,7 +196,7 @@ KindCounts count_layer_ops(const sim::Plan& plan, std::size_t begin, std::size_t
 
 // What a micro-batch other than the last gives layer l besides its recipe: with sharded
 // gradients, their reduce-scatter (dp > 1) and their D2H (host gradients) in every micro-batch
-// (step_builder.cc grads_done; the other reductions wait for the last micro-batch).
+// (step_params.cc grads_done; the other reductions wait for the last micro-batch).
 double per_micro_batch_gradient_ops(const Scenario& s, int layer, RecipeOpKind kind) {
   const ParallelConfig& p = s.parallelism;
   if (!dp_sharding(p).grads) return 0;
