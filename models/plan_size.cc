@@ -94,32 +94,40 @@ struct RecomputeOps {
   bool moe = false;        // the MoE FFN is re-run whole
 };
 
-// The recompute ops of StepBuilder::layer_backward for a dense layer, with their tensor-parallel
-// collectives.
-RecomputeOps dense_recompute(const Scenario& s, const LayerDims& d, const LayerActivations& acts) {
-  const auto rc = [&](FwdOp op) { return acts.recompute[static_cast<int>(op)]; };
-  const double sp_gather = d.t > 1 && d.sp > 1 ? 1 : 0;
-  const double tp_reduce = d.t > 1 ? 1 : 0;
+// The tensor-parallel collectives of a recipe entry: a column-parallel GEMM's sequence-parallel
+// all-gather, a row-parallel GEMM's reduce(-scatter) (StepBuilder::gathered_gemm,
+// scattered_gemm).
+double entry_collectives(const LayerDims& d, const LayerOpEntry& e) {
+  if (e.shape == LayerOpShape::kColumnGemm) return d.t > 1 && d.sp > 1 ? 1 : 0;
+  if (e.shape == LayerOpShape::kRowGemm) return d.t > 1 ? 1 : 0;
+  return 0;
+}
+bool is_gemm(const LayerOpEntry& e) {
+  return e.shape == LayerOpShape::kColumnGemm || e.shape == LayerOpShape::kRowGemm;
+}
+
+// The ops StepBuilder::recompute_forward re-runs for one entry of the layer's forward: its
+// kernel, its collective when that is re-run too, the rotary embedding after it, and
+// Transformer Engine's FP8 input cast of a GEMM (StepBuilder::gemm).
+RecomputeOps entry_recompute(const Scenario& s, const LayerDims& d, const LayerOpEntry& e) {
   RecomputeOps out;
-  double n = 0;
-  if (rc(FwdOp::kLn1)) n += 1;
-  // With rotary positions the recomputed QKV is followed by its rotary embedding.
-  if (rc(FwdOp::kQkv)) n += 1 + sp_gather + (s.model.max_positions == 0 ? 1 : 0);
-  if (rc(FwdOp::kCore)) n += 1;
-  if (rc(FwdOp::kOutProj)) n += 1 + tp_reduce;
-  if (rc(FwdOp::kRes1) || rc(FwdOp::kLn2)) n += 1;
-  if (rc(FwdOp::kMlpWi)) n += 1 + sp_gather;
-  if (rc(FwdOp::kAct)) n += 1;
-  if (rc(FwdOp::kMlpWo)) n += 1;
-  // Transformer Engine's FP8 input casts (StepBuilder::gemm): one per recomputed GEMM.
-  if (s.training.compute_dtype == sim::DType::kFp8) {
-    for (FwdOp op : {FwdOp::kQkv, FwdOp::kOutProj, FwdOp::kMlpWi, FwdOp::kMlpWo}) {
-      if (rc(op)) n += 1;
-    }
+  out.collectives = e.comm_recomputed ? entry_collectives(d, e) : 0;
+  out.ops = 1 + out.collectives;
+  if (e.rotary_after && s.model.max_positions == 0) out.ops += 1;
+  if (s.training.compute_dtype == sim::DType::kFp8 && is_gemm(e)) out.ops += 1;
+  return out;
+}
+
+// The recompute ops of StepBuilder::layer_backward for a dense layer, with their tensor-parallel
+// collectives: the entries of the layer's forward recipe the recompute re-runs.
+RecomputeOps dense_recompute(const Scenario& s, const LayerDims& d, const LayerActivations& acts) {
+  RecomputeOps out;
+  for (const LayerOpEntry& e : layer_forward_recipe()) {
+    if (!recomputes(e, acts)) continue;
+    const RecomputeOps o = entry_recompute(s, d, e);
+    out.ops += o.ops;
+    out.collectives += o.collectives;
   }
-  out.ops = n;
-  out.collectives = (rc(FwdOp::kQkv) ? sp_gather : 0) + (rc(FwdOp::kOutProj) ? tp_reduce : 0) +
-                    (rc(FwdOp::kMlpWi) ? sp_gather : 0);
   return out;
 }
 
@@ -127,20 +135,44 @@ RecomputeOps dense_recompute(const Scenario& s, const LayerDims& d, const LayerA
 // dense MLP's recompute ops.
 void moe_recompute(const Scenario& s, const LayerDims& d, const LayerActivations& acts,
                    RecomputeOps& out) {
-  const auto rc = [&](FwdOp op) { return acts.recompute[static_cast<int>(op)]; };
-  if (!d.moe || !(rc(FwdOp::kMlpWi) || rc(FwdOp::kAct) || rc(FwdOp::kMlpWo))) return;
-  const double sp_gather = d.t > 1 && d.sp > 1 ? 1 : 0;
+  if (!d.moe) return;
+  RecomputeOps mlp;
+  bool any = false;
+  for (const LayerOpEntry& e : layer_forward_recipe()) {
+    if (!e.ffn || !recomputes(e, acts)) continue;
+    any = true;
+    const RecomputeOps o = entry_recompute(s, d, e);
+    mlp.ops += o.ops;
+    mlp.collectives += o.collectives;
+  }
+  if (!any) return;
   const MoeOps mo = moe_ops(d);
   out.moe = true;
-  out.ops -= (rc(FwdOp::kMlpWi) ? 1 + sp_gather : 0) + (rc(FwdOp::kAct) ? 1 : 0) +
-             (rc(FwdOp::kMlpWo) ? 1 : 0);
-  if (s.training.compute_dtype == sim::DType::kFp8) {
-    out.ops -= (rc(FwdOp::kMlpWi) ? 1 : 0) + (rc(FwdOp::kMlpWo) ? 1 : 0);
-    out.ops += mo.fp8_casts_fwd;
-  }
+  out.ops -= mlp.ops;
+  if (s.training.compute_dtype == sim::DType::kFp8) out.ops += mo.fp8_casts_fwd;
   out.ops += mo.fwd;
-  out.collectives -= rc(FwdOp::kMlpWi) ? sp_gather : 0;
+  out.collectives -= mlp.collectives;
   out.collectives += mo.fwd_collectives;
+}
+
+// The forward ops of the recipe's entries in (`ffn`) or outside the dense MLP: kernels, their
+// tensor-parallel collectives, GEMMs (one FP8 input cast each) and rotary embeddings.
+struct ForwardCounts {
+  double kernels = 0;
+  double collectives = 0;
+  double gemms = 0;
+  double rotary = 0;
+};
+ForwardCounts forward_counts(const LayerDims& d, bool ffn) {
+  ForwardCounts c;
+  for (const LayerOpEntry& e : layer_forward_recipe()) {
+    if (e.ffn != ffn) continue;
+    c.kernels += 1;
+    c.collectives += entry_collectives(d, e);
+    c.gemms += is_gemm(e) ? 1 : 0;
+    c.rotary += e.rotary_after ? 1 : 0;
+  }
+  return c;
 }
 
 LayerShape layer_shape(const Scenario& s, const LayerDims& d, int layer) {
@@ -173,33 +205,39 @@ struct RecipeInputs {
 void base_rows(const Scenario& s, const LayerDims& d, const LayerShape& ls, const RecipeInputs& in,
                std::vector<RecipeRow>& rows) {
   using K = RecipeOpKind;
-  const double tp_colls = d.t > 1 ? (d.sp > 1 ? 4 : 2) : 0;
-  const double mlp_colls = d.t > 1 ? (d.sp > 1 ? 2 : 1) : 0;
   const bool fp8 = s.training.compute_dtype == sim::DType::kFp8;
-  // The MoE FFN replaces the dense MLP's 3 forward and 5 backward kernels, its TP collectives
-  // and the FP8 casts of its 2 GEMMs each way.
-  rows.push_back({"attention block, norms and residuals", K::kKernel, 6, 8});
-  rows.push_back({"attention tensor-parallel collectives", K::kCollective, tp_colls - mlp_colls,
-                  tp_colls - mlp_colls});
+  // The forward from the layer's forward recipe; the backward by count: the attention block's
+  // 8 kernels (two norms, the residual, three GEMM pairs less one, attention, rotary aside), the
+  // MLP's 5, a mirror of every forward tensor-parallel collective and one FP8 cast per GEMM.
+  // The MoE FFN replaces the dense MLP's kernels, its TP collectives and its GEMMs' FP8 casts.
+  const ForwardCounts attn = forward_counts(d, false);
+  const ForwardCounts mlp = forward_counts(d, true);
+  rows.push_back({"attention block, norms and residuals", K::kKernel, attn.kernels, 8});
+  rows.push_back({"attention tensor-parallel collectives", K::kCollective, attn.collectives,
+                  attn.collectives});
   if (d.moe) {
     const MoeOps mo = moe_ops(d);
     rows.push_back({"MoE FFN kernels", K::kKernel, mo.fwd - mo.fwd_collectives - mo.fwd_markers,
                     mo.bwd - mo.bwd_collectives});
     rows.push_back({"MoE collectives", K::kCollective, mo.fwd_collectives, mo.bwd_collectives});
     rows.push_back({"MoE host synchronisation", K::kMarker, mo.fwd_markers, 0});
-    if (fp8)
-      rows.push_back({"FP8 input casts", K::kKernel, 2 + mo.fp8_casts_fwd, 2 + mo.fp8_casts_bwd});
+    if (fp8) {
+      rows.push_back({"FP8 input casts", K::kKernel, attn.gemms + mo.fp8_casts_fwd,
+                      attn.gemms + mo.fp8_casts_bwd});
+    }
     if (ls.params_on_host && in.routed_fetch) {
       // StepBuilder::moe_routed_fetch: an H2D after the router's top-k.
       rows.push_back({"router-aware expert fetch", K::kCopy, 1, 0});
     }
   } else {
-    rows.push_back({"MLP kernels", K::kKernel, 3, 5});
-    rows.push_back({"MLP tensor-parallel collectives", K::kCollective, mlp_colls, mlp_colls});
-    if (fp8) rows.push_back({"FP8 input casts", K::kKernel, 4, 4});
+    rows.push_back({"MLP kernels", K::kKernel, mlp.kernels, 5});
+    rows.push_back(
+        {"MLP tensor-parallel collectives", K::kCollective, mlp.collectives, mlp.collectives});
+    const double gemms = attn.gemms + mlp.gemms;
+    if (fp8) rows.push_back({"FP8 input casts", K::kKernel, gemms, gemms});
   }
-  // Rotary positions: one rotary-embedding kernel forward and one backward.
-  const double rope = s.model.max_positions == 0 ? 1 : 0;
+  // Rotary positions: one rotary-embedding kernel forward (after the QKV GEMM) and one backward.
+  const double rope = s.model.max_positions == 0 ? attn.rotary : 0;
   rows.push_back({"rotary embedding", K::kKernel, rope, rope});
   // Without gradient-accumulation fusion, one accumulation pass per layer in the backward.
   rows.push_back({"weight-gradient accumulation", K::kKernel, 0,
@@ -572,6 +610,67 @@ const char* to_string(RecipeOpKind kind) {
       return "marker";
   }
   return "?";
+}
+
+std::span<const LayerOpEntry> layer_forward_recipe() {
+  using S = LayerOpShape;
+  // Megatron-Core's TransformerLayer with Transformer Engine modules: input norm, fused QKV
+  // (column-parallel) and rotary embedding, the attention core, the output projection
+  // (row-parallel), bias-dropout-add fused with the second norm, the MLP's input projection
+  // (column-parallel, gated: both halves), its activation, its output projection
+  // (row-parallel), and the second bias-dropout-add. The recompute re-runs the out projection's
+  // reduction (its output feeds the residual the next entry re-creates) but not the MLP output
+  // projection's, and not the second residual add, which only makes the layer's output.
+  static constexpr std::array<LayerOpEntry, 9> kForward = {{
+      {.name = "ln1", .shape = S::kElementwise, .first = FwdOp::kLn1, .last = FwdOp::kLn1},
+      {.name = "qkv",
+       .shape = S::kColumnGemm,
+       .first = FwdOp::kQkv,
+       .last = FwdOp::kQkv,
+       .comm = "qkv.tp_allgather",
+       .comm_recomputed = true,
+       .rotary_after = true},
+      {.name = "attn", .shape = S::kAttention, .first = FwdOp::kCore, .last = FwdOp::kCore},
+      {.name = "out_proj",
+       .shape = S::kRowGemm,
+       .first = FwdOp::kOutProj,
+       .last = FwdOp::kOutProj,
+       .comm = "out_proj.tp_reduce",
+       .comm_recomputed = true},
+      {.name = "res1_ln2", .shape = S::kElementwise, .first = FwdOp::kRes1, .last = FwdOp::kLn2},
+      {.name = "mlpwi",
+       .shape = S::kColumnGemm,
+       .first = FwdOp::kMlpWi,
+       .last = FwdOp::kMlpWi,
+       .comm = "mlp.tp_allgather",
+       .comm_recomputed = true,
+       .ffn = true},
+      {.name = "act",
+       .shape = S::kElementwise,
+       .first = FwdOp::kAct,
+       .last = FwdOp::kAct,
+       .ffn = true},
+      {.name = "mlpwo",
+       .shape = S::kRowGemm,
+       .first = FwdOp::kMlpWo,
+       .last = FwdOp::kMlpWo,
+       .comm = "mlpwo.tp_reduce",
+       .ffn = true},
+      {.name = "res2",
+       .shape = S::kElementwise,
+       .first = FwdOp::kRes2,
+       .last = FwdOp::kRes2,
+       .rerun = false},
+  }};
+  return kForward;
+}
+
+bool recomputes(const LayerOpEntry& entry, const LayerActivations& acts) {
+  if (!entry.rerun) return false;
+  for (int op = static_cast<int>(entry.first); op <= static_cast<int>(entry.last); ++op) {
+    if (acts.recompute[op]) return true;
+  }
+  return false;
 }
 
 double LayerRecipe::forward() const {

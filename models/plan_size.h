@@ -2,11 +2,11 @@
 // the engine would record for it, estimated in closed form without building anything
 // (target offsim_models). Used to refuse enormous scenarios up front.
 //
-// The count follows step_builder.cc: per represented rank (one per pipeline stage), for every
-// micro-batch and every layer the rank holds, the forward and backward ops of one layer pass
-// (GEMMs, attention, norms, tensor-parallel collectives, recompute, activation offload copies,
-// parameter fetches, gradient reductions), plus the embedding/head ops, the pipeline sends and
-// the optimizer ops of every parameter group. Layers are visited once (at most 100 000 in a
+// The count follows the step builder (models/step_*.cc): per represented rank (one per pipeline
+// stage), for every micro-batch and every layer the rank holds, the forward and backward ops of one
+// layer pass (GEMMs, attention, norms, tensor-parallel collectives, recompute, activation offload
+// copies, parameter fetches, gradient reductions), plus the embedding/head ops, the pipeline sends
+// and the optimizer ops of every parameter group. Layers are visited once (at most 100 000 in a
 // scenario); micro-batches multiply in floating point, so no count overflows.
 //
 //   models::PlanSize size = models::estimate_plan_size(scenario);
@@ -16,9 +16,11 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "models/formulas.h"
 #include "models/scenario.h"
 
 namespace offsim::models {
@@ -41,7 +43,7 @@ struct PlanSizeOptions {
 // Expects a scenario that passed check_scenario(); for others the figures are still finite.
 PlanSize estimate_plan_size(const Scenario& scenario, const PlanSizeOptions& options = {});
 
-// One layer's recipe: the ops step_builder.cc lowers it to in each micro-batch, by kind, counted
+// One layer's recipe: the ops the step builder lowers it to in each micro-batch, by kind, counted
 // in the forward pass, the backward pass and the forward ops the backward re-runs (recompute).
 // A row that replaces ops of another (the MoE FFN replacing the dense MLP, tensor-parallel
 // overlap splitting a GEMM) counts the difference, so a row may be negative. The estimate sums
@@ -73,6 +75,32 @@ struct LayerRecipe {
   // Forward, backward and recompute ops of one kind.
   double of(RecipeOpKind kind) const;
 };
+
+// The forward of one transformer layer, op by op in the order the step builder emits it: the
+// single statement of what a layer's forward runs. StepBuilder::layer_forward and
+// recompute_forward iterate it (a layer's ops and the ones its backward re-runs), the layer
+// recipe above counts its rows from it, and the recompute FLOPs of build_step() sum
+// fwd_op_flops() over the FwdOps its re-run entries cover.
+enum class LayerOpShape {
+  kElementwise,  // a memory-bound kernel (norms, residual adds, the MLP activation)
+  kColumnGemm,   // a column-parallel GEMM: sequence-parallel all-gather of its input before it
+  kAttention,    // the attention core (flash, or the context-parallel ring / all-to-all)
+  kRowGemm,      // a row-parallel GEMM: tensor-parallel reduce(-scatter) of its output after it
+};
+struct LayerOpEntry {
+  const char* name = "";  // ops "mb<m>.l<l>.<name>.fwd" and ".recompute"
+  LayerOpShape shape = LayerOpShape::kElementwise;
+  FwdOp first = FwdOp::kLn1;     // the FwdOps it computes, [first, last] (formulas.h): its FLOPs,
+  FwdOp last = FwdOp::kLn1;      // the tensors it makes, and when a recompute re-runs it
+  const char* comm = "";         // its tensor-parallel collective ("qkv.tp_allgather"), GEMMs only
+  bool comm_recomputed = false;  // the collective is re-run with the GEMM
+  bool rerun = true;             // a recompute that marks it re-runs it (else it is not re-run)
+  bool ffn = false;              // part of the dense MLP: an MoE layer runs its MoE FFN instead
+  bool rotary_after = false;     // followed by the rotary embedding (rotary positions)
+};
+std::span<const LayerOpEntry> layer_forward_recipe();
+// Whether the recompute of `acts` re-runs the entry (any FwdOp it covers is marked).
+bool recomputes(const LayerOpEntry& entry, const LayerActivations& acts);
 
 // Expects a scenario that passed check_scenario() and 0 <= layer < model.layers.
 LayerRecipe layer_recipe(const Scenario& scenario, int layer);

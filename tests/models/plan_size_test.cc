@@ -196,7 +196,7 @@ KindCounts count_layer_ops(const sim::Plan& plan, std::size_t begin, std::size_t
 
 // What a micro-batch other than the last gives layer l besides its recipe: with sharded
 // gradients, their reduce-scatter (dp > 1) and their D2H (host gradients) in every micro-batch
-// (step_builder.cc grads_done; the other reductions wait for the last micro-batch).
+// (step_params.cc grads_done; the other reductions wait for the last micro-batch).
 double per_micro_batch_gradient_ops(const Scenario& s, int layer, RecipeOpKind kind) {
   const ParallelConfig& p = s.parallelism;
   if (!dp_sharding(p).grads) return 0;
@@ -319,6 +319,68 @@ TEST(PlanSize, WithinStatedFactorOfTheRealPlan) {
       "%.3f..%.3f\n",
       compared, validation_cases, recipe_passes, lo[0], hi[0], lo[1], hi[1], lo[2], hi[2], lo[3],
       hi[3]);
+}
+
+// The layer's forward recipe covers every forward op once, in order, so the FLOPs summed over
+// its entries are the layer's forward FLOPs.
+TEST(LayerForwardRecipe, CoversEveryForwardOpOnceInOrder) {
+  int next = 0;
+  for (const LayerOpEntry& e : layer_forward_recipe()) {
+    EXPECT_EQ(static_cast<int>(e.first), next) << e.name;
+    EXPECT_LE(static_cast<int>(e.first), static_cast<int>(e.last)) << e.name;
+    next = static_cast<int>(e.last) + 1;
+  }
+  EXPECT_EQ(next, kNumFwdOps);
+  auto file = scenarios::load_scenario_file(
+      (fs::path(OFFSIM_SOURCE_DIR) / "scenarios/examples/2b-1xa100-no-offload.yaml").string(), {});
+  ASSERT_TRUE(file) << file.error().message;
+  auto s = scenarios::scenario_from_document(file->base, file->base_dir);
+  ASSERT_TRUE(s) << s.error().message;
+  const LayerDims d = layer_dims(*s);
+  double flops = 0.0;
+  for (const LayerOpEntry& e : layer_forward_recipe()) {
+    for (int op = static_cast<int>(e.first); op <= static_cast<int>(e.last); ++op) {
+      flops += fwd_op_flops(d, static_cast<FwdOp>(op), false);
+    }
+  }
+  EXPECT_EQ(flops, layer_forward_flops(d, false));
+}
+
+// A built layer's forward kernels, and under full recompute the kernels its backward re-runs,
+// are the recipe's entries in the recipe's order (tensor and sequence parallelism on).
+TEST(LayerForwardRecipe, IsTheOrderOfABuiltLayer) {
+  auto file = scenarios::load_scenario_file(
+      (fs::path(OFFSIM_SOURCE_DIR) / "scenarios/examples/llama3-70b-8xh200-full-remat.yaml")
+          .string(),
+      {"model.layers=4"});
+  ASSERT_TRUE(file) << file.error().message;
+  auto s = scenarios::scenario_from_document(file->base, file->base_dir);
+  ASSERT_TRUE(s) << s.error().message;
+  auto step = build_step(*s);
+  ASSERT_TRUE(step) << step.error().message;
+  // "mb0.l1.<entry>.<pass>", the entry's own kernel (no rotary, casts or collectives).
+  const auto entries_of = [&](const std::string& pass) {
+    std::vector<std::string> names;
+    const std::string prefix = "mb0.l1.";
+    for (const sim::Op& op : step->plan.ops) {
+      if (op.name.rfind(prefix, 0) != 0 || op.kind == sim::OpKind::kCollective) continue;
+      const std::string rest = op.name.substr(prefix.size());
+      const std::size_t dot = rest.find('.');
+      if (dot == std::string::npos || rest.substr(dot + 1) != pass) continue;
+      if (rest.substr(0, dot) != "rope") names.push_back(rest.substr(0, dot));
+    }
+    return names;
+  };
+  std::vector<std::string> forward;
+  std::vector<std::string> rerun;
+  const LayerActivations acts = layer_activations(layer_dims(*s), RecomputeConfig::Mode::kFull, {});
+  for (const LayerOpEntry& e : layer_forward_recipe()) {
+    forward.emplace_back(e.name);
+    if (recomputes(e, acts)) rerun.emplace_back(e.name);
+  }
+  EXPECT_EQ(entries_of("fwd"), forward);
+  EXPECT_EQ(entries_of("recompute"), rerun);
+  EXPECT_FALSE(rerun.empty());
 }
 
 TEST(PlanSize, ScalesWithLayersAndMicroBatchesWithoutOverflow) {

@@ -1,0 +1,565 @@
+// StepBuilder: the lowering of one transformer layer (forward, backward, recompute), its
+// attention (flash, ring and all-to-all context parallelism), tensor-parallel collectives and
+// their overlap, and the LM head with its loss.
+#include "models/step_builder_impl.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "models/plan_size.h"
+
+namespace offsim::models::detail {
+
+// The attention core of one layer on this rank: one kernel, or with context parallelism the
+// ring (cp_comm_type p2p) or all-to-all (a2a) form Transformer Engine runs.
+OpId StepBuilder::attention(Rank& r, const std::string& name, OpCategory cat, int layer,
+                            bool backward) {
+  const ParallelConfig& p = s_.parallelism;
+  if (p.cp > 1 && p.cp_comm_type == ParallelConfig::CpCommType::kA2A) {
+    return ulysses_attention(r, name, cat, layer, backward);
+  }
+  if (p.cp > 1) return ring_attention(r, name, cat, layer, backward);
+  return attention_kernel(r, name, cat, layer, attention_shape(backward, d_.s, d_.a, d_.kvh));
+}
+
+sim::AttentionShape StepBuilder::attention_shape(bool backward, std::int64_t seq,
+                                                 std::int64_t heads, std::int64_t kv_heads) const {
+  return {.batch = d_.b,
+          .heads = heads,
+          .kv_heads = kv_heads,
+          .seq_q = seq,
+          .seq_kv = seq,
+          .head_dim = d_.d,
+          .causal = true,
+          .backward = backward,
+          .dtype = adtype_};
+}
+
+OpId StepBuilder::attention_kernel(Rank& r, const std::string& name, OpCategory cat, int layer,
+                                   const sim::AttentionShape& shape, std::vector<OpId> deps) {
+  sim::OpSizes sz;
+  sz.attention = shape;
+  sz.flops = CostModel::attention_flops(shape);
+  return add(r, r.compute, name, OpKind::kAttention, cat, layer,
+             cm_.attention(r.rank, shape, d_.flash, d_.dropout), sz, std::move(deps));
+}
+
+// Ring attention (Transformer Engine AttnFuncWithCPAndKVP2P, cp_comm_type p2p): cp steps, step
+// i the rank's queries against the K,V block that started i ranks before it on the ring. The
+// sequence is in 2·cp chunks, rank j holding chunks j and 2cp−1−j (Megatron's causal load
+// balancing), so every step is half of a full s×s product, as much as one causal s×s
+// attention: the kernels have that shape. K,V for step i come from the ring predecessor on the
+// CP stream while step i−1 computes; with two receive buffers the transfer for step i starts
+// once step i−2 has released its buffer. Backward: the same K,V transfers, and after each step
+// its partial dK,dV goes on to the next rank (overlapped with the following step); the last
+// transfer brings a rank its own dK,dV, which the next kernel waits for.
+OpId StepBuilder::ring_attention(Rank& r, const std::string& name, OpCategory cat, int layer,
+                                 bool backward) {
+  const int cp = s_.parallelism.cp;
+  const std::int64_t kv_block = 2 * d_.b * d_.s * d_.kv() * d_.e;  // K and V, this rank's tokens
+  const sim::AttentionShape shape = attention_shape(backward, d_.s, d_.a, d_.kvh);
+  const OpId ready = last_compute_;  // K,V (and in the backward dO) are ready
+  std::vector<OpId> blocks;
+  OpId recv{};
+  OpId dkv{};
+  for (int i = 0; i < cp; ++i) {
+    if (i + 1 < cp) {
+      const OpId freed = i == 0 ? ready : blocks[static_cast<std::size_t>(i - 1)];
+      const OpId next =
+          cp_transfer(r, fmt::format("{}.cp_kv{}", name, i + 1), layer, kv_block, {freed});
+      blocks.push_back(attention_kernel(r, fmt::format("{}.cp{}", name, i), cat, layer, shape,
+                                        i > 0 ? std::vector<OpId>{recv} : std::vector<OpId>{}));
+      recv = next;
+    } else {
+      blocks.push_back(
+          attention_kernel(r, fmt::format("{}.cp{}", name, i), cat, layer, shape, {recv}));
+    }
+    if (backward) {
+      dkv = cp_transfer(r, fmt::format("{}.cp_dkv{}", name, i), layer, kv_block, {blocks.back()});
+    }
+  }
+  if (backward) next_compute_deps_.push_back(dkv);
+  return blocks.back();
+}
+
+// One ring step of the CP group: this rank sends `bytes` to its successor while receiving as
+// much from its predecessor. The ring moves at its slowest link: priced over the NIC when any
+// neighbour pair of the ring lies in different NVLink domains, else over NVLink.
+OpId StepBuilder::cp_transfer(Rank& r, const std::string& name, int layer, std::int64_t bytes,
+                              std::vector<OpId> deps) {
+  const std::vector<int>& g = r.cp_group;
+  const int successor = g[1 % g.size()];
+  int priced = successor;
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    if (!cm_.system().same_nvlink_domain(g[i], g[(i + 1) % g.size()])) {
+      for (int peer : g) {
+        if (!cm_.system().same_nvlink_domain(r.rank, peer)) priced = peer;
+      }
+      break;
+    }
+  }
+  sim::OpSizes sz;
+  sz.bytes = bytes;
+  sz.peer = successor;
+  sz.p2p_role = sim::P2PRole::kSend;
+  return add(r, r.cp_lane, name, OpKind::kP2P, OpCategory::kComm, layer,
+             cm_.p2p(r.rank, priced, bytes), sz, std::move(deps));
+}
+
+// DeepSpeed-Ulysses style (cp_comm_type a2a): all-to-alls over the CP group turn the sequence
+// split into a head split, attention runs over the whole sequence for heads / cp heads, and
+// an all-to-all turns its output back; the backward does the same with the gradients. On the
+// compute stream: the attention needs their result.
+OpId StepBuilder::ulysses_attention(Rank& r, const std::string& name, OpCategory cat, int layer,
+                                    bool backward) {
+  const int cp = s_.parallelism.cp;
+  const std::int64_t qkv_bytes = d_.tokens() * (d_.q() + 2 * d_.kv()) * d_.e;
+  const std::int64_t out_bytes = d_.tokens() * d_.o() * d_.e;
+  collective(r, r.compute, name + ".cp_a2a_in", OpCategory::kComm, layer,
+             sim::CollectiveKind::kAllToAll, r.cp_group, backward ? out_bytes : qkv_bytes);
+  attention_kernel(r, name, cat, layer,
+                   attention_shape(backward, d_.s * cp, d_.a / cp, d_.kvh / cp));
+  return collective(r, r.compute, name + ".cp_a2a_out", OpCategory::kComm, layer,
+                    sim::CollectiveKind::kAllToAll, r.cp_group, backward ? qkv_bytes : out_bytes);
+}
+
+OpId StepBuilder::rotary(Rank& r, const std::string& name, int layer) {
+  if (!rotary_positions()) return last_compute_;
+  const std::int64_t elems = d_.tokens() * (d_.q() + d_.kv());
+  return elementwise(r, name, OpCategory::kCompute, layer, 2 * elems * d_.e,
+                     3.0 * static_cast<double>(elems));
+}
+
+// TP collective after a row-parallel GEMM (all-reduce, or reduce-scatter with SP) and before
+// a column-parallel GEMM with SP (all-gather). On the compute lane: Megatron runs them on the
+// compute stream and the next GEMM needs their result.
+void StepBuilder::tp_reduce(Rank& r, const std::string& name, OpCategory cat, int layer) {
+  if (d_.t == 1) return;
+  const std::int64_t bytes = d_.tokens() * d_.h * d_.e;
+  collective(r, r.compute, name, cat, layer,
+             d_.sp > 1 ? sim::CollectiveKind::kReduceScatter : sim::CollectiveKind::kAllReduce,
+             r.tp_group, bytes);
+}
+
+void StepBuilder::tp_gather(Rank& r, const std::string& name, OpCategory cat, int layer) {
+  if (d_.t == 1 || d_.sp == 1) return;
+  collective(r, r.compute, name, cat, layer, sim::CollectiveKind::kAllGather, r.tp_group,
+             d_.tokens() * d_.h * d_.e);
+}
+
+// A column-parallel GEMM after the sequence-parallel all-gather of its input (forward), or a
+// row-parallel dgrad after the all-gather of the output gradient (backward). tp_comm_overlap:
+// Transformer Engine's ring exchange (userbuffers, copy engines): the GEMM on the rank's own
+// m/tp rows runs at once while the next chunk comes from the ring neighbour, each of the
+// tp − 1 transfers on the TP lane, each chunk's GEMM once its rows are there.
+// FP8: Transformer Engine quantizes the rank's own rows (m / sp) before the all-gather, which
+// then moves FP8 (1 byte per value); `from_norm`: the input is a norm's output.
+OpId StepBuilder::gathered_gemm(Rank& r, const std::string& gather, const std::string& name,
+                                OpCategory cat, int layer, GemmDims g, bool from_norm) {
+  const bool fp8 = gdtype_ == sim::DType::kFp8;
+  if (fp8) fp8_cast(r, name, cat, layer, ceil_div(g.m, d_.sp) * g.k, from_norm);
+  fp8_input_cast_ = fp8;
+  const OpId out = gathered_gemm_of(r, gather, name, cat, layer, g, fp8 ? 1 : d_.e);
+  fp8_input_cast_ = false;
+  return out;
+}
+
+OpId StepBuilder::gathered_gemm_of(Rank& r, const std::string& gather, const std::string& name,
+                                   OpCategory cat, int layer, GemmDims g, std::int64_t elem_bytes) {
+  if (!tp_overlap()) {
+    if (d_.t > 1 && d_.sp > 1) {
+      collective(r, r.compute, gather, OpCategory::kComm, layer, sim::CollectiveKind::kAllGather,
+                 r.tp_group, d_.tokens() * d_.h * elem_bytes);
+    }
+    return gemm(r, name, cat, layer, g.m, g.n, g.k);
+  }
+  const std::int64_t chunk_bytes = d_.tokens() * d_.h * elem_bytes / d_.t;
+  const OpId ready = last_compute_;
+  OpId out{};
+  OpId recv{};
+  for (int i = 0; i < d_.t; ++i) {
+    OpId next{};
+    if (i + 1 < d_.t) {
+      sim::OpSizes sz;
+      sz.bytes = chunk_bytes;
+      sz.peer = r.tp_group[1];
+      sz.p2p_role = sim::P2PRole::kSend;
+      next = add(r, r.tp_lane, fmt::format("{}{}", gather, i + 1), OpKind::kP2P, OpCategory::kComm,
+                 layer, cm_.p2p(r.rank, r.tp_group[1], chunk_bytes), sz, {ready});
+    }
+    if (i > 0) next_compute_deps_.push_back(recv);
+    out = gemm(r, fmt::format("{}.c{}", name, i), cat, layer, ceil_div(g.m, d_.t), g.n, g.k);
+    recv = next;
+  }
+  return out;
+}
+
+// A row-parallel GEMM and the sequence-parallel reduce-scatter (or all-reduce) of its output.
+// tp_comm_overlap: pipelined, the GEMM in tp chunks of m/tp rows, each chunk's reduce-scatter
+// on the TP lane while the next chunk computes; the next kernel waits for the last one.
+OpId StepBuilder::scattered_gemm(Rank& r, const std::string& name, const std::string& reduce,
+                                 OpCategory cat, int layer, GemmDims g) {
+  if (!tp_overlap()) {
+    const OpId out = gemm(r, name, cat, layer, g.m, g.n, g.k);
+    tp_reduce(r, reduce, OpCategory::kComm, layer);
+    return out;
+  }
+  const std::int64_t chunk_bytes = d_.tokens() * d_.h * d_.e / d_.t;
+  OpId out{};
+  OpId rs{};
+  for (int i = 0; i < d_.t; ++i) {
+    out = gemm(r, fmt::format("{}.c{}", name, i), cat, layer, ceil_div(g.m, d_.t), g.n, g.k);
+    rs = collective(r, r.tp_lane, fmt::format("{}{}", reduce, i), OpCategory::kComm, layer,
+                    sim::CollectiveKind::kReduceScatter, r.tp_group, chunk_bytes, {out});
+  }
+  next_compute_deps_.push_back(rs);
+  return out;
+}
+
+// The input-gradient reduction of a column-parallel linear's backward, started right after its
+// dgrad GEMM on the TP lane (tp_async_grad_reduce) so that the wgrad GEMM overlaps it;
+// finish_tp_reduce makes the next kernel wait for it, or (not async) runs it on the compute
+// stream after the wgrad GEMM.
+std::optional<OpId> StepBuilder::async_tp_reduce(Rank& r, const std::string& name, int layer) {
+  if (d_.t == 1 || !s_.parallelism.tp_async_grad_reduce) return std::nullopt;
+  return collective(
+      r, r.tp_lane, name, OpCategory::kComm, layer,
+      d_.sp > 1 ? sim::CollectiveKind::kReduceScatter : sim::CollectiveKind::kAllReduce, r.tp_group,
+      d_.tokens() * d_.h * d_.e, {last_compute_});
+}
+
+void StepBuilder::finish_tp_reduce(Rank& r, std::optional<OpId> reduce, const std::string& name,
+                                   int layer) {
+  if (reduce) {
+    next_compute_deps_.push_back(*reduce);
+  } else {
+    tp_reduce(r, name, OpCategory::kComm, layer);
+  }
+}
+
+// Megatron-LM 2021 accumulated each micro-batch's weight gradients into param.main_grad with a
+// separate add (read main_grad and grad, write main_grad); gradient-accumulation fusion (the
+// wgrad GEMM accumulating in place) removed that pass.
+void StepBuilder::grad_accumulation(Rank& r, const std::string& name, int layer,
+                                    std::int64_t params) {
+  const std::int64_t bytes = 3 * params * sim::dtype_bytes(dt_.grads);
+  elementwise(r, name, OpCategory::kCompute, layer, bytes, static_cast<double>(params));
+}
+
+// The forward ops of one layer; returns the last.
+OpId StepBuilder::layer_forward(Rank& r, int mb, int l, Fetch& fetch) {
+  const std::string p = pfx(mb, l);
+  std::vector<OpId> ops;
+  const auto push = [&](OpId op) {
+    ops.push_back(op);
+    return op;
+  };
+  Rank::Saved saved;
+  std::vector<TensorId> staging;
+  // The entries of the layer's forward recipe (plan_size.h); an MoE layer runs its MoE FFN in
+  // place of the dense MLP's entries.
+  bool ffn_done = false;
+  for (const LayerOpEntry& e : layer_forward_recipe()) {
+    if (e.ffn && ld(l).moe) {
+      if (!std::exchange(ffn_done, true)) {
+        moe_forward(r, p, OpCategory::kCompute, l, push, ".fwd", &fetch);
+      }
+      continue;
+    }
+    push(forward_op(r, p, l, e));
+    if (ops.size() > 1) continue;
+    // The layer's first op waits for its parameters and allocates what the layer saves.
+    for (OpId w : fetch.wait) b_.op_at(ops.front()).deps.push_back(w);
+    r.layer_first_fwd[{mb, l}] = ops.front();
+    staging = save_activations(r, l, p, ops.front(), saved);
+  }
+  const OpId last = ops.back();
+  for (TensorId buf : fetch.buffers) b_.op_at(last).frees.push_back(buf);
+  offload_activations(r, l, p, last, staging, saved);
+  r.saved[{mb, l}] = std::move(saved);
+  return last;
+}
+
+// One entry of the layer's forward recipe: its kernel, with a column-parallel GEMM's
+// sequence-parallel all-gather before it (the GEMMs of the recipe read a norm's output) and
+// the rotary embedding after it, a row-parallel GEMM's reduction after it.
+OpId StepBuilder::forward_op(Rank& r, const std::string& p, int l, const LayerOpEntry& e) {
+  const OpCategory cat = OpCategory::kCompute;
+  const std::string name = p + "." + e.name + ".fwd";
+  switch (e.shape) {
+    case LayerOpShape::kAttention:
+      return attention(r, name, cat, l, false);
+    case LayerOpShape::kColumnGemm: {
+      const OpId out = gathered_gemm(r, p + "." + e.comm, name, cat, l, layer_gemm(e.first),
+                                     /*from_norm=*/true);
+      if (e.rotary_after) rotary(r, p + ".rope.fwd", l);
+      return out;
+    }
+    case LayerOpShape::kRowGemm:
+      return scattered_gemm(r, name, p + "." + e.comm, cat, l, layer_gemm(e.first));
+    case LayerOpShape::kElementwise:
+      break;
+  }
+  const Traffic t = layer_elementwise(e.first);
+  return elementwise(r, name, cat, l, t.bytes, t.flops);
+}
+
+// The re-run of one entry in the recompute: plain GEMMs (no tensor-parallel overlap), with the
+// entry's collective when the recipe re-runs it.
+void StepBuilder::recompute_op(Rank& r, const std::string& p, int l, const LayerOpEntry& e,
+                               const OpSink& emit) {
+  const OpCategory rcat = OpCategory::kRecompute;
+  const std::string name = p + "." + e.name + ".recompute";
+  const std::string comm = p + "." + e.comm + ".recompute";
+  const std::int64_t tp_bytes = d_.tokens() * d_.h * d_.e;
+  const GemmDims g = layer_gemm(e.first);
+  switch (e.shape) {
+    case LayerOpShape::kAttention:
+      emit(attention(r, name, rcat, l, false));
+      return;
+    case LayerOpShape::kColumnGemm:
+      if (e.comm_recomputed && d_.t > 1 && d_.sp > 1) {
+        emit(collective(r, r.compute, comm, OpCategory::kComm, l, sim::CollectiveKind::kAllGather,
+                        r.tp_group, tp_bytes));
+      }
+      emit(gemm(r, name, rcat, l, g.m, g.n, g.k));
+      if (e.rotary_after && rotary_positions()) emit(rotary(r, p + ".rope.recompute", l));
+      return;
+    case LayerOpShape::kRowGemm:
+      emit(gemm(r, name, rcat, l, g.m, g.n, g.k));
+      if (e.comm_recomputed && d_.t > 1) {
+        emit(collective(
+            r, r.compute, comm, OpCategory::kComm, l,
+            d_.sp > 1 ? sim::CollectiveKind::kReduceScatter : sim::CollectiveKind::kAllReduce,
+            r.tp_group, tp_bytes));
+      }
+      return;
+    case LayerOpShape::kElementwise: {
+      const Traffic t = layer_elementwise(e.first);
+      emit(elementwise(r, name, rcat, l, t.bytes, t.flops));
+      return;
+    }
+  }
+}
+
+// The GEMM of a recipe entry (its first FwdOp) on this rank: tokens × the output features.
+StepBuilder::GemmDims StepBuilder::layer_gemm(FwdOp op) const {
+  const std::int64_t g = d_.gated ? 2 : 1;
+  switch (op) {
+    case FwdOp::kQkv:
+      return {d_.tokens(), d_.qkv_n(), d_.h};
+    case FwdOp::kOutProj:
+      return {d_.tokens(), d_.h, d_.o()};
+    case FwdOp::kMlpWi:
+      return {d_.tokens(), d_.f * g, d_.h};
+    case FwdOp::kMlpWo:
+      return {d_.tokens(), d_.h, d_.f};
+    default:
+      return {};
+  }
+}
+
+// Bytes and FLOPs of a recipe entry's memory-bound kernel (its first FwdOp): the first norm;
+// the first residual add fused with the second norm; the MLP activation (gated: reads both
+// halves); the second residual add.
+StepBuilder::Traffic StepBuilder::layer_elementwise(FwdOp op) const {
+  const std::int64_t g = d_.gated ? 2 : 1;
+  switch (op) {
+    case FwdOp::kLn1:
+      return {2 * residual_bytes(), static_cast<double>(norm_flops())};
+    case FwdOp::kRes1:
+      return {res1_ln2_fwd_bytes(), static_cast<double>(2 * norm_flops())};
+    case FwdOp::kAct:
+      return {d_.tokens() * d_.f * d_.e * (g + 1), static_cast<double>(8 * d_.tokens() * d_.f)};
+    case FwdOp::kRes2:
+      return {res2_fwd_bytes(), static_cast<double>(d_.tokens() * d_.h / d_.sp)};
+    default:
+      return {};
+  }
+}
+
+OpId StepBuilder::head_forward(Rank& r, int mb) {
+  const std::string p = fmt::format("mb{}.head", lbl(mb));
+  const std::int64_t chunks = s_.training.loss_chunks;
+  if (chunks > 1) return head_forward_chunked(r, mb, chunks);
+  // Saved until the head's backward: the final-norm input and output and the fp32 logits'
+  // softmax the vocabulary-parallel cross entropy keeps.
+  const std::int64_t bytes = 2 * residual_bytes() + d_.tokens() * d_.v * 4;
+  const TensorId t = tensor(r.hbm, p + ".act", bytes, TensorCategory::kActivations);
+  const OpId norm = elementwise(r, p + ".final_norm.fwd", OpCategory::kCompute, -1,
+                                2 * residual_bytes(), norm_flops());
+  b_.op_at(norm).allocs.push_back(t);
+  tp_gather(r, p + ".tp_allgather", OpCategory::kComm, -1);
+  head_gemm(r, p + ".lm_head.fwd", d_.tokens(), d_.v, d_.h);
+  r.head_saved[mb] = t;
+  return elementwise(r, p + ".loss.fwd", OpCategory::kCompute, -1, d_.tokens() * d_.v * (d_.e + 4),
+                     static_cast<double>(5 * d_.tokens() * d_.v));
+}
+
+// Chunked (fused linear) cross entropy: per chunk of tokens, the logits GEMM, the loss and its
+// gradient, the data-gradient GEMM into the saved gradient of the head's input and the
+// weight-gradient GEMM, then the chunk's fp32 logits are freed. The same GEMM and elementwise
+// work as the unchunked head, moved from the backward into the forward; the live logits shrink
+// from tokens × vocab to one chunk's. Saved for the backward: the final-norm input and output
+// and the gradient of the head's input (tokens × hidden each, like the residual).
+OpId StepBuilder::head_forward_chunked(Rank& r, int mb, std::int64_t chunks) {
+  const std::string p = fmt::format("mb{}.head", lbl(mb));
+  const TensorId t = tensor(r.hbm, p + ".act", 3 * residual_bytes(), TensorCategory::kActivations);
+  const OpId norm = elementwise(r, p + ".final_norm.fwd", OpCategory::kCompute, -1,
+                                2 * residual_bytes(), norm_flops());
+  b_.op_at(norm).allocs.push_back(t);
+  tp_gather(r, p + ".tp_allgather", OpCategory::kComm, -1);
+  const std::int64_t tokens = d_.tokens();
+  OpId last = norm;
+  for (std::int64_t c = 0; c < chunks; ++c) {
+    // Tokens [c·tokens/chunks, (c+1)·tokens/chunks): the chunks differ by at most one token.
+    const std::int64_t n = (c + 1) * tokens / chunks - c * tokens / chunks;
+    const std::string q = fmt::format("{}.chunk{}", p, c);
+    const TensorId logits =
+        tensor(r.hbm, q + ".logits", n * d_.v * 4, TensorCategory::kActivations);
+    const OpId fwd = head_gemm(r, q + ".lm_head.fwd", n, d_.v, d_.h);
+    b_.op_at(fwd).allocs.push_back(logits);
+    elementwise(r, q + ".loss.fwd", OpCategory::kCompute, -1, n * d_.v * (d_.e + 4),
+                static_cast<double>(5 * n * d_.v));
+    elementwise(r, q + ".loss.bwd", OpCategory::kCompute, -1, n * d_.v * (d_.e + 4),
+                static_cast<double>(3 * n * d_.v));
+    head_gemm(r, q + ".lm_head.dgrad", n, d_.h, d_.v);
+    last = head_gemm(r, q + ".lm_head.wgrad", d_.h, d_.v, n, /*weight_grad=*/true);
+    b_.op_at(last).frees.push_back(logits);
+  }
+  r.head_saved[mb] = t;
+  return last;
+}
+
+OpId StepBuilder::head_backward(Rank& r, int mb) {
+  const std::string p = fmt::format("mb{}.head", lbl(mb));
+  OpId first{};
+  if (s_.training.loss_chunks > 1) {
+    // The head's gradients were made in the forward: scale the saved input gradient by the
+    // loss gradient (one pass over tokens × hidden).
+    first = elementwise(r, p + ".loss.bwd", OpCategory::kCompute, -1, 2 * residual_bytes(),
+                        static_cast<double>(residual_bytes() / d_.e));
+  } else {
+    first =
+        elementwise(r, p + ".loss.bwd", OpCategory::kCompute, -1, d_.tokens() * d_.v * (d_.e + 4),
+                    static_cast<double>(3 * d_.tokens() * d_.v));
+    head_gemm(r, p + ".lm_head.dgrad", d_.tokens(), d_.h, d_.v);
+    head_gemm(r, p + ".lm_head.wgrad", d_.h, d_.v, d_.tokens(), /*weight_grad=*/true);
+  }
+  tp_reduce(r, p + ".tp_reduce", OpCategory::kComm, -1);
+  const OpId last = elementwise(r, p + ".final_norm.bwd", OpCategory::kCompute, -1,
+                                3 * residual_bytes(), 2 * norm_flops());
+  b_.op_at(last).frees.push_back(r.head_saved.at(mb));
+  grads_done(r, -2, mb, last);
+  return first;
+}
+
+// Recomputes the forward ops of layer l that the backward needs and nobody saved: the entries
+// of the layer's forward recipe its recompute marks; `emit` sees every op.
+void StepBuilder::recompute_forward(Rank& r, const std::string& p, int l, const OpSink& emit) {
+  bool ffn_done = false;
+  for (const LayerOpEntry& e : layer_forward_recipe()) {
+    if (!recomputes(e, policies_[l].acts)) continue;
+    if (e.ffn && ld(l).moe) {
+      // The MoE FFN is re-run whole (router, dispatch, experts, combine).
+      if (!std::exchange(ffn_done, true)) {
+        moe_forward(r, p, OpCategory::kRecompute, l, emit, ".recompute");
+      }
+      continue;
+    }
+    recompute_op(r, p, l, e, emit);
+  }
+}
+
+// The FFN's backward of layer l (MoE or dense), after the second residual's.
+void StepBuilder::ffn_backward(Rank& r, const std::string& p, int l) {
+  const OpCategory cat = OpCategory::kCompute;
+  if (ld(l).moe) {
+    moe_backward(r, p, cat, l);
+    return;
+  }
+  const std::int64_t g = d_.gated ? 2 : 1;
+  gathered_gemm(r, p + ".mlpwo.bwd.tp_allgather", p + ".mlpwo.dgrad", cat, l,
+                {d_.tokens(), d_.f, d_.h});
+  wgrad_gemm(r, p + ".mlpwo.wgrad", cat, l, d_.f, d_.h, d_.tokens());
+  elementwise(r, p + ".act.bwd", cat, l, d_.tokens() * d_.f * d_.e * (2 * g + 1),
+              static_cast<double>(10 * d_.tokens() * d_.f));
+  gemm(r, p + ".mlpwi.dgrad", cat, l, d_.tokens(), d_.h, d_.f * g);
+  const std::optional<OpId> reduce = async_tp_reduce(r, p + ".mlpwi.bwd.tp_reduce", l);
+  wgrad_gemm(r, p + ".mlpwi.wgrad", cat, l, d_.h, d_.f * g, d_.tokens());
+  finish_tp_reduce(r, reduce, p + ".mlpwi.bwd.tp_reduce", l);
+}
+
+// The attention block's backward of layer l, from the first residual and second norm to
+// the first norm; returns the first norm's backward (the layer's last op).
+OpId StepBuilder::attention_backward(Rank& r, const std::string& p, int l) {
+  const OpCategory cat = OpCategory::kCompute;
+  elementwise(r, p + ".res1_ln2.bwd", cat, l, 6 * residual_bytes() + dropout_mask_bytes(),
+              4 * norm_flops());
+  gathered_gemm(r, p + ".out_proj.bwd.tp_allgather", p + ".out_proj.dgrad", cat, l,
+                {d_.tokens(), d_.o(), d_.h});
+  wgrad_gemm(r, p + ".out_proj.wgrad", cat, l, d_.o(), d_.h, d_.tokens());
+  attention(r, p + ".attn.bwd", cat, l, true);
+  rotary(r, p + ".rope.bwd", l);
+  gemm(r, p + ".qkv.dgrad", cat, l, d_.tokens(), d_.h, d_.qkv_n());
+  const std::optional<OpId> reduce = async_tp_reduce(r, p + ".qkv.bwd.tp_reduce", l);
+  wgrad_gemm(r, p + ".qkv.wgrad", cat, l, d_.h, d_.qkv_n(), d_.tokens());
+  finish_tp_reduce(r, reduce, p + ".qkv.bwd.tp_reduce", l);
+  return elementwise(r, p + ".ln1.bwd", cat, l, 3 * residual_bytes(), 2 * norm_flops());
+}
+
+// `recv`: without an earlier op to prefetch after, the reload waits for the gradient
+// arriving from the next pipeline stage.
+OpId StepBuilder::layer_backward(Rank& r, int mb, int l, Fetch& fetch,
+                                 std::optional<OpId> act_after, std::optional<SendKey> recv) {
+  const LayerPolicy& lp = policies_[l];
+  const std::string p = pfx(mb, l);
+
+  std::vector<OpId> wait = fetch.wait;
+  const std::vector<TensorId> reloaded = reload_activations(r, mb, l, p, act_after, recv, wait);
+
+  std::vector<OpId> ops;
+  const auto first_op = [&](OpId op) {
+    if (ops.empty()) {
+      for (OpId w : wait) b_.op_at(op).deps.push_back(w);
+      r.layer_first_bwd[{mb, l}] = op;
+    }
+    ops.push_back(op);
+    return op;
+  };
+
+  const std::int64_t recomputed = lp.acts.recomputed_bytes(ld(l));
+  std::optional<TensorId> recomp_t;
+  const auto rc_op = [&](OpId op) {
+    first_op(op);
+    if (!recomp_t && recomputed > 0) {
+      // Re-created for this layer's backward only: a transient, not a saved activation.
+      recomp_t = tensor(r.hbm, p + ".recomputed", recomputed, TensorCategory::kTransients);
+      b_.op_at(op).allocs.push_back(*recomp_t);
+    }
+  };
+  recompute_forward(r, p, l, rc_op);
+
+  first_op(elementwise(r, p + ".res2.bwd", OpCategory::kCompute, l,
+                       2 * residual_bytes() + dropout_mask_bytes(),
+                       static_cast<double>(d_.tokens() * d_.h / d_.sp)));
+  ffn_backward(r, p, l);
+  const OpId last = attention_backward(r, p, l);
+  const TensorId saved_hbm = r.saved.at({mb, l}).hbm;
+  sim::Op& lo = b_.op_at(last);
+  if (saved_hbm.valid()) lo.frees.push_back(saved_hbm);
+  for (TensorId t : reloaded) lo.frees.push_back(t);
+  if (recomp_t) lo.frees.push_back(*recomp_t);
+  for (TensorId buf : fetch.buffers) lo.frees.push_back(buf);
+  if (!s_.training.gradient_accumulation_fusion) {
+    const std::int64_t experts =
+        r.expert_group_of_layer.count(l) != 0 ? r.groups[r.expert_group_of_layer.at(l)].params : 0;
+    grad_accumulation(r, p + ".grad_accum", l, group(r, l).params + experts);
+    grads_done(r, l, mb, last_compute_);
+    return last_compute_;
+  }
+  grads_done(r, l, mb, last);
+  return last;
+}
+
+}  // namespace offsim::models::detail

@@ -1,0 +1,356 @@
+// StepBuilder: parameter groups and their static tensors, ZeRO/FSDP parameter gathers,
+// data-parallel gradient reductions, and the optimizer step on the GPU.
+#include "models/step_builder_impl.h"
+
+#include <algorithm>
+
+namespace offsim::models::detail {
+
+// FP8: Transformer Engine quantizes each layer's bf16 weights (row-wise for the forward,
+// column-wise for the dgrad) once per step: Megatron passes is_first_microbatch, and later
+// micro-batches reuse the cached FP8 weights. Bytes per the recipe (fp8_quantize_bytes) over
+// the layer's linear weights on this rank. Charged right after the layer's optimizer update,
+// which produces the weights it casts.
+OpId StepBuilder::fp8_weight_cast(Rank& r, const ParamGroup& g, OpId after) {
+  const std::int64_t gated = d_.gated ? 2 : 1;
+  const std::int64_t weights =
+      d_.h * (d_.q() + 2 * d_.kv()) + d_.q() * d_.h + d_.h * d_.f * gated + d_.f * d_.h;
+  const OpId cast = elementwise(r, g.name + ".fp8_weight_cast", OpCategory::kOptimizer, g.layer,
+                                fp8_quantize_bytes(fp8_recipe_, fp8_blackwell_, false, weights),
+                                static_cast<double>(weights));
+  b_.op_at(cast).deps.push_back(after);
+  return cast;
+}
+
+// The mixed-precision optimizer's passes over the gradients before the update (Megatron's
+// DistributedOptimizer / MixedPrecisionOptimizer): with fp16, unscale the main gradients and
+// check them for inf/NaN (read and write each); always, the gradient norm for clipping (read
+// each). Over this rank's optimizer shard, at the main gradients' width (fp32 with fp32
+// master weights). Their scalar all-reduces (a few bytes) are not charged.
+void StepBuilder::grad_passes(Rank& r, const std::vector<OpId>& deps) {
+  std::int64_t shard = 0;
+  for (const ParamGroup& g : r.groups) {
+    shard += dp_sharding(s_.parallelism).optimizer ? ceil_div(g.params, dp()) : g.params;
+  }
+  const std::int64_t gbytes = s_.training.fp32_master_weights ? 4 : 2;
+  if (gdtype_ == sim::DType::kFp16) {
+    const OpId u = elementwise(r, "unscale_inf_check", OpCategory::kOptimizer, -1,
+                               2 * gbytes * shard, 2.0 * static_cast<double>(shard));
+    b_.op_at(u).deps.insert(b_.op_at(u).deps.end(), deps.begin(), deps.end());
+  }
+  const OpId n = elementwise(r, "grad_norm", OpCategory::kOptimizer, -1, gbytes * shard,
+                             2.0 * static_cast<double>(shard));
+  b_.op_at(n).deps.insert(b_.op_at(n).deps.end(), deps.begin(), deps.end());
+}
+
+// Expert data-parallel size: tp · dp / (ep · etp).
+int StepBuilder::edp() const {
+  const ParallelConfig& p = s_.parallelism;
+  return p.tp * p.dp / (p.ep * p.etp);
+}
+
+void StepBuilder::make_param_groups(Rank& r) {
+  const ParallelConfig& p = s_.parallelism;
+  const ModelArch& m = s_.model;
+  const auto finish = [&](ParamGroup g) {
+    g.mem = static_memory(g.params, p, dt_);
+    r.groups.push_back(std::move(g));
+  };
+  if (r.stage == 0) {
+    ParamGroup g{.name = "embed",
+                 .role = ParamGroup::Role::kEmbed,
+                 .layer = -1,
+                 .params = d_.v * m.hidden + m.max_positions * m.hidden};
+    non_layer_policy(g);
+    finish(g);
+  }
+  for (int c = 0; c < p.virtual_stages; ++c) {
+    for (int l : chunk_layers(r.stage, c)) {
+      const LayerPolicy& lp = policies_[l];
+      ParamGroup g{.name = fmt::format("l{}", l),
+                   .layer = l,
+                   .params = layer_parameter_count_per_rank(m, p.tp, l),
+                   .params_on_host = lp.params_on_host,
+                   .grads_on_host = lp.grads_on_host,
+                   .opt_on_host = lp.opt_on_host,
+                   .master_on_host = lp.master_on_host,
+                   .master_on_hbm = lp.master_on_hbm};
+      r.group_of_layer[l] = r.groups.size();
+      finish(g);
+      if (ld(l).moe) {
+        // Routed experts: experts / ep local experts, each split over etp; ZeRO-1 (the
+        // distributed optimizer) shards their optimizer state over the expert-DP group.
+        ParamGroup x{.name = fmt::format("l{}.experts", l),
+                     .layer = l,
+                     .params = expert_parameter_count_per_rank(m, p.ep, p.etp),
+                     .params_on_host = lp.params_on_host,
+                     .grads_on_host = lp.grads_on_host,
+                     .opt_on_host = lp.opt_on_host,
+                     .master_on_host = lp.master_on_host,
+                     .master_on_hbm = lp.master_on_hbm,
+                     .expert = true};
+        ParallelConfig pe = p;
+        pe.dp = edp();
+        x.mem = static_memory(x.params, pe, s_.training.fp32_master_weights, gdtype_);
+        r.expert_group_of_layer[l] = r.groups.size();
+        r.groups.push_back(std::move(x));
+      }
+    }
+  }
+  if (r.stage == p.pp - 1) {
+    const std::int64_t norm = m.norm == ModelArch::Norm::kLayerNorm ? 2 * m.hidden : m.hidden;
+    // Untied: the output projection. Tied with pp > 1: Megatron keeps a copy of the word
+    // embedding on the last stage. Tied with pp = 1: shared with "embed".
+    const bool head_matrix = !m.tied_embeddings || p.pp > 1;
+    ParamGroup g{.name = "head",
+                 .role = ParamGroup::Role::kHead,
+                 .layer = -1,
+                 .params = norm + (head_matrix ? d_.v * m.hidden : 0)};
+    non_layer_policy(g);
+    finish(g);
+  }
+}
+
+void StepBuilder::make_static_tensors(Rank& r) {
+  for (ParamGroup& g : r.groups) {
+    const std::int64_t master = g.mem.master_bytes;
+    const std::int64_t moments = g.mem.optimizer_bytes - master;
+    g.params_t = tensor(g.params_on_host ? r.host : r.hbm, g.name + ".params", g.mem.params_bytes,
+                        TensorCategory::kParams);
+    g.grads_t = tensor(g.grads_on_host ? r.host : r.hbm, g.name + ".grads", g.mem.grads_bytes,
+                       TensorCategory::kGrads);
+    g.opt_t = tensor(g.opt_on_host ? r.host : r.hbm, g.name + ".moments", moments,
+                     TensorCategory::kOptimizer);
+    b_.initial(g.params_t);
+    b_.initial(g.grads_t);
+    b_.initial(g.opt_t);
+    if (master > 0) {
+      const bool host = g.master_on_host || (g.opt_on_host && !g.master_on_hbm);
+      g.master_t =
+          tensor(host ? r.host : r.hbm, g.name + ".master", master, TensorCategory::kOptimizer);
+      b_.initial(g.master_t);
+    }
+  }
+  // ZenFlow's GPU-side moments of the selected columns (see zenflow_topk_update).
+  if (const std::int64_t selected = zenflow_selected(r); selected > 0) {
+    b_.initial(tensor(r.hbm, "zenflow.selected_moments",
+                      2 * selected * sim::dtype_bytes(dt_.params), TensorCategory::kOptimizer));
+  }
+  // Library workspaces, CUDA context and allocator overhead on the static state, from the
+  // profile: fixed + fraction × bytes the allocator holds for weights and optimizer.
+  const auto& alloc = cm_.profile().allocator;
+  std::int64_t hbm_static = 0;
+  for (const ParamGroup& g : r.groups) {
+    if (!g.params_on_host) hbm_static += g.mem.params_bytes;
+    if (!g.grads_on_host) hbm_static += g.mem.grads_bytes;
+    if (!g.opt_on_host) hbm_static += g.mem.optimizer_bytes;
+    if (g.opt_on_host && g.master_on_hbm) hbm_static += g.mem.master_bytes;
+  }
+  const RuntimeModel& rt = out_.runtime;
+  if (rt.runtime == HardwareConfig::Runtime::kNone) {
+    const auto ws = static_cast<std::int64_t>(
+        alloc.fixed_bytes.value + alloc.overhead_fraction.value * static_cast<double>(hbm_static));
+    b_.initial(tensor(r.hbm, "workspace", ws, TensorCategory::kWorkspace));
+    return;
+  }
+  // The runtime's own figures replace the profile's lump: the CUDA context and NCCL buffers
+  // on the device outside the allocator (JAX: outside its preallocated pool, so not here), the
+  // cuBLAS workspace through it.
+  if (!rt.preallocated) {
+    b_.initial(
+        tensor(r.hbm, "runtime.cuda_context", rt.cuda_context_bytes, TensorCategory::kRuntime));
+    if (rt.nccl_bytes > 0) {
+      b_.initial(tensor(r.hbm, "runtime.nccl_buffers", rt.nccl_bytes, TensorCategory::kRuntime));
+    }
+  }
+  if (rt.cublas_workspace_bytes > 0) {
+    b_.initial(
+        tensor(r.hbm, "cublas_workspace", rt.cublas_workspace_bytes, TensorCategory::kWorkspace));
+  }
+}
+
+// Brings a layer's parameters in before use: H2D from host and/or FSDP all-gather, prefetched
+// `prefetch` layers ahead (dependency on the first op of an earlier layer).
+StepBuilder::Fetch StepBuilder::fetch_params(Rank& r, int layer, const std::string& tag,
+                                             std::optional<OpId> after, bool forward) {
+  Fetch f;
+  const ParamGroup& g = group(r, layer);
+  if (!g.params_on_host && !shard_params()) return f;
+  const std::int64_t full = g.params * sim::dtype_bytes(dt_.all_gather);
+  // An MoE layer's routed experts: those prefetched with it (moe_expert_fetch_bytes).
+  const auto [expert_bytes, routed_bytes] = moe_expert_fetch_bytes(r, layer, forward);
+  std::vector<OpId> deps;
+  if (after) deps.push_back(*after);
+  if (g.params_on_host) {
+    f.routed_bytes = routed_bytes;
+    const std::int64_t in_bytes = g.mem.params_bytes + expert_bytes;
+    const TensorId buf = tensor(r.hbm, fmt::format("{}.{}.params_in", g.name, tag), in_bytes,
+                                TensorCategory::kBuffers);
+    const OpId c = copy(r, sim::CopyDirection::kH2D, fmt::format("{}.{}.params_h2d", g.name, tag),
+                        OpCategory::kOffload, layer, in_bytes, deps);
+    b_.op_at(c).allocs.push_back(buf);
+    f.buffers.push_back(buf);
+    deps = {c};
+    f.wait = {c};
+  }
+  if (shard_params() && dp() > 1) {
+    const TensorId buf = tensor(r.hbm, fmt::format("{}.{}.params_gathered", g.name, tag), full,
+                                TensorCategory::kBuffers);
+    const OpId ag =
+        collective(r, r.comm, fmt::format("{}.{}.params_allgather", g.name, tag), OpCategory::kComm,
+                   layer, sim::CollectiveKind::kAllGather, r.dp_group, full, deps);
+    b_.op_at(ag).allocs.push_back(buf);
+    f.buffers.push_back(buf);
+    f.wait = {ag};
+  }
+  return f;
+}
+
+// The routed experts' gradients after the last micro-batch: reduced over the expert-DP group
+// (reduce-scatter under the distributed optimizer), and D2H when they live on the host.
+void StepBuilder::expert_grads_done(Rank& r, int layer, int mb, OpId last) {
+  if (mb != micro_batches_ - 1) return;
+  ParamGroup& g = r.groups[r.expert_group_of_layer.at(layer)];
+  OpId after = last;
+  if (edp() > 1) {
+    const bool reduce_scatter = dp_sharding(s_.parallelism).optimizer;
+    after = collective(
+        r, r.comm,
+        fmt::format("mb{}.{}.grad_{}", lbl(mb), g.name,
+                    reduce_scatter ? "reducescatter" : "allreduce"),
+        OpCategory::kComm, layer,
+        reduce_scatter ? sim::CollectiveKind::kReduceScatter : sim::CollectiveKind::kAllReduce,
+        r.edp_group, g.params * sim::dtype_bytes(dt_.reduce_scatter), {last});
+    if (!s_.parallelism.overlap_grad_reduce) deferred_reduce_.push_back(after);
+  }
+  if (g.grads_on_host) {
+    after = copy(r, sim::CopyDirection::kD2H, fmt::format("mb{}.{}.grads_d2h", lbl(mb), g.name),
+                 OpCategory::kOffload, layer, grads_d2h_bytes(g), {after});
+  }
+  r.expert_reduce_op[layer] = after;
+}
+
+// After a group's gradients of micro-batch `mb` are computed: data-parallel reduction
+// (bucketed per layer, overlapped on the comm lane) and, for host-resident gradients, D2H.
+// key: layer, -1 embedding, -2 head.
+void StepBuilder::grads_done(Rank& r, int key, int mb, OpId last) {
+  ParamGroup* gp = nullptr;
+  for (ParamGroup& g : r.groups) {
+    if (g.expert) continue;
+    if (g.reduce_key() == key) gp = &g;
+  }
+  if (key >= 0 && r.expert_group_of_layer.count(key) != 0) expert_grads_done(r, key, mb, last);
+  if (gp == nullptr) return;
+  const bool last_mb = mb == micro_batches_ - 1;
+  // The layer's gradient as accumulated, and as it goes on the wire.
+  const std::int64_t full = gp->params * sim::dtype_bytes(dt_.grads);
+  const std::int64_t wire = gp->params * sim::dtype_bytes(dt_.reduce_scatter);
+  OpId after = last;
+  if (dp() > 1 && (shard_grads() || last_mb)) {
+    std::optional<TensorId> buf;
+    if (shard_grads()) {
+      // The layer's full gradient exists until its reduce-scatter is done.
+      buf = tensor(r.hbm, fmt::format("mb{}.{}.grad_bucket", lbl(mb), gp->name), full,
+                   TensorCategory::kBuffers);
+      b_.op_at(r.layer_first_bwd.count({mb, gp->layer}) ? r.layer_first_bwd.at({mb, gp->layer})
+                                                        : last)
+          .allocs.push_back(*buf);
+    }
+    const bool reduce_scatter = dp_sharding(s_.parallelism).optimizer;
+    after = collective(
+        r, r.comm,
+        fmt::format("mb{}.{}.grad_{}", lbl(mb), gp->name,
+                    reduce_scatter ? "reducescatter" : "allreduce"),
+        OpCategory::kComm, gp->layer,
+        reduce_scatter ? sim::CollectiveKind::kReduceScatter : sim::CollectiveKind::kAllReduce,
+        r.dp_group, wire, {last});
+    if (buf) b_.op_at(after).frees.push_back(*buf);
+    // Not overlapped: reduced once the whole backward is done, so the collective also waits
+    // for the rank's last backward op, known only at the end (patched in optimizer()).
+    if (!s_.parallelism.overlap_grad_reduce) deferred_reduce_.push_back(after);
+  }
+  if (gp->grads_on_host && last_mb && zenflow_grads_h2d_bytes(*gp) > 0) {
+    after = copy(r, sim::CopyDirection::kH2D, fmt::format("{}.zenflow.grad_accum_h2d", gp->name),
+                 OpCategory::kOffload, gp->layer, zenflow_grads_h2d_bytes(*gp), {after});
+  }
+  if (gp->grads_on_host && (shard_grads() || last_mb)) {
+    after = copy(r, sim::CopyDirection::kD2H, fmt::format("mb{}.{}.grads_d2h", lbl(mb), gp->name),
+                 OpCategory::kOffload, gp->layer,
+                 last_mb ? grads_d2h_bytes(*gp) : gp->mem.grads_bytes, {after});
+  }
+  if (last_mb) r.reduce_op[key] = after;
+}
+
+std::int64_t StepBuilder::optimizer_shard(const ParamGroup& g) const {
+  const int gdp = g.expert ? edp() : dp();
+  return dp_sharding(s_.parallelism).optimizer ? ceil_div(g.params, gdp) : g.params;
+}
+
+// The update of one group on the GPU, with its states streamed in and out when they live on
+// the host.
+OpId StepBuilder::gpu_group_step(Rank& r, ParamGroup& g, std::vector<OpId> deps) {
+  const std::int64_t shard = optimizer_shard(g);
+  std::optional<TensorId> stage_buf;
+  if (g.opt_on_host) {
+    // States streamed in, updated on the GPU, streamed out.
+    const std::int64_t states = g.mem.optimizer_bytes;
+    stage_buf = tensor(r.hbm, g.name + ".optimizer_in", states, TensorCategory::kOptimizer);
+    const OpId in = copy(r, sim::CopyDirection::kH2D, g.name + ".optimizer_h2d",
+                         OpCategory::kOffload, g.layer, states, deps);
+    b_.op_at(in).allocs.push_back(*stage_buf);
+    deps = {in};
+  }
+  sim::OpSizes sz;
+  sz.bytes = adam_bytes_per_param(dt_) * shard;
+  sz.flops = kAdamFlopsPerParam * static_cast<double>(shard);
+  OpId done = add(r, r.compute, g.name + ".adam", OpKind::kElementwise, OpCategory::kOptimizer,
+                  g.layer, cm_.memory_bound(r.rank, sz.bytes, sz.flops), sz, deps);
+  if (stage_buf) {
+    done = copy(r, sim::CopyDirection::kD2H, g.name + ".optimizer_d2h", OpCategory::kOffload,
+                g.layer, g.mem.optimizer_bytes, {done});
+    b_.op_at(done).frees.push_back(*stage_buf);
+  }
+  return done;
+}
+
+void StepBuilder::optimizer(Rank& r) {
+  for (OpId reduce : deferred_reduce_) b_.op_at(reduce).deps.push_back(last_compute_);
+  deferred_reduce_.clear();
+  {
+    std::vector<OpId> reduces;
+    for (const auto& [key, op] : r.reduce_op) reduces.push_back(op);
+    grad_passes(r, reduces);
+  }
+  const std::optional<OpId> flat = deepspeed_flat_step(r);
+  if (s_.offload.superoffload.enabled) superoffload_step(r);
+  bool cpu_step_started = false;
+  for (ParamGroup& g : r.groups) {
+    const int key = g.reduce_key();
+    const std::map<int, OpId>& reduced = g.expert ? r.expert_reduce_op : r.reduce_op;
+    auto it = reduced.find(key);
+    std::vector<OpId> deps;
+    if (it != reduced.end()) deps.push_back(it->second);
+    const int gdp = g.expert ? edp() : dp();
+    OpId done{};
+    if (flat && deepspeed_cpu_step(g)) {
+      done = *flat;
+    } else if (s_.offload.superoffload.enabled) {
+      done = superoffload_done(r, g, std::move(deps));
+    } else if (g.opt_on_host && s_.offload.optimizer_on_cpu) {
+      done = cpu_group_step(r, g, std::move(deps), cpu_step_started);
+    } else {
+      done = gpu_group_step(r, g, std::move(deps));
+    }
+    if (gdtype_ == sim::DType::kFp8 && g.layer >= 0) done = fp8_weight_cast(r, g, done);
+    // ZeRO-1/2: updated parameter shards are all-gathered for the next step.
+    if (gdp > 1 && !shard_params() && dp_sharding(s_.parallelism).optimizer) {
+      collective(
+          r, r.comm, g.name + ".params_allgather", OpCategory::kComm, g.layer,
+          sim::CollectiveKind::kAllGather, g.expert ? r.edp_group : r.dp_group,
+          g.params * sim::dtype_bytes(dt_.all_gather) / (zenflow(g) ? zenflow_interval() : 1),
+          {done});
+    }
+  }
+}
+
+}  // namespace offsim::models::detail

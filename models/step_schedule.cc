@@ -1,0 +1,301 @@
+// StepBuilder: pipeline schedules (Megatron-LM's 1F1B and interleaved 1F1B), the forward and
+// backward tasks they run, parameter and activation prefetch points, offload back-pressure,
+// and the pipeline's sends and their receives on the peer stages.
+#include "models/step_builder_impl.h"
+
+#include <algorithm>
+
+namespace offsim::models::detail {
+
+namespace {
+
+// Megatron-LM's schedules (megatron/core/pipeline_parallel/schedules.py).
+std::vector<Task> pipeline_schedule(int stage, int pp, int v, int m, bool interleaved) {
+  std::vector<Task> tasks;
+  if (!interleaved || v == 1) {
+    const int warmup = std::min(pp - stage - 1, m);
+    int f = 0;
+    int b = 0;
+    for (; f < warmup; ++f) tasks.push_back({true, f, 0});
+    while (f < m) {
+      tasks.push_back({true, f++, 0});
+      tasks.push_back({false, b++, 0});
+    }
+    while (b < m) tasks.push_back({false, b++, 0});
+    return tasks;
+  }
+  const int total = m * v;
+  int warmup = (m == pp) ? total : std::min((pp - stage - 1) * 2 + (v - 1) * pp, total);
+  const auto fwd_task = [&](int k) {
+    const int group = pp * v;
+    return Task{true, (k / group) * pp + k % pp, (k % group) / pp};
+  };
+  const auto bwd_task = [&](int k) {
+    const int group = pp * v;
+    return Task{false, (k / group) * pp + k % pp, v - 1 - (k % group) / pp};
+  };
+  const int remaining = total - warmup;
+  for (int k = 0; k < warmup; ++k) tasks.push_back(fwd_task(k));
+  for (int i = 0; i < remaining; ++i) {
+    tasks.push_back(fwd_task(warmup + i));
+    tasks.push_back(bwd_task(i));
+  }
+  for (int i = remaining; i < total; ++i) tasks.push_back(bwd_task(i));
+  return tasks;
+}
+
+}  // namespace
+
+// The rank's pipeline schedule, task by task; records where each micro-batch (pp = 1) or task
+// (pp > 1) begins in the plan.
+void StepBuilder::run_schedule(Rank& r) {
+  const ParallelConfig& p = s_.parallelism;
+  const int stage = r.stage;
+  const bool interleaved = p.schedule == ParallelConfig::PipelineSchedule::kInterleaved1F1B;
+  const std::vector<Task> tasks =
+      pipeline_schedule(stage, p.pp, p.virtual_stages, micro_batches_, interleaved);
+  // Warm-up forwards: those before the first backward (the steady state's index origin).
+  const auto first_bwd =
+      std::find_if(tasks.begin(), tasks.end(), [](const Task& t) { return !t.forward; });
+  const std::int64_t warmup = first_bwd - tasks.begin();
+  std::int64_t forwards = 0;
+  std::int64_t backwards = 0;
+  for (const Task& t : tasks) {
+    if (t.forward && p.pp == 1) {
+      out_.micro_batch_starts.push_back(
+          {.op = b_.peek().ops.size(), .tensor = b_.peek().tensors.size()});
+    }
+    PipelineTask pt{.stage = stage,
+                    .chunk = t.chunk,
+                    .mb = t.mb,
+                    .forward = t.forward,
+                    .index = t.forward ? forwards++ - warmup : backwards++,
+                    .op_begin = b_.peek().ops.size(),
+                    .tensor_begin = b_.peek().tensors.size()};
+    run_task(r, t);
+    if (p.pp > 1) {
+      pt.op_end = b_.peek().ops.size();
+      pt.tensor_end = b_.peek().tensors.size();
+      out_.pipeline_tasks.push_back(pt);
+    }
+  }
+}
+
+sim::Status StepBuilder::build() {
+  const ParallelConfig& p = s_.parallelism;
+  for (int stage = 0; stage < p.pp; ++stage) {
+    OFFSIM_RETURN_IF_ERROR(build_rank(stage));
+  }
+  // Every send gets its receive on the peer, in send order: one receive lane per (receiver,
+  // sender) pair, so a receive never waits behind another sender's and the lane adds no delay
+  // (sends to one peer leave one lane in order). Appended after every other op and lane.
+  std::map<OpId, OpId> recv_of_send;
+  std::vector<OpId> sends;
+  for (const auto& [key, send] : sends_) sends.push_back(send);
+  std::sort(sends.begin(), sends.end());
+  // Each receive is a one-op task of its own, numbered as the task of its send.
+  const std::size_t stage_tasks = out_.pipeline_tasks.size();
+  for (const OpId send : sends) {
+    recv_of_send[send] = receive(send);
+    const auto task = std::upper_bound(
+        out_.pipeline_tasks.begin(),
+        out_.pipeline_tasks.begin() + static_cast<std::ptrdiff_t>(stage_tasks), send.index(),
+        [](std::size_t op, const PipelineTask& x) { return op < x.op_begin; });
+    if (task == out_.pipeline_tasks.begin()) continue;
+    PipelineTask rt = *std::prev(task);
+    rt.receive = true;
+    rt.op_begin = recv_of_send[send].index();
+    rt.op_end = rt.op_begin + 1;
+    rt.tensor_begin = rt.tensor_end = b_.peek().tensors.size();
+    out_.pipeline_tasks.push_back(rt);
+  }
+  for (const auto& [op, key] : pending_recv_) {
+    auto it = sends_.find(key);
+    if (it == sends_.end()) {
+      return sim::fail(sim::ErrorCode::kInternal, "pipeline: no send for a receive (mb {})",
+                       std::get<1>(key));
+    }
+    b_.op_at(op).deps.push_back(recv_of_send.at(it->second));
+  }
+  return sim::ok();
+}
+
+// The receive of `send` on a lane of its peer: no work of its own, it ends when the send does.
+OpId StepBuilder::receive(OpId send) {
+  const sim::Op s = b_.op_at(send);
+  // A copy: creating the receive lane below may reallocate the lane table.
+  const int from_rank = b_.peek().lanes[s.lane.index()].rank;
+  const int dst = s.sizes.peer;
+  const auto stage = static_cast<int>(dst / stage_ranks(s_.parallelism));
+  const LaneId lane = b_.lane(fmt::format("rank{}.recv_from_rank{}", dst, from_rank),
+                              {.rank = dst, .stage = stage, .role = sim::LaneRole::kRecv});
+  const auto pair = static_cast<std::int64_t>(send.index());
+  b_.op_at(send).sizes.p2p_pair = pair;
+  sim::Op op;
+  op.name = recv_names_.at(send);
+  op.lane = lane;
+  op.kind = OpKind::kP2P;
+  op.category = s.category;
+  op.layer = s.layer;
+  op.sizes.bytes = s.sizes.bytes;
+  op.sizes.peer = from_rank;
+  op.sizes.p2p_role = sim::P2PRole::kRecv;
+  op.sizes.p2p_pair = pair;
+  op.deps = {send};
+  return b_.op(std::move(op));
+}
+
+std::int64_t StepBuilder::p2p_bytes() const {
+  const bool scatter = !s_.parallelism.overlap_p2p_comm && d_.t > 1 && d_.sp == 1;
+  return scatter ? ceil_div(residual_bytes(), d_.t) : residual_bytes();
+}
+
+// One forward or backward task of the schedule, a pass of its own on the host issue thread.
+void StepBuilder::run_task(Rank& r, const Task& t) {
+  host_issue_end_task();
+  in_backward_task_ = !t.forward;
+  if (t.forward) {
+    forward_task(r, t);
+  } else {
+    backward_task(r, t);
+  }
+  in_backward_task_ = false;
+  host_issue_end_task();
+}
+
+std::vector<int> StepBuilder::chunk_layers(int stage, int chunk) const {
+  const int pp = s_.parallelism.pp;
+  const int first = (chunk * pp + stage) * layers_per_chunk_;
+  std::vector<int> ls;
+  for (int i = 0; i < layers_per_chunk_; ++i) ls.push_back(first + i);
+  return ls;
+}
+
+void StepBuilder::forward_task(Rank& r, const Task& t) {
+  const std::vector<int> layers = chunk_layers(r.stage, t.chunk);
+  OpId last{};
+  bool first = true;
+  const auto note_first = [&](OpId op) {
+    if (first && !has_embedding(r.stage, t.chunk))
+      pending_recv_.push_back({op, SendKey{true, t.mb, r.stage, t.chunk}});
+    first = false;
+  };
+  if (has_embedding(r.stage, t.chunk)) {
+    last = elementwise(r, fmt::format("mb{}.embed.fwd", lbl(t.mb)), OpCategory::kCompute, -1,
+                       2 * residual_bytes(), 0.0);
+    note_first(last);
+  }
+  std::vector<OpId> firsts;
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    const int l = layers[i];
+    const int k = std::max(1, policies_[l].param_prefetch);
+    std::optional<OpId> after;
+    if (i >= static_cast<std::size_t>(k))
+      after = firsts[i - k];
+    else if (i > 0)
+      after = firsts[0];
+    Fetch f = fetch_params(r, l, fmt::format("mb{}.fwd", lbl(t.mb)), after, true);
+    const OpId op = layer_forward(r, t.mb, l, f);
+    firsts.push_back(r.layer_first_fwd.at({t.mb, l}));
+    // Offload back-pressure: the forward of a layer waits until the D2H copies of the layer
+    // kOffloadWindowLayers earlier have finished, so offloaded activations never pile up on
+    // HBM behind a slow link (Transformer Engine's CPU offload makes the compute stream wait
+    // for the D2H stream at each offload-window boundary; XLA's scheduler bounds live memory
+    // the same way). The cost shows up as exposed offload time instead of HBM.
+    if (i >= kOffloadWindowLayers) {
+      const auto earlier = r.saved.find({t.mb, layers[i - kOffloadWindowLayers]});
+      if (earlier != r.saved.end()) {
+        for (const OpId d2h : earlier->second.d2h) b_.op_at(firsts.back()).deps.push_back(d2h);
+      }
+    }
+    note_first(firsts.back());
+    last = op;
+  }
+  if (has_head(r.stage, t.chunk)) {
+    last = head_forward(r, t.mb);
+  } else {
+    const auto [dst_stage, dst_chunk] = next_stage(r.stage, t.chunk);
+    const int dst = dst_stage * stage_ranks(s_.parallelism);
+    sim::OpSizes sz;
+    sz.bytes = p2p_bytes();
+    sz.peer = dst;
+    const OpId send =
+        add(r, p2p_lane(r), fmt::format("mb{}.c{}.fwd.send", lbl(t.mb), t.chunk), OpKind::kP2P,
+            OpCategory::kComm, -1, cm_.p2p(r.rank, dst, p2p_bytes()), sz, {last});
+    sends_[SendKey{true, t.mb, dst_stage, dst_chunk}] = send;
+    recv_names_[send] = fmt::format("mb{}.c{}.fwd.recv", lbl(t.mb), t.chunk);
+  }
+}
+
+std::pair<int, int> StepBuilder::next_stage(int stage, int chunk) const {
+  if (stage + 1 < s_.parallelism.pp) return {stage + 1, chunk};
+  return {0, chunk + 1};
+}
+
+std::pair<int, int> StepBuilder::prev_stage(int stage, int chunk) const {
+  if (stage > 0) return {stage - 1, chunk};
+  return {s_.parallelism.pp - 1, chunk - 1};
+}
+
+void StepBuilder::backward_task(Rank& r, const Task& t) {
+  std::vector<int> layers = chunk_layers(r.stage, t.chunk);
+  std::reverse(layers.begin(), layers.end());
+  OpId last{};
+  bool first = true;
+  const auto note_first = [&](OpId op) {
+    if (first && !has_head(r.stage, t.chunk)) {
+      pending_recv_.push_back({op, SendKey{false, t.mb, r.stage, t.chunk}});
+    }
+    first = false;
+  };
+  std::optional<OpId> task_first;
+  if (has_head(r.stage, t.chunk)) {
+    last = head_backward(r, t.mb);
+    note_first(last);
+    task_first = last;
+  }
+  std::vector<OpId> firsts;
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    const int l = layers[i];
+    const int k = std::max(1, policies_[l].param_prefetch);
+    std::optional<OpId> after = task_first;
+    if (i >= static_cast<std::size_t>(k))
+      after = firsts[i - k];
+    else if (i > 0)
+      after = firsts[0];
+    Fetch f = fetch_params(r, l, fmt::format("mb{}.bwd", lbl(t.mb)), after);
+    // Activation prefetch: H2D of this layer's offloaded tensors once the backward of the
+    // layer `prefetch` steps earlier has started.
+    const int ka = std::max(1, policies_[l].prefetch);
+    std::optional<OpId> act_after = task_first;
+    if (i >= static_cast<std::size_t>(ka))
+      act_after = firsts[i - ka];
+    else if (i > 0)
+      act_after = firsts[0];
+    if (policies_[l].prefetch == 0 && i > 0) act_after = firsts[i - 1];
+    std::optional<SendKey> recv;
+    if (!act_after && !has_head(r.stage, t.chunk)) recv = SendKey{false, t.mb, r.stage, t.chunk};
+    last = layer_backward(r, t.mb, l, f, act_after, recv);
+    firsts.push_back(r.layer_first_bwd.at({t.mb, l}));
+    note_first(firsts.back());
+    if (!task_first) task_first = firsts.front();
+  }
+  if (has_embedding(r.stage, t.chunk)) {
+    last = elementwise(r, fmt::format("mb{}.embed.bwd", lbl(t.mb)), OpCategory::kCompute, -1,
+                       2 * residual_bytes(), 0.0);
+    grads_done(r, -1, t.mb, last);
+  } else {
+    const auto [dst_stage, dst_chunk] = prev_stage(r.stage, t.chunk);
+    const int dst = dst_stage * stage_ranks(s_.parallelism);
+    sim::OpSizes sz;
+    sz.bytes = p2p_bytes();
+    sz.peer = dst;
+    const OpId send =
+        add(r, p2p_lane(r), fmt::format("mb{}.c{}.bwd.send", lbl(t.mb), t.chunk), OpKind::kP2P,
+            OpCategory::kComm, -1, cm_.p2p(r.rank, dst, p2p_bytes()), sz, {last});
+    sends_[SendKey{false, t.mb, dst_stage, dst_chunk}] = send;
+    recv_names_[send] = fmt::format("mb{}.c{}.bwd.recv", lbl(t.mb), t.chunk);
+  }
+}
+
+}  // namespace offsim::models::detail
