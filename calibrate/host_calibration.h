@@ -3,7 +3,7 @@
 // (STREAM-like read, write and copy kernels with one thread pinned to each of the node's cores,
 // on memory those threads first touched, repeated samples: median, minimum, maximum and noise
 // kept) and the CPU Adam rate of one core (our own loop over the passes DeepSpeed's host step
-// makes, 52 bytes per parameter; see models/step_builder.cc) and of 1, 2, 4, ... threads
+// makes, 52 bytes per parameter; see models/step_offload.cc) and of 1, 2, 4, ... threads
 // together, then writes them into a profile's host keys with origin "measured", the date and
 // the per-node details in each figure's source. The pinnable memory (RLIMIT_MEMLOCK, MemTotal)
 // is reported alongside.

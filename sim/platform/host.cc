@@ -63,7 +63,7 @@ const double kStreamFraction = 290.0 / 307.2;
 // model" (one GPU, ZeRO-Offload, so one process with every core of the host). The host is taken
 // to be the ZeRO-Offload paper's DGX-2: 2x Xeon Platinum 8168, 24 AVX-512 cores each (NVIDIA
 // DGX-2 datasheet). The optimizer time is DeepSpeed's host step, which streams 42 bytes per
-// parameter (models/step_builder.cc: unscale/clip 8, Adam 28, fp32 to 16-bit parameter copy 6;
+// parameter (models/step_offload.cc: unscale/clip 8, Adam 28, fp32 to 16-bit parameter copy 6;
 // the gradient is widened and its norm taken on the GPU, in the 2021 stage2.py as in today's
 // stage_1_and_2.py): 11.6e9 x 42 B / 8.2 s / 48 cores.
 constexpr double kAdamParams = 11.6e9, kAdamSeconds = 8.2, kAdamCores = 48.0;
