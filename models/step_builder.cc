@@ -1435,23 +1435,17 @@ class StepBuilder {
     if (rc[idx(FwdOp::kLn1)]) {
       emit(elementwise(r, p + ".ln1.recompute", rcat, l, 2 * residual_bytes(), norm_flops()));
     }
+    // The checkpointed forward re-runs the same Transformer Engine modules: their all-gathers
+    // (FP8 rows under fp8) and reduce-scatters, overlapped as in the forward (tp_comm_overlap).
     if (rc[idx(FwdOp::kQkv)]) {
-      if (d_.t > 1 && d_.sp > 1) {
-        emit(collective(r, r.compute, p + ".qkv.tp_allgather.recompute", OpCategory::kComm, l,
-                        sim::CollectiveKind::kAllGather, r.tp_group, d_.tokens() * d_.h * d_.e));
-      }
-      emit(gemm(r, p + ".qkv.recompute", rcat, l, d_.tokens(), d_.qkv_n(), d_.h));
+      emit(gathered_gemm(r, p + ".qkv.tp_allgather.recompute", p + ".qkv.recompute", rcat, l,
+                         {d_.tokens(), d_.qkv_n(), d_.h}, /*from_norm=*/true));
       if (rotary_positions()) emit(rotary(r, p + ".rope.recompute", l));
     }
     if (rc[idx(FwdOp::kCore)]) emit(attention(r, p + ".attn.recompute", rcat, l, false));
     if (rc[idx(FwdOp::kOutProj)]) {
-      emit(gemm(r, p + ".out_proj.recompute", rcat, l, d_.tokens(), d_.h, d_.o()));
-      if (d_.t > 1) {
-        emit(collective(
-            r, r.compute, p + ".out_proj.tp_reduce.recompute", OpCategory::kComm, l,
-            d_.sp > 1 ? sim::CollectiveKind::kReduceScatter : sim::CollectiveKind::kAllReduce,
-            r.tp_group, d_.tokens() * d_.h * d_.e));
-      }
+      emit(scattered_gemm(r, p + ".out_proj.recompute", p + ".out_proj.tp_reduce.recompute", rcat,
+                          l, {d_.tokens(), d_.h, d_.o()}));
     }
     if (rc[idx(FwdOp::kRes1)] || rc[idx(FwdOp::kLn2)]) {
       emit(elementwise(r, p + ".res1_ln2.recompute", rcat, l, res1_ln2_fwd_bytes(),
@@ -1461,11 +1455,8 @@ class StepBuilder {
       // The MoE FFN is re-run whole (router, dispatch, experts, combine).
       moe_forward(r, p, rcat, l, emit, ".recompute");
     } else if (rc[idx(FwdOp::kMlpWi)]) {
-      if (d_.t > 1 && d_.sp > 1) {
-        emit(collective(r, r.compute, p + ".mlp.tp_allgather.recompute", OpCategory::kComm, l,
-                        sim::CollectiveKind::kAllGather, r.tp_group, d_.tokens() * d_.h * d_.e));
-      }
-      emit(gemm(r, p + ".mlpwi.recompute", rcat, l, d_.tokens(), d_.f * g, d_.h));
+      emit(gathered_gemm(r, p + ".mlp.tp_allgather.recompute", p + ".mlpwi.recompute", rcat, l,
+                         {d_.tokens(), d_.f * g, d_.h}, /*from_norm=*/true));
     }
     if (rc[idx(FwdOp::kAct)] && !ld(l).moe) {
       emit(elementwise(r, p + ".act.recompute", rcat, l, d_.tokens() * d_.f * d_.e * (g + 1),
