@@ -110,6 +110,12 @@ LayerDims layer_dims(const ModelArch& m, const TrainingConfig& t, const Parallel
   d.v = ceil_div(m.vocab_size, p.tp);
   d.sp = p.sequence_parallel ? p.tp : 1;
   d.e = t.compute_dtype == sim::DType::kFp32 ? 4 : 2;
+  // Transformer Engine under fp8 saves each GEMM input quantized, one byte per element
+  // (transformer_engine/pytorch/module/linear.py and layernorm_linear.py: the input quantizer
+  // keeps the columnwise fp8 copy the wgrad GEMM reads; block scales, 1/32 or 1/128 of a byte,
+  // are not counted). The activation function's input (the fc1 output) and attention's q, k, v
+  // and O stay bf16.
+  if (t.compute_dtype == sim::DType::kFp8) d.e_q = 1;
   d.gated = m.activation == ModelArch::Activation::kSwiGlu;
   d.dropout = m.dropout;
   d.flash = m.attention == ModelArch::AttentionImpl::kFlash;
@@ -138,12 +144,13 @@ std::int64_t act_bytes(const LayerDims& d, Act a) {
     const std::int64_t rows_f = d.routed * d.fe + tok * d.fs;
     switch (a) {
       case Act::kLn2Out:
-        // + the dispatched tokens (expert GEMM input) and the fp32 router probabilities.
-        return residual + d.routed * d.h * d.e + d.moe_tokens * d.experts * 4;
+        // + the dispatched tokens (expert GEMM input; fp8 under fp8, as Transformer Engine's
+        // GroupedLinear saves it) and the fp32 router probabilities.
+        return residual + d.routed * d.h * (d.e_q > 0 ? d.e_q : d.e) + d.moe_tokens * d.experts * 4;
       case Act::kMlpWi:
         return rows_f * d.e * (d.gated ? 2 : 1);
       case Act::kActOut:
-        return rows_f * d.e;
+        return rows_f * (d.e_q > 0 ? d.e_q : d.e);
       case Act::kMlpWo:
         return residual + d.routed * d.h * d.e;
       default:
@@ -151,16 +158,22 @@ std::int64_t act_bytes(const LayerDims& d, Act a) {
     }
   }
   switch (a) {
-    case Act::kX:
     case Act::kLn1Out:
+    case Act::kLn2Out:
+      // The GEMM's own input: its fp8 copy under fp8 (the rank's rows, gathered again in the
+      // backward under sequence parallelism), else the bf16 tensor.
+      return d.e_q > 0 ? tok * d.h * d.e_q / d.sp : residual;
+    case Act::kX:
     case Act::kOutProj:
     case Act::kH1:
-    case Act::kLn2Out:
     case Act::kMlpWo:
       return residual;
     case Act::kQ:
       return tok * d.q() * d.e;
     case Act::kContext:
+      // Under fp8 the out projection keeps its fp8 copy; FlashAttention's backward still reads
+      // the bf16 output (O), which is then saved as well.
+      if (d.e_q > 0) return tok * d.o() * (d.e_q + (d.flash ? d.e : 0));
       return tok * d.o() * d.e;
     case Act::kK:
     case Act::kV:
@@ -177,7 +190,7 @@ std::int64_t act_bytes(const LayerDims& d, Act a) {
     case Act::kMlpWi:
       return tok * d.f * d.e * (d.gated ? 2 : 1);
     case Act::kActOut:
-      return tok * d.f * d.e;
+      return tok * d.f * (d.e_q > 0 ? d.e_q : d.e);
   }
   return 0;
 }

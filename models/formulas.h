@@ -35,7 +35,11 @@ struct LayerDims {
   std::int64_t t = 1;    // tensor parallel size
   std::int64_t sp = 1;   // divisor of the replicated (b·s·h) tensors: tp with SP, else 1
   std::int64_t e = 2;    // bytes per activation element (bf16/fp16; fp8 GEMMs keep bf16 I/O)
-  bool gated = false;    // SwiGLU-style gated MLP (two input projections)
+  // Bytes per element of the quantized copy an fp8 GEMM saves of its input for the backward
+  // (Transformer Engine's Linear / LayerNormLinear keep the fp8 input, not the bf16 one); 0 for
+  // bf16 GEMMs, which save the input itself.
+  std::int64_t e_q = 0;
+  bool gated = false;  // SwiGLU-style gated MLP (two input projections)
   bool dropout = false;
   bool flash = true;
   bool bias = false;

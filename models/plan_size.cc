@@ -30,6 +30,7 @@ struct LayerShape {
   bool recomputed = false;
   double recompute_ops = 0;
   double recompute_collectives = 0;  // of those, tensor-parallel collectives
+  double recompute_p2p = 0;          // ring transfers of the recomputed overlapped GEMMs
   bool moe_recomputed = false;       // the MoE FFN is re-run whole
   bool recompute_core = false;       // the attention core is re-run
   bool params_on_host = false;
@@ -91,6 +92,7 @@ void place_activations(const LayerDims& d, const LayerPolicy& policy, LayerShape
 struct RecomputeOps {
   double ops = 0;
   double collectives = 0;  // of ops: tensor-parallel and MoE collectives
+  double p2p = 0;          // tp_comm_overlap ring transfers (not in ops)
   bool moe = false;        // the MoE FFN is re-run whole
 };
 
@@ -127,6 +129,25 @@ RecomputeOps dense_recompute(const Scenario& s, const LayerDims& d, const LayerA
     const RecomputeOps o = entry_recompute(s, d, e);
     out.ops += o.ops;
     out.collectives += o.collectives;
+  }
+  // tp_comm_overlap: the recomputed GEMMs whose collective is re-run run as the forward's
+  // overlapped GEMMs (tp_overlap_rows): a gathered GEMM's all-gather becomes tp - 1 ring
+  // transfers and tp GEMMs, a scattered GEMM tp GEMMs (FP8: and casts) and tp reduce-scatters.
+  // An MoE layer's FFN entries are replaced by its MoE FFN (moe_recompute).
+  if (s.parallelism.tp_comm_overlap && d.t > 1 && d.sp > 1) {
+    const double t = static_cast<double>(d.t);
+    const double fp8 = s.training.compute_dtype == sim::DType::kFp8 ? 1 : 0;
+    double gathered = 0;
+    double scattered = 0;
+    for (const LayerOpEntry& e : layer_forward_recipe()) {
+      if (!e.comm_recomputed || (e.ffn && d.moe) || !recomputes(e, acts)) continue;
+      gathered += e.shape == LayerOpShape::kColumnGemm ? 1 : 0;
+      scattered += e.shape == LayerOpShape::kRowGemm ? 1 : 0;
+    }
+    const double more_collectives = scattered * (t - 1) - gathered;
+    out.ops += (gathered + scattered * (1 + fp8)) * (t - 1) + more_collectives;
+    out.collectives += more_collectives;
+    out.p2p = gathered * (t - 1);
   }
   return out;
 }
@@ -188,6 +209,7 @@ LayerShape layer_shape(const Scenario& s, const LayerDims& d, int layer) {
   moe_recompute(s, d, policy.acts, rc);
   out.recompute_ops = rc.ops;
   out.recompute_collectives = rc.collectives;
+  out.recompute_p2p = rc.p2p;
   out.moe_recomputed = rc.moe;
   out.recompute_core = policy.acts.recompute[static_cast<int>(FwdOp::kCore)];
   return out;
@@ -252,6 +274,7 @@ void base_rows(const Scenario& s, const LayerDims& d, const LayerShape& ls, cons
   rows.push_back({"recomputed forward kernels", K::kKernel, 0, 0,
                   ls.recompute_ops - ls.recompute_collectives - rc_markers});
   rows.push_back({"recomputed collectives", K::kCollective, 0, 0, ls.recompute_collectives});
+  rows.push_back({"recomputed ring transfers", K::kP2P, 0, 0, ls.recompute_p2p});
   rows.push_back({"recomputed MoE host synchronisation", K::kMarker, 0, 0, rc_markers});
 }
 

@@ -304,35 +304,27 @@ OpId StepBuilder::forward_op(Rank& r, const std::string& p, int l, const LayerOp
   return elementwise(r, name, cat, l, t.bytes, t.flops);
 }
 
-// The re-run of one entry in the recompute: plain GEMMs (no tensor-parallel overlap), with the
-// entry's collective when the recipe re-runs it.
+// The re-run of one entry in the recompute. The checkpointed forward re-runs the same
+// Transformer Engine modules: a GEMM whose collective the recipe re-runs runs as in the forward
+// (its all-gather, FP8 rows under fp8, or reduce-scatter, overlapped under tp_comm_overlap).
 void StepBuilder::recompute_op(Rank& r, const std::string& p, int l, const LayerOpEntry& e,
                                const OpSink& emit) {
   const OpCategory rcat = OpCategory::kRecompute;
   const std::string name = p + "." + e.name + ".recompute";
   const std::string comm = p + "." + e.comm + ".recompute";
-  const std::int64_t tp_bytes = d_.tokens() * d_.h * d_.e;
   const GemmDims g = layer_gemm(e.first);
   switch (e.shape) {
     case LayerOpShape::kAttention:
       emit(attention(r, name, rcat, l, false));
       return;
     case LayerOpShape::kColumnGemm:
-      if (e.comm_recomputed && d_.t > 1 && d_.sp > 1) {
-        emit(collective(r, r.compute, comm, OpCategory::kComm, l, sim::CollectiveKind::kAllGather,
-                        r.tp_group, tp_bytes));
-      }
-      emit(gemm(r, name, rcat, l, g.m, g.n, g.k));
+      emit(e.comm_recomputed ? gathered_gemm(r, comm, name, rcat, l, g, /*from_norm=*/true)
+                             : gemm(r, name, rcat, l, g.m, g.n, g.k));
       if (e.rotary_after && rotary_positions()) emit(rotary(r, p + ".rope.recompute", l));
       return;
     case LayerOpShape::kRowGemm:
-      emit(gemm(r, name, rcat, l, g.m, g.n, g.k));
-      if (e.comm_recomputed && d_.t > 1) {
-        emit(collective(
-            r, r.compute, comm, OpCategory::kComm, l,
-            d_.sp > 1 ? sim::CollectiveKind::kReduceScatter : sim::CollectiveKind::kAllReduce,
-            r.tp_group, tp_bytes));
-      }
+      emit(e.comm_recomputed ? scattered_gemm(r, name, comm, rcat, l, g)
+                             : gemm(r, name, rcat, l, g.m, g.n, g.k));
       return;
     case LayerOpShape::kElementwise: {
       const Traffic t = layer_elementwise(e.first);

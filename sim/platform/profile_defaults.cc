@@ -500,8 +500,14 @@ CalibrationProfile blackwell(bool grace) {
   CalibrationProfile p = common(grace ? "gb200" : "b200", grace ? "NVIDIA GB200" : "NVIDIA B200");
   const std::string note =
       grace ? "; GB200's GPU taken as the B200 row of hardware.md (assumption)" : "";
-  p.gpu.hbm_usable_bytes = fig(180 * kGB, grace ? Origin::kAssumption : Origin::kPublished,
-                               "hardware.md: ~180 GB visible" + note);
+  p.gpu.hbm_usable_bytes = fig(180 * kGB, Origin::kPublished, "hardware.md: ~180 GB visible");
+  if (grace) {
+    // GB200's GPU carries more HBM3e than the DGX B200's.
+    p.gpu.hbm_usable_bytes =
+        fig(186 * kGB, Origin::kPublished,
+            "NVIDIA/dgxc-benchmarking llama3.1/README.md: GB200 recipes need GPUs 'with at least "
+            "186 GB memory each' (B200: 180 GB)");
+  }
   p.gpu.hbm_peak_bytes_per_s =
       fig(8000 * kGB, grace ? Origin::kAssumption : Origin::kDatasheet, kSrcGpuTable + note);
   p.gpu.hbm_achievable_bytes_per_s = achievable_from_h200_ratio(8000 * kGB);
@@ -618,6 +624,13 @@ CalibrationProfile blackwell_ultra(bool grace) {
   p.gpu.hbm_usable_bytes =
       fig(288 * kGB * (180.0 / 192.0), Origin::kAssumption,
           std::string(src) + "; visible fraction of nominal taken from B200 (~180 of 192 GB)");
+  if (grace) {
+    // The same NVIDIA source that gives GB200 186 GB and B200 180 GB.
+    p.gpu.hbm_usable_bytes =
+        fig(288 * kGB, Origin::kPublished,
+            "NVIDIA/dgxc-benchmarking llama3.1/README.md: GB300 recipes need GPUs 'with at least "
+            "288 GB memory each' (GB200: 186 GB, B200: 180 GB)");
+  }
   p.gpu.hbm_peak_bytes_per_s = fig(8000 * kGB, Origin::kDatasheet, src);
   p.gpu.hbm_achievable_bytes_per_s = achievable_from_h200_ratio(8000 * kGB);
   const double tflops = grace ? 2500 : 2250;

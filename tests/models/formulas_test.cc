@@ -120,6 +120,44 @@ TEST(Activations, GqaSwiGluWithoutDropout) {
   EXPECT_EQ(layer_activations(d, Mode::kNone, {}).saved_bytes(d), expected);
 }
 
+TEST(Activations, Fp8GemmsSaveTheirInputsQuantized) {
+  // Llama 3 70B layer as above under fp8 (Transformer Engine): the QKV, MLP-in and MLP-out
+  // GEMM inputs are kept as one-byte copies; the out projection keeps its fp8 copy beside the
+  // bf16 attention output that FlashAttention's backward reads; x, h1, q, k, v, the fc1 output
+  // and the logsumexp stay as they were. With sequence parallelism the norm outputs are the
+  // rank's rows.
+  ModelArch m;
+  m.vocab_size = 128256;
+  m.hidden = 8192;
+  m.layers = 80;
+  m.heads = 64;
+  m.kv_heads = 8;
+  m.head_dim = 128;
+  m.ffn_hidden = 28672;
+  m.activation = ModelArch::Activation::kSwiGlu;
+  m.norm = ModelArch::Norm::kRmsNorm;
+  const std::int64_t s = 4096, h = 8192, q = 8192, kv = 1024, f = 28672, a = 64;
+  TrainingConfig t{.global_batch = 8, .micro_batch = 1, .seq_len = s};
+  t.compute_dtype = sim::DType::kFp8;
+  const LayerDims d = layer_dims(m, t, ParallelConfig{});
+  EXPECT_EQ(d.e_q, 1);
+  const std::int64_t expected = 2 * 2 * s * h + 2 * 1 * s * h + 2 * s * q + 3 * s * q +
+                                2 * 2 * s * kv + 2 * 2 * s * f + 1 * s * f + 4 * a * s;
+  EXPECT_EQ(layer_activations(d, Mode::kNone, {}).saved_bytes(d), expected);
+  EXPECT_EQ(act_bytes(d, Act::kLn1Out), s * h);
+  EXPECT_EQ(act_bytes(d, Act::kActOut), s * f);
+
+  const LayerDims sp = layer_dims(m, t, ParallelConfig{.tp = 4, .sequence_parallel = true});
+  EXPECT_EQ(act_bytes(sp, Act::kLn2Out), s * h / 4);
+  EXPECT_EQ(act_bytes(sp, Act::kContext), s * (q / 4) * 3);
+
+  // bf16 GEMMs keep the bf16 inputs.
+  t.compute_dtype = sim::DType::kBf16;
+  const LayerDims bf = layer_dims(m, t, ParallelConfig{});
+  EXPECT_EQ(bf.e_q, 0);
+  EXPECT_EQ(act_bytes(bf, Act::kActOut), 2 * s * f);
+}
+
 TEST(Activations, DotOffloadPolicyRecomputesNoGemm) {
   // offload_dot_with_no_batch_dims under full remat: every projection output is saved, so only
   // norms, attention core, residuals and the activation function re-run.
