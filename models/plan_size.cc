@@ -196,6 +196,33 @@ ForwardCounts forward_counts(const LayerDims& d, bool ffn) {
   return c;
 }
 
+// The backward ops of the backward recipe's entries in (`ffn`) or outside the dense MLP:
+// kernels, tensor-parallel collectives (a dgrad's all-gather under SP, a gradient reduction),
+// dgrads (one FP8 cast of the output gradient each; the wgrad reuses it), dgrads after an
+// all-gather, and rotary embeddings.
+struct BackwardCounts {
+  double kernels = 0;
+  double collectives = 0;
+  double dgrads = 0;
+  double gathered = 0;
+  double rotary = 0;
+};
+BackwardCounts backward_counts(const LayerDims& d, bool ffn) {
+  using K = LayerBackwardKind;
+  BackwardCounts c;
+  for (const LayerBackwardEntry& e : layer_backward_recipe()) {
+    if (e.ffn != ffn) continue;
+    const bool gather = e.kind == K::kDgrad && *e.gather != '\0';
+    c.kernels += e.kind != K::kGradReduce && e.kind != K::kRotary ? 1 : 0;
+    c.rotary += e.kind == K::kRotary ? 1 : 0;
+    c.dgrads += e.kind == K::kDgrad ? 1 : 0;
+    c.gathered += gather ? 1 : 0;
+    if (gather) c.collectives += d.t > 1 && d.sp > 1 ? 1 : 0;
+    if (e.kind == K::kGradReduce) c.collectives += d.t > 1 ? 1 : 0;
+  }
+  return c;
+}
+
 LayerShape layer_shape(const Scenario& s, const LayerDims& d, int layer) {
   LayerShape out;
   const LayerPolicy policy = layer_policy(s, d, layer);
@@ -228,15 +255,16 @@ void base_rows(const Scenario& s, const LayerDims& d, const LayerShape& ls, cons
                std::vector<RecipeRow>& rows) {
   using K = RecipeOpKind;
   const bool fp8 = s.training.compute_dtype == sim::DType::kFp8;
-  // The forward from the layer's forward recipe; the backward by count: the attention block's
-  // 8 kernels (two norms, the residual, three GEMM pairs less one, attention, rotary aside), the
-  // MLP's 5, a mirror of every forward tensor-parallel collective and one FP8 cast per GEMM.
-  // The MoE FFN replaces the dense MLP's kernels, its TP collectives and its GEMMs' FP8 casts.
+  // The forward from the layer's forward recipe, the backward from its backward recipe. The
+  // MoE FFN replaces the dense MLP's kernels, its TP collectives and its GEMMs' FP8 casts.
   const ForwardCounts attn = forward_counts(d, false);
   const ForwardCounts mlp = forward_counts(d, true);
-  rows.push_back({"attention block, norms and residuals", K::kKernel, attn.kernels, 8});
+  const BackwardCounts attn_bwd = backward_counts(d, false);
+  const BackwardCounts mlp_bwd = backward_counts(d, true);
+  rows.push_back(
+      {"attention block, norms and residuals", K::kKernel, attn.kernels, attn_bwd.kernels});
   rows.push_back({"attention tensor-parallel collectives", K::kCollective, attn.collectives,
-                  attn.collectives});
+                  attn_bwd.collectives});
   if (d.moe) {
     const MoeOps mo = moe_ops(d);
     rows.push_back({"MoE FFN kernels", K::kKernel, mo.fwd - mo.fwd_collectives - mo.fwd_markers,
@@ -245,22 +273,25 @@ void base_rows(const Scenario& s, const LayerDims& d, const LayerShape& ls, cons
     rows.push_back({"MoE host synchronisation", K::kMarker, mo.fwd_markers, 0});
     if (fp8) {
       rows.push_back({"FP8 input casts", K::kKernel, attn.gemms + mo.fp8_casts_fwd,
-                      attn.gemms + mo.fp8_casts_bwd});
+                      attn_bwd.dgrads + mo.fp8_casts_bwd});
     }
     if (ls.params_on_host && in.routed_fetch) {
       // StepBuilder::moe_routed_fetch: an H2D after the router's top-k.
       rows.push_back({"router-aware expert fetch", K::kCopy, 1, 0});
     }
   } else {
-    rows.push_back({"MLP kernels", K::kKernel, mlp.kernels, 5});
+    rows.push_back({"MLP kernels", K::kKernel, mlp.kernels, mlp_bwd.kernels});
     rows.push_back(
-        {"MLP tensor-parallel collectives", K::kCollective, mlp.collectives, mlp.collectives});
-    const double gemms = attn.gemms + mlp.gemms;
-    if (fp8) rows.push_back({"FP8 input casts", K::kKernel, gemms, gemms});
+        {"MLP tensor-parallel collectives", K::kCollective, mlp.collectives, mlp_bwd.collectives});
+    if (fp8) {
+      rows.push_back({"FP8 input casts", K::kKernel, attn.gemms + mlp.gemms,
+                      attn_bwd.dgrads + mlp_bwd.dgrads});
+    }
   }
-  // Rotary positions: one rotary-embedding kernel forward (after the QKV GEMM) and one backward.
-  const double rope = s.model.max_positions == 0 ? attn.rotary : 0;
-  rows.push_back({"rotary embedding", K::kKernel, rope, rope});
+  // Rotary positions: the rotary-embedding kernel after the QKV GEMM, and its backward.
+  const bool rotary = s.model.max_positions == 0;
+  rows.push_back({"rotary embedding", K::kKernel, rotary ? attn.rotary : 0,
+                  rotary ? attn_bwd.rotary + mlp_bwd.rotary : 0});
   // Without gradient-accumulation fusion, one accumulation pass per layer in the backward.
   rows.push_back({"weight-gradient accumulation", K::kKernel, 0,
                   s.training.gradient_accumulation_fusion ? 0.0 : 1.0});
@@ -300,21 +331,29 @@ void context_parallel_rows(const Scenario& s, const LayerShape& ls, std::vector<
 // Tensor-parallel overlap (StepBuilder::gathered_gemm / scattered_gemm). tp_comm_overlap with
 // SP: an all-gather + GEMM becomes tp − 1 ring transfers and tp GEMMs, a GEMM + reduce-scatter
 // tp GEMMs and tp reduce-scatters (FP8: a cast per GEMM of the reduce-scatter; a gathered GEMM's
-// input is cast once, before the transfers); dense layers have two of each in the forward and two
-// gathered dgrads in the backward, MoE layers one each (attention).
+// input is cast once, before the transfers): the column- and row-parallel GEMMs of the forward
+// recipe and the gathered dgrads of the backward recipe, those of the dense MLP in a dense layer
+// only (an MoE layer's attention block's).
 void tp_overlap_rows(const Scenario& s, const LayerDims& d, std::vector<RecipeRow>& rows) {
   const ParallelConfig& p = s.parallelism;
   if (d.t == 1 || !p.tp_comm_overlap || d.sp == 1) return;
   const double t = static_cast<double>(d.t);
   const double fp8 = s.training.compute_dtype == sim::DType::kFp8 ? 1 : 0;
-  const double gathered = d.moe ? 1 : 2;   // forward, and as many in the backward
-  const double scattered = d.moe ? 1 : 2;  // forward
+  double gathered = 0;   // forward
+  double scattered = 0;  // forward
+  for (const LayerOpEntry& e : layer_forward_recipe()) {
+    if (e.ffn && d.moe) continue;
+    gathered += e.shape == LayerOpShape::kColumnGemm ? 1 : 0;
+    scattered += e.shape == LayerOpShape::kRowGemm ? 1 : 0;
+  }
+  const double gathered_bwd =
+      backward_counts(d, false).gathered + (d.moe ? 0 : backward_counts(d, true).gathered);
   rows.push_back({"tensor-parallel overlap: ring transfers", RecipeOpKind::kP2P, gathered * (t - 1),
-                  gathered * (t - 1)});
+                  gathered_bwd * (t - 1)});
   rows.push_back({"tensor-parallel overlap: split GEMMs (and casts)", RecipeOpKind::kKernel,
-                  (gathered + scattered * (1 + fp8)) * (t - 1), gathered * (t - 1)});
+                  (gathered + scattered * (1 + fp8)) * (t - 1), gathered_bwd * (t - 1)});
   rows.push_back({"tensor-parallel overlap: collectives", RecipeOpKind::kCollective,
-                  scattered * (t - 1) - gathered, -gathered});
+                  scattered * (t - 1) - gathered, -gathered_bwd});
 }
 
 LayerRecipe recipe_of(const Scenario& s, const LayerDims& d, const LayerShape& ls,
@@ -686,6 +725,42 @@ std::span<const LayerOpEntry> layer_forward_recipe() {
        .rerun = false},
   }};
   return kForward;
+}
+
+std::span<const LayerBackwardEntry> layer_backward_recipe() {
+  using K = LayerBackwardKind;
+  // The forward recipe backwards (Megatron-Core with Transformer Engine modules): the second
+  // residual add; the MLP's output projection (row-parallel: all-gather of its output gradient
+  // under SP, then dgrad and wgrad), activation and input projection (column-parallel: its input
+  // gradient reduced over tensor parallelism, overlapping the wgrad when asynchronous); the
+  // first residual add fused with the second norm; the output projection, the attention core,
+  // the rotary embedding, the fused QKV projection, and the first norm.
+  static constexpr std::array<LayerBackwardEntry, 16> kBackward = {{
+      {.name = "res2.bwd", .kind = K::kElementwise, .of = FwdOp::kRes2},
+      {.name = "mlpwo.dgrad",
+       .kind = K::kDgrad,
+       .of = FwdOp::kMlpWo,
+       .gather = "mlpwo.bwd.tp_allgather",
+       .ffn = true},
+      {.name = "mlpwo.wgrad", .kind = K::kWgrad, .of = FwdOp::kMlpWo, .ffn = true},
+      {.name = "act.bwd", .kind = K::kElementwise, .of = FwdOp::kAct, .ffn = true},
+      {.name = "mlpwi.dgrad", .kind = K::kDgrad, .of = FwdOp::kMlpWi, .ffn = true},
+      {.name = "mlpwi.bwd.tp_reduce", .kind = K::kGradReduce, .of = FwdOp::kMlpWi, .ffn = true},
+      {.name = "mlpwi.wgrad", .kind = K::kWgrad, .of = FwdOp::kMlpWi, .ffn = true},
+      {.name = "res1_ln2.bwd", .kind = K::kElementwise, .of = FwdOp::kRes1},
+      {.name = "out_proj.dgrad",
+       .kind = K::kDgrad,
+       .of = FwdOp::kOutProj,
+       .gather = "out_proj.bwd.tp_allgather"},
+      {.name = "out_proj.wgrad", .kind = K::kWgrad, .of = FwdOp::kOutProj},
+      {.name = "attn.bwd", .kind = K::kAttention, .of = FwdOp::kCore},
+      {.name = "rope.bwd", .kind = K::kRotary, .of = FwdOp::kQkv},
+      {.name = "qkv.dgrad", .kind = K::kDgrad, .of = FwdOp::kQkv},
+      {.name = "qkv.bwd.tp_reduce", .kind = K::kGradReduce, .of = FwdOp::kQkv},
+      {.name = "qkv.wgrad", .kind = K::kWgrad, .of = FwdOp::kQkv},
+      {.name = "ln1.bwd", .kind = K::kElementwise, .of = FwdOp::kLn1},
+  }};
+  return kBackward;
 }
 
 bool recomputes(const LayerOpEntry& entry, const LayerActivations& acts) {

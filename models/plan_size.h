@@ -102,6 +102,29 @@ std::span<const LayerOpEntry> layer_forward_recipe();
 // Whether the recompute of `acts` re-runs the entry (any FwdOp it covers is marked).
 bool recomputes(const LayerOpEntry& entry, const LayerActivations& acts);
 
+// The backward of one transformer layer after its recompute, op by op in the order the step
+// builder emits it: StepBuilder::layer_backward, ffn_backward and attention_backward iterate it,
+// and the layer recipe counts its backward rows from it. A GEMM entry's dims are those of the
+// forward GEMM of `of` (StepBuilder::layer_gemm, m × n × k): its dgrad m × k × n, its wgrad
+// k × n × m.
+enum class LayerBackwardKind {
+  kElementwise,  // the backward of a memory-bound kernel (norm, residual add, the activation)
+  kDgrad,        // a GEMM's input gradient, after the all-gather of its output gradient (`gather`)
+  kWgrad,        // a GEMM's weight gradient
+  kGradReduce,   // the tensor-parallel reduction of the dgrad before it: started right after it
+                 // (tp_async_grad_reduce), waited for after the next wgrad, or run after that
+  kAttention,    // the attention core's backward
+  kRotary,       // the rotary embedding's backward (rotary positions only)
+};
+struct LayerBackwardEntry {
+  const char* name = "";  // op "mb<m>.l<l>.<name>"
+  LayerBackwardKind kind = LayerBackwardKind::kElementwise;
+  FwdOp of = FwdOp::kLn1;   // the forward op it differentiates (its GEMM or its traffic)
+  const char* gather = "";  // a dgrad's sequence-parallel all-gather ("mlpwo.bwd.tp_allgather")
+  bool ffn = false;         // part of the dense MLP: an MoE layer runs its MoE backward instead
+};
+std::span<const LayerBackwardEntry> layer_backward_recipe();
+
 // Expects a scenario that passed check_scenario() and 0 <= layer < model.layers.
 LayerRecipe layer_recipe(const Scenario& scenario, int layer);
 

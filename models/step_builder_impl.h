@@ -25,6 +25,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <span>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -243,6 +244,11 @@ class StepBuilder {
   OpId head_forward_chunked(Rank& r, int mb, std::int64_t chunks);
   OpId head_backward(Rank& r, int mb);
   void recompute_forward(Rank& r, const std::string& p, int l, const OpSink& emit);
+  OpId backward_entries(Rank& r, const std::string& p, int l,
+                        std::span<const LayerBackwardEntry> entries, const OpSink& emit);
+  OpId backward_op(Rank& r, const std::string& p, int l, const LayerBackwardEntry& e);
+  Traffic layer_elementwise_backward(FwdOp op) const;
+  void res2_backward(Rank& r, const std::string& p, int l, const OpSink& emit);
   void ffn_backward(Rank& r, const std::string& p, int l);
   OpId attention_backward(Rank& r, const std::string& p, int l);
   OpId layer_backward(Rank& r, int mb, int l, Fetch& fetch, std::optional<OpId> act_after,

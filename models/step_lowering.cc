@@ -463,41 +463,116 @@ void StepBuilder::recompute_forward(Rank& r, const std::string& p, int l, const 
   }
 }
 
+namespace {
+
+// The backward recipe in its three runs: the second residual's entries (before the MLP's), the
+// dense MLP's (`ffn`) and the attention block's (after the MLP's).
+struct BackwardRuns {
+  std::span<const LayerBackwardEntry> res2;
+  std::span<const LayerBackwardEntry> ffn;
+  std::span<const LayerBackwardEntry> attention;
+};
+BackwardRuns backward_runs() {
+  const std::span<const LayerBackwardEntry> all = layer_backward_recipe();
+  const auto is_ffn = [](const LayerBackwardEntry& e) { return e.ffn; };
+  const auto first = std::find_if(all.begin(), all.end(), is_ffn);
+  const auto last = std::find_if_not(first, all.end(), is_ffn);
+  return {.res2 = {all.begin(), first}, .ffn = {first, last}, .attention = {last, all.end()}};
+}
+
+}  // namespace
+
+// Entries of the layer's backward recipe, in order; `emit` sees each entry's op (a gradient
+// reduction is started after its dgrad and finished after the next wgrad). Returns the last op.
+OpId StepBuilder::backward_entries(Rank& r, const std::string& p, int l,
+                                   std::span<const LayerBackwardEntry> entries,
+                                   const OpSink& emit) {
+  OpId last{};
+  std::string reduce_name;
+  std::optional<std::optional<OpId>> reduce;
+  for (const LayerBackwardEntry& e : entries) {
+    if (e.kind == LayerBackwardKind::kGradReduce) {
+      reduce_name = p + "." + e.name;
+      reduce = async_tp_reduce(r, reduce_name, l);
+      continue;
+    }
+    last = backward_op(r, p, l, e);
+    emit(last);
+    if (e.kind == LayerBackwardKind::kWgrad && reduce) {
+      finish_tp_reduce(r, *reduce, reduce_name, l);
+      reduce.reset();
+    }
+  }
+  return last;
+}
+
+// One entry of the layer's backward recipe: a dgrad (after the all-gather of its output
+// gradient), a wgrad, the attention core's or the rotary embedding's backward, or a memory-bound
+// kernel's backward.
+OpId StepBuilder::backward_op(Rank& r, const std::string& p, int l, const LayerBackwardEntry& e) {
+  const OpCategory cat = OpCategory::kCompute;
+  const std::string name = p + "." + e.name;
+  const GemmDims g = layer_gemm(e.of);
+  switch (e.kind) {
+    case LayerBackwardKind::kDgrad:
+      if (*e.gather != '\0') {
+        return gathered_gemm(r, p + "." + e.gather, name, cat, l, {g.m, g.k, g.n});
+      }
+      return gemm(r, name, cat, l, g.m, g.k, g.n);
+    case LayerBackwardKind::kWgrad:
+      return wgrad_gemm(r, name, cat, l, g.k, g.n, g.m);
+    case LayerBackwardKind::kAttention:
+      return attention(r, name, cat, l, true);
+    case LayerBackwardKind::kRotary:
+      return rotary(r, name, l);
+    case LayerBackwardKind::kGradReduce:  // backward_entries
+      return last_compute_;
+    case LayerBackwardKind::kElementwise:
+      break;
+  }
+  const Traffic t = layer_elementwise_backward(e.of);
+  return elementwise(r, name, cat, l, t.bytes, t.flops);
+}
+
+// Bytes and FLOPs of a backward recipe entry's memory-bound kernel: the second residual add's;
+// the MLP activation's (gated: both halves' gradients); the first residual add fused with the
+// second norm; the first norm's.
+StepBuilder::Traffic StepBuilder::layer_elementwise_backward(FwdOp op) const {
+  const std::int64_t g = d_.gated ? 2 : 1;
+  switch (op) {
+    case FwdOp::kRes2:
+      return {2 * residual_bytes() + dropout_mask_bytes(),
+              static_cast<double>(d_.tokens() * d_.h / d_.sp)};
+    case FwdOp::kAct:
+      return {d_.tokens() * d_.f * d_.e * (2 * g + 1),
+              static_cast<double>(10 * d_.tokens() * d_.f)};
+    case FwdOp::kRes1:
+      return {6 * residual_bytes() + dropout_mask_bytes(), static_cast<double>(4 * norm_flops())};
+    case FwdOp::kLn1:
+      return {3 * residual_bytes(), static_cast<double>(2 * norm_flops())};
+    default:
+      return {};
+  }
+}
+
+// The second residual's backward of layer l: the layer's first op after the recompute.
+void StepBuilder::res2_backward(Rank& r, const std::string& p, int l, const OpSink& emit) {
+  backward_entries(r, p, l, backward_runs().res2, emit);
+}
+
 // The FFN's backward of layer l (MoE or dense), after the second residual's.
 void StepBuilder::ffn_backward(Rank& r, const std::string& p, int l) {
-  const OpCategory cat = OpCategory::kCompute;
   if (ld(l).moe) {
-    moe_backward(r, p, cat, l);
+    moe_backward(r, p, OpCategory::kCompute, l);
     return;
   }
-  const std::int64_t g = d_.gated ? 2 : 1;
-  gathered_gemm(r, p + ".mlpwo.bwd.tp_allgather", p + ".mlpwo.dgrad", cat, l,
-                {d_.tokens(), d_.f, d_.h});
-  wgrad_gemm(r, p + ".mlpwo.wgrad", cat, l, d_.f, d_.h, d_.tokens());
-  elementwise(r, p + ".act.bwd", cat, l, d_.tokens() * d_.f * d_.e * (2 * g + 1),
-              static_cast<double>(10 * d_.tokens() * d_.f));
-  gemm(r, p + ".mlpwi.dgrad", cat, l, d_.tokens(), d_.h, d_.f * g);
-  const std::optional<OpId> reduce = async_tp_reduce(r, p + ".mlpwi.bwd.tp_reduce", l);
-  wgrad_gemm(r, p + ".mlpwi.wgrad", cat, l, d_.h, d_.f * g, d_.tokens());
-  finish_tp_reduce(r, reduce, p + ".mlpwi.bwd.tp_reduce", l);
+  backward_entries(r, p, l, backward_runs().ffn, [](OpId) {});
 }
 
 // The attention block's backward of layer l, from the first residual and second norm to
 // the first norm; returns the first norm's backward (the layer's last op).
 OpId StepBuilder::attention_backward(Rank& r, const std::string& p, int l) {
-  const OpCategory cat = OpCategory::kCompute;
-  elementwise(r, p + ".res1_ln2.bwd", cat, l, 6 * residual_bytes() + dropout_mask_bytes(),
-              4 * norm_flops());
-  gathered_gemm(r, p + ".out_proj.bwd.tp_allgather", p + ".out_proj.dgrad", cat, l,
-                {d_.tokens(), d_.o(), d_.h});
-  wgrad_gemm(r, p + ".out_proj.wgrad", cat, l, d_.o(), d_.h, d_.tokens());
-  attention(r, p + ".attn.bwd", cat, l, true);
-  rotary(r, p + ".rope.bwd", l);
-  gemm(r, p + ".qkv.dgrad", cat, l, d_.tokens(), d_.h, d_.qkv_n());
-  const std::optional<OpId> reduce = async_tp_reduce(r, p + ".qkv.bwd.tp_reduce", l);
-  wgrad_gemm(r, p + ".qkv.wgrad", cat, l, d_.h, d_.qkv_n(), d_.tokens());
-  finish_tp_reduce(r, reduce, p + ".qkv.bwd.tp_reduce", l);
-  return elementwise(r, p + ".ln1.bwd", cat, l, 3 * residual_bytes(), 2 * norm_flops());
+  return backward_entries(r, p, l, backward_runs().attention, [](OpId) {});
 }
 
 // `recv`: without an earlier op to prefetch after, the reload waits for the gradient
@@ -532,9 +607,7 @@ OpId StepBuilder::layer_backward(Rank& r, int mb, int l, Fetch& fetch,
   };
   recompute_forward(r, p, l, rc_op);
 
-  first_op(elementwise(r, p + ".res2.bwd", OpCategory::kCompute, l,
-                       2 * residual_bytes() + dropout_mask_bytes(),
-                       static_cast<double>(d_.tokens() * d_.h / d_.sp)));
+  res2_backward(r, p, l, [&](OpId op) { first_op(op); });
   ffn_backward(r, p, l);
   const OpId last = attention_backward(r, p, l);
   const TensorId saved_hbm = r.saved.at({mb, l}).hbm;

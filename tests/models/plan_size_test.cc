@@ -12,8 +12,10 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 #include <fmt/format.h>
@@ -381,6 +383,49 @@ TEST(LayerForwardRecipe, IsTheOrderOfABuiltLayer) {
   EXPECT_EQ(entries_of("fwd"), forward);
   EXPECT_EQ(entries_of("recompute"), rerun);
   EXPECT_FALSE(rerun.empty());
+}
+
+// A built layer's backward ops (its kernels and tensor-parallel collectives) are the backward
+// recipe's entries in the recipe's order (tensor and sequence parallelism on, asynchronous
+// gradient reductions: each started right after its dgrad), and its dense GEMMs have the dims
+// of the forward GEMM they differentiate.
+TEST(LayerBackwardRecipe, IsTheOrderOfABuiltLayer) {
+  auto file = scenarios::load_scenario_file(
+      (fs::path(OFFSIM_SOURCE_DIR) / "scenarios/examples/llama3-70b-8xh200-full-remat.yaml")
+          .string(),
+      {"model.layers=4", "parallelism.tp_async_grad_reduce=true"});
+  ASSERT_TRUE(file) << file.error().message;
+  auto s = scenarios::scenario_from_document(file->base, file->base_dir);
+  ASSERT_TRUE(s) << s.error().message;
+  auto step = build_step(*s);
+  ASSERT_TRUE(step) << step.error().message;
+  std::vector<std::string> recipe;
+  for (const LayerBackwardEntry& e : layer_backward_recipe()) {
+    if (*e.gather != '\0') recipe.emplace_back(e.gather);
+    recipe.emplace_back(e.name);
+  }
+  // "mb0.l1.<name>" of every op named by the recipe, in plan order (no casts, recompute ops,
+  // fetches or gradient reductions over data parallelism).
+  const std::string prefix = "mb0.l1.";
+  std::vector<std::string> built;
+  std::map<std::string, sim::GemmShape> gemms;
+  for (const sim::Op& op : step->plan.ops) {
+    if (op.name.rfind(prefix, 0) != 0) continue;
+    const std::string rest = op.name.substr(prefix.size());
+    if (op.kind == sim::OpKind::kGemm) gemms[rest] = op.sizes.gemm;
+    if (std::find(recipe.begin(), recipe.end(), rest) != recipe.end()) built.push_back(rest);
+  }
+  EXPECT_EQ(built, recipe);
+  // Dgrad m × k × n and wgrad k × n × m of the forward GEMM m × n × k.
+  for (const char* gemm : {"qkv", "out_proj", "mlpwi", "mlpwo"}) {
+    const std::string name = gemm;
+    ASSERT_EQ(gemms.count(name + ".fwd"), 1U) << name;
+    const sim::GemmShape f = gemms[name + ".fwd"];
+    const sim::GemmShape dg = gemms[name + ".dgrad"];
+    const sim::GemmShape wg = gemms[name + ".wgrad"];
+    EXPECT_EQ(std::tuple(dg.m, dg.n, dg.k), std::tuple(f.m, f.k, f.n)) << name;
+    EXPECT_EQ(std::tuple(wg.m, wg.n, wg.k), std::tuple(f.k, f.n, f.m)) << name;
+  }
 }
 
 TEST(PlanSize, ScalesWithLayersAndMicroBatchesWithoutOverflow) {
