@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
 #include "models/evaluate.h"
 #include "models/resolve.h"
@@ -171,6 +172,23 @@ TEST_F(HardwareKeysTest, BadHostFilesAreErrorsNamingTheScenarioTheFileAndTheKey)
   std::ofstream(dir_ / "grace.json") << R"({"format": "offsim-host", "base": "grace"})";
   const std::string grace = error_of(with_hardware("  host: grace.json\n"));
   EXPECT_NE(grace.find("attaches GPUs over nvlink-c2c"), std::string::npos) << grace;
+}
+
+// The host file quoted in scenarios/examples/README.md reads and runs.
+TEST_F(HardwareKeysTest, TheReadmesHostFileExampleReads) {
+  std::ifstream in(fs::path(OFFSIM_SOURCE_DIR) / "scenarios" / "examples" / "README.md");
+  const std::string readme((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::size_t begin = readme.find("`{\"format\": \"offsim-host\"");
+  const std::size_t end = readme.find("}}`", begin);
+  ASSERT_NE(begin, std::string::npos);
+  ASSERT_NE(end, std::string::npos);
+  std::ofstream(dir_ / "lab.json") << readme.substr(begin + 1, end + 2 - begin - 1);
+  auto s = load(with_hardware("  host: lab.json\n"));
+  ASSERT_TRUE(s) << s.error().message;
+  auto r = models::resolve(*s);
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->profile().host.cores_per_socket.value, 32);
+  EXPECT_EQ(r->profile().host.cores_per_socket.origin, sim::platform::Origin::kMeasured);
 }
 
 }  // namespace
