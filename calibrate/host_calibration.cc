@@ -620,6 +620,24 @@ void apply_host_calibration(const HostCalibration& host,
   std::sort(measured.begin(), measured.end());
 }
 
+void apply_host_calibration(const HostCalibration& host, sim::platform::Host& out) {
+  sim::platform::CalibrationProfile measured;
+  apply_host_calibration(host, measured);
+  out.cores_per_socket = measured.host.cores_per_socket;
+  out.dram_bytes_per_s_per_socket = measured.host.dram_bytes_per_s_per_socket;
+  out.adam_bytes_per_s_per_core = measured.host.adam_bytes_per_s_per_core;
+  const HostTopology& t = host.topology;
+  if (t.numa_from_sysfs && t.sockets > 0) {
+    const double per_socket = std::max(
+        1.0, std::round(static_cast<double>(t.nodes.size()) / static_cast<double>(t.sockets)));
+    out.numa_nodes_per_socket = sim::platform::Figure{
+        per_socket, sim::platform::Origin::kMeasured,
+        fmt::format("measured by offsim calibrate --host on {}: /sys topology, {} NUMA node(s) "
+                    "over {} socket(s)",
+                    host.date, t.nodes.size(), t.sockets)};
+  }
+}
+
 std::string host_calibration_to_text(const HostCalibration& host) {
   const HostTopology& t = host.topology;
   std::string out = fmt::format(

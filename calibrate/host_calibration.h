@@ -16,6 +16,7 @@
 //   if (!h) { ... h.error().message ... }
 //   calibrate::apply_host_calibration(*h, profile); // profile.host.* measured
 //   fmt::print("{}", calibrate::host_calibration_to_text(*h));
+//   calibrate::apply_host_calibration(*h, host);    // a sim::platform::Host, for a host file
 #pragma once
 
 #include <cstdint>
@@ -23,6 +24,7 @@
 #include <vector>
 
 #include "sim/core/result.h"
+#include "sim/platform/host.h"
 #include "sim/platform/profile.h"
 
 namespace offsim::calibrate {
@@ -129,6 +131,11 @@ double host_adam_step(std::int64_t n, const std::uint16_t* grad_bf16, float* gra
 // threads in its source) as measured figures and lists them in the provenance.
 void apply_host_calibration(const HostCalibration& host,
                             sim::platform::CalibrationProfile& profile);
+
+// The same measured figures (cores, DRAM copy bandwidth, CPU Adam rate) and the NUMA nodes per
+// socket written into a host of sim/platform/host.h, for a host file (`calibrate --host-out`);
+// the other figures (vector width, channels, PCIe, root complex, remote DRAM) stay the host's.
+void apply_host_calibration(const HostCalibration& host, sim::platform::Host& out);
 
 std::string host_calibration_to_text(const HostCalibration& host);
 

@@ -355,14 +355,25 @@ sim::Status read_system(MapReader& r, const Node& node, models::HardwareConfig& 
   return sim::ok();
 }
 
-// hardware.host: null or one of the host catalogue's names.
-sim::Status read_host(const Node& host, models::HardwareConfig& h) {
+// hardware.host: null, one of the host catalogue's names or a host file (a path ending in
+// ".json", relative to the scenario file like hardware.profile), read here so that its errors
+// carry the scenario's location.
+sim::Status read_host(const Node& host, const std::string& base_dir, models::HardwareConfig& h) {
   if (is_null_scalar(host)) return sim::ok();
   OFFSIM_ASSIGN_OR_RETURN(h.host, string_of(host, "hardware.host"));
+  if (sim::platform::is_host_file(h.host)) {
+    h.host = resolve_path(host, h.host, base_dir);
+    if (auto file = sim::platform::read_host_file(h.host); !file) {
+      return sim::fail(ErrorCode::kInvalidInput, "{}: hardware.host: {}", host.origin,
+                       file.error().message);
+    }
+    return sim::ok();
+  }
   if (!sim::platform::find_host(h.host)) {
     std::vector<std::string> names;
     for (const auto& known_host : sim::platform::list_hosts()) names.push_back(known_host.name);
-    return type_error(host, "hardware.host", fmt::format("one of {}", fmt::join(names, ", ")));
+    return type_error(host, "hardware.host",
+                      fmt::format("one of {} or a host file (.json)", fmt::join(names, ", ")));
   }
   return sim::ok();
 }
@@ -404,7 +415,7 @@ sim::Status read_hardware(const Node& node, const std::string& base_dir,
   }
   // hardware.host and hardware.overrides (a map of figure paths, nested or dotted, to numbers).
   if (const Node* host = r.get("host")) {
-    OFFSIM_RETURN_IF_ERROR(read_host(*host, h));
+    OFFSIM_RETURN_IF_ERROR(read_host(*host, base_dir, h));
   }
   if (const Node* overrides = r.get("overrides")) {
     if (!is_null_scalar(*overrides)) {

@@ -124,6 +124,8 @@ struct CalibrateArgs {
   bool host = false;         // --host: only the host stage, over --base
   std::string base;          // GPU kind or profile JSON whose host keys are replaced
   std::int64_t host_array_mib = 0;
+  std::string host_out;   // --host-out: a host file for hardware.host
+  std::string host_base;  // --host-base: the catalogue host it is based on
 };
 CLI::App* add_calibrate_command(CLI::App& app, CalibrateArgs& args);
 int cmd_calibrate(const CalibrateArgs& args);

@@ -6,6 +6,9 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "sim/core/file_io.h"
+#include "sim/core/json_reader.h"
+
 namespace offsim::sim::platform {
 
 namespace {
@@ -261,6 +264,174 @@ Result<Host> find_host(std::string_view name) {
               fmt::join(names, ", "));
 }
 
+namespace {
+
+using nlohmann::json;
+
+// The figures of a host file, each with its plausible range: a figure outside it is a typo or a
+// units mistake (bytes/s given in GB/s), not an unusual machine.
+struct HostField {
+  const char* key;
+  Figure Host::*member;
+  double lo;
+  double hi;
+  bool whole;
+  const char* what;
+};
+constexpr HostField kHostFields[] = {
+    {"cores_per_socket", &Host::cores_per_socket, 1, 4096, true, "cores"},
+    {"vector_bits", &Host::vector_bits, 64, 2048, true, "SIMD width in bits"},
+    {"memory_channels_per_socket", &Host::memory_channels_per_socket, 1, 256, true, "channels"},
+    {"dram_peak_bytes_per_s_per_socket", &Host::dram_peak_bytes_per_s_per_socket, 1e9, 1e13, false,
+     "bytes/s"},
+    {"dram_bytes_per_s_per_socket", &Host::dram_bytes_per_s_per_socket, 1e9, 1e13, false,
+     "bytes/s"},
+    {"pcie_lanes_per_socket", &Host::pcie_lanes_per_socket, 0, 1024, true, "PCIe lanes"},
+    {"root_complex_bytes_per_s", &Host::root_complex_bytes_per_s, 1e9, 1e13, false, "bytes/s"},
+    {"numa_nodes_per_socket", &Host::numa_nodes_per_socket, 1, 64, true, "NUMA nodes"},
+    {"adam_bytes_per_s_per_core", &Host::adam_bytes_per_s_per_core, 1e7, 1e12, false,
+     "bytes/s per core"},
+    {"remote_dram_time_ratio", &Host::remote_dram_time_ratio, 1, 100, false,
+     "remote/local time per byte"},
+};
+constexpr HostLinkKind kAttachKinds[] = {HostLinkKind::kPcieGen4, HostLinkKind::kPcieGen5,
+                                         HostLinkKind::kNvlinkC2c};
+constexpr const char* kHostFormat = "offsim-host";
+
+Result<Figure> host_figure(const JsonReader& r, const json& value, const HostField& f) {
+  const std::string p = std::string("$.") + f.key;
+  if (!value.is_object()) {
+    return r.error(p,
+                   fmt::format("expected an object {{\"value\", \"origin\", \"source\"}}, got {}",
+                               json_type_name(value)));
+  }
+  OFFSIM_RETURN_IF_ERROR(r.only_keys(value, {"value", "origin", "source"}, p));
+  Figure out;
+  OFFSIM_ASSIGN_OR_RETURN(out.value, r.number(value, "value", p));
+  const bool whole_ok = !f.whole || out.value == std::floor(out.value);
+  if (!std::isfinite(out.value) || out.value < f.lo || out.value > f.hi || !whole_ok) {
+    return r.error(p + ".value", fmt::format("expected {} in [{}, {}] ({}), got {}",
+                                             f.whole ? "a whole number" : "a number", f.lo, f.hi,
+                                             f.what, out.value));
+  }
+  OFFSIM_ASSIGN_OR_RETURN(std::string origin, r.string(value, "origin", p));
+  const auto o = origin_from_string(origin);
+  if (!o) {
+    return r.error(p + ".origin", fmt::format("unknown origin '{}' (expected datasheet, published, "
+                                              "assumption or measured)",
+                                              origin));
+  }
+  out.origin = *o;
+  OFFSIM_ASSIGN_OR_RETURN(out.source, r.string(value, "source", p));
+  if (out.source.empty()) return r.error(p + ".source", "expected where the figure comes from");
+  return out;
+}
+
+Status check_host_header(const JsonReader& r, const json& j) {
+  if (!j.is_object()) {
+    return r.error("$",
+                   fmt::format("expected a host file (a JSON object), got {}", json_type_name(j)));
+  }
+  OFFSIM_ASSIGN_OR_RETURN(std::string format, r.string(j, "format", "$"));
+  if (format != kHostFormat) {
+    return r.error("$.format", fmt::format("expected \"{}\", got \"{}\"", kHostFormat, format));
+  }
+  if (j.contains("format_version")) {
+    OFFSIM_ASSIGN_OR_RETURN(std::int64_t version, r.integer(j, "format_version", "$"));
+    if (version != 1) {
+      return r.error("$.format_version", fmt::format("expected 1, got {}", version));
+    }
+  }
+  std::vector<std::string> allowed = {"format",      "format_version", "name",
+                                      "description", "base",           "attach"};
+  for (const HostField& f : kHostFields) allowed.emplace_back(f.key);
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    if (std::find(allowed.begin(), allowed.end(), it.key()) == allowed.end()) {
+      return r.error("$", fmt::format("unknown key '{}' (expected one of: {})", it.key(),
+                                      fmt::join(allowed, ", ")));
+    }
+  }
+  return ok();
+}
+
+Result<HostLinkKind> host_attach(const JsonReader& r, const json& j) {
+  OFFSIM_ASSIGN_OR_RETURN(std::string name, r.string(j, "attach", "$"));
+  for (HostLinkKind k : kAttachKinds) {
+    if (name == to_string(k)) return k;
+  }
+  return r.error(
+      "$.attach",
+      fmt::format("unknown attach '{}' (expected pcie-gen4, pcie-gen5 or nvlink-c2c)", name));
+}
+
+}  // namespace
+
+bool is_host_file(std::string_view name) { return name.ends_with(".json"); }
+
+Result<Host> host_from_json(const json& j, const std::string& source) {
+  const JsonReader r(source);
+  OFFSIM_RETURN_IF_ERROR(check_host_header(r, j));
+  Host h;
+  const bool has_base = j.contains("base");
+  if (has_base) {
+    OFFSIM_ASSIGN_OR_RETURN(std::string base, r.string(j, "base", "$"));
+    auto found = find_host(base);
+    if (!found) return r.error("$.base", found.error().message);
+    h = *found;
+  }
+  h.name = source;
+  if (j.contains("name")) {
+    OFFSIM_ASSIGN_OR_RETURN(h.name, r.string(j, "name", "$"));
+  }
+  if (j.contains("description")) {
+    OFFSIM_ASSIGN_OR_RETURN(h.description, r.string(j, "description", "$"));
+  }
+  if (j.contains("attach")) {
+    OFFSIM_ASSIGN_OR_RETURN(h.attach, host_attach(r, j));
+  } else if (!has_base) {
+    return r.error("$",
+                   "missing key 'attach' (pcie-gen4, pcie-gen5 or nvlink-c2c; or give "
+                   "\"base\": a catalogue host)");
+  }
+  for (const HostField& f : kHostFields) {
+    if (!j.contains(f.key)) {
+      if (has_base) continue;
+      return r.error("$", fmt::format("missing key '{}' (every figure is needed without \"base\": "
+                                      "a catalogue host)",
+                                      f.key));
+    }
+    OFFSIM_ASSIGN_OR_RETURN(h.*(f.member), host_figure(r, j.at(f.key), f));
+  }
+  return h;
+}
+
+Result<Host> read_host_file(const std::string& path) {
+  // A host file is about 2 KiB; 1 MiB is plenty.
+  constexpr InputKind kHostInput{"a host file (JSON)", std::int64_t{1} << 20};
+  OFFSIM_ASSIGN_OR_RETURN(std::string text, read_input_file(path, kHostInput));
+  OFFSIM_ASSIGN_OR_RETURN(json j, parse_json_text(text, path));
+  return host_from_json(j, path);
+}
+
+json host_to_json(const Host& host, const Host* base) {
+  json j{{"format", kHostFormat}, {"format_version", 1}, {"name", host.name}};
+  if (!host.description.empty()) j["description"] = host.description;
+  if (base != nullptr) j["base"] = base->name;
+  if (base == nullptr || base->attach != host.attach) j["attach"] = to_string(host.attach);
+  for (const HostField& f : kHostFields) {
+    const Figure& fig = host.*(f.member);
+    if (base != nullptr && fig == (*base).*(f.member)) continue;
+    j[f.key] =
+        json{{"value", fig.value}, {"origin", to_string(fig.origin)}, {"source", fig.source}};
+  }
+  return j;
+}
+
+Result<Host> find_or_read_host(const std::string& name_or_path) {
+  if (is_host_file(name_or_path)) return read_host_file(name_or_path);
+  return find_host(name_or_path);
+}
+
 Status check_attach(const Host& host, const System& s) {
   const bool c2c = s.host_link == HostLinkKind::kNvlinkC2c;
   if (c2c != (host.attach == HostLinkKind::kNvlinkC2c)) {
@@ -377,7 +548,7 @@ Result<ResolvedHardware> resolve_hardware(
   ResolvedHardware out{.system = system, .profile = profile, .host = {}};
   const std::string name = host_name.empty() ? system.host : host_name;
   if (!name.empty()) {
-    auto host = find_host(name);
+    auto host = find_or_read_host(name);
     if (!host) {
       return fail(ErrorCode::kInvalidInput, "hardware.host: {}", host.error().message);
     }

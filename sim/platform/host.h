@@ -15,12 +15,21 @@
 //                                             32}});
 //   if (!hw) { ... hw.error().message names the key and the valid choices ... }
 //   double cores = hw->profile.host.cores_per_socket.value;      // 32
+//
+// A host file (hardware.host: a path ending in ".json") describes a host in JSON, each figure
+// as {"value", "origin", "source"}; with "base" it names a catalogue host and replaces only the
+// figures it lists:
+//   {"format": "offsim-host", "base": "xeon-8480c", "name": "lab-node",
+//    "cores_per_socket": {"value": 32, "origin": "measured", "source": "lscpu on lab-node"}}
+//   auto h = sim::platform::find_or_read_host("hosts/lab-node.json");  // errors name the key
 #pragma once
 
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "sim/core/result.h"
 #include "sim/platform/profile.h"
@@ -53,6 +62,22 @@ struct Host {
 const std::vector<Host>& list_hosts();
 // Exact name from list_hosts(); the error lists the known names.
 Result<Host> find_host(std::string_view name);
+
+// True when `name` is a host file path (ends in ".json") rather than a catalogue name.
+bool is_host_file(std::string_view name);
+
+// A host file's document; `source` names it in errors ("lab.json: $.cores_per_socket.value:
+// expected a whole number in [1, 4096], got 0"). Unknown keys, wrong types, absurd figures and,
+// without "base", missing figures are errors.
+Result<Host> host_from_json(const nlohmann::json& json, const std::string& source);
+Result<Host> read_host_file(const std::string& path);
+
+// The document of `host`: every figure, or with `base` the base's name and only the figures
+// that differ from it.
+nlohmann::json host_to_json(const Host& host, const Host* base = nullptr);
+
+// A catalogue name (find_host) or a host file (read_host_file).
+Result<Host> find_or_read_host(const std::string& name_or_path);
 
 // OK when `host` can attach the GPUs of `system`: the same kind of GPU link (NVLink-C2C systems
 // need a Grace host, PCIe systems an x86 host of at least the link's PCIe generation) and

@@ -5,8 +5,10 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
 #include "models/evaluate.h"
+#include "models/resolve.h"
 #include "scenarios/scenario_loader.h"
 
 namespace offsim::scenarios {
@@ -129,6 +131,64 @@ TEST_F(HardwareKeysTest, BadHostsAndOverridesAreErrorsNamingTheKey) {
   EXPECT_NE(set.find("hardware.overrides.system.nodes: unknown figure"), std::string::npos) << set;
   EXPECT_NE(error_of(with_hardware("  overrides: 3\n")).find("hardware.overrides: expected a map"),
             std::string::npos);
+}
+
+// hardware.host as a host file: a path relative to the scenario file, whose figures (here one
+// over a catalogue base) replace the profile's host figures as a catalogue host's do.
+TEST_F(HardwareKeysTest, AHostFileRelativeToTheScenarioOverridesOneFigureOfItsBase) {
+  std::ofstream(dir_ / "lab.json")
+      << R"({"format": "offsim-host", "base": "xeon-8480c", "name": "lab",
+             "cores_per_socket": {"value": 16, "origin": "measured", "source": "lscpu"}})";
+  auto file = load(with_hardware("  host: lab.json\n"));
+  auto base = load(with_hardware("  host: xeon-8480c\n"));
+  auto same = load(
+      kBase, {"hardware.host=xeon-8480c", "hardware.overrides.profile.host.cores_per_socket=16"});
+  ASSERT_TRUE(file && base && same) << (file ? "" : file.error().message);
+  EXPECT_EQ(file->hardware.host, (dir_ / "lab.json").string());
+  auto r = models::resolve(*file);
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->profile().host.cores_per_socket.value, 16);
+  EXPECT_EQ(r->profile().host.cores_per_socket.source, "lscpu");
+  auto e_file = models::evaluate(*file);
+  auto e_base = models::evaluate(*base);
+  auto e_same = models::evaluate(*same);
+  ASSERT_TRUE(e_file && e_base && e_same);
+  EXPECT_GT(e_file->report.time.cpu_optimizer_s, e_base->report.time.cpu_optimizer_s);
+  EXPECT_EQ(e_file->report.time.cpu_optimizer_s, e_same->report.time.cpu_optimizer_s);
+  EXPECT_EQ(e_file->report.step_time_s, e_same->report.step_time_s);
+}
+
+TEST_F(HardwareKeysTest, BadHostFilesAreErrorsNamingTheScenarioTheFileAndTheKey) {
+  const std::string missing = error_of(with_hardware("  host: none.json\n"));
+  EXPECT_NE(missing.find("s.yaml:6:9: hardware.host: "), std::string::npos) << missing;
+  EXPECT_NE(missing.find((dir_ / "none.json").string()), std::string::npos) << missing;
+  std::ofstream(dir_ / "bad.json") << R"({"format": "offsim-host", "base": "xeon-8480c",
+             "numa_nodes_per_socket": {"value": 0, "origin": "measured", "source": "x"}})";
+  const std::string bad = error_of(with_hardware("  host: bad.json\n"));
+  EXPECT_NE(bad.find("s.yaml:6:9: hardware.host: " + (dir_ / "bad.json").string() +
+                     ": $.numa_nodes_per_socket.value: expected a whole number in [1, 64]"),
+            std::string::npos)
+      << bad;
+  std::ofstream(dir_ / "grace.json") << R"({"format": "offsim-host", "base": "grace"})";
+  const std::string grace = error_of(with_hardware("  host: grace.json\n"));
+  EXPECT_NE(grace.find("attaches GPUs over nvlink-c2c"), std::string::npos) << grace;
+}
+
+// The host file quoted in scenarios/examples/README.md reads and runs.
+TEST_F(HardwareKeysTest, TheReadmesHostFileExampleReads) {
+  std::ifstream in(fs::path(OFFSIM_SOURCE_DIR) / "scenarios" / "examples" / "README.md");
+  const std::string readme((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::size_t begin = readme.find("`{\"format\": \"offsim-host\"");
+  const std::size_t end = readme.find("}}`", begin);
+  ASSERT_NE(begin, std::string::npos);
+  ASSERT_NE(end, std::string::npos);
+  std::ofstream(dir_ / "lab.json") << readme.substr(begin + 1, end + 2 - begin - 1);
+  auto s = load(with_hardware("  host: lab.json\n"));
+  ASSERT_TRUE(s) << s.error().message;
+  auto r = models::resolve(*s);
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->profile().host.cores_per_socket.value, 32);
+  EXPECT_EQ(r->profile().host.cores_per_socket.origin, sim::platform::Origin::kMeasured);
 }
 
 }  // namespace

@@ -1,7 +1,13 @@
-// The host catalogue, attaching a host to a system, and figure overrides.
+// The host catalogue, attaching a host to a system, figure overrides and host files.
 #include "sim/platform/host.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <fmt/format.h>
 
 namespace offsim::sim::platform {
 namespace {
@@ -205,6 +211,102 @@ TEST(Host, OverridePathsListEveryFigureOnce) {
             paths.end());
   EXPECT_TRUE(std::is_sorted(paths.begin(), paths.end()));
   EXPECT_EQ(std::adjacent_find(paths.begin(), paths.end()), paths.end());
+}
+
+// A host file: every figure of a catalogue host written and read back unchanged.
+TEST(HostFile, RoundTripsEveryFigure) {
+  for (const Host& h : list_hosts()) {
+    auto back = host_from_json(host_to_json(h), "h.json");
+    ASSERT_TRUE(back) << back.error().message;
+    EXPECT_EQ(*back, h) << h.name;
+  }
+}
+
+TEST(HostFile, OverridesOneFigureOverItsBase) {
+  const nlohmann::json j = nlohmann::json::parse(R"({"format": "offsim-host", "base": "xeon-8480c",
+      "name": "lab", "cores_per_socket": {"value": 32, "origin": "measured", "source": "lscpu"}})");
+  auto h = host_from_json(j, "lab.json");
+  ASSERT_TRUE(h) << h.error().message;
+  Host expected = *find_host("xeon-8480c");
+  EXPECT_NE(expected.cores_per_socket.value, 32);
+  expected.name = "lab";
+  expected.cores_per_socket = Figure{.value = 32, .origin = Origin::kMeasured, .source = "lscpu"};
+  EXPECT_EQ(*h, expected);
+  // Written over its base, the file lists only what differs.
+  const Host base = *find_host("xeon-8480c");
+  const nlohmann::json out = host_to_json(*h, &base);
+  EXPECT_EQ(out.at("base"), "xeon-8480c");
+  EXPECT_TRUE(out.contains("cores_per_socket"));
+  EXPECT_FALSE(out.contains("vector_bits"));
+  EXPECT_FALSE(out.contains("attach"));
+  auto again = host_from_json(out, "lab.json");
+  ASSERT_TRUE(again) << again.error().message;
+  EXPECT_EQ(*again, *h);
+}
+
+TEST(HostFile, ResolvesLikeACatalogueHost) {
+  const std::string path =
+      (std::filesystem::temp_directory_path() / fmt::format("offsim_host_{}.json", ::getpid()))
+          .string();
+  Host lab = *find_host("xeon-6960p");
+  lab.name = "lab";
+  lab.adam_bytes_per_s_per_core.value = 5e9;
+  std::ofstream(path) << host_to_json(lab).dump(2);
+  const System dgx = system_named("dgx-h100");
+  auto hw = resolve_hardware(dgx, profile_of(dgx), path, {});
+  std::filesystem::remove(path);
+  ASSERT_TRUE(hw) << hw.error().message;
+  EXPECT_EQ(hw->host, path);
+  EXPECT_EQ(hw->profile.host.adam_bytes_per_s_per_core.value, 5e9);
+  EXPECT_EQ(hw->profile.host.cores_per_socket, lab.cores_per_socket);
+}
+
+std::string host_error(const std::string& text) {
+  auto j = nlohmann::json::parse(text);
+  auto h = host_from_json(j, "bad.json");
+  return h ? std::string() : h.error().message;
+}
+
+TEST(HostFile, BadFilesAreErrorsNamingTheFileAndKey) {
+  const std::string head = R"({"format": "offsim-host", "base": "grace", )";
+  EXPECT_EQ(host_error(head + R"("cores": 3})"),
+            "bad.json: $: unknown key 'cores' (expected one of: format, format_version, name, "
+            "description, base, attach, cores_per_socket, vector_bits, memory_channels_per_socket, "
+            "dram_peak_bytes_per_s_per_socket, dram_bytes_per_s_per_socket, "
+            "pcie_lanes_per_socket, root_complex_bytes_per_s, numa_nodes_per_socket, "
+            "adam_bytes_per_s_per_core, remote_dram_time_ratio)");
+  const std::string zero = host_error(
+      head + R"("cores_per_socket": {"value": 0, "origin": "measured", "source": "x"}})");
+  EXPECT_EQ(zero,
+            "bad.json: $.cores_per_socket.value: expected a whole number in [1, 4096] (cores), "
+            "got 0");
+  EXPECT_NE(host_error(head + R"("adam_bytes_per_s_per_core": {"value": -1e9, "origin": )"
+                              R"("measured", "source": "x"}})")
+                .find("$.adam_bytes_per_s_per_core.value: expected a number in"),
+            std::string::npos);
+  EXPECT_NE(host_error(head + R"("vector_bits": {"value": "wide", "origin": "datasheet", )"
+                              R"("source": "x"}})")
+                .find("bad.json: $.vector_bits.value: expected a number"),
+            std::string::npos);
+  EXPECT_NE(host_error(head + R"("vector_bits": 512})").find("$.vector_bits: expected an object"),
+            std::string::npos);
+  EXPECT_NE(host_error(head + R"("vector_bits": {"value": 512, "origin": "guess", "source": "x"}})")
+                .find("$.vector_bits.origin: unknown origin 'guess'"),
+            std::string::npos);
+  EXPECT_NE(host_error(R"({"format": "offsim-host", "base": "pentium"})")
+                .find("bad.json: $.base: unknown host 'pentium' (expected one of: xeon-8480c"),
+            std::string::npos);
+  EXPECT_NE(host_error(R"({"format": "offsim-host", "attach": "pcie-gen5"})")
+                .find("bad.json: $: missing key 'cores_per_socket'"),
+            std::string::npos);
+  EXPECT_NE(host_error(R"({"format": "offsim-profile"})")
+                .find("bad.json: $.format: expected \"offsim-host\""),
+            std::string::npos);
+  EXPECT_NE(host_error(head + R"("attach": "usb"})").find("$.attach: unknown attach 'usb'"),
+            std::string::npos);
+  auto missing = read_host_file("no/such/host.json");
+  ASSERT_FALSE(missing);
+  EXPECT_NE(missing.error().message.find("no/such/host.json"), std::string::npos);
 }
 
 }  // namespace
