@@ -71,7 +71,9 @@ int cmd_replay_mpi(const ReplayArgs& a) {
   if (!a.profile.empty()) sets.push_back(fmt::format("hardware.profile={}", a.profile));
   auto l = load_checked(a.scenario, sets);
   if (int rc = agree(l ? sim::ok() : sim::fail(l.error())); rc >= 0) return rc;
-  scenarios::OutputFiles outputs({a.scenario, l->scenario().hardware.profile_path});
+  std::vector<std::string> inputs = l->read_files();
+  inputs.push_back(a.scenario);
+  scenarios::OutputFiles outputs(inputs);
   sim::Status st = sim::ok();
   if (root) {
     for (const auto& [flag, path] :
@@ -154,7 +156,9 @@ int cmd_replay(const ReplayArgs& a) {
   if (!a.profile.empty()) sets.push_back(fmt::format("hardware.profile={}", a.profile));
   auto l = load_checked(a.scenario, sets);
   if (!l) return report(l.error());
-  scenarios::OutputFiles outputs({a.scenario, l->scenario().hardware.profile_path});
+  std::vector<std::string> inputs = l->read_files();
+  inputs.push_back(a.scenario);
+  scenarios::OutputFiles outputs(inputs);
   for (const auto& [flag, path] :
        {std::pair("--out", &a.out), std::pair("--predicted-out", &a.predicted_out),
         std::pair("--trace", &a.trace)}) {

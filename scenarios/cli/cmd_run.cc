@@ -98,7 +98,9 @@ sim::Status write_outputs(const RunArgs& a, const models::Evaluation& eval,
 sim::Result<std::vector<NamedReport>> evaluate_all(const RunArgs& a,
                                                    const std::vector<Loaded>& loaded) {
   std::vector<std::string> inputs = a.scenarios;
-  for (const Loaded& l : loaded) inputs.push_back(l.scenario().hardware.profile_path);
+  for (const Loaded& l : loaded) {
+    for (const std::string& f : l.read_files()) inputs.push_back(f);
+  }
   if (!a.jax_memory.empty()) inputs.push_back(a.jax_memory);
   scenarios::OutputFiles outputs(inputs);
   for (const auto& [flag, path] :

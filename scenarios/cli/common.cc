@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "sim/core/escape.h"
+#include "sim/platform/host.h"
 
 namespace offsim::cli {
 
@@ -44,6 +45,11 @@ sim::Result<Loaded> load_checked(const std::string& path, const std::vector<std:
   OFFSIM_ASSIGN_OR_RETURN(models::ResolvedScenario resolved,
                           scenarios::resolve_document(file.base, file.base_dir));
   return Loaded{std::move(file), std::move(resolved)};
+}
+
+std::vector<std::string> Loaded::read_files() const {
+  const models::HardwareConfig& h = scenario().hardware;
+  return {h.profile_path, sim::platform::is_host_file(h.host) ? h.host : std::string()};
 }
 
 sim::Error eval_error(const sim::Error& error, const std::string& path) {

@@ -37,6 +37,9 @@ struct Loaded {
   scenarios::ScenarioFile file;
   models::ResolvedScenario resolved;
   const models::Scenario& scenario() const { return resolved.scenario(); }
+  // The files the scenario reads besides itself (a calibration profile, a host file), which no
+  // output may overwrite; empty entries where it reads none.
+  std::vector<std::string> read_files() const;
 };
 
 // `max_points` bounds the file's sweep block: run, plan and replay evaluate only the base

@@ -78,6 +78,12 @@ a, b = (json.load(open(p))[0] for p in sys.argv[1:])
 for key in ("step_time_s", "limited_by", "tokens_per_s", "host_peak_bytes"):
     assert a[key] == b[key], (key, a[key], b[key])
 PY
+# A run may not overwrite the host file it reads.
+cp "$work/lab.json" "$work/lab.keep"
+rc=0
+"$offsim" run "$work/s.yaml" --trace "$work/lab.json" >"$work/err.txt" 2>&1 || rc=$?
+[[ $rc == 2 ]] || fail "--trace over the host file: status $rc"
+cmp -s "$work/lab.json" "$work/lab.keep" || fail "--trace overwrote the host file"
 rc=0
 "$offsim" calibrate --host --quick --host-out "$work/nobase.json" >/dev/null 2>&1 || rc=$?
 [[ $rc == 2 && ! -e "$work/nobase.json" ]] || fail "--host-out without --host-base: status $rc"
