@@ -86,6 +86,14 @@ sim::Status pin_to_cpu(int cpu) {
   return sim::ok();
 }
 
+// Pins the calling worker thread to `cpu`; the first failure among the workers is kept in `error`.
+void pin_or_latch(int cpu, std::mutex& mu, std::optional<sim::Error>& error) {
+  if (sim::Status st = pin_to_cpu(cpu); !st) {
+    std::lock_guard lock(mu);
+    if (!error) error = st.error();
+  }
+}
+
 std::string vector_isa() {
 #if defined(__x86_64__)
   if (__builtin_cpu_supports("avx512f")) return "AVX-512";
@@ -183,10 +191,7 @@ sim::Result<NodeBandwidth> measure_node(int node, const std::vector<int>& cpus,
   std::vector<std::thread> pool;
   for (int t = 0; t < threads; ++t) {
     pool.emplace_back([&, cpu = cpus[static_cast<std::size_t>(t)]] {
-      if (sim::Status st = pin_to_cpu(cpu); !st) {
-        std::lock_guard lock(mu);
-        if (!error) error = st.error();
-      }
+      pin_or_latch(cpu, mu, error);
       std::vector<double> a(per, 1.0), c(per, 0.0);  // first touch on this thread's node
       sync.arrive_and_wait();                        // ready
       for (;;) {
@@ -213,8 +218,10 @@ sim::Result<NodeBandwidth> measure_node(int node, const std::vector<int>& cpus,
   sync.arrive_and_wait();
   auto run = [&](Kernel k) {
     kernel.store(k);
-    sync.arrive_and_wait();
+    // The clock starts before this thread's arrival: no worker starts before it, so a
+    // descheduled measuring thread cannot miss part of the work.
     const auto t0 = Clock::now();
+    sync.arrive_and_wait();
     sync.arrive_and_wait();
     return std::chrono::duration<double>(Clock::now() - t0).count();
   };
@@ -301,10 +308,7 @@ sim::Result<Measured> measure_adam_threads(const std::vector<int>& cpus, std::in
   std::vector<std::thread> pool;
   for (int t = 0; t < threads; ++t) {
     pool.emplace_back([&, cpu = cpus[static_cast<std::size_t>(t)]] {
-      if (sim::Status st = pin_to_cpu(cpu); !st) {
-        std::lock_guard lock(mu);
-        if (!error) error = st.error();
-      }
+      pin_or_latch(cpu, mu, error);
       AdamBuffers b(per);
       b.step(1);               // warm-up
       sync.arrive_and_wait();  // ready
@@ -320,8 +324,8 @@ sim::Result<Measured> measure_adam_threads(const std::vector<int>& cpus, std::in
   std::vector<double> rates;
   for (int s = 0; s < samples; ++s) {
     step.store(s + 2);
+    const auto t0 = Clock::now();  // before the start barrier, as in the copy kernels
     sync.arrive_and_wait();
-    const auto t0 = Clock::now();
     sync.arrive_and_wait();
     const double seconds = std::max(std::chrono::duration<double>(Clock::now() - t0).count(), 1e-9);
     rates.push_back(kHostAdamBytesPerParam * static_cast<double>(per) * threads / seconds);
