@@ -377,6 +377,27 @@ void set_gemm(CalibrationProfile& p, double best_tflops, Origin origin, const st
   p.gemm.reference_dim = fig(8192, Origin::kAssumption, kSrcReferenceDim);
 }
 
+// FP8 GEMMs on Hopper: the same table that gives the bf16 best GEMM (stas00/ml-engineering,
+// compute/accelerator/README.md, "Maximum Achievable Matmul FLOPS comparison table", FP8
+// float8_e4m3fn: torch._scaled_mm, i.e. the cuBLASLt per-tensor-scaled FP8 GEMM that Transformer
+// Engine calls; mean of 100 iterations after 50 warm-up, best of a shape sweep). The bf16
+// surface takes its table figure at the 8192^3 reference shape, so the FP8 one does too: the
+// point stands at 8192^3 and the shape, wave and depth factors scale it as they scale bf16.
+// Without a point FP8 GEMMs would run at the bf16 best-GEMM fraction of twice the bf16 peak.
+void hopper_fp8_mamf(CalibrationProfile& p, double mamf_tflops, const char* row) {
+  p.gemm.points.push_back(
+      {.m = 8192,
+       .n = 8192,
+       .k = 8192,
+       .dtype = DType::kFp8,
+       .efficiency = fig(mamf_tflops * kTFLOP / p.gpu.dense_flops_fp8.value, Origin::kPublished,
+                         std::string("ml-engineering MAMF table, FP8 (float8_e4m3fn, "
+                                     "torch._scaled_mm = cuBLASLt): ") +
+                             row +
+                             "; the best of a shape sweep, taken at the 8192^3 reference "
+                             "shape as the bf16 table figure is")});
+}
+
 CalibrationProfile a100(bool big) {
   CalibrationProfile p = common(big ? "a100-80gb" : "a100-40gb",
                                 big ? "NVIDIA A100-SXM4-80GB" : "NVIDIA A100-SXM4-40GB");
@@ -411,17 +432,9 @@ CalibrationProfile h100_sxm() {
                "at 8192^3 on H100 SXM (pranjalssh/fast.cu README, kernel 0), so the figure "
                "already holds for random data",
            132);
-  // hardware.md has no FP8 GEMM measurement; without one, FP8 GEMMs would run at the bf16
-  // best-GEMM fraction of twice the bf16 peak.
-  p.gemm.points.push_back(
-      {.m = 4096,
-       .n = 7168,
-       .k = 16384,
-       .dtype = DType::kFp8,
-       .efficiency = fig(1470 * kTFLOP / p.gpu.dense_flops_fp8.value, Origin::kPublished,
-                         "deepseek-ai/DeepGEMM PR #74: 1470 TFLOP/s for a 4096x7168x16384 FP8 "
-                         "GEMM (128x160 tiles, block scaling) on H800 SXM, whose SMs and tensor "
-                         "cores are the H100 SXM's")});
+  hopper_fp8_mamf(
+      p, 1402.6,
+      "1402.6 of 1979 TFLOP/s on H100 SXM, torch 2.7.0+cu126, best shape 1024x9216x14336");
   attention_hopper(p, 795.0 / 989.0, /*h100_sxm=*/true);
   host_link_gen5(p, 55.5 * kGB, 56 * kGB, Origin::kPublished,
                  std::string(kSrcHostLink) + ": ~55-56 H2D, ~55-57 D2H, midpoints");
@@ -465,6 +478,9 @@ CalibrationProfile h200() {
                            .k = 8192,
                            .dtype = DType::kBf16,
                            .efficiency = fig(790.0 / 989.0, Origin::kPublished, src)});
+  hopper_fp8_mamf(
+      p, 1453.4,
+      "1453.4 of 1979 TFLOP/s on H200 SXM, torch 2.7.1+cu128, best shape 1280x4096x12032");
   attention_hopper(p, 790.0 / 989.0, /*h100_sxm=*/false);
   host_link_gen5(p, 55.4 * kGB, 55.1 * kGB, Origin::kPublished,
                  std::string(kSrcHostLink) + ": 55.4 H2D / 55.1 D2H");
@@ -485,6 +501,9 @@ CalibrationProfile gh200() {
   p.gpu.dense_flops_bf16 = fig(989 * kTFLOP, Origin::kDatasheet, kSrcGpuTable);
   derived_peaks(p, true);
   set_gemm(p, 829, Origin::kPublished, std::string(kSrcMamf) + ": ~829 of 989 TFLOP/s", 132);
+  hopper_fp8_mamf(p, 1535.0,
+                  "1535.0 of 1979 TFLOP/s on GH200 SXM (the 900 W 141 GiB HBM3e part, as the "
+                  "bf16 figure), torch 2.6.0+cu126, best shape 1024x14336x14336");
   attention_hopper(p, 829.0 / 989.0, /*h100_sxm=*/false);
   host_link_c2c(p, Origin::kPublished, "");
   no_nvlink(p, 0.0, "one superchip per node: no NVLink peers");
