@@ -110,7 +110,9 @@ double GemmEfficiency::shape_factor(const GemmShape& shape) const {
   } else {
     f = tile_fill(shape.m, tile_size.value) * tile_fill(shape.n, tile_size.value);
   }
-  const double k0 = k_overhead_elements.value;
+  const double k0 = shape.dtype == DType::kFp8 && k_overhead_elements_fp8.value > 0.0
+                        ? k_overhead_elements_fp8.value
+                        : k_overhead_elements.value;
   if (k0 > 0.0 && shape.k > 0) {
     const double k = static_cast<double>(shape.k);
     f *= k / (k + k0);
@@ -333,6 +335,8 @@ constexpr FigureRange kFigureRanges[] = {
     {"gemm.wave_tile_m", 0.0, 4096.0, true, "output tile side of the wave model in elements"},
     {"gemm.wave_tile_n", 0.0, 4096.0, true, "output tile side of the wave model in elements"},
     {"gemm.k_overhead_elements", 0.0, 1e6, true, "GEMM depth-equivalent of a tile's prologue"},
+    {"gemm.k_overhead_elements_fp8", 0.0, 1e6, true,
+     "FP8 GEMM depth-equivalent of a tile's prologue"},
     {"gemm.reference_dim", 0.0, 1e6, true, "cube side of the curve's top GEMM, in elements"},
     {"gemm.curve.size", 1.0, 1e18, false, "GEMM FLOPs of a curve knot"},
     {"memory_bound.size", 1.0, 1e15, false, "bytes moved by a kernel at a curve knot"},
@@ -613,6 +617,7 @@ json profile_to_json(const CalibrationProfile& profile) {
                    {"wave_tile_m", figure_to_json(p.gemm.wave_tile_m)},
                    {"wave_tile_n", figure_to_json(p.gemm.wave_tile_n)},
                    {"k_overhead_elements", figure_to_json(p.gemm.k_overhead_elements)},
+                   {"k_overhead_elements_fp8", figure_to_json(p.gemm.k_overhead_elements_fp8)},
                    {"reference_dim", figure_to_json(p.gemm.reference_dim)}};
   j["memory_bound"] = knots_to_json(p.memory_bound);
   if (!p.attention.flash_fwd_by_seq.empty() || !p.attention.flash_bwd_by_seq.empty()) {
@@ -690,9 +695,11 @@ Status read_gemm(const ProfileReader& pr, const json& root, GemmEfficiency& out)
   OFFSIM_RETURN_IF_ERROR(
       pr.keys(*gemm,
               {"points", "curve", "tile_size", "alignment_elements", "misaligned_factor",
-               "sm_count", "wave_tile_m", "wave_tile_n", "k_overhead_elements", "reference_dim"},
+               "sm_count", "wave_tile_m", "wave_tile_n", "k_overhead_elements",
+               "k_overhead_elements_fp8", "reference_dim"},
               "$.gemm",
-              {"sm_count", "wave_tile_m", "wave_tile_n", "k_overhead_elements", "reference_dim"}));
+              {"sm_count", "wave_tile_m", "wave_tile_n", "k_overhead_elements",
+               "k_overhead_elements_fp8", "reference_dim"}));
   OFFSIM_ASSIGN_OR_RETURN(out.points, pr.points(*gemm, "$.gemm"));
   OFFSIM_ASSIGN_OR_RETURN(out.curve, pr.knots(*gemm, "curve", "$.gemm"));
   OFFSIM_ASSIGN_OR_RETURN(out.tile_size, pr.figure(*gemm, "tile_size", "$.gemm", false));
@@ -711,6 +718,7 @@ Status read_gemm(const ProfileReader& pr, const json& root, GemmEfficiency& out)
        {std::pair("sm_count", &out.sm_count), std::pair("wave_tile_m", &out.wave_tile_m),
         std::pair("wave_tile_n", &out.wave_tile_n),
         std::pair("k_overhead_elements", &out.k_overhead_elements),
+        std::pair("k_overhead_elements_fp8", &out.k_overhead_elements_fp8),
         std::pair("reference_dim", &out.reference_dim)}) {
     if (!gemm->contains(key)) continue;
     OFFSIM_ASSIGN_OR_RETURN(*figure, pr.figure(*gemm, key, "$.gemm", false));

@@ -105,7 +105,9 @@ struct GemmEfficiency {
   Figure wave_tile_m;            // output tile of the wave model, elements
   Figure wave_tile_n;
   Figure k_overhead_elements;  // depth-equivalent of a tile's prologue/epilogue; 0: none
-  Figure reference_dim;        // cube side of the curve's top measurement; 0: no normalisation
+  // The same for FP8 GEMMs (twice the tensor rate, bf16 output); 0: k_overhead_elements.
+  Figure k_overhead_elements_fp8;
+  Figure reference_dim;  // cube side of the curve's top measurement; 0: no normalisation
   double efficiency(const GemmShape& shape) const;
   double model_efficiency(const GemmShape& shape) const;  // curve and penalties, no points
   double shape_factor(const GemmShape& shape) const;      // fill · depth, not normalised

@@ -374,6 +374,15 @@ void set_gemm(CalibrationProfile& p, double best_tflops, Origin origin, const st
           "derived: a tile's C write (e bytes per output at its SM's share of HBM peak) not "
           "overlapped with its main loop (2 FLOPs per output per k at its share of the dense "
           "peak): k0 = e · peak / (2 · HBM peak) with the bf16 peak and e = 2");
+  // FP8 GEMMs run their main loop at the FP8 peak and Transformer Engine has them write bf16
+  // (general_gemm's output dtype is the activation dtype): the same C tile takes as long to
+  // write against a main loop twice as fast.
+  const double k0_fp8 =
+      2.0 * p.gpu.dense_flops_fp8.value / (2.0 * p.gpu.hbm_peak_bytes_per_s.value);
+  p.gemm.k_overhead_elements_fp8 =
+      fig(std::round(k0_fp8), Origin::kAssumption,
+          "derived as k_overhead_elements with the fp8 peak and e = 2 (bf16 output, Transformer "
+          "Engine's FP8 GEMMs write the activation dtype)");
   p.gemm.reference_dim = fig(8192, Origin::kAssumption, kSrcReferenceDim);
 }
 

@@ -189,16 +189,38 @@ TEST(ProfileTest, GemmEfficiencyHasWaveAndDepthTerms) {
               best * 0.7 * (8191.0 / 8486.0) / (8192.0 / 8487.0), 1e-12);
 }
 
+TEST(ProfileTest, Fp8GemmsHaveTheirOwnDepthTermAndMamfPoint) {
+  auto p = *builtin_profile("h100-sxm");
+  // FP8: the main loop at the FP8 peak (2 · 989), the C tile written in bf16:
+  // k0 = 2 · 1978e12 / (2 · 3350e9) = 590.4 -> 590 elements, against 295 for bf16.
+  EXPECT_EQ(p.gemm.k_overhead_elements_fp8.value, 590);
+  const GemmShape shallow{.m = 8192, .n = 8192, .k = 4096, .dtype = DType::kFp8};
+  const GemmShape ref{.m = 8192, .n = 8192, .k = 8192, .dtype = DType::kFp8};
+  EXPECT_NEAR(p.gemm.shape_factor(shallow) / p.gemm.shape_factor(ref),
+              (4096.0 / 4686.0) / (8192.0 / 8782.0), 1e-12);
+  GemmShape shallow_bf16 = shallow;
+  shallow_bf16.dtype = DType::kBf16;
+  EXPECT_NEAR(
+      p.gemm.shape_factor(shallow_bf16) / p.gemm.shape_factor({.m = 8192, .n = 8192, .k = 8192}),
+      (4096.0 / 4391.0) / (8192.0 / 8487.0), 1e-12);
+  // The FP8 surface takes the MAMF table's FP8 figure at the reference shape.
+  EXPECT_NEAR(p.gemm.efficiency(ref), 1402.6 / 1978.0, 1e-12);
+  // Without the FP8 figure, FP8 GEMMs fall back to the bf16 depth term.
+  p.gemm.k_overhead_elements_fp8.value = 0;
+  EXPECT_NEAR(p.gemm.shape_factor(shallow), p.gemm.shape_factor(shallow_bf16), 1e-15);
+}
+
 TEST(ProfileTest, ProfilesWithoutTheWaveFiguresStillLoad) {
   json j = profile_to_json(*builtin_profile("a100-80gb"));
-  for (const char* key :
-       {"sm_count", "wave_tile_m", "wave_tile_n", "k_overhead_elements", "reference_dim"}) {
+  for (const char* key : {"sm_count", "wave_tile_m", "wave_tile_n", "k_overhead_elements",
+                          "k_overhead_elements_fp8", "reference_dim"}) {
     j["gemm"].erase(key);
   }
   auto p = profile_from_json(j, "old.json");
   ASSERT_TRUE(p.has_value()) << p.error().message;
   EXPECT_EQ(p->gemm.sm_count.value, 0.0);
   EXPECT_EQ(p->gemm.k_overhead_elements.value, 0.0);
+  EXPECT_EQ(p->gemm.k_overhead_elements_fp8.value, 0.0);
   // Without them, the curve and 128-element tile model: 8256 rows fill 8256 / 8320 of 65 tiles.
   EXPECT_NEAR(p->gemm.efficiency({.m = 8256, .n = 8192, .k = 8192}),
               257.0 / 312.0 * 8256.0 / 8320.0, 1e-12);
@@ -210,8 +232,11 @@ TEST(ProfileTest, ProfilesWithoutTheWaveFiguresStillLoad) {
 
 TEST(ProfileTest, MeasuredGemmPointsOverrideTheCurve) {
   auto p = *builtin_profile("h200");
-  // The built-in H200 profile carries the published 8192^3 point.
-  ASSERT_EQ(p.gemm.points.size(), 1u);
+  // The built-in H200 profile carries the published 8192^3 points: bf16, then FP8 (MAMF table).
+  ASSERT_EQ(p.gemm.points.size(), 2u);
+  EXPECT_EQ(p.gemm.points[0].dtype, DType::kBf16);
+  EXPECT_EQ(p.gemm.points[1].dtype, DType::kFp8);
+  p.gemm.points.pop_back();  // the bf16 point alone from here on
   p.gemm.points[0].efficiency.value = 0.5;
   EXPECT_DOUBLE_EQ(p.gemm.efficiency({.m = 8192, .n = 8192, .k = 8192}), 0.5);
   // Elsewhere the model is scaled by the measured/model ratio of the (only) point: 0.5 / model.
