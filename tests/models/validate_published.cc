@@ -137,7 +137,8 @@ std::string parameters_section(const std::vector<std::string>& gpu_kinds) {
                                    pt.value("k", 0), pt.value("dtype", "")),
                        pt["efficiency"]);
     }
-    for (const char* key : {"sm_count", "wave_tile_m", "k_overhead_elements"}) {
+    for (const char* key :
+         {"sm_count", "wave_tile_m", "k_overhead_elements", "k_overhead_elements_fp8"}) {
       md += figure_row(std::string("gemm.") + key, j["gemm"][key]);
     }
     for (const char* key : {"flash_fwd", "flash_bwd", "classic_fwd"}) {
