@@ -29,6 +29,8 @@ StepBuilder::StepBuilder(const Scenario& s, const CostModel& cm, sim::PlanBuilde
   last_label_ =
       options.last_micro_batch_label >= 0 ? options.last_micro_batch_label : micro_batches_ - 1;
   static_only_ = options.static_only;
+  if (options.layers_per_chunk > 0 && options.layers_per_chunk < layers_per_chunk_)
+    kept_layers_ = options.layers_per_chunk;
   gdtype_ = s.training.compute_dtype;
   adtype_ = gdtype_ == sim::DType::kFp8 ? sim::DType::kBf16 : gdtype_;
   fp8_blackwell_ = fp8_blackwell(cm.system().gpu);

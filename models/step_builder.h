@@ -35,6 +35,10 @@ struct BuildOptions {
   // Only the static state: lanes, pools and the tensors alive at t = 0 (weights, gradients,
   // optimizer state, workspace) in the full step's order, and no ops (static_memory.h).
   bool static_only = false;
+  // A layer-reduced step (layer periodicity, models/README.md): only this many layers per model
+  // chunk (0: all), the chunk's first n - n/2 and last n/2 layers under their own numbers, so
+  // that names, per-layer policies and the chunk's first and last layers are the full step's.
+  int layers_per_chunk = 0;
 };
 
 // Where one micro-batch's ops and tensors begin in the plan (ids of its first ones).

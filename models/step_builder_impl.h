@@ -379,6 +379,7 @@ class StepBuilder {
   BuiltStep& out_;
   LayerDims d_;
   int layers_per_chunk_ = 1;
+  int kept_layers_ = 0;  // BuildOptions::layers_per_chunk (0: every layer of a chunk)
   int micro_batches_ = 1;
   int last_label_ = 0;
   sim::DType gdtype_ = sim::DType::kBf16;

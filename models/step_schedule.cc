@@ -168,6 +168,11 @@ std::vector<int> StepBuilder::chunk_layers(int stage, int chunk) const {
   const int first = (chunk * pp + stage) * layers_per_chunk_;
   std::vector<int> ls;
   for (int i = 0; i < layers_per_chunk_; ++i) ls.push_back(first + i);
+  // A layer-reduced step keeps the chunk's first n - n/2 and last n/2 layers (BuildOptions).
+  if (kept_layers_ > 0) {
+    const int tail = kept_layers_ / 2;
+    ls.erase(ls.begin() + (kept_layers_ - tail), ls.end() - tail);
+  }
   return ls;
 }
 

@@ -106,6 +106,11 @@ struct PeriodProbe {
   bool stopped = false;
   // Per pool: the tensors live at its peak (ids, in pool order), as in Timeline::live_at_peak.
   std::vector<std::vector<std::uint32_t>> live_at_peak;
+  // Leave pool levels and live tensors out of the snapshots: when pools run past capacity
+  // (SimOptions::run_past_capacity) the engine's timing never reads them, so equal timing-only
+  // states evolve identically in time while their memory may differ (e.g. two layers of one
+  // pass, the second holding one more layer's activations). Memory then needs its own argument.
+  bool timing_only = false;
 };
 
 // sim::simulate, filling `probe` (nullptr: exactly sim::simulate).

@@ -805,7 +805,7 @@ void Engine::take_snapshot(std::size_t boundary) {
   snapshot_flows(w);
   snapshot_groups(w);
   snapshot_events(w);
-  snapshot_memory(w);
+  if (!periods_->timing_only) snapshot_memory(w);
   snap.quiet = w.quiet;
   snap.lowest_index = w.lowest;
   snap.highest_index = w.highest;

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -17,6 +18,7 @@
 #include "models/report.h"
 #include "models/scenario.h"
 #include "scenarios/scenario_loader.h"
+#include "sim/engine/engine_probe.h"
 
 namespace offsim::models {
 namespace {
@@ -386,6 +388,170 @@ TEST(SteadyState, PipelineOutOfMemoryMatchesTheFullSimulation) {
   const Both both = evaluate_both(s, s.name);
   std::printf("%s: fits %d, %s %s\n", s.name.c_str(), both.full.report.fits ? 1 : 0,
               both.fast.steady_state ? "steady" : "full", both.fast.full_path_reason.c_str());
+}
+
+// --- Layer-reduced steps (BuildOptions::layers_per_chunk), the builder side of layer
+// periodicity: the reduced step keeps the first n - n/2 and last n/2 layers of each model chunk
+// under the full step's numbers, so its ops are the full step's minus the middle layers'.
+std::vector<std::string> op_names(const BuiltStep& step) {
+  std::vector<std::string> names;
+  for (const sim::Op& op : step.plan.ops) names.push_back(op.name);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+TEST(LayerReducedStep, KeepsTheFullStepsNamesAndTheChunksFirstAndLastLayers) {
+  for (const Case& c : cases()) {
+    const int gpus = c.p.dp * c.p.tp * c.p.pp;
+    Scenario s = base("llama3-8b", gpus == 1 ? "h100-1gpu" : "dgx-h100", 4 * c.p.dp);
+    s.model.layers = 16;
+    s.parallelism = c.p;
+    s.recompute.mode = c.mode;
+    s.offload = *offload_preset(c.preset, {});
+    const int chunks = s.parallelism.pp * s.parallelism.virtual_stages;
+    const int per_chunk = s.model.layers / chunks;
+    auto full = build_step(s, BuildOptions{});
+    ASSERT_TRUE(full) << c.name << ": " << full.error().message;
+    auto reduced = build_step(s, BuildOptions{.layers_per_chunk = 3});
+    ASSERT_TRUE(reduced) << c.name << ": " << reduced.error().message;
+    // Kept: layers 0, 1 and per_chunk - 1 of every chunk (n = 3: first 2, last 1).
+    const auto kept = [&](int l) {
+      const int i = l % per_chunk;
+      return i < 2 || i == per_chunk - 1;
+    };
+    const std::vector<std::string> all = op_names(*full);
+    for (const sim::Op& op : reduced->plan.ops) {
+      EXPECT_TRUE(op.layer < 0 || kept(op.layer)) << c.name << ": " << op.name;
+      EXPECT_TRUE(std::binary_search(all.begin(), all.end(), op.name)) << c.name << ": " << op.name;
+    }
+    // The chunks' first and last layers have the same ops, by name, as in the full step.
+    std::vector<std::string> ends_full;
+    std::vector<std::string> ends_reduced;
+    for (const sim::Op& op : full->plan.ops) {
+      const int i = op.layer % per_chunk;
+      if (op.layer >= 0 && (i == 0 || i == per_chunk - 1)) ends_full.push_back(op.name);
+    }
+    for (const sim::Op& op : reduced->plan.ops) {
+      const int i = op.layer % per_chunk;
+      if (op.layer >= 0 && (i == 0 || i == per_chunk - 1)) ends_reduced.push_back(op.name);
+    }
+    std::sort(ends_full.begin(), ends_full.end());
+    std::sort(ends_reduced.begin(), ends_reduced.end());
+    EXPECT_EQ(ends_full, ends_reduced) << c.name;
+    // Whole-job FLOPs are the scenario's, not the plan's.
+    EXPECT_EQ(full->model_flops_per_step, reduced->model_flops_per_step) << c.name;
+    EXPECT_EQ(full->hardware_flops_per_step, reduced->hardware_flops_per_step) << c.name;
+    // n >= the chunk's layers is the full step.
+    auto same = build_step(s, BuildOptions{.layers_per_chunk = per_chunk});
+    ASSERT_TRUE(same);
+    EXPECT_EQ(same->plan.ops.size(), full->plan.ops.size()) << c.name;
+  }
+}
+
+TEST(LayerReducedStep, OpsAndStaticBytesAreAffineInTheLayersPerChunkForUniformLayers) {
+  // Dense layers under one policy: every middle layer adds the same ops and static tensors. Not
+  // the allocator's workspace: fixed + fraction x static bytes, truncated to whole bytes, so it
+  // moves by 0 or 1 byte more per layer (one of the things a layer extrapolation must compute
+  // from the full step's static memory rather than extrapolate).
+  for (const Case& c : cases()) {
+    if (c.preset != "none") continue;
+    const int gpus = c.p.dp * c.p.tp * c.p.pp;
+    Scenario s = base("llama3-8b", gpus == 1 ? "h100-1gpu" : "dgx-h100", 4 * c.p.dp);
+    s.model.layers = 16;
+    s.parallelism = c.p;
+    s.recompute.mode = c.mode;
+    const int chunks = s.parallelism.pp * s.parallelism.virtual_stages;
+    const int per_chunk = s.model.layers / chunks;
+    if (per_chunk < 4) continue;
+    std::vector<std::int64_t> ops;
+    std::vector<std::int64_t> initial;
+    for (int n : {2, 3, per_chunk}) {
+      auto step = build_step(s, BuildOptions{.layers_per_chunk = n});
+      ASSERT_TRUE(step) << c.name;
+      ops.push_back(static_cast<std::int64_t>(step->plan.ops.size()));
+      std::int64_t bytes = 0;
+      for (sim::TensorId t : step->plan.initial_tensors) {
+        const sim::Tensor& x = step->plan.tensors[t.index()];
+        if (x.category != sim::TensorCategory::kWorkspace) bytes += x.bytes;
+      }
+      initial.push_back(bytes);
+    }
+    const std::int64_t extra = per_chunk - 2;
+    EXPECT_EQ(ops[2] - ops[0], extra * (ops[1] - ops[0])) << c.name;
+    EXPECT_EQ(initial[2] - initial[0], extra * (initial[1] - initial[0])) << c.name;
+  }
+}
+
+// The engine's side of layer periodicity, as far as it goes: with timing-only snapshots
+// (sim::detail::PeriodProbe::timing_only) the probe sees whether two consecutive identical
+// layers of one pass (one micro-batch's forward or backward) start from the same timing state.
+// Boundaries at the first compute op of layers b and c of `pass` in micro-batch `mb`, the layers
+// a, b, c, d in execution order; the region (ids written relative to the boundary) is a..d.
+struct LayerProbe {
+  bool quiet = false;
+  bool equal = false;
+};
+
+LayerProbe probe_layers(const BuiltStep& step, std::size_t mb, const std::string& pass,
+                        std::array<int, 4> layers) {
+  const sim::Plan& plan = step.plan;
+  const std::size_t from = step.micro_batch_starts[mb].op;
+  const std::size_t to = mb + 1 < step.micro_batch_starts.size()
+                             ? step.micro_batch_starts[mb + 1].op
+                             : plan.ops.size();
+  const auto first_op = [&](int layer) {
+    for (std::size_t i = from; i < to; ++i) {
+      const sim::Op& op = plan.ops[i];
+      if (op.layer == layer && op.lane == step.ranks[0].compute_lane && op.name.ends_with(pass)) {
+        return static_cast<std::uint32_t>(i);
+      }
+    }
+    ADD_FAILURE() << "no op of layer " << layer << " in " << pass;
+    return std::uint32_t{0};
+  };
+  std::array<std::uint32_t, 4> f{};
+  for (std::size_t i = 0; i < 4; ++i) f[i] = first_op(layers[i]);
+  sim::detail::PeriodProbe probe{.op_lo = f[0], .op_hi = f[3]};
+  probe.boundaries.push_back({.first_op = f[1], .prev_first_op = f[0], .next_first_op = f[2]});
+  probe.boundaries.push_back({.first_op = f[2], .prev_first_op = f[1], .next_first_op = f[3]});
+  probe.timing_only = true;
+  sim::SimOptions options;
+  options.run_past_capacity = true;
+  auto r = sim::detail::simulate_with_periods(plan, options, &probe);
+  EXPECT_TRUE(r) << r.error().message;
+  const auto& s = probe.snapshots;
+  return {.quiet = s[0].taken && s[1].taken && s[0].quiet && s[1].quiet,
+          .equal = s[0].state == s[1].state};
+}
+
+TEST(LayerReducedStep, TimingStateRepeatsLayerByLayerExceptWhereLaterPassesWait) {
+  // One GPU, 16 layers, 4 micro-batches, a layer-reduced step of 6 layers (0-2 and 13-15).
+  Scenario s = base("llama3-8b", "h100-1gpu", 4);
+  s.model.layers = 16;
+  auto step = build_step(s, BuildOptions{.micro_batches = 4, .layers_per_chunk = 6});
+  ASSERT_TRUE(step) << step.error().message;
+  ASSERT_EQ(step->micro_batch_starts.size(), 4u);
+  for (std::size_t mb = 0; mb < 4; ++mb) {
+    const LayerProbe fwd = probe_layers(*step, mb, ".fwd", {0, 1, 2, 13});
+    const LayerProbe bwd = probe_layers(*step, mb, ".bwd", {15, 14, 13, 2});
+    EXPECT_TRUE(fwd.quiet && bwd.quiet) << mb;
+    EXPECT_TRUE(fwd.equal) << mb;
+    // The last micro-batch's backward: each layer's optimizer update (after the backward, on the
+    // compute lane) waits on that layer's gradients, so at layer 13 one more update has all its
+    // inputs than at layer 14. A far-away, inert difference, but equal snapshots cannot see
+    // past it: the layer argument needs a state comparison that can (models/README.md).
+    EXPECT_EQ(bwd.equal, mb != 3) << mb;
+  }
+  const sim::Plan& plan = step->plan;
+  bool update_waits_on_layer_14 = false;
+  for (std::size_t i = step->micro_batch_starts[3].op; i < plan.ops.size(); ++i) {
+    if (plan.ops[i].category != sim::OpCategory::kOptimizer) continue;
+    for (sim::OpId d : plan.ops[i].deps) {
+      const sim::Op& dep = plan.ops[d.index()];
+      update_waits_on_layer_14 |= dep.layer == 14 && dep.name.ends_with(".bwd");
+    }
+  }
+  EXPECT_TRUE(update_waits_on_layer_14);
 }
 
 }  // namespace

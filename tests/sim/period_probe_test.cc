@@ -132,5 +132,49 @@ TEST(PeriodProbeTest, RunsToTheEndWhenTheCallerKeepsIt) {
   EXPECT_EQ(plain->timeline.spans, r->timeline.spans);
 }
 
+// Layers of one pass: kernel i keeps its activation to the end of the step ("release" frees
+// them all), so at layer i + 1 one more activation is live than at layer i. Their timing is
+// the same shifted; their memory is not.
+Plan kept_activations() {
+  PlanBuilder b;
+  const LaneId compute = b.lane("compute");
+  const ResourceId sm = b.resource("sm", 1e12);
+  const PoolId hbm = b.pool("hbm", std::int64_t{1} << 40);
+  std::vector<TensorId> acts;
+  for (int i = 0; i < kBlocks; ++i) {
+    acts.push_back(b.tensor(fmt::format("a{}", i), hbm, 1000, sim::TensorCategory::kActivations));
+    Op c{.name = fmt::format("c{}", i), .lane = compute, .kind = OpKind::kGemm};
+    c.cost.work = 1e9;
+    c.cost.uses = {{sm, 1.0}};
+    c.allocs = {acts.back()};
+    b.op(std::move(c));
+  }
+  Op release{.name = "release", .lane = compute, .kind = OpKind::kElementwise};
+  release.frees = acts;
+  b.op(std::move(release));
+  return std::move(b).build();
+}
+
+TEST(PeriodProbeTest, TimingOnlyStatesLeaveMemoryOut) {
+  const Plan plan = kept_activations();
+  const auto run = [&](bool timing_only) {
+    detail::PeriodProbe probe{.op_lo = 0, .op_hi = kBlocks, .tensor_lo = 0, .tensor_hi = kBlocks};
+    for (std::uint32_t i = 2; i <= 3; ++i) {
+      probe.boundaries.push_back(
+          {.first_op = i, .first_tensor = i, .prev_first_op = i - 1, .next_first_op = i + 1});
+    }
+    probe.timing_only = timing_only;
+    SimOptions options;
+    options.run_past_capacity = true;
+    auto r = detail::simulate_with_periods(plan, options, &probe);
+    EXPECT_TRUE(r) << r.error().message;
+    EXPECT_TRUE(probe.snapshots[0].quiet && probe.snapshots[1].quiet);
+    EXPECT_EQ(probe.snapshots[1].time_ns - probe.snapshots[0].time_ns, 1'000'000);
+    return probe.snapshots[0].state == probe.snapshots[1].state;
+  };
+  EXPECT_FALSE(run(false));  // 2 vs 3 activations live
+  EXPECT_TRUE(run(true));
+}
+
 }  // namespace
 }  // namespace offsim::sim
