@@ -551,10 +551,11 @@ OpId StepBuilder::deepspeed_grad_check_op(Rank& r, const ParamGroup& g, std::vec
 }
 
 // After a group's last gradient reduction (`reduced`) and its D2H copy were emitted: the
-// checks run before the copy, and the copy is on the compute stream (without overlap_comm
-// DeepSpeed issues both on the current stream: stage_1_and_2.py reduce_ipg_grads with
-// cpu_offload, ZeRO-3's reduce_and_partition_stream = the default stream), so the next compute
-// op waits for it. When the reduction itself waits for the whole backward (no overlap), the
+// checks run before the copy (on the compute lane also with overlap_comm, where DeepSpeed runs
+// them on its reduction stream: an approximation), and without overlap_comm the copy is on the
+// compute stream (DeepSpeed issues both on the current stream: stage_1_and_2.py reduce_ipg_grads
+// with cpu_offload, ZeRO-3's reduce_and_partition_stream = the default stream), so the next
+// compute op waits for it. When the reduction itself waits for the whole backward (no overlap), the
 // checks are emitted after the backward (deferred_grad_checks).
 void StepBuilder::deepspeed_grad_path(Rank& r, const ParamGroup& g, OpId reduced, OpId grads_d2h) {
   if (!deepspeed_grad_checks(g)) return;
@@ -565,7 +566,9 @@ void StepBuilder::deepspeed_grad_path(Rank& r, const ParamGroup& g, OpId reduced
   }
   const OpId checks = deepspeed_grad_check_op(r, g, {reduced});
   b_.op_at(grads_d2h).deps.push_back(checks);
-  next_compute_deps_.push_back(grads_d2h);
+  // With overlap_comm (overlap_grad_reduce) the copies run on DeepSpeed's reduction stream
+  // instead, beside the backward.
+  if (!s_.parallelism.overlap_grad_reduce) next_compute_deps_.push_back(grads_d2h);
 }
 
 // The deferred checks, once the backward is emitted, one group after the other on the compute

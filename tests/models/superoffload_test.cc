@@ -1,5 +1,6 @@
 // DeepSpeed SuperOffload (offload.cpu.superoffload) on ZeRO-3: which groups keep their optimizer
-// on the GPU, the bytes its host side moves, and its overlap against ZeRO-Offload's step.
+// on the GPU, the bytes its host side moves, and its overlap against ZeRO-Offload's step; the
+// per-tensor gradient checks of DeepSpeed's offload paths and its ZeRO-2 GPU step.
 #include <gtest/gtest.h>
 
 #include <optional>
@@ -164,6 +165,28 @@ TEST(SuperOffload, ZeroOffloadStage2ChecksEachGradientWithAHostSynchronisation) 
   const sim::Op* checks = op_named(step->plan, "l10.grad_checks");
   ASSERT_TRUE(checks != nullptr);
   EXPECT_GE(sim::to_seconds(checks->cost.latency), 9 * (10 * 9.02e-6 + 26.11e-6) * 0.999);
+}
+
+TEST(SuperOffload, DeepSpeedZero2GpuStepStreamsItsExtraPasses) {
+  // Without offload, DeepSpeed's stage-2 step per parameter of the partition adds to AdamW's 28
+  // bytes: the fp64 norm (16 beyond the generic read), the flat partition (2 + 2), its fp32
+  // widening (2 + 4), unscale (4 + 4), Adam reading the fp32 gradient (+2) and the narrowing
+  // reading the fp32 master (4): 40 bytes. Megatron's distributed optimizer (stage 1) adds none.
+  Scenario s = llama8b_gh200(false);
+  s.offload = {};
+  s.hardware.system = "dgx-h100";
+  s.hardware.gpus = 2;
+  s.parallelism.dp = 2;
+  s.parallelism.zero_stage = 2;
+  s.training.global_batch = 8;
+  auto zero2 = build_step(s);
+  ASSERT_TRUE(zero2) << zero2.error().message;
+  const std::int64_t shard = (layer_parameter_count_per_rank(s.model, 1, 10) + 1) / 2;
+  EXPECT_NEAR(bytes_of(zero2->plan, "l10.adam"), (28 + 40) * shard, 68);
+  s.parallelism.zero_stage = 1;
+  auto zero1 = build_step(s);
+  ASSERT_TRUE(zero1) << zero1.error().message;
+  EXPECT_NEAR(bytes_of(zero1->plan, "l10.adam"), 28 * shard, 28);
 }
 
 TEST(SuperOffload, NeedsZeroStage3AndTheOptimizerOnTheCpu) {
