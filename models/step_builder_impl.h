@@ -285,6 +285,7 @@ class StepBuilder {
   void expert_grads_done(Rank& r, int layer, int mb, OpId last);
   void grads_done(Rank& r, int key, int mb, OpId last);
   std::int64_t optimizer_shard(const ParamGroup& g) const;
+  std::int64_t zero2_step_extra_bytes() const;
   OpId gpu_group_step(Rank& r, ParamGroup& g, std::vector<OpId> deps);
   void optimizer(Rank& r);
 
@@ -309,6 +310,11 @@ class StepBuilder {
   void superoffload_placement(Rank& r);
   void superoffload_step(Rank& r);
   OpId superoffload_done(Rank& r, ParamGroup& g, std::vector<OpId> deps);
+  double param_tensors(const ParamGroup& g) const;
+  bool deepspeed_grad_checks(const ParamGroup& g) const;
+  void deepspeed_grad_path(Rank& r, const ParamGroup& g, OpId reduced, OpId grads_d2h);
+  OpId deepspeed_grad_check_op(Rank& r, const ParamGroup& g, std::vector<OpId> deps);
+  void deferred_grad_checks(Rank& r);
 
   // --- small rules used across the files
   LayerPolicy layer_policy(int layer) const {
@@ -402,6 +408,13 @@ class StepBuilder {
   // and the worker's last update, which step() waits for.
   std::map<std::string, OpId> superoffload_done_;
   std::optional<OpId> superoffload_waited_;
+  // DeepSpeed's per-tensor gradient checks whose gradient reduction waits for the whole backward
+  // (deepspeed_grad_path): the group's index, its reduction and its D2H copy.
+  struct PendingGradCheck {
+    std::size_t group = 0;
+    OpId reduced, grads_d2h;
+  };
+  std::vector<PendingGradCheck> pending_grad_checks_;
   OpId last_compute_;         // the latest op emitted on the current rank's compute lane
   bool static_only_ = false;  // BuildOptions::static_only
   // Cross-lane dependencies of the next compute op (a ring attention's last dK,dV transfer).

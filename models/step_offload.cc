@@ -49,6 +49,37 @@ double cpu_step_flops_per_param(bool widen_on_host) {
   return 12.0 + 1.0 + 1.0 + (widen_on_host ? 3.0 : 0.0);
 }
 
+// DeepSpeed's per-tensor gradient checks on the GPU at the gradient-accumulation boundary, on
+// the compute stream. ZeRO-Offload (stage_1_and_2.py, copy_grads_in_partition with cpu_offload,
+// per parameter tensor of the rank's partition): set_norm_for_param_grad_in_gpu
+// (grad.double().norm(2): read g, write 8, read 8 bytes; 2 kernels),
+// update_offload_overflow_tracker (_has_inf_or_nan: float() read g write 4, isnan read 4 write
+// 1, isinf read 4 write 1, logical_or read 2 write 1, float() read 1 write 4, max read 4; 6
+// kernels, then `if tensor:` reads the result on the host, a device-to-host synchronisation),
+// async_inplace_copy_grad_to_fp32_buffer_from_gpu (.to(fp32) read g write 4, then the copy_ to
+// the pinned buffer; 2 ops). g = 2 (bf16): 52 bytes, 10 eager ops and one synchronisation per
+// tensor. SuperOffload (superoffload_stage3.py partition_grads, ZeRO-3's _constant_buffered_norm2):
+// grad_buffer.copy_(grad_partition) read g write g, .double().norm(2) ** 2 read g write 8 read
+// 8, .to(fp32) read g write 4, then the copy_ (6 ops): 28 bytes, and one stream synchronize per
+// completed sub-group.
+// FLOPs per element: the norm's multiply-add and the two comparisons (or the sum of squares).
+constexpr double kGradCheckFlopsPerParam = 4.0;
+struct GradChecks {
+  std::int64_t bytes_per_param = 0;
+  double eager_ops_per_tensor = 0.0;
+  double syncs_per_tensor = 0.0;
+};
+GradChecks zero_offload_grad_checks(std::int64_t g) {
+  return {.bytes_per_param = (g + 16) + (g + 4 + 5 + 5 + 3 + 5 + 4) + (g + 4),
+          .eager_ops_per_tensor = 10.0,
+          .syncs_per_tensor = 1.0};
+}
+GradChecks superoffload_grad_checks(std::int64_t g) {
+  return {.bytes_per_param = 2 * g + (g + 16) + (g + 4),
+          .eager_ops_per_tensor = 6.0,
+          .syncs_per_tensor = 0.0};
+}
+
 }  // namespace
 
 // The tensors layer l's forward saves (allocated by its first op `first`): those kept on HBM as
@@ -171,6 +202,7 @@ CostModel::CpuThreads StepBuilder::cpu_threads() const {
 std::optional<OpId> StepBuilder::deepspeed_flat_step(Rank& r) {
   std::int64_t shard = 0;
   std::int64_t h2d = 0;
+  double partition_tensors = 0.0;
   std::vector<OpId> deps;
   for (const auto& [key, op] : r.reduce_op) deps.push_back(op);
   for (const auto& [key, op] : r.expert_reduce_op) deps.push_back(op);
@@ -179,6 +211,8 @@ std::optional<OpId> StepBuilder::deepspeed_flat_step(Rank& r) {
     if (!deepspeed_cpu_step(g)) continue;
     const std::int64_t n = optimizer_shard(g);
     shard += n;
+    partition_tensors += param_tensors(g) * static_cast<double>(n) /
+                         static_cast<double>(std::max<std::int64_t>(1, g.params));
     if (!g.params_on_host) h2d += n * sim::dtype_bytes(dt_.params);
     if (!g.grads_on_host) {
       deps.push_back(copy(r, sim::CopyDirection::kD2H, g.name + ".grads_d2h", OpCategory::kOffload,
@@ -190,8 +224,13 @@ std::optional<OpId> StepBuilder::deepspeed_flat_step(Rank& r) {
   sim::OpSizes sz;
   sz.bytes = cpu_step_bytes_per_param(dt_, false) * shard;
   sz.flops = cpu_step_flops_per_param(false) * static_cast<double>(shard);
+  sim::OpCost cost = cm_.host_compute(r.rank, sz.bytes, sz.flops, cpu_threads());
+  // Before it, the global norm (complete_grad_norm_calculation_for_cpu_offload) reads each
+  // tensor's GPU norm with .item(): one device-to-host round trip per tensor of the partition.
+  cost.latency +=
+      sim::duration_from_seconds(partition_tensors * sim::to_seconds(cm_.host_sync_latency()));
   OpId done = add(r, r.cpu, "partition.adam.cpu", OpKind::kHostCompute, OpCategory::kCpuOptimizer,
-                  -1, cm_.host_compute(r.rank, sz.bytes, sz.flops, cpu_threads()), sz, deps);
+                  -1, std::move(cost), sz, deps);
   if (h2d > 0) {
     done = copy(r, sim::CopyDirection::kH2D, "partition.params_h2d", OpCategory::kOffload, -1, h2d,
                 {done});
@@ -444,6 +483,106 @@ OpId StepBuilder::superoffload_done(Rank& r, ParamGroup& g, std::vector<OpId> de
   }
   if (superoffload_waited_) deps.push_back(*superoffload_waited_);
   return gpu_group_step(r, g, std::move(deps));
+}
+
+// Parameter tensors of a group (the unit of DeepSpeed's per-parameter hooks): per transformer
+// layer the four attention projections, two (GELU) or three (SwiGLU) MLP matrices and two norms
+// (a LayerNorm has a bias too), with linear_bias a bias per linear layer, and an MoE layer's
+// router; its routed experts, two or three matrices per local expert; the embedding (and the
+// learned position table); the head (unless tied) and the final norm. MLA's extra projections
+// are not counted.
+double StepBuilder::param_tensors(const ParamGroup& g) const {
+  const ModelArch& m = s_.model;
+  const double mlp = m.activation == ModelArch::Activation::kSwiGlu ? 3.0 : 2.0;
+  const double norm = m.norm == ModelArch::Norm::kLayerNorm ? 2.0 : 1.0;
+  if (g.role == ParamGroup::Role::kEmbed) return m.max_positions > 0 ? 2.0 : 1.0;
+  if (g.role == ParamGroup::Role::kHead) return norm + (m.tied_embeddings ? 0.0 : 1.0);
+  if (g.expert) {
+    const std::int64_t ep = std::max(1, s_.parallelism.ep);
+    return mlp * static_cast<double>(std::max<std::int64_t>(1, m.moe.experts / ep));
+  }
+  const bool moe = ld(g.layer).moe;
+  double n = 4.0 + 2.0 * norm + (moe ? 1.0 + mlp * static_cast<double>(m.moe.shared_experts) : mlp);
+  if (m.linear_bias) n += 4.0 + mlp;
+  return n;
+}
+
+// Whether DeepSpeed runs its per-tensor gradient checks on the group's gradients (ZeRO-Offload's
+// flat step of stages 1 and 2, ZenFlow's included, and SuperOffload's host groups). ZeRO-3's own
+// offload path (stage3.py) accumulates its overflow flag on the GPU without a synchronisation
+// and is not charged here.
+bool StepBuilder::deepspeed_grad_checks(const ParamGroup& g) const {
+  return (deepspeed_cpu_step(g) && s_.parallelism.zero_stage <= 2) || superoffload(g);
+}
+
+// The GPU checks of one group's gradients before their D2H copy (see zero_offload_grad_checks):
+// memory-bound kernels on the compute stream, and the GPU idles while the host issues each
+// tensor's ops after a synchronisation: per tensor the eager ops' host time (9.02 us each) and
+// the round trip of its synchronisation (26.11 us), the figures of CostModel::host_issue_s and
+// host_sync_latency. Without overlap_comm DeepSpeed runs the gradient's reduction, these checks
+// and the copy on the compute stream.
+OpId StepBuilder::deepspeed_grad_check_op(Rank& r, const ParamGroup& g, std::vector<OpId> deps) {
+  const std::int64_t gb = sim::dtype_bytes(dt_.grads);
+  const GradChecks c =
+      superoffload(g) ? superoffload_grad_checks(gb) : zero_offload_grad_checks(gb);
+  const std::int64_t shard = optimizer_shard(g);
+  double tensors = param_tensors(g) * static_cast<double>(shard) /
+                   static_cast<double>(std::max<std::int64_t>(1, g.params));
+  double syncs = c.syncs_per_tensor * tensors;
+  if (superoffload(g)) {
+    syncs = static_cast<double>(shard) /
+            static_cast<double>(std::max<std::int64_t>(1, s_.offload.superoffload.sub_group_size));
+  }
+  // ZenFlow accumulates over update_interval steps and runs the checks at the boundary only
+  // (copy_grads_in_partition is stage_1_and_2.py's): a 1/update_interval share per mean step.
+  const std::int64_t n = zenflow(g) ? zenflow_interval() : 1;
+  tensors /= static_cast<double>(n);
+  syncs /= static_cast<double>(n);
+  const OpId id = elementwise(r, g.name + ".grad_checks", OpCategory::kOptimizer, g.layer,
+                              c.bytes_per_param * shard / n,
+                              kGradCheckFlopsPerParam * static_cast<double>(shard / n));
+  sim::OpCost& cost = b_.op_at(id).cost;
+  cost.latency +=
+      sim::duration_from_seconds(tensors * cm_.host_issue_s({.eager = c.eager_ops_per_tensor}) +
+                                 syncs * sim::to_seconds(cm_.host_sync_latency()));
+  std::vector<OpId>& d = b_.op_at(id).deps;
+  d.insert(d.end(), deps.begin(), deps.end());
+  return id;
+}
+
+// After a group's last gradient reduction (`reduced`) and its D2H copy were emitted: the
+// checks run before the copy (on the compute lane also with overlap_comm, where DeepSpeed runs
+// them on its reduction stream: an approximation), and without overlap_comm the copy is on the
+// compute stream (DeepSpeed issues both on the current stream: stage_1_and_2.py reduce_ipg_grads
+// with cpu_offload, ZeRO-3's reduce_and_partition_stream = the default stream), so the next
+// compute op waits for it. When the reduction itself waits for the whole backward (no overlap), the
+// checks are emitted after the backward (deferred_grad_checks).
+void StepBuilder::deepspeed_grad_path(Rank& r, const ParamGroup& g, OpId reduced, OpId grads_d2h) {
+  if (!deepspeed_grad_checks(g)) return;
+  if (dp() > 1 && !s_.parallelism.overlap_grad_reduce) {
+    const auto index = static_cast<std::size_t>(&g - r.groups.data());
+    pending_grad_checks_.push_back({.group = index, .reduced = reduced, .grads_d2h = grads_d2h});
+    return;
+  }
+  const OpId checks = deepspeed_grad_check_op(r, g, {reduced});
+  b_.op_at(grads_d2h).deps.push_back(checks);
+  // With overlap_comm (overlap_grad_reduce) the copies run on DeepSpeed's reduction stream
+  // instead, beside the backward.
+  if (!s_.parallelism.overlap_grad_reduce) next_compute_deps_.push_back(grads_d2h);
+}
+
+// The deferred checks, once the backward is emitted, one group after the other on the compute
+// stream, each after the previous group's copy.
+void StepBuilder::deferred_grad_checks(Rank& r) {
+  std::optional<OpId> prev;
+  for (const PendingGradCheck& p : pending_grad_checks_) {
+    std::vector<OpId> deps = {p.reduced};
+    if (prev) deps.push_back(*prev);
+    const OpId checks = deepspeed_grad_check_op(r, r.groups[p.group], std::move(deps));
+    b_.op_at(p.grads_d2h).deps.push_back(checks);
+    prev = p.grads_d2h;
+  }
+  pending_grad_checks_.clear();
 }
 
 }  // namespace offsim::models::detail

@@ -274,9 +274,11 @@ void StepBuilder::grads_done(Rank& r, int key, int mb, OpId last) {
                  OpCategory::kOffload, gp->layer, zenflow_grads_h2d_bytes(*gp), {after});
   }
   if (gp->grads_on_host && (shard_grads() || last_mb)) {
+    const OpId reduced = after;
     after = copy(r, sim::CopyDirection::kD2H, fmt::format("mb{}.{}.grads_d2h", lbl(mb), gp->name),
                  OpCategory::kOffload, gp->layer,
                  last_mb ? grads_d2h_bytes(*gp) : gp->mem.grads_bytes, {after});
+    if (last_mb) deepspeed_grad_path(r, *gp, reduced, after);
   }
   if (last_mb) r.reduce_op[key] = after;
 }
@@ -284,6 +286,23 @@ void StepBuilder::grads_done(Rank& r, int key, int mb, OpId last) {
 std::int64_t StepBuilder::optimizer_shard(const ParamGroup& g) const {
   const int gdp = g.expert ? edp() : dp();
   return dp_sharding(s_.parallelism).optimizer ? ceil_div(g.params, gdp) : g.params;
+}
+
+// DeepSpeed's ZeRO stage 2 step on the GPU (stage_1_and_2.py step() without cpu_offload), per
+// parameter of the rank's partition, beyond the generic gradient norm (grad_passes, read g) and
+// AdamW (adam_bytes_per_param): the global norm in fp64 per tensor (get_grad_norm_direct:
+// vector_norm(grad.double()): read g, write 8, read 8, in place of the generic read), the flat
+// partition (flatten of averaged_gradients: read g, write g), its widening to fp32 (read g,
+// write 4), unscale and clip (mul_: read 4, write 4), the optimizer reading the fp32 gradient
+// (4 instead of g) and the narrowing copy into the 16-bit partition reading the fp32 master
+// (4; its write is counted). bf16: 40 bytes. Stage 2 is DeepSpeed's alone here (Megatron's
+// distributed optimizer is stage 1, which keeps its fp32 main gradients and norms them in fp32);
+// with fp32 weights and no separate master, nothing is added.
+std::int64_t StepBuilder::zero2_step_extra_bytes() const {
+  if (s_.parallelism.zero_stage != 2 || !dt_.master) return 0;
+  const std::int64_t g = sim::dtype_bytes(dt_.grads);
+  const std::int64_t master = sim::dtype_bytes(*dt_.master);
+  return 16 + 2 * g + (g + master) + 2 * master + (master - g) + master;
 }
 
 // The update of one group on the GPU, with its states streamed in and out when they live on
@@ -301,7 +320,7 @@ OpId StepBuilder::gpu_group_step(Rank& r, ParamGroup& g, std::vector<OpId> deps)
     deps = {in};
   }
   sim::OpSizes sz;
-  sz.bytes = adam_bytes_per_param(dt_) * shard;
+  sz.bytes = (adam_bytes_per_param(dt_) + (g.opt_on_host ? 0 : zero2_step_extra_bytes())) * shard;
   sz.flops = kAdamFlopsPerParam * static_cast<double>(shard);
   OpId done = add(r, r.compute, g.name + ".adam", OpKind::kElementwise, OpCategory::kOptimizer,
                   g.layer, cm_.memory_bound(r.rank, sz.bytes, sz.flops), sz, deps);
@@ -316,6 +335,7 @@ OpId StepBuilder::gpu_group_step(Rank& r, ParamGroup& g, std::vector<OpId> deps)
 void StepBuilder::optimizer(Rank& r) {
   for (OpId reduce : deferred_reduce_) b_.op_at(reduce).deps.push_back(last_compute_);
   deferred_reduce_.clear();
+  deferred_grad_checks(r);
   {
     std::vector<OpId> reduces;
     for (const auto& [key, op] : r.reduce_op) reduces.push_back(op);

@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -33,12 +34,27 @@ void list_systems() {
   }
 }
 
-void list_hosts() {
-  for (const auto& h : sim::platform::list_hosts()) {
-    fmt::print("{:<12} {}; {:.0f} GB/s DRAM per socket achievable, root complex {:.0f} GB/s\n",
-               h.name, h.description, h.dram_bytes_per_s_per_socket.value / 1e9,
-               h.root_complex_bytes_per_s.value / 1e9);
+void print_host(const sim::platform::Host& h) {
+  fmt::print("{:<12} {}; {:.0f} GB/s DRAM per socket achievable, root complex {:.0f} GB/s\n",
+             h.name, h.description, h.dram_bytes_per_s_per_socket.value / 1e9,
+             h.root_complex_bytes_per_s.value / 1e9);
+}
+
+// The catalogue, then each host file (hardware.host: FILE.json) as a scenario would read it:
+// a file that does not read is an input error naming the file and key.
+int list_hosts(const std::vector<std::string>& files) {
+  for (const auto& h : sim::platform::list_hosts()) print_host(h);
+  for (const std::string& f : files) {
+    auto h = sim::platform::read_host_file(f);
+    if (!h) return report(h.error());
+    fmt::print("host file {}:\n", f);
+    print_host(*h);
+    fmt::print("{:<12} {} cores per socket ({}), CPU Adam {:.2f} GB/s per core ({})\n", "",
+               h->cores_per_socket.value, sim::platform::to_string(h->cores_per_socket.origin),
+               h->adam_bytes_per_s_per_core.value / 1e9,
+               sim::platform::to_string(h->adam_bytes_per_s_per_core.origin));
   }
+  return 0;
 }
 
 void list_presets() {
@@ -94,20 +110,27 @@ CLI::App* add_list_command(CLI::App& app, ListArgs& list) {
   auto* cmd = app.add_subcommand(
       "list",
       "List catalogues.\n\nExamples:\n  offsim list models\n  offsim list systems\n"
-      "  offsim list hosts\n  offsim list presets\n  offsim list policies\n  offsim list devices");
+      "  offsim list hosts\n  offsim list hosts --file lab.json\n  offsim list presets\n  offsim "
+      "list policies\n  offsim list devices");
   cmd->add_option("what", list.what, "models, systems, hosts, policies, presets or devices")
       ->required();
+  cmd->add_option("--file", list.files,
+                  "with hosts: also read and list these host files (the JSON of hardware.host)");
   return cmd;
 }
 
 int cmd_list(const ListArgs& a) {
   const std::string& what = a.what;
+  if (!a.files.empty() && what != "hosts") {
+    return usage_error(
+        fmt::format("list {} --file: --file lists host files, with list hosts", what));
+  }
   if (what == "models") {
     list_models();
   } else if (what == "systems") {
     list_systems();
   } else if (what == "hosts") {
-    list_hosts();
+    return list_hosts(a.files);
   } else if (what == "presets") {
     list_presets();
   } else if (what == "policies") {

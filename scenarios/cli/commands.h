@@ -83,6 +83,7 @@ int cmd_validate(const ValidateArgs& args);
 // list (cmd_list.cc): the catalogues.
 struct ListArgs {
   std::string what;
+  std::vector<std::string> files;  // list hosts --file: host files to read and list
 };
 CLI::App* add_list_command(CLI::App& app, ListArgs& args);
 int cmd_list(const ListArgs& args);

@@ -41,6 +41,14 @@ rc=0
 "$offsim" calibrate --host --quick --host-array-mib 8 --host-out "$work/lab.json" \
   --host-base xeon-8480c >"$work/out2.txt" 2>&1 || { cat "$work/out2.txt"; fail "--host-out"; }
 grep -q "wrote the host file (base xeon-8480c" "$work/out2.txt" || fail "no host file line"
+# list hosts --file: the catalogue, then the host file as a scenario reads it.
+"$offsim" list hosts --file "$work/lab.json" >"$work/list.txt" 2>&1 ||
+  { cat "$work/list.txt"; fail "list hosts --file"; }
+grep -q "^xeon-8480c " "$work/list.txt" || fail "list hosts --file: no catalogue"
+grep -q "^lab  *xeon-8480c with figures measured by offsim calibrate --host" "$work/list.txt" ||
+  { cat "$work/list.txt"; fail "list hosts --file: no host file line"; }
+grep -q "cores per socket (measured), CPU Adam .* GB/s per core (measured)" "$work/list.txt" ||
+  fail "list hosts --file: no measured figures"
 overrides=$(python3 - "$work/lab.json" <<'PY'
 import json, sys
 h = json.load(open(sys.argv[1]))
@@ -98,4 +106,9 @@ rc=0
 [[ $rc == 2 ]] || fail "bad host file: status $rc"
 grep -q "bad.json: \$.cores_per_socket: expected an object" "$work/err.txt" ||
   { cat "$work/err.txt"; fail "bad host file message"; }
+rc=0
+"$offsim" list hosts --file "$work/bad.json" >"$work/err.txt" 2>&1 || rc=$?
+[[ $rc == 2 ]] || fail "list hosts --file bad.json: status $rc"
+grep -q "bad.json: \$.cores_per_socket: expected an object" "$work/err.txt" ||
+  { cat "$work/err.txt"; fail "list hosts --file bad.json message"; }
 echo "calibrate --host: measured host keys and host file written, read back, bad inputs refused"

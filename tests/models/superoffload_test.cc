@@ -1,7 +1,9 @@
 // DeepSpeed SuperOffload (offload.cpu.superoffload) on ZeRO-3: which groups keep their optimizer
-// on the GPU, the bytes its host side moves, and its overlap against ZeRO-Offload's step.
+// on the GPU, the bytes its host side moves, and its overlap against ZeRO-Offload's step; the
+// per-tensor gradient checks of DeepSpeed's offload paths and its ZeRO-2 GPU step.
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <string>
 
 #include "models/evaluate.h"
@@ -100,6 +102,91 @@ TEST(SuperOffload, OverlapsTheHostUpdateWithTheBackward) {
   ASSERT_TRUE(zo) << zo.error().message;
   EXPECT_TRUE(so->report.fits);
   EXPECT_LT(so->report.step_time_s, zo->report.step_time_s);
+}
+
+// The op called exactly `name`.
+const sim::Op* op_named(const sim::Plan& plan, const std::string& name) {
+  for (const sim::Op& op : plan.ops) {
+    if (op.name == name) return &op;
+  }
+  ADD_FAILURE() << "no op " << name;
+  return nullptr;
+}
+
+// How many ops on `lane` wait for the op called `name`, besides the optimizer's gradient norm
+// (which waits for every gradient).
+int waiters_on_lane(const sim::Plan& plan, const std::string& name, sim::LaneId lane) {
+  std::optional<sim::OpId> id;
+  for (std::size_t i = 0; i < plan.ops.size(); ++i) {
+    if (plan.ops[i].name == name) id = sim::OpId(static_cast<std::uint32_t>(i));
+  }
+  if (!id) return 0;
+  int n = 0;
+  for (const sim::Op& op : plan.ops) {
+    if (!(op.lane == lane) || op.name == "grad_norm") continue;
+    for (const sim::OpId d : op.deps) n += d == *id ? 1 : 0;
+  }
+  return n;
+}
+
+TEST(SuperOffload, ChecksEachGradientOnTheComputeStreamBeforeItsCopy) {
+  // partition_grads per host tensor: the bucket copy (2 + 2), the fp64 norm (2 + 8 + 8) and the
+  // fp32 cast (2 + 4): 28 bytes per parameter of the host groups. Without overlap_comm the copy
+  // runs on the compute stream: the next backward kernel waits for it.
+  const Scenario s = llama8b_gh200(true);
+  auto step = build_step(s);
+  ASSERT_TRUE(step) << step.error().message;
+  const ModelArch& m = s.model;
+  const std::int64_t host =
+      parameter_count(m) - (m.vocab_size * m.hidden + 5 * layer_parameter_count_per_rank(m, 1, 0));
+  EXPECT_NEAR(bytes_of(step->plan, ".grad_checks"), 28 * host, 64);
+  EXPECT_EQ(bytes_of(step->plan, "l4.grad_checks"), 0);  // kept on the GPU
+  const sim::Op* checks = op_named(step->plan, "l10.grad_checks");
+  const sim::Op* copy = op_named(step->plan, "mb0.l10.grads_d2h");
+  ASSERT_TRUE(checks != nullptr && copy != nullptr);
+  bool copy_waits = false;
+  for (const sim::OpId d : copy->deps) {
+    copy_waits = copy_waits || step->plan.ops.at(d.index()).name == "l10.grad_checks";
+  }
+  EXPECT_TRUE(copy_waits);
+  EXPECT_EQ(waiters_on_lane(step->plan, "mb0.l10.grads_d2h", checks->lane), 1);
+}
+
+TEST(SuperOffload, ZeroOffloadStage2ChecksEachGradientWithAHostSynchronisation) {
+  // ZeRO-Offload's (stage_1_and_2.py) copy_grads_in_partition per tensor: the fp64 norm (2 + 8 +
+  // 8), the overflow check (2 + 4, 4 + 1, 4 + 1, 2 + 1, 1 + 4, 4) and the fp32 cast (2 + 4): 52
+  // bytes per parameter; each tensor's `if inf_or_nan:` waits for the GPU, so the checks take
+  // longer than their bytes: 9 tensors per layer x (10 eager ops x 9.02 us + 26.11 us).
+  Scenario s = llama8b_gh200(false);
+  s.parallelism.zero_stage = 2;
+  auto step = build_step(s);
+  ASSERT_TRUE(step) << step.error().message;
+  EXPECT_NEAR(bytes_of(step->plan, ".grad_checks"), 52 * parameter_count(s.model), 64);
+  const sim::Op* checks = op_named(step->plan, "l10.grad_checks");
+  ASSERT_TRUE(checks != nullptr);
+  EXPECT_GE(sim::to_seconds(checks->cost.latency), 9 * (10 * 9.02e-6 + 26.11e-6) * 0.999);
+}
+
+TEST(SuperOffload, DeepSpeedZero2GpuStepStreamsItsExtraPasses) {
+  // Without offload, DeepSpeed's stage-2 step per parameter of the partition adds to AdamW's 28
+  // bytes: the fp64 norm (16 beyond the generic read), the flat partition (2 + 2), its fp32
+  // widening (2 + 4), unscale (4 + 4), Adam reading the fp32 gradient (+2) and the narrowing
+  // reading the fp32 master (4): 40 bytes. Megatron's distributed optimizer (stage 1) adds none.
+  Scenario s = llama8b_gh200(false);
+  s.offload = {};
+  s.hardware.system = "dgx-h100";
+  s.hardware.gpus = 2;
+  s.parallelism.dp = 2;
+  s.parallelism.zero_stage = 2;
+  s.training.global_batch = 8;
+  auto zero2 = build_step(s);
+  ASSERT_TRUE(zero2) << zero2.error().message;
+  const std::int64_t shard = (layer_parameter_count_per_rank(s.model, 1, 10) + 1) / 2;
+  EXPECT_NEAR(bytes_of(zero2->plan, "l10.adam"), (28 + 40) * shard, 68);
+  s.parallelism.zero_stage = 1;
+  auto zero1 = build_step(s);
+  ASSERT_TRUE(zero1) << zero1.error().message;
+  EXPECT_NEAR(bytes_of(zero1->plan, "l10.adam"), 28 * shard, 28);
 }
 
 TEST(SuperOffload, NeedsZeroStage3AndTheOptimizerOnTheCpu) {
