@@ -331,6 +331,48 @@ TEST(MoeHostSync, OneMarkerPerForwardHoldsTheDispatch) {
   }
 }
 
+// FP8: each grouped GEMM of the routed experts quantizes what Transformer Engine's GroupedLinear
+// quantizes, as a dense FP8 GEMM does: the input of fc1 and fc2 (forward) and the output
+// gradient of their dgrads, all routed rows x k, in one cast op right before the GEMM; the
+// wgrads reuse them. A bf16 step has none.
+TEST(MoeStep, Fp8GroupedGemmsQuantizeTheirInputs) {
+  Scenario s = small_moe();
+  s.training.compute_dtype = sim::DType::kFp8;
+  s.training.fp8_recipe = TrainingConfig::Fp8Recipe::kCurrent;
+  auto step = build_step(s);
+  ASSERT_TRUE(step.has_value()) << step.error().message;
+  const sim::Plan& plan = step->plan;
+  const auto find = [&](const std::string& name) -> const sim::Op* {
+    for (const sim::Op& op : plan.ops) {
+      if (op.name == name) return &op;
+    }
+    return nullptr;
+  };
+  for (const std::string gemm :
+       {"mb0.l0.experts.fc1.grouped_gemm.fwd", "mb0.l0.experts.fc2.grouped_gemm.fwd",
+        "mb0.l0.experts.fc2.grouped_gemm.dgrad", "mb0.l0.experts.fc1.grouped_gemm.dgrad"}) {
+    const sim::Op* g = find(gemm);
+    const sim::Op* cast = find(gemm + ".fp8_cast");
+    ASSERT_NE(g, nullptr) << gemm;
+    ASSERT_NE(cast, nullptr) << gemm;
+    EXPECT_EQ(cast->lane, g->lane);
+    const std::int64_t elements = g->sizes.gemm.m * g->sizes.gemm.batch * g->sizes.gemm.k;
+    EXPECT_EQ(cast->sizes.bytes,
+              fp8_quantize_bytes(TrainingConfig::Fp8Recipe::kCurrent,
+                                 /*blackwell=*/false, /*from_norm=*/false, elements))
+        << gemm;
+  }
+  EXPECT_EQ(find("mb0.l0.experts.fc1.grouped_gemm.wgrad.fp8_cast"), nullptr);
+  EXPECT_EQ(find("mb0.l0.experts.fc2.grouped_gemm.wgrad.fp8_cast"), nullptr);
+  EXPECT_NEAR(estimate_plan_size(s, {}).ops, static_cast<double>(plan.ops.size()),
+              0.05 * static_cast<double>(plan.ops.size()));
+  auto bf16 = build_step(small_moe());
+  ASSERT_TRUE(bf16.has_value()) << bf16.error().message;
+  for (const sim::Op& op : bf16->plan.ops) {
+    EXPECT_EQ(op.name.find("grouped_gemm.fwd.fp8_cast"), std::string::npos) << op.name;
+  }
+}
+
 // --moe-shared-expert-overlap: the shared experts run on their own stream beside the dispatch,
 // and the step gets no slower (DeepSeek-V3's layout: one shared expert per layer).
 TEST(MoeStep, SharedExpertOverlapMovesTheSharedExpertsToTheirStream) {
