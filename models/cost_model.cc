@@ -440,9 +440,30 @@ constexpr double kGroupedMlpMeasuredExperts = 64.0;
 constexpr double kExpertFwdIssueS = kGroupedMlpFwdHostS / (kGroupedMlpMeasuredExperts * 2.0);
 constexpr double kExpertBwdIssueS = kGroupedMlpBwdHostS / (kGroupedMlpMeasuredExperts * 4.0);
 
+// The host CPU sets the pace of the issue thread (one Python thread per rank, so one core's
+// speed). The figures above come from two kinds of host: the per-op ones from an x86 Xeon, the
+// per-expert one from GB200's Grace. The same PyTorch call costs Grace more host time: the
+// average CPU time of one BF16 torch.nn.Linear forward (hidden 2048, 8192 tokens) is 37.08 us on
+// GB200 and 33.17 us on GH200 against 13.48 us on a DGX H100's Xeon Platinum 8480C; Transformer
+// Engine's te.Linear 99.66 us and 90.53 us on the two Grace systems (NVIDIA/TransformerEngine
+// issue 2053, 2025-08-11, "High CPU overhead on Grace systems"). So a Grace host (every
+// NVLink-C2C system) issues at kGraceIssueRatio = 37.08 / 13.48 times an x86 host's time, the
+// GB200 measurement (GH200's gives 2.46: the spread of the figure), and the per-expert figure
+// measured on GB200 is divided by it on x86 hosts. Assumption: every x86 host of the catalogue
+// (Sapphire/Emerald Rapids, Granite Rapids, EPYC) and the minimind Xeon issue at the 8480C's
+// speed. Not fitted to any table.
+constexpr double kGraceLinearCpuS = 37.08e-6;
+constexpr double kXeon8480cLinearCpuS = 13.48e-6;
+constexpr double kGraceIssueRatio = kGraceLinearCpuS / kXeon8480cLinearCpuS;
+
 double CostModel::host_issue_s(const HostOps& ops) const {
+  const bool grace = system_.host_link == sim::platform::HostLinkKind::kNvlinkC2c;
+  // Per-op figures measured on x86, the per-expert one on Grace.
+  const double x86_figure = grace ? kGraceIssueRatio : 1.0;
+  const double grace_figure = grace ? 1.0 : 1.0 / kGraceIssueRatio;
   const double per_expert = ops.autograd > 0.0 ? kExpertBwdIssueS : kExpertFwdIssueS;
-  return ops.eager * kEagerOpIssueS + ops.autograd * kAutogradOpIssueS + ops.launches * per_expert;
+  return x86_figure * (ops.eager * kEagerOpIssueS + ops.autograd * kAutogradOpIssueS) +
+         grace_figure * ops.launches * per_expert;
 }
 
 sim::Duration CostModel::host_sync_latency() const {

@@ -48,7 +48,7 @@ struct MoeOps {
   double fwd_collectives = 0;  // of fwd
   double bwd_collectives = 0;  // of bwd
   double fwd_markers = 0;      // of fwd: the host-sync marker
-  double fp8_casts_fwd = 0;    // FP8 input casts of the plain (non-grouped) GEMMs
+  double fp8_casts_fwd = 0;    // FP8 input casts of the GEMMs (plain and grouped)
   double fp8_casts_bwd = 0;
 };
 MoeOps moe_ops(const LayerDims& d) {
@@ -64,8 +64,8 @@ MoeOps moe_ops(const LayerDims& d) {
   o.bwd = 10 + colls + shared * (5 + sp_gather + tp_reduce);
   o.fwd_collectives = colls + shared * (sp_gather + tp_reduce);
   o.bwd_collectives = o.fwd_collectives;
-  o.fp8_casts_fwd = 1 + 2 * shared;  // router, shared FC1 and FC2
-  o.fp8_casts_bwd = 1 + 2 * shared;  // router dgrad, shared dgrads
+  o.fp8_casts_fwd = 3 + 2 * shared;  // router, grouped FC1 and FC2, shared FC1 and FC2
+  o.fp8_casts_bwd = 3 + 2 * shared;  // router dgrad, grouped dgrads, shared dgrads
   return o;
 }
 

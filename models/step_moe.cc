@@ -13,6 +13,12 @@ template <class Shape>
 OpId StepBuilder::grouped_gemm(Rank& r, const std::string& name, OpCategory cat, int layer,
                                const LayerDims& md, Shape shape) {
   const std::int64_t n = md.local_experts;
+  // FP8: Transformer Engine's GroupedLinear quantizes each expert's bf16 input (forward) or
+  // output gradient (dgrad), all routed rows x k, as a dense FP8 GEMM does (gemm_as); the
+  // wgrad reuses them.
+  if (gdtype_ == sim::DType::kFp8 && !fp8_input_cast_ && !name.ends_with(".wgrad")) {
+    fp8_cast(r, name, cat, layer, md.routed * shape(md.routed).k, /*from_norm=*/false);
+  }
   std::vector<sim::GemmShape> groups;
   sim::GemmShape top = shape(md.max_rows);
   top.batch = 1;
