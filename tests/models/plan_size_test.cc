@@ -428,6 +428,107 @@ TEST(LayerBackwardRecipe, IsTheOrderOfABuiltLayer) {
   }
 }
 
+// The MoE FFN of a built MoE layer (mb0.l1) is its recipes' entries that run for its dims, in
+// order: the forward (".fwd"), its recompute (".recompute", the whole FFN, when `recomputed`) and
+// the backward; a GEMM's dgrad and wgrad are the transposes of its forward.
+void expect_moe_layer_follows_recipe(const std::vector<std::string>& sets, bool recomputed) {
+  auto file = scenarios::load_scenario_file(
+      (fs::path(OFFSIM_SOURCE_DIR) / "scenarios/examples/qwen3-30b-a3b-8xh100-no-offload.yaml")
+          .string(),
+      sets);
+  ASSERT_TRUE(file) << file.error().message;
+  auto s = scenarios::scenario_from_document(file->base, file->base_dir);
+  ASSERT_TRUE(s) << s.error().message;
+  auto step = build_step(*s);
+  ASSERT_TRUE(step) << step.error().message;
+  const LayerDims d = layer_dims(s->model, s->training, s->parallelism, 1);
+  ASSERT_TRUE(d.moe);
+  std::vector<std::string> all;  // every name the recipes may give an op
+  std::vector<std::string> expected;
+  for (const char* sfx : {".fwd", ".recompute"}) {
+    for (const MoeOpEntry& e : moe_forward_recipe()) {
+      all.push_back(e.name + std::string(sfx));
+      const bool runs = sfx[1] == 'f' || recomputed;
+      if (runs && moe_entry_runs(e, d) && e.kind != MoeOpKind::kRoutedFetch) {
+        expected.push_back(all.back());
+      }
+    }
+  }
+  for (const MoeOpEntry& e : moe_backward_recipe()) {
+    all.emplace_back(e.name);
+    if (moe_entry_runs(e, d)) expected.push_back(all.back());
+  }
+  const std::string prefix = "mb0.l1.";
+  std::vector<std::string> built;
+  std::map<std::string, sim::GemmShape> gemms;
+  for (const sim::Op& op : step->plan.ops) {
+    if (op.name.rfind(prefix, 0) != 0) continue;
+    const std::string rest = op.name.substr(prefix.size());
+    if (op.kind == sim::OpKind::kGemm) gemms[rest] = op.sizes.gemm;
+    if (std::find(all.begin(), all.end(), rest) != all.end()) built.push_back(rest);
+  }
+  EXPECT_EQ(built, expected);
+  for (const MoeOpEntry& e : moe_backward_recipe()) {
+    if (e.pass == GemmPass::kForward || !moe_entry_runs(e, d)) continue;
+    const std::string name = e.name;
+    const std::string fwd = name.substr(0, name.rfind('.')) + ".fwd";
+    ASSERT_EQ(gemms.count(fwd), 1U) << fwd;
+    ASSERT_EQ(gemms.count(name), 1U) << name;
+    const sim::GemmShape f = gemms[fwd];
+    const sim::GemmShape g = gemms[name];
+    if (e.pass == GemmPass::kDgrad) {
+      EXPECT_EQ(std::tuple(g.m, g.n, g.k), std::tuple(f.m, f.k, f.n)) << name;
+    } else {
+      EXPECT_EQ(std::tuple(g.m, g.n, g.k), std::tuple(f.k, f.n, f.m)) << name;
+    }
+  }
+}
+
+TEST(MoeRecipe, IsTheOrderOfABuiltLayer) {
+  // Every conditional entry on: expert and expert-tensor parallelism, tensor parallelism with
+  // SP, a shared expert; the whole layer recomputed.
+  expect_moe_layer_follows_recipe(
+      {"model.layers=4", "training.global_batch=16", "parallelism.tp=2",
+       "parallelism.sequence_parallel=true", "parallelism.ep=2", "parallelism.etp=2",
+       "parallelism.dp=4", "model.moe.shared_experts=1", "recompute=full"},
+      true);
+  // The example's own: ep 8, no tensor parallelism, no shared expert, selective recompute.
+  expect_moe_layer_follows_recipe({"model.layers=4", "training.global_batch=16"}, false);
+}
+
+// The MoE recipes count the MoE rows of the layer recipe: the forward's ops are its entries
+// that run (the router-aware fetch apart, a copy), the backward's likewise.
+TEST(MoeRecipe, CountsTheMoeRows) {
+  auto file = scenarios::load_scenario_file(
+      (fs::path(OFFSIM_SOURCE_DIR) / "scenarios/examples/qwen3-30b-a3b-8xh100-no-offload.yaml")
+          .string(),
+      {"parallelism.tp=2", "parallelism.sequence_parallel=true", "parallelism.ep=2",
+       "parallelism.dp=4", "model.moe.shared_experts=1"});
+  ASSERT_TRUE(file) << file.error().message;
+  auto s = scenarios::scenario_from_document(file->base, file->base_dir);
+  ASSERT_TRUE(s) << s.error().message;
+  const LayerDims d = layer_dims(s->model, s->training, s->parallelism, 0);
+  double fwd = 0;
+  double bwd = 0;
+  for (const MoeOpEntry& e : moe_forward_recipe()) {
+    fwd += moe_entry_runs(e, d) && e.kind != MoeOpKind::kRoutedFetch ? 1 : 0;
+  }
+  for (const MoeOpEntry& e : moe_backward_recipe()) bwd += moe_entry_runs(e, d) ? 1 : 0;
+  // Forward: 7 kernels, the marker, 3 all-to-alls, 5 shared-expert ops with their 2 TP
+  // collectives. Backward: 10 kernels, 3 all-to-alls, 7 shared-expert ops.
+  EXPECT_EQ(fwd, 16);
+  EXPECT_EQ(bwd, 20);
+  double moe_fwd = 0;
+  double moe_bwd = 0;
+  for (const RecipeRow& row : layer_recipe(*s, 0).rows) {
+    if (std::string_view(row.what).rfind("MoE", 0) != 0) continue;
+    moe_fwd += row.forward;
+    moe_bwd += row.backward;
+  }
+  EXPECT_EQ(moe_fwd, fwd);
+  EXPECT_EQ(moe_bwd, bwd);
+}
+
 TEST(PlanSize, ScalesWithLayersAndMicroBatchesWithoutOverflow) {
   auto file = scenarios::load_scenario_file(
       (fs::path(OFFSIM_SOURCE_DIR) / "scenarios/examples/2b-1xa100-no-offload.yaml").string(),
