@@ -756,24 +756,26 @@ std::span<const LayerBackwardEntry> layer_backward_recipe() {
       {.name = "mlpwo.dgrad",
        .kind = K::kDgrad,
        .of = FwdOp::kMlpWo,
+       .flops = 1,
        .gather = "mlpwo.bwd.tp_allgather",
        .ffn = true},
-      {.name = "mlpwo.wgrad", .kind = K::kWgrad, .of = FwdOp::kMlpWo, .ffn = true},
+      {.name = "mlpwo.wgrad", .kind = K::kWgrad, .of = FwdOp::kMlpWo, .flops = 1, .ffn = true},
       {.name = "act.bwd", .kind = K::kElementwise, .of = FwdOp::kAct, .ffn = true},
-      {.name = "mlpwi.dgrad", .kind = K::kDgrad, .of = FwdOp::kMlpWi, .ffn = true},
+      {.name = "mlpwi.dgrad", .kind = K::kDgrad, .of = FwdOp::kMlpWi, .flops = 1, .ffn = true},
       {.name = "mlpwi.bwd.tp_reduce", .kind = K::kGradReduce, .of = FwdOp::kMlpWi, .ffn = true},
-      {.name = "mlpwi.wgrad", .kind = K::kWgrad, .of = FwdOp::kMlpWi, .ffn = true},
+      {.name = "mlpwi.wgrad", .kind = K::kWgrad, .of = FwdOp::kMlpWi, .flops = 1, .ffn = true},
       {.name = "res1_ln2.bwd", .kind = K::kElementwise, .of = FwdOp::kRes1},
       {.name = "out_proj.dgrad",
        .kind = K::kDgrad,
        .of = FwdOp::kOutProj,
+       .flops = 1,
        .gather = "out_proj.bwd.tp_allgather"},
-      {.name = "out_proj.wgrad", .kind = K::kWgrad, .of = FwdOp::kOutProj},
-      {.name = "attn.bwd", .kind = K::kAttention, .of = FwdOp::kCore},
+      {.name = "out_proj.wgrad", .kind = K::kWgrad, .of = FwdOp::kOutProj, .flops = 1},
+      {.name = "attn.bwd", .kind = K::kAttention, .of = FwdOp::kCore, .flops = 2},
       {.name = "rope.bwd", .kind = K::kRotary, .of = FwdOp::kQkv},
-      {.name = "qkv.dgrad", .kind = K::kDgrad, .of = FwdOp::kQkv},
+      {.name = "qkv.dgrad", .kind = K::kDgrad, .of = FwdOp::kQkv, .flops = 1},
       {.name = "qkv.bwd.tp_reduce", .kind = K::kGradReduce, .of = FwdOp::kQkv},
-      {.name = "qkv.wgrad", .kind = K::kWgrad, .of = FwdOp::kQkv},
+      {.name = "qkv.wgrad", .kind = K::kWgrad, .of = FwdOp::kQkv, .flops = 1},
       {.name = "ln1.bwd", .kind = K::kElementwise, .of = FwdOp::kLn1},
   }};
   return kBackward;
@@ -934,6 +936,47 @@ GemmMnk moe_gemm(const LayerDims& d, MoeGemm gemm, GemmPass pass, std::int64_t r
   if (pass == GemmPass::kDgrad) return {f.m, f.k, f.n};
   if (pass == GemmPass::kWgrad) return {f.k, f.n, f.m};
   return f;
+}
+
+double backward_entry_flops(const LayerBackwardEntry& e, const LayerDims& d) {
+  return e.flops == 0 ? 0.0 : e.flops * fwd_op_flops(d, e.of, false);
+}
+
+double moe_entry_flops(const MoeOpEntry& e, const LayerDims& d) {
+  if (e.kind != MoeOpKind::kGemm && e.kind != MoeOpKind::kGroupedGemm) return 0.0;
+  const GemmMnk g = moe_gemm(d, e.gemm, e.pass, d.routed);
+  return 2.0 * static_cast<double>(g.m) * static_cast<double>(g.n) * static_cast<double>(g.k);
+}
+
+namespace {
+
+double moe_flops(std::span<const MoeOpEntry> entries, const LayerDims& d) {
+  double total = 0.0;
+  for (const MoeOpEntry& e : entries) {
+    if (moe_entry_runs(e, d)) total += moe_entry_flops(e, d);
+  }
+  return total;
+}
+
+}  // namespace
+
+double recipe_forward_flops(const LayerDims& d) {
+  double total = 0.0;
+  for (const LayerOpEntry& e : layer_forward_recipe()) {
+    if (e.ffn && d.moe) continue;
+    for (int op = static_cast<int>(e.first); op <= static_cast<int>(e.last); ++op) {
+      total += fwd_op_flops(d, static_cast<FwdOp>(op), false);
+    }
+  }
+  return d.moe ? total + moe_flops(moe_forward_recipe(), d) : total;
+}
+
+double recipe_backward_flops(const LayerDims& d) {
+  double total = 0.0;
+  for (const LayerBackwardEntry& e : layer_backward_recipe()) {
+    if (!(e.ffn && d.moe)) total += backward_entry_flops(e, d);
+  }
+  return d.moe ? total + moe_flops(moe_backward_recipe(), d) : total;
 }
 
 bool recomputes(const LayerOpEntry& entry, const LayerActivations& acts) {

@@ -119,11 +119,18 @@ enum class LayerBackwardKind {
 struct LayerBackwardEntry {
   const char* name = "";  // op "mb<m>.l<l>.<name>"
   LayerBackwardKind kind = LayerBackwardKind::kElementwise;
-  FwdOp of = FwdOp::kLn1;   // the forward op it differentiates (its GEMM or its traffic)
+  FwdOp of = FwdOp::kLn1;  // the forward op it differentiates (its GEMM or its traffic)
+  // Its model FLOPs in units of the forward FLOPs of `of` (fwd_op_flops): a dgrad and a wgrad
+  // each 1 (the forward GEMM transposed), the attention core's backward 2 (dQ, and dK with dV:
+  // the 3 × forward convention of model FLOPs), the rest 0.
+  double flops = 0;
   const char* gather = "";  // a dgrad's sequence-parallel all-gather ("mlpwo.bwd.tp_allgather")
   bool ffn = false;         // part of the dense MLP: an MoE layer runs its MoE backward instead
 };
 std::span<const LayerBackwardEntry> layer_backward_recipe();
+// The FLOP column of the backward recipe on dims `d`: flops × fwd_op_flops(d, of) (attention in
+// full, as the model FLOPs count it).
+double backward_entry_flops(const LayerBackwardEntry& entry, const LayerDims& d);
 
 // The MoE FFN of an MoE layer (Megatron-Core's MoE layer with the all-to-all token dispatcher),
 // which replaces the `ffn` entries of both recipes above: its forward (also its recompute, which
@@ -176,6 +183,18 @@ struct GemmMnk {
 };
 // The GEMM of an entry's pass; `rows`: the token rows of a grouped GEMM's expert (else unused).
 GemmMnk moe_gemm(const LayerDims& d, MoeGemm gemm, GemmPass pass, std::int64_t rows);
+// The FLOP column of the MoE recipes on dims `d`: a GEMM's 2·m·n·k, a grouped GEMM's over all
+// its `routed` rows (its useful FLOPs, whatever the imbalance), 0 for the rest; with
+// fwd_op_flops' convention (the router and the experts' and shared experts' input projections
+// count in kMlpWi, their output projections in kMlpWo).
+double moe_entry_flops(const MoeOpEntry& entry, const LayerDims& d);
+
+// Model FLOPs of one layer's forward and of its backward from the recipes: the forward
+// entries' fwd_op_flops, the backward entries' FLOP column, an MoE layer's FFN from the MoE
+// recipes' entries that run. build_step()'s model FLOPs are the forward's 3 × (forward,
+// dgrad, wgrad); tests/models/plan_size_test.cc checks that its backward FLOPs are these.
+double recipe_forward_flops(const LayerDims& d);
+double recipe_backward_flops(const LayerDims& d);
 
 // Expects a scenario that passed check_scenario() and 0 <= layer < model.layers.
 LayerRecipe layer_recipe(const Scenario& scenario, int layer);

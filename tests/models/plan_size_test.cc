@@ -529,6 +529,112 @@ TEST(MoeRecipe, CountsTheMoeRows) {
   EXPECT_EQ(moe_bwd, bwd);
 }
 
+// The FLOP columns of the recipes. Model FLOPs count attention in full (fwd_op_flops).
+Scenario example_scenario(const char* file, const std::vector<std::string>& sets) {
+  auto loaded = scenarios::load_scenario_file(
+      (fs::path(OFFSIM_SOURCE_DIR) / "scenarios/examples" / file).string(), sets);
+  EXPECT_TRUE(loaded) << file << ": " << loaded.error().message;
+  if (!loaded) return {};
+  auto s = scenarios::scenario_from_document(loaded->base, loaded->base_dir);
+  EXPECT_TRUE(s) << file << ": " << s.error().message;
+  return s ? *s : Scenario{};
+}
+double rel_diff(double a, double b) { return std::abs(a - b) / std::max(std::abs(b), 1.0); }
+// The dims build_step() counts model FLOPs over: the whole layer (no parallelism), an MoE
+// layer's experts at balanced routing.
+LayerDims useful_dims(const Scenario& s, int l) {
+  return s.model.moe.experts > 0 ? layer_dims(s.model, s.training, ParallelConfig{}, l, true)
+                                 : layer_dims(s.model, s.training, ParallelConfig{});
+}
+const std::vector<std::pair<const char*, std::vector<std::string>>>& flop_examples() {
+  static const std::vector<std::pair<const char*, std::vector<std::string>>> kExamples = {
+      {"2b-1xa100-no-offload.yaml", {}},
+      {"llama3-70b-8xh200-full-remat.yaml", {"model.layers=4"}},
+      {"qwen3-30b-a3b-8xh100-no-offload.yaml", {"model.layers=4"}},
+      {"qwen3-30b-a3b-8xh100-no-offload.yaml",
+       {"model.layers=4", "model.moe.shared_experts=1", "model.moe.shared_ffn_hidden=1024"}},
+  };
+  return kExamples;
+}
+
+// A layer's backward recipe costs twice its forward recipe (a dgrad and a wgrad per GEMM, the
+// attention core's backward twice its forward), dense and MoE, and the forward recipe's FLOPs
+// are fwd_op_flops' (the dense layer's exactly: the same sums in the same order).
+TEST(RecipeFlops, BackwardIsTwiceTheForward) {
+  for (const auto& [file, sets] : flop_examples()) {
+    const Scenario s = example_scenario(file, sets);
+    for (int l = 0; l < s.model.layers; ++l) {
+      const LayerDims d = useful_dims(s, l);
+      const double fwd = layer_forward_flops(d, false);
+      ASSERT_GT(fwd, 0) << file;
+      if (!d.moe) {
+        EXPECT_EQ(recipe_forward_flops(d), fwd) << file;
+      }
+      EXPECT_LE(rel_diff(recipe_forward_flops(d), fwd), 1e-12) << file << " layer " << l;
+      EXPECT_LE(rel_diff(recipe_backward_flops(d), 2 * fwd), 1e-12) << file << " layer " << l;
+    }
+  }
+}
+
+// build_step()'s backward FLOPs (its model FLOPs less the forward's) are the backward recipe's,
+// summed over the layers and the micro-batches, with the LM head's dgrad and wgrad (the head is
+// not in the recipes yet: 2 × lm_head_forward_flops).
+TEST(RecipeFlops, AreTheBuiltStepsBackwardFlops) {
+  for (const auto& [file, sets] : flop_examples()) {
+    const Scenario s = example_scenario(file, sets);
+    auto step = build_step(s);
+    ASSERT_TRUE(step) << file << ": " << step.error().message;
+    const double head = lm_head_forward_flops(useful_dims(s, 0));
+    double fwd = head;
+    double bwd = 2 * head;
+    for (int l = 0; l < s.model.layers; ++l) {
+      fwd += recipe_forward_flops(useful_dims(s, l));
+      bwd += recipe_backward_flops(useful_dims(s, l));
+    }
+    const double sequences =
+        static_cast<double>(s.training.global_batch) / static_cast<double>(s.training.micro_batch);
+    EXPECT_LE(rel_diff(step->model_flops_per_step - fwd * sequences, bwd * sequences), 1e-12)
+        << file;
+  }
+}
+
+// The built GEMMs of a layer's backward have the FLOPs of the recipes' column on the rank's
+// dims: the dense dgrads and wgrads, the MoE router's and shared experts'; a grouped GEMM at
+// least its useful FLOPs (its most-loaded expert sets the shape of the rest).
+TEST(RecipeFlops, AreTheBuiltGemmsFlops) {
+  for (const auto& [file, sets] : flop_examples()) {
+    const Scenario s = example_scenario(file, sets);
+    auto step = build_step(s);
+    ASSERT_TRUE(step) << file << ": " << step.error().message;
+    const LayerDims d = layer_dims(s.model, s.training, s.parallelism, 1);
+    std::map<std::string, double> flops;
+    for (const sim::Op& op : step->plan.ops) {
+      if (op.kind == sim::OpKind::kGemm && op.name.rfind("mb0.l1.", 0) == 0) {
+        flops[op.name.substr(7)] = op.sizes.flops;
+      }
+    }
+    int checked = 0;
+    for (const LayerBackwardEntry& e : layer_backward_recipe()) {
+      if (e.kind != LayerBackwardKind::kDgrad && e.kind != LayerBackwardKind::kWgrad) continue;
+      if (e.ffn && d.moe) continue;
+      ASSERT_EQ(flops.count(e.name), 1U) << file << " " << e.name;
+      EXPECT_DOUBLE_EQ(flops[e.name], backward_entry_flops(e, d)) << file << " " << e.name;
+      ++checked;
+    }
+    for (const MoeOpEntry& e : moe_backward_recipe()) {
+      if (!d.moe || !moe_entry_runs(e, d) || moe_entry_flops(e, d) == 0) continue;
+      ASSERT_EQ(flops.count(e.name), 1U) << file << " " << e.name;
+      if (e.kind == MoeOpKind::kGemm) {
+        EXPECT_DOUBLE_EQ(flops[e.name], moe_entry_flops(e, d)) << file << " " << e.name;
+      } else {
+        EXPECT_GE(flops[e.name], moe_entry_flops(e, d)) << file << " " << e.name;
+      }
+      ++checked;
+    }
+    EXPECT_GE(checked, 8) << file;
+  }
+}
+
 TEST(PlanSize, ScalesWithLayersAndMicroBatchesWithoutOverflow) {
   auto file = scenarios::load_scenario_file(
       (fs::path(OFFSIM_SOURCE_DIR) / "scenarios/examples/2b-1xa100-no-offload.yaml").string(),
