@@ -39,9 +39,11 @@ struct LayerShape {
   bool master_on_host = false;
 };
 
-// The ops of an MoE FFN (StepBuilder::moe_forward / moe_backward): router, top-k, permute,
-// grouped FC1, activation, grouped FC2, unpermute; the all-to-alls with ep > 1, the expert-TP
-// gather and scatter with etp > 1, and the shared experts (their GEMMs and TP collectives).
+// The ops of an MoE FFN, counted from its recipes (moe_forward_recipe, moe_backward_recipe):
+// kernels (GEMMs, grouped GEMMs, memory-bound), collectives (all-to-alls with ep > 1, the
+// expert-TP gather and scatter with etp > 1, the shared experts' TP collectives), the host-sync
+// marker, and the FP8 input casts of the GEMMs' forward and dgrad, plain and grouped (the wgrad
+// reuses the dgrad's). The router-aware fetch's copy is counted apart.
 struct MoeOps {
   double fwd = 0;
   double bwd = 0;
@@ -51,22 +53,38 @@ struct MoeOps {
   double fp8_casts_fwd = 0;    // FP8 input casts of the GEMMs (plain and grouped)
   double fp8_casts_bwd = 0;
 };
-MoeOps moe_ops(const LayerDims& d) {
-  MoeOps o;
-  const double sp_gather = d.t > 1 && d.sp > 1 ? 1 : 0;
-  const double tp_reduce = d.t > 1 ? 1 : 0;
-  // With ep > 1: dispatch (tokens and probabilities) and combine.
-  const double colls = (d.ep > 1 ? 3 : 0) + (d.etp > 1 ? 2 : 0);
-  const double shared = d.fs > 0 ? 1 : 0;
-  // The forward's host-sync marker (dropless routing) is one more op.
-  o.fwd_markers = 1;
-  o.fwd = 7 + o.fwd_markers + colls + shared * (3 + sp_gather + tp_reduce);
-  o.bwd = 10 + colls + shared * (5 + sp_gather + tp_reduce);
-  o.fwd_collectives = colls + shared * (sp_gather + tp_reduce);
-  o.bwd_collectives = o.fwd_collectives;
-  o.fp8_casts_fwd = 3 + 2 * shared;  // router, grouped FC1 and FC2, shared FC1 and FC2
-  o.fp8_casts_bwd = 3 + 2 * shared;  // router dgrad, grouped dgrads, shared dgrads
+struct MoePassOps {
+  double ops = 0;
+  double collectives = 0;
+  double markers = 0;
+  double fp8_casts = 0;
+};
+MoePassOps moe_pass_ops(const LayerDims& d, std::span<const MoeOpEntry> entries) {
+  using K = MoeOpKind;
+  MoePassOps o;
+  for (const MoeOpEntry& e : entries) {
+    if (e.kind == K::kRoutedFetch || !moe_entry_runs(e, d)) continue;
+    o.ops += 1;
+    o.markers += e.kind == K::kHostSync ? 1 : 0;
+    // FP8 input casts of the GEMMs, plain and grouped (the wgrad reuses them).
+    const bool gemm = e.kind == K::kGemm || e.kind == K::kGroupedGemm;
+    o.fp8_casts += gemm && e.pass != GemmPass::kWgrad ? 1 : 0;
+    const bool kernel =
+        e.kind == K::kGemm || e.kind == K::kGroupedGemm || e.kind == K::kElementwise;
+    o.collectives += !kernel && e.kind != K::kHostSync ? 1 : 0;
+  }
   return o;
+}
+MoeOps moe_ops(const LayerDims& d) {
+  const MoePassOps f = moe_pass_ops(d, moe_forward_recipe());
+  const MoePassOps b = moe_pass_ops(d, moe_backward_recipe());
+  return {.fwd = f.ops,
+          .bwd = b.ops,
+          .fwd_collectives = f.collectives,
+          .bwd_collectives = b.collectives,
+          .fwd_markers = f.markers,
+          .fp8_casts_fwd = f.fp8_casts,
+          .fp8_casts_bwd = b.fp8_casts};
 }
 
 // Where a layer's saved activations go: the chunks copied to the host (whole tensors when the
@@ -394,16 +412,11 @@ void add_group(const Scenario& s, bool params_on_host, bool grads_on_host, bool 
   if (opt_on_host && s.offload.optimizer_on_cpu && s.offload.superoffload.enabled) {
     // SuperOffload (StepBuilder::superoffload_step): the worker's update, the narrowing and the
     // H2D per host group (a group kept on the GPU has one update instead).
-    // With host gradients, the per-tensor gradient checks before their copy (deepspeed_grad_path).
-    ops += 1 + 3;
-    c.deps += grads_on_host ? 2 : 0;
+    ops += (grads_on_host ? 0 : 1) + 3;
   } else if (opt_on_host && s.offload.optimizer_on_cpu) {
-    // DeepSpeed's flat CPU step and its H2D are one per stage, counted once (below); the
-    // per-tensor gradient checks before each host gradient's copy (stages 1 and 2).
+    // DeepSpeed's flat CPU step and its H2D are one per stage, counted once (below).
     const bool flat = s.offload.cpu_step == OffloadPolicy::CpuStep::kFlatPartition;
-    const bool checks = flat && grads_on_host && p.zero_stage <= 2;
-    ops += (grads_on_host ? 0 : 1) + (flat ? 0 : 1 + (params_on_host ? 0 : 1)) + (checks ? 1 : 0);
-    c.deps += checks ? 2 : 0;
+    ops += (grads_on_host ? 0 : 1) + (flat ? 0 : 1 + (params_on_host ? 0 : 1));
   } else if (opt_on_host) {
     ops += 3;  // states in, update, states out
     c.tensors += 1;
@@ -745,27 +758,227 @@ std::span<const LayerBackwardEntry> layer_backward_recipe() {
       {.name = "mlpwo.dgrad",
        .kind = K::kDgrad,
        .of = FwdOp::kMlpWo,
+       .flops = 1,
        .gather = "mlpwo.bwd.tp_allgather",
        .ffn = true},
-      {.name = "mlpwo.wgrad", .kind = K::kWgrad, .of = FwdOp::kMlpWo, .ffn = true},
+      {.name = "mlpwo.wgrad", .kind = K::kWgrad, .of = FwdOp::kMlpWo, .flops = 1, .ffn = true},
       {.name = "act.bwd", .kind = K::kElementwise, .of = FwdOp::kAct, .ffn = true},
-      {.name = "mlpwi.dgrad", .kind = K::kDgrad, .of = FwdOp::kMlpWi, .ffn = true},
+      {.name = "mlpwi.dgrad", .kind = K::kDgrad, .of = FwdOp::kMlpWi, .flops = 1, .ffn = true},
       {.name = "mlpwi.bwd.tp_reduce", .kind = K::kGradReduce, .of = FwdOp::kMlpWi, .ffn = true},
-      {.name = "mlpwi.wgrad", .kind = K::kWgrad, .of = FwdOp::kMlpWi, .ffn = true},
+      {.name = "mlpwi.wgrad", .kind = K::kWgrad, .of = FwdOp::kMlpWi, .flops = 1, .ffn = true},
       {.name = "res1_ln2.bwd", .kind = K::kElementwise, .of = FwdOp::kRes1},
       {.name = "out_proj.dgrad",
        .kind = K::kDgrad,
        .of = FwdOp::kOutProj,
+       .flops = 1,
        .gather = "out_proj.bwd.tp_allgather"},
-      {.name = "out_proj.wgrad", .kind = K::kWgrad, .of = FwdOp::kOutProj},
-      {.name = "attn.bwd", .kind = K::kAttention, .of = FwdOp::kCore},
+      {.name = "out_proj.wgrad", .kind = K::kWgrad, .of = FwdOp::kOutProj, .flops = 1},
+      {.name = "attn.bwd", .kind = K::kAttention, .of = FwdOp::kCore, .flops = 2},
       {.name = "rope.bwd", .kind = K::kRotary, .of = FwdOp::kQkv},
-      {.name = "qkv.dgrad", .kind = K::kDgrad, .of = FwdOp::kQkv},
+      {.name = "qkv.dgrad", .kind = K::kDgrad, .of = FwdOp::kQkv, .flops = 1},
       {.name = "qkv.bwd.tp_reduce", .kind = K::kGradReduce, .of = FwdOp::kQkv},
-      {.name = "qkv.wgrad", .kind = K::kWgrad, .of = FwdOp::kQkv},
+      {.name = "qkv.wgrad", .kind = K::kWgrad, .of = FwdOp::kQkv, .flops = 1},
       {.name = "ln1.bwd", .kind = K::kElementwise, .of = FwdOp::kLn1},
   }};
   return kBackward;
+}
+
+std::span<const MoeOpEntry> moe_forward_recipe() {
+  using K = MoeOpKind;
+  using G = MoeGemm;
+  using T = MoeTraffic;
+  // Megatron-Core's MoELayer forward with the all-to-all token dispatcher (dropless): the
+  // router's GEMM and fused top-k; the router-aware expert fetch once the top-k is known; the
+  // permutation; the host's wait for the per-expert token counts; dispatch of the tokens and of
+  // their probabilities (MoEAlltoAllTokenDispatcher.dispatch_all_to_all) and the expert-TP
+  // all-gather; the experts' grouped FC1, activation and grouped FC2; the expert-TP
+  // reduce-scatter and the combine; the unpermutation; then the shared experts on the compute
+  // stream (with moe_shared_expert_overlap on their own stream from the synchronisation on,
+  // the unpermutation waiting for them).
+  static constexpr std::array<MoeOpEntry, 19> kForward = {{
+      {.name = "router", .kind = K::kGemm, .gemm = G::kRouter},
+      {.name = "router.topk", .kind = K::kElementwise, .traffic = T::kTopk, .host_ops = 14},
+      {.name = "experts.routed_h2d", .kind = K::kRoutedFetch},
+      {.name = "moe.permute", .kind = K::kElementwise, .traffic = T::kPermute, .host_ops = 20},
+      {.name = "moe.host_sync", .kind = K::kHostSync},
+      {.name = "moe.dispatch.alltoall", .kind = K::kAllToAll, .host_ops = 2},
+      {.name = "moe.dispatch.probs.alltoall", .kind = K::kAllToAll, .probs = true, .host_ops = 2},
+      {.name = "moe.etp_allgather", .kind = K::kExpertGather},
+      {.name = "experts.fc1.grouped_gemm", .kind = K::kGroupedGemm, .gemm = G::kFc1, .host_ops = 5},
+      {.name = "experts.act", .kind = K::kElementwise, .traffic = T::kExpertAct, .host_ops = 3},
+      {.name = "experts.fc2.grouped_gemm", .kind = K::kGroupedGemm, .gemm = G::kFc2, .host_ops = 3},
+      {.name = "moe.etp_reducescatter", .kind = K::kExpertScatter},
+      {.name = "moe.combine.alltoall", .kind = K::kAllToAll, .host_ops = 2},
+      {.name = "moe.unpermute", .kind = K::kElementwise, .traffic = T::kUnpermute, .host_ops = 3},
+      {.name = "shared.tp_allgather", .kind = K::kSharedGather, .shared = true},
+      {.name = "shared.mlpwi", .kind = K::kGemm, .gemm = G::kSharedWi, .shared = true},
+      {.name = "shared.act", .kind = K::kElementwise, .traffic = T::kSharedAct, .shared = true},
+      {.name = "shared.mlpwo", .kind = K::kGemm, .gemm = G::kSharedWo, .shared = true},
+      {.name = "shared.tp_reduce", .kind = K::kSharedReduce, .shared = true},
+  }};
+  return kForward;
+}
+
+std::span<const MoeOpEntry> moe_backward_recipe() {
+  using K = MoeOpKind;
+  using G = MoeGemm;
+  using T = MoeTraffic;
+  using P = GemmPass;
+  // The forward backwards, the shared experts first: their output gradient's all-gather, the
+  // output projection's dgrad and wgrad, the activation's backward, the input projection's
+  // dgrad and wgrad, the reduction of their input gradient; then the unpermutation's backward,
+  // the combine's (an all-to-all back to the experts) and the expert-TP all-gather, the grouped
+  // FC2's and FC1's dgrad and wgrad around the activation's backward, the expert-TP
+  // reduce-scatter, the dispatch's all-to-alls back to the tokens, the permutation's and the
+  // top-k's backward and the router's dgrad and wgrad.
+  static constexpr std::array<MoeOpEntry, 22> kBackward = {{
+      {.name = "shared.bwd.tp_allgather", .kind = K::kSharedGather, .shared = true},
+      {.name = "shared.mlpwo.dgrad",
+       .kind = K::kGemm,
+       .gemm = G::kSharedWo,
+       .pass = P::kDgrad,
+       .shared = true},
+      {.name = "shared.mlpwo.wgrad",
+       .kind = K::kGemm,
+       .gemm = G::kSharedWo,
+       .pass = P::kWgrad,
+       .shared = true},
+      {.name = "shared.act.bwd", .kind = K::kElementwise, .traffic = T::kSharedAct, .shared = true},
+      {.name = "shared.mlpwi.dgrad",
+       .kind = K::kGemm,
+       .gemm = G::kSharedWi,
+       .pass = P::kDgrad,
+       .shared = true},
+      {.name = "shared.mlpwi.wgrad",
+       .kind = K::kGemm,
+       .gemm = G::kSharedWi,
+       .pass = P::kWgrad,
+       .shared = true},
+      {.name = "shared.bwd.tp_reduce", .kind = K::kSharedReduce, .shared = true},
+      {.name = "moe.unpermute.bwd",
+       .kind = K::kElementwise,
+       .traffic = T::kUnpermute,
+       .host_ops = 3},
+      {.name = "moe.combine.alltoall.bwd", .kind = K::kAllToAll, .host_ops = 2},
+      {.name = "moe.etp_allgather.bwd", .kind = K::kExpertGather},
+      {.name = "experts.fc2.grouped_gemm.dgrad",
+       .kind = K::kGroupedGemm,
+       .gemm = G::kFc2,
+       .pass = P::kDgrad,
+       .host_ops = 2},
+      {.name = "experts.fc2.grouped_gemm.wgrad",
+       .kind = K::kGroupedGemm,
+       .gemm = G::kFc2,
+       .pass = P::kWgrad,
+       .host_ops = 2},
+      {.name = "experts.act.bwd", .kind = K::kElementwise, .traffic = T::kExpertAct, .host_ops = 3},
+      {.name = "experts.fc1.grouped_gemm.dgrad",
+       .kind = K::kGroupedGemm,
+       .gemm = G::kFc1,
+       .pass = P::kDgrad,
+       .host_ops = 4},
+      {.name = "experts.fc1.grouped_gemm.wgrad",
+       .kind = K::kGroupedGemm,
+       .gemm = G::kFc1,
+       .pass = P::kWgrad,
+       .host_ops = 2},
+      {.name = "moe.etp_reducescatter.bwd", .kind = K::kExpertScatter},
+      {.name = "moe.dispatch.alltoall.bwd", .kind = K::kAllToAll, .host_ops = 2},
+      {.name = "moe.dispatch.probs.alltoall.bwd",
+       .kind = K::kAllToAll,
+       .probs = true,
+       .host_ops = 2},
+      {.name = "moe.permute.bwd", .kind = K::kElementwise, .traffic = T::kPermute, .host_ops = 3},
+      {.name = "router.topk.bwd", .kind = K::kElementwise, .traffic = T::kTopk, .host_ops = 9},
+      {.name = "router.dgrad", .kind = K::kGemm, .gemm = G::kRouter, .pass = P::kDgrad},
+      {.name = "router.wgrad", .kind = K::kGemm, .gemm = G::kRouter, .pass = P::kWgrad},
+  }};
+  return kBackward;
+}
+
+bool moe_entry_runs(const MoeOpEntry& e, const LayerDims& d) {
+  if (e.shared && d.fs <= 0) return false;
+  switch (e.kind) {
+    case MoeOpKind::kAllToAll:
+      return d.ep > 1;
+    case MoeOpKind::kExpertGather:
+    case MoeOpKind::kExpertScatter:
+      return d.etp > 1;
+    case MoeOpKind::kSharedGather:
+      return d.t > 1 && d.sp > 1;
+    case MoeOpKind::kSharedReduce:
+      return d.t > 1;
+    default:
+      return true;
+  }
+}
+
+GemmMnk moe_gemm(const LayerDims& d, MoeGemm gemm, GemmPass pass, std::int64_t rows) {
+  const std::int64_t g = d.gated ? 2 : 1;
+  GemmMnk f;
+  switch (gemm) {
+    case MoeGemm::kRouter:
+      f = {d.moe_tokens, d.experts, d.h};
+      break;
+    case MoeGemm::kFc1:
+      f = {rows, d.fe * g, d.h};
+      break;
+    case MoeGemm::kFc2:
+      f = {rows, d.h, d.fe};
+      break;
+    case MoeGemm::kSharedWi:
+      f = {d.tokens(), d.fs * g, d.h};
+      break;
+    case MoeGemm::kSharedWo:
+      f = {d.tokens(), d.h, d.fs};
+      break;
+    case MoeGemm::kNone:
+      break;
+  }
+  if (pass == GemmPass::kDgrad) return {f.m, f.k, f.n};
+  if (pass == GemmPass::kWgrad) return {f.k, f.n, f.m};
+  return f;
+}
+
+double backward_entry_flops(const LayerBackwardEntry& e, const LayerDims& d) {
+  return e.flops == 0 ? 0.0 : e.flops * fwd_op_flops(d, e.of, false);
+}
+
+double moe_entry_flops(const MoeOpEntry& e, const LayerDims& d) {
+  if (e.kind != MoeOpKind::kGemm && e.kind != MoeOpKind::kGroupedGemm) return 0.0;
+  const GemmMnk g = moe_gemm(d, e.gemm, e.pass, d.routed);
+  return 2.0 * static_cast<double>(g.m) * static_cast<double>(g.n) * static_cast<double>(g.k);
+}
+
+namespace {
+
+double moe_flops(std::span<const MoeOpEntry> entries, const LayerDims& d) {
+  double total = 0.0;
+  for (const MoeOpEntry& e : entries) {
+    if (moe_entry_runs(e, d)) total += moe_entry_flops(e, d);
+  }
+  return total;
+}
+
+}  // namespace
+
+double recipe_forward_flops(const LayerDims& d) {
+  double total = 0.0;
+  for (const LayerOpEntry& e : layer_forward_recipe()) {
+    if (e.ffn && d.moe) continue;
+    for (int op = static_cast<int>(e.first); op <= static_cast<int>(e.last); ++op) {
+      total += fwd_op_flops(d, static_cast<FwdOp>(op), false);
+    }
+  }
+  return d.moe ? total + moe_flops(moe_forward_recipe(), d) : total;
+}
+
+double recipe_backward_flops(const LayerDims& d) {
+  double total = 0.0;
+  for (const LayerBackwardEntry& e : layer_backward_recipe()) {
+    if (!(e.ffn && d.moe)) total += backward_entry_flops(e, d);
+  }
+  return d.moe ? total + moe_flops(moe_backward_recipe(), d) : total;
 }
 
 bool recomputes(const LayerOpEntry& entry, const LayerActivations& acts) {

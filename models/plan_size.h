@@ -119,11 +119,82 @@ enum class LayerBackwardKind {
 struct LayerBackwardEntry {
   const char* name = "";  // op "mb<m>.l<l>.<name>"
   LayerBackwardKind kind = LayerBackwardKind::kElementwise;
-  FwdOp of = FwdOp::kLn1;   // the forward op it differentiates (its GEMM or its traffic)
+  FwdOp of = FwdOp::kLn1;  // the forward op it differentiates (its GEMM or its traffic)
+  // Its model FLOPs in units of the forward FLOPs of `of` (fwd_op_flops): a dgrad and a wgrad
+  // each 1 (the forward GEMM transposed), the attention core's backward 2 (dQ, and dK with dV:
+  // the 3 × forward convention of model FLOPs), the rest 0.
+  double flops = 0;
   const char* gather = "";  // a dgrad's sequence-parallel all-gather ("mlpwo.bwd.tp_allgather")
   bool ffn = false;         // part of the dense MLP: an MoE layer runs its MoE backward instead
 };
 std::span<const LayerBackwardEntry> layer_backward_recipe();
+// The FLOP column of the backward recipe on dims `d`: flops × fwd_op_flops(d, of) (attention in
+// full, as the model FLOPs count it).
+double backward_entry_flops(const LayerBackwardEntry& entry, const LayerDims& d);
+
+// The MoE FFN of an MoE layer (Megatron-Core's MoE layer with the all-to-all token dispatcher),
+// which replaces the `ffn` entries of both recipes above: its forward (also its recompute, which
+// re-runs it whole) and its backward, op by op in the order the step builder emits them.
+// StepBuilder::moe_forward, moe_shared_forward and moe_backward (models/step_moe.cc) iterate
+// them, the layer recipe counts its MoE rows from them, and moe_entry_flops() gives their FLOPs.
+//
+// The GEMMs of the MoE FFN by their forward m × n × k: the router (moe_tokens × experts × h),
+// the local experts' grouped FC1 (rows × fe·g × h, g = 2 when gated) and FC2 (rows × h × fe),
+// the shared experts' input (tokens × fs·g × h) and output (tokens × h × fs) projections.
+enum class MoeGemm { kNone, kRouter, kFc1, kFc2, kSharedWi, kSharedWo };
+// The pass of a GEMM: the forward m × n × k, its dgrad m × k × n, its wgrad k × n × m.
+enum class GemmPass { kForward, kDgrad, kWgrad };
+enum class MoeOpKind {
+  kGemm,           // a GEMM over the tokens (router, shared experts); FP8: forward and dgrad cast
+  kGroupedGemm,    // the local experts' grouped GEMM (StepBuilder::grouped_gemm)
+  kElementwise,    // a memory-bound kernel (`traffic`)
+  kAllToAll,       // over the expert-parallel group (ep > 1): the tokens, or their probabilities
+  kExpertGather,   // expert-tensor-parallel all-gather of the routed rows (etp > 1)
+  kExpertScatter,  // their reduce-scatter (etp > 1)
+  kSharedGather,   // the shared experts' sequence-parallel all-gather of the tokens (tp > 1, SP)
+  kSharedReduce,   // the shared experts' tensor-parallel reduce(-scatter) (tp > 1)
+  kHostSync,       // dropless routing: the host waits for the token counts (a host-lane marker)
+  kRoutedFetch,    // router-aware expert fetch: the H2D of the picked experts (a copy, when the
+                   // experts are on the host and offload.experts.fetch is routed)
+};
+// The memory-bound kernels: the router's softmax and top-k, the permutation of the tokens to
+// their experts, the experts' activation, the unpermutation (weighted sum of the top-k outputs),
+// the shared experts' activation.
+enum class MoeTraffic { kNone, kTopk, kPermute, kExpertAct, kUnpermute, kSharedAct };
+struct MoeOpEntry {
+  const char* name = "";  // forward: ops "mb<m>.l<l>.<name>.fwd" / ".recompute"; backward: as is
+  MoeOpKind kind = MoeOpKind::kElementwise;
+  MoeGemm gemm = MoeGemm::kNone;  // GEMM entries
+  GemmPass pass = GemmPass::kForward;
+  MoeTraffic traffic = MoeTraffic::kNone;  // elementwise entries
+  bool probs = false;   // an all-to-all of the routing probabilities (fp32), not the tokens
+  bool shared = false;  // a shared expert's op: only with shared experts (fs > 0)
+  // Framework ops the host issues for it (StepBuilder::next_host_ops, counted in Megatron-Core's
+  // source, models/README.md "Host issue thread"); 0: the default of one op.
+  double host_ops = 0;
+};
+std::span<const MoeOpEntry> moe_forward_recipe();
+std::span<const MoeOpEntry> moe_backward_recipe();
+// Whether the entry is emitted for an MoE layer of dims `d` (its parallelism and shared
+// experts); a kRoutedFetch entry also needs the fetch (not known from the dims).
+bool moe_entry_runs(const MoeOpEntry& entry, const LayerDims& d);
+struct GemmMnk {
+  std::int64_t m = 0, n = 0, k = 0;
+};
+// The GEMM of an entry's pass; `rows`: the token rows of a grouped GEMM's expert (else unused).
+GemmMnk moe_gemm(const LayerDims& d, MoeGemm gemm, GemmPass pass, std::int64_t rows);
+// The FLOP column of the MoE recipes on dims `d`: a GEMM's 2·m·n·k, a grouped GEMM's over all
+// its `routed` rows (its useful FLOPs, whatever the imbalance), 0 for the rest; with
+// fwd_op_flops' convention (the router and the experts' and shared experts' input projections
+// count in kMlpWi, their output projections in kMlpWo).
+double moe_entry_flops(const MoeOpEntry& entry, const LayerDims& d);
+
+// Model FLOPs of one layer's forward and of its backward from the recipes: the forward
+// entries' fwd_op_flops, the backward entries' FLOP column, an MoE layer's FFN from the MoE
+// recipes' entries that run. build_step()'s model FLOPs are the forward's 3 × (forward,
+// dgrad, wgrad); tests/models/plan_size_test.cc checks that its backward FLOPs are these.
+double recipe_forward_flops(const LayerDims& d);
+double recipe_backward_flops(const LayerDims& d);
 
 // Expects a scenario that passed check_scenario() and 0 <= layer < model.layers.
 LayerRecipe layer_recipe(const Scenario& scenario, int layer);

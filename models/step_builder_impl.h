@@ -264,12 +264,10 @@ class StepBuilder {
   std::int64_t alltoall_bytes(const LayerDims& md) const;
   void moe_forward(Rank& r, const std::string& p, OpCategory cat, int l, const OpSink& emit,
                    const std::string& sfx = ".fwd", Fetch* fetch = nullptr);
-  static OpId emit_id(const OpSink& emit, OpId id);
-  void moe_routed_forward(Rank& r, const std::string& p, OpCategory cat, int l,
-                          const std::string& sfx, const OpSink& emit,
-                          std::optional<OpId> weights_in = std::nullopt);
-  void moe_shared_forward(Rank& r, const std::string& p, OpCategory cat, int l,
-                          const std::string& sfx, const OpSink& emit);
+  OpId moe_host_sync(Rank& r, const std::string& name, int l, OpId after);
+  OpId moe_op(Rank& r, const std::string& name, OpCategory cat, int l, const MoeOpEntry& e,
+              bool backward);
+  Traffic moe_elementwise(const LayerDims& md, MoeTraffic which, bool backward) const;
   OpId moe_shared_forward_side(Rank& r, const std::string& p, OpCategory cat, int l,
                                const std::string& sfx, OpId after);
   void moe_backward(Rank& r, const std::string& p, OpCategory cat, int l);

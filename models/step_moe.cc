@@ -1,8 +1,12 @@
-// StepBuilder: the MoE FFN (Megatron-Core's all-to-all token dispatcher): router, dispatch
-// and combine, the experts' grouped GEMMs, shared experts, router-aware expert fetch.
+// StepBuilder: the MoE FFN (Megatron-Core's all-to-all token dispatcher) from its recipes
+// (plan_size.h moe_forward_recipe / moe_backward_recipe): router, dispatch and combine, the
+// experts' grouped GEMMs, shared experts, router-aware expert fetch.
 #include "models/step_builder_impl.h"
 
 #include <algorithm>
+#include <optional>
+#include <utility>
+#include <vector>
 
 namespace offsim::models::detail {
 
@@ -83,211 +87,170 @@ std::int64_t StepBuilder::alltoall_bytes(const LayerDims& md) const {
   return std::max(send, recv);
 }
 
-// The MoE FFN forward of layer l (after the second norm): router, dispatch, the experts'
-// grouped GEMMs, combine, and the shared experts. `emit` sees every compute-lane op.
+// The MoE FFN forward of layer l (after the second norm): the entries of moe_forward_recipe()
+// (plan_size.h) in order. `emit` sees every compute-lane op.
 // Dropless routing (Megatron-Core's token dispatchers) synchronises the host with the compute
 // stream once, after the first permutation: the marker ".moe.host_sync" on the host lane
 // waits for it plus the device-to-host round trip, and the host issues the next kernel only
 // then (host_issue_open/close), so the GPU waits for the launch queue's refill.
 // With moe_shared_expert_overlap the shared experts run on their own stream from the
 // permutation on, and the unpermutation waits for them.
-// `fetch` (the forward's): its routed_bytes of expert weights come in after the router.
+// `fetch` (the forward's): its routed_bytes of expert weights come in after the router's top-k
+// and the first grouped GEMM waits for them.
 void StepBuilder::moe_forward(Rank& r, const std::string& p, OpCategory cat, int l,
                               const OpSink& emit, const std::string& sfx, Fetch* fetch) {
   const LayerDims& md = ld(l);
-  const std::int64_t t = md.moe_tokens;
-  const std::int64_t assigned = t * md.top_k;
-  emit(gemm(r, p + ".router" + sfx, cat, l, t, md.experts, md.h));
-  next_host_ops(14, false);
-  const OpId topk =
-      emit_id(emit, elementwise(r, p + ".router.topk" + sfx, cat, l, t * md.experts * 8,
-                                static_cast<double>(5 * t * md.experts)));
-  std::optional<OpId> weights_in;
-  if (fetch != nullptr && fetch->routed_bytes > 0)
-    weights_in = moe_routed_fetch(r, p, l, topk, *fetch);
-  next_host_ops(20, false);
-  const OpId permute = emit_id(
-      emit, elementwise(r, p + ".moe.permute" + sfx, cat, l, 2 * assigned * md.h * md.e, 0.0));
   const bool overlap = s_.parallelism.moe_shared_expert_overlap && md.fs > 0;
+  std::optional<OpId> weights_in;
   std::optional<OpId> shared_done;
-  if (overlap) shared_done = moe_shared_forward_side(r, p, cat, l, sfx, permute);
-  // The host issues nothing more until the counts are on the CPU: the segment up to the
-  // permutation ends, then the synchronisation waits for the permutation and the copy.
+  std::optional<OpId> sync;
+  bool synced = false;  // an op after the synchronisation was emitted
+  OpId prev{};
+  for (const MoeOpEntry& e : moe_forward_recipe()) {
+    if (!moe_entry_runs(e, md) || (e.shared && overlap)) continue;
+    if (e.kind == MoeOpKind::kRoutedFetch) {
+      if (fetch != nullptr && fetch->routed_bytes > 0) {
+        weights_in = moe_routed_fetch(r, p, l, prev, *fetch);
+      }
+      continue;
+    }
+    if (e.kind == MoeOpKind::kHostSync) {
+      if (overlap) shared_done = moe_shared_forward_side(r, p, cat, l, sfx, prev);
+      sync = moe_host_sync(r, p + "." + e.name + sfx, l, prev);
+      continue;
+    }
+    if (e.host_ops > 0) next_host_ops(e.host_ops, false);
+    const OpId id = moe_op(r, p + "." + e.name + sfx, cat, l, e, false);
+    sim::Op& op = b_.op_at(id);
+    if (e.kind == MoeOpKind::kGroupedGemm && weights_in) {
+      op.deps.push_back(*weights_in);  // the first grouped GEMM
+      weights_in.reset();
+    }
+    if (e.traffic == MoeTraffic::kUnpermute && shared_done) op.deps.push_back(*shared_done);
+    if (sync && !std::exchange(synced, true)) op.deps.push_back(*sync);
+    emit(id);
+    prev = id;
+  }
+}
+
+// The host waits for the permutation (`after`) and the device-to-host copy of the token counts:
+// the host issues nothing more until they are on the CPU, so the open segment ends and the
+// marker holds the next issued op.
+OpId StepBuilder::moe_host_sync(Rank& r, const std::string& name, int l, OpId after) {
   host_issue_close(/*force=*/true);
   sim::OpCost round_trip;
   round_trip.latency = cm_.host_sync_latency();
-  const OpId sync = add(r, r.issue, p + ".moe.host_sync" + sfx, OpKind::kMarker, OpCategory::kNone,
-                        l, round_trip, {}, {permute});
+  const OpId sync =
+      add(r, r.issue, name, OpKind::kMarker, OpCategory::kNone, l, round_trip, {}, {after});
   host_wait_ = sync;
   host_behind_ = true;
-  std::vector<OpId> after;
-  const auto emit_after = [&](OpId id) {
-    if (after.empty()) b_.op_at(id).deps.push_back(sync);
-    after.push_back(id);
-    emit(id);
-  };
-  moe_routed_forward(r, p, cat, l, sfx, emit_after, weights_in);
-  // Unpermute: read the top_k expert outputs and their weights, write the token sum.
-  next_host_ops(3, false);
-  const OpId unpermute =
-      elementwise(r, p + ".moe.unpermute" + sfx, cat, l, (assigned + t) * md.h * md.e,
-                  static_cast<double>(2 * assigned * md.h));
-  if (shared_done) b_.op_at(unpermute).deps.push_back(*shared_done);
-  emit_after(unpermute);
-  if (md.fs > 0 && !overlap) moe_shared_forward(r, p, cat, l, sfx, emit_after);
+  return sync;
 }
 
-OpId StepBuilder::emit_id(const OpSink& emit, OpId id) {
-  emit(id);
-  return id;
-}
-
-// Dispatch (tokens, then the routing probabilities, as two all-to-alls: Megatron-Core's
-// MoEAlltoAllTokenDispatcher.dispatch_all_to_all), the experts' grouped GEMMs, combine.
-// `weights_in`: the router-aware expert fetch the first grouped GEMM waits for.
-void StepBuilder::moe_routed_forward(Rank& r, const std::string& p, OpCategory cat, int l,
-                                     const std::string& sfx, const OpSink& emit,
-                                     std::optional<OpId> weights_in) {
+// One entry of the MoE recipes (plan_size.h) on this rank's compute lane: a GEMM's pass, a
+// grouped GEMM's, a memory-bound kernel, or a collective over the expert-parallel,
+// expert-tensor-parallel or tensor-parallel group.
+OpId StepBuilder::moe_op(Rank& r, const std::string& name, OpCategory cat, int l,
+                         const MoeOpEntry& e, bool backward) {
   const LayerDims& md = ld(l);
-  const std::int64_t g = md.gated ? 2 : 1;
-  if (md.ep > 1) {
-    next_host_ops(2, false);
-    emit(collective(r, r.compute, p + ".moe.dispatch.alltoall" + sfx, OpCategory::kComm, l,
-                    sim::CollectiveKind::kAllToAll, r.ep_group, alltoall_bytes(md)));
-    next_host_ops(2, false);
-    emit(collective(r, r.compute, p + ".moe.dispatch.probs.alltoall" + sfx, OpCategory::kComm, l,
-                    sim::CollectiveKind::kAllToAll, r.ep_group, probs_alltoall_bytes(md)));
+  const std::int64_t tokens = md.tokens() * md.h * md.e;
+  switch (e.kind) {
+    case MoeOpKind::kGemm: {
+      const GemmMnk g = moe_gemm(md, e.gemm, e.pass, 0);
+      if (e.pass == GemmPass::kWgrad) return wgrad_gemm(r, name, cat, l, g.m, g.n, g.k);
+      return gemm(r, name, cat, l, g.m, g.n, g.k);
+    }
+    case MoeOpKind::kGroupedGemm:
+      return grouped_gemm(r, name, cat, l, md, [&](std::int64_t rows) {
+        const GemmMnk g = moe_gemm(md, e.gemm, e.pass, rows);
+        return sim::GemmShape{.m = g.m, .n = g.n, .k = g.k};
+      });
+    case MoeOpKind::kAllToAll:
+      return collective(r, r.compute, name, OpCategory::kComm, l, sim::CollectiveKind::kAllToAll,
+                        r.ep_group, e.probs ? probs_alltoall_bytes(md) : alltoall_bytes(md));
+    case MoeOpKind::kExpertGather:
+    case MoeOpKind::kExpertScatter:
+      return collective(r, r.compute, name, OpCategory::kComm, l,
+                        e.kind == MoeOpKind::kExpertGather ? sim::CollectiveKind::kAllGather
+                                                           : sim::CollectiveKind::kReduceScatter,
+                        r.etp_group, md.routed * md.h * md.e);
+    case MoeOpKind::kSharedGather:
+      return collective(r, r.compute, name, OpCategory::kComm, l, sim::CollectiveKind::kAllGather,
+                        r.tp_group, tokens);
+    case MoeOpKind::kSharedReduce:
+      return collective(
+          r, r.compute, name, OpCategory::kComm, l,
+          md.sp > 1 ? sim::CollectiveKind::kReduceScatter : sim::CollectiveKind::kAllReduce,
+          r.tp_group, tokens);
+    case MoeOpKind::kHostSync:     // moe_forward
+    case MoeOpKind::kRoutedFetch:  // moe_forward
+      return last_compute_;
+    case MoeOpKind::kElementwise:
+      break;
   }
-  if (md.etp > 1) {
-    emit(collective(r, r.compute, p + ".moe.etp_allgather" + sfx, OpCategory::kComm, l,
-                    sim::CollectiveKind::kAllGather, r.etp_group, md.routed * md.h * md.e));
-  }
-  next_host_ops(5, false);
-  const OpId fc1 = grouped_gemm(
-      r, p + ".experts.fc1.grouped_gemm" + sfx, cat, l, md,
-      [&](std::int64_t rows) { return sim::GemmShape{.m = rows, .n = md.fe * g, .k = md.h}; });
-  if (weights_in) b_.op_at(fc1).deps.push_back(*weights_in);
-  emit(fc1);
-  next_host_ops(3, false);
-  emit(elementwise(r, p + ".experts.act" + sfx, cat, l, md.routed * md.fe * md.e * (g + 1),
-                   static_cast<double>(8 * md.routed * md.fe)));
-  next_host_ops(3, false);
-  emit(grouped_gemm(r, p + ".experts.fc2.grouped_gemm" + sfx, cat, l, md, [&](std::int64_t rows) {
-    return sim::GemmShape{.m = rows, .n = md.h, .k = md.fe};
-  }));
-  if (md.etp > 1) {
-    emit(collective(r, r.compute, p + ".moe.etp_reducescatter" + sfx, OpCategory::kComm, l,
-                    sim::CollectiveKind::kReduceScatter, r.etp_group, md.routed * md.h * md.e));
-  }
-  if (md.ep > 1) {
-    next_host_ops(2, false);
-    emit(collective(r, r.compute, p + ".moe.combine.alltoall" + sfx, OpCategory::kComm, l,
-                    sim::CollectiveKind::kAllToAll, r.ep_group, alltoall_bytes(md)));
-  }
+  const Traffic t = moe_elementwise(md, e.traffic, backward);
+  return elementwise(r, name, cat, l, t.bytes, t.flops);
 }
 
-// The shared experts' forward on the compute stream, after the routed experts.
-void StepBuilder::moe_shared_forward(Rank& r, const std::string& p, OpCategory cat, int l,
-                                     const std::string& sfx, const OpSink& emit) {
-  const LayerDims& md = ld(l);
+// Bytes and FLOPs of the MoE FFN's memory-bound kernels (forward, or `backward`): the router's
+// top-k over its fp32 logits; the permutation (read and write the top_k copies of the tokens);
+// the experts' and the shared experts' activations (gated: reads both halves, its backward
+// writes both gradients); the unpermutation (read the top_k expert outputs and their weights,
+// write the token sum; its backward also writes the top_k output gradients).
+StepBuilder::Traffic StepBuilder::moe_elementwise(const LayerDims& md, MoeTraffic which,
+                                                  bool backward) const {
   const std::int64_t g = md.gated ? 2 : 1;
-  if (d_.t > 1 && d_.sp > 1) {
-    emit(collective(r, r.compute, p + ".shared.tp_allgather" + sfx, OpCategory::kComm, l,
-                    sim::CollectiveKind::kAllGather, r.tp_group, d_.tokens() * d_.h * d_.e));
+  const std::int64_t t = md.moe_tokens;
+  const std::int64_t assigned = t * md.top_k;
+  const std::int64_t act_values = backward ? 2 * g + 1 : g + 1;
+  const std::int64_t act_flops = backward ? 10 : 8;
+  switch (which) {
+    case MoeTraffic::kTopk:
+      return {t * md.experts * 8, static_cast<double>(5 * t * md.experts)};
+    case MoeTraffic::kPermute:
+      return {2 * assigned * md.h * md.e, 0.0};
+    case MoeTraffic::kExpertAct:
+      return {md.routed * md.fe * md.e * act_values,
+              static_cast<double>(act_flops * md.routed * md.fe)};
+    case MoeTraffic::kUnpermute:
+      return {((backward ? 2 : 1) * assigned + t) * md.h * md.e,
+              static_cast<double>(2 * assigned * md.h)};
+    case MoeTraffic::kSharedAct:
+      return {md.tokens() * md.fs * md.e * act_values,
+              static_cast<double>(act_flops * md.tokens() * md.fs)};
+    case MoeTraffic::kNone:
+      break;
   }
-  emit(gemm(r, p + ".shared.mlpwi" + sfx, cat, l, d_.tokens(), md.fs * g, d_.h));
-  emit(elementwise(r, p + ".shared.act" + sfx, cat, l, d_.tokens() * md.fs * d_.e * (g + 1),
-                   static_cast<double>(8 * d_.tokens() * md.fs)));
-  emit(gemm(r, p + ".shared.mlpwo" + sfx, cat, l, d_.tokens(), d_.h, md.fs));
-  if (d_.t > 1) {
-    emit(collective(
-        r, r.compute, p + ".shared.tp_reduce" + sfx, OpCategory::kComm, l,
-        d_.sp > 1 ? sim::CollectiveKind::kReduceScatter : sim::CollectiveKind::kAllReduce,
-        r.tp_group, d_.tokens() * d_.h * d_.e));
-  }
+  return {};
 }
 
-// --moe-shared-expert-overlap: the same shared-expert ops on the rank's shared-expert stream,
-// started once the tokens are permuted; they share the SMs with the routed path through the
-// resources. Returns the last, which the unpermutation waits for.
+// --moe-shared-expert-overlap: the shared-expert entries of the forward recipe on the rank's
+// shared-expert stream, started once the tokens are permuted (`after`); they share the SMs with
+// the routed path through the resources. Returns the last, which the unpermutation waits for.
 OpId StepBuilder::moe_shared_forward_side(Rank& r, const std::string& p, OpCategory cat, int l,
                                           const std::string& sfx, OpId after) {
   std::vector<OpId> side;
   const LaneId saved = r.compute;
   const OpId saved_last = last_compute_;
   r.compute = r.moe_shared;
-  moe_shared_forward(r, p, cat, l, sfx, [&](OpId id) { side.push_back(id); });
+  for (const MoeOpEntry& e : moe_forward_recipe()) {
+    if (!e.shared || !moe_entry_runs(e, ld(l))) continue;
+    side.push_back(moe_op(r, p + "." + e.name + sfx, cat, l, e, false));
+  }
   r.compute = saved;
   last_compute_ = saved_last;
   b_.op_at(side.front()).deps.push_back(after);
   return side.back();
 }
 
-// The MoE FFN backward: shared experts, then combine's gradient back to the experts, their
-// data- and weight-gradient grouped GEMMs, and the dispatch's gradient back to the tokens.
+// The MoE FFN backward: the entries of moe_backward_recipe() (plan_size.h) in order.
 void StepBuilder::moe_backward(Rank& r, const std::string& p, OpCategory cat, int l) {
   const LayerDims& md = ld(l);
-  const std::int64_t g = md.gated ? 2 : 1;
-  const std::int64_t t = md.moe_tokens;
-  const std::int64_t assigned = t * md.top_k;
-  if (md.fs > 0) {
-    tp_gather(r, p + ".shared.bwd.tp_allgather", OpCategory::kComm, l);
-    gemm(r, p + ".shared.mlpwo.dgrad", cat, l, d_.tokens(), md.fs, d_.h);
-    wgrad_gemm(r, p + ".shared.mlpwo.wgrad", cat, l, md.fs, d_.h, d_.tokens());
-    elementwise(r, p + ".shared.act.bwd", cat, l, d_.tokens() * md.fs * d_.e * (2 * g + 1),
-                static_cast<double>(10 * d_.tokens() * md.fs));
-    gemm(r, p + ".shared.mlpwi.dgrad", cat, l, d_.tokens(), d_.h, md.fs * g);
-    wgrad_gemm(r, p + ".shared.mlpwi.wgrad", cat, l, d_.h, md.fs * g, d_.tokens());
-    tp_reduce(r, p + ".shared.bwd.tp_reduce", OpCategory::kComm, l);
+  for (const MoeOpEntry& e : moe_backward_recipe()) {
+    if (!moe_entry_runs(e, md)) continue;
+    if (e.host_ops > 0) next_host_ops(e.host_ops, true);
+    moe_op(r, p + "." + e.name, cat, l, e, true);
   }
-  next_host_ops(3, true);
-  elementwise(r, p + ".moe.unpermute.bwd", cat, l, (2 * assigned + t) * md.h * md.e,
-              static_cast<double>(2 * assigned * md.h));
-  if (md.ep > 1) {
-    next_host_ops(2, true);
-    collective(r, r.compute, p + ".moe.combine.alltoall.bwd", OpCategory::kComm, l,
-               sim::CollectiveKind::kAllToAll, r.ep_group, alltoall_bytes(md));
-  }
-  if (md.etp > 1) {
-    collective(r, r.compute, p + ".moe.etp_allgather.bwd", OpCategory::kComm, l,
-               sim::CollectiveKind::kAllGather, r.etp_group, md.routed * md.h * md.e);
-  }
-  next_host_ops(2, true);
-  grouped_gemm(r, p + ".experts.fc2.grouped_gemm.dgrad", cat, l, md,
-               [&](std::int64_t rows) { return sim::GemmShape{.m = rows, .n = md.fe, .k = md.h}; });
-  next_host_ops(2, true);
-  grouped_gemm(r, p + ".experts.fc2.grouped_gemm.wgrad", cat, l, md,
-               [&](std::int64_t rows) { return sim::GemmShape{.m = md.fe, .n = md.h, .k = rows}; });
-  next_host_ops(3, true);
-  elementwise(r, p + ".experts.act.bwd", cat, l, md.routed * md.fe * md.e * (2 * g + 1),
-              static_cast<double>(10 * md.routed * md.fe));
-  next_host_ops(4, true);
-  grouped_gemm(r, p + ".experts.fc1.grouped_gemm.dgrad", cat, l, md, [&](std::int64_t rows) {
-    return sim::GemmShape{.m = rows, .n = md.h, .k = md.fe * g};
-  });
-  next_host_ops(2, true);
-  grouped_gemm(r, p + ".experts.fc1.grouped_gemm.wgrad", cat, l, md, [&](std::int64_t rows) {
-    return sim::GemmShape{.m = md.h, .n = md.fe * g, .k = rows};
-  });
-  if (md.etp > 1) {
-    collective(r, r.compute, p + ".moe.etp_reducescatter.bwd", OpCategory::kComm, l,
-               sim::CollectiveKind::kReduceScatter, r.etp_group, md.routed * md.h * md.e);
-  }
-  if (md.ep > 1) {
-    next_host_ops(2, true);
-    collective(r, r.compute, p + ".moe.dispatch.alltoall.bwd", OpCategory::kComm, l,
-               sim::CollectiveKind::kAllToAll, r.ep_group, alltoall_bytes(md));
-    next_host_ops(2, true);
-    collective(r, r.compute, p + ".moe.dispatch.probs.alltoall.bwd", OpCategory::kComm, l,
-               sim::CollectiveKind::kAllToAll, r.ep_group, probs_alltoall_bytes(md));
-  }
-  next_host_ops(3, true);
-  elementwise(r, p + ".moe.permute.bwd", cat, l, 2 * assigned * md.h * md.e, 0.0);
-  next_host_ops(9, true);
-  elementwise(r, p + ".router.topk.bwd", cat, l, t * md.experts * 8,
-              static_cast<double>(5 * t * md.experts));
-  gemm(r, p + ".router.dgrad", cat, l, t, md.h, md.experts);
-  wgrad_gemm(r, p + ".router.wgrad", cat, l, md.h, md.experts, t);
 }
 
 }  // namespace offsim::models::detail

@@ -428,6 +428,213 @@ TEST(LayerBackwardRecipe, IsTheOrderOfABuiltLayer) {
   }
 }
 
+// The MoE FFN of a built MoE layer (mb0.l1) is its recipes' entries that run for its dims, in
+// order: the forward (".fwd"), its recompute (".recompute", the whole FFN, when `recomputed`) and
+// the backward; a GEMM's dgrad and wgrad are the transposes of its forward.
+void expect_moe_layer_follows_recipe(const std::vector<std::string>& sets, bool recomputed) {
+  auto file = scenarios::load_scenario_file(
+      (fs::path(OFFSIM_SOURCE_DIR) / "scenarios/examples/qwen3-30b-a3b-8xh100-no-offload.yaml")
+          .string(),
+      sets);
+  ASSERT_TRUE(file) << file.error().message;
+  auto s = scenarios::scenario_from_document(file->base, file->base_dir);
+  ASSERT_TRUE(s) << s.error().message;
+  auto step = build_step(*s);
+  ASSERT_TRUE(step) << step.error().message;
+  const LayerDims d = layer_dims(s->model, s->training, s->parallelism, 1);
+  ASSERT_TRUE(d.moe);
+  std::vector<std::string> all;  // every name the recipes may give an op
+  std::vector<std::string> expected;
+  for (const char* sfx : {".fwd", ".recompute"}) {
+    for (const MoeOpEntry& e : moe_forward_recipe()) {
+      all.push_back(e.name + std::string(sfx));
+      const bool runs = sfx[1] == 'f' || recomputed;
+      if (runs && moe_entry_runs(e, d) && e.kind != MoeOpKind::kRoutedFetch) {
+        expected.push_back(all.back());
+      }
+    }
+  }
+  for (const MoeOpEntry& e : moe_backward_recipe()) {
+    all.emplace_back(e.name);
+    if (moe_entry_runs(e, d)) expected.push_back(all.back());
+  }
+  const std::string prefix = "mb0.l1.";
+  std::vector<std::string> built;
+  std::map<std::string, sim::GemmShape> gemms;
+  for (const sim::Op& op : step->plan.ops) {
+    if (op.name.rfind(prefix, 0) != 0) continue;
+    const std::string rest = op.name.substr(prefix.size());
+    if (op.kind == sim::OpKind::kGemm) gemms[rest] = op.sizes.gemm;
+    if (std::find(all.begin(), all.end(), rest) != all.end()) built.push_back(rest);
+  }
+  EXPECT_EQ(built, expected);
+  for (const MoeOpEntry& e : moe_backward_recipe()) {
+    if (e.pass == GemmPass::kForward || !moe_entry_runs(e, d)) continue;
+    const std::string name = e.name;
+    const std::string fwd = name.substr(0, name.rfind('.')) + ".fwd";
+    ASSERT_EQ(gemms.count(fwd), 1U) << fwd;
+    ASSERT_EQ(gemms.count(name), 1U) << name;
+    const sim::GemmShape f = gemms[fwd];
+    const sim::GemmShape g = gemms[name];
+    if (e.pass == GemmPass::kDgrad) {
+      EXPECT_EQ(std::tuple(g.m, g.n, g.k), std::tuple(f.m, f.k, f.n)) << name;
+    } else {
+      EXPECT_EQ(std::tuple(g.m, g.n, g.k), std::tuple(f.k, f.n, f.m)) << name;
+    }
+  }
+}
+
+TEST(MoeRecipe, IsTheOrderOfABuiltLayer) {
+  // Every conditional entry on: expert and expert-tensor parallelism, tensor parallelism with
+  // SP, a shared expert; the whole layer recomputed.
+  expect_moe_layer_follows_recipe(
+      {"model.layers=4", "training.global_batch=16", "parallelism.tp=2",
+       "parallelism.sequence_parallel=true", "parallelism.ep=2", "parallelism.etp=2",
+       "parallelism.dp=4", "model.moe.shared_experts=1", "recompute=full"},
+      true);
+  // The example's own: ep 8, no tensor parallelism, no shared expert, selective recompute.
+  expect_moe_layer_follows_recipe({"model.layers=4", "training.global_batch=16"}, false);
+}
+
+// The MoE recipes count the MoE rows of the layer recipe: the forward's ops are its entries
+// that run (the router-aware fetch apart, a copy), the backward's likewise.
+TEST(MoeRecipe, CountsTheMoeRows) {
+  auto file = scenarios::load_scenario_file(
+      (fs::path(OFFSIM_SOURCE_DIR) / "scenarios/examples/qwen3-30b-a3b-8xh100-no-offload.yaml")
+          .string(),
+      {"parallelism.tp=2", "parallelism.sequence_parallel=true", "parallelism.ep=2",
+       "parallelism.dp=4", "model.moe.shared_experts=1"});
+  ASSERT_TRUE(file) << file.error().message;
+  auto s = scenarios::scenario_from_document(file->base, file->base_dir);
+  ASSERT_TRUE(s) << s.error().message;
+  const LayerDims d = layer_dims(s->model, s->training, s->parallelism, 0);
+  double fwd = 0;
+  double bwd = 0;
+  for (const MoeOpEntry& e : moe_forward_recipe()) {
+    fwd += moe_entry_runs(e, d) && e.kind != MoeOpKind::kRoutedFetch ? 1 : 0;
+  }
+  for (const MoeOpEntry& e : moe_backward_recipe()) bwd += moe_entry_runs(e, d) ? 1 : 0;
+  // Forward: 7 kernels, the marker, 3 all-to-alls, 5 shared-expert ops with their 2 TP
+  // collectives. Backward: 10 kernels, 3 all-to-alls, 7 shared-expert ops.
+  EXPECT_EQ(fwd, 16);
+  EXPECT_EQ(bwd, 20);
+  double moe_fwd = 0;
+  double moe_bwd = 0;
+  for (const RecipeRow& row : layer_recipe(*s, 0).rows) {
+    if (std::string_view(row.what).rfind("MoE", 0) != 0) continue;
+    moe_fwd += row.forward;
+    moe_bwd += row.backward;
+  }
+  EXPECT_EQ(moe_fwd, fwd);
+  EXPECT_EQ(moe_bwd, bwd);
+}
+
+// The FLOP columns of the recipes. Model FLOPs count attention in full (fwd_op_flops).
+Scenario example_scenario(const char* file, const std::vector<std::string>& sets) {
+  auto loaded = scenarios::load_scenario_file(
+      (fs::path(OFFSIM_SOURCE_DIR) / "scenarios/examples" / file).string(), sets);
+  EXPECT_TRUE(loaded) << file << ": " << loaded.error().message;
+  if (!loaded) return {};
+  auto s = scenarios::scenario_from_document(loaded->base, loaded->base_dir);
+  EXPECT_TRUE(s) << file << ": " << s.error().message;
+  return s ? *s : Scenario{};
+}
+double rel_diff(double a, double b) { return std::abs(a - b) / std::max(std::abs(b), 1.0); }
+// The dims build_step() counts model FLOPs over: the whole layer (no parallelism), an MoE
+// layer's experts at balanced routing.
+LayerDims useful_dims(const Scenario& s, int l) {
+  return s.model.moe.experts > 0 ? layer_dims(s.model, s.training, ParallelConfig{}, l, true)
+                                 : layer_dims(s.model, s.training, ParallelConfig{});
+}
+const std::vector<std::pair<const char*, std::vector<std::string>>>& flop_examples() {
+  static const std::vector<std::pair<const char*, std::vector<std::string>>> kExamples = {
+      {"2b-1xa100-no-offload.yaml", {}},
+      {"llama3-70b-8xh200-full-remat.yaml", {"model.layers=4"}},
+      {"qwen3-30b-a3b-8xh100-no-offload.yaml", {"model.layers=4"}},
+      {"qwen3-30b-a3b-8xh100-no-offload.yaml",
+       {"model.layers=4", "model.moe.shared_experts=1", "model.moe.shared_ffn_hidden=1024"}},
+  };
+  return kExamples;
+}
+
+// A layer's backward recipe costs twice its forward recipe (a dgrad and a wgrad per GEMM, the
+// attention core's backward twice its forward), dense and MoE, and the forward recipe's FLOPs
+// are fwd_op_flops' (the dense layer's exactly: the same sums in the same order).
+TEST(RecipeFlops, BackwardIsTwiceTheForward) {
+  for (const auto& [file, sets] : flop_examples()) {
+    const Scenario s = example_scenario(file, sets);
+    for (int l = 0; l < s.model.layers; ++l) {
+      const LayerDims d = useful_dims(s, l);
+      const double fwd = layer_forward_flops(d, false);
+      ASSERT_GT(fwd, 0) << file;
+      if (!d.moe) {
+        EXPECT_EQ(recipe_forward_flops(d), fwd) << file;
+      }
+      EXPECT_LE(rel_diff(recipe_forward_flops(d), fwd), 1e-12) << file << " layer " << l;
+      EXPECT_LE(rel_diff(recipe_backward_flops(d), 2 * fwd), 1e-12) << file << " layer " << l;
+    }
+  }
+}
+
+// build_step()'s backward FLOPs (its model FLOPs less the forward's) are the backward recipe's,
+// summed over the layers and the micro-batches, with the LM head's dgrad and wgrad (the head is
+// not in the recipes yet: 2 × lm_head_forward_flops).
+TEST(RecipeFlops, AreTheBuiltStepsBackwardFlops) {
+  for (const auto& [file, sets] : flop_examples()) {
+    const Scenario s = example_scenario(file, sets);
+    auto step = build_step(s);
+    ASSERT_TRUE(step) << file << ": " << step.error().message;
+    const double head = lm_head_forward_flops(useful_dims(s, 0));
+    double fwd = head;
+    double bwd = 2 * head;
+    for (int l = 0; l < s.model.layers; ++l) {
+      fwd += recipe_forward_flops(useful_dims(s, l));
+      bwd += recipe_backward_flops(useful_dims(s, l));
+    }
+    const double sequences =
+        static_cast<double>(s.training.global_batch) / static_cast<double>(s.training.micro_batch);
+    EXPECT_LE(rel_diff(step->model_flops_per_step - fwd * sequences, bwd * sequences), 1e-12)
+        << file;
+  }
+}
+
+// The built GEMMs of a layer's backward have the FLOPs of the recipes' column on the rank's
+// dims: the dense dgrads and wgrads, the MoE router's and shared experts'; a grouped GEMM at
+// least its useful FLOPs (its most-loaded expert sets the shape of the rest).
+TEST(RecipeFlops, AreTheBuiltGemmsFlops) {
+  for (const auto& [file, sets] : flop_examples()) {
+    const Scenario s = example_scenario(file, sets);
+    auto step = build_step(s);
+    ASSERT_TRUE(step) << file << ": " << step.error().message;
+    const LayerDims d = layer_dims(s.model, s.training, s.parallelism, 1);
+    std::map<std::string, double> flops;
+    for (const sim::Op& op : step->plan.ops) {
+      if (op.kind == sim::OpKind::kGemm && op.name.rfind("mb0.l1.", 0) == 0) {
+        flops[op.name.substr(7)] = op.sizes.flops;
+      }
+    }
+    int checked = 0;
+    for (const LayerBackwardEntry& e : layer_backward_recipe()) {
+      if (e.kind != LayerBackwardKind::kDgrad && e.kind != LayerBackwardKind::kWgrad) continue;
+      if (e.ffn && d.moe) continue;
+      ASSERT_EQ(flops.count(e.name), 1U) << file << " " << e.name;
+      EXPECT_DOUBLE_EQ(flops[e.name], backward_entry_flops(e, d)) << file << " " << e.name;
+      ++checked;
+    }
+    for (const MoeOpEntry& e : moe_backward_recipe()) {
+      if (!d.moe || !moe_entry_runs(e, d) || moe_entry_flops(e, d) == 0) continue;
+      ASSERT_EQ(flops.count(e.name), 1U) << file << " " << e.name;
+      if (e.kind == MoeOpKind::kGemm) {
+        EXPECT_DOUBLE_EQ(flops[e.name], moe_entry_flops(e, d)) << file << " " << e.name;
+      } else {
+        EXPECT_GE(flops[e.name], moe_entry_flops(e, d)) << file << " " << e.name;
+      }
+      ++checked;
+    }
+    EXPECT_GE(checked, 8) << file;
+  }
+}
+
 TEST(PlanSize, ScalesWithLayersAndMicroBatchesWithoutOverflow) {
   auto file = scenarios::load_scenario_file(
       (fs::path(OFFSIM_SOURCE_DIR) / "scenarios/examples/2b-1xa100-no-offload.yaml").string(),
