@@ -412,11 +412,16 @@ void add_group(const Scenario& s, bool params_on_host, bool grads_on_host, bool 
   if (opt_on_host && s.offload.optimizer_on_cpu && s.offload.superoffload.enabled) {
     // SuperOffload (StepBuilder::superoffload_step): the worker's update, the narrowing and the
     // H2D per host group (a group kept on the GPU has one update instead).
-    ops += (grads_on_host ? 0 : 1) + 3;
+    // With host gradients, the per-tensor gradient checks before their copy (deepspeed_grad_path).
+    ops += 1 + 3;
+    c.deps += grads_on_host ? 2 : 0;
   } else if (opt_on_host && s.offload.optimizer_on_cpu) {
-    // DeepSpeed's flat CPU step and its H2D are one per stage, counted once (below).
+    // DeepSpeed's flat CPU step and its H2D are one per stage, counted once (below); the
+    // per-tensor gradient checks before each host gradient's copy (stages 1 and 2).
     const bool flat = s.offload.cpu_step == OffloadPolicy::CpuStep::kFlatPartition;
-    ops += (grads_on_host ? 0 : 1) + (flat ? 0 : 1 + (params_on_host ? 0 : 1));
+    const bool checks = flat && grads_on_host && p.zero_stage <= 2;
+    ops += (grads_on_host ? 0 : 1) + (flat ? 0 : 1 + (params_on_host ? 0 : 1)) + (checks ? 1 : 0);
+    c.deps += checks ? 2 : 0;
   } else if (opt_on_host) {
     ops += 3;  // states in, update, states out
     c.tensors += 1;
