@@ -385,6 +385,24 @@ TEST(LayerForwardRecipe, IsTheOrderOfABuiltLayer) {
   EXPECT_FALSE(rerun.empty());
 }
 
+// The ops of micro-batch 0's layer 1 ("mb0.l1.<name>"): the names among `names`, in plan order,
+// and every GEMM's shape by name.
+struct Layer1Ops {
+  std::vector<std::string> names;
+  std::map<std::string, sim::GemmShape> gemms;
+};
+Layer1Ops first_micro_batch_layer1(const sim::Plan& plan, const std::vector<std::string>& names) {
+  const std::string prefix = "mb0.l1.";
+  Layer1Ops out;
+  for (const sim::Op& op : plan.ops) {
+    if (op.name.rfind(prefix, 0) != 0) continue;
+    const std::string rest = op.name.substr(prefix.size());
+    if (op.kind == sim::OpKind::kGemm) out.gemms[rest] = op.sizes.gemm;
+    if (std::find(names.begin(), names.end(), rest) != names.end()) out.names.push_back(rest);
+  }
+  return out;
+}
+
 // A built layer's backward ops (its kernels and tensor-parallel collectives) are the backward
 // recipe's entries in the recipe's order (tensor and sequence parallelism on, asynchronous
 // gradient reductions: each started right after its dgrad), and its dense GEMMs have the dims
@@ -406,15 +424,7 @@ TEST(LayerBackwardRecipe, IsTheOrderOfABuiltLayer) {
   }
   // "mb0.l1.<name>" of every op named by the recipe, in plan order (no casts, recompute ops,
   // fetches or gradient reductions over data parallelism).
-  const std::string prefix = "mb0.l1.";
-  std::vector<std::string> built;
-  std::map<std::string, sim::GemmShape> gemms;
-  for (const sim::Op& op : step->plan.ops) {
-    if (op.name.rfind(prefix, 0) != 0) continue;
-    const std::string rest = op.name.substr(prefix.size());
-    if (op.kind == sim::OpKind::kGemm) gemms[rest] = op.sizes.gemm;
-    if (std::find(recipe.begin(), recipe.end(), rest) != recipe.end()) built.push_back(rest);
-  }
+  auto [built, gemms] = first_micro_batch_layer1(step->plan, recipe);
   EXPECT_EQ(built, recipe);
   // Dgrad m × k × n and wgrad k × n × m of the forward GEMM m × n × k.
   for (const char* gemm : {"qkv", "out_proj", "mlpwi", "mlpwo"}) {
@@ -458,15 +468,7 @@ void expect_moe_layer_follows_recipe(const std::vector<std::string>& sets, bool 
     all.emplace_back(e.name);
     if (moe_entry_runs(e, d)) expected.push_back(all.back());
   }
-  const std::string prefix = "mb0.l1.";
-  std::vector<std::string> built;
-  std::map<std::string, sim::GemmShape> gemms;
-  for (const sim::Op& op : step->plan.ops) {
-    if (op.name.rfind(prefix, 0) != 0) continue;
-    const std::string rest = op.name.substr(prefix.size());
-    if (op.kind == sim::OpKind::kGemm) gemms[rest] = op.sizes.gemm;
-    if (std::find(all.begin(), all.end(), rest) != all.end()) built.push_back(rest);
-  }
+  auto [built, gemms] = first_micro_batch_layer1(step->plan, all);
   EXPECT_EQ(built, expected);
   for (const MoeOpEntry& e : moe_backward_recipe()) {
     if (e.pass == GemmPass::kForward || !moe_entry_runs(e, d)) continue;
