@@ -635,6 +635,9 @@ void add_stage_ops(const Scenario& s, const StepContext& x, Counts& c) {
   // the send), and the receiver's first op (sometimes also a reload) waits on the receive.
   const double sends = 2 * x.m * (pp * v - 1);
   c.ops += 2 * sends;
+  // Forward outputs kept until the backward (deallocate_pipeline_outputs false): one tensor
+  // per forward send.
+  if (!p.deallocate_pipeline_outputs) c.tensors += sends / 2;
   // The mixed-precision optimizer's gradient passes on every stage: the gradient norm, and with
   // fp16 the unscale and inf check; each waits for the stage's gradient reductions.
   const double grad_passes = s.training.compute_dtype == sim::DType::kFp16 ? 2 : 1;

@@ -159,6 +159,15 @@ struct ParallelConfig {
   // transfer blocks the compute stream (Megatron-LM 2021 synchronized the device after each
   // batch_isend_irecv), with its scatter-gather of tensor-parallel slices.
   bool overlap_p2p_comm = true;
+  // A stage's forward output is freed once it is sent, only its autograd node kept for the
+  // backward (Megatron-Core's deallocate_output_tensor and custom_backward,
+  // megatron/core/pipeline_parallel/schedules.py; Megatron-LM's training sets
+  // config.deallocate_pipeline_outputs = True, megatron/training/arguments.py). The layer
+  // inputs a backward reads (the received input among them) stay saved either way. false: the
+  // output stays on HBM from its send to the end of the chunk's backward, as Megatron-Core's
+  // ModelParallelConfig default (False) and torch.distributed.pipelining (the stage output in
+  // fwd_cache until backward_one_chunk) keep it.
+  bool deallocate_pipeline_outputs = true;
   // Expert parallelism (MoE): routed experts split over `ep` ranks and each expert's FFN over
   // `etp` ranks. Megatron-Core's parallel folding: ep · etp divides tp · dp, the remaining
   // tp · dp / (ep · etp) ranks are the expert data-parallel group.

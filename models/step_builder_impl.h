@@ -127,6 +127,9 @@ class StepBuilder {
     std::map<std::pair<int, int>, OpId> layer_first_bwd;  // (mb, layer) -> first backward op
     std::map<std::pair<int, int>, OpId> layer_first_fwd;  // (mb, layer) -> first forward op
     std::map<int, TensorId> head_saved;                   // mb -> logits + head input
+    // (mb, chunk) -> the chunk's forward output, kept until its backward when pipeline
+    // outputs are not deallocated after their send (deallocate_pipeline_outputs false).
+    std::map<std::pair<int, int>, TensorId> stage_output;
   };
 
   // A GEMM's m × n × k (gathered_gemm, scattered_gemm).
@@ -210,6 +213,8 @@ class StepBuilder {
   std::pair<int, int> next_stage(int stage, int chunk) const;
   std::pair<int, int> prev_stage(int stage, int chunk) const;
   void backward_task(Rank& r, const Task& t);
+  void keep_stage_output(Rank& r, const Task& t, OpId made);
+  void release_stage_output(Rank& r, const Task& t, OpId done);
 
   // --- step_lowering.cc: the layers and the head
   OpId attention(Rank& r, const std::string& name, OpCategory cat, int layer, bool backward);

@@ -229,7 +229,27 @@ void StepBuilder::forward_task(Rank& r, const Task& t) {
             OpCategory::kComm, -1, cm_.p2p(r.rank, dst, p2p_bytes()), sz, {last});
     sends_[SendKey{true, t.mb, dst_stage, dst_chunk}] = send;
     recv_names_[send] = fmt::format("mb{}.c{}.fwd.recv", lbl(t.mb), t.chunk);
+    keep_stage_output(r, t, last);
   }
+}
+
+// Without deallocate_pipeline_outputs, the chunk's output (the last layer's residual stream,
+// b·s·h, sequence-sharded under sequence parallelism) lives from the op that makes it until
+// the chunk's backward is done.
+void StepBuilder::keep_stage_output(Rank& r, const Task& t, OpId made) {
+  if (s_.parallelism.deallocate_pipeline_outputs) return;
+  const TensorId out = tensor(r.hbm, fmt::format("mb{}.c{}.stage_output", lbl(t.mb), t.chunk),
+                              residual_bytes(), TensorCategory::kActivations);
+  b_.op_at(made).allocs.push_back(out);
+  r.stage_output[{t.mb, t.chunk}] = out;
+}
+
+// The kept output of the chunk (keep_stage_output) is freed with the chunk's backward.
+void StepBuilder::release_stage_output(Rank& r, const Task& t, OpId done) {
+  const auto kept = r.stage_output.find({t.mb, t.chunk});
+  if (kept == r.stage_output.end()) return;
+  b_.op_at(done).frees.push_back(kept->second);
+  r.stage_output.erase(kept);
 }
 
 std::pair<int, int> StepBuilder::next_stage(int stage, int chunk) const {
@@ -285,6 +305,7 @@ void StepBuilder::backward_task(Rank& r, const Task& t) {
     note_first(firsts.back());
     if (!task_first) task_first = firsts.front();
   }
+  release_stage_output(r, t, last);
   if (has_embedding(r.stage, t.chunk)) {
     last = elementwise(r, fmt::format("mb{}.embed.bwd", lbl(t.mb)), OpCategory::kCompute, -1,
                        2 * residual_bytes(), 0.0);

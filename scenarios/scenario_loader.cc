@@ -524,6 +524,8 @@ sim::Status read_parallelism(const Node& node, ParallelConfig& p) {
   OFFSIM_RETURN_IF_ERROR(read_int(r, "virtual_stages", p.virtual_stages, 1, 1024));
   OFFSIM_RETURN_IF_ERROR(read_bool(r, "overlap_grad_reduce", p.overlap_grad_reduce));
   OFFSIM_RETURN_IF_ERROR(read_bool(r, "overlap_p2p_comm", p.overlap_p2p_comm));
+  OFFSIM_RETURN_IF_ERROR(
+      read_bool(r, "deallocate_pipeline_outputs", p.deallocate_pipeline_outputs));
   OFFSIM_RETURN_IF_ERROR(read_bool(r, "moe_shared_expert_overlap", p.moe_shared_expert_overlap));
   OFFSIM_RETURN_IF_ERROR(read_int(r, "ep", p.ep, 1, 4096));
   OFFSIM_RETURN_IF_ERROR(read_int(r, "etp", p.etp, 1, 4096));
@@ -1158,6 +1160,7 @@ Node parallelism_node(const ParallelConfig& p) {
   put(par, "virtual_stages", number_node(p.virtual_stages));
   put(par, "overlap_grad_reduce", bool_node(p.overlap_grad_reduce));
   put(par, "overlap_p2p_comm", bool_node(p.overlap_p2p_comm));
+  if (!p.deallocate_pipeline_outputs) put(par, "deallocate_pipeline_outputs", bool_node(false));
   if (p.moe_shared_expert_overlap) put(par, "moe_shared_expert_overlap", bool_node(true));
   if (p.tp_async_grad_reduce) put(par, "tp_async_grad_reduce", bool_node(true));
   if (p.tp_comm_overlap) put(par, "tp_comm_overlap", bool_node(true));

@@ -254,6 +254,41 @@ TEST(ReportStructure, RanksCarryNumericIdentityAndStagesAreBrokenDown) {
   EXPECT_TRUE(any);
 }
 
+// Megatron-Core frees a stage's forward output once it is sent (deallocate_output_tensor);
+// without that, the output stays until the chunk's backward. Stage 0 of a 1F1B pipeline of
+// four stages holds four micro-batches at its peak (the first backward), so the kept outputs
+// add exactly four b·s·h tensors there, and none exist when outputs are deallocated.
+TEST(PipelineOutputs, KeptOutputsAddOneResidualPerMicroBatchInFlight) {
+  const auto scenario = [](bool deallocate) {
+    Scenario s = base("llama3-8b", "dgx-h100");
+    s.model.layers = 8;
+    s.parallelism = {.pp = 4, .deallocate_pipeline_outputs = deallocate};
+    s.recompute.mode = RecomputeConfig::Mode::kFull;
+    return s;
+  };
+  const std::int64_t residual = 2048LL * 4096 * 2;  // tokens × hidden × bf16
+  const auto outputs = [](const Scenario& s) {
+    auto step = build_step(s);
+    EXPECT_TRUE(step);
+    std::vector<std::int64_t> bytes;
+    for (const sim::Tensor& t : step->plan.tensors) {
+      if (t.name.ends_with(".stage_output")) bytes.push_back(t.bytes);
+    }
+    return bytes;
+  };
+  EXPECT_TRUE(outputs(scenario(true)).empty());
+  // Every stage but the last sends each of its 8 micro-batches' outputs.
+  EXPECT_EQ(outputs(scenario(false)), std::vector<std::int64_t>(3 * 8, residual));
+  const Report freed = run(scenario(true));
+  const Report kept = run(scenario(false));
+  ASSERT_EQ(kept.ranks.size(), 4u);
+  EXPECT_EQ(kept.ranks[0].hbm_peak_bytes - freed.ranks[0].hbm_peak_bytes, 4 * residual);
+  EXPECT_EQ(kept.ranks[0].memory.activations_bytes - freed.ranks[0].memory.activations_bytes,
+            4 * residual);
+  // The last stage sends nothing: its peak does not move.
+  EXPECT_EQ(kept.ranks[3].hbm_peak_bytes, freed.ranks[3].hbm_peak_bytes);
+}
+
 TEST(ReportStructure, HostStateReplicatedOverDataParallelRanksIsFlagged) {
   const auto flagged = [](int zero_stage) {
     Scenario s = base("llama3-8b", "dgx-h100");
