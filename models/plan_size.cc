@@ -7,7 +7,7 @@
 #include <fmt/format.h>
 
 #include "models/formulas.h"
-#include "models/step_builder.h"
+#include "models/layer_policy.h"
 #include "sim/plan/plan.h"
 #include "sim/trace/timeline.h"
 
@@ -23,7 +23,7 @@ constexpr double kNameHeapBytes = 32.0;
 constexpr double kResourceUsesPerOp = 2.0;
 constexpr double kVectorBlockBytes = 16.0;
 
-// What one layer adds to the step, from its layer_policy() (step_builder.h).
+// What one layer adds to the step, from its layer_policy() (layer_policy.h).
 struct LayerShape {
   double host_chunks = 0;  // offloaded activation chunks (one D2H and one H2D each)
   bool hbm_saved = false;  // some activation stays on HBM
@@ -241,9 +241,8 @@ BackwardCounts backward_counts(const LayerDims& d, bool ffn) {
   return c;
 }
 
-LayerShape layer_shape(const Scenario& s, const LayerDims& d, int layer) {
+LayerShape layer_shape(const Scenario& s, const LayerDims& d, const LayerPolicy& policy) {
   LayerShape out;
-  const LayerPolicy policy = layer_policy(s, d, layer);
   out.params_on_host = policy.params_on_host;
   out.grads_on_host = policy.grads_on_host;
   out.opt_on_host = policy.opt_on_host;
@@ -518,6 +517,7 @@ struct StepContext {
   double tp_colls = 0;         // tensor-parallel collectives of a layer, each way
   RecipeInputs recipe;         // what layer recipes depend on besides the layer
   double dp_gather_ranks = 0;  // members of a ZeRO-3 / FSDP parameter all-gather, 0 when none
+  const LayerPolicies* policies = nullptr;  // every layer's, as resolved (layer_policy.h)
 };
 
 // MoE layers beyond the recipe's ops: the host-sync marker waits for the permutation and holds
@@ -557,7 +557,7 @@ void add_moe_layer(const Scenario& s, const StepContext& x, const LayerDims& dl,
 // members, and its parameter group's gradient and optimizer ops.
 void add_layer(const Scenario& s, const StepContext& x, int l, Counts& c) {
   const LayerDims dl = dims_of_layer(s, x.d, l);
-  const LayerShape ls = layer_shape(s, dl, l);
+  const LayerShape ls = layer_shape(s, dl, x.policies->of(l));
   const LayerRecipe recipe = recipe_of(s, dl, ls, x.recipe);
   const double m = x.m;
   c.ops += m * recipe.per_micro_batch();
@@ -592,7 +592,7 @@ void add_layer(const Scenario& s, const StepContext& x, int l, Counts& c) {
   c.deps += m * (ls.host_chunks * 3 + 2 * fetch_ops * 2);
   // Offload back-pressure: a layer's first forward op waits for the D2H copies of the layer
   // kOffloadWindowLayers before it on the same stage (approximated over the whole model).
-  if (l >= 2) c.deps += m * layer_shape(s, x.d, l - 2).host_chunks;
+  if (l >= 2) c.deps += m * layer_shape(s, x.d, x.policies->of(l - 2)).host_chunks;
   add_grads(s, m, ls.grads_on_host, c);
   add_group(s, ls.params_on_host, ls.grads_on_host, ls.opt_on_host, c);
 }
@@ -602,7 +602,7 @@ void add_layer(const Scenario& s, const StepContext& x, int l, Counts& c) {
 // [reduce], norm. Chunked in C: norm, [gather], C × (GEMM, loss, loss gradient, two GEMMs);
 // scaling, [reduce], norm. The head's GEMMs stay in bf16 with FP8 (no casts).
 void add_embedding_and_head(const Scenario& s, const StepContext& x, Counts& c) {
-  const GroupPlacement outside = non_layer_placement(s);
+  const GroupPlacement& outside = x.policies->outside;
   const double m = x.m;
   c.ops += m * 2;  // embedding forward and backward
   add_grads(s, m, outside.grads_on_host, c);
@@ -1019,10 +1019,19 @@ double LayerRecipe::of(RecipeOpKind kind) const {
 
 LayerRecipe layer_recipe(const Scenario& s, int layer) {
   const LayerDims dl = dims_of_layer(s, layer_dims(s), layer);
-  return recipe_of(s, dl, layer_shape(s, dl, layer), recipe_inputs(s));
+  return recipe_of(s, dl, layer_shape(s, dl, layer_policy(s, dl, layer)), recipe_inputs(s));
 }
 
-PlanSize estimate_plan_size(const Scenario& s, const PlanSizeOptions& options) {
+LayerRecipe layer_recipe(const ResolvedScenario& r, int layer) {
+  const Scenario& s = r.scenario();
+  const LayerDims dl = dims_of_layer(s, layer_dims(s), layer);
+  return recipe_of(s, dl, layer_shape(s, dl, r.layer_policies().of(layer)), recipe_inputs(s));
+}
+
+namespace {
+
+PlanSize estimate(const Scenario& s, const LayerPolicies& policies,
+                  const PlanSizeOptions& options) {
   const ParallelConfig& p = s.parallelism;
   StepContext x;
   x.d = layer_dims(s);
@@ -1030,6 +1039,7 @@ PlanSize estimate_plan_size(const Scenario& s, const PlanSizeOptions& options) {
   x.tp_colls = x.d.t > 1 ? (x.d.sp > 1 ? 4 : 2) : 0;
   x.recipe = recipe_inputs(s);
   x.dp_gather_ranks = x.recipe.sharded_fetch ? static_cast<double>(grad_dp(p)) : 0;
+  x.policies = &policies;
   Counts c;
   // Every layer is held by exactly one stage; one pass per micro-batch.
   for (int l = 0; l < s.model.layers; ++l) add_layer(s, x, l, c);
@@ -1041,6 +1051,16 @@ PlanSize estimate_plan_size(const Scenario& s, const PlanSizeOptions& options) {
   size.deps = c.deps;
   size.bytes = plan_bytes(c, options);
   return size;
+}
+
+}  // namespace
+
+PlanSize estimate_plan_size(const Scenario& s, const PlanSizeOptions& options) {
+  return estimate(s, resolve_layer_policies(s), options);
+}
+
+PlanSize estimate_plan_size(const ResolvedScenario& r, const PlanSizeOptions& options) {
+  return estimate(r.scenario(), r.layer_policies(), options);
 }
 
 std::string describe(const PlanSize& size) {

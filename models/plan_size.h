@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "models/formulas.h"
+#include "models/resolve.h"
 #include "models/scenario.h"
 
 namespace offsim::models {
@@ -41,7 +42,10 @@ struct PlanSizeOptions {
 };
 
 // Expects a scenario that passed check_scenario(); for others the figures are still finite.
+// Works out the layers' policies with resolve_layer_policies (layer_policy.h).
 PlanSize estimate_plan_size(const Scenario& scenario, const PlanSizeOptions& options = {});
+// Reads the layers' policies from the resolved scenario.
+PlanSize estimate_plan_size(const ResolvedScenario& scenario, const PlanSizeOptions& options = {});
 
 // One layer's recipe: the ops the step builder lowers it to in each micro-batch, by kind, counted
 // in the forward pass, the backward pass and the forward ops the backward re-runs (recompute).
@@ -198,6 +202,8 @@ double recipe_backward_flops(const LayerDims& d);
 
 // Expects a scenario that passed check_scenario() and 0 <= layer < model.layers.
 LayerRecipe layer_recipe(const Scenario& scenario, int layer);
+// The same, with the layer's policy read from the resolved scenario.
+LayerRecipe layer_recipe(const ResolvedScenario& scenario, int layer);
 
 // "3.2M ops, 1.1M tensors, 4.0M deps, about 2.1 GiB of plan and timeline"
 std::string describe(const PlanSize& size);

@@ -93,8 +93,10 @@ using SendKey = std::tuple<bool, int, int, int>;  // forward?, mb, destination s
 
 class StepBuilder {
  public:
-  StepBuilder(const Scenario& s, const CostModel& cm, sim::PlanBuilder& b, BuiltStep& out,
-              const BuildOptions& options);
+  // `policies`: the resolved scenario's (ResolvedScenario::layer_policies), read, not worked
+  // out again.
+  StepBuilder(const Scenario& s, const LayerPolicies& policies, const CostModel& cm,
+              sim::PlanBuilder& b, BuiltStep& out, const BuildOptions& options);
   sim::Status build();
 
  private:
@@ -315,9 +317,6 @@ class StepBuilder {
   void deferred_grad_checks(Rank& r);
 
   // --- small rules used across the files
-  LayerPolicy layer_policy(int layer) const {
-    return models::layer_policy(s_, ldims_[static_cast<std::size_t>(layer)], layer);
-  }
   // The dimensions of layer l (its MoE sizes when it has experts).
   const LayerDims& ld(int l) const { return ldims_[static_cast<std::size_t>(l)]; }
   // What the next issued op stands for on the host thread, set by the lowering just before it
@@ -395,9 +394,10 @@ class StepBuilder {
   bool fp8_input_cast_ = false;
   ResolvedDtypes dt_;
   std::vector<PoolId> hbm_pools_;
-  std::vector<LayerPolicy> policies_;
-  std::vector<LayerDims> ldims_;  // per layer (MoE layers carry their expert sizes)
-  ExpertFetchCounts xfetch_;      // how host-resident routed experts come back (MoE)
+  const std::vector<LayerPolicy>& policies_;  // ResolvedScenario::layer_policies().layers
+  const GroupPlacement& outside_;             // and .outside
+  std::vector<LayerDims> ldims_;              // per layer (MoE layers carry their expert sizes)
+  ExpertFetchCounts xfetch_;                  // how host-resident routed experts come back (MoE)
   std::map<SendKey, OpId> sends_;
   std::map<OpId, std::string> recv_names_;  // the display name of each send's receive
   std::vector<std::pair<OpId, SendKey>> pending_recv_;
