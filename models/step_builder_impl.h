@@ -242,8 +242,10 @@ class StepBuilder {
                     const OpSink& emit);
   GemmDims layer_gemm(FwdOp op) const;
   Traffic layer_elementwise(FwdOp op) const;
+  OpId head_op(Rank& r, const std::string& prefix, const HeadOpEntry& e, std::int64_t n);
   OpId head_forward(Rank& r, int mb);
-  OpId head_forward_chunked(Rank& r, int mb, std::int64_t chunks);
+  OpId head_chunk(Rank& r, const std::string& p, std::span<const HeadOpEntry> entries,
+                  std::int64_t c, std::int64_t chunks);
   OpId head_backward(Rank& r, int mb);
   void recompute_forward(Rank& r, const std::string& p, int l, const OpSink& emit);
   OpId backward_entries(Rank& r, const std::string& p, int l,
