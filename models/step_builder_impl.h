@@ -261,7 +261,7 @@ class StepBuilder {
   // --- step_moe.cc: mixture of experts
   template <class Shape>
   OpId grouped_gemm(Rank& r, const std::string& name, OpCategory cat, int layer,
-                    const LayerDims& md, Shape shape);
+                    const LayerDims& md, bool weight_grad, Shape shape);
   std::pair<std::int64_t, std::int64_t> moe_expert_fetch_bytes(const Rank& r, int layer,
                                                                bool forward) const;
   OpId moe_routed_fetch(Rank& r, const std::string& p, int l, OpId topk, Fetch& fetch);
