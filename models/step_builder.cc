@@ -13,6 +13,7 @@
 #include "models/formulas.h"
 #include "models/plan_size.h"
 #include "models/step_builder_impl.h"
+#include "sim/plan/shape_math.h"
 #include "sim/platform/host.h"
 #include "sim/platform/profile.h"
 #include "sim/platform/system.h"
@@ -122,7 +123,7 @@ OpId StepBuilder::gemm_as(sim::DType dtype, Rank& r, const std::string& name, Op
   }
   sim::OpSizes sz;
   sz.gemm = shape;
-  sz.flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+  sz.flops = sim::gemm_flops(shape);
   return add(r, r.compute, name, OpKind::kGemm, cat, layer, cm_.gemm(r.rank, shape), sz);
 }
 

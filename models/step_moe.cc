@@ -8,6 +8,8 @@
 #include <utility>
 #include <vector>
 
+#include "sim/plan/shape_math.h"
+
 namespace offsim::models::detail {
 
 // A grouped GEMM over the rank's local experts: the most-loaded expert with max_rows rows and
@@ -40,10 +42,7 @@ OpId StepBuilder::grouped_gemm(Rank& r, const std::string& name, OpCategory cat,
   sz.gemm.batch = n;
   sz.gemm.dtype = gdtype_;
   sz.gemm.grouped = true;
-  for (const sim::GemmShape& g : groups) {
-    sz.flops += 2.0 * static_cast<double>(g.m) * static_cast<double>(g.n) *
-                static_cast<double>(g.k) * static_cast<double>(g.batch);
-  }
+  for (const sim::GemmShape& g : groups) sz.flops += sim::gemm_flops(g);
   return add(r, r.compute, name, OpKind::kGemm, cat, layer, cm_.grouped_gemm(r.rank, groups), sz);
 }
 
