@@ -26,7 +26,7 @@ json live(const std::vector<sim::LiveTensor>& v) {
 
 json oom(const models::OomReport& o) {
   return {o.op,           o.pool,           o.time_s,     o.requested_bytes,
-          o.in_use_bytes, o.capacity_bytes, live(o.live), o.device_memory};
+          o.in_use_bytes, o.capacity_bytes, live(o.live), sim::to_string(o.pool_kind)};
 }
 
 // Every field an early answer can know equals the full report's; the rest are lower bounds.

@@ -9,6 +9,8 @@
 
 #include <fmt/format.h>
 
+#include "sim/plan/shape_math.h"
+
 namespace offsim::models {
 
 using sim::OpCost;
@@ -399,7 +401,7 @@ OpCost CostModel::gemm_uncached(int rank, const sim::GemmShape& shape) const {
   const double m = static_cast<double>(shape.m);
   const double n = static_cast<double>(shape.n);
   const double k = static_cast<double>(shape.k);
-  const double flops = 2.0 * m * n * k * batch;
+  const double flops = sim::gemm_flops(shape);
   const double rate = profile_.gemm.efficiency(shape) * peak_flops(shape.dtype);
   // A, B read and C written once (what a well-tiled GEMM moves at least).
   const double bytes =
@@ -481,7 +483,7 @@ OpCost CostModel::grouped_gemm(int rank, const std::vector<sim::GemmShape>& grou
     const double m = static_cast<double>(g.m);
     const double n = static_cast<double>(g.n);
     const double k = static_cast<double>(g.k);
-    const double f = 2.0 * m * n * k * batch;
+    const double f = sim::gemm_flops(g);
     flops += f;
     seconds_total += f / (profile_.gemm.efficiency(g) * peak_flops(g.dtype));
     bytes += (m * k + k * n + m * n) * batch * static_cast<double>(sim::dtype_bytes(g.dtype));

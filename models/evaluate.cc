@@ -142,7 +142,7 @@ Report report_of(const Scenario& scenario, const BuiltStep& step, const sim::Tim
                      .in_use_bytes = o.in_use_bytes,
                      .capacity_bytes = o.capacity_bytes,
                      .live = o.live,
-                     .device_memory = o.pool_kind == sim::PoolKind::kHbm};
+                     .pool_kind = o.pool_kind};
   };
   if (t.outcome.oom) r.oom = oom_report(*t.outcome.oom);
   // Pools over capacity (the step ran to its end with them unbounded): demand = true peak.
@@ -855,7 +855,7 @@ OomReport allocator_oom(const sim::Plan& plan, const SimRankInfo& info, const Ra
                         std::int64_t outside) {
   OomReport o;
   o.pool = plan.pools[info.hbm_pool.index()].name;
-  o.device_memory = true;
+  o.pool_kind = sim::PoolKind::kHbm;
   o.requested_bytes = ev.events[at].bytes;
   o.in_use_bytes = a.reserved_at_failure_bytes + outside;
   o.capacity_bytes = rt.allocator_limit_bytes + outside;

@@ -7,7 +7,7 @@
 #include <fmt/format.h>
 
 #include "models/formulas.h"
-#include "models/step_builder.h"
+#include "models/layer_policy.h"
 #include "sim/plan/plan.h"
 #include "sim/trace/timeline.h"
 
@@ -23,7 +23,7 @@ constexpr double kNameHeapBytes = 32.0;
 constexpr double kResourceUsesPerOp = 2.0;
 constexpr double kVectorBlockBytes = 16.0;
 
-// What one layer adds to the step, from its layer_policy() (step_builder.h).
+// What one layer adds to the step, from its layer_policy() (layer_policy.h).
 struct LayerShape {
   double host_chunks = 0;  // offloaded activation chunks (one D2H and one H2D each)
   bool hbm_saved = false;  // some activation stays on HBM
@@ -43,13 +43,15 @@ struct LayerShape {
 // kernels (GEMMs, grouped GEMMs, memory-bound), collectives (all-to-alls with ep > 1, the
 // expert-TP gather and scatter with etp > 1, the shared experts' TP collectives), the host-sync
 // marker, and the FP8 input casts of the GEMMs' forward and dgrad, plain and grouped (the wgrad
-// reuses the dgrad's). The router-aware fetch's copy is counted apart.
+// reuses the dgrad's). The router-aware fetch's copy is counted apart (fwd_fetches: emitted only
+// when the experts are on the host and fetched by route).
 struct MoeOps {
   double fwd = 0;
   double bwd = 0;
   double fwd_collectives = 0;  // of fwd
   double bwd_collectives = 0;  // of bwd
   double fwd_markers = 0;      // of fwd: the host-sync marker
+  double fwd_fetches = 0;      // not in fwd: the router-aware fetch entries
   double fp8_casts_fwd = 0;    // FP8 input casts of the GEMMs (plain and grouped)
   double fp8_casts_bwd = 0;
 };
@@ -57,12 +59,14 @@ struct MoePassOps {
   double ops = 0;
   double collectives = 0;
   double markers = 0;
+  double fetches = 0;
   double fp8_casts = 0;
 };
 MoePassOps moe_pass_ops(const LayerDims& d, std::span<const MoeOpEntry> entries) {
   using K = MoeOpKind;
   MoePassOps o;
   for (const MoeOpEntry& e : entries) {
+    o.fetches += e.kind == K::kRoutedFetch ? 1 : 0;
     if (e.kind == K::kRoutedFetch || !moe_entry_runs(e, d)) continue;
     o.ops += 1;
     o.markers += e.kind == K::kHostSync ? 1 : 0;
@@ -83,6 +87,7 @@ MoeOps moe_ops(const LayerDims& d) {
           .fwd_collectives = f.collectives,
           .bwd_collectives = b.collectives,
           .fwd_markers = f.markers,
+          .fwd_fetches = f.fetches,
           .fp8_casts_fwd = f.fp8_casts,
           .fp8_casts_bwd = b.fp8_casts};
 }
@@ -224,6 +229,7 @@ struct BackwardCounts {
   double dgrads = 0;
   double gathered = 0;
   double rotary = 0;
+  double grad_reduces = 0;  // gradient-reduction entries, whether tp has them or not
 };
 BackwardCounts backward_counts(const LayerDims& d, bool ffn) {
   using K = LayerBackwardKind;
@@ -237,13 +243,13 @@ BackwardCounts backward_counts(const LayerDims& d, bool ffn) {
     c.gathered += gather ? 1 : 0;
     if (gather) c.collectives += d.t > 1 && d.sp > 1 ? 1 : 0;
     if (e.kind == K::kGradReduce) c.collectives += d.t > 1 ? 1 : 0;
+    c.grad_reduces += e.kind == K::kGradReduce ? 1 : 0;
   }
   return c;
 }
 
-LayerShape layer_shape(const Scenario& s, const LayerDims& d, int layer) {
+LayerShape layer_shape(const Scenario& s, const LayerDims& d, const LayerPolicy& policy) {
   LayerShape out;
-  const LayerPolicy policy = layer_policy(s, d, layer);
   out.params_on_host = policy.params_on_host;
   out.grads_on_host = policy.grads_on_host;
   out.opt_on_host = policy.opt_on_host;
@@ -295,7 +301,7 @@ void base_rows(const Scenario& s, const LayerDims& d, const LayerShape& ls, cons
     }
     if (ls.params_on_host && in.routed_fetch) {
       // StepBuilder::moe_routed_fetch: an H2D after the router's top-k.
-      rows.push_back({"router-aware expert fetch", K::kCopy, 1, 0});
+      rows.push_back({"router-aware expert fetch", K::kCopy, mo.fwd_fetches, 0});
     }
   } else {
     rows.push_back({"MLP kernels", K::kKernel, mlp.kernels, mlp_bwd.kernels});
@@ -352,20 +358,38 @@ void context_parallel_rows(const Scenario& s, const LayerShape& ls, std::vector<
 // input is cast once, before the transfers): the column- and row-parallel GEMMs of the forward
 // recipe and the gathered dgrads of the backward recipe, those of the dense MLP in a dense layer
 // only (an MoE layer's attention block's).
+// The GEMMs tensor-parallel overlap splits in a layer, from the recipes: the forward's column-
+// parallel (gathered) and row-parallel (scattered) GEMMs, the backward's gathered dgrads, and
+// the backward's gradient reductions; those of the dense MLP in a dense layer only.
+struct TpGemms {
+  double gathered = 0;
+  double scattered = 0;
+  double gathered_bwd = 0;
+  double grad_reduces = 0;
+};
+TpGemms tp_gemms(const LayerDims& d) {
+  TpGemms g;
+  for (const LayerOpEntry& e : layer_forward_recipe()) {
+    if (e.ffn && d.moe) continue;
+    g.gathered += e.shape == LayerOpShape::kColumnGemm ? 1 : 0;
+    g.scattered += e.shape == LayerOpShape::kRowGemm ? 1 : 0;
+  }
+  const BackwardCounts attn = backward_counts(d, false);
+  const BackwardCounts mlp = backward_counts(d, true);
+  g.gathered_bwd = attn.gathered + (d.moe ? 0 : mlp.gathered);
+  g.grad_reduces = attn.grad_reduces + (d.moe ? 0 : mlp.grad_reduces);
+  return g;
+}
+
 void tp_overlap_rows(const Scenario& s, const LayerDims& d, std::vector<RecipeRow>& rows) {
   const ParallelConfig& p = s.parallelism;
   if (d.t == 1 || !p.tp_comm_overlap || d.sp == 1) return;
   const double t = static_cast<double>(d.t);
   const double fp8 = s.training.compute_dtype == sim::DType::kFp8 ? 1 : 0;
-  double gathered = 0;   // forward
-  double scattered = 0;  // forward
-  for (const LayerOpEntry& e : layer_forward_recipe()) {
-    if (e.ffn && d.moe) continue;
-    gathered += e.shape == LayerOpShape::kColumnGemm ? 1 : 0;
-    scattered += e.shape == LayerOpShape::kRowGemm ? 1 : 0;
-  }
-  const double gathered_bwd =
-      backward_counts(d, false).gathered + (d.moe ? 0 : backward_counts(d, true).gathered);
+  const TpGemms g = tp_gemms(d);
+  const double gathered = g.gathered;    // forward
+  const double scattered = g.scattered;  // forward
+  const double gathered_bwd = g.gathered_bwd;
   rows.push_back({"tensor-parallel overlap: ring transfers", RecipeOpKind::kP2P, gathered * (t - 1),
                   gathered_bwd * (t - 1)});
   rows.push_back({"tensor-parallel overlap: split GEMMs (and casts)", RecipeOpKind::kKernel,
@@ -503,10 +527,11 @@ void add_tp_overlap(const Scenario& s, double micro_batches, const LayerDims& d,
   const ParallelConfig& p = s.parallelism;
   if (d.t == 1) return;
   const double t = static_cast<double>(d.t);
-  if (p.tp_async_grad_reduce) c.deps += micro_batches * 2 * (d.moe ? 1 : 2);
+  const TpGemms g = tp_gemms(d);
+  if (p.tp_async_grad_reduce) c.deps += micro_batches * 2 * g.grad_reduces;
   if (!p.tp_comm_overlap || d.sp == 1) return;
-  const double n_gathered = d.moe ? 2 : 4;  // forward and backward
-  const double n_scattered = d.moe ? 1 : 2;
+  const double n_gathered = g.gathered + g.gathered_bwd;  // forward and backward
+  const double n_scattered = g.scattered;
   c.deps += micro_batches * (n_gathered * 2 * (t - 1) + n_scattered * (t + 1));
   c.group_ranks += micro_batches * (n_scattered * (t - 1) * t - n_gathered * t);
 }
@@ -518,6 +543,7 @@ struct StepContext {
   double tp_colls = 0;         // tensor-parallel collectives of a layer, each way
   RecipeInputs recipe;         // what layer recipes depend on besides the layer
   double dp_gather_ranks = 0;  // members of a ZeRO-3 / FSDP parameter all-gather, 0 when none
+  const LayerPolicies* policies = nullptr;  // every layer's, as resolved (layer_policy.h)
 };
 
 // MoE layers beyond the recipe's ops: the host-sync marker waits for the permutation and holds
@@ -529,20 +555,23 @@ struct StepContext {
 void add_moe_layer(const Scenario& s, const StepContext& x, const LayerDims& dl,
                    const LayerShape& ls, Counts& c) {
   const ParallelConfig& p = s.parallelism;
+  const MoeOps mo = moe_ops(dl);
+  const double passes = ls.moe_recomputed ? 2 : 1;  // the forward, and its recompute
   const double overlap = p.moe_shared_expert_overlap && dl.fs > 0 ? 2 : 0;
-  c.deps += x.m * (2 + overlap) * (ls.moe_recomputed ? 2 : 1);
+  c.deps += x.m * (2 * mo.fwd_markers + overlap) * passes;
   // The host issue thread (StepBuilder::host_issue_close): an MoE forward (and recomputed
   // forward) ends a host segment at its synchronisation, with a marker on the host lane that
   // waits for the segment's first op and that its last op waits for; segments of a host-bound
   // pass get one too (not counted: they depend on the kernels' times, so they are not in the
   // layer recipe either).
-  const double host_markers = ls.moe_recomputed ? 2 : 1;
+  const double host_markers = mo.fwd_markers * passes;
   c.ops += x.m * host_markers;
   c.deps += 2 * x.m * host_markers;
   if (ls.params_on_host && x.recipe.routed_fetch) {
-    c.deps += 2 * x.m;
-    c.tensors += x.m;
-    c.samples += 2 * x.m;
+    // Each fetch waits for the top-k and the expert GEMMs for it; it allocates the buffer.
+    c.deps += 2 * x.m * mo.fwd_fetches;
+    c.tensors += x.m * mo.fwd_fetches;
+    c.samples += 2 * x.m * mo.fwd_fetches;
   }
   const double edp = static_cast<double>(p.tp * p.dp / (p.ep * p.etp));
   const double reduce = (edp > 1 ? 1 : 0) + (ls.grads_on_host ? 1 : 0);
@@ -557,7 +586,7 @@ void add_moe_layer(const Scenario& s, const StepContext& x, const LayerDims& dl,
 // members, and its parameter group's gradient and optimizer ops.
 void add_layer(const Scenario& s, const StepContext& x, int l, Counts& c) {
   const LayerDims dl = dims_of_layer(s, x.d, l);
-  const LayerShape ls = layer_shape(s, dl, l);
+  const LayerShape ls = layer_shape(s, dl, x.policies->of(l));
   const LayerRecipe recipe = recipe_of(s, dl, ls, x.recipe);
   const double m = x.m;
   c.ops += m * recipe.per_micro_batch();
@@ -592,32 +621,33 @@ void add_layer(const Scenario& s, const StepContext& x, int l, Counts& c) {
   c.deps += m * (ls.host_chunks * 3 + 2 * fetch_ops * 2);
   // Offload back-pressure: a layer's first forward op waits for the D2H copies of the layer
   // kOffloadWindowLayers before it on the same stage (approximated over the whole model).
-  if (l >= 2) c.deps += m * layer_shape(s, x.d, l - 2).host_chunks;
+  if (l >= 2) c.deps += m * layer_shape(s, x.d, x.policies->of(l - 2)).host_chunks;
   add_grads(s, m, ls.grads_on_host, c);
   add_group(s, ls.params_on_host, ls.grads_on_host, ls.opt_on_host, c);
 }
 
-// Embedding (stage 0) and head (last stage), placed by the rules that select every layer. Head
-// forward and backward, unchunked: norm, [gather], logits GEMM, loss; loss gradient, two GEMMs,
-// [reduce], norm. Chunked in C: norm, [gather], C × (GEMM, loss, loss gradient, two GEMMs);
-// scaling, [reduce], norm. The head's GEMMs stay in bf16 with FP8 (no casts).
+// Embedding (stage 0) and head (last stage), placed by the rules that select every layer. The
+// head's ops are those of its recipes (head_forward_recipe, head_backward_recipe); chunked, each
+// chunk's logits are a tensor of their own. The head's GEMMs stay in bf16 with FP8 (no casts).
 void add_embedding_and_head(const Scenario& s, const StepContext& x, Counts& c) {
-  const GroupPlacement outside = non_layer_placement(s);
+  const GroupPlacement& outside = x.policies->outside;
   const double m = x.m;
   c.ops += m * 2;  // embedding forward and backward
   add_grads(s, m, outside.grads_on_host, c);
   add_group(s, outside.params_on_host, outside.grads_on_host, outside.opt_on_host, c);
-  const double sp_gather = x.d.t > 1 && x.d.sp > 1 ? 1 : 0;
-  const double chunks = static_cast<double>(std::max<std::int64_t>(1, s.training.loss_chunks));
-  const double tp_reduce = x.d.t > 1 ? 1 : 0;
-  if (chunks > 1) {
-    c.ops += m * (1 + sp_gather + chunks * 5 + 2 + tp_reduce);
-    c.tensors += m * chunks;  // one tensor of logits per chunk
-    c.samples += 2 * m * chunks;
-  } else {
-    c.ops += m * (3 + sp_gather + 4 + tp_reduce);
+  const std::int64_t chunks = std::max<std::int64_t>(1, s.training.loss_chunks);
+  const bool chunked = chunks > 1;
+  for (const auto recipe : {head_forward_recipe(chunked), head_backward_recipe(chunked)}) {
+    for (const HeadOpEntry& e : recipe) {
+      const double n = head_ops(e, x.d, chunks);
+      c.ops += m * n;
+      if (head_collective(e)) c.group_ranks += m * n * static_cast<double>(x.d.t);
+      if (e.kind == HeadOpKind::kLogits && chunked) {
+        c.tensors += m * n;  // one tensor of logits per chunk
+        c.samples += 2 * m * n;
+      }
+    }
   }
-  c.group_ranks += m * (sp_gather + tp_reduce) * static_cast<double>(x.d.t);
   c.tensors += m;  // logits and norm input
   c.samples += 2 * m;
   add_grads(s, m, outside.grads_on_host, c);
@@ -789,6 +819,55 @@ std::span<const LayerBackwardEntry> layer_backward_recipe() {
       {.name = "ln1.bwd", .kind = K::kElementwise, .of = FwdOp::kLn1},
   }};
   return kBackward;
+}
+
+std::span<const HeadOpEntry> head_forward_recipe(bool chunked) {
+  using K = HeadOpKind;
+  static constexpr std::array<HeadOpEntry, 4> kWhole = {{
+      {.name = "final_norm.fwd", .kind = K::kFinalNorm},
+      {.name = "tp_allgather", .kind = K::kTpGather},
+      {.name = "lm_head.fwd", .kind = K::kLogits},
+      {.name = "loss.fwd", .kind = K::kLoss},
+  }};
+  static constexpr std::array<HeadOpEntry, 7> kChunked = {{
+      {.name = "final_norm.fwd", .kind = K::kFinalNorm},
+      {.name = "tp_allgather", .kind = K::kTpGather},
+      {.name = "lm_head.fwd", .kind = K::kLogits, .per_chunk = true},
+      {.name = "loss.fwd", .kind = K::kLoss, .per_chunk = true},
+      {.name = "loss.bwd", .kind = K::kLossGrad, .per_chunk = true},
+      {.name = "lm_head.dgrad", .kind = K::kDgrad, .per_chunk = true},
+      {.name = "lm_head.wgrad", .kind = K::kWgrad, .per_chunk = true},
+  }};
+  if (chunked) return kChunked;
+  return kWhole;
+}
+
+std::span<const HeadOpEntry> head_backward_recipe(bool chunked) {
+  using K = HeadOpKind;
+  static constexpr std::array<HeadOpEntry, 5> kWhole = {{
+      {.name = "loss.bwd", .kind = K::kLossGrad},
+      {.name = "lm_head.dgrad", .kind = K::kDgrad},
+      {.name = "lm_head.wgrad", .kind = K::kWgrad},
+      {.name = "tp_reduce", .kind = K::kTpReduce},
+      {.name = "final_norm.bwd", .kind = K::kFinalNormGrad},
+  }};
+  static constexpr std::array<HeadOpEntry, 3> kChunked = {{
+      {.name = "loss.bwd", .kind = K::kLossScale},
+      {.name = "tp_reduce", .kind = K::kTpReduce},
+      {.name = "final_norm.bwd", .kind = K::kFinalNormGrad},
+  }};
+  if (chunked) return kChunked;
+  return kWhole;
+}
+
+bool head_collective(const HeadOpEntry& e) {
+  return e.kind == HeadOpKind::kTpGather || e.kind == HeadOpKind::kTpReduce;
+}
+
+double head_ops(const HeadOpEntry& e, const LayerDims& d, std::int64_t chunks) {
+  if (e.kind == HeadOpKind::kTpGather) return d.t > 1 && d.sp > 1 ? 1 : 0;
+  if (e.kind == HeadOpKind::kTpReduce) return d.t > 1 ? 1 : 0;
+  return e.per_chunk ? static_cast<double>(chunks) : 1;
 }
 
 std::span<const MoeOpEntry> moe_forward_recipe() {
@@ -1022,10 +1101,19 @@ double LayerRecipe::of(RecipeOpKind kind) const {
 
 LayerRecipe layer_recipe(const Scenario& s, int layer) {
   const LayerDims dl = dims_of_layer(s, layer_dims(s), layer);
-  return recipe_of(s, dl, layer_shape(s, dl, layer), recipe_inputs(s));
+  return recipe_of(s, dl, layer_shape(s, dl, layer_policy(s, dl, layer)), recipe_inputs(s));
 }
 
-PlanSize estimate_plan_size(const Scenario& s, const PlanSizeOptions& options) {
+LayerRecipe layer_recipe(const ResolvedScenario& r, int layer) {
+  const Scenario& s = r.scenario();
+  const LayerDims dl = dims_of_layer(s, layer_dims(s), layer);
+  return recipe_of(s, dl, layer_shape(s, dl, r.layer_policies().of(layer)), recipe_inputs(s));
+}
+
+namespace {
+
+PlanSize estimate(const Scenario& s, const LayerPolicies& policies,
+                  const PlanSizeOptions& options) {
   const ParallelConfig& p = s.parallelism;
   StepContext x;
   x.d = layer_dims(s);
@@ -1033,6 +1121,7 @@ PlanSize estimate_plan_size(const Scenario& s, const PlanSizeOptions& options) {
   x.tp_colls = x.d.t > 1 ? (x.d.sp > 1 ? 4 : 2) : 0;
   x.recipe = recipe_inputs(s);
   x.dp_gather_ranks = x.recipe.sharded_fetch ? static_cast<double>(grad_dp(p)) : 0;
+  x.policies = &policies;
   Counts c;
   // Every layer is held by exactly one stage; one pass per micro-batch.
   for (int l = 0; l < s.model.layers; ++l) add_layer(s, x, l, c);
@@ -1044,6 +1133,16 @@ PlanSize estimate_plan_size(const Scenario& s, const PlanSizeOptions& options) {
   size.deps = c.deps;
   size.bytes = plan_bytes(c, options);
   return size;
+}
+
+}  // namespace
+
+PlanSize estimate_plan_size(const Scenario& s, const PlanSizeOptions& options) {
+  return estimate(s, resolve_layer_policies(s), options);
+}
+
+PlanSize estimate_plan_size(const ResolvedScenario& r, const PlanSizeOptions& options) {
+  return estimate(r.scenario(), r.layer_policies(), options);
 }
 
 std::string describe(const PlanSize& size) {

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "models/formulas.h"
+#include "models/resolve.h"
 #include "models/scenario.h"
 
 namespace offsim::models {
@@ -41,7 +42,10 @@ struct PlanSizeOptions {
 };
 
 // Expects a scenario that passed check_scenario(); for others the figures are still finite.
+// Works out the layers' policies with resolve_layer_policies (layer_policy.h).
 PlanSize estimate_plan_size(const Scenario& scenario, const PlanSizeOptions& options = {});
+// Reads the layers' policies from the resolved scenario.
+PlanSize estimate_plan_size(const ResolvedScenario& scenario, const PlanSizeOptions& options = {});
 
 // One layer's recipe: the ops the step builder lowers it to in each micro-batch, by kind, counted
 // in the forward pass, the backward pass and the forward ops the backward re-runs (recompute).
@@ -132,6 +136,39 @@ std::span<const LayerBackwardEntry> layer_backward_recipe();
 // full, as the model FLOPs count it).
 double backward_entry_flops(const LayerBackwardEntry& entry, const LayerDims& d);
 
+// The LM head and its loss on the last pipeline stage (Megatron's output layer and
+// vocabulary-parallel cross entropy), op by op in the order the step builder emits them:
+// StepBuilder::head_forward and head_backward (models/step_lowering.cc) iterate these recipes and
+// the plan-size estimate counts the head's ops and collectives from them (head_ops). Unchunked:
+// final norm, [sequence-parallel all-gather], logits GEMM, loss; loss gradient, data- and
+// weight-gradient GEMMs, [tensor-parallel reduce], final norm backward. Chunked
+// (training.loss_chunks = C > 1, fused linear cross entropy): the loss gradient and both gradient
+// GEMMs move into the forward, once per chunk of tokens, and the backward scales the saved input
+// gradient.
+enum class HeadOpKind {
+  kFinalNorm,      // the final norm (forward)
+  kTpGather,       // sequence-parallel all-gather of the norm's output (tp > 1 with SP)
+  kLogits,         // the logits GEMM, tokens × vocab / tp × hidden (bf16 with FP8)
+  kLoss,           // the cross entropy over the fp32 logits
+  kLossGrad,       // its gradient with respect to the logits
+  kDgrad,          // the logits GEMM's input gradient
+  kWgrad,          // its weight gradient
+  kLossScale,      // chunked: the saved input gradient scaled by the loss gradient
+  kTpReduce,       // tensor-parallel reduce(-scatter) of the input gradient (tp > 1)
+  kFinalNormGrad,  // the final norm's backward
+};
+struct HeadOpEntry {
+  const char* name = "";  // op "mb<m>.head.<name>", per chunk "mb<m>.head.chunk<c>.<name>"
+  HeadOpKind kind = HeadOpKind::kFinalNorm;
+  bool per_chunk = false;  // once per loss chunk (chunked recipe only)
+};
+std::span<const HeadOpEntry> head_forward_recipe(bool chunked);
+std::span<const HeadOpEntry> head_backward_recipe(bool chunked);
+// How many ops an entry emits per micro-batch: its collective only when the parallelism has it
+// (d.t, d.sp), a per-chunk entry `chunks` times, the others once.
+double head_ops(const HeadOpEntry& entry, const LayerDims& d, std::int64_t chunks);
+bool head_collective(const HeadOpEntry& entry);
+
 // The MoE FFN of an MoE layer (Megatron-Core's MoE layer with the all-to-all token dispatcher),
 // which replaces the `ffn` entries of both recipes above: its forward (also its recompute, which
 // re-runs it whole) and its backward, op by op in the order the step builder emits them.
@@ -198,6 +235,8 @@ double recipe_backward_flops(const LayerDims& d);
 
 // Expects a scenario that passed check_scenario() and 0 <= layer < model.layers.
 LayerRecipe layer_recipe(const Scenario& scenario, int layer);
+// The same, with the layer's policy read from the resolved scenario.
+LayerRecipe layer_recipe(const ResolvedScenario& scenario, int layer);
 
 // "3.2M ops, 1.1M tensors, 4.0M deps, about 2.1 GiB of plan and timeline"
 std::string describe(const PlanSize& size);

@@ -78,7 +78,9 @@ struct OomReport {
   std::int64_t in_use_bytes = 0;
   std::int64_t capacity_bytes = 0;
   std::vector<sim::LiveTensor> live;
-  bool device_memory = false;  // the pool is a GPU's HBM (else host memory); not in the JSON
+  // What memory ran out (the pool's typed kind, sim::Pool::kind); not in the JSON.
+  sim::PoolKind pool_kind = sim::PoolKind::kOther;
+  bool device_memory() const { return pool_kind == sim::PoolKind::kHbm; }  // a GPU's HBM
 };
 
 // A pool that the step needs more of than it has (the step was run to its end with the pool

@@ -109,6 +109,7 @@ sim::Result<ResolvedScenario> resolve(const Scenario& scenario, const ResolveOpt
   out.profile_ = std::make_shared<const sim::platform::CalibrationProfile>(std::move(profile));
   out.scenario_ = scenario;
   OFFSIM_RETURN_IF_ERROR(bind_fp8_recipe(out.scenario_, *out.system_, options));
+  out.policies_ = std::make_shared<const LayerPolicies>(resolve_layer_policies(out.scenario_));
   return out;
 }
 
@@ -127,6 +128,7 @@ sim::Result<ResolvedScenario> resolve_variant(const ResolvedScenario& base,
   ResolvedScenario out = base;
   out.scenario_ = scenario;
   OFFSIM_RETURN_IF_ERROR(bind_fp8_recipe(out.scenario_, *out.system_, options));
+  out.policies_ = std::make_shared<const LayerPolicies>(resolve_layer_policies(out.scenario_));
   return out;
 }
 

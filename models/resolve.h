@@ -1,10 +1,11 @@
 // resolve: a Scenario checked once and bound to its hardware (target offsim_models).
 //
 // resolve() runs the scenario's consistency checks (check_scenario, the GPU count of its system),
-// finds the system, reads the calibration profile once and applies hardware.nodes, the host and
-// hardware.overrides. A ResolvedScenario can only come from resolve() or resolve_variant(), so
-// whatever takes one (build_step, evaluate, static_memory_report) neither checks the scenario
-// again nor parses its profile again.
+// finds the system, reads the calibration profile once, applies hardware.nodes, the host and
+// hardware.overrides, and works out every layer's offload and recompute policy
+// (resolve_layer_policies, layer_policy.h). A ResolvedScenario can only come from resolve() or
+// resolve_variant(), so whatever takes one (build_step, evaluate, static_memory_report) neither
+// checks the scenario again nor parses its profile again, nor works out a layer's policy again.
 //
 //   OFFSIM_ASSIGN_OR_RETURN(models::ResolvedScenario r, models::resolve(scenario));
 //   OFFSIM_ASSIGN_OR_RETURN(models::Evaluation e, models::evaluate(r, {}));
@@ -16,6 +17,7 @@
 #include <memory>
 #include <string>
 
+#include "models/layer_policy.h"
 #include "models/scenario.h"
 #include "sim/core/result.h"
 #include "sim/platform/profile.h"
@@ -38,6 +40,9 @@ class ResolvedScenario {
   // The calibration profile (hardware.profile or the GPU's default) with the host and the
   // overrides applied.
   const sim::platform::CalibrationProfile& profile() const { return *profile_; }
+  // Every layer's offload and recompute policy and the placement of the groups outside the
+  // layers (resolve_layer_policies); the step builder and the plan-size estimate read them here.
+  const LayerPolicies& layer_policies() const { return *policies_; }
 
  private:
   friend sim::Result<ResolvedScenario> resolve(const Scenario& scenario,
@@ -52,6 +57,8 @@ class ResolvedScenario {
   // base's hardware without copying it.
   std::shared_ptr<const sim::platform::System> system_;
   std::shared_ptr<const sim::platform::CalibrationProfile> profile_;
+  // Shared by the copies of one resolved scenario; a variant has its own.
+  std::shared_ptr<const LayerPolicies> policies_;
 };
 
 sim::Result<ResolvedScenario> resolve(const Scenario& scenario, const ResolveOptions& options = {});

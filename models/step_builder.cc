@@ -13,15 +13,22 @@
 #include "models/formulas.h"
 #include "models/plan_size.h"
 #include "models/step_builder_impl.h"
+#include "sim/plan/shape_math.h"
 #include "sim/platform/host.h"
 #include "sim/platform/profile.h"
 #include "sim/platform/system.h"
 
 namespace offsim::models::detail {
 
-StepBuilder::StepBuilder(const Scenario& s, const CostModel& cm, sim::PlanBuilder& b,
-                         BuiltStep& out, const BuildOptions& options)
-    : s_(s), cm_(cm), b_(b), out_(out), d_(layer_dims(s)) {
+StepBuilder::StepBuilder(const Scenario& s, const LayerPolicies& policies, const CostModel& cm,
+                         sim::PlanBuilder& b, BuiltStep& out, const BuildOptions& options)
+    : s_(s),
+      cm_(cm),
+      b_(b),
+      out_(out),
+      d_(layer_dims(s)),
+      policies_(policies.layers),
+      outside_(policies.outside) {
   const ParallelConfig& p = s.parallelism;
   layers_per_chunk_ = static_cast<int>(s.model.layers / (p.pp * p.virtual_stages));
   micro_batches_ = options.micro_batches > 0 ? options.micro_batches
@@ -36,16 +43,13 @@ StepBuilder::StepBuilder(const Scenario& s, const CostModel& cm, sim::PlanBuilde
   fp8_blackwell_ = fp8_blackwell(cm.system().gpu);
   fp8_recipe_ = s.training.fp8_recipe.value_or(default_fp8_recipe(cm.system().gpu));
   dt_ = resolve_dtypes(s.training);
-  for (int l = 0; l < s.model.layers; ++l) {
-    ldims_.push_back(layer_dims(s.model, s.training, p, l));
-    policies_.push_back(layer_policy(l));
-  }
+  for (int l = 0; l < s.model.layers; ++l) ldims_.push_back(layer_dims(s.model, s.training, p, l));
   xfetch_ = expert_fetch_counts(s);
 }
 
 // A non-layer parameter group (embedding, head) follows rules that select all layers.
 void StepBuilder::non_layer_policy(ParamGroup& g) const {
-  const GroupPlacement p = non_layer_placement(s_);
+  const GroupPlacement& p = outside_;
   g.params_on_host = p.params_on_host;
   g.grads_on_host = p.grads_on_host;
   g.opt_on_host = p.opt_on_host;
@@ -119,7 +123,7 @@ OpId StepBuilder::gemm_as(sim::DType dtype, Rank& r, const std::string& name, Op
   }
   sim::OpSizes sz;
   sz.gemm = shape;
-  sz.flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+  sz.flops = sim::gemm_flops(shape);
   return add(r, r.compute, name, OpKind::kGemm, cat, layer, cm_.gemm(r.rank, shape), sz);
 }
 
@@ -304,77 +308,6 @@ std::vector<std::string> scenario_flags(const Scenario& s) {
 
 }  // namespace
 
-LayerPolicy layer_policy(const Scenario& s, const LayerDims& d, int layer) {
-  LayerPolicy lp;
-  std::set<std::string> named;
-  std::array<bool, kNumActs> host{};
-  bool any_host_rule = false;
-  for (const OffloadRule& r : s.offload.rules) {
-    if (!r.layers.contains(layer, s.model.layers, s.parallelism.pp, s.parallelism.virtual_stages)) {
-      continue;
-    }
-    const bool to_host = r.where == Placement::kHost;
-    switch (r.cls) {
-      case TensorClass::kActivations:
-        host.fill(to_host);
-        break;
-      case TensorClass::kNamedActivation:
-        named.insert(r.name);
-        for (int a = 0; a < kNumActs; ++a) {
-          if (r.name == maxtext_name(static_cast<Act>(a))) host[a] = to_host;
-        }
-        break;
-      case TensorClass::kParams:
-        lp.params_on_host = to_host;
-        lp.param_prefetch = std::max(1, r.prefetch_layers);
-        break;
-      case TensorClass::kGrads:
-        lp.grads_on_host = to_host;
-        break;
-      case TensorClass::kOptimizerStates:
-        lp.opt_on_host = to_host;
-        break;
-      case TensorClass::kMasterWeights:
-        lp.master_on_host = to_host;
-        lp.master_on_hbm = !to_host;
-        break;
-    }
-    if (to_host && (r.cls == TensorClass::kActivations || r.cls == TensorClass::kNamedActivation)) {
-      lp.prefetch = any_host_rule ? std::max(lp.prefetch, r.prefetch_layers) : r.prefetch_layers;
-      lp.chunk_bytes = r.chunk_bytes;
-      any_host_rule = true;
-    }
-  }
-  lp.acts = layer_activations(d, recompute_mode(s.recompute, layer), named);
-  for (int a = 0; a < kNumActs; ++a) lp.on_host[a] = lp.acts.saved[a] && host[a];
-  return lp;
-}
-GroupPlacement non_layer_placement(const Scenario& s) {
-  GroupPlacement p;
-  for (const OffloadRule& r : s.offload.rules) {
-    if (r.layers.kind != LayerSelection::Kind::kAll) continue;
-    const bool to_host = r.where == Placement::kHost;
-    switch (r.cls) {
-      case TensorClass::kParams:
-        p.params_on_host = to_host;
-        break;
-      case TensorClass::kGrads:
-        p.grads_on_host = to_host;
-        break;
-      case TensorClass::kOptimizerStates:
-        p.opt_on_host = to_host;
-        break;
-      case TensorClass::kMasterWeights:
-        p.master_on_host = to_host;
-        p.master_on_hbm = !to_host;
-        break;
-      default:
-        break;
-    }
-  }
-  return p;
-}
-
 namespace {
 
 // Model FLOPs (whole job): 3 × forward (forward, activation grad, weight grad) of every layer
@@ -515,11 +448,11 @@ sim::Result<BuiltStep> build_step(const ResolvedScenario& resolved, const BuildO
   if (options.micro_batches == 0 && !options.static_only) {
     // The closed-form size is within a few percent of the plan's (plan_size_test): 5% more room
     // keeps the ops and tensors from being moved as the plan grows.
-    const PlanSize size = estimate_plan_size(s);
+    const PlanSize size = estimate_plan_size(resolved);
     b.reserve(static_cast<std::size_t>(size.ops * 1.05) + 64,
               static_cast<std::size_t>(size.tensors * 1.05) + 64);
   }
-  detail::StepBuilder builder(s, cm, b, out, options);
+  detail::StepBuilder builder(s, resolved.layer_policies(), cm, b, out, options);
   OFFSIM_RETURN_IF_ERROR(builder.build());
 
   b.metadata("scenario", s.name);

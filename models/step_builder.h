@@ -102,33 +102,4 @@ sim::Result<BuiltStep> build_step(const ResolvedScenario& scenario,
 // Resolves the scenario (resolve.h), then builds it.
 sim::Result<BuiltStep> build_step(const Scenario& scenario, const BuildOptions& options = {});
 
-// Where one layer's tensors live and how they move: the scenario's offload rules that select
-// the layer, applied in order (later rules win), and the activations its recompute mode saves.
-struct LayerPolicy {
-  LayerActivations acts;
-  std::array<bool, kNumActs> on_host{};  // saved activations that go to the host
-  int prefetch = 1;                      // activation reload, layers ahead of the backward
-  std::int64_t chunk_bytes = 0;          // activation copies split into chunks (0: whole)
-  bool params_on_host = false;
-  bool grads_on_host = false;
-  bool opt_on_host = false;
-  bool master_on_host = false;
-  // A master-weights rule keeps them on HBM while the moments go to the host (Megatron-Core's
-  // HybridDeviceOptimizer under the distributed optimizer); without one they follow the moments.
-  bool master_on_hbm = false;
-  int param_prefetch = 1;
-};
-LayerPolicy layer_policy(const Scenario& scenario, const LayerDims& dims, int layer);
-
-// Placement of the parameter groups outside the layers (embedding, head): the rules that select
-// all layers.
-struct GroupPlacement {
-  bool params_on_host = false;
-  bool grads_on_host = false;
-  bool opt_on_host = false;
-  bool master_on_host = false;
-  bool master_on_hbm = false;  // as LayerPolicy::master_on_hbm
-};
-GroupPlacement non_layer_placement(const Scenario& scenario);
-
 }  // namespace offsim::models

@@ -93,8 +93,10 @@ using SendKey = std::tuple<bool, int, int, int>;  // forward?, mb, destination s
 
 class StepBuilder {
  public:
-  StepBuilder(const Scenario& s, const CostModel& cm, sim::PlanBuilder& b, BuiltStep& out,
-              const BuildOptions& options);
+  // `policies`: the resolved scenario's (ResolvedScenario::layer_policies), read, not worked
+  // out again.
+  StepBuilder(const Scenario& s, const LayerPolicies& policies, const CostModel& cm,
+              sim::PlanBuilder& b, BuiltStep& out, const BuildOptions& options);
   sim::Status build();
 
  private:
@@ -245,8 +247,10 @@ class StepBuilder {
                     const OpSink& emit);
   GemmDims layer_gemm(FwdOp op) const;
   Traffic layer_elementwise(FwdOp op) const;
+  OpId head_op(Rank& r, const std::string& prefix, const HeadOpEntry& e, std::int64_t n);
   OpId head_forward(Rank& r, int mb);
-  OpId head_forward_chunked(Rank& r, int mb, std::int64_t chunks);
+  OpId head_chunk(Rank& r, const std::string& p, std::span<const HeadOpEntry> entries,
+                  std::int64_t c, std::int64_t chunks);
   OpId head_backward(Rank& r, int mb);
   void recompute_forward(Rank& r, const std::string& p, int l, const OpSink& emit);
   OpId backward_entries(Rank& r, const std::string& p, int l,
@@ -262,7 +266,7 @@ class StepBuilder {
   // --- step_moe.cc: mixture of experts
   template <class Shape>
   OpId grouped_gemm(Rank& r, const std::string& name, OpCategory cat, int layer,
-                    const LayerDims& md, Shape shape);
+                    const LayerDims& md, bool weight_grad, Shape shape);
   std::pair<std::int64_t, std::int64_t> moe_expert_fetch_bytes(const Rank& r, int layer,
                                                                bool forward) const;
   OpId moe_routed_fetch(Rank& r, const std::string& p, int l, OpId topk, Fetch& fetch);
@@ -320,9 +324,6 @@ class StepBuilder {
   void deferred_grad_checks(Rank& r);
 
   // --- small rules used across the files
-  LayerPolicy layer_policy(int layer) const {
-    return models::layer_policy(s_, ldims_[static_cast<std::size_t>(layer)], layer);
-  }
   // The dimensions of layer l (its MoE sizes when it has experts).
   const LayerDims& ld(int l) const { return ldims_[static_cast<std::size_t>(l)]; }
   // What the next issued op stands for on the host thread, set by the lowering just before it
@@ -400,9 +401,10 @@ class StepBuilder {
   bool fp8_input_cast_ = false;
   ResolvedDtypes dt_;
   std::vector<PoolId> hbm_pools_;
-  std::vector<LayerPolicy> policies_;
-  std::vector<LayerDims> ldims_;  // per layer (MoE layers carry their expert sizes)
-  ExpertFetchCounts xfetch_;      // how host-resident routed experts come back (MoE)
+  const std::vector<LayerPolicy>& policies_;  // ResolvedScenario::layer_policies().layers
+  const GroupPlacement& outside_;             // and .outside
+  std::vector<LayerDims> ldims_;              // per layer (MoE layers carry their expert sizes)
+  ExpertFetchCounts xfetch_;                  // how host-resident routed experts come back (MoE)
   std::map<SendKey, OpId> sends_;
   std::map<OpId, std::string> recv_names_;  // the display name of each send's receive
   std::vector<std::pair<OpId, SendKey>> pending_recv_;

@@ -370,80 +370,103 @@ StepBuilder::Traffic StepBuilder::layer_elementwise(FwdOp op) const {
   }
 }
 
-OpId StepBuilder::head_forward(Rank& r, int mb) {
-  const std::string p = fmt::format("mb{}.head", lbl(mb));
-  const std::int64_t chunks = s_.training.loss_chunks;
-  if (chunks > 1) return head_forward_chunked(r, mb, chunks);
-  // Saved until the head's backward: the final-norm input and output and the fp32 logits'
-  // softmax the vocabulary-parallel cross entropy keeps.
-  const std::int64_t bytes = 2 * residual_bytes() + d_.tokens() * d_.v * 4;
-  const TensorId t = tensor(r.hbm, p + ".act", bytes, TensorCategory::kActivations);
-  const OpId norm = elementwise(r, p + ".final_norm.fwd", OpCategory::kCompute, -1,
-                                2 * residual_bytes(), norm_flops());
-  b_.op_at(norm).allocs.push_back(t);
-  tp_gather(r, p + ".tp_allgather", OpCategory::kComm, -1);
-  head_gemm(r, p + ".lm_head.fwd", d_.tokens(), d_.v, d_.h);
-  r.head_saved[mb] = t;
-  return elementwise(r, p + ".loss.fwd", OpCategory::kCompute, -1, d_.tokens() * d_.v * (d_.e + 4),
-                     static_cast<double>(5 * d_.tokens() * d_.v));
+// One entry of the head's recipes (plan_size.h head_forward_recipe, head_backward_recipe) over
+// `n` tokens (a chunk's, or the micro-batch's). A collective the parallelism does not have emits
+// nothing; the entry then gives the last compute-stream op.
+OpId StepBuilder::head_op(Rank& r, const std::string& prefix, const HeadOpEntry& e,
+                          std::int64_t n) {
+  const std::string name = prefix + "." + e.name;
+  const std::int64_t logits_bytes = n * d_.v * (d_.e + 4);
+  switch (e.kind) {
+    case HeadOpKind::kFinalNorm:
+      return elementwise(r, name, OpCategory::kCompute, -1, 2 * residual_bytes(), norm_flops());
+    case HeadOpKind::kTpGather:
+      tp_gather(r, name, OpCategory::kComm, -1);
+      return last_compute_;
+    case HeadOpKind::kLogits:
+      return head_gemm(r, name, n, d_.v, d_.h);
+    case HeadOpKind::kLoss:
+      return elementwise(r, name, OpCategory::kCompute, -1, logits_bytes,
+                         static_cast<double>(5 * n * d_.v));
+    case HeadOpKind::kLossGrad:
+      return elementwise(r, name, OpCategory::kCompute, -1, logits_bytes,
+                         static_cast<double>(3 * n * d_.v));
+    case HeadOpKind::kDgrad:
+      return head_gemm(r, name, n, d_.h, d_.v);
+    case HeadOpKind::kWgrad:
+      return head_gemm(r, name, d_.h, d_.v, n, /*weight_grad=*/true);
+    case HeadOpKind::kLossScale:
+      return elementwise(r, name, OpCategory::kCompute, -1, 2 * residual_bytes(),
+                         static_cast<double>(residual_bytes() / d_.e));
+    case HeadOpKind::kTpReduce:
+      tp_reduce(r, name, OpCategory::kComm, -1);
+      return last_compute_;
+    case HeadOpKind::kFinalNormGrad:
+      break;
+  }
+  return elementwise(r, name, OpCategory::kCompute, -1, 3 * residual_bytes(), 2 * norm_flops());
 }
 
-// Chunked (fused linear) cross entropy: per chunk of tokens, the logits GEMM, the loss and its
-// gradient, the data-gradient GEMM into the saved gradient of the head's input and the
-// weight-gradient GEMM, then the chunk's fp32 logits are freed. The same GEMM and elementwise
-// work as the unchunked head, moved from the backward into the forward; the live logits shrink
-// from tokens × vocab to one chunk's. Saved for the backward: the final-norm input and output
-// and the gradient of the head's input (tokens × hidden each, like the residual).
-OpId StepBuilder::head_forward_chunked(Rank& r, int mb, std::int64_t chunks) {
+// The head's forward (head_forward_recipe). Saved until the head's backward: the final-norm
+// input and output and, unchunked, the fp32 logits' softmax the vocabulary-parallel cross
+// entropy keeps; chunked (fused linear cross entropy), the gradient of the head's input (tokens ×
+// hidden, like the residual) instead. The per-chunk entries, last in the recipe, run chunk by
+// chunk. Returns the last op.
+OpId StepBuilder::head_forward(Rank& r, int mb) {
   const std::string p = fmt::format("mb{}.head", lbl(mb));
-  const TensorId t = tensor(r.hbm, p + ".act", 3 * residual_bytes(), TensorCategory::kActivations);
-  const OpId norm = elementwise(r, p + ".final_norm.fwd", OpCategory::kCompute, -1,
-                                2 * residual_bytes(), norm_flops());
-  b_.op_at(norm).allocs.push_back(t);
-  tp_gather(r, p + ".tp_allgather", OpCategory::kComm, -1);
+  const std::int64_t chunks = std::max<std::int64_t>(1, s_.training.loss_chunks);
+  const bool chunked = chunks > 1;
   const std::int64_t tokens = d_.tokens();
-  OpId last = norm;
-  for (std::int64_t c = 0; c < chunks; ++c) {
-    // Tokens [c·tokens/chunks, (c+1)·tokens/chunks): the chunks differ by at most one token.
-    const std::int64_t n = (c + 1) * tokens / chunks - c * tokens / chunks;
-    const std::string q = fmt::format("{}.chunk{}", p, c);
-    const TensorId logits =
-        tensor(r.hbm, q + ".logits", n * d_.v * 4, TensorCategory::kActivations);
-    const OpId fwd = head_gemm(r, q + ".lm_head.fwd", n, d_.v, d_.h);
-    b_.op_at(fwd).allocs.push_back(logits);
-    elementwise(r, q + ".loss.fwd", OpCategory::kCompute, -1, n * d_.v * (d_.e + 4),
-                static_cast<double>(5 * n * d_.v));
-    elementwise(r, q + ".loss.bwd", OpCategory::kCompute, -1, n * d_.v * (d_.e + 4),
-                static_cast<double>(3 * n * d_.v));
-    head_gemm(r, q + ".lm_head.dgrad", n, d_.h, d_.v);
-    last = head_gemm(r, q + ".lm_head.wgrad", d_.h, d_.v, n, /*weight_grad=*/true);
-    b_.op_at(last).frees.push_back(logits);
+  const std::int64_t bytes =
+      chunked ? 3 * residual_bytes() : 2 * residual_bytes() + tokens * d_.v * 4;
+  const TensorId t = tensor(r.hbm, p + ".act", bytes, TensorCategory::kActivations);
+  const std::span<const HeadOpEntry> recipe = head_forward_recipe(chunked);
+  const auto per_chunk =
+      std::find_if(recipe.begin(), recipe.end(), [](const HeadOpEntry& e) { return e.per_chunk; });
+  OpId last{};
+  for (auto e = recipe.begin(); e != per_chunk; ++e) {
+    last = head_op(r, p, *e, tokens);
+    if (e->kind == HeadOpKind::kFinalNorm) b_.op_at(last).allocs.push_back(t);
+  }
+  for (std::int64_t c = 0; c < chunks && per_chunk != recipe.end(); ++c) {
+    last = head_chunk(r, p, std::span<const HeadOpEntry>(per_chunk, recipe.end()), c, chunks);
   }
   r.head_saved[mb] = t;
   return last;
 }
 
+// The per-chunk entries of the chunked head on chunk c, tokens [c·tokens/C, (c+1)·tokens/C)
+// (chunks differ by at most one token): the chunk's fp32 logits live from its logits GEMM to its
+// weight-gradient GEMM. Returns the last op.
+OpId StepBuilder::head_chunk(Rank& r, const std::string& p, std::span<const HeadOpEntry> entries,
+                             std::int64_t c, std::int64_t chunks) {
+  const std::int64_t tokens = d_.tokens();
+  const std::int64_t n = (c + 1) * tokens / chunks - c * tokens / chunks;
+  const std::string q = fmt::format("{}.chunk{}", p, c);
+  const TensorId logits = tensor(r.hbm, q + ".logits", n * d_.v * 4, TensorCategory::kActivations);
+  OpId last{};
+  for (const HeadOpEntry& e : entries) {
+    last = head_op(r, q, e, n);
+    if (e.kind == HeadOpKind::kLogits) b_.op_at(last).allocs.push_back(logits);
+    if (e.kind == HeadOpKind::kWgrad) b_.op_at(last).frees.push_back(logits);
+  }
+  return last;
+}
+
+// The head's backward (head_backward_recipe): the last op frees what the forward saved. Returns
+// the first op.
 OpId StepBuilder::head_backward(Rank& r, int mb) {
   const std::string p = fmt::format("mb{}.head", lbl(mb));
-  OpId first{};
-  if (s_.training.loss_chunks > 1) {
-    // The head's gradients were made in the forward: scale the saved input gradient by the
-    // loss gradient (one pass over tokens × hidden).
-    first = elementwise(r, p + ".loss.bwd", OpCategory::kCompute, -1, 2 * residual_bytes(),
-                        static_cast<double>(residual_bytes() / d_.e));
-  } else {
-    first =
-        elementwise(r, p + ".loss.bwd", OpCategory::kCompute, -1, d_.tokens() * d_.v * (d_.e + 4),
-                    static_cast<double>(3 * d_.tokens() * d_.v));
-    head_gemm(r, p + ".lm_head.dgrad", d_.tokens(), d_.h, d_.v);
-    head_gemm(r, p + ".lm_head.wgrad", d_.h, d_.v, d_.tokens(), /*weight_grad=*/true);
+  const bool chunked = s_.training.loss_chunks > 1;
+  std::optional<OpId> first;
+  OpId last{};
+  for (const HeadOpEntry& e : head_backward_recipe(chunked)) {
+    last = head_op(r, p, e, d_.tokens());
+    if (!first) first = last;
   }
-  tp_reduce(r, p + ".tp_reduce", OpCategory::kComm, -1);
-  const OpId last = elementwise(r, p + ".final_norm.bwd", OpCategory::kCompute, -1,
-                                3 * residual_bytes(), 2 * norm_flops());
   b_.op_at(last).frees.push_back(r.head_saved.at(mb));
   grads_done(r, -2, mb, last);
-  return first;
+  return *first;
 }
 
 // Recomputes the forward ops of layer l that the backward needs and nobody saved: the entries

@@ -8,6 +8,8 @@
 #include <utility>
 #include <vector>
 
+#include "sim/plan/shape_math.h"
+
 namespace offsim::models::detail {
 
 // A grouped GEMM over the rank's local experts: the most-loaded expert with max_rows rows and
@@ -15,12 +17,12 @@ namespace offsim::models::detail {
 // rows. Its plan shape is the mean expert's, batched over the local experts.
 template <class Shape>
 OpId StepBuilder::grouped_gemm(Rank& r, const std::string& name, OpCategory cat, int layer,
-                               const LayerDims& md, Shape shape) {
+                               const LayerDims& md, bool weight_grad, Shape shape) {
   const std::int64_t n = md.local_experts;
   // FP8: Transformer Engine's GroupedLinear quantizes each expert's bf16 input (forward) or
   // output gradient (dgrad), all routed rows x k, as a dense FP8 GEMM does (gemm_as); the
-  // wgrad reuses them.
-  if (gdtype_ == sim::DType::kFp8 && !fp8_input_cast_ && !name.ends_with(".wgrad")) {
+  // wgrad (`weight_grad`, the recipe entry's pass) reuses them.
+  if (gdtype_ == sim::DType::kFp8 && !fp8_input_cast_ && !weight_grad) {
     fp8_cast(r, name, cat, layer, md.routed * shape(md.routed).k, /*from_norm=*/false);
   }
   std::vector<sim::GemmShape> groups;
@@ -40,10 +42,7 @@ OpId StepBuilder::grouped_gemm(Rank& r, const std::string& name, OpCategory cat,
   sz.gemm.batch = n;
   sz.gemm.dtype = gdtype_;
   sz.gemm.grouped = true;
-  for (const sim::GemmShape& g : groups) {
-    sz.flops += 2.0 * static_cast<double>(g.m) * static_cast<double>(g.n) *
-                static_cast<double>(g.k) * static_cast<double>(g.batch);
-  }
+  for (const sim::GemmShape& g : groups) sz.flops += sim::gemm_flops(g);
   return add(r, r.compute, name, OpKind::kGemm, cat, layer, cm_.grouped_gemm(r.rank, groups), sz);
 }
 
@@ -161,7 +160,7 @@ OpId StepBuilder::moe_op(Rank& r, const std::string& name, OpCategory cat, int l
       return gemm(r, name, cat, l, g.m, g.n, g.k);
     }
     case MoeOpKind::kGroupedGemm:
-      return grouped_gemm(r, name, cat, l, md, [&](std::int64_t rows) {
+      return grouped_gemm(r, name, cat, l, md, e.pass == GemmPass::kWgrad, [&](std::int64_t rows) {
         const GemmMnk g = moe_gemm(md, e.gemm, e.pass, rows);
         return sim::GemmShape{.m = g.m, .n = g.n, .k = g.k};
       });

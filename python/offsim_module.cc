@@ -180,14 +180,13 @@ std::tuple<std::string, std::string> run(const std::string& text, const std::str
                                          double time_limit_s) {
   const scenarios::ScenarioFile file = load_text(text, source, base_dir, sets);
   const models::ResolvedScenario resolved = checked(file);
-  const models::Scenario& s = resolved.scenario();
   const scenarios::ResourceLimits limits = limits_of(max_plan_ops, max_memory_bytes, time_limit_s);
   models::EvalOptions options;
   options.keep_timeline = timeline;
   std::string report, trace;
   {
     py::gil_scoped_release release;
-    check(scenarios::check_plan_size(s, limits, {.with_memory_samples = timeline}));
+    check(scenarios::check_plan_size(resolved, limits, {.with_memory_samples = timeline}));
     std::atomic<bool> cancel{false};
     scenarios::Watchdog watchdog(limits.time_limit_s, cancel);
     options.cancel = &cancel;

@@ -27,10 +27,6 @@ std::string trim(std::string_view s) {
   return std::string(s.substr(b, e - b + 1));
 }
 
-bool ends_with(const std::string& s, std::string_view tail) {
-  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-}
-
 // 14200.4 -> "14,200".
 std::string with_thousands(double v) {
   std::string digits = fmt::format("{:.0f}", std::round(v));
@@ -142,10 +138,10 @@ sim::Status check_expectation(const ExampleRun& run) {
       ok = r.fits;
       break;
     case ExpectedOutcome::kOutOfHbm:
-      ok = !r.fits && r.oom && ends_with(r.oom->pool, ".hbm");
+      ok = !r.fits && r.oom && r.oom->pool_kind == sim::PoolKind::kHbm;
       break;
     case ExpectedOutcome::kOutOfHostMemory:
-      ok = !r.fits && r.oom && ends_with(r.oom->pool, ".pinned");
+      ok = !r.fits && r.oom && r.oom->pool_kind == sim::PoolKind::kPinnedHost;
       break;
   }
   if (ok) return sim::ok();

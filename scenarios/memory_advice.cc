@@ -8,10 +8,6 @@ namespace offsim::scenarios {
 
 namespace {
 
-bool ends_with(const std::string& s, std::string_view tail) {
-  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-}
-
 bool optimizer_on_host(const models::Scenario& s) {
   for (const auto& r : s.offload.rules) {
     if (r.where == models::Placement::kHost && (r.cls == models::TensorClass::kOptimizerStates ||
@@ -32,9 +28,7 @@ sim::Result<std::string> memory_advice(const models::Scenario& scenario,
   const models::Report& r = report;
   const models::MemoryBreakdown& m = r.memory;
   const std::int64_t capacity = report.hbm_capacity_bytes;
-  const std::string pool = report.oom ? report.oom->pool : std::string();
-
-  if (ends_with(pool, ".pinned")) {
+  if (report.oom && report.oom->pool_kind == sim::PoolKind::kPinnedHost) {
     return fmt::format(
         "pinned host memory: the step needs {} per node share of {}; use more nodes (each node's "
         "host memory serves fewer GPUs), a host with more memory "

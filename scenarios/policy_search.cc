@@ -63,7 +63,7 @@ double objective_key(const models::Report& r, Objective objective) {
 State classify(const models::Report& r) {
   if (r.fits) return State::kFits;
   if (r.oom) {
-    return r.oom->device_memory ? State::kHbmFull : State::kHostFull;
+    return r.oom->device_memory() ? State::kHbmFull : State::kHostFull;
   }
   return State::kOtherFailure;
 }

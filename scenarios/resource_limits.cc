@@ -32,9 +32,10 @@ std::int64_t default_max_memory_bytes() {
   return physical > 0 ? physical / 2 : std::int64_t{64} << 30;
 }
 
-sim::Status check_plan_size(const models::Scenario& scenario, const ResourceLimits& limits,
-                            const models::PlanSizeOptions& options) {
-  const models::PlanSize size = models::estimate_plan_size(scenario, options);
+namespace {
+
+sim::Status check_size(const models::PlanSize& size, const models::Scenario& scenario,
+                       const ResourceLimits& limits) {
   if (limits.max_plan_ops > 0 && size.ops > static_cast<double>(limits.max_plan_ops)) {
     return sim::fail(sim::ErrorCode::kLimitExceeded,
                      "plan too large: the step would have an estimated {} (model.layers {}, "
@@ -57,6 +58,18 @@ sim::Status check_plan_size(const models::Scenario& scenario, const ResourceLimi
                                        gib(static_cast<double>(physical_memory_bytes()))));
   }
   return sim::ok();
+}
+
+}  // namespace
+
+sim::Status check_plan_size(const models::Scenario& scenario, const ResourceLimits& limits,
+                            const models::PlanSizeOptions& options) {
+  return check_size(models::estimate_plan_size(scenario, options), scenario, limits);
+}
+
+sim::Status check_plan_size(const models::ResolvedScenario& scenario, const ResourceLimits& limits,
+                            const models::PlanSizeOptions& options) {
+  return check_size(models::estimate_plan_size(scenario, options), scenario.scenario(), limits);
 }
 
 sim::Error time_limit_error(double limit_s, const std::string& what) {

@@ -48,6 +48,9 @@ struct ResourceLimits {
 // flag that raises it.
 sim::Status check_plan_size(const models::Scenario& scenario, const ResourceLimits& limits,
                             const models::PlanSizeOptions& options = {});
+// The same for a resolved scenario, whose layer policies the estimate reads.
+sim::Status check_plan_size(const models::ResolvedScenario& scenario, const ResourceLimits& limits,
+                            const models::PlanSizeOptions& options = {});
 
 // "time limit of 5 s (--time-limit) reached while <what>"
 sim::Error time_limit_error(double limit_s, const std::string& what);

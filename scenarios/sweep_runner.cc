@@ -77,7 +77,7 @@ PointOutcome evaluate_document(const Node& doc, const std::string& base_dir,
     return out;
   }
   if (auto status =
-          check_plan_size(*scenario, limits, {.with_memory_samples = options.keep_timeline});
+          check_plan_size(*resolved, limits, {.with_memory_samples = options.keep_timeline});
       !status) {
     out.error = status.error().message;
     return out;

@@ -17,6 +17,7 @@
 #include <cstdint>
 
 #include "sim/plan/plan.h"
+#include "sim/plan/shape_math.h"
 
 namespace offsim::backends::cuda {
 
@@ -44,10 +45,8 @@ struct GemmLayout {
   std::int64_t our_c_bytes = 0;
 };
 
-// Output element type of a GEMM whose inputs are `input`: fp8 products are written as bf16.
-inline sim::DType gemm_output_dtype(sim::DType input) {
-  return input == sim::DType::kFp8 ? sim::DType::kBf16 : input;
-}
+// Output element type of a GEMM whose inputs are `input` (sim/plan: fp8 products as bf16).
+using sim::gemm_output_dtype;
 
 // The layout of `shape` run with inputs of type `run_as` (the shape's own dtype, or bf16 when
 // an fp8 GEMM falls back). Dimensions must be positive (the device checks before calling).

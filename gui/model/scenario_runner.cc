@@ -36,8 +36,7 @@ sim::Result<ScenarioRun> run_scenario(const std::string& path,
   }
   OFFSIM_ASSIGN_OR_RETURN(models::ResolvedScenario resolved,
                           scenarios::resolve_document(doc, file.base_dir));
-  const models::Scenario& scenario = resolved.scenario();
-  OFFSIM_RETURN_IF_ERROR(scenarios::check_plan_size(scenario, {}, {.with_memory_samples = true}));
+  OFFSIM_RETURN_IF_ERROR(scenarios::check_plan_size(resolved, {}, {.with_memory_samples = true}));
   if (progress) progress(0.1);
   models::EvalOptions options;
   options.keep_timeline = true;

@@ -86,7 +86,7 @@ int cmd_replay_mpi(const ReplayArgs& a) {
   models::EvalOptions eo;
   eo.keep_plan = true;
   eo.keep_timeline = true;
-  st = scenarios::check_plan_size(l->scenario(), a.limits, {.with_memory_samples = true});
+  st = scenarios::check_plan_size(l->resolved, a.limits, {.with_memory_samples = true});
   if (!st) st = sim::fail(eval_error(st.error(), a.scenario));
   if (int rc = agree(st); rc >= 0) return rc;
   auto eval = models::evaluate(l->resolved, eo);
@@ -167,7 +167,7 @@ int cmd_replay(const ReplayArgs& a) {
   models::EvalOptions eo;
   eo.keep_plan = true;
   eo.keep_timeline = true;
-  if (auto st = scenarios::check_plan_size(l->scenario(), a.limits, {.with_memory_samples = true});
+  if (auto st = scenarios::check_plan_size(l->resolved, a.limits, {.with_memory_samples = true});
       !st) {
     return report(eval_error(st.error(), a.scenario));
   }

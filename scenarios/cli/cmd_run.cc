@@ -113,7 +113,7 @@ sim::Result<std::vector<NamedReport>> evaluate_all(const RunArgs& a,
     models::EvalOptions options;
     options.keep_timeline = !a.trace.empty() || !a.timeline_out.empty();
     options.keep_plan = !a.plan_out.empty();
-    if (auto st = scenarios::check_plan_size(l.scenario(), a.limits,
+    if (auto st = scenarios::check_plan_size(l.resolved, a.limits,
                                              {.with_memory_samples = options.keep_timeline});
         !st) {
       return sim::fail(eval_error(st.error(), l.file.path));

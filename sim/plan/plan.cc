@@ -8,6 +8,8 @@
 #include <boost/graph/adjacency_list.hpp>
 #include <boost/graph/topological_sort.hpp>
 
+#include "sim/plan/shape_math.h"
+
 namespace offsim::sim {
 
 const char* to_string(OpKind kind) {
@@ -254,6 +256,13 @@ std::optional<P2PRole> p2p_role_from_string(std::string_view name) {
   static constexpr P2PRole kAll[] = {P2PRole::kSend, P2PRole::kRecv};
   return parse_enum(name, kAll);
 }
+
+double gemm_flops(const GemmShape& g) {
+  return 2.0 * static_cast<double>(g.m) * static_cast<double>(g.n) * static_cast<double>(g.k) *
+         static_cast<double>(std::max<std::int64_t>(g.batch, 1));
+}
+
+DType gemm_output_dtype(DType input) { return input == DType::kFp8 ? DType::kBf16 : input; }
 
 std::int64_t dtype_bytes(DType dtype) {
   switch (dtype) {

@@ -675,6 +675,77 @@ TEST(PlanSize, CountsTheMemoryEventsOfAKeptTimeline) {
       << extra << " estimated, " << real << " real";
 }
 
+// Llama 3 8B, four layers, tensor and sequence parallel over 2 of a DGX H100's GPUs, two
+// micro-batches, the loss in `chunks` chunks.
+Scenario head_scenario(std::int64_t chunks) {
+  Scenario s;
+  s.name = "head";
+  s.model = *find_model("llama3-8b");
+  s.model.layers = 4;
+  s.hardware.system = "dgx-h100";
+  s.parallelism = {.dp = 4, .tp = 2, .sequence_parallel = true};
+  s.training = {.global_batch = 8, .micro_batch = 1, .seq_len = 2048};
+  s.training.loss_chunks = chunks;
+  return s;
+}
+
+// The ops of micro-batch 0's head ("mb0.head.<name>"), in plan order; host-issue markers (of
+// host-bound segments, which depend on the kernels' times) are not the head's.
+std::vector<std::string> head_ops_of(const sim::Plan& plan) {
+  const std::string prefix = "mb0.head.";
+  std::vector<std::string> out;
+  for (const sim::Op& op : plan.ops) {
+    if (op.kind == sim::OpKind::kMarker) continue;
+    if (op.name.rfind(prefix, 0) == 0) out.push_back(op.name.substr(prefix.size()));
+  }
+  return out;
+}
+
+double ops_but_markers(const sim::Plan& plan) {
+  return static_cast<double>(std::count_if(plan.ops.begin(), plan.ops.end(), [](const sim::Op& op) {
+    return op.kind != sim::OpKind::kMarker;
+  }));
+}
+
+// The built head is its recipes, in order (the per-chunk entries chunk by chunk), and the
+// estimate counts as many head ops and tensors as the builder emits.
+TEST(HeadRecipe, IsTheBuiltHeadAndWhatTheEstimateCounts) {
+  for (const std::int64_t chunks : {1, 3}) {
+    const Scenario s = head_scenario(chunks);
+    auto step = build_step(s);
+    ASSERT_TRUE(step) << step.error().message;
+    const LayerDims d = layer_dims(s);
+    const bool chunked = chunks > 1;
+    std::vector<std::string> expected;
+    double counted = 0;
+    for (const auto recipe : {head_forward_recipe(chunked), head_backward_recipe(chunked)}) {
+      for (const HeadOpEntry& e : recipe) counted += head_ops(e, d, chunks);
+    }
+    for (const HeadOpEntry& e : head_forward_recipe(chunked)) {
+      if (!e.per_chunk) expected.emplace_back(e.name);
+    }
+    for (std::int64_t c = 0; c < chunks && chunked; ++c) {
+      for (const HeadOpEntry& e : head_forward_recipe(chunked)) {
+        if (e.per_chunk) expected.push_back(fmt::format("chunk{}.{}", c, e.name));
+      }
+    }
+    for (const HeadOpEntry& e : head_backward_recipe(chunked)) expected.emplace_back(e.name);
+    EXPECT_EQ(head_ops_of(step->plan), expected) << chunks << " chunks";
+    EXPECT_EQ(static_cast<double>(expected.size()), counted) << chunks << " chunks";
+  }
+  // What the chunks add to the plan is what they add to the estimate: ops and tensors.
+  auto whole = build_step(head_scenario(1));
+  auto chunked = build_step(head_scenario(5));
+  ASSERT_TRUE(whole && chunked);
+  const PlanSize est_whole = estimate_plan_size(head_scenario(1));
+  const PlanSize est_chunked = estimate_plan_size(head_scenario(5));
+  EXPECT_EQ(ops_but_markers(chunked->plan) - ops_but_markers(whole->plan),
+            est_chunked.ops - est_whole.ops);
+  EXPECT_EQ(static_cast<double>(chunked->plan.tensors.size()) -
+                static_cast<double>(whole->plan.tensors.size()),
+            est_chunked.tensors - est_whole.tensors);
+}
+
 TEST(PlanSize, DescribeNamesEveryFigure) {
   const PlanSize size{.ops = 3.2e6, .tensors = 1.1e6, .deps = 4.0e6, .bytes = 2.5 * (1 << 30)};
   EXPECT_EQ(describe(size),

@@ -4,12 +4,17 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <set>
 #include <string>
 
 #include "models/evaluate.h"
+#include "models/layer_policy.h"
+#include "models/plan_size.h"
 #include "models/report.h"
 #include "models/scenario.h"
+#include "models/step_builder.h"
 
 namespace offsim::models {
 namespace {
@@ -128,6 +133,91 @@ TEST(Resolve, AVariantKeepsItsBasesHardwareAndIsCheckedOnce) {
   // A variant that fails the checks is refused.
   other.training.micro_batch = 3;  // does not divide the global batch of 16
   EXPECT_FALSE(resolve_variant(*base, other));
+}
+
+// Weights of layers 1 and 3 on the host, layer 2's activations offloaded two layers ahead,
+// layer 5 fully recomputed.
+Scenario with_layer_policies() {
+  Scenario s = small();
+  s.offload.rules.push_back({.cls = TensorClass::kParams,
+                             .layers = {.kind = LayerSelection::Kind::kList, .list = {1, 3}}});
+  s.offload.rules.push_back({.cls = TensorClass::kActivations,
+                             .layers = {.kind = LayerSelection::Kind::kList, .list = {2}},
+                             .prefetch_layers = 2});
+  s.recompute.per_layer[5] = RecomputeConfig::Mode::kFull;
+  return s;
+}
+
+// The layers whose weights are copied in from the host: H2D copies of a layer that allocate a
+// buffer (activation reloads allocate activations).
+std::set<int> layers_with_host_weights(const BuiltStep& step) {
+  std::set<int> out;
+  for (const sim::Op& op : step.plan.ops) {
+    if (op.kind != sim::OpKind::kCopy || op.sizes.copy_direction != sim::CopyDirection::kH2D ||
+        op.layer < 0) {
+      continue;
+    }
+    for (sim::TensorId t : op.allocs) {
+      if (step.plan.tensors[t.index()].category == sim::TensorCategory::kBuffers) {
+        out.insert(op.layer);
+      }
+    }
+  }
+  return out;
+}
+
+TEST(Resolve, LayerPoliciesAreWorkedOutOnceAndReadByTheBuilderAndTheEstimate) {
+  const Scenario s = with_layer_policies();
+  std::int64_t before = layer_policies_worked_out();
+  auto r = resolve(s);
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(layer_policies_worked_out() - before, s.model.layers);
+  const LayerPolicies& lp = r->layer_policies();
+  ASSERT_EQ(lp.layers.size(), static_cast<std::size_t>(s.model.layers));
+  for (int l = 0; l < s.model.layers; ++l) {
+    EXPECT_EQ(lp.of(l).params_on_host, l == 1 || l == 3) << "layer " << l;
+    const bool any_act_on_host =
+        std::find(lp.of(l).on_host.begin(), lp.of(l).on_host.end(), true) != lp.of(l).on_host.end();
+    EXPECT_EQ(any_act_on_host, l == 2) << "layer " << l;
+  }
+  EXPECT_EQ(lp.of(2).prefetch, 2);
+  EXPECT_FALSE(lp.outside.params_on_host);  // no rule selects every layer
+  // Full recompute saves only the layer input: layer 5 saves less than layer 4.
+  const LayerDims d = layer_dims(s);
+  EXPECT_LT(lp.of(5).acts.saved_bytes(d), lp.of(4).acts.saved_bytes(d));
+
+  // Building (full and reduced), evaluating on both paths and estimating read them.
+  before = layer_policies_worked_out();
+  auto step = build_step(*r, {});
+  ASSERT_TRUE(step) << step.error().message;
+  ASSERT_TRUE(build_step(*r, {.micro_batches = 2}));
+  const PlanSize resolved_size = estimate_plan_size(*r);
+  ASSERT_TRUE(evaluate(*r, {}));
+  ASSERT_TRUE(evaluate(*r, {.keep_timeline = true}));
+  EXPECT_EQ(layer_policies_worked_out() - before, 0)
+      << "building or estimating a resolved scenario worked out a layer policy again";
+  // What the builder emitted follows the resolved policies.
+  EXPECT_EQ(layers_with_host_weights(*step), (std::set<int>{1, 3}));
+  // The estimate of the resolved scenario is that of the plain one, which works them out.
+  const PlanSize plain_size = estimate_plan_size(s);
+  EXPECT_EQ(resolved_size.ops, plain_size.ops);
+  EXPECT_EQ(resolved_size.tensors, plain_size.tensors);
+  EXPECT_EQ(resolved_size.deps, plain_size.deps);
+}
+
+TEST(Resolve, AVariantHasItsOwnLayerPolicies) {
+  auto base = resolve(with_layer_policies());
+  ASSERT_TRUE(base) << base.error().message;
+  Scenario other = with_layer_policies();
+  other.offload.rules.push_back(
+      {.cls = TensorClass::kParams, .layers = {.kind = LayerSelection::Kind::kList, .list = {0}}});
+  auto v = resolve_variant(*base, other);
+  ASSERT_TRUE(v) << v.error().message;
+  EXPECT_TRUE(v->layer_policies().of(0).params_on_host);
+  EXPECT_FALSE(base->layer_policies().of(0).params_on_host);
+  auto step = build_step(*v, {});
+  ASSERT_TRUE(step) << step.error().message;
+  EXPECT_EQ(layers_with_host_weights(*step), (std::set<int>{0, 1, 3}));
 }
 
 TEST(Resolve, CancelStopsTheSteadyStatePath) {

@@ -316,7 +316,7 @@ TEST(Evaluate, OutOfMemoryIsReported) {
   EXPECT_FALSE(r.fits);
   ASSERT_TRUE(r.oom.has_value());
   EXPECT_GT(r.oom->requested_bytes + r.oom->in_use_bytes, r.oom->capacity_bytes);
-  EXPECT_TRUE(r.oom->device_memory);  // typed from the pool's kind, not its name
+  EXPECT_TRUE(r.oom->device_memory());  // typed from the pool's kind, not its name
   const auto j = report_to_json(r);
   EXPECT_FALSE(j["fits"].get<bool>());
   EXPECT_TRUE(j.contains("memory"));

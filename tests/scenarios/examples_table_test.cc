@@ -70,7 +70,8 @@ TEST(ExamplesTable, ExpectationLineIsRequiredAndStrict) {
 TEST(ExamplesTable, CheckNamesTheFileAndWhatHappened) {
   ExampleRun run{.file = "x.yaml", .expected = ExpectedOutcome::kFits, .report = {}};
   run.report.fits = false;
-  run.report.oom = models::OomReport{.op = "initial_tensors", .pool = "node0.pinned"};
+  run.report.oom = models::OomReport{
+      .op = "initial_tensors", .pool = "node0.pinned", .pool_kind = sim::PoolKind::kPinnedHost};
   auto status = check_expectation(run);
   ASSERT_FALSE(status);
   EXPECT_EQ(status.error().message,
@@ -79,6 +80,16 @@ TEST(ExamplesTable, CheckNamesTheFileAndWhatHappened) {
   EXPECT_FALSE(check_expectation(run));
   run.expected = ExpectedOutcome::kOutOfHostMemory;
   EXPECT_TRUE(check_expectation(run));
+  // The pool's kind decides, not its display name.
+  run.report.oom->pool = "rank0.hbm";
+  EXPECT_TRUE(check_expectation(run));
+  run.expected = ExpectedOutcome::kOutOfHbm;
+  EXPECT_FALSE(check_expectation(run));
+  run.report.oom->pool_kind = sim::PoolKind::kHbm;
+  run.report.oom->pool = "node0.pinned";
+  EXPECT_TRUE(check_expectation(run));
+  run.expected = ExpectedOutcome::kOutOfHostMemory;
+  EXPECT_FALSE(check_expectation(run));
   run.report.fits = true;
   run.report.oom.reset();
   EXPECT_FALSE(check_expectation(run));

@@ -61,5 +61,25 @@ TEST(MemoryAdvice, PinnedHostMemory) {
   EXPECT_NE(a.find("more nodes"), std::string::npos) << a;
 }
 
+TEST(MemoryAdvice, ThePoolsKindDecidesNotItsName) {
+  const models::Scenario s =
+      load("gb200-optimizer-offload.yaml",
+           {"hardware.nodes=1", "parallelism.dp=4", "training.global_batch=8"});
+  auto e = models::evaluate(s);
+  ASSERT_TRUE(e) << e.error().message;
+  models::Report r = e->report;
+  ASSERT_TRUE(r.oom);
+  ASSERT_EQ(r.oom->pool_kind, sim::PoolKind::kPinnedHost);
+  r.oom->pool = "rank0.hbm";  // a display name that says otherwise
+  auto host = memory_advice(s, r);
+  ASSERT_TRUE(host) << host.error().message;
+  EXPECT_NE(host->find("pinned host memory"), std::string::npos) << *host;
+  r.oom->pool = "node0.pinned";
+  r.oom->pool_kind = sim::PoolKind::kHbm;
+  auto hbm = memory_advice(s, r);
+  ASSERT_TRUE(hbm) << hbm.error().message;
+  EXPECT_EQ(hbm->find("pinned host memory"), std::string::npos) << *hbm;
+}
+
 }  // namespace
 }  // namespace offsim::scenarios

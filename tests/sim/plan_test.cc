@@ -4,6 +4,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "sim/plan/shape_math.h"
+
 namespace offsim::sim {
 namespace {
 
@@ -164,6 +166,15 @@ TEST(PlanTopologicalOrder, RespectsLaneOrderAndDeps) {
   std::vector<std::uint32_t> ids;
   for (OpId id : *order) ids.push_back(id.value());
   EXPECT_EQ(ids, (std::vector<std::uint32_t>{1, 2, 0}));
+}
+
+TEST(ShapeArithmetic, GemmFlopsAndOutputDtype) {
+  EXPECT_EQ(gemm_flops({.m = 2, .n = 3, .k = 4, .batch = 5}), 240.0);
+  EXPECT_EQ(gemm_flops({.m = 2, .n = 3, .k = 4, .batch = 0}), 48.0);  // at least one product
+  EXPECT_EQ(gemm_flops({.m = 8192, .n = 28672, .k = 8192}), 2.0 * 8192 * 28672 * 8192);
+  EXPECT_EQ(gemm_output_dtype(DType::kFp8), DType::kBf16);
+  EXPECT_EQ(gemm_output_dtype(DType::kBf16), DType::kBf16);
+  EXPECT_EQ(gemm_output_dtype(DType::kFp32), DType::kFp32);
 }
 
 }  // namespace

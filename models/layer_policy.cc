@@ -1,0 +1,100 @@
+#include "models/layer_policy.h"
+
+#include <algorithm>
+#include <atomic>
+#include <set>
+#include <string>
+
+namespace offsim::models {
+
+namespace {
+std::atomic<std::int64_t> g_layer_policies{0};
+}  // namespace
+
+std::int64_t layer_policies_worked_out() {
+  return g_layer_policies.load(std::memory_order_relaxed);
+}
+
+LayerPolicy layer_policy(const Scenario& s, const LayerDims& d, int layer) {
+  g_layer_policies.fetch_add(1, std::memory_order_relaxed);
+  LayerPolicy lp;
+  std::set<std::string> named;
+  std::array<bool, kNumActs> host{};
+  bool any_host_rule = false;
+  for (const OffloadRule& r : s.offload.rules) {
+    if (!r.layers.contains(layer, s.model.layers, s.parallelism.pp, s.parallelism.virtual_stages)) {
+      continue;
+    }
+    const bool to_host = r.where == Placement::kHost;
+    switch (r.cls) {
+      case TensorClass::kActivations:
+        host.fill(to_host);
+        break;
+      case TensorClass::kNamedActivation:
+        named.insert(r.name);
+        for (int a = 0; a < kNumActs; ++a) {
+          if (r.name == maxtext_name(static_cast<Act>(a))) host[a] = to_host;
+        }
+        break;
+      case TensorClass::kParams:
+        lp.params_on_host = to_host;
+        lp.param_prefetch = std::max(1, r.prefetch_layers);
+        break;
+      case TensorClass::kGrads:
+        lp.grads_on_host = to_host;
+        break;
+      case TensorClass::kOptimizerStates:
+        lp.opt_on_host = to_host;
+        break;
+      case TensorClass::kMasterWeights:
+        lp.master_on_host = to_host;
+        lp.master_on_hbm = !to_host;
+        break;
+    }
+    if (to_host && (r.cls == TensorClass::kActivations || r.cls == TensorClass::kNamedActivation)) {
+      lp.prefetch = any_host_rule ? std::max(lp.prefetch, r.prefetch_layers) : r.prefetch_layers;
+      lp.chunk_bytes = r.chunk_bytes;
+      any_host_rule = true;
+    }
+  }
+  lp.acts = layer_activations(d, recompute_mode(s.recompute, layer), named);
+  for (int a = 0; a < kNumActs; ++a) lp.on_host[a] = lp.acts.saved[a] && host[a];
+  return lp;
+}
+GroupPlacement non_layer_placement(const Scenario& s) {
+  GroupPlacement p;
+  for (const OffloadRule& r : s.offload.rules) {
+    if (r.layers.kind != LayerSelection::Kind::kAll) continue;
+    const bool to_host = r.where == Placement::kHost;
+    switch (r.cls) {
+      case TensorClass::kParams:
+        p.params_on_host = to_host;
+        break;
+      case TensorClass::kGrads:
+        p.grads_on_host = to_host;
+        break;
+      case TensorClass::kOptimizerStates:
+        p.opt_on_host = to_host;
+        break;
+      case TensorClass::kMasterWeights:
+        p.master_on_host = to_host;
+        p.master_on_hbm = !to_host;
+        break;
+      default:
+        break;
+    }
+  }
+  return p;
+}
+
+LayerPolicies resolve_layer_policies(const Scenario& s) {
+  LayerPolicies out;
+  out.layers.reserve(static_cast<std::size_t>(std::max<std::int64_t>(0, s.model.layers)));
+  for (int l = 0; l < s.model.layers; ++l) {
+    out.layers.push_back(layer_policy(s, layer_dims(s.model, s.training, s.parallelism, l), l));
+  }
+  out.outside = non_layer_placement(s);
+  return out;
+}
+
+}  // namespace offsim::models
