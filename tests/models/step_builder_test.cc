@@ -586,6 +586,7 @@ ForwardSegment forward_segment(sim::DType dtype) {
   s.model.ffn_hidden = 512;
   s.training.seq_len = 512;
   s.training.compute_dtype = dtype;
+  s.hardware.gpus = 1;
   s.parallelism = {.dp = 1};
   auto step = build_step(s);
   EXPECT_TRUE(step.has_value()) << step.error().message;
@@ -610,8 +611,8 @@ TEST(HostIssue, Fp8LinearForwardCostsTransformerEnginesModuleTime) {
   ASSERT_GT(bf16.host_s, 0.0);
   ASSERT_GT(fp8.host_s, 0.0);
   EXPECT_EQ(bf16.casts, 0);
-  EXPECT_EQ(fp8.gemms, 4);  // qkv, out_proj, fc1, fc2
-  EXPECT_EQ(fp8.casts, 4);
+  EXPECT_GE(fp8.gemms, 4);          // qkv, out_proj, fc1, fc2
+  EXPECT_EQ(fp8.casts, fp8.gemms);  // each forward GEMM quantizes its input
   const double te_extra = 99.66 / 37.08 - 1.0;
   EXPECT_NEAR(fp8.host_s - bf16.host_s, 9.02e-6 * (fp8.casts + fp8.gemms * te_extra), 1e-9);
 }
