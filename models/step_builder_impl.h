@@ -326,6 +326,8 @@ class StepBuilder {
   // --- small rules used across the files
   // The dimensions of layer l (its MoE sizes when it has experts).
   const LayerDims& ld(int l) const { return ldims_[static_cast<std::size_t>(l)]; }
+  // The host ops of an overlapped tensor-parallel GEMM's chunk after the first (step_lowering.cc).
+  void chunk_host_ops(OpCategory cat);
   // What the next issued op stands for on the host thread, set by the lowering just before it
   // adds an op that stands for several framework ops: the MoE layer's router, permutation,
   // all-to-alls, grouped GEMMs and activation, counted in Megatron-Core's source

@@ -187,11 +187,20 @@ OpId StepBuilder::gathered_gemm_of(Rank& r, const std::string& gather, const std
       next = add(r, r.tp_lane, fmt::format("{}{}", gather, i + 1), OpKind::kP2P, OpCategory::kComm,
                  layer, cm_.p2p(r.rank, r.tp_group[1], chunk_bytes), sz, {ready});
     }
-    if (i > 0) next_compute_deps_.push_back(recv);
+    if (i > 0) {
+      next_compute_deps_.push_back(recv);
+      chunk_host_ops(cat);
+    }
     out = gemm(r, fmt::format("{}.c{}", name, i), cat, layer, ceil_div(g.m, d_.t), g.n, g.k);
     recv = next;
   }
   return out;
+}
+
+// The GEMM chunks after the first of an overlapped tensor-parallel GEMM: one module call
+// launches them all (its host time is charged to the first chunk), each chunk one op more.
+void StepBuilder::chunk_host_ops(OpCategory cat) {
+  next_host_ops(1.0, in_backward_task_ && cat != OpCategory::kRecompute);
 }
 
 // A row-parallel GEMM and the sequence-parallel reduce-scatter (or all-reduce) of its output.
@@ -208,6 +217,7 @@ OpId StepBuilder::scattered_gemm(Rank& r, const std::string& name, const std::st
   OpId out{};
   OpId rs{};
   for (int i = 0; i < d_.t; ++i) {
+    if (i > 0) chunk_host_ops(cat);
     out = gemm(r, fmt::format("{}.c{}", name, i), cat, layer, ceil_div(g.m, d_.t), g.n, g.k);
     rs = collective(r, r.tp_lane, fmt::format("{}{}", reduce, i), OpCategory::kComm, layer,
                     sim::CollectiveKind::kReduceScatter, r.tp_group, chunk_bytes, {out});

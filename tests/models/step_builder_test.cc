@@ -566,6 +566,59 @@ TEST(BuildStep, Megatron2021OptionsAddTheirOps) {
 namespace offsim::models {
 namespace {
 
+// The forward host segment of layer 1 in the second micro-batch: its marker's latency on the
+// host lane (the host time of the segment's ops), and the segment's forward ops, GEMMs among
+// them, and FP8 input casts.
+struct ForwardSegment {
+  double host_s = -1.0;
+  int ops = 0;
+  int gemms = 0;
+  int casts = 0;
+};
+
+ForwardSegment fp8_forward_segment() {
+  // A tiny dense model whose short kernels leave the GPU waiting for the host.
+  Scenario s = base("llama3-8b", "dgx-h100");
+  s.model.layers = 4;
+  s.model.hidden = 256;
+  s.model.heads = 4;
+  s.model.kv_heads = 4;
+  s.model.head_dim = 64;
+  s.model.ffn_hidden = 512;
+  s.training.seq_len = 512;
+  s.training.compute_dtype = sim::DType::kFp8;
+  s.hardware.gpus = 1;
+  s.parallelism = {.dp = 1};
+  auto step = build_step(s);
+  EXPECT_TRUE(step.has_value()) << step.error().message;
+  ForwardSegment seg;
+  if (!step) return seg;
+  for (const sim::Op& op : step->plan.ops) {
+    if (seg.host_s < 0.0 && op.name == "mb1.l1.host_issue") {
+      seg.host_s = sim::to_seconds(op.cost.latency);
+    }
+    if (!op.name.starts_with("mb1.l1.")) continue;
+    if (op.name.ends_with(".fwd")) ++seg.ops;
+    if (op.kind == sim::OpKind::kGemm && op.name.ends_with(".fwd")) ++seg.gemms;
+    if (op.name.ends_with(".fwd.fp8_cast")) ++seg.casts;
+  }
+  return seg;
+}
+
+// An FP8 linear's forward is issued by a Transformer Engine module, whose host time is 99.66 /
+// 37.08 eager ops (te.Linear against torch.nn.Linear on GB200, TransformerEngine issue 2053); its
+// input cast is one eager op more, as is every other forward op (9.02 us on an x86 host).
+TEST(HostIssue, Fp8LinearForwardCostsTransformerEnginesModuleTime) {
+  const ForwardSegment fp8 = fp8_forward_segment();
+  ASSERT_GT(fp8.host_s, 0.0);
+  EXPECT_EQ(fp8.ops, 10);   // ln1, qkv, rope, attn, out_proj, res1_ln2, mlpwi, act, mlpwo, res2
+  EXPECT_EQ(fp8.gemms, 4);  // qkv, out_proj, mlpwi, mlpwo
+  EXPECT_EQ(fp8.casts, 4);  // each forward GEMM quantizes its input
+  const double te = 99.66 / 37.08;
+  const double ops = (fp8.ops - fp8.gemms) + fp8.gemms * te + fp8.casts;
+  EXPECT_NEAR(fp8.host_s, 9.02e-6 * ops, 1e-9);
+}
+
 TEST(Evaluate, GpusSharingAPcieSwitchSlowEachOthersOffload) {
   // DGX A100 puts 2 GPUs behind each PCIe Gen4 switch: with all 8 GPUs offloading (one
   // representative of multiplicity 8) each gets less host bandwidth than a GPU offloading
