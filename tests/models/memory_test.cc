@@ -262,7 +262,8 @@ TEST(PipelineOutputs, KeptOutputsAddOneResidualPerMicroBatchInFlight) {
   const auto scenario = [](bool deallocate) {
     Scenario s = base("llama3-8b", "dgx-h100");
     s.model.layers = 8;
-    s.parallelism = {.pp = 4, .deallocate_pipeline_outputs = deallocate};
+    s.training.global_batch = 16;  // 8 micro-batches per data-parallel rank
+    s.parallelism = {.dp = 2, .pp = 4, .deallocate_pipeline_outputs = deallocate};
     s.recompute.mode = RecomputeConfig::Mode::kFull;
     return s;
   };
