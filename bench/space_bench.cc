@@ -10,8 +10,9 @@
 // getrusage(RUSAGE_THREAD). Each point is counted under the path it took: early (an exact early
 // answer, no plan built), steady (the steady-state fast path) or full (the whole step simulated).
 // --phases splits each full-path point into lowering, simulation and freeing.
-// --reasons prints each full-path point's Evaluation::full_path_reason and groups them (numbers
-// dropped). --only LABEL evaluates just the point of that label (e.g. tp8.pp8.dp1.mb1.none.none).
+// --reasons prints each point's path, each full-path point's Evaluation::full_path_reason, and
+// groups the reasons (numbers dropped). --only LABEL evaluates just the point of that label
+// (e.g. tp8.pp8.dp1.mb1.none.none).
 // For space B it also times the reference step (megatron_1t_reference(), best of 3).
 // --check evaluates every point a second time on the full path (no shortcut) and compares every
 // field the shortcut can know; any difference is printed and the exit code is 1.
@@ -157,6 +158,7 @@ int run(const Args& a) {
     ++ps.points;
     ps.cpu_s += dt;
     if (e->report.fits) ++fits;
+    if (a.reasons) fmt::print("point {}: {}\n", p.label, path_of(*e));
     if (a.reasons && path_of(*e) == "full") {
       fmt::print("why {}: {}\n", p.label, e->full_path_reason);
       PathStats& rs = reasons[reason_class(e->full_path_reason)];
@@ -257,5 +259,6 @@ int main(int argc, char** argv) {
     }
   }
   if (!have_space) return usage("expected space-a or space-b");
+  offsim::models::retain_freed_memory();  // as a sweep does (scenarios/cli/main.cc)
   return run(a);
 }

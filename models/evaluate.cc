@@ -4,6 +4,9 @@
 #include <cstdlib>
 #include <limits>
 #include <map>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 #include <fmt/format.h>
 
@@ -975,6 +978,14 @@ sim::Result<Evaluation> evaluate(const ResolvedScenario& resolved, const EvalOpt
   if (options.keep_timeline) e.timeline = std::move(result.timeline);
   if (options.keep_plan) e.plan = std::move(step.plan);
   return e;
+}
+
+void retain_freed_memory() {
+#if defined(__GLIBC__)
+  // Large blocks come from the heap, not from per-block mappings, and the heap is never trimmed.
+  mallopt(M_MMAP_MAX, 0);
+  mallopt(M_TRIM_THRESHOLD, std::numeric_limits<int>::max());
+#endif
 }
 
 }  // namespace offsim::models

@@ -1117,7 +1117,8 @@ PlanSize estimate(const Scenario& s, const LayerPolicies& policies,
   const ParallelConfig& p = s.parallelism;
   StepContext x;
   x.d = layer_dims(s);
-  x.m = static_cast<double>(std::max<std::int64_t>(1, grad_accum_steps(s.training, p)));
+  x.m = static_cast<double>(std::max<std::int64_t>(
+      1, options.micro_batches > 0 ? options.micro_batches : grad_accum_steps(s.training, p)));
   x.tp_colls = x.d.t > 1 ? (x.d.sp > 1 ? 4 : 2) : 0;
   x.recipe = recipe_inputs(s);
   x.dp_gather_ranks = x.recipe.sharded_fetch ? static_cast<double>(grad_dp(p)) : 0;

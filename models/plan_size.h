@@ -39,6 +39,9 @@ struct PlanSize {
 struct PlanSizeOptions {
   // The Timeline keeps per-change memory samples and memory events (--trace, --timeline-out).
   bool with_memory_samples = false;
+  // > 0: the size of the step with this many micro-batches (BuildOptions::micro_batches, the
+  // reduced steps of the steady-state paths) in place of the scenario's.
+  std::int64_t micro_batches = 0;
 };
 
 // Expects a scenario that passed check_scenario(); for others the figures are still finite.

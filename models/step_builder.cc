@@ -451,10 +451,11 @@ sim::Result<BuiltStep> build_step(const ResolvedScenario& resolved, const BuildO
   out.flags = scenario_flags(s);
   set_runtime(s, system, *profile, out);
 
-  if (options.micro_batches == 0 && !options.static_only) {
+  if (options.layers_per_chunk == 0 && !options.static_only) {
     // The closed-form size is within a few percent of the plan's (plan_size_test): 5% more room
-    // keeps the ops and tensors from being moved as the plan grows.
-    const PlanSize size = estimate_plan_size(resolved);
+    // keeps the ops and tensors from being moved as the plan grows. Reduced steps (fewer
+    // micro-batches) are sized for their own count.
+    const PlanSize size = estimate_plan_size(resolved, {.micro_batches = options.micro_batches});
     b.reserve(static_cast<std::size_t>(size.ops * 1.05) + 64,
               static_cast<std::size_t>(size.tensors * 1.05) + 64);
   }

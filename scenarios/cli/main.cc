@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "models/evaluate.h"
 #include "scenarios/cli/commands.h"
 #include "scenarios/cli/import_command.h"
 
@@ -67,6 +68,8 @@ int main(int argc, char** argv) {
   }
 
   if (run_cmd->parsed()) return cmd_run(run);
+  // Sweeps and searches evaluate many steps: each reuses the memory the last one freed.
+  if (sweep_cmd->parsed() || plan_cmd->parsed()) models::retain_freed_memory();
   if (sweep_cmd->parsed()) return cmd_sweep(sweep);
   if (plan_cmd->parsed()) return cmd_plan(plan);
   if (validate_cmd->parsed()) return cmd_validate(validate);

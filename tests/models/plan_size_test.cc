@@ -637,6 +637,40 @@ TEST(RecipeFlops, AreTheBuiltGemmsFlops) {
   }
 }
 
+// The steady-state paths build reduced steps (BuildOptions::micro_batches = k); build_step
+// reserves their room from the estimate for k micro-batches, which is within the same factor.
+TEST(PlanSize, WithinStatedFactorOfAReducedStep) {
+  int validation_cases = 0;
+  int compared = 0;
+  for (const Case& c : all_cases(&validation_cases)) {
+    const ParallelConfig& p = c.scenario.parallelism;
+    const std::int64_t m = grad_accum_steps(c.scenario.training, p);
+    if (estimate_plan_size(c.scenario).ops > 200000) continue;  // keeps the test short
+    // Counts a pipeline schedule can run (whole rounds of pp for the interleaved one).
+    const std::vector<int> counts =
+        p.pp == 1 ? std::vector<int>{2, 5} : std::vector<int>{static_cast<int>(7 * p.pp)};
+    for (int k : counts) {
+      if (m <= k) continue;
+      BuildOptions options;
+      options.micro_batches = k;
+      options.last_micro_batch_label = static_cast<int>(m - 1);
+      auto step = build_step(c.scenario, options);
+      ASSERT_TRUE(step) << c.name << ": " << step.error().message;
+      const PlanSize est = estimate_plan_size(c.scenario, {.micro_batches = k});
+      const double ops = static_cast<double>(step->plan.ops.size());
+      const double tensors = static_cast<double>(step->plan.tensors.size());
+      SCOPED_TRACE(fmt::format("{}, {} micro-batches: ops {} est {:.0f}, tensors {} est {:.0f}",
+                               c.name, k, ops, est.ops, tensors, est.tensors));
+      EXPECT_LE(ratio(est.ops, ops), kCountTolerance);
+      EXPECT_GE(ratio(est.ops, ops), 1.0 / kCountTolerance);
+      EXPECT_LE(ratio(est.tensors, tensors), kCountTolerance);
+      EXPECT_GE(ratio(est.tensors, tensors), 1.0 / kCountTolerance);
+      ++compared;
+    }
+  }
+  EXPECT_GE(compared, 20) << "too few scenarios with more micro-batches than a reduced step";
+}
+
 TEST(PlanSize, ScalesWithLayersAndMicroBatchesWithoutOverflow) {
   auto file = scenarios::load_scenario_file(
       (fs::path(OFFSIM_SOURCE_DIR) / "scenarios/examples/2b-1xa100-no-offload.yaml").string(),

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <tuple>
@@ -19,6 +20,10 @@
 #include "models/scenario.h"
 #include "scenarios/scenario_loader.h"
 #include "sim/engine/engine_probe.h"
+
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 namespace offsim::models {
 namespace {
@@ -552,6 +557,23 @@ TEST(LayerReducedStep, TimingStateRepeatsLayerByLayerExceptWhereLaterPassesWait)
     }
   }
   EXPECT_TRUE(update_waits_on_layer_14);
+}
+
+// A sweep's steps reuse the memory the last one freed: after retain_freed_memory() a block as
+// large as a step's op vector comes from the heap, not from a mapping of its own that free()
+// would give back to the kernel (so the next step would page-fault it in again).
+TEST(RetainFreedMemory, LargeBlocksComeFromTheHeap) {
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || __GLIBC_MINOR__ >= 33)
+  retain_freed_memory();
+  static void* volatile block = nullptr;
+  const std::size_t mapped_before = mallinfo2().hblkhd;
+  block = std::malloc(std::size_t{256} << 20);
+  ASSERT_NE(block, nullptr);
+  EXPECT_EQ(mallinfo2().hblkhd, mapped_before);
+  std::free(block);
+#else
+  GTEST_SKIP() << "glibc's malloc only";
+#endif
 }
 
 }  // namespace
