@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "sim/core/json_reader.h"
+#include "sim/plan/plan.h"
 
 namespace offsim::gui {
 namespace {
@@ -21,7 +22,13 @@ constexpr double kMaxMicros = 9.0e12;
 
 struct Process {
   std::string name;
-  std::map<std::int64_t, std::string> threads;  // tid -> thread_name
+  std::map<std::int64_t, std::string> threads;         // tid -> thread_name
+  std::map<std::int64_t, sim::LaneIdentity> identity;  // tid -> thread_name's rank, stage, role
+  struct PoolIdentity {
+    sim::PoolKind kind = sim::PoolKind::kOther;
+    int owner = -1;
+  };
+  std::map<std::string, PoolIdentity> pools;  // counter name -> offsim_pool's kind, owner
   struct Slice {
     std::int64_t tid;
     std::int64_t start_ns;
@@ -64,6 +71,14 @@ double number_of(const json& object, const char* key) {
 }
 
 std::int64_t ns_of(double us) { return std::llround(us * 1000.0); }
+
+// An optional small integer argument (rank, stage, owner): -1 when absent or out of range.
+int index_of(const json& object, const char* key) {
+  auto it = object.find(key);
+  if (it == object.end() || !it->is_number_integer()) return -1;
+  const std::int64_t v = it->get<std::int64_t>();
+  return v >= 0 && v <= (1 << 24) ? static_cast<int>(v) : -1;
+}
 
 }  // namespace
 
@@ -119,6 +134,22 @@ sim::Status read_counter(const json& e, const json& args, const std::string& whe
   return sim::ok();
 }
 
+// The lane identity offsim writes into a thread_name's args (rank, stage, role); a thread
+// without a known role has none.
+void read_lane_identity(std::int64_t tid, const json& args, Process& process) {
+  const auto role = sim::lane_role_from_string(text_of(args, "role"));
+  if (!role) return;
+  process.identity[tid] = {
+      .rank = index_of(args, "rank"), .stage = index_of(args, "stage"), .role = *role};
+}
+
+// The typed pool offsim writes for each counter (metadata event "offsim_pool").
+void read_pool_identity(const json& args, Process& process) {
+  const auto kind = sim::pool_kind_from_string(text_of(args, "kind"));
+  if (!kind) return;
+  process.pools[text_of(args, "name")] = {*kind, index_of(args, "owner")};
+}
+
 // One trace event into its process: names (ph M), slices (X) and counters (C); the rest
 // (flows, instants, ...) is not drawn.
 sim::Status read_event(const json& e, const std::string& where,
@@ -137,9 +168,11 @@ sim::Status read_event(const json& e, const std::string& where,
   if (ph == "C") return read_counter(e, args, where, process);
   const std::string name = text_of(e, "name");
   if (name == "process_name") process.name = text_of(args, "name");
+  if (name == "offsim_pool") read_pool_identity(args, process);
   if (name == "thread_name") {
     OFFSIM_ASSIGN_OR_RETURN(const std::int64_t tid, integer(e, "tid", where));
     process.threads[tid] = text_of(args, "name");
+    read_lane_identity(tid, args, process);
   }
   return sim::ok();
 }
@@ -153,6 +186,11 @@ sim::Timeline timeline_of(std::int64_t pid, Process& process) {
   for (const auto& [tid, name] : process.threads) {
     lane_of[tid] = t.lanes.size();
     t.lanes.push_back(name.empty() ? fmt::format("tid {}", tid) : name);
+    // Identity for every lane once any thread carries it (a thread without: rank -1, kOther).
+    if (!process.identity.empty()) {
+      auto id = process.identity.find(tid);
+      t.lane_identity.push_back(id != process.identity.end() ? id->second : sim::LaneIdentity{});
+    }
   }
   for (auto& slice : process.slices) {
     const sim::OpId op(t.ops.size());
@@ -168,6 +206,10 @@ sim::Timeline timeline_of(std::int64_t pid, Process& process) {
   for (auto& [name, samples] : process.counters) {
     sim::PoolTrace pool;
     pool.name = name;
+    if (auto id = process.pools.find(name); id != process.pools.end()) {
+      pool.kind = id->second.kind;
+      pool.owner = id->second.owner;
+    }
     std::stable_sort(
         samples.begin(), samples.end(),
         [](const sim::MemorySample& a, const sim::MemorySample& b) { return a.time < b.time; });

@@ -7,10 +7,13 @@
 //
 // One Timeline per process (`pid`, named by its `process_name` metadata: "predicted",
 // "measured"), in pid order; one lane per thread (`tid`, named by `thread_name`: "rank0.compute"),
-// in tid order; one op and span per `X` slice (`ts`/`dur` in µs, op kind, category, FLOPs and
-// bytes from its args); one pool per `C` counter name with its `bytes_in_use` samples. Other
-// events (flow arrows, instants) are skipped. A trace does not carry pool capacities, recorded
-// live sets, op layers or plan dependencies: those stay empty (trace_limits() says so).
+// in tid order, with the rank, stage and role offsim writes into thread_name's args as the lane
+// identity (a trace without them: no identity; names are never parsed); each counter's pool
+// kind and owner from offsim's "offsim_pool" metadata; one op and span per `X` slice (`ts`/`dur` in
+// µs, op kind, category, FLOPs and bytes from its args); one pool per `C` counter name with its
+// `bytes_in_use` samples. Other events (flow arrows, instants) are skipped. A trace does not carry
+// pool capacities, recorded live sets, op layers or plan dependencies: those stay empty
+// (trace_limits() says so).
 #pragma once
 
 #include <string>

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <array>
-#include <charconv>
 #include <cmath>
 #include <numeric>
 #include <tuple>
@@ -41,7 +40,7 @@ int kind_order(LaneKind kind) {
 }
 
 // 0: a rank's lanes; 1: CPU lanes; 2: anything else.
-int group_order(const LaneName& name) {
+int group_order(const LaneKey& name) {
   if (name.rank >= 0 && name.kind != LaneKind::kCpu) return 0;
   if (name.kind == LaneKind::kCpu) return 1;
   return 2;
@@ -86,41 +85,10 @@ const char* to_string(LaneKind kind) {
   return "?";
 }
 
-LaneName parse_lane_name(std::string_view name) {
-  LaneName out;
-  std::string_view rest = name;
-  if (rest.starts_with("rank")) {
-    const char* begin = rest.data() + 4;
-    const char* end = rest.data() + rest.size();
-    int rank = -1;
-    auto [ptr, ec] = std::from_chars(begin, end, rank);
-    if (ec == std::errc() && ptr != begin && ptr != end && *ptr == '.' && rank >= 0) {
-      out.rank = rank;
-      rest = std::string_view(ptr + 1, static_cast<std::size_t>(end - ptr - 1));
-    }
-  }
-  if (rest.starts_with("compute")) {
-    out.kind = LaneKind::kCompute;
-  } else if (rest.starts_with("h2d")) {
-    out.kind = LaneKind::kH2D;
-  } else if (rest.starts_with("d2h")) {
-    out.kind = LaneKind::kD2H;
-  } else if (rest.starts_with("comm")) {
-    out.kind = LaneKind::kComm;
-  } else if (rest.find("cpu") != std::string_view::npos || rest.starts_with("host")) {
-    out.kind = LaneKind::kCpu;
-  }
-  if (out.rank < 0 && out.kind == LaneKind::kOther &&
-      (name.find("cpu") != std::string_view::npos || name.starts_with("host"))) {
-    out.kind = LaneKind::kCpu;
-  }
-  return out;
-}
-
-LaneName lane_of(const sim::Timeline& timeline, std::size_t lane) {
-  if (lane >= timeline.lane_identity.size()) return parse_lane_name(timeline.lanes.at(lane));
+LaneKey lane_of(const sim::Timeline& timeline, std::size_t lane) {
+  if (lane >= timeline.lane_identity.size()) return {};
   const sim::LaneIdentity& id = timeline.lane_identity[lane];
-  LaneName out;
+  LaneKey out;
   out.rank = id.rank;
   switch (id.role) {
     case sim::LaneRole::kCompute:
@@ -156,7 +124,7 @@ int pool_rank_of(const sim::PoolTrace& pool) {
     case sim::PoolKind::kOther:
       break;
   }
-  return parse_lane_name(pool.name).rank;
+  return -1;
 }
 
 namespace {
@@ -190,7 +158,7 @@ void append_lane_rows(const sim::Timeline& t, std::size_t s, std::size_t sources
     row.label = sources > 1 ? fmt::format("{} ({})", t.lanes[l], t.source) : t.lanes[l];
     row.source = static_cast<int>(s);
     row.lane = sim::LaneId(l);
-    row.parsed = lane_of(t, l);
+    row.key = lane_of(t, l);
     rows.push_back(std::move(row));
   }
 }
@@ -220,8 +188,8 @@ void order_rows(std::vector<LaneRow>& rows) {
   std::iota(order.begin(), order.end(), 0);
   auto key = [&](std::size_t i) {
     const LaneRow& r = rows[i];
-    const int rank = group_order(r.parsed) == 0 ? r.parsed.rank : 0;
-    return std::make_tuple(group_order(r.parsed), rank, kind_order(r.parsed.kind),
+    const int rank = group_order(r.key) == 0 ? r.key.rank : 0;
+    return std::make_tuple(group_order(r.key), rank, kind_order(r.key.kind),
                            std::string_view(r.lane_name), r.source);
   };
   std::stable_sort(order.begin(), order.end(),
@@ -240,13 +208,13 @@ void mark_exposed(const sim::Timeline& t, int source, std::vector<LaneRow>& rows
   std::vector<LaneRow*> row_of_lane(t.lanes.size(), nullptr);
   for (LaneRow& row : rows) {
     if (row.source != source || row.lane.index() >= t.lanes.size()) continue;
-    lane_rank[row.lane.index()] = row.parsed.rank;
+    lane_rank[row.lane.index()] = row.key.rank;
     row_of_lane[row.lane.index()] = &row;
   }
   std::vector<sim::LaneId> lane_of_op(t.ops.size());
   for (const sim::Span& s : t.spans) lane_of_op[s.op.index()] = s.lane;
   for (std::size_t l = 0; l < row_of_lane.size(); ++l) {
-    if (row_of_lane[l] == nullptr || row_of_lane[l]->parsed.kind != LaneKind::kCompute) continue;
+    if (row_of_lane[l] == nullptr || row_of_lane[l]->key.kind != LaneKind::kCompute) continue;
     for (const sim::IdleInterval& w : sim::idle_intervals(t, sim::LaneId(l), lane_rank)) {
       if (w.cause != sim::IdleCause::kExposedOffload) continue;
       const sim::LaneId copy_lane = lane_of_op[w.blocker.index()];

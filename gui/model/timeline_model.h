@@ -26,16 +26,16 @@ namespace offsim::gui {
 enum class LaneKind { kCompute, kH2D, kD2H, kComm, kCpu, kOther };
 const char* to_string(LaneKind kind);
 
-// What a lane name says: "rank3.compute" is rank 3's compute lane; "host0.cpu" or "cpu" a CPU lane.
-struct LaneName {
-  int rank = -1;  // -1 when the name carries no "rank<N>." prefix
+// A lane's rank and kind for ordering and pairing rows.
+struct LaneKey {
+  int rank = -1;  // -1 when the lane belongs to no rank (or its timeline carries no identity)
   LaneKind kind = LaneKind::kOther;
 };
-LaneName parse_lane_name(std::string_view name);
-// A lane's rank and kind from the timeline's typed lane identity; only a timeline without one
-// (a file written before lanes carried identity) falls back to parse_lane_name().
-LaneName lane_of(const sim::Timeline& timeline, std::size_t lane);
-// The rank of a pool from its kind and owner (an HBM pool's owner), with the same fallback.
+// A lane's rank and kind from the timeline's typed lane identity; a timeline without one (a file
+// written before lanes carried identity, a foreign trace) gives rank -1 and kind kOther: the
+// lane's name is shown, never read.
+LaneKey lane_of(const sim::Timeline& timeline, std::size_t lane);
+// The rank of a pool from its kind and owner (an HBM pool's owner); -1 for any other pool.
 int pool_rank_of(const sim::PoolTrace& pool);
 
 // A half-open interval of simulated time in nanoseconds.
@@ -51,7 +51,7 @@ struct LaneRow {
   std::string label;      // lane name, with " (measured)" etc. when several timelines are loaded
   int source = 0;         // index into TimelineModel::timelines()
   sim::LaneId lane;
-  LaneName parsed;
+  LaneKey key;
   std::vector<std::uint32_t> spans;       // indices into timeline.spans, by start then op id
   std::vector<std::int64_t> start_ns;     // start of spans[i]
   std::vector<std::int64_t> max_end_ns;   // max end over spans[0..i], non-decreasing

@@ -6,8 +6,10 @@
 //   std::string trace = sim::chrome_trace_json({&predicted, &measured});
 //
 // Chrome trace: one process per timeline source, one `tid` per lane with `M` thread_name
-// metadata, `X` slices in µs with 3 decimals, `C` counters per pool (bytes in use), and an `s`/`f`
-// flow pair per cross-lane dependency (an arrow from the producer's end to the consumer's start).
+// metadata (args: the name and, when the timeline has lane identity, rank, stage and role),
+// `X` slices in µs with 3 decimals, `C` counters per pool (bytes in use) each with an `M`
+// "offsim_pool" event (args: name, kind, owner) that viewers skip, and an `s`/`f` flow pair per
+// cross-lane dependency (an arrow from the producer's end to the consumer's start).
 #pragma once
 
 #include <string>

@@ -3,6 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
+#include "gui/model/timeline_model.h"
 #include "sim/trace/timeline_json.h"
 #include "tests/gui/test_timelines.h"
 
@@ -16,12 +19,17 @@ sim::TimePoint at(std::int64_t ns) { return sim::kTimeZero + sim::Duration{ns}; 
 // Two lanes, a GEMM with FLOPs and a copy with bytes, times that are not whole microseconds,
 // and one HBM pool with three samples.
 sim::Timeline sample(const std::string& source) {
-  auto t = TimelineBuilder({"rank0.compute", "rank0.h2d", "rank0.comm"}, source)
+  auto t = TimelineBuilder({{"rank0.compute", 0, sim::LaneRole::kCompute},
+                            {"rank0.h2d", 0, sim::LaneRole::kH2D},
+                            {"rank0.comm", 0, sim::LaneRole::kComm}},
+                           source)
                .span("fwd.l0.qkv", 0, sim::OpKind::kGemm, 1'500, 2'000'250, 1.25e12)
                .span("load.l1", 1, sim::OpKind::kCopy, 0, 3'000'001, 0.0, 1'048'576)
                .build();
   sim::PoolTrace pool;
   pool.name = "rank0.hbm";
+  pool.kind = sim::PoolKind::kHbm;
+  pool.owner = 0;
   pool.capacity_bytes = 80;
   pool.samples = {{at(0), 10}, {at(1'500), 60}, {at(3'000'001), 20}};
   pool.peak_bytes = 60;
@@ -41,6 +49,7 @@ TEST(ChromeTrace, RoundTripsLanesSpansAndMemory) {
   const sim::Timeline& t = back->front();
   EXPECT_EQ(t.source, "predicted");
   EXPECT_EQ(t.lanes, original.lanes);  // the empty comm lane too
+  EXPECT_EQ(t.lane_identity, original.lane_identity);
   EXPECT_EQ(t.makespan, original.makespan);
   ASSERT_EQ(t.spans.size(), 2u);
   // Spans by end time: the GEMM ends first.
@@ -59,10 +68,55 @@ TEST(ChromeTrace, RoundTripsLanesSpansAndMemory) {
   EXPECT_EQ(t.ops[copy.op.index()].bytes, 1'048'576);
   ASSERT_EQ(t.pools.size(), 1u);
   EXPECT_EQ(t.pools[0].name, "rank0.hbm");
+  EXPECT_EQ(t.pools[0].kind, sim::PoolKind::kHbm);
+  EXPECT_EQ(t.pools[0].owner, 0);
   EXPECT_EQ(t.pools[0].samples, original.pools[0].samples);
   EXPECT_EQ(t.pools[0].peak_bytes, 60);
   EXPECT_EQ(t.pools[0].peak_time, at(1'500));
   EXPECT_EQ(t.pools[0].capacity_bytes, 0);  // not in a trace
+}
+
+// Identity travels in the trace's metadata, not in the names: lanes and pools renamed to
+// something no name parser could read keep their ranks, roles and pool owners.
+TEST(ChromeTrace, IdentitySurvivesRenamedLanesAndPools) {
+  const sim::Timeline original = sample("predicted");
+  nlohmann::json doc = nlohmann::json::parse(sim::chrome_trace_json({&original}));
+  int renamed = 0;
+  for (nlohmann::json& e : doc["traceEvents"]) {
+    const std::string name = e.value("name", "");
+    if (name == "thread_name") e["args"]["name"] = "stream #" + std::to_string(++renamed);
+    if (name == "offsim_pool" || e.value("ph", "") == "C") {
+      if (name == "offsim_pool") e["args"]["name"] = "device memory";
+      if (e.value("ph", "") == "C") e["name"] = "device memory";
+    }
+  }
+  ASSERT_EQ(renamed, 3);
+  auto back = timelines_from_chrome_trace(doc.dump(), "renamed.json");
+  ASSERT_TRUE(back) << back.error().message;
+  const sim::Timeline& t = back->front();
+  EXPECT_EQ(t.lanes, (std::vector<std::string>{"stream #1", "stream #2", "stream #3"}));
+  EXPECT_EQ(t.lane_identity, original.lane_identity);
+  EXPECT_EQ(lane_of(t, 1).rank, 0);
+  EXPECT_EQ(lane_of(t, 1).kind, LaneKind::kH2D);
+  ASSERT_EQ(t.pools.size(), 1u);
+  EXPECT_EQ(t.pools[0].name, "device memory");
+  EXPECT_EQ(t.pools[0].kind, sim::PoolKind::kHbm);
+  EXPECT_EQ(pool_rank_of(t.pools[0]), 0);
+}
+
+// A trace from another writer has no identity: rank -1 and kind kOther, whatever the names say.
+TEST(ChromeTrace, ForeignTraceHasNoIdentity) {
+  const std::string text =
+      R"({"traceEvents":[{"ph":"M","pid":1,"tid":1,"name":"thread_name","args":{"name":"rank3.compute"}},)"
+      R"({"ph":"X","pid":1,"tid":1,"name":"k","ts":0,"dur":1},)"
+      R"({"ph":"C","pid":1,"tid":0,"name":"rank3.hbm","ts":0,"args":{"bytes_in_use":5}}]})";
+  auto back = timelines_from_chrome_trace(text, "foreign.json");
+  ASSERT_TRUE(back) << back.error().message;
+  const sim::Timeline& t = back->front();
+  EXPECT_TRUE(t.lane_identity.empty());
+  EXPECT_EQ(lane_of(t, 0).rank, -1);
+  EXPECT_EQ(lane_of(t, 0).kind, LaneKind::kOther);
+  EXPECT_EQ(pool_rank_of(t.pools[0]), -1);
 }
 
 TEST(ChromeTrace, OneTimelinePerProcessAndOtherEventsSkipped) {

@@ -25,7 +25,9 @@ class DataSetTest : public ::testing::Test {
     return path;
   }
   std::string write_timeline(const std::string& name, const std::string& source) {
-    auto t = TimelineBuilder({"rank0.compute", "rank0.h2d"}, source)
+    auto t = TimelineBuilder({{"rank0.compute", 0, sim::LaneRole::kCompute},
+                              {"rank0.h2d", 0, sim::LaneRole::kH2D}},
+                             source)
                  .span("a", 0, sim::OpKind::kGemm, 0, 10)
                  .span("b", 1, sim::OpKind::kCopy, 0, 20)
                  .build();
@@ -67,7 +69,8 @@ TEST_F(DataSetTest, LoadsPredictedMeasuredAndSweepTogether) {
 }
 
 TEST_F(DataSetTest, OpensTheChromeTraceOfRunTrace) {
-  auto t = TimelineBuilder({"rank0.compute", "rank0.h2d"})
+  auto t = TimelineBuilder({{"rank0.compute", 0, sim::LaneRole::kCompute},
+                            {"rank0.h2d", 0, sim::LaneRole::kH2D}})
                .span("a", 0, sim::OpKind::kGemm, 0, 10'000)
                .span("b", 1, sim::OpKind::kCopy, 0, 20'000)
                .build();

@@ -14,12 +14,15 @@ sim::TimePoint at(std::int64_t ns) { return sim::kTimeZero + sim::Duration{ns}; 
 // rank0.hbm: 100 B at t=0 (no op starts then: the initial tensors); fwd starts at 10 and takes
 // 150 B (two samples at 10, the last wins: 250); at 20, 200 B are given back (50 left).
 sim::Timeline pool_timeline() {
-  auto t = TimelineBuilder({"rank0.compute", "rank1.compute"})
+  auto t = TimelineBuilder({{"rank0.compute", 0, sim::LaneRole::kCompute},
+                            {"rank1.compute", 1, sim::LaneRole::kCompute}})
                .span("fwd", 0, sim::OpKind::kGemm, 10, 20)
                .span("other_rank", 1, sim::OpKind::kGemm, 10, 20)
                .build();
   sim::PoolTrace pool;
   pool.name = "rank0.hbm";
+  pool.kind = sim::PoolKind::kHbm;
+  pool.owner = 0;
   pool.capacity_bytes = 1000;
   pool.samples = {{at(0), 100}, {at(10), 300}, {at(10), 250}, {at(20), 50}};
   pool.peak_bytes = 250;
@@ -45,8 +48,9 @@ TEST(MemoryModel, StepCurveCollapsesSamplesAtOneTime) {
 }
 
 TEST(MemoryModel, StepCurveHoldsItsLastValueToTheStepsEnd) {
-  sim::Timeline t =
-      TimelineBuilder({"rank0.compute"}).span("fwd", 0, sim::OpKind::kGemm, 10, 20).build();
+  sim::Timeline t = TimelineBuilder({{"rank0.compute", 0, sim::LaneRole::kCompute}})
+                        .span("fwd", 0, sim::OpKind::kGemm, 10, 20)
+                        .build();
   t.pools = pool_timeline().pools;
   t.makespan = at(35);  // the step ends 15 ns after the last memory change
   const MemoryModel model = MemoryModel::build(t, 0);

@@ -15,38 +15,43 @@ std::vector<std::string> labels(const TimelineModel& model) {
   return out;
 }
 
-TEST(ParseLaneName, RankKindAndCpu) {
-  EXPECT_EQ(parse_lane_name("rank3.compute").rank, 3);
-  EXPECT_EQ(parse_lane_name("rank3.compute").kind, LaneKind::kCompute);
-  EXPECT_EQ(parse_lane_name("rank12.h2d").kind, LaneKind::kH2D);
-  EXPECT_EQ(parse_lane_name("rank0.d2h").kind, LaneKind::kD2H);
-  EXPECT_EQ(parse_lane_name("rank0.comm.tp").kind, LaneKind::kComm);
-  EXPECT_EQ(parse_lane_name("host0.cpu").kind, LaneKind::kCpu);
-  EXPECT_EQ(parse_lane_name("host0.cpu").rank, -1);
-  EXPECT_EQ(parse_lane_name("cpu").kind, LaneKind::kCpu);
-  EXPECT_EQ(parse_lane_name("rankx.compute").rank, -1);
-  EXPECT_EQ(parse_lane_name("rank3").rank, -1);
-  EXPECT_EQ(parse_lane_name("misc").kind, LaneKind::kOther);
+// A timeline without identity: every lane has rank -1 and kind kOther, whatever its name says.
+TEST(LaneOf, NoIdentityMeansNoRankAndNoKind) {
+  const sim::Timeline t = TimelineBuilder({"rank3.compute", "host0.cpu", "misc"}).build();
+  ASSERT_TRUE(t.lane_identity.empty());
+  for (std::size_t l = 0; l < t.lanes.size(); ++l) {
+    EXPECT_EQ(lane_of(t, l).rank, -1) << t.lanes[l];
+    EXPECT_EQ(lane_of(t, l).kind, LaneKind::kOther) << t.lanes[l];
+  }
+  sim::PoolTrace pool{.name = "rank2.hbm"};  // kind kOther: no owner to read
+  EXPECT_EQ(pool_rank_of(pool), -1);
 }
 
 // A timeline with lane identity (every plan-made one): rank and kind come from it, not the name.
 TEST(LaneOf, TypedIdentityWinsOverTheName) {
-  sim::Timeline t = TimelineBuilder({"gpu-a/stream-7", "rank5.compute"}).build();
+  sim::Timeline t =
+      TimelineBuilder({"gpu-a/stream-7", {"rank5.compute", 5, sim::LaneRole::kCompute}}).build();
   t.lane_identity = {{.rank = 3, .stage = 1, .role = sim::LaneRole::kH2D},
                      {.rank = 2, .stage = 0, .role = sim::LaneRole::kRecv}};
   EXPECT_EQ(lane_of(t, 0).rank, 3);
   EXPECT_EQ(lane_of(t, 0).kind, LaneKind::kH2D);
   EXPECT_EQ(lane_of(t, 1).rank, 2);
   EXPECT_EQ(lane_of(t, 1).kind, LaneKind::kComm);
-  t.lane_identity.clear();  // an old file: the name is all there is
-  EXPECT_EQ(lane_of(t, 1).rank, 5);
+  t.lane_identity.clear();  // an old file: the name is shown, not read
+  EXPECT_EQ(lane_of(t, 1).rank, -1);
+  EXPECT_EQ(lane_of(t, 1).kind, LaneKind::kOther);
   sim::PoolTrace pool{.name = "node0.pinned", .kind = sim::PoolKind::kHbm, .owner = 4};
   EXPECT_EQ(pool_rank_of(pool), 4);
 }
 
 TEST(TimelineModel, OrdersRowsByRankThenKindThenCpu) {
-  auto t = TimelineBuilder({"rank1.compute", "host0.cpu", "rank0.d2h", "rank0.compute", "rank0.h2d",
-                            "rank0.comm", "misc"})
+  auto t = TimelineBuilder({{"rank1.compute", 1, sim::LaneRole::kCompute},
+                            {"host0.cpu", -1, sim::LaneRole::kCpu},
+                            {"rank0.d2h", 0, sim::LaneRole::kD2H},
+                            {"rank0.compute", 0, sim::LaneRole::kCompute},
+                            {"rank0.h2d", 0, sim::LaneRole::kH2D},
+                            {"rank0.comm", 0, sim::LaneRole::kComm},
+                            "misc"})
                .build();
   auto model = TimelineModel::build({t});
   ASSERT_TRUE(model) << model.error().message;
@@ -56,11 +61,15 @@ TEST(TimelineModel, OrdersRowsByRankThenKindThenCpu) {
 }
 
 TEST(TimelineModel, PairsPredictedAboveMeasuredByLaneName) {
-  auto predicted = TimelineBuilder({"rank0.h2d", "rank0.compute"}, "predicted")
+  auto predicted = TimelineBuilder({{"rank0.h2d", 0, sim::LaneRole::kH2D},
+                                    {"rank0.compute", 0, sim::LaneRole::kCompute}},
+                                   "predicted")
                        .span("a", 1, sim::OpKind::kGemm, 0, 10)
                        .build();
   // The measured timeline lists its lanes in another order; pairing is by name.
-  auto measured = TimelineBuilder({"rank0.compute", "rank0.h2d"}, "measured")
+  auto measured = TimelineBuilder({{"rank0.compute", 0, sim::LaneRole::kCompute},
+                                   {"rank0.h2d", 0, sim::LaneRole::kH2D}},
+                                  "measured")
                       .span("a", 0, sim::OpKind::kGemm, 0, 12)
                       .build();
   auto model = TimelineModel::build({predicted, measured});
@@ -75,7 +84,9 @@ TEST(TimelineModel, PairsPredictedAboveMeasuredByLaneName) {
 }
 
 TEST(TimelineModel, RejectsSpanOnUnknownLane) {
-  auto t = TimelineBuilder({"rank0.compute"}).span("a", 3, sim::OpKind::kGemm, 0, 10).build();
+  auto t = TimelineBuilder({{"rank0.compute", 0, sim::LaneRole::kCompute}})
+               .span("a", 3, sim::OpKind::kGemm, 0, 10)
+               .build();
   auto model = TimelineModel::build({t});
   ASSERT_FALSE(model);
   EXPECT_NE(model.error().message.find("lane 3"), std::string::npos);
@@ -189,7 +200,7 @@ TEST(VisibleSpans, ManySpansGiveAtMostAboutOneRectanglePerPixel) {
 }
 
 TEST(SpanAt, FindsSpanUnderTimeOrNearestWithinTolerance) {
-  auto t = TimelineBuilder({"rank0.compute"})
+  auto t = TimelineBuilder({{"rank0.compute", 0, sim::LaneRole::kCompute}})
                .span("a", 0, sim::OpKind::kGemm, 0, 10)
                .span("b", 0, sim::OpKind::kGemm, 20, 30)
                .build();
@@ -207,7 +218,10 @@ TEST(TimelineModel, MarksTheTimeComputeWaitedOnACopy) {
   // The report's definition (sim::idle_intervals): compute idle while it waits on a copy. c1
   // waits on load: [10,30) on the h2d row; c2 waits on save: [40,50) on the d2h row. The
   // prefetch [60,80) runs while compute waits on the all-reduce: exposed comm, not a copy's.
-  auto t = TimelineBuilder({"rank0.compute", "rank0.h2d", "rank0.d2h", "rank0.comm"})
+  auto t = TimelineBuilder({{"rank0.compute", 0, sim::LaneRole::kCompute},
+                            {"rank0.h2d", 0, sim::LaneRole::kH2D},
+                            {"rank0.d2h", 0, sim::LaneRole::kD2H},
+                            {"rank0.comm", 0, sim::LaneRole::kComm}})
                .span("c0", 0, sim::OpKind::kGemm, 0, 10)
                .span("load", 1, sim::OpKind::kCopy, 0, 30)
                .span("c1", 0, sim::OpKind::kGemm, 30, 40)
@@ -230,7 +244,10 @@ TEST(TimelineModel, MarksTheTimeComputeWaitedOnACopy) {
 }
 
 TEST(TimelineModel, MarksExposedCopiesPerRank) {
-  auto t = TimelineBuilder({"rank0.compute", "rank0.h2d", "rank1.compute", "rank1.h2d"})
+  auto t = TimelineBuilder({{"rank0.compute", 0, sim::LaneRole::kCompute},
+                            {"rank0.h2d", 0, sim::LaneRole::kH2D},
+                            {"rank1.compute", 1, sim::LaneRole::kCompute},
+                            {"rank1.h2d", 1, sim::LaneRole::kH2D}})
                .span("fwd0", 0, sim::OpKind::kGemm, 0, 100)
                .span("load0", 1, sim::OpKind::kCopy, 50, 150)  // exposed [100,150)
                .span("fwd1", 2, sim::OpKind::kGemm, 0, 200)
@@ -247,7 +264,8 @@ TEST(TimelineModel, MarksExposedCopiesPerRank) {
 TEST(CriticalPath, FollowsTheLatestEndingPredecessor) {
   // c0 [0,10) and c1 [30,40) on compute; h0 [0,30) on h2d. c1 started when h0 ended, so the
   // path back from c1 (the last end) goes through h0 (ends 30) rather than c0 (ends 10).
-  auto t = TimelineBuilder({"rank0.compute", "rank0.h2d"})
+  auto t = TimelineBuilder({{"rank0.compute", 0, sim::LaneRole::kCompute},
+                            {"rank0.h2d", 0, sim::LaneRole::kH2D}})
                .span("c0", 0, sim::OpKind::kGemm, 0, 10)
                .span("h0", 1, sim::OpKind::kCopy, 0, 30)
                .span("c1", 0, sim::OpKind::kGemm, 30, 40)
@@ -264,7 +282,8 @@ TEST(CriticalPath, FollowsTheLatestEndingPredecessor) {
 }
 
 TEST(CriticalPath, ZeroLengthSpansTerminate) {
-  auto t = TimelineBuilder({"rank0.compute", "rank0.h2d"})
+  auto t = TimelineBuilder({{"rank0.compute", 0, sim::LaneRole::kCompute},
+                            {"rank0.h2d", 0, sim::LaneRole::kH2D}})
                .span("m0", 0, sim::OpKind::kMarker, 5, 5)
                .span("m1", 1, sim::OpKind::kMarker, 5, 5)
                .span("m2", 0, sim::OpKind::kMarker, 5, 5)
@@ -274,7 +293,7 @@ TEST(CriticalPath, ZeroLengthSpansTerminate) {
 
 TEST(SpanTooltip, GemmShowsFlopsDurationAndRate) {
   // 1e12 FLOP in 2 ms = 5e14 FLOP/s = 500 TFLOP/s.
-  auto t = TimelineBuilder({"rank0.compute"})
+  auto t = TimelineBuilder({{"rank0.compute", 0, sim::LaneRole::kCompute}})
                .span("fwd.l0.qkv", 0, sim::OpKind::kGemm, 0, 2'000'000, 1e12)
                .build();
   const std::string tip = span_tooltip(t, 0);
@@ -287,7 +306,7 @@ TEST(SpanTooltip, GemmShowsFlopsDurationAndRate) {
 
 TEST(SpanTooltip, CopyShowsBytesAndBandwidth) {
   // 2.5 GiB in 100 ms = 25 GiB/s: binary units, as the CLI prints them.
-  auto t = TimelineBuilder({"rank0.h2d"})
+  auto t = TimelineBuilder({{"rank0.h2d", 0, sim::LaneRole::kH2D}})
                .span("load", 0, sim::OpKind::kCopy, 0, 100'000'000, 0.0, 2'684'354'560)
                .build();
   const std::string tip = span_tooltip(t, 0);
