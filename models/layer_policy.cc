@@ -9,6 +9,29 @@ namespace offsim::models {
 
 namespace {
 std::atomic<std::int64_t> g_layer_policies{0};
+
+// A weight, gradient, optimizer-state or master-weight rule's placement, for a layer's policy and
+// for the groups outside the layers alike (both carry the same four flags).
+template <typename Placed>
+void place_group(Placed& p, TensorClass cls, bool to_host) {
+  switch (cls) {
+    case TensorClass::kParams:
+      p.params_on_host = to_host;
+      break;
+    case TensorClass::kGrads:
+      p.grads_on_host = to_host;
+      break;
+    case TensorClass::kOptimizerStates:
+      p.opt_on_host = to_host;
+      break;
+    case TensorClass::kMasterWeights:
+      p.master_on_host = to_host;
+      p.master_on_hbm = !to_host;
+      break;
+    default:
+      break;
+  }
+}
 }  // namespace
 
 std::int64_t layer_policies_worked_out() {
@@ -37,18 +60,11 @@ LayerPolicy layer_policy(const Scenario& s, const LayerDims& d, int layer) {
         }
         break;
       case TensorClass::kParams:
-        lp.params_on_host = to_host;
         lp.param_prefetch = std::max(1, r.prefetch_layers);
+        place_group(lp, r.cls, to_host);
         break;
-      case TensorClass::kGrads:
-        lp.grads_on_host = to_host;
-        break;
-      case TensorClass::kOptimizerStates:
-        lp.opt_on_host = to_host;
-        break;
-      case TensorClass::kMasterWeights:
-        lp.master_on_host = to_host;
-        lp.master_on_hbm = !to_host;
+      default:
+        place_group(lp, r.cls, to_host);
         break;
     }
     if (to_host && (r.cls == TensorClass::kActivations || r.cls == TensorClass::kNamedActivation)) {
@@ -65,24 +81,7 @@ GroupPlacement non_layer_placement(const Scenario& s) {
   GroupPlacement p;
   for (const OffloadRule& r : s.offload.rules) {
     if (r.layers.kind != LayerSelection::Kind::kAll) continue;
-    const bool to_host = r.where == Placement::kHost;
-    switch (r.cls) {
-      case TensorClass::kParams:
-        p.params_on_host = to_host;
-        break;
-      case TensorClass::kGrads:
-        p.grads_on_host = to_host;
-        break;
-      case TensorClass::kOptimizerStates:
-        p.opt_on_host = to_host;
-        break;
-      case TensorClass::kMasterWeights:
-        p.master_on_host = to_host;
-        p.master_on_hbm = !to_host;
-        break;
-      default:
-        break;
-    }
+    place_group(p, r.cls, r.where == Placement::kHost);
   }
   return p;
 }
