@@ -61,7 +61,16 @@ double cpu_step_flops_per_param(bool widen_on_host) {
 // tensor. SuperOffload (superoffload_stage3.py partition_grads, ZeRO-3's _constant_buffered_norm2):
 // grad_buffer.copy_(grad_partition) read g write g, .double().norm(2) ** 2 read g write 8 read
 // 8, .to(fp32) read g write 4, then the copy_ (6 ops): 28 bytes, and one stream synchronize per
-// completed sub-group.
+// completed sub-group. Before partition_grads, ZeRO-3's reduction path (stage3.py, with
+// overlap_comm off also on the compute stream) moves each gradient three more times:
+// __add_grad_to_ipg_bucket copies it into the contiguous bucket (read g write g, one copy_ per
+// tensor), and __avg_scatter_grads' reduce_scatter_coalesced (runtime/comm/
+// coalesced_collectives.py) flattens the bucket's tensors with torch.cat (read g write g) and
+// pre-divides the flat buffer in place by the world size (div_, read g write g), one op each
+// per bucket: 6g bytes more, 40 in all for bf16, and one eager op more per tensor (the
+// per-bucket ops' host issue, two per 4e8-element bucket, is not counted). The reduce-scatter
+// itself is NCCL's on one rank (no copy charged); a tensor larger than reduce_bucket_size (a large
+// embedding or head) skips the bucket copy and the concatenation, which is not distinguished here.
 // FLOPs per element: the norm's multiply-add and the two comparisons (or the sum of squares).
 constexpr double kGradCheckFlopsPerParam = 4.0;
 struct GradChecks {
@@ -75,8 +84,9 @@ GradChecks zero_offload_grad_checks(std::int64_t g) {
           .syncs_per_tensor = 1.0};
 }
 GradChecks superoffload_grad_checks(std::int64_t g) {
-  return {.bytes_per_param = 2 * g + (g + 16) + (g + 4),
-          .eager_ops_per_tensor = 6.0,
+  const std::int64_t zero3_reduce_path = 2 * g + 2 * g + 2 * g;  // bucket copy_, cat, div_
+  return {.bytes_per_param = zero3_reduce_path + 2 * g + (g + 16) + (g + 4),
+          .eager_ops_per_tensor = 7.0,
           .syncs_per_tensor = 0.0};
 }
 
