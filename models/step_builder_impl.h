@@ -321,6 +321,7 @@ class StepBuilder {
   bool deepspeed_grad_checks(const ParamGroup& g) const;
   void deepspeed_grad_path(Rank& r, const ParamGroup& g, OpId reduced, OpId grads_d2h);
   OpId deepspeed_grad_check_op(Rank& r, const ParamGroup& g, std::vector<OpId> deps);
+  OpId superoffload_gpu_grad_path(Rank& r, const ParamGroup& g, OpId reduced);
   void deferred_grad_checks(Rank& r);
 
   // --- small rules used across the files
@@ -383,6 +384,10 @@ class StepBuilder {
   // host (superoffload_placement moved the others' state to the GPU).
   bool superoffload(const ParamGroup& g) const {
     return s_.offload.superoffload.enabled && s_.offload.optimizer_on_cpu && g.opt_on_host;
+  }
+  // A SuperOffload sub-group kept on the GPU (its Adam on the GPU).
+  bool superoffload_on_gpu(const ParamGroup& g) const {
+    return s_.offload.superoffload.enabled && s_.offload.optimizer_on_cpu && !g.opt_on_host;
   }
 
   const Scenario& s_;

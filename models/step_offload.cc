@@ -533,13 +533,13 @@ bool StepBuilder::deepspeed_grad_checks(const ParamGroup& g) const {
 // and the copy on the compute stream.
 OpId StepBuilder::deepspeed_grad_check_op(Rank& r, const ParamGroup& g, std::vector<OpId> deps) {
   const std::int64_t gb = sim::dtype_bytes(dt_.grads);
-  const GradChecks c =
-      superoffload(g) ? superoffload_grad_checks(gb) : zero_offload_grad_checks(gb);
+  const bool zero3_path = superoffload(g) || superoffload_on_gpu(g);
+  const GradChecks c = zero3_path ? superoffload_grad_checks(gb) : zero_offload_grad_checks(gb);
   const std::int64_t shard = optimizer_shard(g);
   double tensors = param_tensors(g) * static_cast<double>(shard) /
                    static_cast<double>(std::max<std::int64_t>(1, g.params));
   double syncs = c.syncs_per_tensor * tensors;
-  if (superoffload(g)) {
+  if (zero3_path) {
     syncs = static_cast<double>(shard) /
             static_cast<double>(std::max<std::int64_t>(1, s_.offload.superoffload.sub_group_size));
   }
@@ -579,6 +579,14 @@ void StepBuilder::deepspeed_grad_path(Rank& r, const ParamGroup& g, OpId reduced
   // With overlap_comm (overlap_grad_reduce) the copies run on DeepSpeed's reduction stream
   // instead, beside the backward.
   if (!s_.parallelism.overlap_grad_reduce) next_compute_deps_.push_back(grads_d2h);
+}
+
+// SuperOffload's sub-groups kept on the GPU take the same path on the compute stream after their
+// reduction (`reduced`): ZeRO-3's reduction path and partition_grads, whose fp32 copy_ stays in
+// HBM (superoffload_grad_checks' bytes and ops), and the stream synchronize when a sub-group
+// completes. Returns the op the group's GPU step waits for.
+OpId StepBuilder::superoffload_gpu_grad_path(Rank& r, const ParamGroup& g, OpId reduced) {
+  return deepspeed_grad_check_op(r, g, {reduced});
 }
 
 // The deferred checks, once the backward is emitted, one group after the other on the compute

@@ -280,6 +280,7 @@ void StepBuilder::grads_done(Rank& r, int key, int mb, OpId last) {
                  last_mb ? grads_d2h_bytes(*gp) : gp->mem.grads_bytes, {after});
     if (last_mb) deepspeed_grad_path(r, *gp, reduced, after);
   }
+  if (last_mb && superoffload_on_gpu(*gp)) after = superoffload_gpu_grad_path(r, *gp, after);
   if (last_mb) r.reduce_op[key] = after;
 }
 

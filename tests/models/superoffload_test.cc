@@ -133,16 +133,18 @@ TEST(SuperOffload, ChecksEachGradientOnTheComputeStreamBeforeItsCopy) {
   // ZeRO-3's reduction path per host tensor: the copy into the contiguous bucket, the
   // concatenation and the in-place pre-divide (3 x (2 + 2)); then partition_grads: the copy into
   // the gradient buffer (2 + 2), the fp64 norm (2 + 8 + 8) and the fp32 cast (2 + 4): 40 bytes per
-  // parameter of the host groups. Without overlap_comm the copy runs on the compute stream: the
-  // next backward kernel waits for it.
+  // parameter, also of the sub-groups kept on the GPU (their fp32 copy stays in HBM: no D2H).
+  // Without overlap_comm the copy runs on the compute stream: the next backward kernel waits for
+  // it.
   const Scenario s = llama8b_gh200(true);
   auto step = build_step(s);
   ASSERT_TRUE(step) << step.error().message;
   const ModelArch& m = s.model;
-  const std::int64_t host =
-      parameter_count(m) - (m.vocab_size * m.hidden + 5 * layer_parameter_count_per_rank(m, 1, 0));
-  EXPECT_NEAR(bytes_of(step->plan, ".grad_checks"), 40 * host, 64);
-  EXPECT_EQ(bytes_of(step->plan, "l4.grad_checks"), 0);  // kept on the GPU
+  EXPECT_NEAR(bytes_of(step->plan, ".grad_checks"), 40 * parameter_count(m), 64);
+  const sim::Op* embed = op_named(step->plan, "embed.grad_checks");  // kept on the GPU
+  ASSERT_TRUE(embed != nullptr);
+  EXPECT_EQ(embed->sizes.bytes, 40 * m.vocab_size * m.hidden);
+  EXPECT_EQ(bytes_of(step->plan, ".embed.grads_d2h"), 0);
   const sim::Op* checks = op_named(step->plan, "l10.grad_checks");
   const sim::Op* copy = op_named(step->plan, "mb0.l10.grads_d2h");
   ASSERT_TRUE(checks != nullptr && copy != nullptr);
