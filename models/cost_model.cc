@@ -397,16 +397,10 @@ OpCost CostModel::gemm(int rank, const sim::GemmShape& shape) const {
 
 OpCost CostModel::gemm_uncached(int rank, const sim::GemmShape& shape) const {
   const RankResources& rr = at(rank);
-  const double batch = static_cast<double>(std::max<std::int64_t>(shape.batch, 1));
-  const double m = static_cast<double>(shape.m);
-  const double n = static_cast<double>(shape.n);
-  const double k = static_cast<double>(shape.k);
   const double flops = sim::gemm_flops(shape);
   const double rate = profile_.gemm.efficiency(shape) * peak_flops(shape.dtype);
-  // A, B read and C written once (what a well-tiled GEMM moves at least).
-  const double bytes =
-      (m * k + k * n + m * n) * batch * static_cast<double>(sim::dtype_bytes(shape.dtype));
-  return kernel(*this, rr.multiplicity, rr.sm, rr.hbm_bw, flops, rate, bytes);
+  // A, B read and C written once (what a well-tiled GEMM moves at least); an FP8 GEMM writes bf16.
+  return kernel(*this, rr.multiplicity, rr.sm, rr.hbm_bw, flops, rate, sim::gemm_bytes(shape));
 }
 
 // Host figures of the framework's launch path, measured on bare-metal Linux with an RTX 3090
@@ -479,14 +473,10 @@ OpCost CostModel::grouped_gemm(int rank, const std::vector<sim::GemmShape>& grou
   double bytes = 0.0;
   for (const sim::GemmShape& g : groups) {
     if (g.m <= 0 || g.n <= 0 || g.k <= 0 || g.batch <= 0) continue;
-    const double batch = static_cast<double>(g.batch);
-    const double m = static_cast<double>(g.m);
-    const double n = static_cast<double>(g.n);
-    const double k = static_cast<double>(g.k);
     const double f = sim::gemm_flops(g);
     flops += f;
     seconds_total += f / (profile_.gemm.efficiency(g) * peak_flops(g.dtype));
-    bytes += (m * k + k * n + m * n) * batch * static_cast<double>(sim::dtype_bytes(g.dtype));
+    bytes += sim::gemm_bytes(g);
   }
   if (flops <= 0.0) return kernel(*this, rr.multiplicity, rr.sm, rr.hbm_bw, 0.0, 1.0, 0.0);
   return kernel(*this, rr.multiplicity, rr.sm, rr.hbm_bw, flops, flops / seconds_total, bytes);

@@ -264,6 +264,16 @@ double gemm_flops(const GemmShape& g) {
 
 DType gemm_output_dtype(DType input) { return input == DType::kFp8 ? DType::kBf16 : input; }
 
+double gemm_bytes(const GemmShape& g) {
+  const double batch = static_cast<double>(std::max<std::int64_t>(g.batch, 1));
+  const double m = static_cast<double>(g.m);
+  const double n = static_cast<double>(g.n);
+  const double k = static_cast<double>(g.k);
+  const double in = static_cast<double>(dtype_bytes(g.dtype));
+  const double out = static_cast<double>(dtype_bytes(gemm_output_dtype(g.dtype)));
+  return ((m * k + k * n) * in + m * n * out) * batch;
+}
+
 std::int64_t dtype_bytes(DType dtype) {
   switch (dtype) {
     case DType::kFp32:

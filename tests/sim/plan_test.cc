@@ -177,5 +177,14 @@ TEST(ShapeArithmetic, GemmFlopsAndOutputDtype) {
   EXPECT_EQ(gemm_output_dtype(DType::kFp32), DType::kFp32);
 }
 
+// An FP8 GEMM reads its operands at 1 byte and writes C at bf16's 2; others move one dtype.
+TEST(ShapeArithmetic, GemmBytesWriteTheOutputDtype) {
+  EXPECT_EQ(gemm_bytes({.m = 2, .n = 3, .k = 4, .batch = 5, .dtype = DType::kBf16}),
+            (2 * 4 + 4 * 3 + 2 * 3) * 2.0 * 5);
+  EXPECT_EQ(gemm_bytes({.m = 2, .n = 3, .k = 4, .batch = 0, .dtype = DType::kFp8}),
+            (2 * 4 + 4 * 3) * 1.0 + 2 * 3 * 2.0);
+  EXPECT_EQ(gemm_bytes({.m = 2, .n = 3, .k = 4, .dtype = DType::kFp32}), 26 * 4.0);
+}
+
 }  // namespace
 }  // namespace offsim::sim
