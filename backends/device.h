@@ -44,14 +44,16 @@ const char* to_string(DeviceKind kind);
 // What a device is, for reports and the measured timeline's provenance.
 struct DeviceInfo {
   DeviceKind kind = DeviceKind::kCpu;
-  std::string name;               // "NVIDIA H200", "cpu (simulated ranks)"
-  int ranks = 0;                  // GPUs (or simulated ranks) this device drives
-  std::int64_t memory_bytes = 0;  // per rank
-  std::string driver_version;     // "" when not applicable
-  std::string runtime_version;    // CUDA runtime
-  std::string blas_version;       // cuBLAS
-  std::string comm_version;       // NCCL
-  std::string note;               // scale-down rule of the CPU device, clocks, ...
+  std::string name;                  // "NVIDIA H200", "cpu (simulated ranks)"
+  int ranks = 0;                     // GPUs (or simulated ranks) this device drives
+  std::int64_t memory_bytes = 0;     // per rank
+  int compute_capability_major = 0;  // CUDA devices: 9 for H100; 0 when not a GPU
+  int compute_capability_minor = 0;
+  std::string driver_version;   // "" when not applicable
+  std::string runtime_version;  // CUDA runtime
+  std::string blas_version;     // cuBLAS
+  std::string comm_version;     // NCCL
+  std::string note;             // scale-down rule of the CPU device, clocks, ...
 };
 
 // Handles into a device's own tables; valid only for the device that returned them.

@@ -79,6 +79,10 @@ class Fitter {
           "host_link.submit_overhead_s",
           fmt::format("median host time of {} cudaMemcpyAsync calls", s_.copy_submit_s.size()));
     }
+    if (s_.machine.compute_capability > 0.0) {
+      set(p_.gpu.compute_capability, s_.machine.compute_capability, "gpu.compute_capability",
+          "cudaGetDeviceProperties major.minor");
+    }
     platform::Provenance& pv = p_.provenance;
     const MachineFacts& m = s_.machine;
     if (!m.gpu_name.empty()) pv.gpu_name = m.gpu_name;
@@ -490,7 +494,8 @@ nlohmann::json samples_to_json(const Samples& s) {
                   {"cublas_version", m.cublas_version},
                   {"nccl_version", m.nccl_version},
                   {"clocks", m.clocks},
-                  {"context_bytes", m.context_bytes}};
+                  {"context_bytes", m.context_bytes},
+                  {"compute_capability", m.compute_capability}};
   j["copies"] = json::array();
   for (const CopySample& c : s.copies) {
     j["copies"].push_back({{"link", to_string(c.link)},

@@ -98,7 +98,8 @@ struct MachineFacts {
   std::string gpu_name;
   int gpu_count = 0;
   std::string driver_version, cuda_version, cublas_version, nccl_version, clocks;
-  std::int64_t context_bytes = 0;  // device memory used before the first allocation
+  std::int64_t context_bytes = 0;   // device memory used before the first allocation
+  double compute_capability = 0.0;  // major.minor as the driver reports it; 0: unknown
 };
 
 struct Samples {

@@ -522,6 +522,8 @@ sim::Result<Samples> measure_machine(const CalibrateOptions& options) {
   s.machine.cuda_version = info.runtime_version;
   s.machine.cublas_version = info.blas_version;
   s.machine.context_bytes = bench.context_bytes();
+  s.machine.compute_capability =
+      (10.0 * info.compute_capability_major + info.compute_capability_minor) / 10.0;
   s.machine.clocks = gpu->clock_summary(options.first_gpu);
   s.nvml_before = nvml_reading(options.first_gpu);
 

@@ -65,12 +65,9 @@ constexpr std::int64_t kRoundLarge = 2 * kMiB;
 constexpr double kJaxMemFraction = 0.75;
 constexpr std::int64_t kBfcMinAllocation = 256;
 
-bool hopper_or_later(const std::string& profile) {
-  for (const char* p : {"h100", "h200", "gh200", "b200", "gb200", "b100"}) {
-    if (profile.rfind(p, 0) == 0) return true;
-  }
-  return false;
-}
+// PyTorch takes the 32 MiB workspace on compute capability majors 9, 10, 11 and 12 (Hopper and
+// every Blackwell part; CublasHandlePool.cpp `use32mb`), the smaller one before Hopper.
+constexpr int kCublasWorkspaceHopperMajor = 9;
 
 // --- Allocator replay ---------------------------------------------------------------------------
 
@@ -219,7 +216,7 @@ class BlockPool {
 
 }  // namespace
 
-RuntimeModel runtime_model(HardwareConfig::Runtime runtime, const std::string& profile_name,
+RuntimeModel runtime_model(HardwareConfig::Runtime runtime, int compute_capability_major,
                            std::int64_t hbm_bytes, const std::vector<NcclCommunicator>& comms) {
   RuntimeModel rt;
   rt.runtime = runtime;
@@ -247,8 +244,9 @@ RuntimeModel runtime_model(HardwareConfig::Runtime runtime, const std::string& p
     return rt;
   }
   rt.block_rounding_bytes = kMinBlockSize;
-  rt.cublas_workspace_bytes =
-      hopper_or_later(profile_name) ? kCublasWorkspaceHopper : kCublasWorkspaceOlder;
+  rt.cublas_workspace_bytes = compute_capability_major >= kCublasWorkspaceHopperMajor
+                                  ? kCublasWorkspaceHopper
+                                  : kCublasWorkspaceOlder;
   rt.allocator_limit_bytes = hbm_bytes - rt.cuda_context_bytes - rt.nccl_bytes;
   return rt;
 }

@@ -5,7 +5,7 @@
 // preallocated pool) over a step's allocs and frees, giving reserved memory and fragmentation.
 // Every figure names its source next to it in runtime.cc.
 //
-//   models::RuntimeModel rt = models::runtime_model(HardwareConfig::Runtime::kPytorch, "h100-sxm",
+//   models::RuntimeModel rt = models::runtime_model(HardwareConfig::Runtime::kPytorch, 9,  // H100
 //                                                   80 * kGiB, {{.ranks = 8}});
 //   std::int64_t outside = rt.cuda_context_bytes + rt.nccl_bytes;  // not in the allocator
 //   std::vector<models::AllocEvent> events = ...;                   // in simulated order
@@ -41,9 +41,9 @@ struct RuntimeModel {
   std::vector<std::string> notes;  // assumptions that decide the figures, for the report's flags
 };
 
-// `profile_name` picks the GPU generation ("a100-sxm", "h100-sxm", "b200", ...); `hbm_bytes` is
-// the HBM the allocator can see.
-RuntimeModel runtime_model(HardwareConfig::Runtime runtime, const std::string& profile_name,
+// `compute_capability_major` is the GPU's architecture (the profile's gpu.compute_capability:
+// 8 A100 and Ada, 9 Hopper, 10 and 12 Blackwell); `hbm_bytes` is the HBM the allocator can see.
+RuntimeModel runtime_model(HardwareConfig::Runtime runtime, int compute_capability_major,
                            std::int64_t hbm_bytes, const std::vector<NcclCommunicator>& comms);
 
 // The size an allocation of `bytes` really takes.

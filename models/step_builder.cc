@@ -367,7 +367,7 @@ void set_runtime(const Scenario& s, const sim::platform::System& system,
       {.ranks = p.tp, .nvlink = nvlink && p.tp <= per_node},
       {.ranks = p.pp > 1 ? 2 : 1, .nvlink = nvlink && stage_ranks(p) * p.pp <= per_node}};
   if (p.cp > 1) comms.push_back({.ranks = p.cp, .nvlink = nvlink && p.tp * p.cp <= per_node});
-  out.runtime = runtime_model(s.hardware.runtime, profile.provenance.profile_name,
+  out.runtime = runtime_model(s.hardware.runtime, profile.gpu.compute_capability_major(),
                               static_cast<std::int64_t>(profile.gpu.hbm_usable_bytes.value), comms);
   for (const std::string& note : out.runtime.notes) out.flags.push_back(note);
 }

@@ -323,6 +323,8 @@ DeviceInfo gpu_info(int gpu, int ranks) {
   if (cudaGetDeviceProperties(&prop, gpu) == cudaSuccess) {
     info.name = prop.name;
     info.memory_bytes = static_cast<std::int64_t>(prop.totalGlobalMem);
+    info.compute_capability_major = prop.major;
+    info.compute_capability_minor = prop.minor;
   }
   int v = 0;
   if (cudaDriverGetVersion(&v) == cudaSuccess) info.driver_version = version_string(v);

@@ -174,6 +174,10 @@ double GpuFigures::dense_flops(DType dtype) const {
   return dense_flops_bf16.value;
 }
 
+int GpuFigures::compute_capability_major() const {
+  return static_cast<int>(std::floor(compute_capability.value + 1e-9));
+}
+
 // ---------------------------------------------------------------------------------------------
 // JSON. Each section is a table of (key, figure) so that writing, reading and the unknown-key
 // check share one list.
@@ -194,7 +198,8 @@ std::vector<FigureField> fields(GpuFigures& g) {
           {"dense_flops_fp16", &g.dense_flops_fp16, false},
           {"dense_flops_fp8", &g.dense_flops_fp8, false},
           {"dense_flops_fp32", &g.dense_flops_fp32, false},
-          {"kernel_launch_s", &g.kernel_launch_s, false}};
+          {"kernel_launch_s", &g.kernel_launch_s, false},
+          {"compute_capability", &g.compute_capability, false}};
 }
 std::vector<FigureField> fields(AttentionEfficiency& a) {
   return {{"flash_fwd", &a.flash_fwd, true},
@@ -309,6 +314,8 @@ constexpr FigureRange kFigureRanges[] = {
      "dense FLOP/s of one GPU; B200 is 2.25e15 in bf16, 4.5e15 in fp8"},
     {"gpu.dense_flops_fp32", 1e11, 1e17, false,
      "dense FLOP/s of one GPU; A100 fp32 without TF32 is 1.95e13"},
+    {"gpu.compute_capability", 7.0, 12.9, false,
+     "CUDA compute capability major.minor; A100 8.0, H100 9.0, B200 10.0, RTX 5090 12.0"},
     {"gpu.kernel_launch_s", 1e-8, 1e-2, true,
      "seconds between back-to-back kernels; measured 2-5 us on current GPUs"},
     {"host.cores_per_socket", 1.0, 1024.0, false,
@@ -764,6 +771,14 @@ Status check_positive(const JsonReader& r, const CalibrationProfile& out) {
         out.nvlink.ring_reduce_scatter_bus_bytes_per_s.value > 0.0 &&
         out.nvlink.ring_all_reduce_bus_bytes_per_s.value > 0.0)) {
     return r.error("$.nvlink", "a GPU with NVLink needs ring bus bandwidths > 0");
+  }
+  // major.minor with one digit of minor, as NVIDIA numbers its architectures.
+  const double cc10 = out.gpu.compute_capability.value * 10.0;
+  if (std::abs(cc10 - std::round(cc10)) > 1e-6) {
+    return r.error("$.gpu.compute_capability.value",
+                   fmt::format("expected major.minor with one digit of minor (8.0, 8.9, 9.0, "
+                               "10.0), got {}",
+                               short_number(out.gpu.compute_capability.value)));
   }
   return ok();
 }

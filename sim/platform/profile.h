@@ -144,7 +144,11 @@ struct GpuFigures {
   Figure dense_flops_fp8;
   Figure dense_flops_fp32;
   Figure kernel_launch_s;  // gap between back-to-back kernels in one stream
+  // CUDA compute capability as major.minor (8.0 A100, 8.9 Ada, 9.0 Hopper, 10.0 B200, 10.3 B300,
+  // 12.0 RTX 5090): the architecture, for the rules frameworks key on it (cuBLAS workspace).
+  Figure compute_capability;
   double dense_flops(DType dtype) const;
+  int compute_capability_major() const;
   bool operator==(const GpuFigures&) const = default;
 };
 

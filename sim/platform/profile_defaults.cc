@@ -66,6 +66,10 @@ constexpr const char* kSrcAllocFraction =
     "planned and real high-water marks";
 constexpr const char* kSrcAllocFixed =
     "assumption: CUDA context, cuBLAS/NCCL handles and workspaces, about 512 MiB per GPU";
+constexpr const char* kSrcComputeCapability =
+    "NVIDIA, CUDA GPU Compute Capability table (developer.nvidia.com/cuda-gpus): 8.0 A100; 8.9 "
+    "L4, L40S, RTX 6000 Ada, RTX 4090; 9.0 H100, H200, GH200; 10.0 B200, GB200; 10.3 B300, "
+    "GB300; 12.0 RTX 5090";
 constexpr const char* kSrcLaunch =
     "assumption: back-to-back kernels in one stream leave a gap of ~2 us; hardware.md gives "
     "single-digit us for small launches with CUDA graphs; calibrate's launch benchmark measures it";
@@ -118,10 +122,12 @@ std::vector<CurveKnot> calculon_memory_curve() {
 }
 
 // What every default shares; the per-GPU functions below fill in the rest.
-CalibrationProfile common(const std::string& name, const std::string& gpu_name) {
+CalibrationProfile common(const std::string& name, const std::string& gpu_name,
+                          double compute_capability) {
   CalibrationProfile p;
   p.provenance.profile_name = name;
   p.provenance.gpu_name = gpu_name;
+  p.gpu.compute_capability = fig(compute_capability, Origin::kDatasheet, kSrcComputeCapability);
   p.provenance.command_line = "built-in defaults from shared/reference/hardware.md";
   p.gpu.kernel_launch_s = fig(2e-6, Origin::kAssumption, kSrcLaunch);
   p.gemm.tile_size = fig(128, Origin::kAssumption, kSrcTile);
@@ -409,7 +415,7 @@ void hopper_fp8_mamf(CalibrationProfile& p, double mamf_tflops, const char* row)
 
 CalibrationProfile a100(bool big) {
   CalibrationProfile p = common(big ? "a100-80gb" : "a100-40gb",
-                                big ? "NVIDIA A100-SXM4-80GB" : "NVIDIA A100-SXM4-40GB");
+                                big ? "NVIDIA A100-SXM4-80GB" : "NVIDIA A100-SXM4-40GB", 8.0);
   p.gpu.hbm_usable_bytes =
       big ? fig(81920 * kMiB, Origin::kPublished, "hardware.md: 81,920 MiB visible")
           : fig(40441 * kMiB, Origin::kPublished, "hardware.md: 40,441 MiB visible");
@@ -429,7 +435,7 @@ CalibrationProfile a100(bool big) {
 }
 
 CalibrationProfile h100_sxm() {
-  CalibrationProfile p = common("h100-sxm", "NVIDIA H100 80GB HBM3");
+  CalibrationProfile p = common("h100-sxm", "NVIDIA H100 80GB HBM3", 9.0);
   p.gpu.hbm_usable_bytes = fig(81090 * kMiB, Origin::kPublished, "hardware.md: 81,090 MiB visible");
   p.gpu.hbm_peak_bytes_per_s = fig(3350 * kGB, Origin::kDatasheet, kSrcGpuTable);
   p.gpu.hbm_achievable_bytes_per_s = achievable_from_h200_ratio(3350 * kGB);
@@ -454,7 +460,7 @@ CalibrationProfile h100_sxm() {
 }
 
 CalibrationProfile h100_pcie() {
-  CalibrationProfile p = common("h100-pcie", "NVIDIA H100 PCIe");
+  CalibrationProfile p = common("h100-pcie", "NVIDIA H100 PCIe", 9.0);
   p.gpu.hbm_usable_bytes = fig(81090 * kMiB, Origin::kAssumption,
                                "assumption: the same visible bytes as H100 SXM (81,090 MiB)");
   p.gpu.hbm_peak_bytes_per_s = fig(2000 * kGB, Origin::kDatasheet, kSrcGpuTable);
@@ -472,7 +478,7 @@ CalibrationProfile h100_pcie() {
 }
 
 CalibrationProfile h200() {
-  CalibrationProfile p = common("h200", "NVIDIA H200");
+  CalibrationProfile p = common("h200", "NVIDIA H200", 9.0);
   p.gpu.hbm_usable_bytes =
       fig(143771 * kMiB, Origin::kPublished, "hardware.md: 143,771 MiB visible");
   p.gpu.hbm_peak_bytes_per_s = fig(4800 * kGB, Origin::kDatasheet, kSrcGpuTable);
@@ -498,7 +504,7 @@ CalibrationProfile h200() {
 }
 
 CalibrationProfile gh200() {
-  CalibrationProfile p = common("gh200", "NVIDIA GH200 480GB (96 GB HBM3)");
+  CalibrationProfile p = common("gh200", "NVIDIA GH200 480GB (96 GB HBM3)", 9.0);
   p.gpu.hbm_usable_bytes =
       fig(96 * 1024 * kMiB * (81090.0 / 81920.0), Origin::kAssumption,
           "96 GB HBM3 part (hardware.md); visible fraction of nominal taken from H100 (81,090 of "
@@ -525,7 +531,8 @@ CalibrationProfile gh200() {
 }
 
 CalibrationProfile blackwell(bool grace) {
-  CalibrationProfile p = common(grace ? "gb200" : "b200", grace ? "NVIDIA GB200" : "NVIDIA B200");
+  CalibrationProfile p =
+      common(grace ? "gb200" : "b200", grace ? "NVIDIA GB200" : "NVIDIA B200", 10.0);
   const std::string note =
       grace ? "; GB200's GPU taken as the B200 row of hardware.md (assumption)" : "";
   p.gpu.hbm_usable_bytes = fig(180 * kGB, Origin::kPublished, "hardware.md: ~180 GB visible");
@@ -590,11 +597,12 @@ struct PcieGpuSpec {
   double bf16_tflops;    // dense, FP32 accumulate
   int sms;
   bool gen5;
+  double compute_capability;  // kSrcComputeCapability
   const char* source;
 };
 
 CalibrationProfile pcie_gpu(const PcieGpuSpec& g) {
-  CalibrationProfile p = common(g.kind, g.gpu_name);
+  CalibrationProfile p = common(g.kind, g.gpu_name, g.compute_capability);
   p.gpu.hbm_usable_bytes =
       fig(g.memory_gib * 1024 * kMiB * (81090.0 / 81920.0), Origin::kAssumption,
           std::string(g.source) +
@@ -624,19 +632,19 @@ CalibrationProfile pcie_gpu(const PcieGpuSpec& g) {
 }
 
 const PcieGpuSpec kPcieGpus[] = {
-    {"l4", "NVIDIA L4", 24, 300, 121, 58, false,
+    {"l4", "NVIDIA L4", 24, 300, 121, 58, false, 8.9,
      "NVIDIA L4 datasheet: 24 GB GDDR6, 300 GB/s, 242 TFLOPS FP16/BF16 with sparsity (121 "
      "dense), PCIe Gen4 x16, 58 SMs"},
-    {"l40s", "NVIDIA L40S", 48, 864, 362.05, 142, false,
+    {"l40s", "NVIDIA L40S", 48, 864, 362.05, 142, false, 8.9,
      "NVIDIA L40S datasheet: 48 GB GDDR6 ECC, 864 GB/s, BF16 362.05 TFLOPS dense (733 with "
      "sparsity), PCIe Gen4 x16, 142 SMs"},
-    {"rtx4090", "NVIDIA GeForce RTX 4090", 24, 1008, 165.2, 128, false,
+    {"rtx4090", "NVIDIA GeForce RTX 4090", 24, 1008, 165.2, 128, false, 8.9,
      "NVIDIA Ada whitepaper (RTX 4090): 24 GB GDDR6X, 1,008 GB/s, 165.2 TFLOPS FP16/BF16 with "
      "FP32 accumulate (330.3 with FP16 accumulate), PCIe Gen4 x16, 128 SMs"},
-    {"rtx5090", "NVIDIA GeForce RTX 5090", 32, 1792, 209.5, 170, true,
+    {"rtx5090", "NVIDIA GeForce RTX 5090", 32, 1792, 209.5, 170, true, 12.0,
      "NVIDIA RTX Blackwell whitepaper (RTX 5090): 32 GB GDDR7, 1,792 GB/s, 209.5 TFLOPS "
      "FP16/BF16 with FP32 accumulate, PCIe Gen5 x16, 170 SMs"},
-    {"rtx6000ada", "NVIDIA RTX 6000 Ada Generation", 48, 960, 364.2, 142, false,
+    {"rtx6000ada", "NVIDIA RTX 6000 Ada Generation", 48, 960, 364.2, 142, false, 8.9,
      "NVIDIA RTX 6000 Ada datasheet: 48 GB GDDR6 ECC, 960 GB/s, 1,457 TFLOPS FP8 with sparsity "
      "(364.2 bf16 dense), PCIe Gen4 x16, 142 SMs"},
 };
@@ -646,6 +654,7 @@ CalibrationProfile blackwell_ultra(bool grace) {
   CalibrationProfile p = blackwell(grace);
   p.provenance.profile_name = grace ? "gb300" : "b300";
   p.provenance.gpu_name = grace ? "NVIDIA GB300" : "NVIDIA B300";
+  p.gpu.compute_capability = fig(10.3, Origin::kDatasheet, kSrcComputeCapability);
   const char* src =
       "NVIDIA HGX B300 / GB300 NVL72 specifications (glennklockwood.com B300 notes; acecloud.ai "
       "HGX B300 table): 288 GB HBM3e, up to 8 TB/s per GPU";

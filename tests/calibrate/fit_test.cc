@@ -120,7 +120,8 @@ Samples synthetic(const platform::CalibrationProfile& base) {
                .cublas_version = "13.0.0",
                .nccl_version = "2.28.9",
                .clocks = "sm 1980 MHz",
-               .context_bytes = 512 << 20};
+               .context_bytes = 512 << 20,
+               .compute_capability = 9.0};
   for (std::int64_t b : copy_sizes()) {
     const double x = static_cast<double>(b);
     s.copies.push_back({CopyLink::kH2D, true, b, 8e-6 + x / 52e9});
@@ -235,6 +236,9 @@ TEST(FitTest, ProfileFromSyntheticSamples) {
   EXPECT_EQ(p.allocator.fixed_bytes.value, 512 << 20);
   EXPECT_NEAR(p.gpu.kernel_launch_s.value, 5e-6, 1e-15);
   EXPECT_NEAR(p.host_link.submit_overhead_s.value, 2.5e-6, 1e-15);
+  EXPECT_EQ(p.gpu.compute_capability.value, 9.0);
+  EXPECT_EQ(p.gpu.compute_capability.origin, platform::Origin::kMeasured);
+  EXPECT_THAT(p.provenance.measured, Contains("gpu.compute_capability"));
   // Not measured here: kept from the base profile with its own origin.
   EXPECT_EQ(p.host.dram_bytes_per_s_per_socket, base->host.dram_bytes_per_s_per_socket);
   EXPECT_EQ(p.host_link.h2d_bytes_per_s.origin, platform::Origin::kMeasured);

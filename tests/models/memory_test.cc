@@ -11,6 +11,7 @@
 #include "models/runtime.h"
 #include "models/step_builder.h"
 #include "sim/engine/simulator.h"
+#include "sim/platform/profile.h"
 
 namespace offsim::models {
 namespace {
@@ -311,8 +312,8 @@ TEST(ReportStructure, HostStateReplicatedOverDataParallelRanksIsFlagged) {
 TEST(Runtime, OverheadsByHand) {
   // NCCL per connection: 4 MiB Simple + 8·512·8·16 = 524,288 B LL + 120·640·8·8 = 4,915,200 B
   // LL128 = 9,633,792 B; 16 channels in an NVLink domain: 154,140,672 B per communicator.
-  const RuntimeModel h100 = runtime_model(HardwareConfig::Runtime::kPytorch, "h100-sxm", 80 * kGiB,
-                                          {{.ranks = 8}, {.ranks = 1}});
+  const RuntimeModel h100 =
+      runtime_model(HardwareConfig::Runtime::kPytorch, 9, 80 * kGiB, {{.ranks = 8}, {.ranks = 1}});
   EXPECT_EQ(h100.cuda_context_bytes, 300 * kMiB);
   EXPECT_EQ(h100.nccl_bytes, 154'140'672);
   EXPECT_EQ(h100.cublas_workspace_bytes, 32 * kMiB);  // ":4096:8" on Hopper
@@ -322,20 +323,41 @@ TEST(Runtime, OverheadsByHand) {
   // A100: ":4096:2:16:8" = 2·4 MiB + 8·16 KiB = 8,519,680 B; two communicators over PCIe/IB
   // get 2 channels each: 2 · 2 · 9,633,792 B.
   const RuntimeModel a100 =
-      runtime_model(HardwareConfig::Runtime::kPytorch, "a100-sxm", 80 * kGiB,
+      runtime_model(HardwareConfig::Runtime::kPytorch, 8, 80 * kGiB,
                     {{.ranks = 2, .nvlink = false}, {.ranks = 4, .nvlink = false}});
   EXPECT_EQ(a100.cublas_workspace_bytes, 8'519'680);
   EXPECT_EQ(a100.nccl_bytes, 4 * 9'633'792);
   // JAX: the pool is 75% of the HBM, context and NCCL outside it, BFC rounds to 256 B.
   const RuntimeModel jax =
-      runtime_model(HardwareConfig::Runtime::kJax, "h100-sxm", 80 * kGiB, {{.ranks = 8}});
+      runtime_model(HardwareConfig::Runtime::kJax, 9, 80 * kGiB, {{.ranks = 8}});
   EXPECT_EQ(jax.allocator_limit_bytes, 60 * kGiB);
   EXPECT_TRUE(jax.preallocated);
   EXPECT_EQ(rounded_allocation(jax, 300), 512);
   const RuntimeModel none =
-      runtime_model(HardwareConfig::Runtime::kNone, "h100-sxm", 80 * kGiB, {{.ranks = 8}});
+      runtime_model(HardwareConfig::Runtime::kNone, 9, 80 * kGiB, {{.ranks = 8}});
   EXPECT_EQ(none.cuda_context_bytes + none.nccl_bytes + none.cublas_workspace_bytes, 0);
   EXPECT_EQ(rounded_allocation(none, 513), 513);
+}
+
+// The workspace follows the profile's compute capability, not its name: every Blackwell part
+// (10.0, 10.3, 12.0) takes Hopper's 32 MiB, Ampere and Ada (8.0, 8.9) the smaller one.
+TEST(Runtime, CublasWorkspaceFollowsTheComputeCapability) {
+  const auto workspace = [](const std::string& kind) {
+    const auto profile = sim::platform::builtin_profile(kind);
+    EXPECT_TRUE(profile.has_value()) << kind;
+    return runtime_model(HardwareConfig::Runtime::kPytorch, profile->gpu.compute_capability_major(),
+                         80 * kGiB, {})
+        .cublas_workspace_bytes;
+  };
+  for (const char* kind :
+       {"h100-sxm", "h200", "gh200", "b200", "gb200", "b300", "gb300", "rtx5090"}) {
+    EXPECT_EQ(workspace(kind), 32 * kMiB) << kind;
+  }
+  for (const char* kind : {"a100-80gb", "l4", "l40s", "rtx4090", "rtx6000ada"}) {
+    EXPECT_EQ(workspace(kind), 8'519'680) << kind;
+  }
+  EXPECT_EQ(sim::platform::builtin_profile("b300")->gpu.compute_capability.value, 10.3);
+  EXPECT_EQ(sim::platform::builtin_profile("rtx5090")->gpu.compute_capability_major(), 12);
 }
 
 std::vector<AllocEvent> fragmenting_events() {
@@ -348,8 +370,7 @@ std::vector<AllocEvent> fragmenting_events() {
 }
 
 TEST(Runtime, CachingAllocatorReservesSegments) {
-  const RuntimeModel rt =
-      runtime_model(HardwareConfig::Runtime::kPytorch, "h100-sxm", 80 * kGiB, {});
+  const RuntimeModel rt = runtime_model(HardwareConfig::Runtime::kPytorch, 9, 80 * kGiB, {});
   // A: 1024 B from a 2 MiB small segment. B: 5 MiB from a 20 MiB segment (rest 15 MiB split
   // off). C: 12 MiB from that 15 MiB block. B freed: a 5 MiB hole that D (30 MiB) cannot use:
   // a new 30 MiB segment. Reserved 2 + 20 + 30 = 52 MiB; allocated at most 1024 B + 42 MiB.
@@ -368,15 +389,14 @@ TEST(Runtime, CachedBlocksStayWithTheirStream) {
   // A 1 MiB block freed on stream 0 is not reused by a 1 MiB request on stream 1: each stream's
   // small pool takes its own 2 MiB segment (4 MiB reserved); on one stream the second request
   // reuses the first block (2 MiB). BFC shares one region whatever the stream: 1 MiB.
-  const RuntimeModel rt =
-      runtime_model(HardwareConfig::Runtime::kPytorch, "h100-sxm", 80 * kGiB, {});
+  const RuntimeModel rt = runtime_model(HardwareConfig::Runtime::kPytorch, 9, 80 * kGiB, {});
   const std::vector<AllocEvent> two = {
       {1, kMiB, false, 0}, {1, kMiB, true, 0}, {2, kMiB, false, 1}};
   const std::vector<AllocEvent> one = {
       {1, kMiB, false, 0}, {1, kMiB, true, 0}, {2, kMiB, false, 0}};
   EXPECT_EQ(replay_allocator(rt, two, 80 * kGiB).reserved_peak_bytes, 4 * kMiB);
   EXPECT_EQ(replay_allocator(rt, one, 80 * kGiB).reserved_peak_bytes, 2 * kMiB);
-  const RuntimeModel jax = runtime_model(HardwareConfig::Runtime::kJax, "h100-sxm", 80 * kGiB, {});
+  const RuntimeModel jax = runtime_model(HardwareConfig::Runtime::kJax, 9, 80 * kGiB, {});
   EXPECT_EQ(replay_allocator(jax, two, 80 * kGiB).reserved_peak_bytes, kMiB);
 }
 
@@ -384,11 +404,11 @@ TEST(Runtime, ExpandableSegmentsAndBfc) {
   // Expandable: the small pool maps 2 MiB; the large pool maps 20 MiB pages: 20 MiB for B and
   // C (tail 3 MiB free), D needs 30 - 3 = 27 MiB more: two pages (40 MiB). 2 + 60 = 62 MiB.
   const RuntimeModel ex =
-      runtime_model(HardwareConfig::Runtime::kPytorchExpandable, "h100-sxm", 80 * kGiB, {});
+      runtime_model(HardwareConfig::Runtime::kPytorchExpandable, 9, 80 * kGiB, {});
   EXPECT_EQ(replay_allocator(ex, fragmenting_events(), 80 * kGiB).reserved_peak_bytes, 62 * kMiB);
   // BFC in one region, 256 B granularity: the 5 MiB hole stays, D extends the region's end:
   // high water 1024 B + 5 + 12 + 30 MiB.
-  const RuntimeModel jax = runtime_model(HardwareConfig::Runtime::kJax, "h100-sxm", 80 * kGiB, {});
+  const RuntimeModel jax = runtime_model(HardwareConfig::Runtime::kJax, 9, 80 * kGiB, {});
   const AllocatorReplay b = replay_allocator(jax, fragmenting_events(), 40 * kMiB);
   EXPECT_EQ(b.reserved_peak_bytes, 1024 + 47 * kMiB);
   EXPECT_EQ(b.first_failure, 4);

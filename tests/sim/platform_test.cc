@@ -359,6 +359,8 @@ TEST_F(ProfileErrorTest, AbsurdFiguresAreRejectedWithTheirRange) {
       {"gpu", "hbm_usable_bytes", 1e30, "$.gpu.hbm_usable_bytes.value: value 1e+30 is outside"},
       {"gpu", "dense_flops_bf16", 1e-3, "$.gpu.dense_flops_bf16.value: value 0.001 is outside"},
       {"gpu", "kernel_launch_s", 5.0, "$.gpu.kernel_launch_s.value: value 5 is outside"},
+      {"gpu", "compute_capability", 90.0, "$.gpu.compute_capability.value: value 90 is outside"},
+      {"gpu", "compute_capability", 9.05, "$.gpu.compute_capability.value: expected major.minor"},
       {"host", "cores_per_socket", 1e6, "$.host.cores_per_socket.value: value 1e+06 is outside"},
       {"host_link", "latency_s", 1e5, "$.host_link.latency_s.value: value 100000 is outside"},
       {"nvlink", "bytes_per_s_per_gpu", 1e20, "$.nvlink.bytes_per_s_per_gpu.value"},
@@ -397,6 +399,9 @@ TEST_F(ProfileErrorTest, BadCurvesOriginsAndMissingKeysAreRejected) {
   j["interference"].erase("nccl_compute_slowdown");
   EXPECT_NE(parse_error(j).find("$.interference: missing key 'nccl_compute_slowdown'"),
             std::string::npos);
+  j = base_;
+  j["gpu"].erase("compute_capability");
+  EXPECT_NE(parse_error(j).find("$.gpu: missing key 'compute_capability'"), std::string::npos);
   j = base_;
   j["format_version"] = 99;
   EXPECT_NE(parse_error(j).find("$.format_version: expected 1, got 99"), std::string::npos);
