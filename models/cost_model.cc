@@ -935,18 +935,26 @@ OpCost CostModel::host_compute(int rank, std::int64_t dram_bytes, double flops,
   return c;
 }
 
-bool fp8_blackwell(std::string_view gpu_kind) {
-  return gpu_kind == "b200" || gpu_kind == "gb200" || gpu_kind == "b300" || gpu_kind == "gb300";
+bool fp8_supported(int compute_capability_x10) { return compute_capability_x10 >= 89; }
+
+bool fp8_non_tn_gemm(int compute_capability_x10) {
+  return (compute_capability_x10 >= 100 && compute_capability_x10 < 120) ||
+         compute_capability_x10 >= 130;
 }
 
-TrainingConfig::Fp8Recipe default_fp8_recipe(std::string_view gpu_kind) {
-  return fp8_blackwell(gpu_kind) ? TrainingConfig::Fp8Recipe::kMxfp8
-                                 : TrainingConfig::Fp8Recipe::kDelayed;
+bool mxfp8_supported(int compute_capability_x10) {
+  return compute_capability_x10 >= 100 && compute_capability_x10 < 120;
 }
 
-std::int64_t fp8_quantize_bytes(TrainingConfig::Fp8Recipe recipe, bool blackwell, bool from_norm,
+TrainingConfig::Fp8Recipe default_fp8_recipe(int compute_capability_x10) {
+  if (mxfp8_supported(compute_capability_x10)) return TrainingConfig::Fp8Recipe::kMxfp8;
+  if (compute_capability_x10 >= 120) return TrainingConfig::Fp8Recipe::kCurrent;
+  return TrainingConfig::Fp8Recipe::kDelayed;
+}
+
+std::int64_t fp8_quantize_bytes(TrainingConfig::Fp8Recipe recipe, bool non_tn, bool from_norm,
                                 std::int64_t elements) {
-  const std::int64_t transpose = blackwell ? 0 : 1;  // column-wise copy of a per-tensor scaling
+  const std::int64_t transpose = non_tn ? 0 : 1;  // column-wise copy of a per-tensor scaling
   switch (recipe) {
     case TrainingConfig::Fp8Recipe::kDelayed:
       if (from_norm) return 2 * transpose * elements;

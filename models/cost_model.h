@@ -252,14 +252,21 @@ class CostModel {
 
 // ---- FP8 as Transformer Engine runs it (TransformerEngine, transformer_engine/pytorch) ----------
 
-// GPUs whose FP8 GEMMs take non-TN operand layouts (data-centre Blackwell, sm_100/sm_103): there
-// a per-tensor FP8 tensor needs no transposed copy for the backward GEMMs
-// (utils.py is_non_tn_fp8_gemm_supported); on Hopper every column-wise use reads a transpose.
-// MXFP8 (1x32 E8M0 block scales) runs only there (check_mxfp8_support).
-bool fp8_blackwell(std::string_view gpu_kind);
+// Keyed on the GPU's compute capability as TE encodes it (10 · major + minor: 90 for H100, 100 for
+// B200, 103 for B300, 120 for RTX 5090), the profile's gpu.compute_capability.
+//
+// FP8 GEMMs run from 8.9 (Ada) on (quantization.py _compute_fp8_support).
+bool fp8_supported(int compute_capability_x10);
+// GPUs whose FP8 GEMMs take non-TN operand layouts (10.0 <= cc < 12.0, or 13.0 and later;
+// utils.py is_non_tn_fp8_gemm_supported): there a per-tensor FP8 tensor needs no transposed copy
+// for the backward GEMMs; on Ada, Hopper and 12.x every column-wise use reads a transpose.
+bool fp8_non_tn_gemm(int compute_capability_x10);
+// MXFP8 (1x32 E8M0 block scales): 10.0 <= cc < 12.0 (quantization.py _compute_mxfp8_support:
+// "not supported on 12.0+ architectures yet").
+bool mxfp8_supported(int compute_capability_x10);
 // TE's get_default_fp8_recipe() (quantization.py): MXFP8BlockScaling where MXFP8 is supported,
-// DelayedScaling otherwise.
-TrainingConfig::Fp8Recipe default_fp8_recipe(std::string_view gpu_kind);
+// Float8CurrentScaling from 12.0 on, DelayedScaling otherwise.
+TrainingConfig::Fp8Recipe default_fp8_recipe(int compute_capability_x10);
 // HBM bytes of quantizing `elements` bf16 values to FP8 for the GEMMs that read them: a row-wise
 // copy (this GEMM) and a column-wise copy (the backward GEMM that reads the tensor the other way),
 // per recipe:
@@ -278,7 +285,7 @@ TrainingConfig::Fp8Recipe default_fp8_recipe(std::string_view gpu_kind);
 //   data (1 + 1) and fp32 scales (4 bytes per 128 values each way); never fused with the norm.
 // The scale computation (a one-thread kernel) and, for current scaling with sequence
 // parallelism, the scalar amax all-reduce over the TP group are not charged.
-std::int64_t fp8_quantize_bytes(TrainingConfig::Fp8Recipe recipe, bool blackwell, bool from_norm,
+std::int64_t fp8_quantize_bytes(TrainingConfig::Fp8Recipe recipe, bool non_tn, bool from_norm,
                                 std::int64_t elements);
 
 }  // namespace offsim::models

@@ -71,20 +71,30 @@ sim::Status resolve_hardware_of(const Scenario& s, const ResolveOptions& options
   return sim::ok();
 }
 
-// FP8: an unset training.fp8_recipe takes Transformer Engine's default for the GPU; MXFP8 needs
-// Blackwell's block-scaled tensor cores.
+// FP8: the GPU must have FP8 tensor cores; an unset training.fp8_recipe takes Transformer
+// Engine's default for the GPU's compute capability; MXFP8 needs data-centre Blackwell's
+// block-scaled tensor cores. All three as TE decides them (cost_model.h).
 sim::Status bind_fp8_recipe(Scenario& s, const sim::platform::System& system,
+                            const sim::platform::CalibrationProfile& profile,
                             const ResolveOptions& options) {
   if (s.training.compute_dtype != sim::DType::kFp8) return sim::ok();
-  if (!s.training.fp8_recipe) s.training.fp8_recipe = default_fp8_recipe(system.gpu);
-  if (*s.training.fp8_recipe == TrainingConfig::Fp8Recipe::kMxfp8 && !fp8_blackwell(system.gpu)) {
-    return sim::fail(located(
-        sim::Error{ErrorCode::kInvalidInput,
-                   fmt::format("training.fp8_recipe: mxfp8 needs a Blackwell GPU (b200, gb200, "
-                               "b300, gb300), system {} has {}; expected delayed, current or "
-                               "blockwise",
-                               system.name, system.gpu)},
-        options));
+  const int cc = profile.gpu.compute_capability_x10();
+  const auto refuse = [&](const std::string& message) {
+    return sim::fail(located(sim::Error{ErrorCode::kInvalidInput, message}, options));
+  };
+  if (!fp8_supported(cc)) {
+    return refuse(fmt::format(
+        "training.compute_dtype: fp8 needs FP8 tensor cores (compute capability 8.9 or later: "
+        "Ada, Hopper, Blackwell), system {} has {} with compute capability {}.{}; expected bf16 "
+        "or fp16",
+        system.name, system.gpu, cc / 10, cc % 10));
+  }
+  if (!s.training.fp8_recipe) s.training.fp8_recipe = default_fp8_recipe(cc);
+  if (*s.training.fp8_recipe == TrainingConfig::Fp8Recipe::kMxfp8 && !mxfp8_supported(cc)) {
+    return refuse(fmt::format(
+        "training.fp8_recipe: mxfp8 needs compute capability 10.x (b200, gb200, b300, gb300), "
+        "system {} has {} with {}.{}; expected delayed, current or blockwise",
+        system.name, system.gpu, cc / 10, cc % 10));
   }
   return sim::ok();
 }
@@ -108,7 +118,7 @@ sim::Result<ResolvedScenario> resolve(const Scenario& scenario, const ResolveOpt
   out.system_ = std::make_shared<const sim::platform::System>(std::move(system));
   out.profile_ = std::make_shared<const sim::platform::CalibrationProfile>(std::move(profile));
   out.scenario_ = scenario;
-  OFFSIM_RETURN_IF_ERROR(bind_fp8_recipe(out.scenario_, *out.system_, options));
+  OFFSIM_RETURN_IF_ERROR(bind_fp8_recipe(out.scenario_, *out.system_, *out.profile_, options));
   out.policies_ = std::make_shared<const LayerPolicies>(resolve_layer_policies(out.scenario_));
   return out;
 }
@@ -127,7 +137,7 @@ sim::Result<ResolvedScenario> resolve_variant(const ResolvedScenario& base,
   }
   ResolvedScenario out = base;
   out.scenario_ = scenario;
-  OFFSIM_RETURN_IF_ERROR(bind_fp8_recipe(out.scenario_, *out.system_, options));
+  OFFSIM_RETURN_IF_ERROR(bind_fp8_recipe(out.scenario_, *out.system_, *out.profile_, options));
   out.policies_ = std::make_shared<const LayerPolicies>(resolve_layer_policies(out.scenario_));
   return out;
 }

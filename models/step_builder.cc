@@ -40,8 +40,9 @@ StepBuilder::StepBuilder(const Scenario& s, const LayerPolicies& policies, const
     kept_layers_ = options.layers_per_chunk;
   gdtype_ = s.training.compute_dtype;
   adtype_ = gdtype_ == sim::DType::kFp8 ? sim::DType::kBf16 : gdtype_;
-  fp8_blackwell_ = fp8_blackwell(cm.system().gpu);
-  fp8_recipe_ = s.training.fp8_recipe.value_or(default_fp8_recipe(cm.system().gpu));
+  const int cc = cm.profile().gpu.compute_capability_x10();
+  fp8_non_tn_ = fp8_non_tn_gemm(cc);
+  fp8_recipe_ = s.training.fp8_recipe.value_or(default_fp8_recipe(cc));
   dt_ = resolve_dtypes(s.training);
   for (int l = 0; l < s.model.layers; ++l) ldims_.push_back(layer_dims(s.model, s.training, p, l));
   xfetch_ = expert_fetch_counts(s);
@@ -137,7 +138,7 @@ OpId StepBuilder::gemm_as(sim::DType dtype, Rank& r, const std::string& name, Op
 // (fp8_quantize_bytes); one op for the recipe's kernels (amax pass, cast).
 OpId StepBuilder::fp8_cast(Rank& r, const std::string& name, OpCategory cat, int layer,
                            std::int64_t elements, bool from_norm) {
-  const std::int64_t bytes = fp8_quantize_bytes(fp8_recipe_, fp8_blackwell_, from_norm, elements);
+  const std::int64_t bytes = fp8_quantize_bytes(fp8_recipe_, fp8_non_tn_, from_norm, elements);
   return elementwise(r, name + ".fp8_cast", cat, layer, bytes,
                      bytes > 0 ? static_cast<double>(elements) : 0.0);
 }

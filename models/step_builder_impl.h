@@ -403,7 +403,7 @@ class StepBuilder {
   sim::DType adtype_ = sim::DType::kBf16;
   // FP8 (training.fp8_recipe as resolved; Blackwell needs no transposed FP8 copies).
   TrainingConfig::Fp8Recipe fp8_recipe_ = TrainingConfig::Fp8Recipe::kDelayed;
-  bool fp8_blackwell_ = false;
+  bool fp8_non_tn_ = false;  // fp8_non_tn_gemm() of the GPU
   // Set while a gathered GEMM's input was quantized before its all-gather: its GEMMs cast nothing.
   bool fp8_input_cast_ = false;
   ResolvedDtypes dt_;

@@ -16,7 +16,7 @@ OpId StepBuilder::fp8_weight_cast(Rank& r, const ParamGroup& g, OpId after) {
   const std::int64_t weights =
       d_.h * (d_.q() + 2 * d_.kv()) + d_.q() * d_.h + d_.h * d_.f * gated + d_.f * d_.h;
   const OpId cast = elementwise(r, g.name + ".fp8_weight_cast", OpCategory::kOptimizer, g.layer,
-                                fp8_quantize_bytes(fp8_recipe_, fp8_blackwell_, false, weights),
+                                fp8_quantize_bytes(fp8_recipe_, fp8_non_tn_, false, weights),
                                 static_cast<double>(weights));
   b_.op_at(cast).deps.push_back(after);
   return cast;

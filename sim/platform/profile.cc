@@ -174,8 +174,10 @@ double GpuFigures::dense_flops(DType dtype) const {
   return dense_flops_bf16.value;
 }
 
-int GpuFigures::compute_capability_major() const {
-  return static_cast<int>(std::floor(compute_capability.value + 1e-9));
+int GpuFigures::compute_capability_major() const { return compute_capability_x10() / 10; }
+
+int GpuFigures::compute_capability_x10() const {
+  return static_cast<int>(std::lround(compute_capability.value * 10.0));
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -149,6 +149,9 @@ struct GpuFigures {
   Figure compute_capability;
   double dense_flops(DType dtype) const;
   int compute_capability_major() const;
+  // 10 · major + minor, as Transformer Engine's get_device_compute_capability() encodes it: 90
+  // for 9.0, 103 for 10.3.
+  int compute_capability_x10() const;
   bool operator==(const GpuFigures&) const = default;
 };
 

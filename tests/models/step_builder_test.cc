@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "models/cost_model.h"
 #include "models/evaluate.h"
 #include "models/formulas.h"
 #include "models/resolve.h"
@@ -430,6 +431,8 @@ TEST(BuildStep, Fp8CastBytesFollowTheRecipe) {
             std::make_pair(4 * n + 2 * n / 32, 4 * n + 2 * n / 32));
 }
 
+// Transformer Engine's rules by the profile's compute capability: FP8 from 8.9 on, MXFP8 on 10.x
+// only, the default recipe delayed / MXFP8 / current scaling (12.x), non-TN GEMMs on 10.x.
 TEST(BuildStep, Fp8RecipeDefaultsToTransformerEnginesAndMxfp8NeedsBlackwell) {
   Scenario s = base("llama3-8b", "dgx-h100");
   s.parallelism = {.dp = 8};
@@ -441,13 +444,34 @@ TEST(BuildStep, Fp8RecipeDefaultsToTransformerEnginesAndMxfp8NeedsBlackwell) {
   auto refused = resolve(s);
   ASSERT_FALSE(refused);
   EXPECT_EQ(refused.error().code, sim::ErrorCode::kInvalidInput);
-  EXPECT_TRUE(refused.error().message.starts_with("training.fp8_recipe: mxfp8 needs a Blackwell"))
+  EXPECT_TRUE(refused.error().message.starts_with(
+      "training.fp8_recipe: mxfp8 needs compute capability 10.x"))
       << refused.error().message;
+  EXPECT_NE(refused.error().message.find("with 9.0"), std::string::npos) << refused.error().message;
   s.training.fp8_recipe.reset();
   s.hardware.system = "dgx-b200";
   auto b200 = resolve(s);
   ASSERT_TRUE(b200) << b200.error().message;
   EXPECT_EQ(b200->scenario().training.fp8_recipe, TrainingConfig::Fp8Recipe::kMxfp8);
+  // RTX 5090 (12.0): current scaling by default, MXFP8 refused ("not supported on 12.0+ yet").
+  s.hardware.system = "rtx5090-8gpu";
+  auto rtx = resolve(s);
+  ASSERT_TRUE(rtx) << rtx.error().message;
+  EXPECT_EQ(rtx->scenario().training.fp8_recipe, TrainingConfig::Fp8Recipe::kCurrent);
+  s.training.fp8_recipe = TrainingConfig::Fp8Recipe::kMxfp8;
+  EXPECT_FALSE(resolve(s));
+  s.training.fp8_recipe.reset();
+  // A100 (8.0) has no FP8 tensor cores.
+  s.hardware.system = "dgx-a100-80gb";
+  auto a100 = resolve(s);
+  ASSERT_FALSE(a100);
+  EXPECT_TRUE(
+      a100.error().message.starts_with("training.compute_dtype: fp8 needs FP8 tensor cores"))
+      << a100.error().message;
+  EXPECT_NE(a100.error().message.find("compute capability 8.0"), std::string::npos);
+  EXPECT_TRUE(fp8_non_tn_gemm(100) && fp8_non_tn_gemm(103) && fp8_non_tn_gemm(130));
+  EXPECT_FALSE(fp8_non_tn_gemm(89) || fp8_non_tn_gemm(90) || fp8_non_tn_gemm(120));
+  EXPECT_TRUE(fp8_supported(89) && !fp8_supported(86));
   // bf16 steps leave the recipe alone.
   s.training.compute_dtype = sim::DType::kBf16;
   auto bf16 = resolve(s);
