@@ -1257,35 +1257,26 @@ class CudaDevice final : public Device {
       plan->choice = AttentionKernelChoice{false, "fallback", std::move(reason)};
     };
     plan->choice = AttentionKernelChoice{true, "cudnn_sdpa", ""};
-    sim::Status built = build_cudnn_attention(*r, shape, *plan);
-    if (!built) {
-      const sim::Error& e = built.error();
-      bool falls_back = false;
-      for (const char* prefix :
-           {"cuDNN missing", "cuDNN error", "shape unsupported", "CUDA: out of memory"}) {
-        falls_back = falls_back || e.message.rfind(prefix, 0) == 0;
-      }
-      if (!falls_back) return sim::fail(e);  // the GPU itself failed: no kernel would run
-      fallback(e.message);
-    }
+    // An error: the GPU itself failed and no kernel would run.
+    OFFSIM_ASSIGN_OR_RETURN(const std::string reason, build_cudnn_attention(*r, shape, *plan));
+    if (!reason.empty()) fallback(reason);
     AttentionPlan* raw = plan.get();
     r->attention.emplace(key, std::move(plan));
     return raw;
   }
 
   // Builds the cuDNN graphs of `shape` into `plan` and runs each once (a graph that builds but
-  // does not run falls back here, not in a measured step). Errors name what was missing.
-  sim::Status build_cudnn_attention(RankState& r, const sim::AttentionShape& shape,
-                                    AttentionPlan& plan) {
+  // does not run falls back here, not in a measured step). Returns "" when built, else why the
+  // fallback kernel runs instead (cuDNN missing, a shape its graphs do not take, a cuDNN error,
+  // no device memory for its buffers); an error only when CUDA itself fails.
+  sim::Result<std::string> build_cudnn_attention(RankState& r, const sim::AttentionShape& shape,
+                                                 AttentionPlan& plan) {
     sim::Result<const cuda::CudnnApi*> loaded = cuda::cudnn_api();
-    if (!loaded) {
-      return sim::fail(sim::ErrorCode::kUnsupported, "cuDNN missing: {}", loaded.error().message);
-    }
+    if (!loaded) return fmt::format("cuDNN missing: {}", loaded.error().message);
     const cuda::CudnnApi& api = **loaded;
     if (!shape.causal) {
-      return sim::fail(sim::ErrorCode::kUnsupported,
-                       "shape unsupported: non-causal attention (offsim's cuDNN graphs are "
-                       "causal)");
+      return std::string(
+          "shape unsupported: non-causal attention (offsim's cuDNN graphs are causal)");
     }
     const std::int64_t kv_heads =
         shape.kv_heads > 0 && shape.heads % shape.kv_heads == 0 ? shape.kv_heads : shape.heads;
@@ -1293,14 +1284,13 @@ class CudaDevice final : public Device {
     if (!r.dnn) {
       cudnnHandle_t made_handle = nullptr;
       sim::Status made = api.check(api.Create(&made_handle), "cudnnCreate");
-      if (!made) return sim::fail(made.error().code, "cuDNN error: {}", made.error().message);
+      if (!made) return fmt::format("cuDNN error: {}", made.error().message);
       r.dnn.reset(made_handle);
     }
     cudnnHandle_t dnn = r.dnn.get();
     auto dnn_failed = [](const sim::Error& e) {
-      return sim::fail(
-          e.code, "{}{}",
-          e.code == sim::ErrorCode::kUnsupported ? "shape unsupported: " : "cuDNN error: ",
+      return fmt::format(
+          "{}{}", e.code == sim::ErrorCode::kUnsupported ? "shape unsupported: " : "cuDNN error: ",
           e.message);
     };
     // Forward: the op's own heads (GQA by broadcast). Backward: heads equal, K and V expanded.
@@ -1318,33 +1308,36 @@ class CudaDevice final : public Device {
       plan.bwd = std::move(*bwd);
       ws = std::max(ws, plan.bwd->workspace_bytes());
     }
-    auto device_buffer = [&](std::int64_t bytes,
-                             const char* what) -> sim::Result<std::unique_ptr<OwnedBuffer>> {
+    std::string out_of_memory;  // why the last device_buffer() gave nothing
+    auto device_buffer = [&](std::int64_t bytes, const char* what) {
       void* p = nullptr;
       const std::int64_t n = std::max<std::int64_t>(bytes, kMinScratchBytes);
       const cudaError_t err = cudaMalloc(&p, static_cast<std::size_t>(n));
       if (err != cudaSuccess) {
         cudaGetLastError();
-        return sim::fail(sim::ErrorCode::kLimitExceeded,
-                         "CUDA: out of memory on GPU {} for the cuDNN attention {} ({} bytes): {}",
-                         r.gpu, what, n, cuda_error(err, "cudaMalloc").message);
+        out_of_memory =
+            fmt::format("CUDA: out of memory on GPU {} for the cuDNN attention {} ({} bytes): {}",
+                        r.gpu, what, n, cuda_error(err, "cudaMalloc").message);
+        return std::unique_ptr<OwnedBuffer>();
       }
       return std::make_unique<OwnedBuffer>(MemoryKind::kDevice, p, n);
     };
-    OFFSIM_ASSIGN_OR_RETURN(plan.workspace, device_buffer(ws, "workspace"));
-    OFFSIM_ASSIGN_OR_RETURN(
-        plan.stats, device_buffer(shape.batch * shape.heads * shape.seq_q * 4, "statistics"));
+    plan.workspace = device_buffer(ws, "workspace");
+    if (!plan.workspace) return out_of_memory;
+    plan.stats = device_buffer(shape.batch * shape.heads * shape.seq_q * 4, "statistics");
+    if (!plan.stats) return out_of_memory;
     plan.q_bytes = shape.batch * shape.heads * shape.seq_q * shape.head_dim * 2;
     plan.kv_bytes = shape.batch * fs.kv_heads * shape.seq_kv * shape.head_dim * 2;
     if (plan.bwd) {
       // Backward operands kept for the steps: [K][V] (query heads) [dQ][dK][dV].
-      OFFSIM_ASSIGN_OR_RETURN(plan.grads,
-                              device_buffer(4 * plan.kv_bytes + plan.q_bytes, "operands"));
+      plan.grads = device_buffer(4 * plan.kv_bytes + plan.q_bytes, "operands");
+      if (!plan.grads) return out_of_memory;
       OFFSIM_CUDA_CHECK(cuda::launch_fill(plan.grads->get(), plan.grads->bytes(), 17, nullptr));
     }
     // A try-out on [Q][O][K][V] of random data, which also fills the statistics.
-    OFFSIM_ASSIGN_OR_RETURN(std::unique_ptr<OwnedBuffer> trial,
-                            device_buffer(2 * plan.q_bytes + 2 * plan.kv_bytes, "try-out"));
+    std::unique_ptr<OwnedBuffer> trial =
+        device_buffer(2 * plan.q_bytes + 2 * plan.kv_bytes, "try-out");
+    if (!trial) return out_of_memory;
     char* q = static_cast<char*>(trial->get());
     char* o = q + plan.q_bytes;
     char* k = o + plan.q_bytes;
@@ -1372,8 +1365,8 @@ class CudaDevice final : public Device {
     if (synced != cudaSuccess) {
       return sim::fail(cuda_error(synced, "cudaDeviceSynchronize (cuDNN SDPA try-out)"));
     }
-    if (!tried) return sim::fail(tried.error().code, "cuDNN error: {}", tried.error().message);
-    return sim::ok();
+    if (!tried) return fmt::format("cuDNN error: {}", tried.error().message);
+    return std::string();
   }
 
   sim::Result<GemmPlan*> gemm_plan(RankState& r, const sim::GemmShape& g) {
