@@ -127,6 +127,12 @@ double GemmEfficiency::model_efficiency(const GemmShape& shape) const {
   if (r >= 1) {
     const double ref = shape_factor({.m = r, .n = r, .k = r, .batch = 1, .dtype = shape.dtype});
     if (ref > 0.0) e /= ref;
+    // The curve's top is the best GEMM of a shape sweep (MAMF: the maximum achievable over m, n
+    // and k up to 16384): no shape runs faster, so a shape the factors favour over the reference
+    // cube (a deeper k) is held at it.
+    double top = 0.0;
+    for (const CurveKnot& knot : curve) top = std::max(top, knot.efficiency.value);
+    if (top > 0.0) e = std::min(e, top);
   }
   const auto align = static_cast<std::int64_t>(alignment_elements.value);
   if (align > 1 && (shape.m % align != 0 || shape.n % align != 0 || shape.k % align != 0)) {

@@ -88,6 +88,9 @@ double interpolate_log(const std::vector<CurveKnot>& knots, double size);
 //  * depth(k) = k / (k + k_overhead_elements): a tile's epilogue (writing its C tile) and
 //    prologue cost about as much as k_overhead_elements steps of its main loop, so shallow
 //    products (attention's head_dim 64-128) run well below deep ones; 1 when the figure is 0;
+//  * with reference_dim set, curve · shape / shape(r, r, r, 1) is held at the curve's top knot:
+//    the top is the best GEMM of a shape sweep (MAMF), so no shape, however deep its k or full
+//    its last wave, runs faster;
 //  * align = misaligned_factor when any of m, n, k is not a multiple of `alignment_elements`
 //    (tensor cores then fall back to slower paths), else 1.
 // The wave and depth figures are optional in profile JSON (0 when absent: the curve-and-tile
