@@ -84,7 +84,7 @@ sim::Status bind_fp8_recipe(Scenario& s, const sim::platform::System& system,
   };
   if (!fp8_supported(cc)) {
     return refuse(fmt::format(
-        "training.compute_dtype: fp8 needs FP8 tensor cores (compute capability 8.9 or later: "
+        "training.precision: fp8 needs FP8 tensor cores (compute capability 8.9 or later: "
         "Ada, Hopper, Blackwell), system {} has {} with compute capability {}.{}; expected bf16 "
         "or fp16",
         system.name, system.gpu, cc / 10, cc % 10));

@@ -465,8 +465,7 @@ TEST(BuildStep, Fp8RecipeDefaultsToTransformerEnginesAndMxfp8NeedsBlackwell) {
   s.hardware.system = "dgx-a100-80gb";
   auto a100 = resolve(s);
   ASSERT_FALSE(a100);
-  EXPECT_TRUE(
-      a100.error().message.starts_with("training.compute_dtype: fp8 needs FP8 tensor cores"))
+  EXPECT_TRUE(a100.error().message.starts_with("training.precision: fp8 needs FP8 tensor cores"))
       << a100.error().message;
   EXPECT_NE(a100.error().message.find("compute capability 8.0"), std::string::npos);
   EXPECT_TRUE(fp8_non_tn_gemm(100) && fp8_non_tn_gemm(103) && fp8_non_tn_gemm(130));
