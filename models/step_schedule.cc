@@ -280,15 +280,26 @@ void StepBuilder::backward_task(Rank& r, const Task& t) {
     task_first = last;
   }
   std::vector<OpId> firsts;
+  // Parameter fetches (all-gathers, H2D copies) of the backward: layer j's is issued once the
+  // backward of the layer `param_prefetch` steps earlier has started, and queued before that
+  // layer's gradient reduction, as FSDP's default BACKWARD_PRE prefetch (and FSDP2's implicit
+  // prefetch) issue the next all-gather in the current module's pre-backward hook, ahead of the
+  // current module's reduce-scatter on the same process group (torch.distributed.fsdp
+  // BackwardPrefetch).
+  std::vector<std::optional<Fetch>> fetches(layers.size());
+  const auto fetch_ready = [&](std::size_t j) {  // index of the layer whose start it waits for
+    const auto k = static_cast<std::size_t>(std::max(1, policies_[layers[j]].param_prefetch));
+    return j >= k ? j - k : 0;
+  };
+  const auto issue_fetch = [&](std::size_t j) {
+    std::optional<OpId> after = task_first;
+    if (j > 0) after = firsts[fetch_ready(j)];
+    fetches[j] = fetch_params(r, layers[j], fmt::format("mb{}.bwd", lbl(t.mb)), after);
+  };
   for (std::size_t i = 0; i < layers.size(); ++i) {
     const int l = layers[i];
-    const int k = std::max(1, policies_[l].param_prefetch);
-    std::optional<OpId> after = task_first;
-    if (i >= static_cast<std::size_t>(k))
-      after = firsts[i - k];
-    else if (i > 0)
-      after = firsts[0];
-    Fetch f = fetch_params(r, l, fmt::format("mb{}.bwd", lbl(t.mb)), after);
+    if (!fetches[i]) issue_fetch(i);
+    Fetch& f = *fetches[i];
     // Activation prefetch: H2D of this layer's offloaded tensors once the backward of the
     // layer `prefetch` steps earlier has started.
     const int ka = std::max(1, policies_[l].prefetch);
@@ -300,8 +311,12 @@ void StepBuilder::backward_task(Rank& r, const Task& t) {
     if (policies_[l].prefetch == 0 && i > 0) act_after = firsts[i - 1];
     std::optional<SendKey> recv;
     if (!act_after && !has_head(r.stage, t.chunk)) recv = SendKey{false, t.mb, r.stage, t.chunk};
-    last = layer_backward(r, t.mb, l, f, act_after, recv);
-    firsts.push_back(r.layer_first_bwd.at({t.mb, l}));
+    last = layer_backward(r, t.mb, l, f, act_after, recv, [&] {
+      firsts.push_back(r.layer_first_bwd.at({t.mb, l}));
+      for (std::size_t j = i + 1; j < layers.size(); ++j) {
+        if (!fetches[j] && fetch_ready(j) <= i) issue_fetch(j);
+      }
+    });
     note_first(firsts.back());
     if (!task_first) task_first = firsts.front();
   }

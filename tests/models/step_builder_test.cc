@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -148,6 +149,32 @@ TEST(BuildStep, StaticMemoryPerZeroStageMatchesClosedForms) {
     EXPECT_EQ(initial_bytes(step->plan, pool, sim::TensorCategory::kGrads), c.grads) << c.stage;
     EXPECT_EQ(initial_bytes(step->plan, pool, sim::TensorCategory::kOptimizer), c.opt) << c.stage;
   }
+}
+
+// FSDP's default BACKWARD_PRE prefetch: the next layer's backward all-gather is queued on the
+// collective lane ahead of the current layer's reduce-scatter, so it runs while the current
+// layer computes; it waits only for the start of the current layer's backward.
+TEST(BuildStep, FsdpBackwardAllGatherIsQueuedAheadOfTheReduceScatter) {
+  Scenario s = base("llama3-8b", "dgx-h100");
+  s.training = {.global_batch = 8, .micro_batch = 1, .seq_len = 4096};
+  s.parallelism = {.dp = 8, .fsdp = true};
+  auto step = build_step(s);
+  ASSERT_TRUE(step);
+  std::optional<std::size_t> gather30;
+  std::optional<std::size_t> reduce31;
+  for (std::size_t i = 0; i < step->plan.ops.size(); ++i) {
+    const sim::Op& op = step->plan.ops[i];
+    if (op.name == "l30.mb0.bwd.params_allgather" && !gather30) gather30 = i;
+    if (op.name == "mb0.l31.grad_reducescatter" && !reduce31) reduce31 = i;
+  }
+  ASSERT_TRUE(gather30 && reduce31);
+  const sim::Op& gather = step->plan.ops[*gather30];
+  const sim::Op& reduce = step->plan.ops[*reduce31];
+  EXPECT_EQ(gather.lane, reduce.lane);  // one process group, one lane: issue order is run order
+  EXPECT_LT(*gather30, *reduce31);
+  ASSERT_EQ(gather.deps.size(), 1u);
+  EXPECT_EQ(step->plan.ops[gather.deps[0].index()].name.rfind("mb0.l31.", 0), 0u)
+      << step->plan.ops[gather.deps[0].index()].name;
 }
 
 TEST(BuildStep, ZeroOffloadMovesOptimizerStateToHost) {
