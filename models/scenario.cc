@@ -49,6 +49,17 @@ const char* to_string(ModelArch::AttentionImpl v) {
   }
   return "?";
 }
+const char* to_string(ParallelConfig::BackwardPrefetch v) {
+  switch (v) {
+    case ParallelConfig::BackwardPrefetch::kPre:
+      return "pre";
+    case ParallelConfig::BackwardPrefetch::kPost:
+      return "post";
+    case ParallelConfig::BackwardPrefetch::kNone:
+      return "none";
+  }
+  return "?";
+}
 const char* to_string(ParallelConfig::CpCommType v) {
   switch (v) {
     case ParallelConfig::CpCommType::kP2P:
@@ -143,6 +154,12 @@ std::optional<ParallelConfig::PipelineSchedule> pipeline_schedule_from_string(st
 std::optional<ParallelConfig::CpCommType> cp_comm_type_from_string(std::string_view s) {
   static constexpr ParallelConfig::CpCommType kAll[] = {ParallelConfig::CpCommType::kP2P,
                                                         ParallelConfig::CpCommType::kA2A};
+  return parse_enum(s, kAll);
+}
+std::optional<ParallelConfig::BackwardPrefetch> backward_prefetch_from_string(std::string_view s) {
+  static constexpr ParallelConfig::BackwardPrefetch kAll[] = {
+      ParallelConfig::BackwardPrefetch::kPre, ParallelConfig::BackwardPrefetch::kPost,
+      ParallelConfig::BackwardPrefetch::kNone};
   return parse_enum(s, kAll);
 }
 std::optional<TrainingConfig::Fp8Recipe> fp8_recipe_from_string(std::string_view s) {

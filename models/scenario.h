@@ -150,6 +150,17 @@ struct ParallelConfig {
   // pjit/FSDP-style sharding over the data-parallel axis: parameters, gradients and optimizer
   // state sharded like ZeRO-3, parameters all-gathered per layer before forward and backward.
   bool fsdp = false;
+  // When the backward's parameter all-gathers (ZeRO-3, FSDP) are issued, as PyTorch FSDP's
+  // BackwardPrefetch names the choice (torch.distributed.fsdp, _runtime_utils.py). kPre (FSDP's
+  // default BACKWARD_PRE; FSDP2 and DeepSpeed ZeRO-3 prefetch the same way): the next layer's
+  // all-gather is issued in the current layer's pre-backward hook, queued ahead of the current
+  // layer's reduce-scatter. kPost (BACKWARD_POST): issued once the current layer's gradients are
+  // computed, still ahead of its reduce-scatter. kNone (backward_prefetch=None, DeepSpeed's
+  // stage3_prefetch_bucket_size 0): each layer's all-gather is issued in its own pre-backward
+  // hook, behind the previous layer's reduce-scatter. Parameter offload's H2D copies follow the
+  // same order.
+  enum class BackwardPrefetch { kPre, kPost, kNone };
+  BackwardPrefetch backward_prefetch = BackwardPrefetch::kPre;
   PipelineSchedule schedule = PipelineSchedule::k1F1B;
   int virtual_stages = 1;  // model chunks per pipeline stage (interleaved 1F1B)
   // Data-parallel gradient reduction overlapped with the backward, bucket by bucket (DDP,
@@ -355,6 +366,8 @@ std::optional<ModelArch::Norm> norm_from_string(std::string_view s);
 std::optional<ModelArch::AttentionImpl> attention_impl_from_string(std::string_view s);
 std::optional<ParallelConfig::PipelineSchedule> pipeline_schedule_from_string(std::string_view s);
 const char* to_string(ParallelConfig::CpCommType v);
+const char* to_string(ParallelConfig::BackwardPrefetch v);
+std::optional<ParallelConfig::BackwardPrefetch> backward_prefetch_from_string(std::string_view s);
 std::optional<ParallelConfig::CpCommType> cp_comm_type_from_string(std::string_view s);
 const char* to_string(TrainingConfig::Fp8Recipe v);
 std::optional<TrainingConfig::Fp8Recipe> fp8_recipe_from_string(std::string_view s);

@@ -261,9 +261,10 @@ class StepBuilder {
   void ffn_backward(Rank& r, const std::string& p, int l);
   OpId attention_backward(Rank& r, const std::string& p, int l);
   // `before_reduce` runs once the layer's backward ops exist and before its gradient reduction
-  // is queued (the caller issues the next layers' parameter fetches there).
+  // is queued, with the op after which its gradients are ready (the caller issues the next
+  // layers' parameter fetches there).
   OpId layer_backward(Rank& r, int mb, int l, Fetch& fetch, std::optional<OpId> act_after,
-                      std::optional<SendKey> recv, const std::function<void()>& before_reduce);
+                      std::optional<SendKey> recv, const std::function<void(OpId)>& before_reduce);
 
   // --- step_moe.cc: mixture of experts
   template <class Shape>

@@ -612,7 +612,7 @@ OpId StepBuilder::attention_backward(Rank& r, const std::string& p, int l) {
 // arriving from the next pipeline stage.
 OpId StepBuilder::layer_backward(Rank& r, int mb, int l, Fetch& fetch,
                                  std::optional<OpId> act_after, std::optional<SendKey> recv,
-                                 const std::function<void()>& before_reduce) {
+                                 const std::function<void(OpId)>& before_reduce) {
   const LayerPolicy& lp = policies_[l];
   const std::string p = pfx(mb, l);
 
@@ -654,11 +654,11 @@ OpId StepBuilder::layer_backward(Rank& r, int mb, int l, Fetch& fetch,
     const std::int64_t experts =
         r.expert_group_of_layer.count(l) != 0 ? r.groups[r.expert_group_of_layer.at(l)].params : 0;
     grad_accumulation(r, p + ".grad_accum", l, group(r, l).params + experts);
-    before_reduce();
+    before_reduce(last_compute_);
     grads_done(r, l, mb, last_compute_);
     return last_compute_;
   }
-  before_reduce();
+  before_reduce(last);
   grads_done(r, l, mb, last);
   return last;
 }

@@ -280,25 +280,23 @@ void StepBuilder::backward_task(Rank& r, const Task& t) {
     task_first = last;
   }
   std::vector<OpId> firsts;
-  // Parameter fetches (all-gathers, H2D copies) of the backward: layer j's is issued once the
-  // backward of the layer `param_prefetch` steps earlier has started, and queued before that
-  // layer's gradient reduction, as FSDP's default BACKWARD_PRE prefetch (and FSDP2's implicit
-  // prefetch) issue the next all-gather in the current module's pre-backward hook, ahead of the
-  // current module's reduce-scatter on the same process group (torch.distributed.fsdp
-  // BackwardPrefetch).
+  // Parameter fetches (all-gathers, H2D copies) of the backward, in the order PyTorch FSDP's
+  // backward_prefetch issues them (ParallelConfig::BackwardPrefetch): layer j's waits for the
+  // layer `param_prefetch` steps earlier (its start with kPre, its gradients with kPost) and is
+  // queued before that layer's gradient reduction; with kNone it is issued when layer j's own
+  // backward is reached, behind the previous layer's reduction.
+  const ParallelConfig::BackwardPrefetch mode = s_.parallelism.backward_prefetch;
   std::vector<std::optional<Fetch>> fetches(layers.size());
-  const auto fetch_ready = [&](std::size_t j) {  // index of the layer whose start it waits for
+  const auto fetch_ready = [&](std::size_t j) {  // index of the layer whose hook issues it
     const auto k = static_cast<std::size_t>(std::max(1, policies_[layers[j]].param_prefetch));
     return j >= k ? j - k : 0;
   };
-  const auto issue_fetch = [&](std::size_t j) {
-    std::optional<OpId> after = task_first;
-    if (j > 0) after = firsts[fetch_ready(j)];
+  const auto issue_fetch = [&](std::size_t j, std::optional<OpId> after) {
     fetches[j] = fetch_params(r, layers[j], fmt::format("mb{}.bwd", lbl(t.mb)), after);
   };
   for (std::size_t i = 0; i < layers.size(); ++i) {
     const int l = layers[i];
-    if (!fetches[i]) issue_fetch(i);
+    if (!fetches[i]) issue_fetch(i, i == 0 ? task_first : firsts[fetch_ready(i)]);
     Fetch& f = *fetches[i];
     // Activation prefetch: H2D of this layer's offloaded tensors once the backward of the
     // layer `prefetch` steps earlier has started.
@@ -311,10 +309,13 @@ void StepBuilder::backward_task(Rank& r, const Task& t) {
     if (policies_[l].prefetch == 0 && i > 0) act_after = firsts[i - 1];
     std::optional<SendKey> recv;
     if (!act_after && !has_head(r.stage, t.chunk)) recv = SendKey{false, t.mb, r.stage, t.chunk};
-    last = layer_backward(r, t.mb, l, f, act_after, recv, [&] {
+    last = layer_backward(r, t.mb, l, f, act_after, recv, [&](OpId grads_ready) {
       firsts.push_back(r.layer_first_bwd.at({t.mb, l}));
+      if (mode == ParallelConfig::BackwardPrefetch::kNone) return;
       for (std::size_t j = i + 1; j < layers.size(); ++j) {
-        if (!fetches[j] && fetch_ready(j) <= i) issue_fetch(j);
+        if (fetches[j] || fetch_ready(j) > i) continue;
+        const bool pre = mode == ParallelConfig::BackwardPrefetch::kPre;
+        issue_fetch(j, pre ? firsts[fetch_ready(j)] : grads_ready);
       }
     });
     note_first(firsts.back());

@@ -176,6 +176,9 @@ constexpr ModelArch::AttentionImpl kAttentionImpls[] = {ModelArch::AttentionImpl
                                                         ModelArch::AttentionImpl::kClassic};
 constexpr ParallelConfig::PipelineSchedule kSchedules[] = {
     ParallelConfig::PipelineSchedule::k1F1B, ParallelConfig::PipelineSchedule::kInterleaved1F1B};
+constexpr ParallelConfig::BackwardPrefetch kBackwardPrefetches[] = {
+    ParallelConfig::BackwardPrefetch::kPre, ParallelConfig::BackwardPrefetch::kPost,
+    ParallelConfig::BackwardPrefetch::kNone};
 constexpr ParallelConfig::CpCommType kCpCommTypes[] = {ParallelConfig::CpCommType::kP2P,
                                                        ParallelConfig::CpCommType::kA2A};
 constexpr models::TrainingConfig::Fp8Recipe kFp8Recipes[] = {
@@ -519,6 +522,8 @@ sim::Status read_parallelism(const Node& node, ParallelConfig& p) {
   OFFSIM_RETURN_IF_ERROR(read_bool(r, "sequence_parallel", p.sequence_parallel));
   OFFSIM_RETURN_IF_ERROR(read_int(r, "zero_stage", p.zero_stage, 0, 3));
   OFFSIM_RETURN_IF_ERROR(read_bool(r, "fsdp", p.fsdp));
+  OFFSIM_RETURN_IF_ERROR(read_enum(r, "backward_prefetch", p.backward_prefetch, kBackwardPrefetches,
+                                   models::backward_prefetch_from_string));
   OFFSIM_RETURN_IF_ERROR(
       read_enum(r, "schedule", p.schedule, kSchedules, models::pipeline_schedule_from_string));
   OFFSIM_RETURN_IF_ERROR(read_int(r, "virtual_stages", p.virtual_stages, 1, 1024));
@@ -1156,6 +1161,9 @@ Node parallelism_node(const ParallelConfig& p) {
   put(par, "sequence_parallel", bool_node(p.sequence_parallel));
   put(par, "zero_stage", number_node(p.zero_stage));
   put(par, "fsdp", bool_node(p.fsdp));
+  if (p.backward_prefetch != ParallelConfig::BackwardPrefetch::kPre) {
+    put(par, "backward_prefetch", scalar_node(models::to_string(p.backward_prefetch)));
+  }
   put(par, "schedule", scalar_node(models::to_string(p.schedule)));
   put(par, "virtual_stages", number_node(p.virtual_stages));
   put(par, "overlap_grad_reduce", bool_node(p.overlap_grad_reduce));

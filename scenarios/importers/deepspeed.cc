@@ -333,9 +333,19 @@ sim::Status map_zero(Fields& fields, Mapper& m) {
 // ZeRO's bucket sizes and communication details, the optimizer type and activation
 // checkpointing settings (which the model code, not the config, switches on).
 sim::Status map_details(Fields& fields, Mapper& m) {
+  // ZeRO-3 prefetches the parameters of the modules ahead in its trace up to this many elements
+  // (PartitionedParameterCoordinator); 0 turns prefetching off: each module's all-gather is
+  // issued when the module is reached.
+  if (Field* f = fields.get("zero_optimization.stage3_prefetch_bucket_size");
+      f != nullptr && f->value.kind == NodeKind::kScalar && f->value.scalar == "auto") {
+    m.mapped(*f, "(\"auto\": Accelerate sets a non-zero size, prefetching on)");
+  } else if (f != nullptr) {
+    OFFSIM_ASSIGN_OR_RETURN(std::int64_t elements, m.int_in(*f, 0, std::int64_t{1} << 50));
+    OFFSIM_RETURN_IF_ERROR(
+        m.set(*f, "parallelism.backward_prefetch", elements == 0 ? "none" : "pre"));
+  }
   for (const char* key :
        {"zero_optimization.reduce_bucket_size", "zero_optimization.allgather_bucket_size",
-        "zero_optimization.stage3_prefetch_bucket_size",
         "zero_optimization.stage3_max_live_parameters",
         "zero_optimization.stage3_param_persistence_threshold",
         "zero_optimization.stage3_max_reuse_distance", "zero_optimization.sub_group_size"}) {

@@ -2,6 +2,7 @@
 // the closed forms, and offload behaves as it physically should on the default profiles.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <optional>
 #include <string>
@@ -13,6 +14,7 @@
 #include "models/formulas.h"
 #include "models/resolve.h"
 #include "models/step_builder.h"
+#include "sim/engine/simulator.h"
 
 namespace offsim::models {
 namespace {
@@ -154,12 +156,20 @@ TEST(BuildStep, StaticMemoryPerZeroStageMatchesClosedForms) {
 // FSDP's default BACKWARD_PRE prefetch: the next layer's backward all-gather is queued on the
 // collective lane ahead of the current layer's reduce-scatter, so it runs while the current
 // layer computes; it waits only for the start of the current layer's backward.
-TEST(BuildStep, FsdpBackwardAllGatherIsQueuedAheadOfTheReduceScatter) {
+// Layer 30's backward all-gather and layer 31's gradient reduce-scatter of the first
+// micro-batch of an FSDP step (the backward runs layer 31 first), with `prefetch`.
+struct FsdpBackwardOrder {
+  std::optional<BuiltStep> step;
+  std::size_t gather = 0;
+  std::size_t reduce = 0;
+};
+FsdpBackwardOrder fsdp_backward_order(ParallelConfig::BackwardPrefetch prefetch) {
   Scenario s = base("llama3-8b", "dgx-h100");
   s.training = {.global_batch = 8, .micro_batch = 1, .seq_len = 4096};
-  s.parallelism = {.dp = 8, .fsdp = true};
+  s.parallelism = {.dp = 8, .fsdp = true, .backward_prefetch = prefetch};
+  FsdpBackwardOrder o;
   auto step = build_step(s);
-  ASSERT_TRUE(step);
+  if (!step) return o;
   std::optional<std::size_t> gather30;
   std::optional<std::size_t> reduce31;
   for (std::size_t i = 0; i < step->plan.ops.size(); ++i) {
@@ -167,14 +177,53 @@ TEST(BuildStep, FsdpBackwardAllGatherIsQueuedAheadOfTheReduceScatter) {
     if (op.name == "l30.mb0.bwd.params_allgather" && !gather30) gather30 = i;
     if (op.name == "mb0.l31.grad_reducescatter" && !reduce31) reduce31 = i;
   }
-  ASSERT_TRUE(gather30 && reduce31);
-  const sim::Op& gather = step->plan.ops[*gather30];
-  const sim::Op& reduce = step->plan.ops[*reduce31];
+  if (!gather30 || !reduce31) return o;
+  o.step = std::move(*step);
+  o.gather = *gather30;
+  o.reduce = *reduce31;
+  return o;
+}
+
+TEST(BuildStep, FsdpBackwardAllGatherIsQueuedAheadOfTheReduceScatter) {
+  // BACKWARD_PRE (the default): issued when layer 31's backward starts, ahead of its reduction.
+  const FsdpBackwardOrder o = fsdp_backward_order(ParallelConfig::BackwardPrefetch::kPre);
+  ASSERT_TRUE(o.step);
+  const sim::Plan& plan = o.step->plan;
+  const sim::Op& gather = plan.ops[o.gather];
+  const sim::Op& reduce = plan.ops[o.reduce];
   EXPECT_EQ(gather.lane, reduce.lane);  // one process group, one lane: issue order is run order
-  EXPECT_LT(*gather30, *reduce31);
+  EXPECT_LT(o.gather, o.reduce);
   ASSERT_EQ(gather.deps.size(), 1u);
-  EXPECT_EQ(step->plan.ops[gather.deps[0].index()].name.rfind("mb0.l31.", 0), 0u)
-      << step->plan.ops[gather.deps[0].index()].name;
+  EXPECT_EQ(plan.ops[gather.deps[0].index()].name.rfind("mb0.l31.", 0), 0u)
+      << plan.ops[gather.deps[0].index()].name;
+  EXPECT_EQ(std::count(reduce.deps.begin(), reduce.deps.end(), gather.deps[0]), 0);
+}
+
+TEST(BuildStep, FsdpBackwardPostWaitsForTheGradientsAndNoneForTheReduction) {
+  // BACKWARD_POST: still ahead of the reduce-scatter, but after layer 31's gradients, which
+  // the reduce-scatter waits for too.
+  const FsdpBackwardOrder post = fsdp_backward_order(ParallelConfig::BackwardPrefetch::kPost);
+  ASSERT_TRUE(post.step);
+  const sim::Op& gather = post.step->plan.ops[post.gather];
+  const sim::Op& reduce = post.step->plan.ops[post.reduce];
+  EXPECT_LT(post.gather, post.reduce);
+  ASSERT_EQ(gather.deps.size(), 1u);
+  EXPECT_EQ(std::count(reduce.deps.begin(), reduce.deps.end(), gather.deps[0]), 1);
+  // None: issued when layer 30's backward is reached, behind layer 31's reduce-scatter.
+  const FsdpBackwardOrder none = fsdp_backward_order(ParallelConfig::BackwardPrefetch::kNone);
+  ASSERT_TRUE(none.step);
+  EXPECT_EQ(none.step->plan.ops[none.gather].lane, none.step->plan.ops[none.reduce].lane);
+  EXPECT_GT(none.gather, none.reduce);
+  // The order changes the step: prefetching ahead of the reduction is the fastest.
+  const auto makespan = [](const BuiltStep& b) {
+    auto r = sim::simulate(b.plan, {});
+    return r ? r->timeline.makespan.time_since_epoch().count() : std::int64_t{-1};
+  };
+  const FsdpBackwardOrder pre = fsdp_backward_order(ParallelConfig::BackwardPrefetch::kPre);
+  ASSERT_TRUE(pre.step);
+  EXPECT_LT(makespan(*pre.step), makespan(*none.step));
+  EXPECT_LE(makespan(*pre.step), makespan(*post.step));
+  EXPECT_LE(makespan(*post.step), makespan(*none.step));
 }
 
 TEST(BuildStep, ZeroOffloadMovesOptimizerStateToHost) {

@@ -671,6 +671,33 @@ TEST(DeepSpeedImport, Stage3ParameterOffloadAndNvme) {
                                       "zero_optimization.offload_param.pin_memory"}));
 }
 
+TEST(DeepSpeedImport, Stage3PrefetchBucketSizeSetsTheBackwardPrefetch) {
+  // 0 turns ZeRO-3's parameter prefetch off; a size (or Accelerate's "auto") keeps it on.
+  const ImportOptions opts{
+      .sets = {"model=llama3-8b", "training.seq_len=2048", "hardware.system=dgx-h100"}, .gpus = 8};
+  const auto prefetch_of = [&](const std::string& value) {
+    const std::string cfg = write_temp("pf.json", R"({"train_micro_batch_size_per_gpu": 2,
+ "zero_optimization": {"stage": 3, "stage3_prefetch_bucket_size": )" +
+                                                      value + "}}");
+    auto r = import_config(Framework::kDeepSpeed, {cfg}, opts);
+    EXPECT_TRUE(r) << r.error().message;
+    if (!r) return std::string("(error)");
+    EXPECT_EQ(find_field(r->unmapped, "zero_optimization.stage3_prefetch_bucket_size"), nullptr);
+    expect_round_trip(*r);
+    return std::string(value_at(r->scenario, "parallelism.backward_prefetch"));
+  };
+  EXPECT_EQ(prefetch_of("0"), "none");
+  EXPECT_EQ(prefetch_of("5e7"), "pre");
+  EXPECT_EQ(prefetch_of("\"auto\""), "<missing>");  // the default, pre
+  const std::string bad = write_temp("pf2.json", R"({"train_micro_batch_size_per_gpu": 2,
+ "zero_optimization": {"stage": 3, "stage3_prefetch_bucket_size": -1}})");
+  auto r = import_config(Framework::kDeepSpeed, {bad}, opts);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("zero_optimization.stage3_prefetch_bucket_size"),
+            std::string::npos)
+      << r.error().message;
+}
+
 TEST(TorchtitanImport, TensorParallelAndCpuOffload) {
   const std::string cfg = write_temp("tp.toml",
                                      "[model]\nname = \"llama3\"\nflavor = \"70B\"\n"

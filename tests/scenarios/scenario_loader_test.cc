@@ -305,6 +305,26 @@ TEST_F(LoaderTest, Fp8RecipeKey) {
       << bad;
 }
 
+TEST_F(LoaderTest, BackwardPrefetchKey) {
+  // parallelism.backward_prefetch reaches the scenario; the effective scenario names it when it
+  // is not the default (pre); a bad value names the key and the choices.
+  const std::string path = write("s.yaml", kBase);
+  auto file = load_scenario_file(path, {"parallelism.backward_prefetch=post"});
+  ASSERT_TRUE(file) << file.error().message;
+  auto s = scenario_from_document(file->base, file->base_dir);
+  ASSERT_TRUE(s) << s.error().message;
+  EXPECT_EQ(s->parallelism.backward_prefetch, models::ParallelConfig::BackwardPrefetch::kPost);
+  const std::string effective = emit_yaml(scenario_to_document(*s));
+  EXPECT_NE(effective.find("  backward_prefetch: post\n"), std::string::npos) << effective;
+  s->parallelism.backward_prefetch = models::ParallelConfig::BackwardPrefetch::kPre;
+  EXPECT_EQ(emit_yaml(scenario_to_document(*s)).find("backward_prefetch"), std::string::npos);
+  const std::string bad = error_of(kBase, {"parallelism.backward_prefetch=later"});
+  EXPECT_NE(bad.find("parallelism.backward_prefetch: expected one of pre, post, none, got "
+                     "\"later\""),
+            std::string::npos)
+      << bad;
+}
+
 TEST_F(LoaderTest, ContextParallelKeys) {
   // parallelism.cp and cp_comm_type reach the scenario and the effective scenario.
   const std::string path = write("s.yaml", kBase);
