@@ -44,10 +44,9 @@ LayerPolicy layer_policy(const Scenario& s, const LayerDims& d, int layer) {
   std::set<std::string> named;
   std::array<bool, kNumActs> host{};
   bool any_host_rule = false;
+  const PipelineLayout layout = pipeline_layout(s.model.layers, s.parallelism);
   for (const OffloadRule& r : s.offload.rules) {
-    if (!r.layers.contains(layer, s.model.layers, s.parallelism.pp, s.parallelism.virtual_stages)) {
-      continue;
-    }
+    if (!r.layers.contains(layer, layout)) continue;
     const bool to_host = r.where == Placement::kHost;
     switch (r.cls) {
       case TensorClass::kActivations:

@@ -246,8 +246,43 @@ const std::vector<std::string>& activation_names() {
   return kNames;
 }
 
+PipelineLayout::Span PipelineLayout::span(int stage, int chunk) const {
+  const std::int64_t per = slots() / std::max<std::int64_t>(1, chunks());
+  const std::int64_t run = static_cast<std::int64_t>(chunk) * pp + stage;
+  const std::int64_t first = std::clamp<std::int64_t>(run * per - embedding_slots, 0, layers);
+  const std::int64_t end = std::clamp<std::int64_t>((run + 1) * per - embedding_slots, 0, layers);
+  return {static_cast<int>(first), static_cast<int>(end - first)};
+}
+
+std::pair<int, int> PipelineLayout::place(int layer) const {
+  const std::int64_t per = std::max<std::int64_t>(1, slots() / std::max<std::int64_t>(1, chunks()));
+  const std::int64_t run = (layer + embedding_slots) / per;
+  return {static_cast<int>(run % pp), static_cast<int>(run / pp)};
+}
+
+std::int64_t PipelineLayout::stage_layers(int stage) const {
+  std::int64_t n = 0;
+  for (int c = 0; c < virtual_stages; ++c) n += span(stage, c).count;
+  return n;
+}
+
+PipelineLayout pipeline_layout(std::int64_t layers, const ParallelConfig& p) {
+  return {.layers = layers,
+          .pp = std::max(1, p.pp),
+          .virtual_stages = std::max(1, p.virtual_stages),
+          .embedding_slots = p.account_for_embedding_in_pipeline_split ? 1 : 0,
+          .loss_slots = p.account_for_loss_in_pipeline_split ? 1 : 0};
+}
+
 bool LayerSelection::contains(int layer, std::int64_t num_layers, int pp,
                               int virtual_stages) const {
+  return contains(layer, PipelineLayout{.layers = num_layers,
+                                        .pp = std::max(1, pp),
+                                        .virtual_stages = std::max(1, virtual_stages)});
+}
+
+bool LayerSelection::contains(int layer, const PipelineLayout& layout) const {
+  const std::int64_t num_layers = layout.layers;
   switch (kind) {
     case Kind::kAll:
       return true;
@@ -259,13 +294,12 @@ bool LayerSelection::contains(int layer, std::int64_t num_layers, int pp,
     case Kind::kFirst:
       return layer < count;
     case Kind::kStageFraction: {
-      // Stage s holds chunks c = 0..v-1 of layers_per_chunk layers each, chunk c of stage s
-      // being the model's chunk c * pp + s; the layer's position among its stage's layers:
-      const std::int64_t per_stage = num_layers / std::max(1, pp);
-      const std::int64_t per_chunk =
-          std::max<std::int64_t>(1, per_stage / std::max(1, virtual_stages));
-      const std::int64_t chunk = layer / per_chunk;
-      const std::int64_t position = (chunk / std::max(1, pp)) * per_chunk + layer % per_chunk;
+      // The layer's position among the layers its stage holds, chunk by chunk, against the
+      // stage's own layers (the fraction is of each rank's state).
+      const auto [stage, chunk] = layout.place(layer);
+      std::int64_t position = layer - layout.span(stage, chunk).first;
+      for (int c = 0; c < chunk; ++c) position += layout.span(stage, c).count;
+      const std::int64_t per_stage = layout.stage_layers(stage);
       return position <
              static_cast<std::int64_t>(std::llround(fraction * static_cast<double>(per_stage)));
     }
@@ -620,12 +654,18 @@ sim::Status check_pipeline(const Scenario& s) {
   const ModelArch& m = s.model;
   const TrainingConfig& t = s.training;
   const ParallelConfig& p = s.parallelism;
-  const std::int64_t chunks = static_cast<std::int64_t>(p.pp) * p.virtual_stages;
-  if (m.layers % chunks != 0) {
+  const PipelineLayout layout = pipeline_layout(m.layers, p);
+  if (!layout.even()) {
+    const int slots = layout.embedding_slots + layout.loss_slots;
     return invalid(
-        fmt::format("parallelism.pp: model.layers {} is not divisible by parallelism.pp × "
+        fmt::format("parallelism.pp: model.layers {}{} is not divisible by parallelism.pp × "
                     "parallelism.virtual_stages = {}",
-                    m.layers, chunks));
+                    m.layers,
+                    slots == 0 ? std::string()
+                               : fmt::format(" + {} (the embedding and loss slots of "
+                                             "parallelism.account_for_*_in_pipeline_split)",
+                                             slots),
+                    layout.chunks()));
   }
   const bool interleaved = p.schedule == ParallelConfig::PipelineSchedule::kInterleaved1F1B;
   if (p.virtual_stages > 1 && !interleaved) {

@@ -150,6 +150,12 @@ struct ParallelConfig {
   // pjit/FSDP-style sharding over the data-parallel axis: parameters, gradients and optimizer
   // state sharded like ZeRO-3, parameters all-gathered per layer before forward and backward.
   bool fsdp = false;
+  // Megatron-Core's --account-for-embedding-in-pipeline-split / --account-for-loss-in-pipeline-
+  // split: the embedding and the loss each take a transformer layer's place when the layers
+  // are split over the pipeline chunks (PipelineLayout), so that (layers + 2) / (pp · v) slots
+  // per chunk balance the stages (Llama 3 405B: 126 layers + 2 over 16 stages × 8 chunks).
+  bool account_for_embedding_in_pipeline_split = false;
+  bool account_for_loss_in_pipeline_split = false;
   // When the backward's parameter all-gathers (ZeRO-3, FSDP) are issued, as PyTorch FSDP's
   // BackwardPrefetch names the choice (torch.distributed.fsdp, _runtime_utils.py). kPre (FSDP's
   // default BACKWARD_PRE; FSDP2 and DeepSpeed ZeRO-3 prefetch the same way): the next layer's
@@ -228,6 +234,38 @@ struct RecomputeConfig {
 };
 
 // Which layers a rule applies to.
+// Which layers each pipeline chunk builds, as Megatron-Core splits them
+// (megatron/core/transformer/transformer_block.py get_num_layers_to_build and
+// get_transformer_layer_offset): the layers, plus one slot for the embedding and one for the
+// loss when ParallelConfig::account_for_embedding_in_pipeline_split /
+// account_for_loss_in_pipeline_split ask, cut into pp · virtual_stages equal runs in model-chunk
+// order (chunk c of stage s is run c · pp + s). The embedding slot is the first, the loss slot
+// the last: their chunks build one layer fewer (none when a run is one slot long).
+struct PipelineLayout {
+  std::int64_t layers = 0;
+  int pp = 1;
+  int virtual_stages = 1;
+  int embedding_slots = 0;  // 0 or 1
+  int loss_slots = 0;       // 0 or 1
+
+  struct Span {
+    int first = 0;  // the chunk's first layer
+    int count = 0;  // its layers (0: only the embedding or only the loss)
+  };
+  std::int64_t slots() const { return layers + embedding_slots + loss_slots; }
+  std::int64_t chunks() const { return static_cast<std::int64_t>(pp) * virtual_stages; }
+  // Every chunk holds the same number of slots.
+  bool even() const { return chunks() > 0 && slots() % chunks() == 0; }
+  // The layers chunk `chunk` of stage `stage` builds (even() layouts).
+  Span span(int stage, int chunk) const;
+  // The (stage, chunk) that builds `layer`.
+  std::pair<int, int> place(int layer) const;
+  // The layers stage `stage` builds over its chunks.
+  std::int64_t stage_layers(int stage) const;
+};
+struct ParallelConfig;
+PipelineLayout pipeline_layout(std::int64_t layers, const ParallelConfig& p);
+
 struct LayerSelection {
   enum class Kind { kAll, kList, kFraction, kFirst, kStageFraction };
 
@@ -239,7 +277,9 @@ struct LayerSelection {
                            // optimizer_offload_fraction is a fraction of each rank's state)
   std::int64_t count = 0;  // kFirst: the first `count` layers (Megatron/TE num_layers)
 
-  // pp and virtual_stages place the layer on its stage (kStageFraction only).
+  // The layout places the layer on its stage (kStageFraction only).
+  bool contains(int layer, const PipelineLayout& layout) const;
+  // The same, with pp · virtual_stages equal chunks and no embedding or loss slot.
   bool contains(int layer, std::int64_t num_layers, int pp = 1, int virtual_stages = 1) const;
 };
 

@@ -30,14 +30,13 @@ StepBuilder::StepBuilder(const Scenario& s, const LayerPolicies& policies, const
       policies_(policies.layers),
       outside_(policies.outside) {
   const ParallelConfig& p = s.parallelism;
-  layers_per_chunk_ = static_cast<int>(s.model.layers / (p.pp * p.virtual_stages));
+  layout_ = pipeline_layout(s.model.layers, p);
   micro_batches_ = options.micro_batches > 0 ? options.micro_batches
                                              : static_cast<int>(grad_accum_steps(s.training, p));
   last_label_ =
       options.last_micro_batch_label >= 0 ? options.last_micro_batch_label : micro_batches_ - 1;
   static_only_ = options.static_only;
-  if (options.layers_per_chunk > 0 && options.layers_per_chunk < layers_per_chunk_)
-    kept_layers_ = options.layers_per_chunk;
+  if (options.layers_per_chunk > 0) kept_layers_ = options.layers_per_chunk;
   gdtype_ = s.training.compute_dtype;
   adtype_ = gdtype_ == sim::DType::kFp8 ? sim::DType::kBf16 : gdtype_;
   const int cc = cm.profile().gpu.compute_capability_x10();
@@ -333,11 +332,11 @@ void set_step_flops(const Scenario& s, BuiltStep& out) {
   }
   out.model_flops_per_step = 3.0 * fwd * sequences;
   double recompute = 0.0;
+  const PipelineLayout layout = pipeline_layout(s.model.layers, s.parallelism);
   for (int l = 0; l < s.model.layers; ++l) {
     std::set<std::string> named;
     for (const OffloadRule& r : s.offload.rules) {
-      if (r.cls == TensorClass::kNamedActivation &&
-          r.layers.contains(l, s.model.layers, s.parallelism.pp, s.parallelism.virtual_stages)) {
+      if (r.cls == TensorClass::kNamedActivation && r.layers.contains(l, layout)) {
         named.insert(r.name);
       }
     }

@@ -211,6 +211,9 @@ class StepBuilder {
   std::int64_t p2p_bytes() const;
   void run_task(Rank& r, const Task& t);
   std::vector<int> chunk_layers(int stage, int chunk) const;
+  std::optional<OpId> activation_fetch_after(int l, std::size_t i, const std::vector<OpId>& firsts,
+                                             std::optional<OpId> task_first) const;
+  void end_backward_task(Rank& r, const Task& t, OpId last, bool embedding_only);
   void forward_task(Rank& r, const Task& t);
   std::pair<int, int> next_stage(int stage, int chunk) const;
   std::pair<int, int> prev_stage(int stage, int chunk) const;
@@ -248,10 +251,15 @@ class StepBuilder {
   GemmDims layer_gemm(FwdOp op) const;
   Traffic layer_elementwise(FwdOp op) const;
   OpId head_op(Rank& r, const std::string& prefix, const HeadOpEntry& e, std::int64_t n);
-  OpId head_forward(Rank& r, int mb);
+  // The head's forward and backward ops of a micro-batch: its first and its last op.
+  struct HeadOps {
+    OpId first;
+    OpId last;
+  };
+  HeadOps head_forward(Rank& r, int mb);
   OpId head_chunk(Rank& r, const std::string& p, std::span<const HeadOpEntry> entries,
                   std::int64_t c, std::int64_t chunks);
-  OpId head_backward(Rank& r, int mb);
+  HeadOps head_backward(Rank& r, int mb);
   void recompute_forward(Rank& r, const std::string& p, int l, const OpSink& emit);
   OpId backward_entries(Rank& r, const std::string& p, int l,
                         std::span<const LayerBackwardEntry> entries, const OpSink& emit);
@@ -398,8 +406,8 @@ class StepBuilder {
   sim::PlanBuilder& b_;
   BuiltStep& out_;
   LayerDims d_;
-  int layers_per_chunk_ = 1;
-  int kept_layers_ = 0;  // BuildOptions::layers_per_chunk (0: every layer of a chunk)
+  PipelineLayout layout_;  // which layers each chunk builds
+  int kept_layers_ = 0;    // BuildOptions::layers_per_chunk (0: every layer of a chunk)
   int micro_batches_ = 1;
   int last_label_ = 0;
   sim::DType gdtype_ = sim::DType::kBf16;

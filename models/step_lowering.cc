@@ -422,7 +422,7 @@ OpId StepBuilder::head_op(Rank& r, const std::string& prefix, const HeadOpEntry&
 // entropy keeps; chunked (fused linear cross entropy), the gradient of the head's input (tokens ×
 // hidden, like the residual) instead. The per-chunk entries, last in the recipe, run chunk by
 // chunk. Returns the last op.
-OpId StepBuilder::head_forward(Rank& r, int mb) {
+StepBuilder::HeadOps StepBuilder::head_forward(Rank& r, int mb) {
   const std::string p = fmt::format("mb{}.head", lbl(mb));
   const std::int64_t chunks = std::max<std::int64_t>(1, s_.training.loss_chunks);
   const bool chunked = chunks > 1;
@@ -433,16 +433,19 @@ OpId StepBuilder::head_forward(Rank& r, int mb) {
   const std::span<const HeadOpEntry> recipe = head_forward_recipe(chunked);
   const auto per_chunk =
       std::find_if(recipe.begin(), recipe.end(), [](const HeadOpEntry& e) { return e.per_chunk; });
+  std::optional<OpId> first;
   OpId last{};
   for (auto e = recipe.begin(); e != per_chunk; ++e) {
     last = head_op(r, p, *e, tokens);
+    if (!first) first = last;
     if (e->kind == HeadOpKind::kFinalNorm) b_.op_at(last).allocs.push_back(t);
   }
   for (std::int64_t c = 0; c < chunks && per_chunk != recipe.end(); ++c) {
     last = head_chunk(r, p, std::span<const HeadOpEntry>(per_chunk, recipe.end()), c, chunks);
+    if (!first) first = last;
   }
   r.head_saved[mb] = t;
-  return last;
+  return {first.value_or(last), last};
 }
 
 // The per-chunk entries of the chunked head on chunk c, tokens [c·tokens/C, (c+1)·tokens/C)
@@ -465,7 +468,7 @@ OpId StepBuilder::head_chunk(Rank& r, const std::string& p, std::span<const Head
 
 // The head's backward (head_backward_recipe): the last op frees what the forward saved. Returns
 // the first op.
-OpId StepBuilder::head_backward(Rank& r, int mb) {
+StepBuilder::HeadOps StepBuilder::head_backward(Rank& r, int mb) {
   const std::string p = fmt::format("mb{}.head", lbl(mb));
   const bool chunked = s_.training.loss_chunks > 1;
   std::optional<OpId> first;
@@ -476,7 +479,7 @@ OpId StepBuilder::head_backward(Rank& r, int mb) {
   }
   b_.op_at(last).frees.push_back(r.head_saved.at(mb));
   grads_done(r, -2, mb, last);
-  return *first;
+  return {first.value_or(last), last};
 }
 
 // Recomputes the forward ops of layer l that the backward needs and nobody saved: the entries

@@ -164,12 +164,11 @@ void StepBuilder::run_task(Rank& r, const Task& t) {
 }
 
 std::vector<int> StepBuilder::chunk_layers(int stage, int chunk) const {
-  const int pp = s_.parallelism.pp;
-  const int first = (chunk * pp + stage) * layers_per_chunk_;
+  const PipelineLayout::Span span = layout_.span(stage, chunk);
   std::vector<int> ls;
-  for (int i = 0; i < layers_per_chunk_; ++i) ls.push_back(first + i);
+  for (int i = 0; i < span.count; ++i) ls.push_back(span.first + i);
   // A layer-reduced step keeps the chunk's first n - n/2 and last n/2 layers (BuildOptions).
-  if (kept_layers_ > 0) {
+  if (kept_layers_ > 0 && kept_layers_ < span.count) {
     const int tail = kept_layers_ / 2;
     ls.erase(ls.begin() + (kept_layers_ - tail), ls.end() - tail);
   }
@@ -217,7 +216,9 @@ void StepBuilder::forward_task(Rank& r, const Task& t) {
     last = op;
   }
   if (has_head(r.stage, t.chunk)) {
-    last = head_forward(r, t.mb);
+    const HeadOps head = head_forward(r, t.mb);
+    note_first(head.first);  // a chunk of the loss alone receives its input here
+    last = head.last;
   } else {
     const auto [dst_stage, dst_chunk] = next_stage(r.stage, t.chunk);
     const int dst = dst_stage * stage_ranks(s_.parallelism);
@@ -275,9 +276,10 @@ void StepBuilder::backward_task(Rank& r, const Task& t) {
   };
   std::optional<OpId> task_first;
   if (has_head(r.stage, t.chunk)) {
-    last = head_backward(r, t.mb);
-    note_first(last);
-    task_first = last;
+    const HeadOps head = head_backward(r, t.mb);
+    note_first(head.first);
+    task_first = head.first;
+    last = head.last;
   }
   std::vector<OpId> firsts;
   // Parameter fetches (all-gathers, H2D copies) of the backward, in the order PyTorch FSDP's
@@ -298,15 +300,7 @@ void StepBuilder::backward_task(Rank& r, const Task& t) {
     const int l = layers[i];
     if (!fetches[i]) issue_fetch(i, i == 0 ? task_first : firsts[fetch_ready(i)]);
     Fetch& f = *fetches[i];
-    // Activation prefetch: H2D of this layer's offloaded tensors once the backward of the
-    // layer `prefetch` steps earlier has started.
-    const int ka = std::max(1, policies_[l].prefetch);
-    std::optional<OpId> act_after = task_first;
-    if (i >= static_cast<std::size_t>(ka))
-      act_after = firsts[i - ka];
-    else if (i > 0)
-      act_after = firsts[0];
-    if (policies_[l].prefetch == 0 && i > 0) act_after = firsts[i - 1];
+    const std::optional<OpId> act_after = activation_fetch_after(l, i, firsts, task_first);
     std::optional<SendKey> recv;
     if (!act_after && !has_head(r.stage, t.chunk)) recv = SendKey{false, t.mb, r.stage, t.chunk};
     last = layer_backward(r, t.mb, l, f, act_after, recv, [&](OpId grads_ready) {
@@ -321,10 +315,34 @@ void StepBuilder::backward_task(Rank& r, const Task& t) {
     note_first(firsts.back());
     if (!task_first) task_first = firsts.front();
   }
-  release_stage_output(r, t, last);
+  end_backward_task(r, t, last, first && !has_head(r.stage, t.chunk));
+}
+
+// Activation prefetch of the i-th layer `l` of a backward task: the H2D of its offloaded tensors
+// once the backward of the layer `prefetch` steps earlier has started (`firsts`: the first op
+// of each earlier layer's backward).
+std::optional<OpId> StepBuilder::activation_fetch_after(int l, std::size_t i,
+                                                        const std::vector<OpId>& firsts,
+                                                        std::optional<OpId> task_first) const {
+  if (i == 0) return task_first;
+  if (policies_[l].prefetch == 0) return firsts[i - 1];
+  const auto ka = static_cast<std::size_t>(std::max(1, policies_[l].prefetch));
+  return i >= ka ? firsts[i - ka] : firsts[0];
+}
+
+// The end of a chunk's backward after its layers (`last`: its last op): the embedding's
+// backward on the model's first chunk, else the input gradient's send to the previous stage.
+// `embedding_only`: the chunk builds no layer and no head (PipelineLayout's embedding slot), so
+// the embedding's backward is its first op, which receives the gradient and frees the output.
+void StepBuilder::end_backward_task(Rank& r, const Task& t, OpId last, bool embedding_only) {
+  if (!embedding_only) release_stage_output(r, t, last);
   if (has_embedding(r.stage, t.chunk)) {
     last = elementwise(r, fmt::format("mb{}.embed.bwd", lbl(t.mb)), OpCategory::kCompute, -1,
                        2 * residual_bytes(), 0.0);
+    if (embedding_only) {
+      pending_recv_.push_back({last, SendKey{false, t.mb, r.stage, t.chunk}});
+      release_stage_output(r, t, last);
+    }
     grads_done(r, -1, t.mb, last);
   } else {
     const auto [dst_stage, dst_chunk] = prev_stage(r.stage, t.chunk);

@@ -522,6 +522,10 @@ sim::Status read_parallelism(const Node& node, ParallelConfig& p) {
   OFFSIM_RETURN_IF_ERROR(read_bool(r, "sequence_parallel", p.sequence_parallel));
   OFFSIM_RETURN_IF_ERROR(read_int(r, "zero_stage", p.zero_stage, 0, 3));
   OFFSIM_RETURN_IF_ERROR(read_bool(r, "fsdp", p.fsdp));
+  OFFSIM_RETURN_IF_ERROR(read_bool(r, "account_for_embedding_in_pipeline_split",
+                                   p.account_for_embedding_in_pipeline_split));
+  OFFSIM_RETURN_IF_ERROR(
+      read_bool(r, "account_for_loss_in_pipeline_split", p.account_for_loss_in_pipeline_split));
   OFFSIM_RETURN_IF_ERROR(read_enum(r, "backward_prefetch", p.backward_prefetch, kBackwardPrefetches,
                                    models::backward_prefetch_from_string));
   OFFSIM_RETURN_IF_ERROR(
@@ -1161,6 +1165,12 @@ Node parallelism_node(const ParallelConfig& p) {
   put(par, "sequence_parallel", bool_node(p.sequence_parallel));
   put(par, "zero_stage", number_node(p.zero_stage));
   put(par, "fsdp", bool_node(p.fsdp));
+  if (p.account_for_embedding_in_pipeline_split) {
+    put(par, "account_for_embedding_in_pipeline_split", bool_node(true));
+  }
+  if (p.account_for_loss_in_pipeline_split) {
+    put(par, "account_for_loss_in_pipeline_split", bool_node(true));
+  }
   if (p.backward_prefetch != ParallelConfig::BackwardPrefetch::kPre) {
     put(par, "backward_prefetch", scalar_node(models::to_string(p.backward_prefetch)));
   }

@@ -295,8 +295,22 @@ sim::Status map_parallel_flags(Args& a) {
   return a.m.set_from({f}, "parallelism.overlap_grad_reduce", on ? "true" : "false");
 }
 
-// Interleaved 1F1B: layers per virtual stage, or the virtual stage count.
+// Interleaved 1F1B: layers per virtual stage, or the virtual stage count. The embedding and
+// the loss may each take a layer's place in the split (--account-for-embedding-in-pipeline-split,
+// --account-for-loss-in-pipeline-split); Megatron's arguments.py counts them in the layers a
+// virtual stage holds.
 sim::Status map_virtual_stages(Args& a, std::int64_t pp) {
+  std::int64_t slots = 0;
+  for (const auto& [flag, key] : {std::pair{"--account-for-embedding-in-pipeline-split",
+                                            "parallelism.account_for_embedding_in_pipeline_split"},
+                                  std::pair{"--account-for-loss-in-pipeline-split",
+                                            "parallelism.account_for_loss_in_pipeline_split"}}) {
+    if (Field* f = a.get(flag)) {
+      OFFSIM_ASSIGN_OR_RETURN(bool on, a.flag(f));
+      OFFSIM_RETURN_IF_ERROR(a.m.set(*f, key, on ? "true" : "false"));
+      slots += on ? 1 : 0;
+    }
+  }
   if (Field* f = a.get("--num-layers-per-virtual-pipeline-stage")) {
     OFFSIM_ASSIGN_OR_RETURN(std::int64_t per, a.int_arg(f, 1, 1'000'000));
     Field* layers_f = a.fields.get("--num-layers");
@@ -305,9 +319,12 @@ sim::Status map_virtual_stages(Args& a, std::int64_t pp) {
     }
     layers_f->used = false;
     OFFSIM_ASSIGN_OR_RETURN(std::int64_t layers, a.int_arg(layers_f, 1, 1'000'000));
+    layers += slots;
     if (layers % (pp * per) != 0) {
-      return a.m.error(*f, fmt::format("{} x pipeline size {} does not divide --num-layers {}", per,
-                                       pp, layers));
+      return a.m.error(*f, fmt::format("{} x pipeline size {} does not divide --num-layers {}{}",
+                                       per, pp, layers - slots,
+                                       slots > 0 ? fmt::format(" + {} (embedding and loss)", slots)
+                                                 : std::string()));
     }
     OFFSIM_RETURN_IF_ERROR(
         a.m.set(*f, "parallelism.virtual_stages", std::to_string(layers / (pp * per))));

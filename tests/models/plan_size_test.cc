@@ -249,12 +249,12 @@ int check_recipes(const std::string& name, const Scenario& s, const BuiltStep& s
         check_pass(s, recipes, counts, all, true, true, fmt::format("{}: micro-batch {}", name, i));
   }
   const int m = static_cast<int>(grad_accum_steps(s.training, s.parallelism));
-  const int per_chunk = layers / (s.parallelism.pp * s.parallelism.virtual_stages);
+  const PipelineLayout layout = pipeline_layout(layers, s.parallelism);
   for (const PipelineTask& t : step.pipeline_tasks) {
     if (t.receive || t.mb >= m - 1) continue;
     std::vector<int> held;
-    const int first = (t.chunk * s.parallelism.pp + t.stage) * per_chunk;
-    for (int l = first; l < first + per_chunk; ++l) held.push_back(l);
+    const PipelineLayout::Span span = layout.span(t.stage, t.chunk);
+    for (int l = span.first; l < span.first + span.count; ++l) held.push_back(l);
     const KindCounts counts = count_layer_ops(plan, t.op_begin, t.op_end, layers);
     passes += check_pass(s, recipes, counts, held, t.forward, !t.forward,
                          fmt::format("{}: stage {} chunk {} micro-batch {} {}", name, t.stage,

@@ -3,6 +3,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <utility>
+#include <vector>
+
 namespace offsim::models {
 namespace {
 
@@ -14,6 +18,68 @@ Scenario llama70b_on_8() {
   s.training = {.global_batch = 16, .micro_batch = 1, .seq_len = 4096};
   s.parallelism = {.dp = 1, .tp = 8};
   return s;
+}
+
+TEST(PipelineLayout, EmbeddingAndLossTakeALayersPlace) {
+  // Llama 3 405B as Meta split it: 126 layers + embedding + loss = 128 slots over 16 stages x 8
+  // chunks, one slot each (chunk c of stage s is run c·16 + s).
+  const PipelineLayout meta{
+      .layers = 126, .pp = 16, .virtual_stages = 8, .embedding_slots = 1, .loss_slots = 1};
+  ASSERT_TRUE(meta.even());
+  EXPECT_EQ(meta.span(0, 0).count, 0);  // the embedding alone
+  EXPECT_EQ(meta.span(1, 0).first, 0);
+  EXPECT_EQ(meta.span(1, 0).count, 1);
+  EXPECT_EQ(meta.span(0, 1).first, 15);
+  EXPECT_EQ(meta.span(14, 7).first, 125);
+  EXPECT_EQ(meta.span(15, 7).count, 0);  // the loss alone
+  EXPECT_EQ(meta.stage_layers(0), 7);
+  EXPECT_EQ(meta.stage_layers(7), 8);
+  EXPECT_EQ(meta.stage_layers(15), 7);
+  EXPECT_EQ(meta.place(0), std::make_pair(1, 0));
+  EXPECT_EQ(meta.place(125), std::make_pair(14, 7));
+  // Every layer is built once, by the chunk place() names.
+  std::vector<int> built(126, 0);
+  for (int st = 0; st < 16; ++st) {
+    for (int c = 0; c < 8; ++c) {
+      const PipelineLayout::Span sp = meta.span(st, c);
+      for (int l = sp.first; l < sp.first + sp.count; ++l) {
+        ++built[static_cast<std::size_t>(l)];
+        EXPECT_EQ(meta.place(l), std::make_pair(st, c)) << l;
+      }
+    }
+  }
+  EXPECT_EQ(std::count(built.begin(), built.end(), 1), 126);
+  // Without slots: equal runs; the embedding slot alone shortens only the first chunk.
+  const PipelineLayout plain{.layers = 32, .pp = 4, .virtual_stages = 2};
+  EXPECT_EQ(plain.span(1, 1).first, 20);
+  EXPECT_EQ(plain.span(1, 1).count, 4);
+  const PipelineLayout embed{.layers = 7, .pp = 2, .embedding_slots = 1};
+  EXPECT_EQ(embed.span(0, 0).count, 3);
+  EXPECT_EQ(embed.span(1, 0).first, 3);
+  EXPECT_EQ(embed.span(1, 0).count, 4);
+  EXPECT_FALSE((PipelineLayout{.layers = 126, .pp = 16, .virtual_stages = 8}).even());
+  // A stage fraction counts the stage's own layers: half of stage 0's 7 (round(3.5) = 4).
+  LayerSelection half{.kind = LayerSelection::Kind::kStageFraction, .fraction = 0.5};
+  int picked = 0;
+  for (int l = 0; l < 126; ++l) picked += half.contains(l, meta) && meta.place(l).first == 0;
+  EXPECT_EQ(picked, 4);
+}
+
+TEST(PipelineLayout, ScenarioCheckNamesTheSlots) {
+  Scenario s;
+  s.model = *find_model("llama3-8b");
+  s.model.layers = 30;
+  s.hardware.system = "dgx-h100";
+  s.hardware.gpus = 4;
+  s.training = {.global_batch = 8, .micro_batch = 1, .seq_len = 2048};
+  s.parallelism = {.pp = 4, .account_for_embedding_in_pipeline_split = true};
+  auto bad = check_scenario(s);  // 30 + 1 = 31 slots over 4 stages
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.error().message.find("model.layers 30 + 1 (the embedding and loss slots"),
+            std::string::npos)
+      << bad.error().message;
+  s.parallelism.account_for_loss_in_pipeline_split = true;  // 30 + 2 = 32
+  EXPECT_TRUE(check_scenario(s)) << check_scenario(s).error().message;
 }
 
 TEST(Catalogue, ParameterCountsMatchPublishedModels) {

@@ -306,6 +306,27 @@ TEST(SteadyState, TakenForGpt3On16And32StagePipelines) {
   }
 }
 
+// Megatron-Core's embedding and loss slots (PipelineLayout): with 6 layers + 2 slots over
+// pp 2 × 2 chunks, stage 0's first chunk builds the embedding alone and stage 1's last chunk
+// the loss alone; the pipeline's fast path proves the period of that plan too.
+TEST(SteadyState, PipelineWithEmbeddingAndLossChunksMatchesTheFullSimulation) {
+  for (const std::int64_t mbs : {8, 24}) {
+    Scenario s = base("llama3-8b", "dgx-h100", mbs);
+    s.model.layers = 2;
+    s.parallelism = {.pp = 2,
+                     .account_for_embedding_in_pipeline_split = true,
+                     .account_for_loss_in_pipeline_split = true,
+                     .schedule = Schedule::kInterleaved1F1B,
+                     .virtual_stages = 2};
+    s.hardware.gpus = 2;
+    const Both both = evaluate_both(s, fmt::format("embedding and loss chunks, {} mbs", mbs));
+    EXPECT_TRUE(both.full.report.fits);
+    if (mbs == 24) {
+      EXPECT_TRUE(both.fast.steady_state) << both.fast.full_path_reason;
+    }
+  }
+}
+
 TEST(SteadyState, TakenForGpt3WithAsynchronousTensorParallelGradientReduce) {
   // The same point with the tensor-parallel gradient reduce overlapped with the backward pass:
   // more flows share the links, and they take different solver slots from one period to the

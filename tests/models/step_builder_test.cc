@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -224,6 +225,28 @@ TEST(BuildStep, FsdpBackwardPostWaitsForTheGradientsAndNoneForTheReduction) {
   EXPECT_LT(makespan(*pre.step), makespan(*none.step));
   EXPECT_LE(makespan(*pre.step), makespan(*post.step));
   EXPECT_LE(makespan(*post.step), makespan(*none.step));
+}
+
+TEST(BuildStep, EmbeddingAndLossSlotsMoveLayersBetweenStages) {
+  // 6 layers + the embedding and loss slots over pp 2 x 2 chunks (2 slots each): stage 0 builds
+  // the embedding + layer 0 and layers 3-4, stage 1 layers 1-2 and layer 5 + the loss.
+  Scenario s = base("llama3-8b", "dgx-h100");
+  s.model.layers = 6;
+  s.parallelism = {.pp = 2,
+                   .account_for_embedding_in_pipeline_split = true,
+                   .account_for_loss_in_pipeline_split = true,
+                   .schedule = Schedule::kInterleaved1F1B,
+                   .virtual_stages = 2};
+  s.hardware.gpus = 2;
+  auto step = build_step(s);
+  ASSERT_TRUE(step) << step.error().message;
+  std::map<int, std::set<int>> stages_of_layer;
+  for (const sim::Op& op : step->plan.ops) {
+    if (op.layer >= 0) stages_of_layer[op.layer].insert(step->plan.lanes[op.lane.index()].stage);
+  }
+  const std::map<int, std::set<int>> expected = {{0, {0}}, {1, {1}}, {2, {1}},
+                                                 {3, {0}}, {4, {0}}, {5, {1}}};
+  EXPECT_EQ(stages_of_layer, expected);
 }
 
 TEST(BuildStep, ZeroOffloadMovesOptimizerStateToHost) {

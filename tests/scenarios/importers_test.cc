@@ -271,6 +271,41 @@ TEST(MegatronImport, BadArguments) {
   fs::remove_all(dir);
 }
 
+TEST(MegatronImport, EmbeddingAndLossSlotsInThePipelineSplit) {
+  // Meta's Llama 3 405B split: 126 layers + the embedding and loss slots, one slot per virtual
+  // stage over 16 stages: 8 virtual stages.
+  const fs::path dir = fs::temp_directory_path() / fmt::format("offsim_import_pl_{}", ::getpid());
+  fs::create_directories(dir);
+  const std::string script = (dir / "train.sh").string();
+  std::ofstream(script)
+      << "torchrun --nproc_per_node 8 --nnodes 16 pretrain_gpt.py --tensor-model-parallel-size 8"
+         " --pipeline-model-parallel-size 16 --num-layers 126 --hidden-size 16384"
+         " --num-attention-heads 128 --vocab-size 128256 --position-embedding-type rope "
+         "--max-position-embeddings 8192"
+         " --num-layers-per-virtual-pipeline-stage 1 --micro-batch-size 1 --global-batch-size 2048"
+         " --seq-length 8192 --bf16"
+         " --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split\n";
+  auto r = import_config(Framework::kMegatron, {script}, {.sets = {"hardware.system=dgx-h100"}});
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(value_at(r->scenario, "parallelism.virtual_stages"), "8");
+  EXPECT_EQ(value_at(r->scenario, "parallelism.account_for_embedding_in_pipeline_split"), "true");
+  EXPECT_EQ(value_at(r->scenario, "parallelism.account_for_loss_in_pipeline_split"), "true");
+  // Without the slots 126 layers do not split into runs of 1 over 16 stages x 8.
+  std::ofstream(script)
+      << "torchrun --nproc_per_node 8 --nnodes 16 pretrain_gpt.py --tensor-model-parallel-size 8"
+         " --pipeline-model-parallel-size 16 --num-layers 126 --hidden-size 16384"
+         " --num-attention-heads 128 --vocab-size 128256 --position-embedding-type rope "
+         "--max-position-embeddings 8192"
+         " --num-layers-per-virtual-pipeline-stage 4"
+         " --account-for-embedding-in-pipeline-split\n";
+  r = import_config(Framework::kMegatron, {script}, {.sets = {"hardware.system=dgx-h100"}});
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("does not divide --num-layers 126 + 1 (embedding and loss)"),
+            std::string::npos)
+      << r.error().message;
+  fs::remove_all(dir);
+}
+
 TEST(DeepSpeedImport, ZeroOffloadExample) {
   auto r = import_config(
       Framework::kDeepSpeed, {kDir + "deepspeed-zero-offload.json"},

@@ -318,6 +318,18 @@ TEST_F(LoaderTest, BackwardPrefetchKey) {
   EXPECT_NE(effective.find("  backward_prefetch: post\n"), std::string::npos) << effective;
   s->parallelism.backward_prefetch = models::ParallelConfig::BackwardPrefetch::kPre;
   EXPECT_EQ(emit_yaml(scenario_to_document(*s)).find("backward_prefetch"), std::string::npos);
+  // The pipeline split's embedding and loss slots are named when set.
+  auto slots = load_scenario_file(path, {"parallelism.account_for_embedding_in_pipeline_split=true",
+                                         "parallelism.account_for_loss_in_pipeline_split=true"});
+  ASSERT_TRUE(slots) << slots.error().message;
+  auto with_slots = scenario_from_document(slots->base, slots->base_dir);
+  ASSERT_TRUE(with_slots) << with_slots.error().message;
+  EXPECT_TRUE(with_slots->parallelism.account_for_embedding_in_pipeline_split);
+  const std::string split = emit_yaml(scenario_to_document(*with_slots));
+  EXPECT_NE(split.find("  account_for_embedding_in_pipeline_split: true\n  "
+                       "account_for_loss_in_pipeline_split: true\n"),
+            std::string::npos)
+      << split;
   const std::string bad = error_of(kBase, {"parallelism.backward_prefetch=later"});
   EXPECT_NE(bad.find("parallelism.backward_prefetch: expected one of pre, post, none, got "
                      "\"later\""),
