@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <map>
 #include <set>
 #include <string_view>
@@ -820,27 +819,24 @@ CollectivePlan CostModel::plan_collective(sim::CollectiveKind kind, const std::v
   }
   // Across units: NCCL builds one ring per channel and lets the channels leave a unit through
   // different NICs (each ring exits through the NIC nearest its last GPU in the unit), so the
-  // ring's bus bandwidth is the NIC rate × efficiency × the NICs the group's ranks in a unit
-  // reach, capped by the ring inside the unit. NVIDIA's measurements: DGX A100, 8 × 200 Gb/s
-  // HDR, 192 GB/s all-reduce busbw (NVIDIA/nccl #812); "on 3+ nodes ... reflecting the total
-  // NIC bandwidth ... 24 [GB/s per NIC] on perfect setups" (NVIDIA/nccl-tests #160). The fewest
-  // NICs of any unit bound the ring. An all-to-all sends each rank's own off-unit bytes
-  // through its own NIC: one NIC's rate.
+  // ring's bus bandwidth is the per-GPU NIC rate × efficiency × the group's ranks in a unit
+  // (their share of the unit's NICs, however many GPUs share a NIC), capped by the ring inside
+  // the unit; the unit with the fewest ranks bounds the ring. NVIDIA's measurements: DGX A100,
+  // 8 × 200 Gb/s HDR, 192 GB/s all-reduce busbw (NVIDIA/nccl #812); "on 3+ nodes ...
+  // reflecting the total NIC bandwidth ... 24 [GB/s per NIC] on perfect setups"
+  // (NVIDIA/nccl-tests #160). An all-to-all sends each rank's own off-unit bytes through its
+  // own NIC: one GPU's NIC rate.
   const double nic =
       profile_.inter_node.nic_bytes_per_s_per_gpu.value * profile_.inter_node.efficiency.value;
-  std::map<int, std::set<std::pair<int, int>>> nics_of_unit;
-  for (int r : group) {
-    const int unit = has_nvlink ? system_.nvlink_domain_of(r) : system_.node_of(r);
-    nics_of_unit[unit].emplace(
-        system_.node_of(r), system_.local_gpu(r) * system_.nics_per_node / system_.gpus_per_node);
-  }
-  int nics = std::numeric_limits<int>::max();
-  for (const auto& [unit, set] : nics_of_unit) nics = std::min(nics, static_cast<int>(set.size()));
+  std::map<int, int> ranks_of_unit;
+  for (int r : group)
+    ++ranks_of_unit[has_nvlink ? system_.nvlink_domain_of(r) : system_.node_of(r)];
+  int fewest = n;
+  for (const auto& [unit, count] : ranks_of_unit) fewest = std::min(fewest, count);
   const bool spread = kind != sim::CollectiveKind::kAllToAll;
-  plan.nics_per_unit = spread ? nics : 1;
-  plan.nic_bytes_per_byte =
-      spread ? plan.bus_bytes_per_byte * static_cast<double>(spans) / nd : plan.bus_bytes_per_byte;
-  const double inter = nic * plan.nics_per_unit;
+  plan.ranks_per_unit = spread ? fewest : 1;
+  plan.nic_bytes_per_byte = plan.bus_bytes_per_byte / plan.ranks_per_unit;
+  const double inter = nic * plan.ranks_per_unit;
   plan_across_domains(plan, shape, bus > 0.0 ? std::min(bus, inter) : inter);
   return plan;
 }

@@ -58,10 +58,11 @@ struct CollectivePlan {
   double alg_bytes_per_s = 0.0;     // buffer bytes per second (algorithm bandwidth)
   sim::Duration latency{0};
   bool crosses_nodes = false;
-  // Across units: the NICs of one unit (node, or NVLink domain) the ring's channels leave
-  // through, and the bytes each rank's NIC port carries per buffer byte (the unit's share of
-  // the ring's inter-unit traffic, spread over its ranks).
-  int nics_per_unit = 0;
+  // Across units: the group's fewest ranks in one unit (node, or NVLink domain), whose NICs
+  // the ring's channels leave the unit through (1 for an all-to-all: each rank its own), and
+  // the bytes each rank's NIC port carries per buffer byte (its share of the unit's ring
+  // traffic).
+  int ranks_per_unit = 0;
   double nic_bytes_per_byte = 0.0;
   NcclProtocol protocol = NcclProtocol::kSimple;
 };

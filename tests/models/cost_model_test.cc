@@ -388,7 +388,7 @@ TEST(CostModelTest, CollectivesAcrossNodesAreNicBound) {
   // The ring's channels leave each node through its 8 NICs: busbw = 8 × 50 GB/s NIC × 0.74 =
   // 296 GB/s (below the 365 GB/s NVLink ring); algbw = 296 · 32 / 62 = 152.8 GB/s.
   EXPECT_TRUE(ar.crosses_nodes);
-  EXPECT_EQ(ar.nics_per_unit, 8);
+  EXPECT_EQ(ar.ranks_per_unit, 8);
   EXPECT_NEAR(ar.alg_bytes_per_s, 8 * 37e9 * 32 / 62, 1.0);
   // Each rank's NIC carries its eighth of the node's ring traffic: 2 · 31/32 / 8 per byte.
   EXPECT_NEAR(ar.nic_bytes_per_byte, 2.0 * 31 / 32 / 8, 1e-12);
@@ -416,19 +416,19 @@ TEST(CostModelTest, CollectivesAcrossNodesAreNicBound) {
   const auto used = names(f, c);
   EXPECT_NE(std::find(used.begin(), used.end(), "node0.nic0.tx"), used.end());
   // One rank per node: one NIC, 37 GB/s; algbw = 37 · 4/3.
-  EXPECT_EQ(ag.nics_per_unit, 1);
+  EXPECT_EQ(ag.ranks_per_unit, 1);
   EXPECT_NEAR(ag.alg_bytes_per_s, 37e9 * 4 / 3, 1.0);
   // Tensor parallel 2 × data parallel 16: the data-parallel group holds ranks 0, 2, 4, 6 of each
   // node and leaves through their 4 NICs: busbw 148 GB/s, algbw 148 · 16/15.
   std::vector<int> even;
   for (int i = 0; i < 32; i += 2) even.push_back(i);
   const CollectivePlan rs = f.cm.plan_collective(sim::CollectiveKind::kReduceScatter, even, bytes);
-  EXPECT_EQ(rs.nics_per_unit, 4);
+  EXPECT_EQ(rs.ranks_per_unit, 4);
   EXPECT_NEAR(rs.alg_bytes_per_s, 4 * 37e9 * 16 / 15, 1.0);
   EXPECT_NEAR(rs.nic_bytes_per_byte, 15.0 / 16 / 4, 1e-12);
   // An all-to-all sends each rank's off-node bytes through its own NIC: one NIC's rate.
   const CollectivePlan a2a = f.cm.plan_collective(sim::CollectiveKind::kAllToAll, group, bytes);
-  EXPECT_EQ(a2a.nics_per_unit, 1);
+  EXPECT_EQ(a2a.ranks_per_unit, 1);
   EXPECT_NEAR(a2a.alg_bytes_per_s, 37e9 * 32 / 31, 1.0);
   EXPECT_NEAR(a2a.nic_bytes_per_byte, 31.0 / 32, 1e-12);
 }
