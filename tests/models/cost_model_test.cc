@@ -385,11 +385,11 @@ TEST(CostModelTest, CollectivesAcrossNodesAreNicBound) {
   for (int i = 0; i < 32; ++i) group[i] = i;
   const std::int64_t bytes = std::int64_t{1} << 30;
   const CollectivePlan ar = f.cm.plan_collective(sim::CollectiveKind::kAllReduce, group, bytes);
-  // The ring's channels leave each node through its 8 NICs: busbw = 8 × 50 GB/s NIC × 0.74 =
-  // 296 GB/s (below the 365 GB/s NVLink ring); algbw = 296 · 32 / 62 = 152.8 GB/s.
+  // The ring's channels leave each node through its 8 NICs: 8 × 50 GB/s NIC × 0.94 = 376 GB/s,
+  // capped by the 365 GB/s NVLink ring; algbw = 365 · 32 / 62 = 188.4 GB/s.
   EXPECT_TRUE(ar.crosses_nodes);
   EXPECT_EQ(ar.ranks_per_unit, 8);
-  EXPECT_NEAR(ar.alg_bytes_per_s, 8 * 37e9 * 32 / 62, 1.0);
+  EXPECT_NEAR(ar.alg_bytes_per_s, 365e9 * 32 / 62, 1.0);
   // Each rank's NIC carries its eighth of the node's ring traffic: 2 · 31/32 / 8 per byte.
   EXPECT_NEAR(ar.nic_bytes_per_byte, 2.0 * 31 / 32 / 8, 1e-12);
   // 1 GiB: ring Simple (the tree runs at 0.92 · busbw / 2 and 0.9 of that at this size). NCCL's
@@ -405,7 +405,7 @@ TEST(CostModelTest, CollectivesAcrossNodesAreNicBound) {
   EXPECT_EQ(small.algorithm, CollectiveAlgorithm::kTree);
   EXPECT_EQ(small.protocol, NcclProtocol::kLL);
   EXPECT_EQ(small.latency, sim::duration_from_seconds((6.8 + 2 * (7 * 0.6 + 2 * 5.0)) * 1e-6));
-  EXPECT_NEAR(small.alg_bytes_per_s, 8 * 37e9 * 0.92 / 3.8 / 2 * 0.6, 1.0);
+  EXPECT_NEAR(small.alg_bytes_per_s, 365e9 * 0.92 / 3.8 / 2 * 0.6, 1.0);
   // Data-parallel all-gather across nodes (ranks 0, 8, 16, 24, one per node): ring, 3 network
   // steps at the tree's network latency (every step exposed), 8.4 + 3 · 14 µs.
   const CollectivePlan ag =
@@ -415,21 +415,21 @@ TEST(CostModelTest, CollectivesAcrossNodesAreNicBound) {
   const sim::OpCost c = f.cm.collective(0, sim::CollectiveKind::kAllGather, {0, 8, 16, 24}, bytes);
   const auto used = names(f, c);
   EXPECT_NE(std::find(used.begin(), used.end(), "node0.nic0.tx"), used.end());
-  // One rank per node: one NIC, 37 GB/s; algbw = 37 · 4/3.
+  // One rank per node: one NIC, 47 GB/s; algbw = 47 · 4/3.
   EXPECT_EQ(ag.ranks_per_unit, 1);
-  EXPECT_NEAR(ag.alg_bytes_per_s, 37e9 * 4 / 3, 1.0);
+  EXPECT_NEAR(ag.alg_bytes_per_s, 47e9 * 4 / 3, 1.0);
   // Tensor parallel 2 × data parallel 16: the data-parallel group holds ranks 0, 2, 4, 6 of each
-  // node and leaves through their 4 NICs: busbw 148 GB/s, algbw 148 · 16/15.
+  // node and leaves through their 4 NICs: busbw 188 GB/s, algbw 188 · 16/15.
   std::vector<int> even;
   for (int i = 0; i < 32; i += 2) even.push_back(i);
   const CollectivePlan rs = f.cm.plan_collective(sim::CollectiveKind::kReduceScatter, even, bytes);
   EXPECT_EQ(rs.ranks_per_unit, 4);
-  EXPECT_NEAR(rs.alg_bytes_per_s, 4 * 37e9 * 16 / 15, 1.0);
+  EXPECT_NEAR(rs.alg_bytes_per_s, 4 * 47e9 * 16 / 15, 1.0);
   EXPECT_NEAR(rs.nic_bytes_per_byte, 15.0 / 16 / 4, 1e-12);
   // An all-to-all sends each rank's off-node bytes through its own NIC: one NIC's rate.
   const CollectivePlan a2a = f.cm.plan_collective(sim::CollectiveKind::kAllToAll, group, bytes);
   EXPECT_EQ(a2a.ranks_per_unit, 1);
-  EXPECT_NEAR(a2a.alg_bytes_per_s, 37e9 * 32 / 31, 1.0);
+  EXPECT_NEAR(a2a.alg_bytes_per_s, 47e9 * 32 / 31, 1.0);
   EXPECT_NEAR(a2a.nic_bytes_per_byte, 31.0 / 32, 1e-12);
 }
 
@@ -438,9 +438,9 @@ TEST(CostModelTest, P2pInsideAndAcrossNodes) {
   const std::int64_t bytes = 100'000'000;
   // NVLink: 100 MB at the 365 GB/s ring bus bandwidth, after 20 µs.
   EXPECT_NEAR(seconds(f.cm.alone(f.cm.p2p(0, 1, bytes))), 20e-6 + 1e8 / 365e9, 2e-9);
-  // InfiniBand: 37 GB/s, after 20 + 5 µs.
+  // InfiniBand: 47 GB/s (50 × 0.94), after 20 + 5 µs.
   const sim::OpCost ib = f.cm.p2p(0, 8, bytes);
-  EXPECT_NEAR(seconds(f.cm.alone(ib)), 25e-6 + 1e8 / 37e9, 2e-9);
+  EXPECT_NEAR(seconds(f.cm.alone(ib)), 25e-6 + 1e8 / 47e9, 2e-9);
   EXPECT_EQ(names(f, ib), (std::vector<std::string>{"node0.nic0.tx", "node1.nic0.rx"}));
 }
 
