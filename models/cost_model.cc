@@ -27,6 +27,8 @@ const char* to_string(CollectiveAlgorithm algorithm) {
       return "tree";
     case CollectiveAlgorithm::kNvls:
       return "nvls";
+    case CollectiveAlgorithm::kNvlsTree:
+      return "nvls_tree";
     case CollectiveAlgorithm::kNone:
       return "none";
   }
@@ -659,6 +661,10 @@ constexpr NcclProtocolModel kNcclProtocols[] = {
     {NcclProtocol::kSimple, 8.4, 8.4, {3.4, 5.7, 14.0}, {4.0, 4.0, 14.0}, 1.0, 1.0}};
 // NVLink SHARP: one step through the switch (hwLat[NVLink][NVLS], Simple only, baseLat 0).
 constexpr double kNcclNvlsStepUs = 25.0;
+// NVLink SHARP inside each domain and a tree across them (NVLSTree, all-reduce only, Simple):
+// baseLat 0, the NVLink step 25 us, then 2 · log2(units) network steps of hwLat[NET][NVLSTree]
+// = 20.9 us.
+constexpr double kNcclNvlsTreeNetStepUs = 20.9;
 // Tree all-reduce bus bandwidth: busBw × 0.92; the tree's algorithm bandwidth is half of it.
 constexpr double kNcclTreeAllReduceShare = 0.92;
 // Inter-node rings launch each step through the network proxy: at least getNetOverhead's
@@ -733,8 +739,10 @@ void plan_in_domain(CollectivePlan& plan, const CollectiveShape& s, double ring_
 }
 
 // Across domains: a ring whose 2(m-1) (all-reduce) or m-1 steps cross the network, and for
-// all-reduce a tree (a chain inside each domain, a binary tree across them, up and down).
-void plan_across_domains(CollectivePlan& plan, const CollectiveShape& s, double inter_bus) {
+// all-reduce a tree (a chain inside each domain, a binary tree across them, up and down) and,
+// when `nvls_tree_bus` > 0, NVLSTree at that bus bandwidth.
+void plan_across_domains(CollectivePlan& plan, const CollectiveShape& s, double inter_bus,
+                         double nvls_tree_bus) {
   FastestPlan best(plan, s);
   const int ppn = std::max(1, s.ranks / s.units);
   const double steps = (s.all_reduce ? 2.0 : 1.0) * (s.ranks - 1);
@@ -752,6 +760,12 @@ void plan_across_domains(CollectivePlan& plan, const CollectiveShape& s, double 
   }
   if (!s.all_reduce) return;
   const double levels = floor_log2(static_cast<double>(s.units));
+  if (nvls_tree_bus > 0.0) {
+    // NCCL converts NVLSTree's bus bandwidth to algorithm bandwidth as a ring's: n / (2(n-1)).
+    best.consider(CollectiveAlgorithm::kNvlsTree, NcclProtocol::kSimple,
+                  kNcclNvlsStepUs + 2.0 * levels * kNcclNvlsTreeNetStepUs,
+                  nvls_tree_bus / plan.bus_bytes_per_byte);
+  }
   for (const NcclProtocolModel& p : kNcclProtocols) {
     const double lat = p.tree_base_us + 2.0 * ((ppn - 1) * p.tree_step_us[s.intra_step] +
                                                levels * p.tree_step_us[kNetStep]);
@@ -837,7 +851,18 @@ CollectivePlan CostModel::plan_collective(sim::CollectiveKind kind, const std::v
   plan.ranks_per_unit = spread ? fewest : 1;
   plan.nic_bytes_per_byte = plan.bus_bytes_per_byte / plan.ranks_per_unit;
   const double inter = nic * plan.ranks_per_unit;
-  plan_across_domains(plan, shape, bus > 0.0 ? std::min(bus, inter) : inter);
+  // NVLSTree (all-reduce, NCCL 2.18 and later on NVLink SHARP systems): NVLink SHARP reduces
+  // inside each domain, a tree of NIC channels joins the domains. NCCL's tuner
+  // (src/graph/tuning.cc) takes per channel min(NVLS intra bandwidth, inter bandwidth × 2 when
+  // there are at most 2 nodes); here the intra part is the profile's measured single-domain
+  // NVLS busbw, the inter part the NICs of the group's ranks, as for the ring. Like NVLS inside
+  // a domain, it needs more than 2 ranks per domain.
+  const double nvls = nv.nvls_all_reduce_bus_bytes_per_s.value;
+  const bool nvls_tree = all_reduce && has_nvlink && nvls > 0.0 && plan.ranks_per_unit > 2;
+  const double nvls_tree_bus = nvls_tree ? std::min(nvls, inter * (spans <= 2 ? 2.0 : 1.0)) : 0.0;
+  plan_across_domains(plan, shape, bus > 0.0 ? std::min(bus, inter) : inter, nvls_tree_bus);
+  // Between two nodes the tree's NICs carry half a ring's bytes (NCCL's factor 2 above).
+  if (plan.algorithm == CollectiveAlgorithm::kNvlsTree && spans <= 2) plan.nic_bytes_per_byte /= 2;
   return plan;
 }
 
@@ -860,8 +885,9 @@ OpCost CostModel::collective_uncached(int rank, sim::CollectiveKind kind,
   c.work = static_cast<double>(bytes);
   c.max_rate = plan.alg_bytes_per_s;
   c.latency = plan.latency;
-  const double per_unit =
-      plan.algorithm == CollectiveAlgorithm::kNvls ? 1.0 : plan.bus_bytes_per_byte;
+  const bool switch_reduces = plan.algorithm == CollectiveAlgorithm::kNvls ||
+                              plan.algorithm == CollectiveAlgorithm::kNvlsTree;
+  const double per_unit = switch_reduces ? 1.0 : plan.bus_bytes_per_byte;
   if (rr.nvlink_tx.valid()) {
     c.uses.push_back({rr.nvlink_tx, per_unit});
     c.uses.push_back({rr.nvlink_rx, per_unit});

@@ -44,7 +44,7 @@ struct SimRank {
   int stride = 0;
 };
 
-enum class CollectiveAlgorithm { kRing, kTree, kNvls, kNone };
+enum class CollectiveAlgorithm { kRing, kTree, kNvls, kNvlsTree, kNone };
 const char* to_string(CollectiveAlgorithm algorithm);
 // NCCL's protocols: LL (8 data bytes per 16-byte line with a flag), LL128 (120 of 128 bytes),
 // Simple (bulk copies with fences).

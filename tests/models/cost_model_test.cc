@@ -386,18 +386,32 @@ TEST(CostModelTest, CollectivesAcrossNodesAreNicBound) {
   const std::int64_t bytes = std::int64_t{1} << 30;
   const CollectivePlan ar = f.cm.plan_collective(sim::CollectiveKind::kAllReduce, group, bytes);
   // The ring's channels leave each node through its 8 NICs: 8 × 50 GB/s NIC × 0.94 = 376 GB/s,
-  // capped by the 365 GB/s NVLink ring; algbw = 365 · 32 / 62 = 188.4 GB/s.
+  // capped by the 365 GB/s NVLink ring. 1 GiB all-reduce: NVLSTree beats that ring (NVLink SHARP
+  // in each node, a tree over the NICs): busbw min(477.5 NVLS, 376 NICs) = 376 GB/s, algbw
+  // 376 · 32 / 62, latency 25 µs + 2 · log2(4) network steps of 20.9 µs (NCCL's tuner).
   EXPECT_TRUE(ar.crosses_nodes);
   EXPECT_EQ(ar.ranks_per_unit, 8);
-  EXPECT_NEAR(ar.alg_bytes_per_s, 365e9 * 32 / 62, 1.0);
-  // Each rank's NIC carries its eighth of the node's ring traffic: 2 · 31/32 / 8 per byte.
+  EXPECT_EQ(ar.algorithm, CollectiveAlgorithm::kNvlsTree);
+  EXPECT_STREQ(to_string(ar.algorithm), "nvls_tree");
+  EXPECT_NEAR(ar.alg_bytes_per_s, 376e9 * 32 / 62, 1.0);
+  EXPECT_EQ(ar.latency, sim::duration_from_seconds((25.0 + 2 * 2 * 20.9) * 1e-6));
+  // Each rank's NIC carries its eighth of the node's traffic: 2 · 31/32 / 8 per byte.
   EXPECT_NEAR(ar.nic_bytes_per_byte, 2.0 * 31 / 32 / 8, 1e-12);
-  // 1 GiB: ring Simple (the tree runs at 0.92 · busbw / 2 and 0.9 of that at this size). NCCL's
-  // ring latency: 8.4 µs + 56 NVLink steps of 3.4 µs + 6 network steps of 14 µs, × 1.4 (the
-  // ring's plateau across nodes).
-  EXPECT_EQ(ar.algorithm, CollectiveAlgorithm::kRing);
-  EXPECT_EQ(ar.protocol, NcclProtocol::kSimple);
-  EXPECT_EQ(ar.latency, sim::duration_from_seconds((8.4 + 56 * 3.4 + 6 * 14.0) * 1.4e-6));
+  // Two nodes: the tree's inter-node bandwidth counts twice (NCCL), so NVLS bounds it: 477.5.
+  const std::vector<int> two_nodes(group.begin(), group.begin() + 16);
+  EXPECT_NEAR(
+      f.cm.plan_collective(sim::CollectiveKind::kAllReduce, two_nodes, bytes).alg_bytes_per_s,
+      477.5e9 * 16 / 30, 1.0);
+  // Without NVLink SHARP (DGX A100): ring Simple, busbw min(230 NVLink ring, 8 × 25 × 0.96 =
+  // 192) = 192 GB/s (the tree runs at 0.92 · busbw / 2). NCCL's ring latency: 8.4 µs + 56 NVLink
+  // steps of 3.4 µs + 6 network steps of 14 µs, × 1.4 (the ring's plateau across nodes).
+  auto a100 = make("dgx-a100-80gb", {{.rank = 0, .multiplicity = 32, .stride = 1}}, 4);
+  const CollectivePlan ring =
+      a100.cm.plan_collective(sim::CollectiveKind::kAllReduce, group, bytes);
+  EXPECT_EQ(ring.algorithm, CollectiveAlgorithm::kRing);
+  EXPECT_EQ(ring.protocol, NcclProtocol::kSimple);
+  EXPECT_NEAR(ring.alg_bytes_per_s, 192e9 * 32 / 62, 1.0);
+  EXPECT_EQ(ring.latency, sim::duration_from_seconds((8.4 + 56 * 3.4 + 6 * 14.0) * 1.4e-6));
   // 64 KiB: tree LL, 6.8 µs + 2 · (7 NVLink hops of 0.6 µs + log2(4) network hops of 5 µs), at
   // busbw · 0.92 / 3.8 / 2 and NCCL's tree correction for 2^10 lines of 64 B (0.6).
   const CollectivePlan small =

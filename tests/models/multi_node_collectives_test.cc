@@ -1,7 +1,8 @@
 // Data-parallel collectives across nodes, end to end: a ring whose group has k ranks in each
 // node leaves the node through their k NICs (NCCL's channels; see CostModel::plan_collective),
 // and the simulated step runs it at that rate, with one simulated rank standing for the others
-// (the NIC resources they share do not throttle it).
+// (the NIC resources they share do not throttle it). All-reduce on NVLink SHARP systems takes
+// NVLSTree when it is faster.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -43,14 +44,19 @@ std::pair<double, double> duration_of(const Scenario& s, const std::string& name
   return {0.0, 0.0};
 }
 
-// The first forward all-gather runs alone (nothing else is on the wire yet): its time is
-// NCCL's latency plus bytes over the algorithm bandwidth, busbw · n / (n - 1).
+// The op runs alone on the network (nothing else crosses it meanwhile): its time is NCCL's
+// latency plus bytes over the algorithm bandwidth.
+void expect_at(const Scenario& s, const std::string& name, double alg_bytes_per_s) {
+  const auto [seconds, bytes] = duration_of(s, name);
+  const double transfer = bytes / alg_bytes_per_s;
+  EXPECT_GT(seconds, transfer);
+  EXPECT_LT(seconds, transfer + 200e-6) << "latency beyond NCCL's steps";
+}
+
+// An all-gather's algorithm bandwidth is busbw · n / (n - 1).
 void expect_all_gather_at(const Scenario& s, double busbw) {
   const int n = s.parallelism.dp;
-  const auto [seconds, bytes] = duration_of(s, "l0.mb0.fwd.params_allgather");
-  const double transfer = bytes / (busbw * n / (n - 1));
-  EXPECT_GT(seconds, transfer);
-  EXPECT_LT(seconds, transfer + 200e-6) << "latency beyond NCCL's ring steps";
+  expect_at(s, "l0.mb0.fwd.params_allgather", busbw * n / (n - 1));
 }
 
 TEST(MultiNodeCollectives, EightRanksPerNodeRunAtTheNvlinkRingCap) {
@@ -61,6 +67,15 @@ TEST(MultiNodeCollectives, EightRanksPerNodeRunAtTheNvlinkRingCap) {
 TEST(MultiNodeCollectives, FourRanksPerNodeUseTheirFourNics) {
   // TP2: each data-parallel group holds 4 ranks of each node: 4 × 47 GB/s.
   expect_all_gather_at(fsdp_two_nodes(2), 4 * 47e9);
+}
+
+TEST(MultiNodeCollectives, DataParallelAllReduceTakesNvlsTreeOnHopper) {
+  // Plain data parallelism: each layer's gradient all-reduce over 16 ranks on two nodes runs
+  // NVLSTree, NVLink SHARP in each node (477.5 GB/s busbw) and the NICs between the two (twice
+  // 376 GB/s for two nodes, as NCCL counts them): algbw 477.5 · 16 / 30.
+  Scenario s = fsdp_two_nodes(1);
+  s.parallelism.fsdp = false;
+  expect_at(s, "mb0.l0.grad_allreduce", 477.5e9 * 16 / 30);
 }
 
 }  // namespace
