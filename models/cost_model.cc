@@ -784,10 +784,13 @@ CollectivePlan CostModel::plan_collective(sim::CollectiveKind kind, const std::v
   if (n <= 1 || bytes <= 0) return plan;
   const auto& nv = profile_.nvlink;
   const bool has_nvlink = system_.nvlink_domain_gpus > 1 && nv.bytes_per_s_per_gpu.value > 0.0;
-  // Units that hold the group: NVLink domains where there is NVLink, nodes otherwise.
-  std::set<int> units;
-  for (int r : group) units.insert(has_nvlink ? system_.nvlink_domain_of(r) : system_.node_of(r));
-  const int spans = static_cast<int>(units.size());
+  // Units that hold the group (NVLink domains where there is NVLink, nodes otherwise) and the
+  // group's ranks in each.
+  std::map<int, int> ranks_of_unit;
+  for (int r : group) {
+    ++ranks_of_unit[has_nvlink ? system_.nvlink_domain_of(r) : system_.node_of(r)];
+  }
+  const int spans = static_cast<int>(ranks_of_unit.size());
   plan.crosses_nodes = spans > 1;
   const double nd = static_cast<double>(n);
 
@@ -822,8 +825,8 @@ CollectivePlan CostModel::plan_collective(sim::CollectiveKind kind, const std::v
                               .intra_step = has_nvlink ? kNvlinkStep : kPciStep,
                               .bytes = static_cast<double>(bytes),
                               .floor_s = nv.latency_s.value};
+  const double nvls = nv.nvls_all_reduce_bus_bytes_per_s.value;
   if (!plan.crosses_nodes) {
-    const double nvls = nv.nvls_all_reduce_bus_bytes_per_s.value;
     // NVLink SHARP: the switch reduces; nccl-tests report its bus bandwidth with the ring
     // factor 2(n-1)/n, so algorithm bandwidth = busbw · n / (2(n-1)).
     const bool sharp = all_reduce && has_nvlink && nvls > 0.0 && n > 2;
@@ -842,9 +845,6 @@ CollectivePlan CostModel::plan_collective(sim::CollectiveKind kind, const std::v
   // own NIC: one GPU's NIC rate.
   const double nic =
       profile_.inter_node.nic_bytes_per_s_per_gpu.value * profile_.inter_node.efficiency.value;
-  std::map<int, int> ranks_of_unit;
-  for (int r : group)
-    ++ranks_of_unit[has_nvlink ? system_.nvlink_domain_of(r) : system_.node_of(r)];
   int fewest = n;
   for (const auto& [unit, count] : ranks_of_unit) fewest = std::min(fewest, count);
   const bool spread = kind != sim::CollectiveKind::kAllToAll;
@@ -857,7 +857,6 @@ CollectivePlan CostModel::plan_collective(sim::CollectiveKind kind, const std::v
   // there are at most 2 nodes); here the intra part is the profile's measured single-domain
   // NVLS busbw, the inter part the NICs of the group's ranks, as for the ring. Like NVLS inside
   // a domain, it needs more than 2 ranks per domain.
-  const double nvls = nv.nvls_all_reduce_bus_bytes_per_s.value;
   const bool nvls_tree = all_reduce && has_nvlink && nvls > 0.0 && plan.ranks_per_unit > 2;
   const double nvls_tree_bus = nvls_tree ? std::min(nvls, inter * (spans <= 2 ? 2.0 : 1.0)) : 0.0;
   plan_across_domains(plan, shape, bus > 0.0 ? std::min(bus, inter) : inter, nvls_tree_bus);
