@@ -366,6 +366,7 @@ std::optional<Report> steady_state_report(const ResolvedScenario& resolved,
                                 .prev_first_op = static_cast<std::uint32_t>(mb[i - 1].op),
                                 .next_first_op = static_cast<std::uint32_t>(mb[i + 1].op)});
   }
+  if (!step.ranks.empty()) probe.timed_lanes = {step.ranks.front().compute_lane};  // split_time
   // Checked when the second boundary's snapshot is taken, so a run with no period stops there.
   probe.keep_running = [&why](const sim::detail::PeriodProbe& pr) {
     return single_stage_periodic(pr, why);
@@ -772,6 +773,7 @@ std::optional<Report> pipeline_steady_state_report(const ResolvedScenario& resol
   }
   sim::detail::PeriodProbe probe;
   if (!fill_period_probe(index, tasks, p, lo, b1, probe, why)) return std::nullopt;
+  probe.timed_lanes = {step.ranks.front().compute_lane};  // what split_time walks
   // With no usable boundary pair the run stops at the last boundary (its cool-down is wasted).
   probe.keep_running = [&](const sim::detail::PeriodProbe& pr) {
     return period_multiple(pr, p, lo, hi, b1, why) != 0;

@@ -41,8 +41,17 @@ Result<SimResult> simulate_with_probe(const Plan& plan, const SimOptions& option
 // relative to the boundary's `first_op` / `first_tensor`; others by their absolute id. Two
 // boundaries whose `state` vectors are equal have equal engine states up to the shift in time
 // and in period: lane positions, running ops and their flows (remaining work, rates, completion
-// times), the sharing solver, pending events, pool levels and live tensors, and the end times of
-// finished ops that unstarted ops still depend on or follow on their lane.
+// times), the sharing solver, pending events, pool levels and live tensors, which finished ops
+// unstarted ops still depend on, and on each of `timed_lanes` the end of its last op and the
+// start of its running one.
+//
+// Ended ops' times are otherwise left out: the engine never reads when an op ended, and an op
+// that has not started at a boundary starts after it, later than every dependency that has
+// ended, so neither its start nor which dependency a gap before it waited on (the time split's
+// walk of a compute lane, sim::split_time) depends on them. Nor does the engine read when a
+// running op started (its flow or latency timer is written). What the walk does read is the end
+// of its lane's previous op (where a gap starts) and when its running op started: the caller
+// names the lanes it walks.
 //
 //   sim::detail::PeriodProbe probe{.op_lo = 0, .op_hi = n, .tensor_lo = t0, .tensor_hi = t1};
 //   probe.boundaries = {{.first_op = a1, .first_tensor = b1, .prev_first_op = a0,
@@ -106,6 +115,9 @@ struct PeriodProbe {
   bool stopped = false;
   // Per pool: the tensors live at its peak (ids, in pool order), as in Timeline::live_at_peak.
   std::vector<std::vector<std::uint32_t>> live_at_peak;
+  // The lanes whose last ended op's end is part of the state (those the caller walks after the
+  // run, e.g. a rank's compute lane for the time split); empty: every lane.
+  std::vector<LaneId> timed_lanes;
   // Leave pool levels and live tensors out of the snapshots: when pools run past capacity
   // (SimOptions::run_past_capacity) the engine's timing never reads them, so equal timing-only
   // states evolve identically in time while their memory may differ (e.g. two layers of one

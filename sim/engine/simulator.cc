@@ -344,6 +344,7 @@ class Engine {
   void take_snapshot(std::size_t boundary);
   bool keep_running_after_snapshot();
   void snapshot_lane(SnapshotWriter& w, std::uint32_t lane) const;
+  bool timed_lane(std::uint32_t lane) const;
   void snapshot_flows(SnapshotWriter& w) const;
   void snapshot_groups(SnapshotWriter& w) const;
   void snapshot_events(SnapshotWriter& w) const;
@@ -826,6 +827,12 @@ bool Engine::keep_running_after_snapshot() {
   return false;
 }
 
+// Whether a lane's last ended op's end is part of the snapshot (detail::PeriodProbe::timed_lanes).
+bool Engine::timed_lane(std::uint32_t lane) const {
+  const std::vector<LaneId>& timed = periods_->timed_lanes;
+  return timed.empty() || std::find(timed.begin(), timed.end(), LaneId{lane}) != timed.end();
+}
+
 // One lane in the snapshot: its last ended op, its head, and its unstarted ops' finished deps.
 void Engine::snapshot_lane(SnapshotWriter& w, std::uint32_t lane) const {
   const detail::PeriodProbe::Boundary& b = w.b;
@@ -841,7 +848,7 @@ void Engine::snapshot_lane(SnapshotWriter& w, std::uint32_t lane) const {
     } else if (prev >= b.next_first_op) {
       w.quiet = false;
     }
-    out.push_back(w.rel(ops_[prev].end_ns));
+    if (timed_lane(lane)) out.push_back(w.rel(ops_[prev].end_ns));
   }
   if (pos >= hi) {
     w.op_id(kNone);
@@ -857,8 +864,13 @@ void Engine::snapshot_lane(SnapshotWriter& w, std::uint32_t lane) const {
   }
   w.op_id(head);
   out.push_back(static_cast<std::uint64_t>(h.phase));
-  out.push_back(h.phase == Phase::kWaiting ? h.pending_deps : w.rel(h.start_ns));
-  // Unstarted ops of the lane and the finished ops they wait on (when those ended).
+  if (h.phase == Phase::kWaiting) {
+    out.push_back(h.pending_deps);
+  } else if (timed_lane(lane)) {
+    out.push_back(w.rel(h.start_ns));  // a running op's flow and timer are written with them
+  }
+  // Unstarted ops of the lane and the finished ops they wait on (not when those ended: see
+  // detail::PeriodProbe).
   for (std::uint32_t i = pos; i < hi; ++i) {
     const std::uint32_t x = lane_ops_[i];
     for (OpId d : plan_.ops[x].deps) {
@@ -866,7 +878,6 @@ void Engine::snapshot_lane(SnapshotWriter& w, std::uint32_t lane) const {
       if (ds.phase != Phase::kDone) continue;
       w.op_id(x);
       w.op_id(d.value());
-      out.push_back(w.rel(ds.end_ns));
     }
   }
 }

@@ -387,6 +387,28 @@ TEST(SteadyState, PipelineActivationOffloadFallsBackWithTheSameReport) {
   EXPECT_EQ(both.fast.full_path_reason, "no periodic state");
 }
 
+TEST(SteadyState, PipelineActivationOffloadWithCopiesOffTheComputeLaneIsTaken) {
+  // GPT-3 175B on 64 A100s, tp 8, pp 4, micro-batch 8, full recompute, activation offload (a
+  // point of space A): its copy lanes run periodically in everything the engine reads later,
+  // but a copy lane's last copy ends at a different time relative to each boundary. When an op
+  // ended is read by nothing after the boundary except the time split's walk of the first rank's
+  // compute lane, so only that lane's past is in the state (PeriodProbe::timed_lanes) and the
+  // step extrapolates, equal to the full simulation.
+  Scenario s;
+  s.name = "gpt3 pp 4 activation offload";
+  s.model = *find_model("gpt3-175b");
+  s.hardware.system = "dgx-a100-80gb";
+  s.hardware.nodes = 8;
+  s.training = {.global_batch = 256, .micro_batch = 8, .seq_len = 2048};
+  s.parallelism = {.dp = 2, .tp = 8, .pp = 4, .sequence_parallel = true, .zero_stage = 1};
+  s.recompute.mode = Mode::kFull;
+  s.offload = *offload_preset("megatron_activation_offload", {});
+  const Both both = evaluate_both(s, s.name);
+  EXPECT_TRUE(both.full.report.fits);
+  EXPECT_TRUE(both.fast.steady_state) << both.fast.full_path_reason;
+  EXPECT_GT(both.full.report.time.exposed_offload_s, 0.0);
+}
+
 TEST(SteadyState, TakenForAStepOutOfMemoryBeforeItsPeriod) {
   // 70B on one H100: the weights alone are over capacity at t = 0, before the first period
   // boundary, so the first failure, the demand and every other field extrapolate exactly.
