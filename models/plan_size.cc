@@ -17,10 +17,10 @@ namespace {
 
 // Heap blocks behind an op besides its struct: the name (most names, "mb12.l31.mlpwi.fwd", pass
 // the 15-character small-string buffer, and malloc rounds the block to 32 bytes), once in the
-// Plan and once in the Timeline's OpInfo; the cost's resource uses (one to three); the deps
-// vector's block. Checked against the real allocations in tests/models/plan_size_test.cc.
+// Plan and once in the Timeline's OpInfo; the deps vector's block. The cost's resource uses
+// (two to six) are held inside the op's struct (sim::SmallVector) up to four. Checked against the
+// real allocations in tests/models/plan_size_test.cc.
 constexpr double kNameHeapBytes = 32.0;
-constexpr double kResourceUsesPerOp = 2.0;
 constexpr double kVectorBlockBytes = 16.0;
 
 // What one layer adds to the step, from its layer_policy() (layer_policy.h).
@@ -697,8 +697,7 @@ void add_stage_ops(const Scenario& s, const StepContext& x, Counts& c) {
 double plan_bytes(const Counts& c, const PlanSizeOptions& options) {
   const double per_op =
       static_cast<double>(sizeof(sim::Op) + sizeof(sim::OpInfo) + sizeof(sim::Span)) +
-      2 * kNameHeapBytes + kResourceUsesPerOp * static_cast<double>(sizeof(sim::ResourceUse)) +
-      kVectorBlockBytes;
+      2 * kNameHeapBytes + kVectorBlockBytes;
   const double per_tensor = static_cast<double>(sizeof(sim::Tensor)) + kNameHeapBytes;
   double bytes = c.ops * per_op + c.tensors * per_tensor +
                  c.deps * static_cast<double>(sizeof(sim::OpId)) +

@@ -37,6 +37,7 @@
 
 #include "sim/core/ids.h"
 #include "sim/core/result.h"
+#include "sim/core/small_vector.h"
 #include "sim/core/time.h"
 
 namespace offsim::sim {
@@ -169,7 +170,7 @@ struct ResourceUse {
 struct OpCost {
   double work = 0.0;                                          // units (bytes, flops, ...)
   double max_rate = std::numeric_limits<double>::infinity();  // work units per second
-  std::vector<ResourceUse> uses;
+  SmallVector<ResourceUse, 4> uses;  // inline: an op uses 2-6 resources
   Duration latency{0};   // fixed term before the flow starts (launch, link latency)
   int multiplicity = 1;  // this flow stands for k identical flows on its resources
   bool operator==(const OpCost&) const = default;

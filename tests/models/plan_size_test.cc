@@ -125,6 +125,10 @@ template <typename T>
 double vector_heap(const std::vector<T>& v) {
   return static_cast<double>(v.capacity() * sizeof(T));
 }
+template <typename T, std::size_t N>
+double vector_heap(const sim::SmallVector<T, N>& v) {
+  return v.capacity() > N ? static_cast<double>(v.capacity() * sizeof(T)) : 0.0;
+}
 // What a Timeline recorded with its memory events holds for them: the events and the tensor
 // infos they name.
 double memory_event_bytes(const sim::Timeline& t) {
