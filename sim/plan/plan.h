@@ -170,7 +170,7 @@ struct ResourceUse {
 struct OpCost {
   double work = 0.0;                                          // units (bytes, flops, ...)
   double max_rate = std::numeric_limits<double>::infinity();  // work units per second
-  SmallVector<ResourceUse, 4> uses;  // inline: an op uses 2-6 resources
+  SmallVector<ResourceUse, 4> uses;                           // inline: an op uses 2-6 resources
   Duration latency{0};   // fixed term before the flow starts (launch, link latency)
   int multiplicity = 1;  // this flow stands for k identical flows on its resources
   bool operator==(const OpCost&) const = default;
