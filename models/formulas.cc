@@ -329,6 +329,31 @@ std::int64_t layer_parameter_count_per_rank(const ModelArch& m, int tp) {
   return n;
 }
 
+std::vector<std::int64_t> layer_parameter_tensors_per_rank(const ModelArch& m, int tp) {
+  const std::int64_t h = m.hidden;
+  const std::int64_t q = m.heads / tp * m.head_dim;
+  const std::int64_t kv = m.kv_heads / tp * m.head_dim;
+  const std::int64_t f = m.ffn_hidden / tp;
+  const std::int64_t g = m.activation == ModelArch::Activation::kSwiGlu ? 2 : 1;
+  const bool layer_norm = m.norm == ModelArch::Norm::kLayerNorm;
+  std::vector<std::int64_t> out;
+  const auto linear = [&](std::int64_t weight, std::int64_t bias) {
+    out.push_back(weight);
+    if (m.linear_bias) out.push_back(bias);
+  };
+  const auto norm = [&] {
+    out.push_back(h);
+    if (layer_norm) out.push_back(h);
+  };
+  norm();
+  linear(h * (q + 2 * kv), q + 2 * kv);
+  linear(q * h, h);
+  norm();
+  linear(h * f * g, f * g);
+  linear(f * h, h);
+  return out;
+}
+
 std::int64_t attention_parameter_count_per_rank(const ModelArch& m, int tp) {
   const std::int64_t h = m.hidden;
   const MlaConfig& a = m.mla;

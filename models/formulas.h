@@ -166,6 +166,12 @@ std::int64_t layer_parameter_count(const ModelArch& m);
 // experts.
 std::int64_t layer_parameter_count_per_rank(const ModelArch& m, int tp);
 std::int64_t layer_parameter_count_per_rank(const ModelArch& m, int tp, int layer);
+// The parameter tensors of a dense layer on one tensor-parallel rank, element counts in the order
+// Megatron-LM's ParallelTransformerLayer registers them: input norm weight (and bias), the fused
+// QKV weight (and bias), the attention output weight (and bias), the post-attention norm, the
+// first MLP weight (a gated MLP's two projections fused) (and bias), the second (and bias). They
+// sum to layer_parameter_count_per_rank(m, tp). Dense layers with standard attention only.
+std::vector<std::int64_t> layer_parameter_tensors_per_rank(const ModelArch& m, int tp);
 // Attention parameters of one layer on one tensor-parallel rank (MLA-aware).
 std::int64_t attention_parameter_count_per_rank(const ModelArch& m, int tp);
 // Parameters of the routed experts of one MoE layer on one rank: experts / ep experts, each

@@ -270,6 +270,11 @@ LayerShape layer_shape(const Scenario& s, const LayerDims& d, const LayerPolicy&
 struct RecipeInputs {
   bool sharded_fetch = false;  // ZeRO-3 / FSDP parameters all-gathered over dp > 1 ranks
   bool routed_fetch = false;   // router-aware expert fetch (formulas.h expert_fetch_counts)
+  // All-gathers per sharded fetch, forward and backward: one, or with param_gather
+  // per_tensor_synchronized one per parameter tensor, twice in the backward of a fully
+  // recomputed layer (StepBuilder::gather_per_tensor).
+  double gathers_fwd = 1;
+  double gathers_bwd = 1;
 };
 
 // The transformer layer without context or tensor-parallel overlap (StepBuilder::layer_forward /
@@ -322,7 +327,8 @@ void base_rows(const Scenario& s, const LayerDims& d, const LayerShape& ls, cons
   const double host_fetch = ls.params_on_host ? 1 : 0;
   const double gather = in.sharded_fetch ? 1 : 0;
   rows.push_back({"host parameter fetch", K::kCopy, host_fetch, host_fetch});
-  rows.push_back({"sharded parameter all-gather", K::kCollective, gather, gather});
+  rows.push_back({"sharded parameter all-gather", K::kCollective, gather * in.gathers_fwd,
+                  gather * in.gathers_bwd});
   rows.push_back(
       {"offloaded activation copies (D2H, H2D)", K::kCopy, ls.host_chunks, ls.host_chunks});
   const double rc_markers = ls.moe_recomputed ? 1 : 0;
@@ -411,6 +417,19 @@ RecipeInputs recipe_inputs(const Scenario& s) {
   const ParallelConfig& p = s.parallelism;
   return {.sharded_fetch = dp_sharding(p).params && grad_dp(p) > 1,
           .routed_fetch = expert_fetch_counts(s).after_router > 0};
+}
+
+// The scenario's recipe inputs for layer l: its all-gathers per fetch.
+RecipeInputs layer_inputs(const Scenario& s, RecipeInputs in, int l) {
+  if (s.parallelism.param_gather != ParallelConfig::ParamGather::kPerTensorSynchronized) return in;
+  const auto it = s.recompute.per_layer.find(l);
+  const bool full = (it != s.recompute.per_layer.end() ? it->second : s.recompute.mode) ==
+                    RecomputeConfig::Mode::kFull;
+  const auto tensors =
+      static_cast<double>(layer_parameter_tensors_per_rank(s.model, s.parallelism.tp).size());
+  in.gathers_fwd = tensors;
+  in.gathers_bwd = tensors * (full ? 2 : 1);
+  return in;
 }
 
 // The dimensions of layer l (its MoE sizes when the model has experts).
@@ -587,7 +606,8 @@ void add_moe_layer(const Scenario& s, const StepContext& x, const LayerDims& dl,
 void add_layer(const Scenario& s, const StepContext& x, int l, Counts& c) {
   const LayerDims dl = dims_of_layer(s, x.d, l);
   const LayerShape ls = layer_shape(s, dl, x.policies->of(l));
-  const LayerRecipe recipe = recipe_of(s, dl, ls, x.recipe);
+  const RecipeInputs in = layer_inputs(s, x.recipe, l);
+  const LayerRecipe recipe = recipe_of(s, dl, ls, in);
   const double m = x.m;
   c.ops += m * recipe.per_micro_batch();
   const double fetch_ops = (ls.params_on_host ? 1 : 0) + (x.recipe.sharded_fetch ? 1 : 0);
@@ -607,7 +627,7 @@ void add_layer(const Scenario& s, const StepContext& x, int l, Counts& c) {
   // data-parallel parameter gathers.
   c.group_ranks +=
       m * ((2 * x.tp_colls + ls.recompute_collectives + moe_colls) * static_cast<double>(x.d.t) +
-           2 * x.dp_gather_ranks);
+           (in.gathers_fwd + in.gathers_bwd) * x.dp_gather_ranks);
   add_context_parallel(s, m, ls, c);
   add_tp_overlap(s, m, dl, c);
   // Tensors: saved on HBM; per chunk a staging buffer, a host copy and a reload; the
@@ -1100,13 +1120,15 @@ double LayerRecipe::of(RecipeOpKind kind) const {
 
 LayerRecipe layer_recipe(const Scenario& s, int layer) {
   const LayerDims dl = dims_of_layer(s, layer_dims(s), layer);
-  return recipe_of(s, dl, layer_shape(s, dl, layer_policy(s, dl, layer)), recipe_inputs(s));
+  return recipe_of(s, dl, layer_shape(s, dl, layer_policy(s, dl, layer)),
+                   layer_inputs(s, recipe_inputs(s), layer));
 }
 
 LayerRecipe layer_recipe(const ResolvedScenario& r, int layer) {
   const Scenario& s = r.scenario();
   const LayerDims dl = dims_of_layer(s, layer_dims(s), layer);
-  return recipe_of(s, dl, layer_shape(s, dl, r.layer_policies().of(layer)), recipe_inputs(s));
+  return recipe_of(s, dl, layer_shape(s, dl, r.layer_policies().of(layer)),
+                   layer_inputs(s, recipe_inputs(s), layer));
 }
 
 namespace {

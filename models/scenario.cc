@@ -60,6 +60,15 @@ const char* to_string(ParallelConfig::BackwardPrefetch v) {
   }
   return "?";
 }
+const char* to_string(ParallelConfig::ParamGather v) {
+  switch (v) {
+    case ParallelConfig::ParamGather::kPerLayer:
+      return "per_layer";
+    case ParallelConfig::ParamGather::kPerTensorSynchronized:
+      return "per_tensor_synchronized";
+  }
+  return "?";
+}
 const char* to_string(ParallelConfig::CpCommType v) {
   switch (v) {
     case ParallelConfig::CpCommType::kP2P:
@@ -160,6 +169,11 @@ std::optional<ParallelConfig::BackwardPrefetch> backward_prefetch_from_string(st
   static constexpr ParallelConfig::BackwardPrefetch kAll[] = {
       ParallelConfig::BackwardPrefetch::kPre, ParallelConfig::BackwardPrefetch::kPost,
       ParallelConfig::BackwardPrefetch::kNone};
+  return parse_enum(s, kAll);
+}
+std::optional<ParallelConfig::ParamGather> param_gather_from_string(std::string_view s) {
+  static constexpr ParallelConfig::ParamGather kAll[] = {
+      ParallelConfig::ParamGather::kPerLayer, ParallelConfig::ParamGather::kPerTensorSynchronized};
   return parse_enum(s, kAll);
 }
 std::optional<TrainingConfig::Fp8Recipe> fp8_recipe_from_string(std::string_view s) {
@@ -644,6 +658,20 @@ sim::Status check_tensor_parallel(const Scenario& s) {
     return invalid(fmt::format(
         "parallelism.fsdp: true shards like ZeRO-3 and contradicts parallelism.zero_stage {}",
         p.zero_stage));
+  }
+  if (p.param_gather == ParallelConfig::ParamGather::kPerTensorSynchronized) {
+    if (!p.fsdp && p.zero_stage != 3) {
+      return invalid(fmt::format(
+          "parallelism.param_gather: per_tensor_synchronized gathers sharded parameters; expected "
+          "parallelism.zero_stage 3 or fsdp true (zero_stage is {})",
+          p.zero_stage));
+    }
+    if (m.moe.experts > 0 || m.mla.kv_lora_rank > 0) {
+      return invalid(
+          "parallelism.param_gather: per_tensor_synchronized (DeepSpeed's 2021 ZeRO-3 fetch) is "
+          "modelled for dense layers with standard attention; expected per_layer for a "
+          "mixture-of-experts or multi-head latent attention model");
+    }
   }
   return sim::ok();
 }

@@ -167,6 +167,18 @@ struct ParallelConfig {
   // same order.
   enum class BackwardPrefetch { kPre, kPost, kNone };
   BackwardPrefetch backward_prefetch = BackwardPrefetch::kPre;
+  // How ZeRO-3 / FSDP all-gathers a layer's parameters. kPerLayer: one all-gather of the layer's
+  // flat shard (PyTorch FSDP's flat parameters, FSDP2, DeepSpeed's coalesced fetch since 2021,
+  // Megatron-FSDP). kPerTensorSynchronized: DeepSpeed ZeRO-3 as released in early 2021 (v0.3.x,
+  // runtime/zero/partition_parameters.py _allgather_param): one all-gather per parameter tensor,
+  // each issued after torch.cuda.synchronize(), so it waits for all the GPU work issued before
+  // it and for the host's round trip, and overlaps no compute (the backward's fetches are issued
+  // as with BackwardPrefetch::kNone, whatever backward_prefetch says: the device synchronisation
+  // before each module waits for a prefetch too); with a list of outputs, whose per-rank copies
+  // cost one cudaMemcpyAsync each; and a layer whose forward is recomputed gathers twice in the
+  // backward (the recomputed forward's hooks, then the backward's).
+  enum class ParamGather { kPerLayer, kPerTensorSynchronized };
+  ParamGather param_gather = ParamGather::kPerLayer;
   PipelineSchedule schedule = PipelineSchedule::k1F1B;
   int virtual_stages = 1;  // model chunks per pipeline stage (interleaved 1F1B)
   // Data-parallel gradient reduction overlapped with the backward, bucket by bucket (DDP,
@@ -408,6 +420,8 @@ std::optional<ParallelConfig::PipelineSchedule> pipeline_schedule_from_string(st
 const char* to_string(ParallelConfig::CpCommType v);
 const char* to_string(ParallelConfig::BackwardPrefetch v);
 std::optional<ParallelConfig::BackwardPrefetch> backward_prefetch_from_string(std::string_view s);
+const char* to_string(ParallelConfig::ParamGather v);
+std::optional<ParallelConfig::ParamGather> param_gather_from_string(std::string_view s);
 std::optional<ParallelConfig::CpCommType> cp_comm_type_from_string(std::string_view s);
 const char* to_string(TrainingConfig::Fp8Recipe v);
 std::optional<TrainingConfig::Fp8Recipe> fp8_recipe_from_string(std::string_view s);

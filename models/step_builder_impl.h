@@ -298,6 +298,10 @@ class StepBuilder {
   int edp() const;
   void make_param_groups(Rank& r);
   void make_static_tensors(Rank& r);
+  std::pair<OpId, OpId> gather_per_tensor(Rank& r, const ParamGroup& g, int layer,
+                                          const std::string& tag, int rounds,
+                                          std::vector<OpId> deps);
+  bool full_recompute(int l) const;
   Fetch fetch_params(Rank& r, int layer, const std::string& tag, std::optional<OpId> after,
                      bool forward = false);
   void expert_grads_done(Rank& r, int layer, int mb, OpId last);

@@ -196,14 +196,73 @@ StepBuilder::Fetch StepBuilder::fetch_params(Rank& r, int layer, const std::stri
   if (shard_params() && dp() > 1) {
     const TensorId buf = tensor(r.hbm, fmt::format("{}.{}.params_gathered", g.name, tag), full,
                                 TensorCategory::kBuffers);
-    const OpId ag =
-        collective(r, r.comm, fmt::format("{}.{}.params_allgather", g.name, tag), OpCategory::kComm,
-                   layer, sim::CollectiveKind::kAllGather, r.dp_group, full, deps);
-    b_.op_at(ag).allocs.push_back(buf);
+    // The all-gather that allocates the gathered buffer and the one the layer waits for.
+    std::pair<OpId, OpId> ag;
+    if (s_.parallelism.param_gather == ParallelConfig::ParamGather::kPerTensorSynchronized) {
+      // The backward of a layer whose forward is recomputed fetches twice: the checkpointed
+      // forward's module hooks gather the parameters and release them, then the backward's.
+      const int rounds = !forward && full_recompute(layer) ? 2 : 1;
+      ag = gather_per_tensor(r, g, layer, tag, rounds, deps);
+    } else {
+      ag.first = ag.second = collective(
+          r, r.comm, fmt::format("{}.{}.params_allgather", g.name, tag), OpCategory::kComm, layer,
+          sim::CollectiveKind::kAllGather, r.dp_group, full, deps);
+    }
+    b_.op_at(ag.first).allocs.push_back(buf);
     f.buffers.push_back(buf);
-    f.wait = {ag};
+    f.wait = {ag.second};
   }
   return f;
+}
+
+// DeepSpeed ZeRO-3 of early 2021 (ParallelConfig::ParamGather::kPerTensorSynchronized): each
+// parameter tensor of the group is all-gathered on its own (`rounds` times), after
+// torch.cuda.synchronize(). The first waits for every GPU op issued before the fetch (the compute
+// lane's latest: the device synchronisation) besides `deps`; the others follow it on the
+// communication lane. Each costs, besides NCCL's time, the host's round trip of its
+// synchronisation and the output copies of torch.distributed.all_gather with a list of outputs:
+// ProcessGroupNCCL gathers into a flat buffer and copies each rank's partition out with copy_
+// (one cudaMemcpyAsync per rank of the group, at the profile's submit cost, host_link.
+// submit_overhead_s), which DeepSpeed waits for before the next tensor's synchronisation.
+// Returns the first and the last all-gather.
+std::pair<OpId, OpId> StepBuilder::gather_per_tensor(Rank& r, const ParamGroup& g, int layer,
+                                                     const std::string& tag, int rounds,
+                                                     std::vector<OpId> deps) {
+  std::vector<std::int64_t> tensors = {g.params};
+  if (g.role == ParamGroup::Role::kLayer && !g.expert) {
+    std::vector<std::int64_t> per = layer_parameter_tensors_per_rank(s_.model, s_.parallelism.tp);
+    std::int64_t sum = 0;
+    for (std::int64_t n : per) sum += n;
+    if (sum == g.params) tensors = std::move(per);
+  }
+  if (last_compute_.valid()) deps.push_back(last_compute_);
+  const std::int64_t bytes_per = sim::dtype_bytes(dt_.all_gather);
+  const sim::Duration per_gather =
+      cm_.host_sync_latency() +
+      sim::duration_from_seconds(static_cast<double>(r.dp_group.size()) *
+                                 cm_.profile().host_link.submit_overhead_s.value);
+  std::optional<OpId> first;
+  OpId last;
+  for (int round = 0; round < rounds; ++round) {
+    for (std::size_t i = 0; i < tensors.size(); ++i) {
+      const std::string name =
+          round == 0 ? fmt::format("{}.{}.params_allgather{}", g.name, tag, i)
+                     : fmt::format("{}.{}.recompute.params_allgather{}", g.name, tag, i);
+      last = collective(r, r.comm, name, OpCategory::kComm, layer, sim::CollectiveKind::kAllGather,
+                        r.dp_group, tensors[i] * bytes_per, first ? std::vector<OpId>{} : deps);
+      b_.op_at(last).cost.latency += per_gather;
+      if (!first) first = last;
+    }
+  }
+  return {*first, last};
+}
+
+// Whether layer `l` recomputes its whole forward in the backward.
+bool StepBuilder::full_recompute(int l) const {
+  const auto it = s_.recompute.per_layer.find(l);
+  const RecomputeConfig::Mode mode =
+      it != s_.recompute.per_layer.end() ? it->second : s_.recompute.mode;
+  return mode == RecomputeConfig::Mode::kFull;
 }
 
 // The routed experts' gradients after the last micro-batch: reduced over the expert-DP group

@@ -287,7 +287,12 @@ void StepBuilder::backward_task(Rank& r, const Task& t) {
   // layer `param_prefetch` steps earlier (its start with kPre, its gradients with kPost) and is
   // queued before that layer's gradient reduction; with kNone it is issued when layer j's own
   // backward is reached, behind the previous layer's reduction.
-  const ParallelConfig::BackwardPrefetch mode = s_.parallelism.backward_prefetch;
+  // DeepSpeed's 2021 fetch synchronises the device before each module runs, which waits for any
+  // prefetch as well: its backward fetches overlap nothing, as with kNone.
+  const ParallelConfig::BackwardPrefetch mode =
+      s_.parallelism.param_gather == ParallelConfig::ParamGather::kPerTensorSynchronized
+          ? ParallelConfig::BackwardPrefetch::kNone
+          : s_.parallelism.backward_prefetch;
   std::vector<std::optional<Fetch>> fetches(layers.size());
   const auto fetch_ready = [&](std::size_t j) {  // index of the layer whose hook issues it
     const auto k = static_cast<std::size_t>(std::max(1, policies_[layers[j]].param_prefetch));

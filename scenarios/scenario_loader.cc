@@ -179,6 +179,8 @@ constexpr ParallelConfig::PipelineSchedule kSchedules[] = {
 constexpr ParallelConfig::BackwardPrefetch kBackwardPrefetches[] = {
     ParallelConfig::BackwardPrefetch::kPre, ParallelConfig::BackwardPrefetch::kPost,
     ParallelConfig::BackwardPrefetch::kNone};
+constexpr ParallelConfig::ParamGather kParamGathers[] = {
+    ParallelConfig::ParamGather::kPerLayer, ParallelConfig::ParamGather::kPerTensorSynchronized};
 constexpr ParallelConfig::CpCommType kCpCommTypes[] = {ParallelConfig::CpCommType::kP2P,
                                                        ParallelConfig::CpCommType::kA2A};
 constexpr models::TrainingConfig::Fp8Recipe kFp8Recipes[] = {
@@ -528,6 +530,8 @@ sim::Status read_parallelism(const Node& node, ParallelConfig& p) {
       read_bool(r, "account_for_loss_in_pipeline_split", p.account_for_loss_in_pipeline_split));
   OFFSIM_RETURN_IF_ERROR(read_enum(r, "backward_prefetch", p.backward_prefetch, kBackwardPrefetches,
                                    models::backward_prefetch_from_string));
+  OFFSIM_RETURN_IF_ERROR(read_enum(r, "param_gather", p.param_gather, kParamGathers,
+                                   models::param_gather_from_string));
   OFFSIM_RETURN_IF_ERROR(
       read_enum(r, "schedule", p.schedule, kSchedules, models::pipeline_schedule_from_string));
   OFFSIM_RETURN_IF_ERROR(read_int(r, "virtual_stages", p.virtual_stages, 1, 1024));
@@ -1173,6 +1177,9 @@ Node parallelism_node(const ParallelConfig& p) {
   }
   if (p.backward_prefetch != ParallelConfig::BackwardPrefetch::kPre) {
     put(par, "backward_prefetch", scalar_node(models::to_string(p.backward_prefetch)));
+  }
+  if (p.param_gather != ParallelConfig::ParamGather::kPerLayer) {
+    put(par, "param_gather", scalar_node(models::to_string(p.param_gather)));
   }
   put(par, "schedule", scalar_node(models::to_string(p.schedule)));
   put(par, "virtual_stages", number_node(p.virtual_stages));

@@ -267,5 +267,27 @@ TEST(Parameters, LayerPerRankSumsToLayer) {
   EXPECT_EQ(layer_parameter_count(m), 12 * h * h + 13 * h);
 }
 
+TEST(Parameters, LayerTensorsAsMegatronRegistersThem) {
+  // GPT (LayerNorm, biases): 12 tensors, QKV weight 3h² second; Llama (RMSNorm, no biases, gated
+  // MLP fused): 6. Each list sums to the layer's count on the rank.
+  const ModelArch gpt = gpt_layer();
+  const std::int64_t h = gpt.hidden;
+  for (const int tp : {1, 8}) {
+    const std::vector<std::int64_t> t = layer_parameter_tensors_per_rank(gpt, tp);
+    ASSERT_EQ(t.size(), 12u);
+    EXPECT_EQ(t[0], h);
+    EXPECT_EQ(t[2], 3 * h * h / tp);
+    std::int64_t sum = 0;
+    for (std::int64_t n : t) sum += n;
+    EXPECT_EQ(sum, layer_parameter_count_per_rank(gpt, tp)) << tp;
+  }
+  const ModelArch llama = *find_model("llama3-8b");
+  const std::vector<std::int64_t> t = layer_parameter_tensors_per_rank(llama, 2);
+  ASSERT_EQ(t.size(), 6u);
+  std::int64_t sum = 0;
+  for (std::int64_t n : t) sum += n;
+  EXPECT_EQ(sum, layer_parameter_count_per_rank(llama, 2));
+}
+
 }  // namespace
 }  // namespace offsim::models

@@ -154,6 +154,64 @@ TEST(BuildStep, StaticMemoryPerZeroStageMatchesClosedForms) {
   }
 }
 
+TEST(BuildStep, PerTensorSynchronizedGatherIssuesOneAllGatherPerParameterAfterTheCompute) {
+  // DeepSpeed's 2021 ZeRO-3 fetch (param_gather per_tensor_synchronized) on a GPT-3-shaped model
+  // with biases and LayerNorm: each layer's forward gathers its 12 parameter tensors one by one,
+  // the first after the previous layer's last compute op (the device synchronisation), each
+  // with the host's round trip and one cudaMemcpyAsync per rank of its list output on top of
+  // NCCL's time; a fully recomputed layer's backward gathers them twice. The bytes sum to the
+  // layer's shard, gathered.
+  Scenario s = base("gpt3-175b", "dgx-a100-80gb");
+  s.model.layers = 4;
+  s.hardware.nodes = 2;
+  s.training = {.global_batch = 16, .micro_batch = 1, .seq_len = 2048};
+  s.parallelism = {.dp = 16,
+                   .zero_stage = 3,
+                   .param_gather = ParallelConfig::ParamGather::kPerTensorSynchronized};
+  s.recompute.mode = RecomputeConfig::Mode::kFull;
+  auto step = build_step(s);
+  ASSERT_TRUE(step) << step.error().message;
+  const sim::Plan& plan = step->plan;
+  std::vector<std::size_t> fwd;
+  std::size_t bwd = 0;
+  std::int64_t fwd_bytes = 0;
+  for (std::size_t i = 0; i < plan.ops.size(); ++i) {
+    const std::string& name = plan.ops[i].name;
+    if (name.rfind("l2.mb0.fwd.params_allgather", 0) == 0) {
+      fwd.push_back(i);
+      fwd_bytes += plan.ops[i].sizes.bytes;
+    }
+    if (name.rfind("l2.mb0.bwd.", 0) == 0 && name.find("params_allgather") != std::string::npos) {
+      ++bwd;
+    }
+  }
+  ASSERT_EQ(fwd.size(), 12u);
+  EXPECT_EQ(bwd, 24u);
+  EXPECT_EQ(fwd_bytes, 2 * layer_parameter_count_per_rank(s.model, 1));
+  const sim::Op& first = plan.ops[fwd.front()];
+  ASSERT_FALSE(first.deps.empty());
+  const sim::Op& synced = plan.ops[first.deps.back().index()];
+  EXPECT_EQ(synced.name.rfind("mb0.l1.", 0), 0u) << synced.name;  // layer 1's last forward op
+  EXPECT_EQ(synced.lane, step->ranks.front().compute_lane);
+  for (std::size_t i = 1; i < fwd.size(); ++i) {
+    EXPECT_EQ(plan.ops[fwd[i]].lane, first.lane);  // one after another on the comm lane
+  }
+  // A bias of 12,288 fp16 elements over 16 ranks: NCCL's latency plus the 26.11 us round trip
+  // plus 16 copies at the profile's cudaMemcpyAsync submit cost (10 us more each: 160 us more).
+  const sim::Op& bias = plan.ops[fwd[1]];
+  EXPECT_EQ(bias.sizes.bytes, 2 * 12288);
+  EXPECT_GT(sim::to_seconds(bias.cost.latency), 26.11e-6 + 16 * 5e-6);
+  Scenario fast = s;
+  Scenario slow = s;
+  fast.hardware.overrides.emplace_back("profile.host_link.submit_overhead_s", 5e-6);
+  slow.hardware.overrides.emplace_back("profile.host_link.submit_overhead_s", 15e-6);
+  auto a = build_step(fast);
+  auto b = build_step(slow);
+  ASSERT_TRUE(a && b);
+  EXPECT_NEAR(sim::to_seconds(b->plan.ops[fwd[1]].cost.latency - a->plan.ops[fwd[1]].cost.latency),
+              160e-6, 1e-9);
+}
+
 // FSDP's default BACKWARD_PRE prefetch: the next layer's backward all-gather is queued on the
 // collective lane ahead of the current layer's reduce-scatter, so it runs while the current
 // layer computes; it waits only for the start of the current layer's backward.

@@ -337,6 +337,40 @@ TEST_F(LoaderTest, BackwardPrefetchKey) {
       << bad;
 }
 
+TEST_F(LoaderTest, ParamGatherKey) {
+  // parallelism.param_gather reaches the scenario and the effective scenario when it is not the
+  // default (per_layer); a bad value names the key and the choices; per_tensor_synchronized
+  // needs sharded parameters.
+  const std::string path = write("s.yaml", kBase);
+  auto file = load_scenario_file(path, {"parallelism.param_gather=per_tensor_synchronized",
+                                        "parallelism.zero_stage=3", "offload=none"});
+  ASSERT_TRUE(file) << file.error().message;
+  auto s = scenario_from_document(file->base, file->base_dir);
+  ASSERT_TRUE(s) << s.error().message;
+  EXPECT_EQ(s->parallelism.param_gather,
+            models::ParallelConfig::ParamGather::kPerTensorSynchronized);
+  EXPECT_TRUE(models::check_scenario(*s).has_value());
+  const std::string effective = emit_yaml(scenario_to_document(*s));
+  EXPECT_NE(effective.find("  param_gather: per_tensor_synchronized\n"), std::string::npos)
+      << effective;
+  s->parallelism.param_gather = models::ParallelConfig::ParamGather::kPerLayer;
+  EXPECT_EQ(emit_yaml(scenario_to_document(*s)).find("param_gather"), std::string::npos);
+  s->parallelism.param_gather = models::ParallelConfig::ParamGather::kPerTensorSynchronized;
+  s->parallelism.zero_stage = 1;
+  const sim::Status unsharded = models::check_scenario(*s);
+  ASSERT_FALSE(unsharded.has_value());
+  EXPECT_NE(unsharded.error().message.find("parallelism.param_gather: per_tensor_synchronized "
+                                           "gathers sharded parameters; expected "
+                                           "parallelism.zero_stage 3 or fsdp true"),
+            std::string::npos)
+      << unsharded.error().message;
+  const std::string bad = error_of(kBase, {"parallelism.param_gather=per_param"});
+  EXPECT_NE(bad.find("parallelism.param_gather: expected one of per_layer, "
+                     "per_tensor_synchronized, got \"per_param\""),
+            std::string::npos)
+      << bad;
+}
+
 TEST_F(LoaderTest, ContextParallelKeys) {
   // parallelism.cp and cp_comm_type reach the scenario and the effective scenario.
   const std::string path = write("s.yaml", kBase);
