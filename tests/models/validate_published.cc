@@ -124,7 +124,10 @@ std::string parameters_section(const std::vector<std::string>& gpu_kinds) {
       "837), an FP8 linear's forward at 99.66 / 37.08 eager ops (Transformer Engine's "
       "te.Linear against torch.nn.Linear, TransformerEngine issue 2053), a grouped linear's "
       "per-expert time (TransformerEngine issue 2897), and a Grace host at 37.08 / 13.48 times "
-      "an x86 host's time (issue 2053). "
+      "an x86 host's time (issue 2053). DeepSpeed's 2021 ZeRO-3 fetch (table 2) charges each "
+      "list-output copy of its all-gathers at the profile's host_link.submit_overhead_s (one "
+      "cudaMemcpyAsync: rapidsai/cudf #15620, pytorch/torchrec #4303, #4315), fitted to none of "
+      "these tables. "
       "The figures below are printed from the profiles this run "
       "used (calibrate/profiles/<gpu>.json, equal to the built-in defaults).\n\n";
   for (const std::string& kind : gpu_kinds) {
