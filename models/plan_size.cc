@@ -422,9 +422,7 @@ RecipeInputs recipe_inputs(const Scenario& s) {
 // The scenario's recipe inputs for layer l: its all-gathers per fetch.
 RecipeInputs layer_inputs(const Scenario& s, RecipeInputs in, int l) {
   if (s.parallelism.param_gather != ParallelConfig::ParamGather::kPerTensorSynchronized) return in;
-  const auto it = s.recompute.per_layer.find(l);
-  const bool full = (it != s.recompute.per_layer.end() ? it->second : s.recompute.mode) ==
-                    RecomputeConfig::Mode::kFull;
+  const bool full = recompute_mode(s.recompute, l) == RecomputeConfig::Mode::kFull;
   const auto tensors =
       static_cast<double>(layer_parameter_tensors_per_rank(s.model, s.parallelism.tp).size());
   in.gathers_fwd = tensors;

@@ -301,7 +301,6 @@ class StepBuilder {
   std::pair<OpId, OpId> gather_per_tensor(Rank& r, const ParamGroup& g, int layer,
                                           const std::string& tag, int rounds,
                                           std::vector<OpId> deps);
-  bool full_recompute(int l) const;
   Fetch fetch_params(Rank& r, int layer, const std::string& tag, std::optional<OpId> after,
                      bool forward = false);
   void expert_grads_done(Rank& r, int layer, int mb, OpId last);

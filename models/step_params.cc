@@ -201,7 +201,8 @@ StepBuilder::Fetch StepBuilder::fetch_params(Rank& r, int layer, const std::stri
     if (s_.parallelism.param_gather == ParallelConfig::ParamGather::kPerTensorSynchronized) {
       // The backward of a layer whose forward is recomputed fetches twice: the checkpointed
       // forward's module hooks gather the parameters and release them, then the backward's.
-      const int rounds = !forward && full_recompute(layer) ? 2 : 1;
+      const int rounds =
+          !forward && recompute_mode(s_.recompute, layer) == RecomputeConfig::Mode::kFull ? 2 : 1;
       ag = gather_per_tensor(r, g, layer, tag, rounds, deps);
     } else {
       ag.first = ag.second = collective(
@@ -255,14 +256,6 @@ std::pair<OpId, OpId> StepBuilder::gather_per_tensor(Rank& r, const ParamGroup& 
     }
   }
   return {*first, last};
-}
-
-// Whether layer `l` recomputes its whole forward in the backward.
-bool StepBuilder::full_recompute(int l) const {
-  const auto it = s_.recompute.per_layer.find(l);
-  const RecomputeConfig::Mode mode =
-      it != s_.recompute.per_layer.end() ? it->second : s_.recompute.mode;
-  return mode == RecomputeConfig::Mode::kFull;
 }
 
 // The routed experts' gradients after the last micro-batch: reduced over the expert-DP group

@@ -394,12 +394,8 @@ TEST(SteadyState, PipelineActivationOffloadWithCopiesOffTheComputeLaneIsTaken) {
   // ended is read by nothing after the boundary except the time split's walk of the first rank's
   // compute lane, so only that lane's past is in the state (PeriodProbe::timed_lanes) and the
   // step extrapolates, equal to the full simulation.
-  Scenario s;
-  s.name = "gpt3 pp 4 activation offload";
-  s.model = *find_model("gpt3-175b");
-  s.hardware.system = "dgx-a100-80gb";
-  s.hardware.nodes = 8;
-  s.training = {.global_batch = 256, .micro_batch = 8, .seq_len = 2048};
+  Scenario s = gpt3_eight_stage_pipeline("gpt3 pp 4 activation offload");
+  s.training.micro_batch = 8;
   s.parallelism = {.dp = 2, .tp = 8, .pp = 4, .sequence_parallel = true, .zero_stage = 1};
   s.recompute.mode = Mode::kFull;
   s.offload = *offload_preset("megatron_activation_offload", {});
