@@ -500,15 +500,18 @@ void add_zenflow(const Scenario& s, double pp, Counts& c) {
   }
 }
 
-// Gradient reduction and offload of one group over all micro-batches (StepBuilder::grads_done).
-void add_grads(const Scenario& s, double micro_batches, bool grads_on_host, Counts& c) {
+// Gradient reduction and offload of one group over all micro-batches (StepBuilder::grads_done):
+// `collectives` per reduction (one, or one per parameter tensor with param_gather
+// per_tensor_synchronized; the first waits for the backward, the others follow it).
+void add_grads(const Scenario& s, double micro_batches, bool grads_on_host, Counts& c,
+               double collectives = 1) {
   const ParallelConfig& p = s.parallelism;
   const bool shard_grads = dp_sharding(p).grads;
   const double times = shard_grads ? micro_batches : 1;
   if (grad_dp(p) > 1) {
-    c.ops += times;
+    c.ops += times * collectives;
     c.deps += times * (p.overlap_grad_reduce ? 1 : 2);  // not overlapped: also the last backward op
-    c.group_ranks += times * grad_dp(p);
+    c.group_ranks += times * collectives * grad_dp(p);
     if (shard_grads) {
       c.tensors += times;  // the gradient bucket
       c.samples += 2 * times;
@@ -640,7 +643,11 @@ void add_layer(const Scenario& s, const StepContext& x, int l, Counts& c) {
   // Offload back-pressure: a layer's first forward op waits for the D2H copies of the layer
   // kOffloadWindowLayers before it on the same stage (approximated over the whole model).
   if (l >= 2) c.deps += m * layer_shape(s, x.d, x.policies->of(l - 2)).host_chunks;
-  add_grads(s, m, ls.grads_on_host, c);
+  const double reduces =
+      s.parallelism.param_gather == ParallelConfig::ParamGather::kPerTensorSynchronized
+          ? static_cast<double>(layer_parameter_tensors_per_rank(s.model, s.parallelism.tp).size())
+          : 1;
+  add_grads(s, m, ls.grads_on_host, c, reduces);
   add_group(s, ls.params_on_host, ls.grads_on_host, ls.opt_on_host, c);
 }
 

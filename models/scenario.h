@@ -176,7 +176,9 @@ struct ParallelConfig {
   // as with BackwardPrefetch::kNone, whatever backward_prefetch says: the device synchronisation
   // before each module waits for a prefetch too); with a list of outputs, whose per-rank copies
   // cost one cudaMemcpyAsync each; and a layer whose forward is recomputed gathers twice in the
-  // backward (the recomputed forward's hooks, then the backward's).
+  // backward (the recomputed forward's hooks, then the backward's). Its gradients are reduced
+  // the same way (_reduce_scatter_gradients): one reduce-scatter per parameter tensor with a
+  // list of inputs, copied into a flat buffer one cudaMemcpyAsync per rank.
   enum class ParamGather { kPerLayer, kPerTensorSynchronized };
   ParamGather param_gather = ParamGather::kPerLayer;
   PipelineSchedule schedule = PipelineSchedule::k1F1B;

@@ -298,6 +298,8 @@ class StepBuilder {
   int edp() const;
   void make_param_groups(Rank& r);
   void make_static_tensors(Rank& r);
+  std::vector<std::int64_t> param_tensor_sizes(const ParamGroup& g) const;
+  OpId reduce_grads(Rank& r, const ParamGroup& g, int mb, OpId last);
   std::pair<OpId, OpId> gather_per_tensor(Rank& r, const ParamGroup& g, int layer,
                                           const std::string& tag, int rounds,
                                           std::vector<OpId> deps);

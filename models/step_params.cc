@@ -216,6 +216,18 @@ StepBuilder::Fetch StepBuilder::fetch_params(Rank& r, int layer, const std::stri
   return f;
 }
 
+// The parameter tensors of a group as the framework registers them (a transformer layer's, by
+// layer_parameter_tensors_per_rank), or the group as one tensor.
+std::vector<std::int64_t> StepBuilder::param_tensor_sizes(const ParamGroup& g) const {
+  if (g.role == ParamGroup::Role::kLayer && !g.expert) {
+    std::vector<std::int64_t> per = layer_parameter_tensors_per_rank(s_.model, s_.parallelism.tp);
+    std::int64_t sum = 0;
+    for (std::int64_t n : per) sum += n;
+    if (sum == g.params) return per;
+  }
+  return {g.params};
+}
+
 // DeepSpeed ZeRO-3 of early 2021 (ParallelConfig::ParamGather::kPerTensorSynchronized): each
 // parameter tensor of the group is all-gathered on its own (`rounds` times), after
 // torch.cuda.synchronize(). The first waits for every GPU op issued before the fetch (the compute
@@ -229,13 +241,7 @@ StepBuilder::Fetch StepBuilder::fetch_params(Rank& r, int layer, const std::stri
 std::pair<OpId, OpId> StepBuilder::gather_per_tensor(Rank& r, const ParamGroup& g, int layer,
                                                      const std::string& tag, int rounds,
                                                      std::vector<OpId> deps) {
-  std::vector<std::int64_t> tensors = {g.params};
-  if (g.role == ParamGroup::Role::kLayer && !g.expert) {
-    std::vector<std::int64_t> per = layer_parameter_tensors_per_rank(s_.model, s_.parallelism.tp);
-    std::int64_t sum = 0;
-    for (std::int64_t n : per) sum += n;
-    if (sum == g.params) tensors = std::move(per);
-  }
+  const std::vector<std::int64_t> tensors = param_tensor_sizes(g);
   if (last_compute_.valid()) deps.push_back(last_compute_);
   const std::int64_t bytes_per = sim::dtype_bytes(dt_.all_gather);
   const sim::Duration per_gather =
@@ -282,6 +288,45 @@ void StepBuilder::expert_grads_done(Rank& r, int layer, int mb, OpId last) {
   r.expert_reduce_op[layer] = after;
 }
 
+// The data-parallel reduction of a group's gradients of micro-batch `mb` after `last` (the
+// backward op that completes them), on the comm lane: one reduce-scatter (all-reduce without a
+// sharded optimizer) of the group; returns the op that completes it.
+OpId StepBuilder::reduce_grads(Rank& r, const ParamGroup& g, int mb, OpId last) {
+  const bool reduce_scatter = dp_sharding(s_.parallelism).optimizer;
+  const std::string name = fmt::format("mb{}.{}.grad_{}", lbl(mb), g.name,
+                                       reduce_scatter ? "reducescatter" : "allreduce");
+  const sim::CollectiveKind kind =
+      reduce_scatter ? sim::CollectiveKind::kReduceScatter : sim::CollectiveKind::kAllReduce;
+  const std::int64_t wire_bytes = sim::dtype_bytes(dt_.reduce_scatter);
+  OpId first;
+  OpId after;
+  if (s_.parallelism.param_gather == ParallelConfig::ParamGather::kPerTensorSynchronized) {
+    // DeepSpeed ZeRO-3 of early 2021 (v0.3.13 partition_parameters.py,
+    // _reduce_scatter_gradients): one torch.distributed.reduce_scatter per parameter tensor with
+    // a list of world-size input views, which ProcessGroupNCCL copies into a flat buffer one
+    // rank's partition at a time (a cudaMemcpyAsync each, at the profile's submit cost, as the
+    // list outputs of gather_per_tensor); issued asynchronously, no synchronisation. The first
+    // waits for the backward, the others follow it on the comm lane.
+    const std::vector<std::int64_t> tensors = param_tensor_sizes(g);
+    const sim::Duration list_copies = sim::duration_from_seconds(
+        static_cast<double>(r.dp_group.size()) * cm_.profile().host_link.submit_overhead_s.value);
+    for (std::size_t i = 0; i < tensors.size(); ++i) {
+      after = collective(r, r.comm, fmt::format("{}{}", name, i), OpCategory::kComm, g.layer, kind,
+                         r.dp_group, tensors[i] * wire_bytes,
+                         i == 0 ? std::vector<OpId>{last} : std::vector<OpId>{});
+      b_.op_at(after).cost.latency += list_copies;
+      if (i == 0) first = after;
+    }
+  } else {
+    first = after = collective(r, r.comm, name, OpCategory::kComm, g.layer, kind, r.dp_group,
+                               g.params * wire_bytes, {last});
+  }
+  // Not overlapped: reduced once the whole backward is done, so the collective also waits for
+  // the rank's last backward op, known only at the end (patched in optimizer()).
+  if (!s_.parallelism.overlap_grad_reduce) deferred_reduce_.push_back(first);
+  return after;
+}
+
 // After a group's gradients of micro-batch `mb` are computed: data-parallel reduction
 // (bucketed per layer, overlapped on the comm lane) and, for host-resident gradients, D2H.
 // key: layer, -1 embedding, -2 head.
@@ -294,9 +339,8 @@ void StepBuilder::grads_done(Rank& r, int key, int mb, OpId last) {
   if (key >= 0 && r.expert_group_of_layer.count(key) != 0) expert_grads_done(r, key, mb, last);
   if (gp == nullptr) return;
   const bool last_mb = mb == micro_batches_ - 1;
-  // The layer's gradient as accumulated, and as it goes on the wire.
+  // The layer's gradient as accumulated.
   const std::int64_t full = gp->params * sim::dtype_bytes(dt_.grads);
-  const std::int64_t wire = gp->params * sim::dtype_bytes(dt_.reduce_scatter);
   OpId after = last;
   if (dp() > 1 && (shard_grads() || last_mb)) {
     std::optional<TensorId> buf;
@@ -308,18 +352,8 @@ void StepBuilder::grads_done(Rank& r, int key, int mb, OpId last) {
                                                         : last)
           .allocs.push_back(*buf);
     }
-    const bool reduce_scatter = dp_sharding(s_.parallelism).optimizer;
-    after = collective(
-        r, r.comm,
-        fmt::format("mb{}.{}.grad_{}", lbl(mb), gp->name,
-                    reduce_scatter ? "reducescatter" : "allreduce"),
-        OpCategory::kComm, gp->layer,
-        reduce_scatter ? sim::CollectiveKind::kReduceScatter : sim::CollectiveKind::kAllReduce,
-        r.dp_group, wire, {last});
+    after = reduce_grads(r, *gp, mb, last);
     if (buf) b_.op_at(after).frees.push_back(*buf);
-    // Not overlapped: reduced once the whole backward is done, so the collective also waits
-    // for the rank's last backward op, known only at the end (patched in optimizer()).
-    if (!s_.parallelism.overlap_grad_reduce) deferred_reduce_.push_back(after);
   }
   if (gp->grads_on_host && last_mb && zenflow_grads_h2d_bytes(*gp) > 0) {
     after = copy(r, sim::CopyDirection::kH2D, fmt::format("{}.zenflow.grad_accum_h2d", gp->name),

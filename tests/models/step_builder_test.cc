@@ -212,6 +212,65 @@ TEST(BuildStep, PerTensorSynchronizedGatherIssuesOneAllGatherPerParameterAfterTh
               160e-6, 1e-9);
 }
 
+TEST(BuildStep, PerTensorSynchronizedReducesEachParameterGradientWithItsListInputCopies) {
+  // DeepSpeed's 2021 ZeRO-3 gradient reduction (v0.3.13 _reduce_scatter_gradients): one
+  // reduce-scatter per parameter tensor of the layer, the first after the layer's backward, the
+  // others after it on the comm lane, each with one cudaMemcpyAsync per rank for its list of
+  // input views on top of NCCL's time and no synchronisation; the bytes sum to the layer's
+  // gradient on the wire, and the gradient bucket is freed by the last.
+  Scenario s = base("gpt3-175b", "dgx-a100-80gb");
+  s.model.layers = 4;
+  s.hardware.nodes = 2;
+  s.training = {.global_batch = 16, .micro_batch = 1, .seq_len = 2048};
+  s.parallelism = {.dp = 16,
+                   .zero_stage = 3,
+                   .param_gather = ParallelConfig::ParamGather::kPerTensorSynchronized};
+  s.recompute.mode = RecomputeConfig::Mode::kFull;
+  Scenario fast = s;
+  Scenario slow = s;
+  fast.hardware.overrides.emplace_back("profile.host_link.submit_overhead_s", 5e-6);
+  slow.hardware.overrides.emplace_back("profile.host_link.submit_overhead_s", 15e-6);
+  auto a = build_step(fast);
+  auto b = build_step(slow);
+  ASSERT_TRUE(a && b);
+  const sim::Plan& plan = a->plan;
+  std::vector<std::size_t> rs;
+  std::int64_t bytes = 0;
+  for (std::size_t i = 0; i < plan.ops.size(); ++i) {
+    if (plan.ops[i].name.rfind("mb0.l2.grad_reducescatter", 0) == 0) {
+      rs.push_back(i);
+      bytes += plan.ops[i].sizes.bytes;
+      EXPECT_EQ(plan.ops[i].sizes.collective.kind, sim::CollectiveKind::kReduceScatter);
+    }
+  }
+  ASSERT_EQ(rs.size(), 12u);
+  EXPECT_EQ(bytes, 2 * layer_parameter_count_per_rank(s.model, 1));
+  ASSERT_EQ(plan.ops[rs.front()].deps.size(), 1u);
+  EXPECT_EQ(plan.ops[plan.ops[rs.front()].deps.front().index()].lane,
+            a->ranks.front().compute_lane);
+  for (std::size_t i = 1; i < rs.size(); ++i) {
+    EXPECT_TRUE(plan.ops[rs[i]].deps.empty()) << plan.ops[rs[i]].name;
+    EXPECT_EQ(plan.ops[rs[i]].lane, plan.ops[rs.front()].lane);
+  }
+  EXPECT_TRUE(plan.ops[rs.front()].frees.empty());
+  EXPECT_EQ(plan.ops[rs.back()].frees.size(), 1u);
+  // 16 copies at 10 us more each, and no synchronisation round trip: 160 us more per tensor.
+  for (std::size_t i : rs) {
+    EXPECT_NEAR(sim::to_seconds(b->plan.ops[i].cost.latency - plan.ops[i].cost.latency), 160e-6,
+                1e-9);
+  }
+  // The default fetch reduces the layer's gradient in one collective.
+  Scenario per_layer = s;
+  per_layer.parallelism.param_gather = ParallelConfig::ParamGather::kPerLayer;
+  auto c = build_step(per_layer);
+  ASSERT_TRUE(c);
+  int reduces = 0;
+  for (const sim::Op& op : c->plan.ops) {
+    if (op.name.rfind("mb0.l2.grad_reducescatter", 0) == 0) ++reduces;
+  }
+  EXPECT_EQ(reduces, 1);
+}
+
 // FSDP's default BACKWARD_PRE prefetch: the next layer's backward all-gather is queued on the
 // collective lane ahead of the current layer's reduce-scatter, so it runs while the current
 // layer computes; it waits only for the start of the current layer's backward.
