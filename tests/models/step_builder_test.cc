@@ -154,13 +154,9 @@ TEST(BuildStep, StaticMemoryPerZeroStageMatchesClosedForms) {
   }
 }
 
-TEST(BuildStep, PerTensorSynchronizedGatherIssuesOneAllGatherPerParameterAfterTheCompute) {
-  // DeepSpeed's 2021 ZeRO-3 fetch (param_gather per_tensor_synchronized) on a GPT-3-shaped model
-  // with biases and LayerNorm: each layer's forward gathers its 12 parameter tensors one by one,
-  // the first after the previous layer's last compute op (the device synchronisation), each
-  // with the host's round trip and one cudaMemcpyAsync per rank of its list output on top of
-  // NCCL's time; a fully recomputed layer's backward gathers them twice. The bytes sum to the
-  // layer's shard, gathered.
+// DeepSpeed's 2021 ZeRO-3 (param_gather per_tensor_synchronized) on four GPT-3 175B layers over
+// 16 A100s in two nodes, micro-batch 1, full recompute.
+Scenario zero3_2021_gpt3() {
   Scenario s = base("gpt3-175b", "dgx-a100-80gb");
   s.model.layers = 4;
   s.hardware.nodes = 2;
@@ -169,6 +165,17 @@ TEST(BuildStep, PerTensorSynchronizedGatherIssuesOneAllGatherPerParameterAfterTh
                    .zero_stage = 3,
                    .param_gather = ParallelConfig::ParamGather::kPerTensorSynchronized};
   s.recompute.mode = RecomputeConfig::Mode::kFull;
+  return s;
+}
+
+TEST(BuildStep, PerTensorSynchronizedGatherIssuesOneAllGatherPerParameterAfterTheCompute) {
+  // DeepSpeed's 2021 ZeRO-3 fetch (param_gather per_tensor_synchronized) on a GPT-3-shaped model
+  // with biases and LayerNorm: each layer's forward gathers its 12 parameter tensors one by one,
+  // the first after the previous layer's last compute op (the device synchronisation), each
+  // with the host's round trip and one cudaMemcpyAsync per rank of its list output on top of
+  // NCCL's time; a fully recomputed layer's backward gathers them twice. The bytes sum to the
+  // layer's shard, gathered.
+  const Scenario s = zero3_2021_gpt3();
   auto step = build_step(s);
   ASSERT_TRUE(step) << step.error().message;
   const sim::Plan& plan = step->plan;
@@ -218,14 +225,7 @@ TEST(BuildStep, PerTensorSynchronizedReducesEachParameterGradientWithItsListInpu
   // others after it on the comm lane, each with one cudaMemcpyAsync per rank for its list of
   // input views on top of NCCL's time and no synchronisation; the bytes sum to the layer's
   // gradient on the wire, and the gradient bucket is freed by the last.
-  Scenario s = base("gpt3-175b", "dgx-a100-80gb");
-  s.model.layers = 4;
-  s.hardware.nodes = 2;
-  s.training = {.global_batch = 16, .micro_batch = 1, .seq_len = 2048};
-  s.parallelism = {.dp = 16,
-                   .zero_stage = 3,
-                   .param_gather = ParallelConfig::ParamGather::kPerTensorSynchronized};
-  s.recompute.mode = RecomputeConfig::Mode::kFull;
+  const Scenario s = zero3_2021_gpt3();
   Scenario fast = s;
   Scenario slow = s;
   fast.hardware.overrides.emplace_back("profile.host_link.submit_overhead_s", 5e-6);
