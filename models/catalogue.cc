@@ -593,7 +593,9 @@ constexpr PresetDef kPresets[] = {
      "optimizer_offload_fraction = fraction (HybridDeviceOptimizer): that fraction of each "
      "rank's parameters (the first layers of every pipeline stage) has its Adam moments on the "
      "host and is updated there by torch AdamW on a pinned fp32 clone of the master, which goes "
-     "back to the GPU's fp32 main parameter; the master weights stay on the GPU."},
+     "back to the GPU's fp32 main parameter; the master weights stay on the GPU. Without "
+     "overlap_cpu_optimizer_d2h_h2d (Megatron's default; offload.cpu.overlap_d2h_h2d) every "
+     "gradient goes down, then the CPU updates them all, then every master goes back."},
     // Framework names, one each (several are the same policy under the name its users know).
     {"te_cpu_offload",
      "Transformer Engine get_cpu_offload_context(enabled=True, num_layers=...): the saved "
@@ -790,6 +792,8 @@ sim::Status add_optimizer_offload(std::string_view name, const PresetOptions& o,
   };
   host(TensorClass::kOptimizerStates);
   if (megatron) {
+    // Megatron-Core's OptimizerConfig.overlap_cpu_optimizer_d2h_h2d defaults to False.
+    p.cpu_overlap_d2h_h2d = false;
     p.rules.push_back({.cls = TensorClass::kMasterWeights,
                        .layers = LayerSelection{},
                        .where = Placement::kHbm,

@@ -342,6 +342,14 @@ struct OffloadPolicy {
   // partition (stage_1_and_2.py); set by the zero_offload preset.
   enum class CpuStep { kPerGroup, kFlatPartition };
   CpuStep cpu_step = CpuStep::kPerGroup;
+  // Whether a per-group host step that keeps the master on the GPU (Megatron-Core's
+  // HybridDeviceOptimizer) overlaps its copies with the CPU update (offload.cpu.overlap_d2h_h2d,
+  // Megatron's overlap_cpu_optimizer_d2h_h2d). true: each group's gradient goes down, is updated
+  // and goes back on its own, pipelined over the groups (copies on their own streams). false
+  // (Megatron's default, which the megatron_optimizer_offload preset sets): one CPU optimizer over
+  // every offloaded parameter and the compute stream for both copies, so every gradient goes down,
+  // then the CPU updates them all, then every master goes back.
+  bool cpu_overlap_d2h_h2d = true;
   // How host-resident routed-expert weights come back for an MoE layer's forward
   // (offload.experts.fetch). kWhole: the rank's whole local expert set with the layer, prefetched
   // like any offloaded parameter. kRouted: only the experts the router picks, the expected number

@@ -294,7 +294,7 @@ class StepBuilder {
 
   // --- step_params.cc: parameter groups, gradient reductions, the optimizer
   OpId fp8_weight_cast(Rank& r, const ParamGroup& g, OpId after);
-  void grad_passes(Rank& r, const std::vector<OpId>& deps);
+  OpId grad_passes(Rank& r, const std::vector<OpId>& deps);
   int edp() const;
   void make_param_groups(Rank& r);
   void make_static_tensors(Rank& r);
@@ -311,6 +311,9 @@ class StepBuilder {
   std::int64_t zero2_step_extra_bytes() const;
   OpId gpu_group_step(Rank& r, ParamGroup& g, std::vector<OpId> deps);
   void optimizer(Rank& r);
+  void group_updated(Rank& r, const ParamGroup& g, OpId done);
+  void hybrid_device_down_and_update(Rank& r, OpId clipped, std::optional<OpId>& down,
+                                     std::optional<OpId>& updated);
 
   // --- step_offload.cc: host transfers and host optimizer steps
   std::vector<TensorId> save_activations(Rank& r, int l, const std::string& p, OpId first,
@@ -330,6 +333,11 @@ class StepBuilder {
   std::optional<OpId> zenflow_step(Rank& r, std::int64_t shard, std::int64_t h2d,
                                    std::vector<OpId> deps);
   OpId cpu_group_step(Rank& r, ParamGroup& g, std::vector<OpId> deps, bool& started);
+  std::optional<OpId> cpu_grads_down(Rank& r, const ParamGroup& g, std::vector<OpId> deps);
+  OpId cpu_update(Rank& r, const ParamGroup& g, std::vector<OpId> deps);
+  std::optional<OpId> cpu_params_up(Rank& r, const ParamGroup& g, std::vector<OpId> deps);
+  bool hybrid_device_cpu_group(const ParamGroup& g) const;
+  bool hybrid_device_step(const ParamGroup& g) const;
   void superoffload_placement(Rank& r);
   void superoffload_step(Rank& r);
   OpId superoffload_done(Rank& r, ParamGroup& g, std::vector<OpId> deps);

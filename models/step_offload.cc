@@ -357,9 +357,9 @@ std::optional<OpId> StepBuilder::zenflow_step(Rank& r, std::int64_t shard, std::
 }
 
 // The CPU update of one group (Megatron's HybridDeviceOptimizer, FSDP CPU offload), layer by
-// layer, and its copy back to the GPU.
+// layer, and its copy back to the GPU: its gradient's copy down, the update, the copy up, each
+// after the one before (HybridDeviceOptimizer with overlap_cpu_optimizer_d2h_h2d, FSDP).
 OpId StepBuilder::cpu_group_step(Rank& r, ParamGroup& g, std::vector<OpId> deps, bool& started) {
-  const std::int64_t shard = optimizer_shard(g);
   // The host step clips by the global gradient norm, so no group updates before every
   // gradient has arrived. The CPU lane runs its ops in order: the first update waiting for
   // them all is enough.
@@ -370,29 +370,58 @@ OpId StepBuilder::cpu_group_step(Rank& r, ParamGroup& g, std::vector<OpId> deps,
     }
     started = true;
   }
-  if (!g.grads_on_host) {
-    deps = {copy(r, sim::CopyDirection::kD2H, g.name + ".grads_d2h", OpCategory::kOffload, g.layer,
-                 shard * sim::dtype_bytes(dt_.grads), deps)};
-  }
+  if (const std::optional<OpId> down = cpu_grads_down(r, g, deps)) deps = {*down};
+  const OpId done = cpu_update(r, g, std::move(deps));
+  return cpu_params_up(r, g, {done}).value_or(done);
+}
+
+// The gradient's copy into the host buffer the CPU update reads; none when the gradient already
+// lives on the host.
+std::optional<OpId> StepBuilder::cpu_grads_down(Rank& r, const ParamGroup& g,
+                                                std::vector<OpId> deps) {
+  if (g.grads_on_host) return std::nullopt;
+  return copy(r, sim::CopyDirection::kD2H, g.name + ".grads_d2h", OpCategory::kOffload, g.layer,
+              optimizer_shard(g) * sim::dtype_bytes(dt_.grads), std::move(deps));
+}
+
+// The update of one group on the CPU lane.
+OpId StepBuilder::cpu_update(Rank& r, const ParamGroup& g, std::vector<OpId> deps) {
+  const std::int64_t shard = optimizer_shard(g);
   // Megatron's HybridDeviceOptimizer keeps the fp32 master on the GPU and updates a pinned
   // host clone of it (see hdo_step_bytes_per_param); FSDP's master lives on the host.
-  const bool hdo = g.master_on_hbm && g.mem.master_bytes > 0;
+  const bool hdo = hybrid_device_step(g);
   sim::OpSizes sz;
   sz.bytes = (hdo ? hdo_step_bytes_per_param(dt_) : cpu_step_bytes_per_param(dt_, true)) * shard;
   sz.flops =
       (hdo ? kAdamFlopsPerParam : cpu_step_flops_per_param(true)) * static_cast<double>(shard);
-  OpId done = add(r, r.cpu, g.name + ".adam.cpu", OpKind::kHostCompute, OpCategory::kCpuOptimizer,
-                  g.layer, cm_.host_compute(r.rank, sz.bytes, sz.flops, cpu_threads()), sz, deps);
-  if (!g.params_on_host) {
-    // HybridDeviceOptimizer copies the updated fp32 master back into the GPU's main
-    // parameter (the distributed optimizer then casts it to the model parameter on the
-    // GPU, a pass of a few milliseconds not modelled); the others copy the narrowed one.
-    const std::int64_t bytes =
-        shard * sim::dtype_bytes(hdo ? dt_.master.value_or(dt_.params) : dt_.params);
-    done = copy(r, sim::CopyDirection::kH2D, g.name + (hdo ? ".master_h2d" : ".params_h2d"),
-                OpCategory::kOffload, g.layer, bytes, {done});
-  }
-  return done;
+  return add(r, r.cpu, g.name + ".adam.cpu", OpKind::kHostCompute, OpCategory::kCpuOptimizer,
+             g.layer, cm_.host_compute(r.rank, sz.bytes, sz.flops, cpu_threads()), sz,
+             std::move(deps));
+}
+
+// The updated group's copy back to the GPU; none when its parameters live on the host.
+std::optional<OpId> StepBuilder::cpu_params_up(Rank& r, const ParamGroup& g,
+                                               std::vector<OpId> deps) {
+  if (g.params_on_host) return std::nullopt;
+  // HybridDeviceOptimizer copies the updated fp32 master back into the GPU's main parameter
+  // (the distributed optimizer then casts it to the model parameter on the GPU, a pass of a
+  // few milliseconds not modelled); the others copy the narrowed one.
+  const bool hdo = hybrid_device_step(g);
+  const std::int64_t bytes =
+      optimizer_shard(g) * sim::dtype_bytes(hdo ? dt_.master.value_or(dt_.params) : dt_.params);
+  return copy(r, sim::CopyDirection::kH2D, g.name + (hdo ? ".master_h2d" : ".params_h2d"),
+              OpCategory::kOffload, g.layer, bytes, std::move(deps));
+}
+
+// Whether group g updates on the CPU in Megatron-Core's HybridDeviceOptimizer: a per-group host
+// step whose fp32 master stays on the GPU.
+bool StepBuilder::hybrid_device_cpu_group(const ParamGroup& g) const {
+  return g.opt_on_host && s_.offload.optimizer_on_cpu && !s_.offload.superoffload.enabled &&
+         s_.offload.cpu_step == OffloadPolicy::CpuStep::kPerGroup && hybrid_device_step(g);
+}
+
+bool StepBuilder::hybrid_device_step(const ParamGroup& g) const {
+  return g.master_on_hbm && g.mem.master_bytes > 0;
 }
 
 // SuperOffload's sub-groups (superoffload_stage3.py, _create_fp16_sub_groups, and ZeRO-3's

@@ -27,7 +27,7 @@ OpId StepBuilder::fp8_weight_cast(Rank& r, const ParamGroup& g, OpId after) {
 // check them for inf/NaN (read and write each); always, the gradient norm for clipping (read
 // each). Over this rank's optimizer shard, at the main gradients' width (fp32 with fp32
 // master weights). Their scalar all-reduces (a few bytes) are not charged.
-void StepBuilder::grad_passes(Rank& r, const std::vector<OpId>& deps) {
+OpId StepBuilder::grad_passes(Rank& r, const std::vector<OpId>& deps) {
   std::int64_t shard = 0;
   for (const ParamGroup& g : r.groups) {
     shard += dp_sharding(s_.parallelism).optimizer ? ceil_div(g.params, dp()) : g.params;
@@ -41,6 +41,7 @@ void StepBuilder::grad_passes(Rank& r, const std::vector<OpId>& deps) {
   const OpId n = elementwise(r, "grad_norm", OpCategory::kOptimizer, -1, gbytes * shard,
                              2.0 * static_cast<double>(shard));
   b_.op_at(n).deps.insert(b_.op_at(n).deps.end(), deps.begin(), deps.end());
+  return n;
 }
 
 // Expert data-parallel size: tp · dp / (ep · etp).
@@ -423,40 +424,83 @@ void StepBuilder::optimizer(Rank& r) {
   for (OpId reduce : deferred_reduce_) b_.op_at(reduce).deps.push_back(last_compute_);
   deferred_reduce_.clear();
   deferred_grad_checks(r);
+  OpId clipped{};
   {
     std::vector<OpId> reduces;
     for (const auto& [key, op] : r.reduce_op) reduces.push_back(op);
-    grad_passes(r, reduces);
+    clipped = grad_passes(r, reduces);
   }
   const std::optional<OpId> flat = deepspeed_flat_step(r);
   if (s_.offload.superoffload.enabled) superoffload_step(r);
+  // Megatron's HybridDeviceOptimizer copies its gradients down in step(), after the clipping.
+  // Without overlap_cpu_optimizer_d2h_h2d every copy comes first, then every CPU update, and
+  // the copies back wait for the GPU optimizer (StepBuilder::hybrid_device_cpu_group).
+  const bool serial = !s_.offload.cpu_overlap_d2h_h2d;
+  std::optional<OpId> all_down;
+  std::optional<OpId> all_updated;
+  if (serial) hybrid_device_down_and_update(r, clipped, all_down, all_updated);
+  std::optional<OpId> last_gpu_update;
+  std::vector<std::size_t> copied_back_later;
   bool cpu_step_started = false;
-  for (ParamGroup& g : r.groups) {
+  for (std::size_t i = 0; i < r.groups.size(); ++i) {
+    ParamGroup& g = r.groups[i];
     const int key = g.reduce_key();
     const std::map<int, OpId>& reduced = g.expert ? r.expert_reduce_op : r.reduce_op;
     auto it = reduced.find(key);
     std::vector<OpId> deps;
     if (it != reduced.end()) deps.push_back(it->second);
-    const int gdp = g.expert ? edp() : dp();
     OpId done{};
     if (flat && deepspeed_cpu_step(g)) {
       done = *flat;
     } else if (s_.offload.superoffload.enabled) {
       done = superoffload_done(r, g, std::move(deps));
+    } else if (serial && hybrid_device_cpu_group(g)) {
+      copied_back_later.push_back(i);
+      continue;
     } else if (g.opt_on_host && s_.offload.optimizer_on_cpu) {
+      if (hybrid_device_cpu_group(g)) deps = {clipped};
       done = cpu_group_step(r, g, std::move(deps), cpu_step_started);
     } else {
+      if (serial && all_down) deps.push_back(*all_down);
       done = gpu_group_step(r, g, std::move(deps));
+      last_gpu_update = done;
     }
-    if (gdtype_ == sim::DType::kFp8 && g.layer >= 0) done = fp8_weight_cast(r, g, done);
-    // ZeRO-1/2: updated parameter shards are all-gathered for the next step.
-    if (gdp > 1 && !shard_params() && dp_sharding(s_.parallelism).optimizer) {
-      collective(
-          r, r.comm, g.name + ".params_allgather", OpCategory::kComm, g.layer,
-          sim::CollectiveKind::kAllGather, g.expert ? r.edp_group : r.dp_group,
-          g.params * sim::dtype_bytes(dt_.all_gather) / (zenflow(g) ? zenflow_interval() : 1),
-          {done});
-    }
+    group_updated(r, g, done);
+  }
+  for (std::size_t i : copied_back_later) {
+    ParamGroup& g = r.groups[i];
+    std::vector<OpId> deps = {*all_updated};
+    if (last_gpu_update) deps.push_back(*last_gpu_update);
+    group_updated(r, g, cpu_params_up(r, g, std::move(deps)).value_or(*all_updated));
+  }
+}
+
+// HybridDeviceOptimizer.step() without overlap_cpu_optimizer_d2h_h2d (hybrid_optimizer.py): one
+// CPU optimizer over every offloaded parameter, and the current stream for the copies. After the
+// clipping every gradient is queued down, the host waits for them (the D2H event's synchronize)
+// and torch AdamW updates them all; `down` and `updated` receive the last copy and update.
+void StepBuilder::hybrid_device_down_and_update(Rank& r, OpId clipped, std::optional<OpId>& down,
+                                                std::optional<OpId>& updated) {
+  for (const ParamGroup& g : r.groups) {
+    if (!hybrid_device_cpu_group(g)) continue;
+    if (auto d = cpu_grads_down(r, g, {down.value_or(clipped)})) down = d;
+  }
+  for (const ParamGroup& g : r.groups) {
+    if (!hybrid_device_cpu_group(g)) continue;
+    updated = cpu_update(r, g, {updated.value_or(down.value_or(clipped))});
+  }
+}
+
+// After group g's update (`done`): its FP8 weight cast, and with ZeRO-1/2 the all-gather of the
+// updated parameter shards for the next step.
+void StepBuilder::group_updated(Rank& r, const ParamGroup& g, OpId done) {
+  const int gdp = g.expert ? edp() : dp();
+  if (gdtype_ == sim::DType::kFp8 && g.layer >= 0) done = fp8_weight_cast(r, g, done);
+  if (gdp > 1 && !shard_params() && dp_sharding(s_.parallelism).optimizer) {
+    collective(r, r.comm, g.name + ".params_allgather", OpCategory::kComm, g.layer,
+               sim::CollectiveKind::kAllGather, g.expert ? r.edp_group : r.dp_group,
+               g.params * sim::dtype_bytes(dt_.all_gather) / (zenflow(g) ? zenflow_interval() : 1),
+               {done});
   }
 }
 

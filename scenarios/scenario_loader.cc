@@ -763,13 +763,15 @@ sim::Result<models::OffloadPolicy::SuperOffload> read_superoffload(const Node& n
 sim::Status read_cpu(const Node& cpu, OffloadPolicy& policy) {
   if (cpu.kind != NodeKind::kMap) {
     return type_error(cpu, "offload.cpu",
-                      "a map with bind_cores, threads, step, zenflow and superoffload");
+                      "a map with bind_cores, threads, step, overlap_d2h_h2d, zenflow and "
+                      "superoffload");
   }
   MapReader c(cpu, "offload.cpu");
   OFFSIM_RETURN_IF_ERROR(read_bool(c, "bind_cores", policy.cpu_bind_cores));
   OFFSIM_RETURN_IF_ERROR(read_int(c, "threads", policy.cpu_threads, 1, 65536));
   OFFSIM_RETURN_IF_ERROR(
       read_enum(c, "step", policy.cpu_step, kCpuSteps, models::cpu_step_from_string));
+  OFFSIM_RETURN_IF_ERROR(read_bool(c, "overlap_d2h_h2d", policy.cpu_overlap_d2h_h2d));
   if (const Node* zf = c.get("zenflow")) {
     OFFSIM_ASSIGN_OR_RETURN(policy.zenflow, read_zenflow(*zf));
   }
@@ -781,6 +783,15 @@ sim::Status read_cpu(const Node& cpu, OffloadPolicy& policy) {
     return sim::fail(ErrorCode::kInvalidInput,
                      "{}: offload.cpu.zenflow: ZenFlow extends DeepSpeed's ZeRO-Offload step; "
                      "expected offload.cpu.step: flat_partition (the zero_offload preset)",
+                     cpu.origin);
+  }
+  if (!policy.cpu_overlap_d2h_h2d &&
+      (policy.cpu_step != models::OffloadPolicy::CpuStep::kPerGroup ||
+       policy.superoffload.enabled)) {
+    return sim::fail(ErrorCode::kInvalidInput,
+                     "{}: offload.cpu.overlap_d2h_h2d: false orders the copies of Megatron's "
+                     "per-group host step (HybridDeviceOptimizer); expected offload.cpu.step: "
+                     "per_group without superoffload, or overlap_d2h_h2d left out",
                      cpu.origin);
   }
   if (policy.zenflow.enabled && policy.superoffload.enabled) {
@@ -1228,11 +1239,13 @@ Node offload_node(const OffloadPolicy& o) {
   put(off, "rules", std::move(rules));
   put(off, "optimizer", scalar_node(o.optimizer_on_cpu ? "cpu" : "gpu"));
   const bool flat = o.cpu_step == models::OffloadPolicy::CpuStep::kFlatPartition;
-  if (o.cpu_bind_cores || o.cpu_threads > 0 || flat || o.superoffload.enabled) {
+  if (o.cpu_bind_cores || o.cpu_threads > 0 || flat || o.superoffload.enabled ||
+      !o.cpu_overlap_d2h_h2d) {
     Node cpu = make_map();
     put(cpu, "bind_cores", bool_node(o.cpu_bind_cores));
     if (o.cpu_threads > 0) put(cpu, "threads", number_node(o.cpu_threads));
     if (flat) put(cpu, "step", scalar_node(models::to_string(o.cpu_step)));
+    if (!o.cpu_overlap_d2h_h2d) put(cpu, "overlap_d2h_h2d", bool_node(false));
     if (o.zenflow.enabled) {
       Node zf = make_map();
       put(zf, "topk_ratio", number_node(o.zenflow.topk_ratio));

@@ -528,6 +528,53 @@ TEST(MoeOffload, MegatronOptimizerOffloadKeepsTheMasterOnTheGpu) {
   EXPECT_EQ(ds_masters, 1);
 }
 
+// Megatron-Core's HybridDeviceOptimizer without overlap_cpu_optimizer_d2h_h2d (its default, the
+// preset's): every gradient goes down before the first CPU update and every master goes back
+// after the last one. With the overlap the three are pipelined over the groups, and the step is
+// shorter.
+TEST(MoeOffload, HybridDeviceOptimizerOrdersItsCopiesAsItsOverlapFlagSays) {
+  Scenario s = small_moe();
+  s.offload = *offload_preset("megatron_optimizer_offload", {.fraction = 1.0});
+  EXPECT_FALSE(s.offload.cpu_overlap_d2h_h2d);
+  const auto phases = [](const Scenario& sc, double& step_s) {
+    auto e = evaluate(sc, {.keep_timeline = true, .keep_plan = true});
+    EXPECT_TRUE(e) << e.error().message;
+    struct Bounds {
+      std::int64_t last_down_end = 0, first_update_start = -1, last_update_end = 0,
+                   first_up_start = -1;
+    } b;
+    const auto ends_with = [](const std::string& n, std::string_view tail) {
+      return n.size() >= tail.size() && n.compare(n.size() - tail.size(), tail.size(), tail) == 0;
+    };
+    const auto first = [](std::int64_t& at, std::int64_t t) { at = at < 0 ? t : std::min(at, t); };
+    for (const sim::Span& sp : e->timeline->spans) {
+      const std::string& n = e->plan->ops[sp.op.index()].name;
+      const std::int64_t st = sp.start.time_since_epoch().count();
+      const std::int64_t en = sp.end.time_since_epoch().count();
+      if (ends_with(n, ".grads_d2h")) b.last_down_end = std::max(b.last_down_end, en);
+      if (ends_with(n, ".adam.cpu")) {
+        first(b.first_update_start, st);
+        b.last_update_end = std::max(b.last_update_end, en);
+      }
+      if (ends_with(n, ".master_h2d")) first(b.first_up_start, st);
+    }
+    step_s = e->report.step_time_s;
+    return b;
+  };
+  double serial_s = 0.0;
+  const auto serial = phases(s, serial_s);
+  ASSERT_GE(serial.first_update_start, 0);
+  ASSERT_GE(serial.first_up_start, 0);
+  EXPECT_GE(serial.first_update_start, serial.last_down_end);
+  EXPECT_GE(serial.first_up_start, serial.last_update_end);
+  s.offload.cpu_overlap_d2h_h2d = true;
+  double overlapped_s = 0.0;
+  const auto overlapped = phases(s, overlapped_s);
+  EXPECT_LT(overlapped.first_update_start, overlapped.last_down_end);
+  EXPECT_LT(overlapped.first_up_start, overlapped.last_update_end);
+  EXPECT_LT(overlapped_s, serial_s);
+}
+
 TEST(MoeHf, ImportsGptOss) {
   const std::string j = R"({"model_type": "gpt_oss", "hidden_size": 2880,
     "num_hidden_layers": 24, "num_attention_heads": 64, "num_key_value_heads": 8,

@@ -15,7 +15,9 @@
 // language of the offsim CLI (so `offsim run scenarios/validation/N_name/row.yaml` reruns the
 // row). Rows are loaded with the CLI's own loader and checks. Metrics: hw_tflops_per_gpu (FLOPs
 // incl. recompute: Megatron's own count), tflops_per_gpu (model FLOPs), tokens_per_s_per_gpu,
-// slowdown (step time / the step time of the case named in `baseline`).
+// slowdown (step time / the step time of the case named in `baseline`), added_time_s (step time
+// minus the step time of the case named in `baseline`: what a feature adds to the step; the
+// baseline row itself compares its step time, shown but not counted).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -243,10 +245,10 @@ int main(int argc, char** argv) {
     check_keys(doc, {"group", "source", "metric", "notes", "bound", "cases"}, where);
     const auto metric = get<std::string>(doc, "metric", where);
     if (metric != "hw_tflops_per_gpu" && metric != "tflops_per_gpu" &&
-        metric != "tokens_per_s_per_gpu" && metric != "slowdown") {
+        metric != "tokens_per_s_per_gpu" && metric != "slowdown" && metric != "added_time_s") {
       die(
           fmt::format("{}: metric: expected hw_tflops_per_gpu, tflops_per_gpu, "
-                      "tokens_per_s_per_gpu or slowdown, got '{}'",
+                      "tokens_per_s_per_gpu, slowdown or added_time_s, got '{}'",
                       where, metric));
     }
     const Bound bound = read_bound(doc, where);
@@ -304,14 +306,17 @@ int main(int argc, char** argv) {
       } else if (metric == "tokens_per_s_per_gpu") {
         simulated = r.tokens_per_s_per_gpu;
       } else {
+        const bool added = metric == "added_time_s";
         const auto base = c["baseline"] ? c["baseline"].as<std::string>() : "";
         if (base.empty()) {
-          simulated = 1.0;
-          counts = false;  // a slowdown table's baseline (1 by definition) does not count
+          // A slowdown table's baseline is 1 by definition; an added-time table's shows its own
+          // step time. Neither counts.
+          simulated = added ? r.step_time_s : 1.0;
+          counts = false;
         } else if (!step_of.count(base)) {
           die(cw + ": baseline '" + base + "' must be an earlier case");
         } else {
-          simulated = r.step_time_s / step_of[base];
+          simulated = added ? r.step_time_s - step_of[base] : r.step_time_s / step_of[base];
         }
       }
       const double err = (simulated - published) / published;

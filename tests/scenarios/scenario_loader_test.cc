@@ -167,6 +167,37 @@ TEST_F(LoaderTest, CpuStepIsTypedAndSetByTheZeroOffloadPreset) {
   EXPECT_NE(bad.find("per_group, flat_partition"), std::string::npos) << bad;
 }
 
+TEST_F(LoaderTest, HybridDeviceOptimizerOverlapKey) {
+  // offload.cpu.overlap_d2h_h2d: the megatron_optimizer_offload preset runs Megatron's default
+  // (false), --set turns it on for a preset written as a plain name, the effective scenario
+  // keeps it through a reload, and a step whose copies it does not order refuses false.
+  const auto load = [&](const std::string& text, const std::vector<std::string>& sets) {
+    auto file = load_scenario_file(write("s.yaml", text), sets);
+    EXPECT_TRUE(file) << file.error().message;
+    auto s = scenario_from_document(file->base, file->base_dir);
+    EXPECT_TRUE(s) << s.error().message;
+    return *s;
+  };
+  const std::string megatron =
+      replace(kBase, "offload: megatron_activation_offload", "offload: megatron_optimizer_offload");
+  const models::Scenario preset = load(megatron, {});
+  EXPECT_FALSE(preset.offload.cpu_overlap_d2h_h2d);
+  EXPECT_TRUE(load(megatron, {"offload.cpu.overlap_d2h_h2d=true"}).offload.cpu_overlap_d2h_h2d);
+  EXPECT_TRUE(load(kBase, {}).offload.cpu_overlap_d2h_h2d);
+  const std::string effective = emit_yaml(scenario_to_document(preset));
+  EXPECT_NE(effective.find("overlap_d2h_h2d: false"), std::string::npos) << effective;
+  EXPECT_FALSE(load(effective, {}).offload.cpu_overlap_d2h_h2d);
+  const std::string flat =
+      error_of(replace(kBase, "offload: megatron_activation_offload", "offload: zero_offload"),
+               {"offload.cpu.overlap_d2h_h2d=false"});
+  EXPECT_NE(flat.find("offload.cpu.overlap_d2h_h2d: false orders the copies of Megatron's "
+                      "per-group host step"),
+            std::string::npos)
+      << flat;
+  const std::string bad = error_of(megatron, {"offload.cpu.overlap_d2h_h2d=sometimes"});
+  EXPECT_NE(bad.find("offload.cpu.overlap_d2h_h2d"), std::string::npos) << bad;
+}
+
 TEST_F(LoaderTest, ZenFlowKeys) {
   // offload.cpu.zenflow: DeepSpeed's defaults when a key is left out, the keys reach the scenario
   // and the resolved document; bad values, unknown keys and a step that is not DeepSpeed's
