@@ -566,30 +566,43 @@ sim::Status map_activation_offload(Args& a, Field* act, bool act_on, Node& rules
   return {};
 }
 
-// --optimizer-cpu-offload [--optimizer-offload-fraction F] -> optimizer state and master
-// weight rules.
-sim::Status map_optimizer_offload(Args& a, Field* opt, bool opt_on, Node& rules) {
+// --optimizer-cpu-offload [--optimizer-offload-fraction F] [--overlap-cpu-optimizer-d2h-h2d] ->
+// Megatron-Core's HybridDeviceOptimizer as the megatron_optimizer_offload preset describes it:
+// the Adam moments of the first F of each stage's layers on the host (offload_threshold is a
+// fraction of each rank's parameters), the fp32 master on the GPU, and the copies ordered as the
+// overlap flag says (its default: off).
+sim::Status map_optimizer_offload(Args& a, Field* opt, bool opt_on, Node& rules, Node& cpu) {
   Field* frac = a.get("--optimizer-offload-fraction");
+  Field* overlap = a.get("--overlap-cpu-optimizer-d2h-h2d");
   if (!opt_on) {
     if (opt != nullptr) a.m.mapped(*opt, "(off)");
     if (frac != nullptr) a.m.ignored(*frac, "used only with --optimizer-cpu-offload");
+    if (overlap != nullptr) a.m.ignored(*overlap, "used only with --optimizer-cpu-offload");
     return {};
   }
   double fraction = 1.0;
   if (frac != nullptr) {
     OFFSIM_ASSIGN_OR_RETURN(fraction, a.m.number_in(*frac, 0.0, 1.0));
   }
-  for (const char* tensor : {"optimizer_states", "master_weights"}) {
-    Node r = make_map(opt->value.origin);
-    r.entries.emplace_back("tensor", make_scalar(tensor, opt->value.origin));
-    r.entries.emplace_back("where", make_scalar("host", opt->value.origin));
-    if (fraction < 1.0) {
-      Node sel = make_map(frac->value.origin);
-      sel.entries.emplace_back("fraction", make_scalar(fmt::format("{}", fraction)));
-      r.entries.emplace_back("layers", std::move(sel));
-    }
-    rules.items.push_back(std::move(r));
+  Node states = make_map(opt->value.origin);
+  states.entries.emplace_back("tensor", make_scalar("optimizer_states", opt->value.origin));
+  states.entries.emplace_back("where", make_scalar("host", opt->value.origin));
+  if (fraction < 1.0) {
+    Node sel = make_map(frac->value.origin);
+    sel.entries.emplace_back("stage_fraction", make_scalar(fmt::format("{}", fraction)));
+    states.entries.emplace_back("layers", std::move(sel));
   }
+  rules.items.push_back(std::move(states));
+  Node master = make_map(opt->value.origin);
+  master.entries.emplace_back("tensor", make_scalar("master_weights", opt->value.origin));
+  master.entries.emplace_back("where", make_scalar("hbm", opt->value.origin));
+  rules.items.push_back(std::move(master));
+  bool overlapped = false;
+  if (overlap != nullptr) {
+    OFFSIM_ASSIGN_OR_RETURN(overlapped, a.flag(overlap));
+    a.m.mapped(*overlap, "offload.cpu.overlap_d2h_h2d");
+  }
+  cpu.entries.emplace_back("overlap_d2h_h2d", make_scalar(overlapped ? "true" : "false"));
   a.m.mapped(*opt, "offload.rules, offload.optimizer");
   if (frac != nullptr) a.m.mapped(*frac, "offload.rules");
   return {};
@@ -613,11 +626,13 @@ sim::Status map_offload(Args& a) {
       }
     }
   }
-  OFFSIM_RETURN_IF_ERROR(map_optimizer_offload(a, opt, opt_on, rules));
+  Node cpu = make_map();
+  OFFSIM_RETURN_IF_ERROR(map_optimizer_offload(a, opt, opt_on, rules, cpu));
   if (rules.items.empty()) return {};
   Node off = make_map();
   off.entries.emplace_back("rules", std::move(rules));
   off.entries.emplace_back("optimizer", make_scalar(opt_on ? "cpu" : "gpu"));
+  if (!cpu.entries.empty()) off.entries.emplace_back("cpu", std::move(cpu));
   return set_path(a.m.doc, "offload", std::move(off));
 }
 

@@ -239,9 +239,12 @@ TEST(MegatronImport, BridgeRecipeWithOptimizerOffload) {
   EXPECT_EQ(value_at(d, "recompute"), "full");
   EXPECT_EQ(value_at(d, "training.precision"), "bf16");
   EXPECT_EQ(value_at(d, "offload.rules.0.tensor"), "optimizer_states");
-  EXPECT_EQ(value_at(d, "offload.rules.0.layers.fraction"), "0.5");
+  // A fraction of each rank's parameters: the first half of every stage's layers.
+  EXPECT_EQ(value_at(d, "offload.rules.0.layers.stage_fraction"), "0.5");
   EXPECT_EQ(value_at(d, "offload.rules.1.tensor"), "master_weights");
+  EXPECT_EQ(value_at(d, "offload.rules.1.where"), "hbm");
   EXPECT_EQ(value_at(d, "offload.optimizer"), "cpu");
+  EXPECT_EQ(value_at(d, "offload.cpu.overlap_d2h_h2d"), "false");
   EXPECT_EQ(mapped(*r).at("--share-embeddings-and-output-weights"), "model.tied_embeddings");
   EXPECT_TRUE(r->unmapped.empty()) << fmt::format("{}", fmt::join(keys(r->unmapped), ", "));
   EXPECT_EQ(keys(r->ignored), (std::vector<std::string>{"--train-iters", "--lr"}));
@@ -605,8 +608,18 @@ TEST(MegatronImport, ActivationAndOptimizerOffloadTogether) {
   EXPECT_EQ(value_at(d, "offload.rules.0.tensor"), "activations");
   EXPECT_EQ(value_at(d, "offload.rules.0.layers.first"), "16");
   EXPECT_EQ(value_at(d, "offload.rules.1.tensor"), "optimizer_states");
+  EXPECT_EQ(value_at(d, "offload.rules.1.where"), "host");
+  // HybridDeviceOptimizer keeps the fp32 master on the GPU and, by default, does not overlap
+  // its copies with the CPU update.
   EXPECT_EQ(value_at(d, "offload.rules.2.tensor"), "master_weights");
+  EXPECT_EQ(value_at(d, "offload.rules.2.where"), "hbm");
   EXPECT_EQ(value_at(d, "offload.optimizer"), "cpu");
+  EXPECT_EQ(value_at(d, "offload.cpu.overlap_d2h_h2d"), "false");
+  std::ofstream(script, std::ios::app) << "  --overlap-cpu-optimizer-d2h-h2d\n";
+  auto overlapped =
+      import_config(Framework::kMegatron, {script}, {.sets = {"hardware.system=dgx-h100"}});
+  ASSERT_TRUE(overlapped) << overlapped.error().message;
+  EXPECT_EQ(value_at(overlapped->scenario, "offload.cpu.overlap_d2h_h2d"), "true");
   // Megatron's GPT defaults where the script is silent.
   EXPECT_EQ(value_at(d, "model.activation"), "gelu");
   EXPECT_EQ(value_at(d, "model.linear_bias"), "true");
