@@ -587,7 +587,9 @@ constexpr PresetDef kPresets[] = {
      "parameters stay on the GPU."},
     {"fsdp_cpu_offload",
      "PyTorch FSDP CPUOffload(offload_params=True): sharded parameters, gradients and optimizer "
-     "state on the host, the optimizer step on the CPU; parameters stream H2D one layer ahead."},
+     "state on the host, the optimizer step on the CPU with torch.optim's default for CPU "
+     "tensors (offload.cpu.adam: torch; torch_fused for AdamW(fused=True)); parameters stream "
+     "H2D one layer ahead."},
     {"megatron_optimizer_offload",
      "Megatron-Core distributed optimizer with optimizer_cpu_offload and "
      "optimizer_offload_fraction = fraction (HybridDeviceOptimizer): that fraction of each "
@@ -792,8 +794,10 @@ sim::Status add_optimizer_offload(std::string_view name, const PresetOptions& o,
   };
   host(TensorClass::kOptimizerStates);
   if (megatron) {
-    // Megatron-Core's OptimizerConfig.overlap_cpu_optimizer_d2h_h2d defaults to False.
+    // Megatron-Core's OptimizerConfig.overlap_cpu_optimizer_d2h_h2d defaults to False; its
+    // optimizer/__init__.py builds the CPU optimizer as torch AdamW with fused=True.
     p.cpu_overlap_d2h_h2d = false;
+    p.cpu_adam = OffloadPolicy::CpuAdam::kTorchFused;
     p.rules.push_back({.cls = TensorClass::kMasterWeights,
                        .layers = LayerSelection{},
                        .where = Placement::kHbm,
@@ -802,7 +806,12 @@ sim::Status add_optimizer_offload(std::string_view name, const PresetOptions& o,
     host(TensorClass::kMasterWeights);
   }
   if (name != "megatron_optimizer_offload") host(TensorClass::kGrads);
-  if (name == "fsdp_cpu_offload" || name == "fsdp2_cpu_offload_policy") host(TensorClass::kParams);
+  if (name == "fsdp_cpu_offload" || name == "fsdp2_cpu_offload_policy") {
+    host(TensorClass::kParams);
+    // FSDP steps whatever optimizer the script builds; a plain torch.optim.AdamW on CPU
+    // parameters takes torch's default for CPU tensors, the single-tensor for-loop.
+    p.cpu_adam = OffloadPolicy::CpuAdam::kTorch;
+  }
   p.optimizer_on_cpu = true;
   if (name == "zero_offload") p.cpu_step = OffloadPolicy::CpuStep::kFlatPartition;
   return sim::ok();

@@ -158,7 +158,12 @@ class CostModel {
     int local_ranks = 0;  // ranks of the job on one node; 0 = every GPU of the node
     // The part of the rank's cores these threads get (a ZenFlow optimizer worker's share).
     double core_fraction = 1.0;
+    // Core time per byte relative to DeepSpeed's CPU Adam, the host figure's own kernel
+    // (cpu_adam_time_factor()).
+    double time_factor = 1.0;
   };
+  // How much longer than DeepSpeed's CPU Adam an optimizer implementation takes per byte.
+  static double cpu_adam_time_factor(OffloadPolicy::CpuAdam adam);
   sim::OpCost host_compute(int rank, std::int64_t dram_bytes, double flops,
                            const CpuThreads& threads) const;
   sim::OpCost host_compute(int rank, std::int64_t dram_bytes, double flops) const {

@@ -213,6 +213,24 @@ std::optional<OffloadPolicy::CpuStep> cpu_step_from_string(std::string_view s) {
   return parse_enum(s, kAll);
 }
 
+const char* to_string(OffloadPolicy::CpuAdam v) {
+  switch (v) {
+    case OffloadPolicy::CpuAdam::kDeepSpeed:
+      return "deepspeed";
+    case OffloadPolicy::CpuAdam::kTorchFused:
+      return "torch_fused";
+    case OffloadPolicy::CpuAdam::kTorch:
+      return "torch";
+  }
+  return "?";
+}
+std::optional<OffloadPolicy::CpuAdam> cpu_adam_from_string(std::string_view s) {
+  static constexpr OffloadPolicy::CpuAdam kAll[] = {OffloadPolicy::CpuAdam::kDeepSpeed,
+                                                    OffloadPolicy::CpuAdam::kTorchFused,
+                                                    OffloadPolicy::CpuAdam::kTorch};
+  return parse_enum(s, kAll);
+}
+
 const char* to_string(OffloadPolicy::ExpertFetch v) {
   switch (v) {
     case OffloadPolicy::ExpertFetch::kWhole:

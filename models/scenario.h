@@ -350,6 +350,14 @@ struct OffloadPolicy {
   // every offloaded parameter and the compute stream for both copies, so every gradient goes down,
   // then the CPU updates them all, then every master goes back.
   bool cpu_overlap_d2h_h2d = true;
+  // Which CPU Adam a per-group host step runs (offload.cpu.adam). kDeepSpeed: DeepSpeed's
+  // vectorized DeepSpeedCPUAdam, the rate the host model's per-core figure was measured with.
+  // kTorchFused: torch.optim.AdamW(fused=True), one vectorized pass like DeepSpeed's (Megatron's
+  // HybridDeviceOptimizer builds it). kTorch: what torch.optim picks by default for CPU tensors,
+  // the single-tensor for-loop of elementwise ops (FSDP's CPU offload with a plain
+  // torch.optim.AdamW); see CostModel::CpuThreads::time_factor.
+  enum class CpuAdam { kDeepSpeed, kTorchFused, kTorch };
+  CpuAdam cpu_adam = CpuAdam::kDeepSpeed;
   // How host-resident routed-expert weights come back for an MoE layer's forward
   // (offload.experts.fetch). kWhole: the rank's whole local expert set with the layer, prefetched
   // like any offloaded parameter. kRouted: only the experts the router picks, the expected number
@@ -440,6 +448,8 @@ std::optional<TensorClass> tensor_class_from_string(std::string_view s);
 std::optional<Placement> placement_from_string(std::string_view s);
 const char* to_string(OffloadPolicy::CpuStep v);
 std::optional<OffloadPolicy::CpuStep> cpu_step_from_string(std::string_view s);
+const char* to_string(OffloadPolicy::CpuAdam v);
+std::optional<OffloadPolicy::CpuAdam> cpu_adam_from_string(std::string_view s);
 const char* to_string(OffloadPolicy::ExpertFetch v);
 std::optional<OffloadPolicy::ExpertFetch> expert_fetch_from_string(std::string_view s);
 const char* to_string(HardwareConfig::Runtime v);

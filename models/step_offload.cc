@@ -394,9 +394,10 @@ OpId StepBuilder::cpu_update(Rank& r, const ParamGroup& g, std::vector<OpId> dep
   sz.bytes = (hdo ? hdo_step_bytes_per_param(dt_) : cpu_step_bytes_per_param(dt_, true)) * shard;
   sz.flops =
       (hdo ? kAdamFlopsPerParam : cpu_step_flops_per_param(true)) * static_cast<double>(shard);
+  CostModel::CpuThreads threads = cpu_threads();
+  threads.time_factor = CostModel::cpu_adam_time_factor(s_.offload.cpu_adam);
   return add(r, r.cpu, g.name + ".adam.cpu", OpKind::kHostCompute, OpCategory::kCpuOptimizer,
-             g.layer, cm_.host_compute(r.rank, sz.bytes, sz.flops, cpu_threads()), sz,
-             std::move(deps));
+             g.layer, cm_.host_compute(r.rank, sz.bytes, sz.flops, threads), sz, std::move(deps));
 }
 
 // The updated group's copy back to the GPU; none when its parameters live on the host.

@@ -191,6 +191,9 @@ constexpr RecomputeConfig::Mode kRecomputeModes[] = {
 constexpr models::Placement kPlacements[] = {models::Placement::kHbm, models::Placement::kHost};
 constexpr models::OffloadPolicy::CpuStep kCpuSteps[] = {
     models::OffloadPolicy::CpuStep::kPerGroup, models::OffloadPolicy::CpuStep::kFlatPartition};
+constexpr models::OffloadPolicy::CpuAdam kCpuAdams[] = {models::OffloadPolicy::CpuAdam::kDeepSpeed,
+                                                        models::OffloadPolicy::CpuAdam::kTorchFused,
+                                                        models::OffloadPolicy::CpuAdam::kTorch};
 constexpr models::OffloadPolicy::ExpertFetch kExpertFetches[] = {
     models::OffloadPolicy::ExpertFetch::kWhole, models::OffloadPolicy::ExpertFetch::kRouted};
 
@@ -763,8 +766,8 @@ sim::Result<models::OffloadPolicy::SuperOffload> read_superoffload(const Node& n
 sim::Status read_cpu(const Node& cpu, OffloadPolicy& policy) {
   if (cpu.kind != NodeKind::kMap) {
     return type_error(cpu, "offload.cpu",
-                      "a map with bind_cores, threads, step, overlap_d2h_h2d, zenflow and "
-                      "superoffload");
+                      "a map with bind_cores, threads, step, overlap_d2h_h2d, adam, zenflow "
+                      "and superoffload");
   }
   MapReader c(cpu, "offload.cpu");
   OFFSIM_RETURN_IF_ERROR(read_bool(c, "bind_cores", policy.cpu_bind_cores));
@@ -772,6 +775,8 @@ sim::Status read_cpu(const Node& cpu, OffloadPolicy& policy) {
   OFFSIM_RETURN_IF_ERROR(
       read_enum(c, "step", policy.cpu_step, kCpuSteps, models::cpu_step_from_string));
   OFFSIM_RETURN_IF_ERROR(read_bool(c, "overlap_d2h_h2d", policy.cpu_overlap_d2h_h2d));
+  OFFSIM_RETURN_IF_ERROR(
+      read_enum(c, "adam", policy.cpu_adam, kCpuAdams, models::cpu_adam_from_string));
   if (const Node* zf = c.get("zenflow")) {
     OFFSIM_ASSIGN_OR_RETURN(policy.zenflow, read_zenflow(*zf));
   }
@@ -785,14 +790,22 @@ sim::Status read_cpu(const Node& cpu, OffloadPolicy& policy) {
                      "expected offload.cpu.step: flat_partition (the zero_offload preset)",
                      cpu.origin);
   }
-  if (!policy.cpu_overlap_d2h_h2d &&
-      (policy.cpu_step != models::OffloadPolicy::CpuStep::kPerGroup ||
-       policy.superoffload.enabled)) {
+  // Megatron's and FSDP's host step: per group, not DeepSpeed's own.
+  const bool per_group =
+      policy.cpu_step == models::OffloadPolicy::CpuStep::kPerGroup && !policy.superoffload.enabled;
+  if (!policy.cpu_overlap_d2h_h2d && !per_group) {
     return sim::fail(ErrorCode::kInvalidInput,
                      "{}: offload.cpu.overlap_d2h_h2d: false orders the copies of Megatron's "
                      "per-group host step (HybridDeviceOptimizer); expected offload.cpu.step: "
                      "per_group without superoffload, or overlap_d2h_h2d left out",
                      cpu.origin);
+  }
+  if (policy.cpu_adam != models::OffloadPolicy::CpuAdam::kDeepSpeed && !per_group) {
+    return sim::fail(ErrorCode::kInvalidInput,
+                     "{}: offload.cpu.adam: {} names the CPU Adam of a per-group host step; "
+                     "DeepSpeed's flat-partition step and SuperOffload run DeepSpeed's CPU Adam "
+                     "(expected deepspeed, or offload.cpu.step: per_group)",
+                     cpu.origin, models::to_string(policy.cpu_adam));
   }
   if (policy.zenflow.enabled && policy.superoffload.enabled) {
     return sim::fail(ErrorCode::kInvalidInput,
@@ -1239,13 +1252,15 @@ Node offload_node(const OffloadPolicy& o) {
   put(off, "rules", std::move(rules));
   put(off, "optimizer", scalar_node(o.optimizer_on_cpu ? "cpu" : "gpu"));
   const bool flat = o.cpu_step == models::OffloadPolicy::CpuStep::kFlatPartition;
+  const bool torch_adam = o.cpu_adam != models::OffloadPolicy::CpuAdam::kDeepSpeed;
   if (o.cpu_bind_cores || o.cpu_threads > 0 || flat || o.superoffload.enabled ||
-      !o.cpu_overlap_d2h_h2d) {
+      !o.cpu_overlap_d2h_h2d || torch_adam) {
     Node cpu = make_map();
     put(cpu, "bind_cores", bool_node(o.cpu_bind_cores));
     if (o.cpu_threads > 0) put(cpu, "threads", number_node(o.cpu_threads));
     if (flat) put(cpu, "step", scalar_node(models::to_string(o.cpu_step)));
     if (!o.cpu_overlap_d2h_h2d) put(cpu, "overlap_d2h_h2d", bool_node(false));
+    if (torch_adam) put(cpu, "adam", scalar_node(models::to_string(o.cpu_adam)));
     if (o.zenflow.enabled) {
       Node zf = make_map();
       put(zf, "topk_ratio", number_node(o.zenflow.topk_ratio));

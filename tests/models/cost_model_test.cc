@@ -515,6 +515,23 @@ TEST(CostModelTest, CpuThreadsBindingAndNumaPlacement) {
                    seconds(single.cm.alone(single.cm.host_compute(0, bytes, 0.0, bound))));
 }
 
+// PyTorch's default CPU Adam (the for-loop torch.optim picks for CPU tensors) takes 1.834 / 0.769
+// of DeepSpeed's time per byte (SuperOffload's Figure 5, the same Grace host); its fused AdamW
+// and DeepSpeed's run at the host figure.
+TEST(CostModelTest, TorchCpuAdamTakesLongerPerByteThanDeepSpeeds) {
+  using Adam = OffloadPolicy::CpuAdam;
+  EXPECT_DOUBLE_EQ(CostModel::cpu_adam_time_factor(Adam::kDeepSpeed), 1.0);
+  EXPECT_DOUBLE_EQ(CostModel::cpu_adam_time_factor(Adam::kTorchFused), 1.0);
+  EXPECT_NEAR(CostModel::cpu_adam_time_factor(Adam::kTorch), 2.3849, 1e-4);
+  auto f = make("dgx-h100", {{.rank = 0}});
+  const std::int64_t bytes = 16'000'000'000;
+  CostModel::CpuThreads th{.bind_cores = true, .local_ranks = 2};
+  const double deepspeed = seconds(f.cm.alone(f.cm.host_compute(0, bytes, 0.0, th)));
+  th.time_factor = CostModel::cpu_adam_time_factor(Adam::kTorch);
+  EXPECT_NEAR(seconds(f.cm.alone(f.cm.host_compute(0, bytes, 0.0, th))), deepspeed * 1.834 / 0.769,
+              1e-9);
+}
+
 TEST(CostModelTest, RejectsBadRanks) {
   auto sys = *find_system("dgx-h100");
   auto profile = *builtin_profile(sys.gpu);

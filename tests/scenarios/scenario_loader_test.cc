@@ -53,6 +53,16 @@ class LoaderTest : public ::testing::Test {
     return "";
   }
 
+  // Loads and maps; the scenario (a failure is a test failure).
+  models::Scenario scenario_of(const std::string& text, const std::vector<std::string>& sets) {
+    auto file = load_scenario_file(write("s.yaml", text), sets);
+    EXPECT_TRUE(file) << file.error().message;
+    if (!file) return {};
+    auto s = scenario_from_document(file->base, file->base_dir);
+    EXPECT_TRUE(s) << s.error().message;
+    return s ? *s : models::Scenario{};
+  }
+
   std::string replace(std::string text, const std::string& from, const std::string& to) {
     const auto pos = text.find(from);
     EXPECT_NE(pos, std::string::npos) << from;
@@ -171,22 +181,16 @@ TEST_F(LoaderTest, HybridDeviceOptimizerOverlapKey) {
   // offload.cpu.overlap_d2h_h2d: the megatron_optimizer_offload preset runs Megatron's default
   // (false), --set turns it on for a preset written as a plain name, the effective scenario
   // keeps it through a reload, and a step whose copies it does not order refuses false.
-  const auto load = [&](const std::string& text, const std::vector<std::string>& sets) {
-    auto file = load_scenario_file(write("s.yaml", text), sets);
-    EXPECT_TRUE(file) << file.error().message;
-    auto s = scenario_from_document(file->base, file->base_dir);
-    EXPECT_TRUE(s) << s.error().message;
-    return *s;
-  };
   const std::string megatron =
       replace(kBase, "offload: megatron_activation_offload", "offload: megatron_optimizer_offload");
-  const models::Scenario preset = load(megatron, {});
+  const models::Scenario preset = scenario_of(megatron, {});
   EXPECT_FALSE(preset.offload.cpu_overlap_d2h_h2d);
-  EXPECT_TRUE(load(megatron, {"offload.cpu.overlap_d2h_h2d=true"}).offload.cpu_overlap_d2h_h2d);
-  EXPECT_TRUE(load(kBase, {}).offload.cpu_overlap_d2h_h2d);
+  EXPECT_TRUE(
+      scenario_of(megatron, {"offload.cpu.overlap_d2h_h2d=true"}).offload.cpu_overlap_d2h_h2d);
+  EXPECT_TRUE(scenario_of(kBase, {}).offload.cpu_overlap_d2h_h2d);
   const std::string effective = emit_yaml(scenario_to_document(preset));
   EXPECT_NE(effective.find("overlap_d2h_h2d: false"), std::string::npos) << effective;
-  EXPECT_FALSE(load(effective, {}).offload.cpu_overlap_d2h_h2d);
+  EXPECT_FALSE(scenario_of(effective, {}).offload.cpu_overlap_d2h_h2d);
   const std::string flat =
       error_of(replace(kBase, "offload: megatron_activation_offload", "offload: zero_offload"),
                {"offload.cpu.overlap_d2h_h2d=false"});
@@ -196,6 +200,34 @@ TEST_F(LoaderTest, HybridDeviceOptimizerOverlapKey) {
       << flat;
   const std::string bad = error_of(megatron, {"offload.cpu.overlap_d2h_h2d=sometimes"});
   EXPECT_NE(bad.find("offload.cpu.overlap_d2h_h2d"), std::string::npos) << bad;
+}
+
+TEST_F(LoaderTest, CpuAdamKey) {
+  // offload.cpu.adam: each preset's framework optimizer (FSDP: torch's default, Megatron: torch
+  // fused, ZeRO-Offload: DeepSpeed's), --set on a preset name, the effective scenario through a
+  // reload, and a refusal where the host step is DeepSpeed's own.
+  using Adam = models::OffloadPolicy::CpuAdam;
+  const auto with = [&](const std::string& preset) {
+    return replace(kBase, "offload: megatron_activation_offload", "offload: " + preset);
+  };
+  EXPECT_EQ(scenario_of(with("fsdp_cpu_offload"), {}).offload.cpu_adam, Adam::kTorch);
+  EXPECT_EQ(scenario_of(with("fsdp2_cpu_offload_policy"), {}).offload.cpu_adam, Adam::kTorch);
+  EXPECT_EQ(scenario_of(with("megatron_optimizer_offload"), {}).offload.cpu_adam,
+            Adam::kTorchFused);
+  EXPECT_EQ(scenario_of(with("zero_offload"), {}).offload.cpu_adam, Adam::kDeepSpeed);
+  const models::Scenario fused =
+      scenario_of(with("fsdp_cpu_offload"), {"offload.cpu.adam=torch_fused"});
+  EXPECT_EQ(fused.offload.cpu_adam, Adam::kTorchFused);
+  const std::string effective = emit_yaml(scenario_to_document(fused));
+  EXPECT_NE(effective.find("adam: torch_fused"), std::string::npos) << effective;
+  EXPECT_EQ(scenario_of(effective, {}).offload.cpu_adam, Adam::kTorchFused);
+  const std::string flat = error_of(with("zero_offload"), {"offload.cpu.adam=torch"});
+  EXPECT_NE(flat.find("offload.cpu.adam: torch names the CPU Adam of a per-group host step"),
+            std::string::npos)
+      << flat;
+  const std::string bad = error_of(with("fsdp_cpu_offload"), {"offload.cpu.adam=apex"});
+  EXPECT_NE(bad.find("offload.cpu.adam"), std::string::npos) << bad;
+  EXPECT_NE(bad.find("deepspeed, torch_fused, torch"), std::string::npos) << bad;
 }
 
 TEST_F(LoaderTest, ZenFlowKeys) {
