@@ -212,12 +212,31 @@ sim::Status map_precision_and_offload(Fields& fields, Mapper& m) {
   if (Field* f = fields.get("training.mixed_precision_reduce")) {
     m.ignored(*f, "gradient reduction dtype: offsim reduces in the parameter dtype");
   }
+  Field* impl = fields.get("optimizer.implementation");
+  std::string implementation = "fused";  // torchtitan's OptimizersContainer default
+  if (impl != nullptr) {
+    OFFSIM_ASSIGN_OR_RETURN(
+        implementation, m.one_of(*impl, {"for-loop", "foreach", "fused", "fused_opt_states_bf16"}));
+  }
+  bool offload = false;
   if (Field* f = fields.get("training.enable_cpu_offload")) {
-    OFFSIM_ASSIGN_OR_RETURN(bool on, m.boolean(*f));
-    if (on)
-      OFFSIM_RETURN_IF_ERROR(m.set(*f, "offload", "fsdp_cpu_offload"));
-    else
+    OFFSIM_ASSIGN_OR_RETURN(offload, m.boolean(*f));
+    if (offload) {
+      OFFSIM_RETURN_IF_ERROR(m.set(*f, "offload.preset", "fsdp_cpu_offload"));
+      // The CPU step runs the optimizer torchtitan builds: fused=True for "fused" (its default),
+      // torch's multi-pass kernels for "foreach" and "for-loop".
+      const bool fused = implementation == "fused" || implementation == "fused_opt_states_bf16";
+      OFFSIM_RETURN_IF_ERROR(m.set_from(
+          impl != nullptr ? std::vector<const Field*>{impl, f} : std::vector<const Field*>{f},
+          "offload.cpu.adam", fused ? "torch_fused" : "torch"));
+    } else {
       m.mapped(*f, "(off)");
+    }
+  }
+  if (impl != nullptr && !offload) {
+    m.ignored(*impl,
+              "the GPU optimizer's kernels are not distinguished; with "
+              "training.enable_cpu_offload it picks the CPU Adam");
   }
   return {};
 }

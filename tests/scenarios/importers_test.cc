@@ -764,10 +764,17 @@ TEST(TorchtitanImport, TensorParallelAndCpuOffload) {
   EXPECT_EQ(value_at(d, "parallelism.sequence_parallel"), "true");
   EXPECT_EQ(value_at(d, "parallelism.pp"), "2");
   EXPECT_EQ(value_at(d, "training.global_batch"), "32");
-  EXPECT_EQ(value_at(d, "offload"), "fsdp_cpu_offload");
+  EXPECT_EQ(value_at(d, "offload.preset"), "fsdp_cpu_offload");
+  // torchtitan builds a fused AdamW unless optimizer.implementation says otherwise.
+  EXPECT_EQ(value_at(d, "offload.cpu.adam"), "torch_fused");
   EXPECT_EQ(value_at(d, "hardware.nodes"), "2");
   EXPECT_EQ(keys(r->unmapped),
             (std::vector<std::string>{"parallelism.pipeline_parallel_schedule"}));
+  std::ofstream(cfg, std::ios::app) << "[optimizer]\nimplementation = \"foreach\"\n";
+  auto foreach = import_config(Framework::kTorchtitan, {cfg},
+                               {.sets = {"hardware.system=dgx-h100"}, .gpus = 16});
+  ASSERT_TRUE(foreach) << foreach.error().message;
+  EXPECT_EQ(value_at(foreach->scenario, "offload.cpu.adam"), "torch");
 }
 
 }  // namespace
