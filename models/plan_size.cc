@@ -697,7 +697,11 @@ void add_stage_ops(const Scenario& s, const StepContext& x, Counts& c) {
   // fp16 the unscale and inf check; each waits for the stage's gradient reductions.
   const double grad_passes = s.training.compute_dtype == sim::DType::kFp16 ? 2 : 1;
   c.ops += pp * grad_passes;
-  c.deps += grad_passes * static_cast<double>(s.model.layers + 2);  // one per parameter group
+  // One per parameter group: the embedding, the head, each layer's dense group and each MoE
+  // layer's expert group.
+  double groups = static_cast<double>(s.model.layers + 2);
+  for (int l = 0; l < s.model.layers; ++l) groups += is_moe_layer(s.model, l) ? 1 : 0;
+  c.deps += grad_passes * groups;
   // DeepSpeed's flat CPU step (StepBuilder::deepspeed_flat_step): a host step waiting for every
   // group's gradient reduction, and one H2D, per stage.
   if (s.offload.optimizer_on_cpu && s.offload.cpu_step == OffloadPolicy::CpuStep::kFlatPartition &&

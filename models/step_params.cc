@@ -426,8 +426,11 @@ void StepBuilder::optimizer(Rank& r) {
   deferred_grad_checks(r);
   OpId clipped{};
   {
+    // The global gradient norm covers every gradient, the experts' too (Megatron's chained
+    // optimizer takes one norm over its dense and expert optimizers).
     std::vector<OpId> reduces;
     for (const auto& [key, op] : r.reduce_op) reduces.push_back(op);
+    for (const auto& [key, op] : r.expert_reduce_op) reduces.push_back(op);
     clipped = grad_passes(r, reduces);
   }
   const std::optional<OpId> flat = deepspeed_flat_step(r);
