@@ -168,6 +168,19 @@ Scenario zero3_2021_gpt3() {
   return s;
 }
 
+// The step built with the host's cudaMemcpyAsync submit cost at 5 us and at 15 us.
+std::pair<BuiltStep, BuiltStep> at_submit_costs_5_and_15_us(const Scenario& s) {
+  Scenario fast = s;
+  Scenario slow = s;
+  fast.hardware.overrides.emplace_back("profile.host_link.submit_overhead_s", 5e-6);
+  slow.hardware.overrides.emplace_back("profile.host_link.submit_overhead_s", 15e-6);
+  auto a = build_step(fast);
+  auto b = build_step(slow);
+  EXPECT_TRUE(a && b);
+  if (!a || !b) return {};
+  return {std::move(*a), std::move(*b)};
+}
+
 TEST(BuildStep, PerTensorSynchronizedGatherIssuesOneAllGatherPerParameterAfterTheCompute) {
   // DeepSpeed's 2021 ZeRO-3 fetch (param_gather per_tensor_synchronized) on a GPT-3-shaped model
   // with biases and LayerNorm: each layer's forward gathers its 12 parameter tensors one by one,
@@ -208,14 +221,9 @@ TEST(BuildStep, PerTensorSynchronizedGatherIssuesOneAllGatherPerParameterAfterTh
   const sim::Op& bias = plan.ops[fwd[1]];
   EXPECT_EQ(bias.sizes.bytes, 2 * 12288);
   EXPECT_GT(sim::to_seconds(bias.cost.latency), 26.11e-6 + 16 * 5e-6);
-  Scenario fast = s;
-  Scenario slow = s;
-  fast.hardware.overrides.emplace_back("profile.host_link.submit_overhead_s", 5e-6);
-  slow.hardware.overrides.emplace_back("profile.host_link.submit_overhead_s", 15e-6);
-  auto a = build_step(fast);
-  auto b = build_step(slow);
-  ASSERT_TRUE(a && b);
-  EXPECT_NEAR(sim::to_seconds(b->plan.ops[fwd[1]].cost.latency - a->plan.ops[fwd[1]].cost.latency),
+  const auto [a, b] = at_submit_costs_5_and_15_us(s);
+  ASSERT_EQ(a.plan.ops.size(), plan.ops.size());
+  EXPECT_NEAR(sim::to_seconds(b.plan.ops[fwd[1]].cost.latency - a.plan.ops[fwd[1]].cost.latency),
               160e-6, 1e-9);
 }
 
@@ -226,14 +234,9 @@ TEST(BuildStep, PerTensorSynchronizedReducesEachParameterGradientWithItsListInpu
   // input views on top of NCCL's time and no synchronisation; the bytes sum to the layer's
   // gradient on the wire, and the gradient bucket is freed by the last.
   const Scenario s = zero3_2021_gpt3();
-  Scenario fast = s;
-  Scenario slow = s;
-  fast.hardware.overrides.emplace_back("profile.host_link.submit_overhead_s", 5e-6);
-  slow.hardware.overrides.emplace_back("profile.host_link.submit_overhead_s", 15e-6);
-  auto a = build_step(fast);
-  auto b = build_step(slow);
-  ASSERT_TRUE(a && b);
-  const sim::Plan& plan = a->plan;
+  const auto [a, b] = at_submit_costs_5_and_15_us(s);
+  ASSERT_FALSE(a.plan.ops.empty());
+  const sim::Plan& plan = a.plan;
   std::vector<std::size_t> rs;
   std::int64_t bytes = 0;
   for (std::size_t i = 0; i < plan.ops.size(); ++i) {
@@ -246,8 +249,7 @@ TEST(BuildStep, PerTensorSynchronizedReducesEachParameterGradientWithItsListInpu
   ASSERT_EQ(rs.size(), 12u);
   EXPECT_EQ(bytes, 2 * layer_parameter_count_per_rank(s.model, 1));
   ASSERT_EQ(plan.ops[rs.front()].deps.size(), 1u);
-  EXPECT_EQ(plan.ops[plan.ops[rs.front()].deps.front().index()].lane,
-            a->ranks.front().compute_lane);
+  EXPECT_EQ(plan.ops[plan.ops[rs.front()].deps.front().index()].lane, a.ranks.front().compute_lane);
   for (std::size_t i = 1; i < rs.size(); ++i) {
     EXPECT_TRUE(plan.ops[rs[i]].deps.empty()) << plan.ops[rs[i]].name;
     EXPECT_EQ(plan.ops[rs[i]].lane, plan.ops[rs.front()].lane);
@@ -256,7 +258,7 @@ TEST(BuildStep, PerTensorSynchronizedReducesEachParameterGradientWithItsListInpu
   EXPECT_EQ(plan.ops[rs.back()].frees.size(), 1u);
   // 16 copies at 10 us more each, and no synchronisation round trip: 160 us more per tensor.
   for (std::size_t i : rs) {
-    EXPECT_NEAR(sim::to_seconds(b->plan.ops[i].cost.latency - plan.ops[i].cost.latency), 160e-6,
+    EXPECT_NEAR(sim::to_seconds(b.plan.ops[i].cost.latency - plan.ops[i].cost.latency), 160e-6,
                 1e-9);
   }
   // The default fetch reduces the layer's gradient in one collective.
