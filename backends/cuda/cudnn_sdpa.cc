@@ -26,6 +26,7 @@ enum Uid : std::int64_t {
   kDV = 11,
   kSoftmaxSum = 12,
   kDQAccum = 13,
+  kOne = 14,
   kS = 101,
   kScaled,
   kRow,
@@ -53,9 +54,9 @@ enum Uid : std::int64_t {
   kBDPMinus,
   kBDSRaw,
   kBDS,
-  kBDSbf,
   kBDSt,
   kBK,
+  kBSumRaw,
 };
 
 using Dims = std::vector<std::int64_t>;
@@ -93,8 +94,7 @@ class Builder {
 
   sim::Result<cudnnBackendDescriptor_t> tensor(std::int64_t uid, const Dims& dims,
                                                const Dims& strides, cudnnDataType_t type,
-                                               bool is_virtual, bool by_value = false,
-                                               bool reorder_f16x16 = false) {
+                                               bool is_virtual, bool by_value = false) {
     OFFSIM_ASSIGN_OR_RETURN(cudnnBackendDescriptor_t t,
                             make(CUDNN_BACKEND_TENSOR_DESCRIPTOR, "tensor"));
     const std::int64_t alignment = 16;
@@ -118,12 +118,6 @@ class Builder {
       const bool yes = true;
       OFFSIM_RETURN_IF_ERROR(
           set(t, CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &yes, "tensor"));
-    }
-    if (reorder_f16x16) {
-      // The fp32 dQ accumulator of the flash-attention backward, in the engine's tile order.
-      const cudnnBackendTensorReordering_t mode = CUDNN_TENSOR_REORDERING_F16x16;
-      OFFSIM_RETURN_IF_ERROR(set(t, CUDNN_ATTR_TENSOR_REORDERING_MODE,
-                                 CUDNN_TYPE_TENSOR_REORDERING_MODE, 1, &mode, "tensor"));
     }
     OFFSIM_RETURN_IF_ERROR(finalize(t, "tensor"));
     return t;
@@ -410,8 +404,8 @@ sim::Result<std::vector<Desc>> forward_ops(Builder& b, const ForwardTensors& t, 
 // The backward graph's tensors: operands, gradients, the engine's own buffers (softmax sum,
 // fp32 dQ accumulator) and virtual intermediates.
 struct BackwardTensors {
-  Desc q, kt, vt, o, d_o, stats, scale, masked, dq, dk, dv, softmax_sum, dq_accum;
-  Desc dot, s, scaled, row, col, mask, masked_s, centered, p, pt, dp, dp_minus, ds_raw, ds, ds_bf,
+  Desc q, kt, vt, o, d_o, stats, scale, masked, dq, dk, dv, softmax_sum, dq_accum, one;
+  Desc sum_raw, dot, s, scaled, row, col, mask, masked_s, centered, p, pt, dp, dp_minus, ds_raw, ds,
       dst, k;
 };
 
@@ -440,8 +434,10 @@ sim::Result<BackwardTensors> backward_operand_tensors(Builder& b, const SdpaShap
   OFFSIM_ASSIGN_OR_RETURN(t.dk, b.tensor(kDK, kv_dims, kv_strides, bf16, false));
   OFFSIM_ASSIGN_OR_RETURN(t.dv, b.tensor(kDV, kv_dims, kv_strides, bf16, false));
   OFFSIM_ASSIGN_OR_RETURN(t.softmax_sum, b.tensor(kSoftmaxSum, row_dims, row_strides, fp32, false));
-  OFFSIM_ASSIGN_OR_RETURN(t.dq_accum,
-                          b.tensor(kDQAccum, q_dims, q_strides, fp32, false, false, true));
+  // Plain BHSD fp32, as cudnn-frontend (v1.8 on) builds it; its earlier F16x16 tile order is
+  // not needed.
+  OFFSIM_ASSIGN_OR_RETURN(t.dq_accum, b.tensor(kDQAccum, q_dims, q_strides, fp32, false));
+  OFFSIM_ASSIGN_OR_RETURN(t.one, b.tensor(kOne, one, one, fp32, false, true));
   return t;
 }
 
@@ -456,7 +452,12 @@ sim::Status backward_virtual_tensors(Builder& b, const SdpaShape& s, BackwardTen
   const Dims p_strides = packed(p_dims);
   const Dims pt_dims{s.batch, s.q_heads, s.seq_kv, s.seq_q};
   const Dims pt_strides{p_strides[0], p_strides[1], 1, s.seq_kv};
-  OFFSIM_ASSIGN_OR_RETURN(t.dot, b.tensor(kDotDoO, q_dims, q_strides, fp32, true));
+  // dO ∘ O with the strides cudnn-frontend gives it.
+  const Dims dot_strides{s.q_heads * s.seq_q * s.head_dim, s.seq_q * s.head_dim,
+                         s.q_heads * s.head_dim, 1};
+  const Dims row_dims{s.batch, s.q_heads, s.seq_q, 1};
+  OFFSIM_ASSIGN_OR_RETURN(t.dot, b.tensor(kDotDoO, q_dims, dot_strides, fp32, true));
+  OFFSIM_ASSIGN_OR_RETURN(t.sum_raw, b.tensor(kBSumRaw, row_dims, packed(row_dims), fp32, true));
   OFFSIM_ASSIGN_OR_RETURN(t.s, b.tensor(kBS, p_dims, p_strides, fp32, true));
   OFFSIM_ASSIGN_OR_RETURN(t.scaled, b.tensor(kBScaled, p_dims, p_strides, fp32, true));
   OFFSIM_ASSIGN_OR_RETURN(t.row, b.tensor(kBRow, p_dims, p_strides, CUDNN_DATA_INT32, true));
@@ -470,7 +471,6 @@ sim::Status backward_virtual_tensors(Builder& b, const SdpaShape& s, BackwardTen
   OFFSIM_ASSIGN_OR_RETURN(t.dp_minus, b.tensor(kBDPMinus, p_dims, p_strides, fp32, true));
   OFFSIM_ASSIGN_OR_RETURN(t.ds_raw, b.tensor(kBDSRaw, p_dims, p_strides, fp32, true));
   OFFSIM_ASSIGN_OR_RETURN(t.ds, b.tensor(kBDS, p_dims, p_strides, fp32, true));
-  OFFSIM_ASSIGN_OR_RETURN(t.ds_bf, b.tensor(kBDSbf, p_dims, p_strides, bf16, true));
   OFFSIM_ASSIGN_OR_RETURN(t.dst, b.tensor(kBDSt, pt_dims, pt_strides, bf16, true));
   OFFSIM_ASSIGN_OR_RETURN(t.k, b.tensor(kBK, kv_dims, kv_strides, bf16, true));
   return sim::ok();
@@ -479,9 +479,14 @@ sim::Status backward_virtual_tensors(Builder& b, const SdpaShape& s, BackwardTen
 // dQ, dK, dV of O = softmax(mask(scale · Q·Kᵀ)) · V from dO, O and the forward's Stats.
 sim::Result<std::vector<Desc>> backward_ops(Builder& b, const BackwardTensors& t) {
   OpList l;
-  // softmax_sum = rowsum(dO ∘ O)
+  // softmax_sum = rowsum(dO ∘ O) · 1. The product with a by-value 1 (cudnn-frontend's inverse
+  // dropout scale) is part of the pattern the fused engine recognises: without it, cuDNN on an
+  // H200 (2026-12-04) accepted the graph but never wrote softmax_sum, and dQ and dK came out as if
+  // it were zero (tests/backends/cuda_replay_test.cc checks both against a host reference).
   OFFSIM_RETURN_IF_ERROR(l.add(b.pointwise(CUDNN_POINTWISE_MUL, t.d_o, t.o, nullptr, t.dot)));
-  OFFSIM_RETURN_IF_ERROR(l.add(b.reduction(CUDNN_REDUCE_TENSOR_ADD, t.dot, t.softmax_sum)));
+  OFFSIM_RETURN_IF_ERROR(l.add(b.reduction(CUDNN_REDUCE_TENSOR_ADD, t.dot, t.sum_raw)));
+  OFFSIM_RETURN_IF_ERROR(
+      l.add(b.pointwise(CUDNN_POINTWISE_MUL, t.sum_raw, t.one, nullptr, t.softmax_sum)));
   // P = exp(mask(scale · Q·Kᵀ) − Stats)
   OFFSIM_RETURN_IF_ERROR(add_masked_scores(
       b, l, {t.q, t.kt, t.scale, t.masked, t.s, t.scaled, t.row, t.col, t.mask, t.masked_s}));
@@ -501,10 +506,9 @@ sim::Result<std::vector<Desc>> backward_ops(Builder& b, const BackwardTensors& t
   OFFSIM_RETURN_IF_ERROR(l.add(b.pointwise(CUDNN_POINTWISE_MUL, t.ds_raw, t.scale, nullptr, t.ds)));
   // dQ = dS · K, accumulated in fp32 then cast; dK = dSᵀ · Q.
   OFFSIM_RETURN_IF_ERROR(l.add(b.reshape(t.kt, t.k)));
-  OFFSIM_RETURN_IF_ERROR(
-      l.add(b.pointwise(CUDNN_POINTWISE_IDENTITY, t.ds, nullptr, nullptr, t.ds_bf)));
-  OFFSIM_RETURN_IF_ERROR(l.add(b.matmul(t.ds_bf, t.k, t.dq_accum)));
-  OFFSIM_RETURN_IF_ERROR(l.add(b.reshape(t.ds_bf, t.dst)));
+  // dS enters dQ's GEMM in fp32; the transpose for dK's casts it to bf16 (as the frontend).
+  OFFSIM_RETURN_IF_ERROR(l.add(b.matmul(t.ds, t.k, t.dq_accum)));
+  OFFSIM_RETURN_IF_ERROR(l.add(b.reshape(t.ds, t.dst)));
   OFFSIM_RETURN_IF_ERROR(l.add(b.matmul(t.dst, t.q, t.dk)));
   OFFSIM_RETURN_IF_ERROR(
       l.add(b.pointwise(CUDNN_POINTWISE_IDENTITY, t.dq_accum, nullptr, nullptr, t.dq)));
@@ -602,8 +606,8 @@ sim::Status CudnnSdpaBackward::run(cudnnHandle_t handle, cudaStream_t stream,
                      "cuDNN SDPA backward: cudaMemsetAsync of the dQ accumulator: {}",
                      cudaGetErrorString(zeroed));
   }
-  const std::vector<std::int64_t> uids = {kQ,      kK,  kV,  kO,  kDO,         kStats,  kScale,
-                                          kMasked, kDQ, kDK, kDV, kSoftmaxSum, kDQAccum};
+  const std::vector<std::int64_t> uids = {kQ,      kK,  kV,  kO,  kDO,         kStats,   kScale,
+                                          kMasked, kDQ, kDK, kDV, kSoftmaxSum, kDQAccum, kOne};
   const std::vector<void*> ptrs = {const_cast<void*>(x.q),
                                    const_cast<void*>(x.k),
                                    const_cast<void*>(x.v),
@@ -616,7 +620,8 @@ sim::Status CudnnSdpaBackward::run(cudnnHandle_t handle, cudaStream_t stream,
                                    x.dk,
                                    x.dv,
                                    sum,
-                                   accum};
+                                   accum,
+                                   const_cast<float*>(&one_)};
   return execute(api_, handle, plan_, uids, ptrs, workspace);
 }
 

@@ -95,6 +95,8 @@ class CudnnSdpaBackward {
   // The plan's workspace plus the graph's own fp32 buffers (softmax_sum and the dQ
   // accumulator), each 256-byte aligned.
   std::int64_t workspace_bytes() const { return workspace_bytes_ + sum_bytes_ + accum_bytes_; }
+  // Where in the workspace the graph writes rowsum(dO ∘ O), fp32 [batch, heads, seq_q].
+  std::int64_t softmax_sum_offset() const { return workspace_bytes_; }
   // Enqueues on `stream`, which must be the handle's stream: zeroes the dQ accumulator, then
   // executes the graph.
   sim::Status run(cudnnHandle_t handle, cudaStream_t stream, const SdpaBackwardOperands& x,
@@ -110,6 +112,7 @@ class CudnnSdpaBackward {
   std::int64_t accum_bytes_ = 0;
   float scale_ = 1.0f;
   float masked_ = 0.0f;
+  float one_ = 1.0f;
 };
 
 }  // namespace offsim::backends::cuda

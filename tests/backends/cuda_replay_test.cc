@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "backends/cuda/cuda_device.h"
@@ -239,13 +240,21 @@ TEST(CudaReplayTest, CudnnSdpaMatchesTheFallbackKernel) {
   ASSERT_TRUE(api.check(api.Create(&handle), "cudnnCreate"));
   const cuda::SdpaShape shape{
       .batch = 1, .q_heads = 4, .kv_heads = 2, .seq_q = 256, .seq_kv = 256, .head_dim = 64};
-  auto sdpa = cuda::CudnnSdpaForward::build(api, handle, shape);
+  // The graph the replay runs: with the softmax statistics a backward needs.
+  auto sdpa = cuda::CudnnSdpaForward::build(api, handle, shape, /*with_stats=*/true);
   ASSERT_TRUE(sdpa) << sdpa.error().message;
+  {
+    // Without statistics (an inference graph): logged, not required; the replay never builds it.
+    auto plain = cuda::CudnnSdpaForward::build(api, handle, shape);
+    std::printf("first look: cuDNN SDPA forward without statistics: %s\n",
+                plain ? "built" : plain.error().message.c_str());
+  }
   const std::int64_t q_elems = shape.q_heads * shape.seq_q * shape.head_dim;
   const std::int64_t kv_elems = shape.kv_heads * shape.seq_kv * shape.head_dim;
   const std::int64_t qkv_bytes = (q_elems + 2 * kv_elems) * 2;
-  void *raw = nullptr, *ref = nullptr, *got = nullptr, *ws = nullptr;
+  void *raw = nullptr, *ref = nullptr, *got = nullptr, *ws = nullptr, *stats = nullptr;
   ASSERT_EQ(cudaMalloc(&raw, qkv_bytes), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&stats, 4 * shape.q_heads * shape.seq_q), cudaSuccess);
   char* qkv = static_cast<char*>(raw);
   ASSERT_EQ(cudaMalloc(&ref, q_elems * 2), cudaSuccess);
   ASSERT_EQ(cudaMalloc(&got, q_elems * 2), cudaSuccess);
@@ -257,7 +266,7 @@ TEST(CudaReplayTest, CudnnSdpaMatchesTheFallbackKernel) {
   ASSERT_EQ(cuda::launch_attention(qkv, ref, l, nullptr), cudaSuccess);
   ASSERT_TRUE(api.check(api.SetStream(handle, nullptr), "cudnnSetStream"));
   const sim::Status ran =
-      (*sdpa)->run(handle, qkv, qkv + q_elems * 2, qkv + (q_elems + kv_elems) * 2, got, ws);
+      (*sdpa)->run(handle, qkv, qkv + q_elems * 2, qkv + (q_elems + kv_elems) * 2, got, ws, stats);
   ASSERT_TRUE(ran) << ran.error().message;
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   std::vector<std::uint16_t> a(static_cast<std::size_t>(q_elems)), b(a.size());
@@ -280,15 +289,17 @@ TEST(CudaReplayTest, CudnnSdpaMatchesTheFallbackKernel) {
   cudaFree(got);
   cudaFree(ref);
   cudaFree(raw);
+  cudaFree(stats);
 
   // Throughput at the first-look shape (32/8 heads, 4096 tokens, head_dim 128), for the log.
   const cuda::SdpaShape big{
       .batch = 1, .q_heads = 32, .kv_heads = 8, .seq_q = 4096, .seq_kv = 4096, .head_dim = 128};
-  auto fast = cuda::CudnnSdpaForward::build(api, handle, big);
+  auto fast = cuda::CudnnSdpaForward::build(api, handle, big, /*with_stats=*/true);
   ASSERT_TRUE(fast) << fast.error().message;
   const std::int64_t bq = big.q_heads * big.seq_q * big.head_dim * 2;
   const std::int64_t bkv = big.kv_heads * big.seq_kv * big.head_dim * 2;
   ASSERT_EQ(cudaMalloc(&raw, bq + 2 * bkv), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&stats, 4 * big.q_heads * big.seq_q), cudaSuccess);
   ASSERT_EQ(cudaMalloc(&got, bq), cudaSuccess);
   ASSERT_EQ(cudaMalloc(&ws, std::max<std::int64_t>((*fast)->workspace_bytes(), 256)), cudaSuccess);
   ASSERT_EQ(cuda::launch_fill(raw, bq + 2 * bkv, 12, nullptr), cudaSuccess);
@@ -296,9 +307,9 @@ TEST(CudaReplayTest, CudnnSdpaMatchesTheFallbackKernel) {
   cudaEvent_t e0 = nullptr, e1 = nullptr;
   ASSERT_EQ(cudaEventCreate(&e0), cudaSuccess);
   ASSERT_EQ(cudaEventCreate(&e1), cudaSuccess);
-  ASSERT_TRUE((*fast)->run(handle, p, p + bq, p + bq + bkv, got, ws));  // warm-up
+  ASSERT_TRUE((*fast)->run(handle, p, p + bq, p + bq + bkv, got, ws, stats));  // warm-up
   ASSERT_EQ(cudaEventRecord(e0, nullptr), cudaSuccess);
-  ASSERT_TRUE((*fast)->run(handle, p, p + bq, p + bq + bkv, got, ws));
+  ASSERT_TRUE((*fast)->run(handle, p, p + bq, p + bq + bkv, got, ws, stats));
   ASSERT_EQ(cudaEventRecord(e1, nullptr), cudaSuccess);
   ASSERT_EQ(cudaEventSynchronize(e1), cudaSuccess);
   float ms = 0.0f;
@@ -313,6 +324,7 @@ TEST(CudaReplayTest, CudnnSdpaMatchesTheFallbackKernel) {
   cudaFree(ws);
   cudaFree(got);
   cudaFree(raw);
+  cudaFree(stats);
   api.Destroy(handle);
 }
 
@@ -353,11 +365,9 @@ TEST(CudaReplayTest, CudnnSdpaBackwardMatchesAHostReference) {
   ASSERT_TRUE(api.check(api.SetStream(handle, nullptr), "cudnnSetStream"));
   sim::Status ran = (*fwd)->run(handle, q, k, v, o, ws, stats);
   ASSERT_TRUE(ran) << ran.error().message;
-  ran = (*bwd)->run(handle, nullptr, {q, k, v, o, d_o, stats, dq, dk, dv}, ws);
-  ASSERT_TRUE(ran) << ran.error().message;
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   std::vector<std::uint16_t> host(static_cast<std::size_t>(8 * elems));
-  ASSERT_EQ(cudaMemcpy(host.data(), raw, 8 * bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(host.data(), raw, 5 * bytes, cudaMemcpyDeviceToHost), cudaSuccess);
   auto at = [&](int tensor, std::int64_t i) {
     const std::uint32_t bits = std::uint32_t{host[static_cast<std::size_t>(tensor * elems + i)]}
                                << 16;
@@ -365,8 +375,11 @@ TEST(CudaReplayTest, CudnnSdpaBackwardMatchesAHostReference) {
     std::memcpy(&f, &bits, sizeof f);
     return static_cast<double>(f);
   };
+  // Host reference of dQ, dK, dV from the same bf16 Q, K, V, dO.
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
-  double max_dv = 0.0, err_dv = 0.0, max_dq = 0.0, err_dq = 0.0;
+  std::vector<double> ref_dq(static_cast<std::size_t>(elems), 0.0), ref_dk(ref_dq.size(), 0.0),
+      ref_dv(ref_dq.size(), 0.0);
+  std::vector<double> ref_row(static_cast<std::size_t>(h * n), 0.0);  // rowsum(dO ∘ O)
   for (std::int64_t head = 0; head < h; ++head) {
     const std::int64_t base = head * n * d;
     std::vector<double> prob(static_cast<std::size_t>(n * n), 0.0), dp(prob.size(), 0.0);
@@ -394,35 +407,66 @@ TEST(CudaReplayTest, CudnnSdpaBackwardMatchesAHostReference) {
       }
       for (std::int64_t c = 0; c < d; ++c)
         row += at(4, base + i * d + c) * out[static_cast<std::size_t>(c)];
+      ref_row[static_cast<std::size_t>(head * n + i)] = row;
       for (std::int64_t j = 0; j <= i; ++j) {
         double g = 0.0;
         for (std::int64_t c = 0; c < d; ++c) g += at(4, base + i * d + c) * at(2, base + j * d + c);
-        dp[static_cast<std::size_t>(i * n + j)] =
-            scale * prob[static_cast<std::size_t>(i * n + j)] * (g - row);
-      }
-    }
-    for (std::int64_t j = 0; j < n; ++j) {
-      for (std::int64_t c = 0; c < d; ++c) {
-        double ref_dv = 0.0;
-        for (std::int64_t i = j; i < n; ++i)
-          ref_dv += prob[static_cast<std::size_t>(i * n + j)] * at(4, base + i * d + c);
-        max_dv = std::max(max_dv, std::abs(ref_dv));
-        err_dv = std::max(err_dv, std::abs(ref_dv - at(7, base + j * d + c)));
+        const double pij = prob[static_cast<std::size_t>(i * n + j)];
+        dp[static_cast<std::size_t>(i * n + j)] = scale * pij * (g - row);
       }
     }
     for (std::int64_t i = 0; i < n; ++i) {
-      for (std::int64_t c = 0; c < d; ++c) {
-        double ref_dq = 0.0;
-        for (std::int64_t j = 0; j <= i; ++j)
-          ref_dq += dp[static_cast<std::size_t>(i * n + j)] * at(1, base + j * d + c);
-        max_dq = std::max(max_dq, std::abs(ref_dq));
-        err_dq = std::max(err_dq, std::abs(ref_dq - at(5, base + i * d + c)));
+      for (std::int64_t j = 0; j <= i; ++j) {
+        const double pij = prob[static_cast<std::size_t>(i * n + j)];
+        const double dsij = dp[static_cast<std::size_t>(i * n + j)];
+        for (std::int64_t c = 0; c < d; ++c) {
+          ref_dv[static_cast<std::size_t>(base + j * d + c)] += pij * at(4, base + i * d + c);
+          ref_dk[static_cast<std::size_t>(base + j * d + c)] += dsij * at(0, base + i * d + c);
+          ref_dq[static_cast<std::size_t>(base + i * d + c)] += dsij * at(1, base + j * d + c);
+        }
       }
     }
   }
-  EXPECT_GT(max_dv, 0.0);
-  EXPECT_LT(err_dv, 0.03 * max_dv) << "dV: max |cudnn - host| " << err_dv << " of " << max_dv;
-  EXPECT_LT(err_dq, 0.05 * max_dq) << "dQ: max |cudnn - host| " << err_dq << " of " << max_dq;
+  // Largest |reference| and largest |cuDNN − reference| of tensor 5 (dQ), 6 (dK) or 7 (dV).
+  struct Err {
+    double max = 0.0, err = 0.0;
+  };
+  auto compare = [&](int tensor, const std::vector<double>& ref) {
+    Err e;
+    for (std::int64_t i = 0; i < elems; ++i) {
+      e.max = std::max(e.max, std::abs(ref[static_cast<std::size_t>(i)]));
+      e.err = std::max(e.err, std::abs(ref[static_cast<std::size_t>(i)] - at(tensor, i)));
+    }
+    return e;
+  };
+  ASSERT_EQ(cudaMemset(dq, 0, 3 * bytes), cudaSuccess);
+  ran = (*bwd)->run(handle, nullptr, {q, k, v, o, d_o, stats, dq, dk, dv}, ws);
+  ASSERT_TRUE(ran) << ran.error().message;
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(host.data() + 5 * elems, dq, 3 * bytes, cudaMemcpyDeviceToHost),
+            cudaSuccess);
+  // rowsum(dO ∘ O) as the graph wrote it into its workspace: a graph the fused engine accepts
+  // without computing it gives dQ and dK without that term (see cudnn_sdpa.cc).
+  std::vector<float> sums(static_cast<std::size_t>(h * n), 0.0f);
+  ASSERT_EQ(cudaMemcpy(sums.data(), static_cast<char*>(ws) + (*bwd)->softmax_sum_offset(),
+                       sums.size() * sizeof(float), cudaMemcpyDeviceToHost),
+            cudaSuccess);
+  Err er;
+  for (std::size_t i = 0; i < sums.size(); ++i) {
+    er.max = std::max(er.max, std::abs(ref_row[i]));
+    er.err = std::max(er.err, std::abs(ref_row[i] - static_cast<double>(sums[i])));
+  }
+  const Err eq = compare(5, ref_dq), ek = compare(6, ref_dk), ev = compare(7, ref_dv);
+  std::printf(
+      "first look: cuDNN SDPA backward: max error rowsum(dO*O) %.3g of %.3g, dQ %.3g of %.3g, dK "
+      "%.3g of %.3g, dV %.3g of %.3g\n",
+      er.err, er.max, eq.err, eq.max, ek.err, ek.max, ev.err, ev.max);
+  EXPECT_LT(er.err, 0.01 * er.max)
+      << "rowsum(dO*O): max |cudnn - host| " << er.err << " of " << er.max;
+  EXPECT_GT(ev.max, 0.0);
+  EXPECT_LT(ev.err, 0.03 * ev.max) << "dV: max |cudnn - host| " << ev.err << " of " << ev.max;
+  EXPECT_LT(eq.err, 0.05 * eq.max) << "dQ: max |cudnn - host| " << eq.err << " of " << eq.max;
+  EXPECT_LT(ek.err, 0.05 * ek.max) << "dK: max |cudnn - host| " << ek.err << " of " << ek.max;
   cudaFree(ws);
   cudaFree(stats);
   cudaFree(raw);
