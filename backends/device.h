@@ -110,6 +110,9 @@ struct MemorySplit {
   std::int64_t library_workspaces = 0;  // cuBLASLt and cuDNN workspaces
   std::int64_t replay_scratch = 0;      // operands of the replay's kernels, copies and collectives
   std::int64_t device_used = -1;
+  // Allocations that failed at first and succeeded after the rank's streams were synchronized and
+  // the pool's unused reservations released (what PyTorch's caching allocator does on OOM).
+  std::int64_t allocator_retries = 0;
   std::int64_t runtime_overheads() const { return context + comm_buffers + library_workspaces; }
   std::int64_t total() const { return plan_reserved_high + runtime_overheads() + replay_scratch; }
 };

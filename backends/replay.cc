@@ -784,8 +784,12 @@ class Replayer {
       }
       PoolHighWater hw{plan_.pools[p].name, t.pools[p].peak_bytes, u.used_high_bytes,
                        u.reserved_high_bytes};
-      // The allocator's own high-water is the measured peak (granularity included).
-      t.pools[p].peak_bytes = u.used_high_bytes;
+      // The measured peak: the allocator's own high-water (granularity included), unless the plan's
+      // tensors live at once in the measured device order exceed it. The allocator counts in
+      // the order its calls are made, on the host, which runs ahead of the GPU: a buffer whose
+      // free is queued behind a copy still in flight (activation offload) already counts as
+      // free there, yet it holds device memory until the copy has run.
+      t.pools[p].peak_bytes = std::max(u.used_high_bytes, hw.planned_peak_bytes);
       result.pools.push_back(hw);
     }
     t.outcome = sim::Outcome{};
@@ -1017,6 +1021,12 @@ std::string replay_report_text(const ReplayResult& r) {
           gib(s.runtime_overheads()), gib(s.context), gib(s.comm_buffers),
           gib(s.library_workspaces), gib(s.replay_scratch), gib(s.total()));
       if (s.device_used >= 0) out += fmt::format(" (device reports {} in use)", gib(s.device_used));
+      if (s.allocator_retries > 0) {
+        out += fmt::format(
+            "; {} allocation(s) succeeded only after synchronizing and releasing the pool's "
+            "unused reservations (timing of those steps includes the wait)",
+            s.allocator_retries);
+      }
       out += "\n";
       if (!m.marks.empty()) {
         out += fmt::format("    marks: {} samples, used high {} at {}", m.marks.size(),

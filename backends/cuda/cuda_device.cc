@@ -7,6 +7,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -199,7 +200,8 @@ struct RankState {
   std::int64_t context_bytes = 0;
   std::int64_t blas_handle_bytes = 0;
   std::int64_t comm_bytes = 0;
-  std::vector<MemoryMark> marks;  // guarded by CudaDevice::marks_mu_
+  std::atomic<std::int64_t> allocator_retries{0};  // see MemorySplit::allocator_retries
+  std::vector<MemoryMark> marks;                   // guarded by CudaDevice::marks_mu_
 };
 
 // A memory mark's host function: runs when the stream reaches it (device order).
@@ -537,8 +539,26 @@ class CudaDevice final : public Device {
                   }
                   void* p = nullptr;
                   if (size_bytes > 0) {
-                    const cudaError_t err = cudaMallocFromPoolAsync(
+                    cudaError_t err = cudaMallocFromPoolAsync(
                         &p, static_cast<std::size_t>(size_bytes), r->pool.get(), s->stream.get());
+                    if (err == cudaErrorMemoryAllocation) {
+                      // The pool keeps what it reserved (release threshold: never), and a block
+                      // freed on another stream is not reused before that free is known to have
+                      // run; the worker enqueues ahead of the GPU, so reservations pile up where
+                      // copy streams free what compute allocated (activation offload). As
+                      // PyTorch's caching allocator does on OOM: wait for the rank's work,
+                      // release the unused reservations, try once more.
+                      cudaGetLastError();
+                      const cudaError_t synced = cudaDeviceSynchronize();
+                      if (synced == cudaSuccess) {
+                        cudaMemPoolTrimTo(r->pool.get(), 0);
+                        err = cudaMallocFromPoolAsync(&p, static_cast<std::size_t>(size_bytes),
+                                                      r->pool.get(), s->stream.get());
+                        if (err == cudaSuccess) ++r->allocator_retries;
+                      } else {
+                        err = synced;
+                      }
+                    }
                     if (err != cudaSuccess) {
                       cudaGetLastError();
                       std::uint64_t used = 0;
@@ -868,6 +888,7 @@ class CudaDevice final : public Device {
     m.context = r->context_bytes;
     m.comm_buffers = r->comm_bytes;
     m.library_workspaces = r->blas_handle_bytes;
+    m.allocator_retries = r->allocator_retries.load();
     {
       std::lock_guard lock(work_.mutex());
       for (const auto& st : streams_) {
