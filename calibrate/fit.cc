@@ -7,6 +7,7 @@
 #include <set>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 namespace offsim::calibrate {
 
@@ -271,6 +272,54 @@ class Fitter {
     set_fraction(p_.attention.flash_bwd, eff(s_.attention_bwd), "attention.cudnn_sdpa.bwd",
                  fmt::format("median over {} shapes of cuDNN's fused SDPA (backward)",
                              fused(s_.attention_bwd)));
+    scale_attention_curve(p_.attention.flash_fwd_by_seq, s_.attention_fwd,
+                          "attention_by_seq.flash_fwd", "forward");
+    scale_attention_curve(p_.attention.flash_bwd_by_seq, s_.attention_bwd,
+                          "attention_by_seq.flash_bwd", "backward");
+  }
+
+  // The efficiency-by-sequence curve through the fused samples: at each measured length the
+  // measured efficiency (median of its samples); elsewhere the base curve's shape times the
+  // measured / base ratio, interpolated in log length between measured lengths and held beyond
+  // them. A profile without a base curve keeps only the single figure.
+  void scale_attention_curve(std::vector<CurveKnot>& curve, const std::vector<AttentionSample>& v,
+                             const std::string& key, const char* direction) {
+    if (curve.empty()) return;
+    std::map<double, std::vector<double>> by_seq;
+    for (const AttentionSample& a : v) {
+      if (a.kernel != AttentionKernel::kCudnnSdpa) continue;
+      const double peak = p_.gpu.dense_flops(a.shape.dtype);
+      if (!usable(a.seconds) || !usable(peak) || !usable(a.flops)) continue;
+      by_seq[static_cast<double>(a.shape.seq_kv)].push_back(a.flops / a.seconds / peak);
+    }
+    if (by_seq.empty()) return;
+    std::vector<CurveKnot> ratios;
+    std::vector<std::string> said;
+    for (const auto& [seq, effs] : by_seq) {
+      const double measured = median_of(effs);
+      const double base = interpolate_log(curve, seq);
+      if (!usable(base)) return;
+      ratios.push_back({.size = seq, .efficiency = Figure{measured / base, Origin::kMeasured, ""}});
+      said.push_back(fmt::format("{:.0f} tokens {:.3f} ({:.2f}x the base curve)", seq, measured,
+                                 measured / base));
+    }
+    const std::string source = fmt::format(
+        "offsim calibrate: cuDNN's fused SDPA ({}) measured at {}; between and beyond, the base "
+        "curve ({}) times the measured ratios, interpolated in log length",
+        direction, fmt::join(said, ", "), curve.front().efficiency.source);
+    std::vector<double> sizes;
+    for (const CurveKnot& k : curve) sizes.push_back(k.size);
+    for (const CurveKnot& r : ratios) sizes.push_back(r.size);
+    std::sort(sizes.begin(), sizes.end());
+    sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+    std::vector<CurveKnot> scaled;
+    for (double size : sizes) {
+      const double e = interpolate_log(curve, size) * interpolate_log(ratios, size);
+      scaled.push_back({.size = size,
+                        .efficiency = Figure{std::clamp(e, 1e-6, 1.0), Origin::kMeasured, source}});
+    }
+    curve = std::move(scaled);
+    measured_.insert(key);
   }
 
   sim::Status fit_collectives() {

@@ -32,8 +32,12 @@ class MicroBench {
   // One sample each, in seconds (CUDA events around `reps` back-to-back runs, divided by reps).
   // GEMMs instead time each of `reps` runs alone, right after a pass that evicts L2 (nvbench's
   // rule: operands come from HBM, as in a training step, and the GPU is busy, not idle, when
-  // the timed kernel starts).
-  sim::Result<double> gemm(const sim::GemmShape& shape, int reps = 3);
+  // the timed kernel starts). With heat_s > 0 the same GEMM first runs back to back for about
+  // that long, so that the timed runs find the clocks where a training step holds them: at the
+  // power limit on random data, not at an idle GPU's boost (on an H200, 8192^3 bf16 went from
+  // about 790 TFLOP/s in short runs to 655-679 sustained at 700 W, SM clock 1440-1545 of
+  // 1980 MHz: docs/gpu-check/2026-12-04-h200/sustained-*.json).
+  sim::Result<double> gemm(const sim::GemmShape& shape, int reps = 3, double heat_s = 0.0);
   sim::Result<double> attention(const sim::AttentionShape& shape, int reps = 3);
   // The kernel attention() runs for `shape` on GPU 0 (prepared now, outside the timing).
   sim::Result<AttentionKernel> attention_kernel(const sim::AttentionShape& shape);

@@ -162,7 +162,11 @@ double GemmEfficiency::efficiency(const GemmShape& shape) const {
 double AttentionEfficiency::flash(bool backward, double seq_kv) const {
   const Figure& single = backward ? flash_bwd : flash_fwd;
   const std::vector<CurveKnot>& curve = backward ? flash_bwd_by_seq : flash_fwd_by_seq;
-  if (curve.empty() || single.origin == Origin::kMeasured) return single.value;
+  // A measured single figure beats a curve that is not measured (a calibration that sampled
+  // one shape); a measured curve (calibrate's, through its samples) beats both.
+  if (curve.empty() ||
+      (single.origin == Origin::kMeasured && curve.front().efficiency.origin != Origin::kMeasured))
+    return single.value;
   return interpolate_log(curve, seq_kv);
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -194,6 +195,47 @@ TEST(FitTest, FallbackAttentionNeverSetsTheFlashEfficiencies) {
   EXPECT_NEAR(fitted->attention.flash_fwd.value, 0.4, 1e-9);
   EXPECT_THAT(fitted->provenance.measured, Contains("attention.cudnn_sdpa.fwd"));
   EXPECT_EQ(fitted->attention.flash_bwd, base->attention.flash_bwd);  // all bwd were fallback
+}
+
+// Fused samples at two lengths pin the efficiency-by-length curve there; elsewhere the base
+// curve keeps its shape, scaled by the measured ratio (log-interpolated, held beyond the ends).
+TEST(FitTest, FusedAttentionSamplesScaleTheCurveByLength) {
+  auto base = platform::builtin_profile("h200");
+  ASSERT_TRUE(base) << base.error().message;
+  const auto& curve = base->attention.flash_bwd_by_seq;
+  ASSERT_FALSE(curve.empty());
+  Samples s = synthetic(*base);
+  s.attention_fwd.clear();
+  const double peak = base->gpu.dense_flops_bf16.value;
+  // 0.8x the base curve at 2,048 tokens, 1.0x at 8,192.
+  for (const auto& [seq, ratio] : {std::pair{2048.0, 0.8}, std::pair{8192.0, 1.0}}) {
+    const auto n = static_cast<std::int64_t>(seq);
+    const sim::AttentionShape a{.batch = 16384 / n,
+                                .heads = 32,
+                                .kv_heads = 8,
+                                .seq_q = n,
+                                .seq_kv = n,
+                                .head_dim = 128,
+                                .causal = true,
+                                .backward = true};
+    const double eff = ratio * platform::interpolate_log(curve, seq);
+    s.attention_bwd.push_back(
+        {a, attention_flops(a), attention_flops(a) / (eff * peak), AttentionKernel::kCudnnSdpa});
+  }
+  auto fitted = fit_profile(s, *base);
+  ASSERT_TRUE(fitted) << fitted.error().message;
+  const platform::AttentionEfficiency& at = fitted->attention;
+  EXPECT_NEAR(at.flash(true, 2048), 0.8 * platform::interpolate_log(curve, 2048), 1e-9);
+  EXPECT_NEAR(at.flash(true, 8192), platform::interpolate_log(curve, 8192), 1e-9);
+  // 4,096 tokens: halfway in log length, so 0.9x the base curve there.
+  EXPECT_NEAR(at.flash(true, 4096), 0.9 * platform::interpolate_log(curve, 4096), 1e-9);
+  EXPECT_NEAR(at.flash(true, 512), 0.8 * platform::interpolate_log(curve, 512), 1e-9);
+  EXPECT_NEAR(at.flash(true, 16384), platform::interpolate_log(curve, 16384), 1e-9);
+  EXPECT_EQ(at.flash_bwd_by_seq.front().efficiency.origin, platform::Origin::kMeasured);
+  EXPECT_THAT(fitted->provenance.measured, Contains("attention_by_seq.flash_bwd"));
+  // No fused forward sample: the forward curve is the base one.
+  EXPECT_EQ(at.flash_fwd_by_seq, base->attention.flash_fwd_by_seq);
+  EXPECT_THAT(fitted->provenance.measured, Not(Contains("attention_by_seq.flash_fwd")));
 }
 
 TEST(FitTest, SamplesKeepEveryBenchmarksNoiseAndNvmlReadings) {
