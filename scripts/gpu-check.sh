@@ -8,7 +8,9 @@
 #   3. replays of three example scenarios scaled with --layers to fit one GPU — no offload,
 #      activation offload, optimizer offload with the CPU update — each compared with its
 #      prediction from the fresh profile;
-#   4. a summary table: step-time and peak-HBM error per scenario, and the bandwidth the replay's
+#   4. where the machine's python3 has PyTorch: sustained GEMM and attention throughput with the
+#      clocks and power they ran at (scripts/gpu-sustained.py, 75 s at most);
+#   5. a summary table: step-time and peak-HBM error per scenario, and the bandwidth the replay's
 #      offload copies reached against the calibrated host-link bandwidth.
 # Budget: 8 minutes in all (BUDGET_S). Every stage runs under `timeout`, capped by its own limit
 # and by what is left of the budget, so a hang costs one stage, never the device time; the log
@@ -20,8 +22,9 @@
 #   REPLAY_DEVICE=cpu scripts/gpu-check.sh /tmp/rehearsal   # no GPU: rehearse every stage,
 #                                                           # replaying on the CPU device
 #
-# OUTDIR receives at most 6 files: summary.md, profile.json, comparisons.json, logs.txt,
-# gpu.txt and timelines.tar.gz (predicted and measured timelines of every scenario).
+# OUTDIR receives at most 7 files: summary.md, profile.json, comparisons.json, logs.txt,
+# gpu.txt, timelines.tar.gz (predicted and measured timelines of every scenario) and
+# sustained.json.
 # Exit status: 0 all stages passed; 1 a stage failed; 2 no bundle; 3 no usable GPU.
 set -uo pipefail
 
@@ -38,7 +41,7 @@ out=$(cd "$out" && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 # A rerun into the same folder starts clean: no summary or profile of an earlier run survives.
-rm -f "$out"/{summary.md,profile.json,comparisons.json,logs.txt,gpu.txt,timelines.tar.gz}
+rm -f "$out"/{summary.md,profile.json,comparisons.json,logs.txt,gpu.txt,timelines.tar.gz,sustained.json}
 log=$out/logs.txt
 : >"$log"
 start=$(date +%s)
@@ -149,7 +152,7 @@ say "GPU state (read only)"
 } >>"$out/gpu.txt"
 cat "$out/gpu.txt" >>"$log"
 
-say "0/4 preflight"
+say "0/5 preflight"
 gpu_ok=1
 why=""
 if ((${#missing[@]})); then
@@ -187,7 +190,7 @@ if ((!gpu_ok)); then
   say "REPLAY_DEVICE=$device: rehearsing the stages without a GPU"
 fi
 
-say "0/4 first look"
+say "0/5 first look"
 # First, whatever happens later: attention throughput of the kernel the replay runs and of the
 # cuDNN SDPA graph (checked against it), and what the pool's high-water marks count (used vs
 # reserved), printed into the log.
@@ -196,14 +199,14 @@ run_stage "first look" 45 "$bundle/bin/backends_cuda_replay_test" --gtest_brief=
   --gtest_filter='*FirstLook*:*CudnnSdpa*' || tests_ok=0
 grep '^first look:' "$log" | while read -r line; do say "  $line"; done
 
-say "1/4 gpu tests"
+say "1/5 gpu tests"
 run_stage "backends_cuda_replay_test" 120 "$bundle/bin/backends_cuda_replay_test" --gtest_brief=1 \
   --gtest_filter='-*FirstLook*:*CudnnSdpa*' || tests_ok=0
 # The quick calibration is run below through the CLI; the test's own copy of it is skipped here.
 run_stage "calibrate_gpu_test" 60 "$bundle/bin/calibrate_gpu_test" --gtest_brief=1 \
   --gtest_filter=-*QuickCalibrationFitsAProfile* || tests_ok=0
 
-say "2/4 offsim calibrate --quick"
+say "2/5 offsim calibrate --quick"
 profile=$out/profile.json
 cal_ok=1
 run_stage "offsim calibrate --quick" 200 "$offsim" calibrate --quick --gpus 1 --out "$profile" ||
@@ -217,7 +220,7 @@ else
   say "  calibration failed: the predictions below use the built-in profile of $system"
 fi
 
-say "3/4 replays (--layers $layers on $system, device $device)"
+say "3/5 replays (--layers $layers on $system, device $device)"
 # name | scenario file | extra override
 scenarios=(
   "no-offload|scenarios/examples/h100-1gpu-activation-offload.yaml|offload=none"
@@ -242,7 +245,16 @@ for entry in "${scenarios[@]}"; do
   fi
 done
 
-say "4/4 summary"
+say "4/5 sustained GEMM and attention (PyTorch)"
+if [[ "$device" == cuda ]] && timeout 60 python3 -c 'import torch; assert torch.cuda.is_available()' \
+  >/dev/null 2>&1; then
+  run_stage "gpu-sustained" 75 python3 "$root/scripts/gpu-sustained.py" "$out/sustained.json" 60 ||
+    true
+else
+  say "  skipped: no CUDA PyTorch on this machine (or not a GPU run)"
+fi
+
+say "5/5 summary"
 if command -v python3 >/dev/null; then
   timeout 60 python3 - "$work" "$profile" "$out/summary.md" "$out/comparisons.json" "$device" \
     "${names[@]}" <<'PY' 2>>"$log"
@@ -318,6 +330,18 @@ if bw_ratios:
                  f"(target >= 90%: {'met' if low >= 0.9 else 'NOT met'})")
 if profile is None:
     lines.append("no fresh profile: predictions used the built-in profile")
+try:
+    with open(summary_path.rsplit("/", 1)[0] + "/sustained.json") as f:
+        sustained = json.load(f)
+    runs = sustained.get("sustained", [])
+    if runs:
+        tf = statistics.median(r["tflops"] for r in runs)
+        mhz = statistics.median(r.get("sm_mhz", 0) for r in runs)
+        watts = statistics.median(r.get("power_w", 0) for r in runs)
+        lines.append(f"sustained 8192^3 bf16 GEMM (PyTorch, random data, {len(runs)} s): "
+                     f"{tf:.0f} TFLOP/s at SM {mhz:.0f} MHz, {watts:.0f} W")
+except Exception:
+    pass
 text = "\n".join(lines) + "\n"
 with open(summary_path, "w") as f:
     f.write(text)

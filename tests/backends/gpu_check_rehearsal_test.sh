@@ -20,11 +20,13 @@ fail() {
   exit 1
 }
 ((rc == 0 || rc == 1)) || fail "gpu-check exited with $rc"
-grep -q '0/4 first look' "$work/out/logs.txt" || fail "no first-look stage"
+grep -q '0/5 first look' "$work/out/logs.txt" || fail "no first-look stage"
 first=$(grep -n 'first look' "$work/out/logs.txt" | head -n1 | cut -d: -f1)
-tests=$(grep -n '1/4 gpu tests' "$work/out/logs.txt" | head -n1 | cut -d: -f1)
+tests=$(grep -n '1/5 gpu tests' "$work/out/logs.txt" | head -n1 | cut -d: -f1)
 ((first < tests)) || fail "the first look does not run first"
 grep -q '3/3 scenarios replayed' "$work/stdout.txt" || fail "not every scenario replayed"
+grep -q '4/5 sustained GEMM and attention' "$work/out/logs.txt" || fail "no sustained stage"
+grep -q 'skipped: no CUDA PyTorch' "$work/out/logs.txt" || fail "the CPU rehearsal ran the sustained stage"
 took=$(sed -n 's/.*done in \([0-9]*\) s.*/\1/p' "$work/stdout.txt" | tail -n1)
 [[ -n "$took" ]] || fail "no 'done in N s' line"
 ((took < budget)) || fail "took $took s of a $budget s budget"
