@@ -333,12 +333,14 @@ if profile is None:
 try:
     with open(summary_path.rsplit("/", 1)[0] + "/sustained.json") as f:
         sustained = json.load(f)
-    runs = sustained.get("sustained", [])
-    if runs:
+    for data, what in (("randn", "randn data"), ("replay_fill", "the replay's fill pattern")):
+        runs = [r for r in sustained.get("sustained", []) if r.get("data", "randn") == data]
+        if not runs:
+            continue
         tf = statistics.median(r["tflops"] for r in runs)
         mhz = statistics.median(r.get("sm_mhz", 0) for r in runs)
         watts = statistics.median(r.get("power_w", 0) for r in runs)
-        lines.append(f"sustained 8192^3 bf16 GEMM (PyTorch, random data, {len(runs)} s): "
+        lines.append(f"sustained 8192^3 bf16 GEMM (PyTorch, {what}, {len(runs)} s): "
                      f"{tf:.0f} TFLOP/s at SM {mhz:.0f} MHz, {watts:.0f} W")
 except Exception:
     pass
