@@ -236,6 +236,11 @@ TEST(FitTest, FusedAttentionSamplesScaleTheCurveByLength) {
   // No fused forward sample: the forward curve is the base one.
   EXPECT_EQ(at.flash_fwd_by_seq, base->attention.flash_fwd_by_seq);
   EXPECT_THAT(fitted->provenance.measured, Not(Contains("attention_by_seq.flash_fwd")));
+  // The measured curve survives the profile file.
+  auto back = platform::profile_from_json(platform::profile_to_json(*fitted), "fitted");
+  ASSERT_TRUE(back) << back.error().message;
+  EXPECT_EQ(back->attention.flash_bwd_by_seq, at.flash_bwd_by_seq);
+  EXPECT_NEAR(back->attention.flash(true, 4096), at.flash(true, 4096), 1e-12);
 }
 
 TEST(FitTest, SamplesKeepEveryBenchmarksNoiseAndNvmlReadings) {
