@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <set>
 
 #include <fmt/format.h>
@@ -247,15 +248,20 @@ class Fitter {
     }
   }
 
+  // A sample's fraction of the dense peak, for cuDNN's fused SDPA only: the fallback kernel's
+  // speed says nothing about flash attention (see AttentionKernel). Nullopt when not usable.
+  std::optional<double> fused_efficiency(const AttentionSample& a) const {
+    if (a.kernel != AttentionKernel::kCudnnSdpa) return std::nullopt;
+    const double peak = p_.gpu.dense_flops(a.shape.dtype);
+    if (!usable(a.seconds) || !usable(peak) || !usable(a.flops)) return std::nullopt;
+    return a.flops / a.seconds / peak;
+  }
+
   void fit_attention() {
     auto eff = [&](const std::vector<AttentionSample>& v) {
       std::vector<double> e;
       for (const AttentionSample& a : v) {
-        // The fallback kernel's speed says nothing about flash attention (see AttentionKernel).
-        if (a.kernel != AttentionKernel::kCudnnSdpa) continue;
-        const double peak = p_.gpu.dense_flops(a.shape.dtype);
-        if (usable(a.seconds) && usable(peak) && usable(a.flops))
-          e.push_back(a.flops / a.seconds / peak);
+        if (const std::optional<double> x = fused_efficiency(a)) e.push_back(*x);
       }
       return e.empty() ? 0.0 : median_of(e);
     };
@@ -287,10 +293,8 @@ class Fitter {
     if (curve.empty()) return;
     std::map<double, std::vector<double>> by_seq;
     for (const AttentionSample& a : v) {
-      if (a.kernel != AttentionKernel::kCudnnSdpa) continue;
-      const double peak = p_.gpu.dense_flops(a.shape.dtype);
-      if (!usable(a.seconds) || !usable(peak) || !usable(a.flops)) continue;
-      by_seq[static_cast<double>(a.shape.seq_kv)].push_back(a.flops / a.seconds / peak);
+      if (const std::optional<double> x = fused_efficiency(a))
+        by_seq[static_cast<double>(a.shape.seq_kv)].push_back(*x);
     }
     if (by_seq.empty()) return;
     std::vector<CurveKnot> ratios;
