@@ -296,6 +296,9 @@ T parameter_count_as(const ModelArch& m, bool active = false) {
 
 bool is_moe_layer(const ModelArch& m, int layer) {
   const MoeConfig& e = m.moe;
+  // A multi-token-prediction module's layer (index layers + k) is built as the last decoder
+  // layer is (Megatron's num_floating_point_operations: last_layer_is_moe).
+  if (m.mtp_layers > 0 && layer >= m.layers) layer = static_cast<int>(m.layers) - 1;
   if (e.experts <= 0 || layer < e.first_k_dense) return false;
   // Megatron moe_layer_freq / DeepSeek moe_layer_freq: every layer_freq-th layer after the dense
   // ones.

@@ -466,12 +466,13 @@ std::optional<PipelinePeriods> pipeline_periods(const Scenario& scenario, std::s
   // about (K/pp - 1)·pp·v.
   p.q_max = interleaved ? 2 : kMaxPeriodMultiple;
   // Interleaved stages with unequal work (chunks of unequal layer counts: the embedding and
-  // loss slots of PipelineLayout) settle a period later: their timing still moves by a few ns
-  // from the first steady period to the next. One more period of margin for those when the
-  // micro-batches allow it (the GB200 Llama 3.1 405B row of validation table 6 finds its period
-  // with it); not for equal chunks, whose reduced step it would make a seventh longer.
+  // loss slots of PipelineLayout, a listed layout, MTP modules on the last chunk) settle a
+  // period later: their timing still moves by a few ns from the first steady period to the
+  // next. One more period of margin for those when the micro-batches allow it (the GB200 Llama
+  // 3.1 405B row of validation table 6 finds its period with it); not for equal chunks, whose
+  // reduced step it would make a seventh longer.
   const bool unequal_chunks =
-      par.account_for_embedding_in_pipeline_split || par.account_for_loss_in_pipeline_split;
+      pipeline_layout(scenario.model.layers, par).unequal() || scenario.model.mtp_layers > 0;
   if (interleaved && unequal_chunks && p.m > pp * (p.q_max + 6)) p.margin = 1;
   p.k = interleaved ? pp * (p.q_max + 5 + p.margin) : pp + 3 + p.q_max;
   if (p.m > p.k) p.k += (p.m - p.k) % (p.q_max * p.period_mbs);

@@ -45,8 +45,12 @@ LayerPolicy layer_policy(const Scenario& s, const LayerDims& d, int layer) {
   std::array<bool, kNumActs> host{};
   bool any_host_rule = false;
   const PipelineLayout layout = pipeline_layout(s.model.layers, s.parallelism);
+  const bool mtp = layer >= s.model.layers;
   for (const OffloadRule& r : s.offload.rules) {
-    if (!r.layers.contains(layer, layout)) continue;
+    // An MTP module's layer follows the rules that select every layer.
+    if (mtp ? r.layers.kind != LayerSelection::Kind::kAll : !r.layers.contains(layer, layout)) {
+      continue;
+    }
     const bool to_host = r.where == Placement::kHost;
     switch (r.cls) {
       case TensorClass::kActivations:
@@ -87,8 +91,8 @@ GroupPlacement non_layer_placement(const Scenario& s) {
 
 LayerPolicies resolve_layer_policies(const Scenario& s) {
   LayerPolicies out;
-  out.layers.reserve(static_cast<std::size_t>(std::max<std::int64_t>(0, s.model.layers)));
-  for (int l = 0; l < s.model.layers; ++l) {
+  out.layers.reserve(static_cast<std::size_t>(std::max(0, built_layers(s.model))));
+  for (int l = 0; l < built_layers(s.model); ++l) {
     out.layers.push_back(layer_policy(s, layer_dims(s.model, s.training, s.parallelism, l), l));
   }
   out.outside = non_layer_placement(s);

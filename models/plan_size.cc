@@ -699,8 +699,8 @@ void add_stage_ops(const Scenario& s, const StepContext& x, Counts& c) {
   c.ops += pp * grad_passes;
   // One per parameter group: the embedding, the head, each layer's dense group and each MoE
   // layer's expert group.
-  double groups = static_cast<double>(s.model.layers + 2);
-  for (int l = 0; l < s.model.layers; ++l) groups += is_moe_layer(s.model, l) ? 1 : 0;
+  double groups = static_cast<double>(built_layers(s.model) + 2);
+  for (int l = 0; l < built_layers(s.model); ++l) groups += is_moe_layer(s.model, l) ? 1 : 0;
   c.deps += grad_passes * groups;
   // DeepSpeed's flat CPU step (StepBuilder::deepspeed_flat_step): a host step waiting for every
   // group's gradient reduction, and one H2D, per stage.
@@ -1154,8 +1154,16 @@ PlanSize estimate(const Scenario& s, const LayerPolicies& policies,
   x.dp_gather_ranks = x.recipe.sharded_fetch ? static_cast<double>(grad_dp(p)) : 0;
   x.policies = &policies;
   Counts c;
-  // Every layer is held by exactly one stage; one pass per micro-batch.
-  for (int l = 0; l < s.model.layers; ++l) add_layer(s, x, l, c);
+  // Every layer is held by exactly one stage; one pass per micro-batch. Each multi-token-
+  // prediction module adds a layer and, per micro-batch, its embedding, norms and eh_proj
+  // (forward: 3 ops and the projection's gathers; backward: 5 and its reduction) and a saved
+  // tensor (StepBuilder::mtp_input_forward, mtp_input_backward).
+  for (int l = 0; l < built_layers(s.model); ++l) add_layer(s, x, l, c);
+  const auto mtp = static_cast<double>(s.model.mtp_layers);
+  c.ops += mtp * x.m * (8 + (x.d.t > 1 ? 2 : 0) + (x.d.sp > 1 ? 1 : 0));
+  c.deps += mtp * x.m * 8;
+  c.tensors += mtp * x.m;
+  c.samples += 2 * mtp * x.m;
   add_embedding_and_head(s, x, c);
   add_stage_ops(s, x, c);
   PlanSize size;

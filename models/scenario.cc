@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <numeric>
 
 #include <fmt/format.h>
 
@@ -278,15 +279,40 @@ const std::vector<std::string>& activation_names() {
   return kNames;
 }
 
+bool PipelineLayout::even() const {
+  if (!counts.empty()) {
+    return static_cast<std::int64_t>(counts.size()) == chunks() &&
+           std::accumulate(counts.begin(), counts.end(), std::int64_t{0}) == layers;
+  }
+  return chunks() > 0 && slots() % chunks() == 0;
+}
+
 PipelineLayout::Span PipelineLayout::span(int stage, int chunk) const {
-  const std::int64_t per = slots() / std::max<std::int64_t>(1, chunks());
   const std::int64_t run = static_cast<std::int64_t>(chunk) * pp + stage;
+  if (!counts.empty()) {
+    if (run < 0 || run >= static_cast<std::int64_t>(counts.size())) return {};
+    const auto end = counts.begin() + run;
+    return {std::accumulate(counts.begin(), end, 0), counts[static_cast<std::size_t>(run)]};
+  }
+  const std::int64_t per = slots() / std::max<std::int64_t>(1, chunks());
   const std::int64_t first = std::clamp<std::int64_t>(run * per - embedding_slots, 0, layers);
   const std::int64_t end = std::clamp<std::int64_t>((run + 1) * per - embedding_slots, 0, layers);
   return {static_cast<int>(first), static_cast<int>(end - first)};
 }
 
 std::pair<int, int> PipelineLayout::place(int layer) const {
+  if (!counts.empty()) {
+    int first = 0;
+    for (std::size_t run = 0; run < counts.size(); ++run) {
+      first += counts[run];
+      if (layer < first) {
+        const auto r = static_cast<int>(run);
+        return {r % pp, r / pp};
+      }
+    }
+    const int last = static_cast<int>(counts.size()) - 1;
+    return {last % pp, last / pp};
+  }
   const std::int64_t per = std::max<std::int64_t>(1, slots() / std::max<std::int64_t>(1, chunks()));
   const std::int64_t run = (layer + embedding_slots) / per;
   return {static_cast<int>(run % pp), static_cast<int>(run / pp)};
@@ -298,12 +324,144 @@ std::int64_t PipelineLayout::stage_layers(int stage) const {
   return n;
 }
 
+namespace {
+std::vector<int> layout_counts(const ParallelConfig& p) {
+  std::vector<int> counts;
+  counts.reserve(p.layout.size());
+  for (const ParallelConfig::StageLayout& stage : p.layout) counts.push_back(stage.decoders);
+  return counts;
+}
+}  // namespace
+
+namespace {
+
+// Expansion is bounded so that "(t|)*999999999" is an error, not a gigabyte.
+constexpr std::size_t kMaxLayoutChars = 1 << 16;
+
+// The count of "*n" at text[i] (i at the '*'); advances i past it. nullopt: no "*digits" there,
+// or a count above kMaxLayoutChars.
+std::optional<std::size_t> layout_repeat(const std::string& text, std::size_t& i) {
+  if (i >= text.size() || text[i] != '*') return std::nullopt;
+  std::size_t j = i + 1;
+  std::size_t n = 0;
+  while (j < text.size() && text[j] >= '0' && text[j] <= '9') {
+    n = n * 10 + static_cast<std::size_t>(text[j] - '0');
+    if (n > kMaxLayoutChars) return std::nullopt;
+    ++j;
+  }
+  if (j == i + 1) return std::nullopt;
+  i = j;
+  return n;
+}
+
+// One substitution pass: "(...)*n" (groups) or "x*n" (single characters), as Megatron's two
+// regular expressions in that order.
+sim::Result<std::string> unroll_pass(const std::string& text, bool groups) {
+  std::string out;
+  for (std::size_t i = 0; i < text.size();) {
+    std::string unit(1, text[i]);
+    std::size_t next = i + 1;
+    const bool group = groups && text[i] == '(';
+    if (group) {
+      const std::size_t close = text.find(')', i);
+      if (close == std::string::npos) {
+        return sim::fail(sim::ErrorCode::kInvalidInput, "a layout whose every '(' closes");
+      }
+      unit = text.substr(i + 1, close - i - 1);
+      next = close + 1;
+    }
+    std::size_t repeat = 1;
+    const bool repeatable = groups ? group : text[i] != '*';
+    if (repeatable && next < text.size() && text[next] == '*') {
+      const auto n = layout_repeat(text, next);
+      if (!n) {
+        return sim::fail(sim::ErrorCode::kInvalidInput, "a count of at most {} after each '*'",
+                         kMaxLayoutChars);
+      }
+      repeat = *n;
+    } else if (group) {
+      unit = text.substr(i, next - i);  // "(...)" without a count: kept, refused as a layer
+    }
+    if (out.size() + unit.size() * repeat > kMaxLayoutChars) {
+      return sim::fail(sim::ErrorCode::kInvalidInput,
+                       "a layout of at most {} layers and separators", kMaxLayoutChars);
+    }
+    for (std::size_t k = 0; k < repeat; ++k) out += unit;
+    i = next;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::optional<char> pipeline_layer_letter(std::string_view name) {
+  if (name == "E" || name == "embedding") return 'E';
+  if (name == "t" || name == "decoder") return 't';
+  if (name == "m" || name == "mtp") return 'm';
+  if (name == "L" || name == "loss") return 'L';
+  return std::nullopt;
+}
+
+sim::Result<std::vector<ParallelConfig::StageLayout>> parse_pipeline_layout(std::string text) {
+  std::erase(text, ',');
+  std::erase(text, ' ');
+  OFFSIM_ASSIGN_OR_RETURN(text, unroll_pass(text, true));
+  OFFSIM_ASSIGN_OR_RETURN(text, unroll_pass(text, false));
+  std::vector<ParallelConfig::StageLayout> stages(1);
+  for (const char c : text) {
+    ParallelConfig::StageLayout& st = stages.back();
+    switch (c) {
+      case '|':
+        stages.emplace_back();
+        break;
+      case 'E':
+      case 'L':
+        if (c == 'E' ? st.embedding : st.loss) {
+          return sim::fail(sim::ErrorCode::kInvalidInput, "'{}' at most once", c);
+        }
+        (c == 'E' ? st.embedding : st.loss) = true;
+        break;
+      case 't':
+        ++st.decoders;
+        break;
+      case 'm':
+        ++st.mtp;
+        break;
+      default:
+        return sim::fail(sim::ErrorCode::kInvalidInput,
+                         "layers E, t, m, L (embedding, decoder, mtp, loss) separated by '|'; "
+                         "'{}' is none",
+                         c);
+    }
+  }
+  return stages;
+}
+
+std::string layout_string(const ParallelConfig& p) {
+  std::string out;
+  const auto run = [&out](char c, int n) {
+    if (n <= 0) return;
+    out += c;
+    if (n > 1) out += fmt::format("*{}", n);
+  };
+  for (std::size_t i = 0; i < p.layout.size(); ++i) {
+    const ParallelConfig::StageLayout& st = p.layout[i];
+    if (i > 0) out += '|';
+    run('E', st.embedding ? 1 : 0);
+    run('t', st.decoders);
+    run('m', st.mtp);
+    run('L', st.loss ? 1 : 0);
+  }
+  return out;
+}
+
 PipelineLayout pipeline_layout(std::int64_t layers, const ParallelConfig& p) {
   return {.layers = layers,
           .pp = std::max(1, p.pp),
           .virtual_stages = std::max(1, p.virtual_stages),
           .embedding_slots = p.account_for_embedding_in_pipeline_split ? 1 : 0,
-          .loss_slots = p.account_for_loss_in_pipeline_split ? 1 : 0};
+          .loss_slots = p.account_for_loss_in_pipeline_split ? 1 : 0,
+          .counts = layout_counts(p)};
 }
 
 bool LayerSelection::contains(int layer, std::int64_t num_layers, int pp,
@@ -696,10 +854,69 @@ sim::Status check_tensor_parallel(const Scenario& s) {
 
 // Pipeline stages and virtual stages divide the layers; the batch divides into micro-batches
 // over the data-parallel ranks, and interleaved 1F1B gets a multiple of pp of them.
+// parallelism.layout as Megatron-Core validates it (PipelineParallelLayerLayout.__init__ and
+// validate_layer_layout): pp · virtual_stages entries, the embedding first and the loss last,
+// each once, model.layers decoder layers, model.mtp_layers MTP modules after the last decoder
+// layer. offsim builds the MTP modules on the loss's chunk (Megatron's default placement).
+sim::Status check_layout(const Scenario& s) {
+  const ParallelConfig& p = s.parallelism;
+  const std::vector<ParallelConfig::StageLayout>& stages = p.layout;
+  if (stages.empty()) return sim::ok();
+  const std::int64_t chunks =
+      static_cast<std::int64_t>(std::max(1, p.pp)) * std::max(1, p.virtual_stages);
+  if (static_cast<std::int64_t>(stages.size()) != chunks) {
+    return invalid(fmt::format(
+        "parallelism.layout: {} stages; expected parallelism.pp × parallelism.virtual_stages = {}",
+        stages.size(), chunks));
+  }
+  if (p.account_for_embedding_in_pipeline_split || p.account_for_loss_in_pipeline_split) {
+    return invalid(
+        "parallelism.layout: places the embedding and the loss itself; expected "
+        "parallelism.account_for_embedding_in_pipeline_split and "
+        "account_for_loss_in_pipeline_split false");
+  }
+  std::int64_t decoders = 0;
+  int embeddings = 0;
+  int losses = 0;
+  int mtp = 0;
+  for (std::size_t i = 0; i < stages.size(); ++i) {
+    const ParallelConfig::StageLayout& st = stages[i];
+    decoders += st.decoders;
+    embeddings += st.embedding ? 1 : 0;
+    losses += st.loss ? 1 : 0;
+    mtp += st.mtp;
+    const bool last = i + 1 == stages.size();
+    if ((st.embedding && i != 0) || (st.loss && !last) || (st.mtp > 0 && !last)) {
+      return invalid(fmt::format(
+          "parallelism.layout: stage {} holds the {}; expected the embedding in the first stage "
+          "and the loss and the MTP modules in the last (offsim builds MTP with the loss)",
+          i, st.embedding && i != 0 ? "embedding" : (st.loss ? "loss" : "MTP modules")));
+    }
+  }
+  if (embeddings != 1 || losses != 1) {
+    return invalid(fmt::format(
+        "parallelism.layout: {} embedding(s) and {} loss(es); expected exactly one of each (E in "
+        "the first stage, L in the last)",
+        embeddings, losses));
+  }
+  if (decoders != s.model.layers) {
+    return invalid(
+        fmt::format("parallelism.layout: {} decoder layers (t); expected model.layers = {}",
+                    decoders, s.model.layers));
+  }
+  if (mtp != s.model.mtp_layers) {
+    return invalid(
+        fmt::format("parallelism.layout: {} MTP modules (m); expected model.mtp_layers = {}", mtp,
+                    s.model.mtp_layers));
+  }
+  return sim::ok();
+}
+
 sim::Status check_pipeline(const Scenario& s) {
   const ModelArch& m = s.model;
   const TrainingConfig& t = s.training;
   const ParallelConfig& p = s.parallelism;
+  OFFSIM_RETURN_IF_ERROR(check_layout(s));
   const PipelineLayout layout = pipeline_layout(m.layers, p);
   if (!layout.even()) {
     const int slots = layout.embedding_slots + layout.loss_slots;

@@ -82,8 +82,10 @@ struct ModelArch {
   bool dropout = false;
   MoeConfig moe;
   MlaConfig mla;
-  // Multi-token-prediction modules (DeepSeek-V3 num_nextn_predict_layers): counted in
-  // mtp_parameter_count(); not part of parameter_count() nor of the simulated step.
+  // Multi-token-prediction modules (DeepSeek-V3 num_nextn_predict_layers, Megatron-Core
+  // mtp_num_layers): counted in mtp_parameter_count(), not in parameter_count(). The step builds
+  // them on the loss's chunk as Megatron-Core's MultiTokenPredictionLayer runs them (models/
+  // README.md, "Multi-token prediction"); 0 leaves them out.
   std::int64_t mtp_layers = 0;
 };
 
@@ -156,6 +158,18 @@ struct ParallelConfig {
   // per chunk balance the stages (Llama 3 405B: 126 layers + 2 over 16 stages × 8 chunks).
   bool account_for_embedding_in_pipeline_split = false;
   bool account_for_loss_in_pipeline_split = false;
+  // Megatron-Core's pipeline_model_parallel_layout (--pipeline-model-parallel-layout,
+  // megatron/core/transformer/pipeline_parallel_layer_layout.py): what each virtual pipeline
+  // stage builds, in model order (entry i is chunk i / pp of stage i % pp). The embedding is the
+  // first entry's, the loss the last entry's; decoder layers in order; the multi-token-prediction
+  // modules with the loss. Empty: the even split (with the account_for_* slots above).
+  struct StageLayout {
+    int decoders = 0;
+    bool embedding = false;
+    int mtp = 0;
+    bool loss = false;
+  };
+  std::vector<StageLayout> layout;
   // When the backward's parameter all-gathers (ZeRO-3, FSDP) are issued, as PyTorch FSDP's
   // BackwardPrefetch names the choice (torch.distributed.fsdp, _runtime_utils.py). kPre (FSDP's
   // default BACKWARD_PRE; FSDP2 and DeepSpeed ZeRO-3 prefetch the same way): the next layer's
@@ -254,13 +268,16 @@ struct RecomputeConfig {
 // loss when ParallelConfig::account_for_embedding_in_pipeline_split /
 // account_for_loss_in_pipeline_split ask, cut into pp · virtual_stages equal runs in model-chunk
 // order (chunk c of stage s is run c · pp + s). The embedding slot is the first, the loss slot
-// the last: their chunks build one layer fewer (none when a run is one slot long).
+// the last: their chunks build one layer fewer (none when a run is one slot long). With
+// ParallelConfig::layout, run i builds the layout's entry i (`counts`) instead.
 struct PipelineLayout {
   std::int64_t layers = 0;
   int pp = 1;
   int virtual_stages = 1;
   int embedding_slots = 0;  // 0 or 1
   int loss_slots = 0;       // 0 or 1
+  // parallelism.layout: the decoder layers of each run (empty: the even split of the slots).
+  std::vector<int> counts;
 
   struct Span {
     int first = 0;  // the chunk's first layer
@@ -268,8 +285,10 @@ struct PipelineLayout {
   };
   std::int64_t slots() const { return layers + embedding_slots + loss_slots; }
   std::int64_t chunks() const { return static_cast<std::int64_t>(pp) * virtual_stages; }
-  // Every chunk holds the same number of slots.
-  bool even() const { return chunks() > 0 && slots() % chunks() == 0; }
+  // Every chunk holds the same number of slots, or the layout lists every run's layers.
+  bool even() const;
+  // Chunks build unequal work (the embedding and loss slots, or a listed layout).
+  bool unequal() const { return embedding_slots + loss_slots > 0 || !counts.empty(); }
   // The layers chunk `chunk` of stage `stage` builds (even() layouts).
   Span span(int stage, int chunk) const;
   // The (stage, chunk) that builds `layer`.
@@ -279,6 +298,14 @@ struct PipelineLayout {
 };
 struct ParallelConfig;
 PipelineLayout pipeline_layout(std::int64_t layers, const ParallelConfig& p);
+// ParallelConfig::layout in Megatron's string form ("Et*4|t*4|tmL"); empty without one.
+std::string layout_string(const ParallelConfig& p);
+// Megatron-Core's layout string (PipelineParallelLayerLayout.parse_str_to_list): commas and
+// spaces are cosmetic, "(...)*n" and then "x*n" repeat, '|' separates the stages; E embedding,
+// t decoder layer, m MTP module, L loss. The error says what was expected.
+sim::Result<std::vector<ParallelConfig::StageLayout>> parse_pipeline_layout(std::string text);
+// The letter of one of Megatron's LayerType names (embedding, decoder, mtp, loss) or of a letter.
+std::optional<char> pipeline_layer_letter(std::string_view name);
 
 struct LayerSelection {
   enum class Kind { kAll, kList, kFraction, kFirst, kStageFraction };
@@ -497,6 +524,9 @@ std::int64_t active_parameter_count(const ModelArch& m);
 // Parameters of the multi-token-prediction modules (each: one MoE layer, a 2h × h projection
 // and two norms; embedding and head shared with the main model).
 std::int64_t mtp_parameter_count(const ModelArch& m);
+// The layers a step builds: the decoder layers, then one per multi-token-prediction module
+// (index layers + k, on the loss's chunk).
+inline int built_layers(const ModelArch& m) { return static_cast<int>(m.layers + m.mtp_layers); }
 // Whether layer `layer` (0-based) has a mixture-of-experts FFN.
 bool is_moe_layer(const ModelArch& m, int layer);
 

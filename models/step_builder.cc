@@ -43,7 +43,9 @@ StepBuilder::StepBuilder(const Scenario& s, const LayerPolicies& policies, const
   fp8_non_tn_ = fp8_non_tn_gemm(cc);
   fp8_recipe_ = s.training.fp8_recipe.value_or(default_fp8_recipe(cc));
   dt_ = resolve_dtypes(s.training);
-  for (int l = 0; l < s.model.layers; ++l) ldims_.push_back(layer_dims(s.model, s.training, p, l));
+  for (int l = 0; l < built_layers(s.model); ++l) {
+    ldims_.push_back(layer_dims(s.model, s.training, p, l));
+  }
   xfetch_ = expert_fetch_counts(s);
 }
 
@@ -320,13 +322,16 @@ namespace {
 
 // Model FLOPs (whole job): 3 × forward (forward, activation grad, weight grad) of every layer
 // and the LM head, attention counted in full (Megatron/PaLM convention); the hardware FLOPs add
-// the recomputed forward ops.
+// the recomputed forward ops. Multi-token prediction as Megatron-LM counts it
+// (num_floating_point_operations): each module's layer, its eh_proj and one more LM head.
 void set_step_flops(const Scenario& s, BuiltStep& out) {
   const LayerDims d = layer_dims(s.model, s.training, ParallelConfig{});
   const double sequences =
       static_cast<double>(s.training.global_batch) / static_cast<double>(s.training.micro_batch);
-  double fwd = lm_head_forward_flops(d);
-  for (int l = 0; l < s.model.layers; ++l) {
+  const auto mtp = static_cast<double>(s.model.mtp_layers);
+  double fwd = (1.0 + mtp) * lm_head_forward_flops(d) +
+               mtp * 4.0 * static_cast<double>(d.tokens() * d.h) * static_cast<double>(d.h);
+  for (int l = 0; l < built_layers(s.model); ++l) {
     fwd +=
         s.model.moe.experts > 0
             ? layer_forward_flops(layer_dims(s.model, s.training, ParallelConfig{}, l, true), false)
@@ -335,10 +340,12 @@ void set_step_flops(const Scenario& s, BuiltStep& out) {
   out.model_flops_per_step = 3.0 * fwd * sequences;
   double recompute = 0.0;
   const PipelineLayout layout = pipeline_layout(s.model.layers, s.parallelism);
-  for (int l = 0; l < s.model.layers; ++l) {
+  for (int l = 0; l < built_layers(s.model); ++l) {
     std::set<std::string> named;
     for (const OffloadRule& r : s.offload.rules) {
-      if (r.cls == TensorClass::kNamedActivation && r.layers.contains(l, layout)) {
+      const bool selected = l < s.model.layers ? r.layers.contains(l, layout)
+                                               : r.layers.kind == LayerSelection::Kind::kAll;
+      if (r.cls == TensorClass::kNamedActivation && selected) {
         named.insert(r.name);
       }
     }

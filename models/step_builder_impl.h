@@ -129,6 +129,7 @@ class StepBuilder {
     std::map<std::pair<int, int>, OpId> layer_first_bwd;  // (mb, layer) -> first backward op
     std::map<std::pair<int, int>, OpId> layer_first_fwd;  // (mb, layer) -> first forward op
     std::map<int, TensorId> head_saved;                   // mb -> logits + head input
+    std::map<std::pair<int, int>, TensorId> mtp_saved;    // (mb, MTP layer) -> its inputs
     // (mb, chunk) -> the chunk's forward output, kept until its backward when pipeline
     // outputs are not deallocated after their send (deallocate_pipeline_outputs false).
     std::map<std::pair<int, int>, TensorId> stage_output;
@@ -260,6 +261,13 @@ class StepBuilder {
   OpId head_chunk(Rank& r, const std::string& p, std::span<const HeadOpEntry> entries,
                   std::int64_t c, std::int64_t chunks);
   HeadOps head_backward(Rank& r, int mb);
+  // A multi-token-prediction module's ops around its transformer layer `l` (index layers + k).
+  void mtp_input_forward(Rank& r, int mb, int l);
+  OpId mtp_input_backward(Rank& r, int mb, int l);
+  // The head runs over the main model's tokens and each MTP module's (Megatron's
+  // process_mtp_loss: one output-layer call per module on its share of the concatenated
+  // hidden states).
+  std::int64_t head_rows() const { return 1 + s_.model.mtp_layers; }
   void recompute_forward(Rank& r, const std::string& p, int l, const OpSink& emit);
   OpId backward_entries(Rank& r, const std::string& p, int l,
                         std::span<const LayerBackwardEntry> entries, const OpSink& emit);

@@ -387,9 +387,11 @@ OpId StepBuilder::head_op(Rank& r, const std::string& prefix, const HeadOpEntry&
                           std::int64_t n) {
   const std::string name = prefix + "." + e.name;
   const std::int64_t logits_bytes = n * d_.v * (d_.e + 4);
+  const std::int64_t residual = residual_bytes() * head_rows();
+  const double norm = static_cast<double>(norm_flops() * head_rows());
   switch (e.kind) {
     case HeadOpKind::kFinalNorm:
-      return elementwise(r, name, OpCategory::kCompute, -1, 2 * residual_bytes(), norm_flops());
+      return elementwise(r, name, OpCategory::kCompute, -1, 2 * residual, norm);
     case HeadOpKind::kTpGather:
       tp_gather(r, name, OpCategory::kComm, -1);
       return last_compute_;
@@ -406,15 +408,15 @@ OpId StepBuilder::head_op(Rank& r, const std::string& prefix, const HeadOpEntry&
     case HeadOpKind::kWgrad:
       return head_gemm(r, name, d_.h, d_.v, n, /*weight_grad=*/true);
     case HeadOpKind::kLossScale:
-      return elementwise(r, name, OpCategory::kCompute, -1, 2 * residual_bytes(),
-                         static_cast<double>(residual_bytes() / d_.e));
+      return elementwise(r, name, OpCategory::kCompute, -1, 2 * residual,
+                         static_cast<double>(residual / d_.e));
     case HeadOpKind::kTpReduce:
       tp_reduce(r, name, OpCategory::kComm, -1);
       return last_compute_;
     case HeadOpKind::kFinalNormGrad:
       break;
   }
-  return elementwise(r, name, OpCategory::kCompute, -1, 3 * residual_bytes(), 2 * norm_flops());
+  return elementwise(r, name, OpCategory::kCompute, -1, 3 * residual, 2 * norm);
 }
 
 // The head's forward (head_forward_recipe). Saved until the head's backward: the final-norm
@@ -426,9 +428,9 @@ StepBuilder::HeadOps StepBuilder::head_forward(Rank& r, int mb) {
   const std::string p = fmt::format("mb{}.head", lbl(mb));
   const std::int64_t chunks = std::max<std::int64_t>(1, s_.training.loss_chunks);
   const bool chunked = chunks > 1;
-  const std::int64_t tokens = d_.tokens();
-  const std::int64_t bytes =
-      chunked ? 3 * residual_bytes() : 2 * residual_bytes() + tokens * d_.v * 4;
+  const std::int64_t tokens = d_.tokens() * head_rows();
+  const std::int64_t residual = residual_bytes() * head_rows();
+  const std::int64_t bytes = chunked ? 3 * residual : 2 * residual + tokens * d_.v * 4;
   const TensorId t = tensor(r.hbm, p + ".act", bytes, TensorCategory::kActivations);
   const std::span<const HeadOpEntry> recipe = head_forward_recipe(chunked);
   const auto per_chunk =
@@ -453,7 +455,7 @@ StepBuilder::HeadOps StepBuilder::head_forward(Rank& r, int mb) {
 // weight-gradient GEMM. Returns the last op.
 OpId StepBuilder::head_chunk(Rank& r, const std::string& p, std::span<const HeadOpEntry> entries,
                              std::int64_t c, std::int64_t chunks) {
-  const std::int64_t tokens = d_.tokens();
+  const std::int64_t tokens = d_.tokens() * head_rows();
   const std::int64_t n = (c + 1) * tokens / chunks - c * tokens / chunks;
   const std::string q = fmt::format("{}.chunk{}", p, c);
   const TensorId logits = tensor(r.hbm, q + ".logits", n * d_.v * 4, TensorCategory::kActivations);
@@ -474,12 +476,53 @@ StepBuilder::HeadOps StepBuilder::head_backward(Rank& r, int mb) {
   std::optional<OpId> first;
   OpId last{};
   for (const HeadOpEntry& e : head_backward_recipe(chunked)) {
-    last = head_op(r, p, e, d_.tokens());
+    last = head_op(r, p, e, d_.tokens() * head_rows());
     if (!first) first = last;
   }
   b_.op_at(last).frees.push_back(r.head_saved.at(mb));
   grads_done(r, -2, mb, last);
   return {first.value_or(last), last};
+}
+
+// Multi-token prediction, module k (Megatron-Core MultiTokenPredictionLayer.forward, in
+// megatron/core/transformer/multi_token_prediction.py): the embedding of the input shifted by
+// k + 1 tokens (the model's word embedding), enorm and hnorm (the embedding's and the previous
+// depth's hidden state), their concatenation through eh_proj (a column-parallel 2h -> h linear,
+// its output gathered over the tensor-parallel group), then the module's transformer layer `l`
+// (built as a decoder layer) and its final norm (the head's, over head_rows() tokens). Saved for
+// the backward: the projection's input (2h per token) and the norms' inputs.
+void StepBuilder::mtp_input_forward(Rank& r, int mb, int l) {
+  const std::string p = pfx(mb, l) + ".mtp";
+  const TensorId saved =
+      tensor(r.hbm, p + ".inputs", 4 * residual_bytes(), TensorCategory::kActivations);
+  const OpId embed =
+      elementwise(r, p + ".embed", OpCategory::kCompute, l, 2 * residual_bytes(), 0.0);
+  b_.op_at(embed).allocs.push_back(saved);
+  r.mtp_saved[{mb, l}] = saved;
+  elementwise(r, p + ".norms", OpCategory::kCompute, l, 4 * residual_bytes(),
+              2.0 * static_cast<double>(norm_flops()));
+  gathered_gemm(r, p + ".eh_proj.ag", p + ".eh_proj", OpCategory::kCompute, l,
+                {d_.tokens(), d_.h / d_.t, 2 * d_.h});
+  if (d_.t > 1) {
+    collective(r, r.compute, p + ".eh_proj.gather", OpCategory::kComm, l,
+               sim::CollectiveKind::kAllGather, r.tp_group, d_.tokens() * d_.h * d_.e);
+  }
+}
+
+// The backward of mtp_input_forward, after the module's layer: the projection's dgrad and
+// wgrad, the norms' and the embedding's backward; frees the saved inputs. Returns the last op.
+OpId StepBuilder::mtp_input_backward(Rank& r, int mb, int l) {
+  const std::string p = pfx(mb, l) + ".mtp";
+  gemm(r, p + ".eh_proj.dgrad", OpCategory::kCompute, l, d_.tokens(), 2 * d_.h, d_.h / d_.t);
+  wgrad_gemm(r, p + ".eh_proj.wgrad", OpCategory::kCompute, l, 2 * d_.h, d_.h / d_.t, d_.tokens());
+  tp_reduce(r, p + ".eh_proj.reduce", OpCategory::kComm, l);
+  elementwise(r, p + ".norms.bwd", OpCategory::kCompute, l, 6 * residual_bytes(),
+              4.0 * static_cast<double>(norm_flops()));
+  const OpId last =
+      elementwise(r, p + ".embed.bwd", OpCategory::kCompute, l, 2 * residual_bytes(), 0.0);
+  b_.op_at(last).frees.push_back(r.mtp_saved.at({mb, l}));
+  r.mtp_saved.erase({mb, l});
+  return last;
 }
 
 // Recomputes the forward ops of layer l that the backward needs and nobody saved: the entries

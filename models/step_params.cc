@@ -103,10 +103,18 @@ void StepBuilder::make_param_groups(Rank& r) {
     // Untied: the output projection. Tied with pp > 1: Megatron keeps a copy of the word
     // embedding on the last stage. Tied with pp = 1: shared with "embed".
     const bool head_matrix = !m.tied_embeddings || p.pp > 1;
+    // Multi-token prediction (the modules' layers are groups of their own): each module's
+    // eh_proj (2h -> h, column-parallel) and its three norms (enorm, hnorm, final), and with
+    // pp > 1 and untied embeddings a copy of the word embedding, which Megatron-Core's GPTModel
+    // builds on the stage that runs MTP (`pre_process or mtp_process`).
+    const std::int64_t mtp = m.mtp_layers <= 0
+                                 ? 0
+                                 : m.mtp_layers * (2 * m.hidden * m.hidden / p.tp + 3 * norm) +
+                                       (p.pp > 1 && !m.tied_embeddings ? d_.v * m.hidden : 0);
     ParamGroup g{.name = "head",
                  .role = ParamGroup::Role::kHead,
                  .layer = -1,
-                 .params = norm + (head_matrix ? d_.v * m.hidden : 0)};
+                 .params = norm + (head_matrix ? d_.v * m.hidden : 0) + mtp};
     non_layer_policy(g);
     finish(g);
   }

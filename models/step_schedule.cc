@@ -172,6 +172,12 @@ std::vector<int> StepBuilder::chunk_layers(int stage, int chunk) const {
     const int tail = kept_layers_ / 2;
     ls.erase(ls.begin() + (kept_layers_ - tail), ls.end() - tail);
   }
+  // The multi-token-prediction modules follow the last decoder layer on the loss's chunk.
+  if (has_head(stage, chunk)) {
+    for (int l = static_cast<int>(s_.model.layers); l < built_layers(s_.model); ++l) {
+      ls.push_back(l);
+    }
+  }
   return ls;
 }
 
@@ -199,6 +205,7 @@ void StepBuilder::forward_task(Rank& r, const Task& t) {
     else if (i > 0)
       after = firsts[0];
     Fetch f = fetch_params(r, l, fmt::format("mb{}.fwd", lbl(t.mb)), after, true);
+    if (l >= s_.model.layers) mtp_input_forward(r, t.mb, l);
     const OpId op = layer_forward(r, t.mb, l, f);
     firsts.push_back(r.layer_first_fwd.at({t.mb, l}));
     // Offload back-pressure: the forward of a layer waits until the D2H copies of the layer
@@ -317,6 +324,7 @@ void StepBuilder::backward_task(Rank& r, const Task& t) {
         issue_fetch(j, pre ? firsts[fetch_ready(j)] : grads_ready);
       }
     });
+    if (l >= s_.model.layers) last = mtp_input_backward(r, t.mb, l);
     note_first(firsts.back());
     if (!task_first) task_first = firsts.front();
   }

@@ -1,6 +1,7 @@
 #include "scenarios/scenario_loader.h"
 
 #include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <functional>
 #include <limits>
@@ -518,6 +519,54 @@ sim::Status read_training(const Node& node, models::TrainingConfig& t) {
   return r.finish();
 }
 
+// parallelism.layout: Megatron's string ("Et*4|(t*4|)*14,tmL") or its list of lists of layer
+// names ([[embedding, decoder], [decoder, mtp, loss]]); a list item may also be one stage's
+// letters ("Ett").
+sim::Status read_layout(const Node& node, ParallelConfig& p) {
+  const std::string path = "parallelism.layout";
+  const auto parsed =
+      [&](const Node& n, const std::string& at,
+          const std::string& text) -> sim::Result<std::vector<ParallelConfig::StageLayout>> {
+    auto stages = models::parse_pipeline_layout(text);
+    if (!stages) return type_error(n, at, stages.error().message);
+    return stages;
+  };
+  if (node.kind == NodeKind::kScalar && !node.scalar.empty()) {
+    OFFSIM_ASSIGN_OR_RETURN(p.layout, parsed(node, path, node.scalar));
+    return sim::ok();
+  }
+  if (node.kind != NodeKind::kSequence || node.items.empty()) {
+    return type_error(node, path,
+                      "a layout string such as \"Et*4|(t*4|)*14,tmL\" or a list of stages");
+  }
+  p.layout.clear();
+  for (std::size_t i = 0; i < node.items.size(); ++i) {
+    const Node& stage = node.items[i];
+    const std::string at = fmt::format("{}[{}]", path, i);
+    std::string text;
+    if (stage.kind == NodeKind::kScalar) {
+      text = stage.scalar;
+    } else if (stage.kind == NodeKind::kSequence) {
+      for (const Node& layer : stage.items) {
+        const auto letter = layer.kind == NodeKind::kScalar
+                                ? models::pipeline_layer_letter(layer.scalar)
+                                : std::nullopt;
+        if (!letter) {
+          return type_error(layer, at,
+                            "a layer name: embedding, decoder, mtp or loss (or E, t, m, L)");
+        }
+        text += *letter;
+      }
+    } else {
+      return type_error(stage, at, "a stage: a list of layer names or a string of E, t, m, L");
+    }
+    OFFSIM_ASSIGN_OR_RETURN(const auto one, parsed(stage, at, text));
+    if (one.size() != 1) return type_error(stage, at, "one stage (no '|')");
+    p.layout.push_back(one.front());
+  }
+  return sim::ok();
+}
+
 sim::Status read_parallelism(const Node& node, ParallelConfig& p) {
   OFFSIM_RETURN_IF_ERROR(expect_map(node, "parallelism"));
   MapReader r(node, "parallelism");
@@ -531,6 +580,7 @@ sim::Status read_parallelism(const Node& node, ParallelConfig& p) {
                                    p.account_for_embedding_in_pipeline_split));
   OFFSIM_RETURN_IF_ERROR(
       read_bool(r, "account_for_loss_in_pipeline_split", p.account_for_loss_in_pipeline_split));
+  if (const Node* layout = r.get("layout")) OFFSIM_RETURN_IF_ERROR(read_layout(*layout, p));
   OFFSIM_RETURN_IF_ERROR(read_enum(r, "backward_prefetch", p.backward_prefetch, kBackwardPrefetches,
                                    models::backward_prefetch_from_string));
   OFFSIM_RETURN_IF_ERROR(read_enum(r, "param_gather", p.param_gather, kParamGathers,
@@ -1199,6 +1249,7 @@ Node parallelism_node(const ParallelConfig& p) {
   if (p.account_for_loss_in_pipeline_split) {
     put(par, "account_for_loss_in_pipeline_split", bool_node(true));
   }
+  if (!p.layout.empty()) put(par, "layout", quoted_node(models::layout_string(p)));
   if (p.backward_prefetch != ParallelConfig::BackwardPrefetch::kPre) {
     put(par, "backward_prefetch", scalar_node(models::to_string(p.backward_prefetch)));
   }

@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "models/scenario.h"
 #include "scenarios/importers/import_common.h"
 
 namespace offsim::scenarios::detail {
@@ -295,6 +296,26 @@ sim::Status map_parallel_flags(Args& a) {
   return a.m.set_from({f}, "parallelism.overlap_grad_reduce", on ? "true" : "false");
 }
 
+// --pipeline-model-parallel-layout: the stages as listed, the virtual stage count from their
+// number (Megatron's PipelineParallelLayerLayout: len(layout) / pp), unless given.
+sim::Status map_pipeline_layout(Args& a, std::int64_t pp) {
+  Field* f = a.get("--pipeline-model-parallel-layout");
+  if (f == nullptr) return {};
+  if (f->value.kind != NodeKind::kScalar) return a.m.error(*f, "expected a layout string");
+  const auto stages = models::parse_pipeline_layout(f->value.scalar);
+  if (!stages) return a.m.error(*f, "expected " + stages.error().message);
+  const auto n = static_cast<std::int64_t>(stages->size());
+  if (n % pp != 0) {
+    return a.m.error(*f, fmt::format("{} stages do not divide over pipeline size {}", n, pp));
+  }
+  OFFSIM_RETURN_IF_ERROR(a.m.set(*f, "parallelism.layout", f->value.scalar));
+  if (!a.fields.has("--virtual-pipeline-model-parallel-size") && n / pp > 1) {
+    OFFSIM_RETURN_IF_ERROR(a.m.set(*f, "parallelism.virtual_stages", std::to_string(n / pp)));
+    OFFSIM_RETURN_IF_ERROR(a.m.set(*f, "parallelism.schedule", "interleaved_1f1b"));
+  }
+  return {};
+}
+
 // Interleaved 1F1B: layers per virtual stage, or the virtual stage count. The embedding and
 // the loss may each take a layer's place in the split (--account-for-embedding-in-pipeline-split,
 // --account-for-loss-in-pipeline-split); Megatron's arguments.py counts them in the layers a
@@ -335,7 +356,7 @@ sim::Status map_virtual_stages(Args& a, std::int64_t pp) {
     OFFSIM_RETURN_IF_ERROR(a.m.set(*f, "parallelism.virtual_stages", std::to_string(v)));
     if (v > 1) OFFSIM_RETURN_IF_ERROR(a.m.set(*f, "parallelism.schedule", "interleaved_1f1b"));
   }
-  return {};
+  return map_pipeline_layout(a, pp);
 }
 
 // Integer arguments copied to scenario keys, in the order given.
@@ -435,7 +456,8 @@ sim::Status map_model(Args& a, const std::vector<std::string>& files) {
       {"--num-layers", "model.layers"},          {"--hidden-size", "model.hidden"},
       {"--ffn-hidden-size", "model.ffn_hidden"}, {"--num-attention-heads", "model.heads"},
       {"--num-query-groups", "model.kv_heads"},  {"--kv-channels", "model.head_dim"},
-      {"--vocab-size", "model.vocab_size"},      {"--padded-vocab-size", "model.vocab_size"}};
+      {"--vocab-size", "model.vocab_size"},      {"--padded-vocab-size", "model.vocab_size"},
+      {"--mtp-num-layers", "model.mtp_layers"}};
   OFFSIM_RETURN_IF_ERROR(map_ints(a, kDims));
   if (Field* f = a.get("--group-query-attention")) a.m.mapped(*f, "model.kv_heads");
   OFFSIM_RETURN_IF_ERROR(map_activation_and_norm(a));

@@ -3,6 +3,8 @@
 // model.moe.* and parallelism.ep, expert routing with imbalance and capacity, and the step's
 // all-to-all and grouped-GEMM ops.
 #include <cmath>
+#include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -217,6 +219,102 @@ TEST(MoeStep, AllToAllAndGroupedGemms) {
     if (t.name == "l0.experts.params") expert_params = t.bytes;
   }
   EXPECT_EQ(expert_params, 32LL * 3 * 2048 * 768 * 2);
+}
+
+std::int64_t tensor_bytes(const sim::Plan& plan, const std::string& name) {
+  for (const sim::Tensor& t : plan.tensors) {
+    if (t.name == name) return t.bytes;
+  }
+  return -1;
+}
+
+// Multi-token prediction as Megatron-Core's MultiTokenPredictionLayer runs it: after the last
+// decoder layer, the shifted embedding, the two norms, eh_proj (2h -> h over the TP group) and
+// the module's own MoE layer (index layers + k); the head over twice the tokens; eh_proj and the
+// norms in the head's group; Megatron-LM's FLOP count.
+TEST(MoeStep, MultiTokenPredictionAddsItsModuleAndAHeadPass) {
+  Scenario without = small_moe();
+  Scenario with = without;
+  with.model.mtp_layers = 1;
+  ASSERT_TRUE(check_scenario(with).has_value());
+  auto a = build_step(without);
+  auto b = build_step(with);
+  ASSERT_TRUE(a && b);
+  const LayerDims d = layer_dims(with);
+  std::map<std::string, const sim::Op*> ops;
+  for (const sim::Op& op : b->plan.ops) ops[op.name] = &op;
+  for (const char* name :
+       {"mb0.l4.mtp.embed", "mb0.l4.mtp.norms", "mb0.l4.mtp.eh_proj", "mb0.l4.mtp.eh_proj.gather",
+        "mb0.l4.moe.dispatch.alltoall.fwd", "mb0.l4.mtp.eh_proj.dgrad", "mb0.l4.mtp.eh_proj.wgrad",
+        "mb0.l4.mtp.embed.bwd", "mb1.l4.mtp.embed.bwd"}) {
+    EXPECT_TRUE(ops.count(name)) << name;
+  }
+  ASSERT_TRUE(ops.count("mb0.l4.mtp.eh_proj"));
+  // eh_proj: the micro-batch's tokens x (h / tp) x 2h.
+  EXPECT_DOUBLE_EQ(ops.at("mb0.l4.mtp.eh_proj")->sizes.flops,
+                   2.0 * static_cast<double>(d.tokens() * (d.h / 2) * 2 * d.h));
+  // The head's logits GEMM runs over twice the rows.
+  const auto logits = [](const sim::Plan& plan) {
+    double flops = 0.0;
+    for (const sim::Op& op : plan.ops) {
+      if (op.name == "mb0.head.lm_head.fwd") flops = op.sizes.flops;
+    }
+    return flops;
+  };
+  EXPECT_GT(logits(a->plan), 0.0);
+  EXPECT_DOUBLE_EQ(logits(b->plan), 2.0 * logits(a->plan));
+  // The module's layer has the groups of a MoE layer; the head's group gains eh_proj (2h x h/tp)
+  // and three norms, no embedding copy with pp 1.
+  EXPECT_EQ(tensor_bytes(b->plan, "l4.experts.params"), tensor_bytes(b->plan, "l3.experts.params"));
+  EXPECT_EQ(tensor_bytes(b->plan, "l4.params"), tensor_bytes(b->plan, "l3.params"));
+  const std::int64_t head = tensor_bytes(a->plan, "head.params");
+  const std::int64_t bytes_per_param = head / (d.h + d.v * d.h);
+  EXPECT_EQ(tensor_bytes(b->plan, "head.params") - head,
+            bytes_per_param * (2 * d.h * d.h / 2 + 3 * d.h));
+  // Model FLOPs: the module's layer, eh_proj and one more logits pass, forward and backward.
+  const LayerDims full = layer_dims(with.model, with.training, ParallelConfig{});
+  const double sequences = 8.0;
+  const double extra =
+      3.0 * sequences *
+      (layer_forward_flops(layer_dims(with.model, with.training, ParallelConfig{}, 3, true),
+                           false) +
+       lm_head_forward_flops(full) +
+       4.0 * static_cast<double>(full.tokens() * full.h) * static_cast<double>(full.h));
+  EXPECT_NEAR(b->model_flops_per_step - a->model_flops_per_step, extra, 1e-9 * extra);
+  auto ea = evaluate(without);
+  auto eb = evaluate(with);
+  ASSERT_TRUE(ea && eb);
+  EXPECT_GT(eb->report.step_time_s, ea->report.step_time_s);
+}
+
+// With a pipeline the module runs with the loss on the last stage, which also holds the word
+// embedding's copy (untied embeddings); a layout moves decoder layers off that stage.
+TEST(MoeStep, MultiTokenPredictionRunsOnTheLossStage) {
+  Scenario s = small_moe();
+  s.model.mtp_layers = 1;
+  s.parallelism = {.dp = 2, .tp = 2, .pp = 2, .sequence_parallel = true, .zero_stage = 1};
+  s.parallelism.ep = 4;
+  s.parallelism.layout = *parse_pipeline_layout("Ettt|tmL");
+  ASSERT_TRUE(check_scenario(s).has_value()) << check_scenario(s).error().message;
+  auto step = build_step(s);
+  ASSERT_TRUE(step) << step.error().message;
+  std::map<int, std::set<int>> stages_of_layer;
+  for (const sim::Op& op : step->plan.ops) {
+    if (op.layer >= 0) stages_of_layer[op.layer].insert(step->plan.lanes[op.lane.index()].stage);
+  }
+  const std::map<int, std::set<int>> expected = {{0, {0}}, {1, {0}}, {2, {0}}, {3, {1}}, {4, {1}}};
+  EXPECT_EQ(stages_of_layer, expected);
+  ASSERT_FALSE(s.model.tied_embeddings);
+  const LayerDims d = layer_dims(s);
+  std::int64_t head_params = 0;
+  std::int64_t embed_params = 0;
+  for (const sim::Tensor& t : step->plan.tensors) {
+    if (t.name == "head.params") head_params = t.bytes;
+    if (t.name == "embed.params") embed_params = t.bytes;
+  }
+  // The head's group: norm + output layer + embedding copy + eh_proj + three norms.
+  const std::int64_t bytes_per_param = embed_params / (d.v * d.h + s.model.max_positions * d.h);
+  EXPECT_EQ(head_params, bytes_per_param * (d.h + 2 * d.v * d.h + d.h * d.h + 3 * d.h));
 }
 
 // The host issue thread's figures: 9.02 us per eager op or backward node on an x86 host, 26.11

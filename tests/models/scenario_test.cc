@@ -82,6 +82,92 @@ TEST(PipelineLayout, ScenarioCheckNamesTheSlots) {
   EXPECT_TRUE(check_scenario(s)) << check_scenario(s).error().message;
 }
 
+TEST(PipelineLayout, ListedLayoutBuildsEachStagesLayers) {
+  // DeepSeek-V3's recipe layout for PP16 (Megatron-Bridge deepseek_v3.py, layout_map[(16, 1)]).
+  const auto stages = parse_pipeline_layout("Et*4|(t*4|)*14,tmL");
+  ASSERT_TRUE(stages) << stages.error().message;
+  ASSERT_EQ(stages->size(), 16U);
+  EXPECT_TRUE(stages->front().embedding);
+  EXPECT_EQ(stages->front().decoders, 4);
+  EXPECT_EQ((*stages)[7].decoders, 4);
+  EXPECT_FALSE((*stages)[7].embedding || (*stages)[7].loss || (*stages)[7].mtp > 0);
+  EXPECT_EQ(stages->back().decoders, 1);
+  EXPECT_EQ(stages->back().mtp, 1);
+  EXPECT_TRUE(stages->back().loss);
+  ParallelConfig p{.pp = 16};
+  p.layout = *stages;
+  // Written back in Megatron's string form, which parses to the same stages.
+  const std::string text = layout_string(p);
+  EXPECT_EQ(text.substr(0, 10), "Et*4|t*4|t");
+  EXPECT_EQ(text.substr(text.size() - 4), "|tmL");
+  const auto again = parse_pipeline_layout(text);
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->size(), 16U);
+  const PipelineLayout dsv3 = pipeline_layout(61, p);
+  EXPECT_TRUE(dsv3.even());
+  EXPECT_TRUE(dsv3.unequal());
+  EXPECT_EQ(dsv3.span(15, 0).first, 60);
+  EXPECT_EQ(dsv3.span(15, 0).count, 1);
+  EXPECT_EQ(dsv3.place(3), std::make_pair(0, 0));
+  EXPECT_EQ(dsv3.place(4), std::make_pair(1, 0));
+  EXPECT_EQ(dsv3.place(60), std::make_pair(15, 0));
+  EXPECT_FALSE(pipeline_layout(64, p).even());  // the layout lists 61 layers
+  // Megatron-Bridge's PP8 x VP4 layout (deepseek_llm_pretrain.py, H100): entry i is chunk i / 8
+  // of stage i % 8, so chunk 1 of stage 0 is entry 8.
+  ParallelConfig h100{.pp = 8, .virtual_stages = 4};
+  const auto h = parse_pipeline_layout("Et|(tt|)*30mL");
+  ASSERT_TRUE(h) << h.error().message;
+  h100.layout = *h;
+  const PipelineLayout l = pipeline_layout(61, h100);
+  ASSERT_TRUE(l.even());
+  EXPECT_EQ(l.span(0, 1).first, 15);
+  EXPECT_EQ(l.span(0, 1).count, 2);
+  EXPECT_EQ(l.span(7, 3).count, 0);  // the MTP module and the loss alone
+  EXPECT_EQ(l.stage_layers(0), 7);
+  EXPECT_EQ(l.stage_layers(7), 6);
+  // What Megatron's parser refuses, and expansions that would not fit in memory.
+  const auto message = [](const std::string& text) {
+    const auto r = parse_pipeline_layout(text);
+    return r ? std::string("parsed") : r.error().message;
+  };
+  EXPECT_NE(message("Etx|tL").find("'x' is none"), std::string::npos) << message("Etx|tL");
+  EXPECT_NE(message("(t|)*999999999L").find("at most"), std::string::npos);
+  EXPECT_NE(message("E(tt|L").find("closes"), std::string::npos);
+  EXPECT_NE(message("EEt|tL").find("at most once"), std::string::npos);
+  EXPECT_NE(message("Et*|tL").find("count"), std::string::npos);
+}
+
+TEST(PipelineLayout, ScenarioCheckRefusesWhatMegatronRefuses) {
+  Scenario s;
+  s.name = "t";
+  s.model = *find_model("llama3-8b");
+  s.model.layers = 8;
+  s.hardware.system = "dgx-h100";
+  s.hardware.gpus = 2;
+  s.training = {.global_batch = 8, .micro_batch = 1, .seq_len = 2048};
+  s.parallelism.pp = 2;
+  const auto check = [&](const std::string& layout) {
+    s.parallelism.layout = *parse_pipeline_layout(layout);
+    const auto st = check_scenario(s);
+    return st ? std::string() : st.error().message;
+  };
+  EXPECT_EQ(check("Ettt|tttttL"), "");  // uneven stages are the point of a layout
+  EXPECT_NE(check("Ett|tt|ttttL").find("3 stages; expected parallelism.pp"), std::string::npos);
+  EXPECT_NE(check("Ettt|ttttL").find("7 decoder layers (t); expected model.layers = 8"),
+            std::string::npos);
+  EXPECT_NE(check("EttttL|tttt").find("holds the loss"), std::string::npos);
+  EXPECT_NE(check("tttt|EttttL").find("holds the embedding"), std::string::npos);
+  EXPECT_NE(check("Etttt|tttt").find("0 loss(es)"), std::string::npos);
+  EXPECT_NE(check("Etttt|ttttmL").find("1 MTP modules (m); expected model.mtp_layers = 0"),
+            std::string::npos);
+  s.model.mtp_layers = 1;
+  EXPECT_EQ(check("Etttt|ttttmL"), "");
+  EXPECT_NE(check("Ettttm|ttttL").find("MTP modules"), std::string::npos);
+  s.parallelism.account_for_loss_in_pipeline_split = true;
+  EXPECT_NE(check("Etttt|ttttmL").find("account_for_loss_in_pipeline_split false"),
+            std::string::npos);
+}
+
 TEST(Catalogue, ParameterCountsMatchPublishedModels) {
   // Hugging Face model cards / safetensors totals.
   EXPECT_EQ(parameter_count(*find_model("llama2-7b")), 6'738'415'616);

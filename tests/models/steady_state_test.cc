@@ -327,6 +327,30 @@ TEST(SteadyState, PipelineWithEmbeddingAndLossChunksMatchesTheFullSimulation) {
   }
 }
 
+// A listed layout (Megatron's pipeline_model_parallel_layout) with a multi-token-prediction
+// module on the loss's chunk: stages of unequal work, 1F1B and interleaved.
+TEST(SteadyState, ListedLayoutWithMultiTokenPredictionMatchesTheFullSimulation) {
+  struct LayoutCase {
+    const char* layout;
+    int virtual_stages;
+    std::int64_t mbs;
+  };
+  for (const LayoutCase& c :
+       {LayoutCase{"Ettttt|tttmL", 1, 24}, LayoutCase{"Ett|tt|ttt|tmL", 2, 32}}) {
+    Scenario s = base("qwen3-30b-a3b", "dgx-h100", c.mbs);
+    s.model.layers = 8;
+    s.model.mtp_layers = 1;
+    s.parallelism = {
+        .pp = 2,
+        .schedule = c.virtual_stages > 1 ? Schedule::kInterleaved1F1B : Schedule::k1F1B,
+        .virtual_stages = c.virtual_stages};
+    s.parallelism.layout = *parse_pipeline_layout(c.layout);
+    s.hardware.gpus = 2;
+    const Both both = evaluate_both(s, fmt::format("layout {} with MTP, {} mbs", c.layout, c.mbs));
+    EXPECT_TRUE(both.fast.steady_state) << c.layout << ": " << both.fast.full_path_reason;
+  }
+}
+
 TEST(SteadyState, TakenForGpt3WithAsynchronousTensorParallelGradientReduce) {
   // The same point with the tensor-parallel gradient reduce overlapped with the backward pass:
   // more flows share the links, and they take different solver slots from one period to the

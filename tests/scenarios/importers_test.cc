@@ -309,6 +309,41 @@ TEST(MegatronImport, EmbeddingAndLossSlotsInThePipelineSplit) {
   fs::remove_all(dir);
 }
 
+TEST(MegatronImport, PipelineLayoutAndMultiTokenPrediction) {
+  // Megatron-Bridge's DeepSeek-V3 layout at PP8 x VP4 (deepseek_llm_pretrain.py): 32 stages, so
+  // 4 virtual stages, derived from the layout as Megatron derives them.
+  const fs::path dir = fs::temp_directory_path() / fmt::format("offsim_import_ly_{}", ::getpid());
+  fs::create_directories(dir);
+  const std::string script = (dir / "train.sh").string();
+  const auto write = [&](const std::string& layout) {
+    std::ofstream(script)
+        << "torchrun --nproc_per_node 8 --nnodes 8 pretrain_gpt.py --tensor-model-parallel-size 1"
+           " --pipeline-model-parallel-size 8 --num-layers 61 --hidden-size 7168"
+           " --num-attention-heads 128 --vocab-size 129280 --position-embedding-type rope"
+           " --micro-batch-size 1 --global-batch-size 64 --seq-length 4096 --bf16"
+           " --mtp-num-layers 1 --pipeline-model-parallel-layout '"
+        << layout << "'\n";
+  };
+  write("Et|(tt|)*30mL");
+  auto r = import_config(Framework::kMegatron, {script}, {.sets = {"hardware.system=dgx-h100"}});
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(value_at(r->scenario, "parallelism.layout"), "Et|(tt|)*30mL");
+  EXPECT_EQ(value_at(r->scenario, "parallelism.virtual_stages"), "4");
+  EXPECT_EQ(value_at(r->scenario, "parallelism.schedule"), "interleaved_1f1b");
+  EXPECT_EQ(value_at(r->scenario, "model.mtp_layers"), "1");
+  write("Et|(tt|)*29mL");  // 31 stages over 8
+  r = import_config(Framework::kMegatron, {script}, {.sets = {"hardware.system=dgx-h100"}});
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("31 stages do not divide over pipeline size 8"),
+            std::string::npos)
+      << r.error().message;
+  write("Et|(tt|)*30qL");
+  r = import_config(Framework::kMegatron, {script}, {.sets = {"hardware.system=dgx-h100"}});
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("'q' is none"), std::string::npos) << r.error().message;
+  fs::remove_all(dir);
+}
+
 TEST(DeepSpeedImport, ZeroOffloadExample) {
   auto r = import_config(
       Framework::kDeepSpeed, {kDir + "deepspeed-zero-offload.json"},

@@ -587,6 +587,43 @@ TEST_F(LoaderTest, EffectiveScenarioRoundTrips) {
   EXPECT_EQ(emit_yaml(scenario_to_document(*s2)), effective);
 }
 
+TEST_F(LoaderTest, PipelineLayoutAsMegatronWritesItInEitherForm) {
+  const std::string base =
+      replace(replace(kBase, "system: h100-1gpu", "system: dgx-h100\n  gpus: 2"), "  tp: 1\n",
+              "  tp: 1\n  pp: 2\n  layout: \"Ettt|t*4,tL\"\n");
+  const models::Scenario s = scenario_of(base, {"model.layers=8"});
+  ASSERT_EQ(s.parallelism.layout.size(), 2U);
+  EXPECT_EQ(s.parallelism.layout[0].decoders, 3);
+  EXPECT_TRUE(s.parallelism.layout[0].embedding);
+  EXPECT_EQ(s.parallelism.layout[1].decoders, 5);
+  EXPECT_TRUE(s.parallelism.layout[1].loss);
+  EXPECT_EQ(error_of(base, {"model.layers=8"}), "");
+  // Megatron's list of lists of layer names, or one string of letters per stage.
+  const std::string lists = replace(base, "  layout: \"Ettt|t*4,tL\"\n",
+                                    "  layout:\n    - [embedding, decoder, decoder, decoder]\n"
+                                    "    - [decoder, decoder, decoder, decoder, decoder, loss]\n");
+  const models::Scenario l = scenario_of(lists, {"model.layers=8"});
+  ASSERT_EQ(l.parallelism.layout.size(), 2U);
+  EXPECT_EQ(l.parallelism.layout[1].decoders, 5);
+  const models::Scenario strings = scenario_of(
+      replace(base, "  layout: \"Ettt|t*4,tL\"\n", "  layout: [Ettt, t*5L]\n"), {"model.layers=8"});
+  EXPECT_EQ(strings.parallelism.layout[1].decoders, 5);
+  // The effective scenario writes it back in the string form.
+  const std::string effective = emit_yaml(scenario_to_document(s));
+  EXPECT_NE(effective.find("layout: \"Et*3|t*5L\""), std::string::npos) << effective;
+  // Errors name the key (and the stage) and what was expected.
+  EXPECT_NE(error_of(replace(base, "t*4,", "t*4x,"), {"model.layers=8"})
+                .find("parallelism.layout: expected layers E, t, m, L"),
+            std::string::npos);
+  EXPECT_NE(error_of(replace(lists, "decoder, loss]", "decoder, head]"), {"model.layers=8"})
+                .find("parallelism.layout[1]: expected a layer name"),
+            std::string::npos);
+  EXPECT_NE(
+      error_of(base).find("parallelism.layout: 8 decoder layers (t); expected model.layers = 32"),
+      std::string::npos)
+      << error_of(base);
+}
+
 TEST_F(LoaderTest, SweepIsSplitOffAndOverridesMayNotFightIt) {
   const std::string text = std::string(kBase) + "sweep:\n  training.micro_batch: [1, 2]\n";
   const std::string path = write("s.yaml", text);
