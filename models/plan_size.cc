@@ -697,6 +697,13 @@ void add_stage_ops(const Scenario& s, const StepContext& x, Counts& c) {
   // fp16 the unscale and inf check; each waits for the stage's gradient reductions.
   const double grad_passes = s.training.compute_dtype == sim::DType::kFp16 ? 2 : 1;
   c.ops += pp * grad_passes;
+  // The word embedding's gradient all-reduce between the first and the last stage
+  // (StepBuilder::embedding_grad_sync): one op on each, waiting for both stages' reductions.
+  if (p.pp > 1 && (s.model.tied_embeddings || s.model.mtp_layers > 0)) {
+    c.ops += 2;
+    c.deps += 4;
+    c.group_ranks += 4;
+  }
   // One per parameter group: the embedding, the head, each layer's dense group and each MoE
   // layer's expert group.
   double groups = static_cast<double>(built_layers(s.model) + 2);

@@ -21,6 +21,7 @@
 //   OFFSIM_RETURN_IF_ERROR(builder.build());
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -261,6 +262,7 @@ class StepBuilder {
   OpId head_chunk(Rank& r, const std::string& p, std::span<const HeadOpEntry> entries,
                   std::int64_t c, std::int64_t chunks);
   HeadOps head_backward(Rank& r, int mb);
+  std::optional<OpId> embedding_grad_sync(Rank& r, const std::vector<OpId>& ready);
   // A multi-token-prediction module's ops around its transformer layer `l` (index layers + k).
   void mtp_input_forward(Rank& r, int mb, int l);
   OpId mtp_input_backward(Rank& r, int mb, int l);
@@ -429,6 +431,9 @@ class StepBuilder {
   LayerDims d_;
   PipelineLayout layout_;  // which layers each chunk builds
   int kept_layers_ = 0;    // BuildOptions::layers_per_chunk (0: every layer of a chunk)
+  // The word embedding's gradient all-reduce on the first stage [0] and the last [1]: the ops it
+  // waited for on its stage, and the all-reduce (embedding_grad_sync).
+  std::array<std::optional<std::pair<std::vector<OpId>, OpId>>, 2> embedding_sync_;
   int micro_batches_ = 1;
   int last_label_ = 0;
   sim::DType gdtype_ = sim::DType::kBf16;

@@ -379,6 +379,31 @@ void StepBuilder::grads_done(Rank& r, int key, int mb, OpId last) {
   if (last_mb) r.reduce_op[key] = after;
 }
 
+// Megatron-Core's finalize_model_grads (_allreduce_word_embedding_grads): with pp > 1 the word
+// embedding's gradient is all-reduced between the first stage and the last, which holds a copy
+// of the embedding for tied embeddings (the output layer) or multi-token prediction (the MTP
+// modules' input), once the stage's data-parallel gradient sync is done (finish_grad_sync comes
+// first) and before the optimizer step: the embedding's rows on this rank (vocabulary / tp) in
+// the gradient's dtype. A collective: each side also waits for the other's sync. `ready`: the
+// stage's gradient reductions. Returns the all-reduce, or nothing on a stage without it.
+std::optional<OpId> StepBuilder::embedding_grad_sync(Rank& r, const std::vector<OpId>& ready) {
+  const ParallelConfig& p = s_.parallelism;
+  const int last_stage = p.pp - 1;
+  const bool copy = s_.model.tied_embeddings || s_.model.mtp_layers > 0;
+  if (p.pp <= 1 || !copy || (r.stage != 0 && r.stage != last_stage)) return std::nullopt;
+  const std::vector<int> group = {0, last_stage * stage_ranks(p)};
+  const std::int64_t bytes = d_.v * s_.model.hidden * sim::dtype_bytes(dt_.grads);
+  const OpId op = collective(r, r.comm, "embedding.grad_allreduce", OpCategory::kComm, -1,
+                             sim::CollectiveKind::kAllReduce, group, bytes, ready);
+  const int side = r.stage == 0 ? 0 : 1;
+  embedding_sync_[side] = {ready, op};
+  if (const auto& other = embedding_sync_[1 - side]) {
+    for (const OpId d : other->first) b_.op_at(op).deps.push_back(d);
+    for (const OpId d : ready) b_.op_at(other->second).deps.push_back(d);
+  }
+  return op;
+}
+
 std::int64_t StepBuilder::optimizer_shard(const ParamGroup& g) const {
   const int gdp = g.expert ? edp() : dp();
   return dp_sharding(s_.parallelism).optimizer ? ceil_div(g.params, gdp) : g.params;
@@ -439,6 +464,7 @@ void StepBuilder::optimizer(Rank& r) {
     std::vector<OpId> reduces;
     for (const auto& [key, op] : r.reduce_op) reduces.push_back(op);
     for (const auto& [key, op] : r.expert_reduce_op) reduces.push_back(op);
+    if (const auto sync = embedding_grad_sync(r, reduces)) reduces.push_back(*sync);
     clipped = grad_passes(r, reduces);
   }
   const std::optional<OpId> flat = deepspeed_flat_step(r);

@@ -368,6 +368,48 @@ TEST(BuildStep, EmbeddingAndLossSlotsMoveLayersBetweenStages) {
   EXPECT_EQ(stages_of_layer, expected);
 }
 
+// Megatron-Core's finalize_model_grads: with pp > 1 and tied embeddings the first and the last
+// stage all-reduce the word embedding's gradient once their data-parallel reductions are done,
+// each waiting for the other's; the gradient norm waits for it. Untied (without MTP) or with
+// one stage: no such op.
+TEST(BuildStep, TiedEmbeddingGradientsAreAllReducedBetweenFirstAndLastStage) {
+  Scenario s = base("llama3-8b", "dgx-h100");
+  s.model.layers = 4;
+  s.model.tied_embeddings = true;
+  s.parallelism = {.dp = 2, .tp = 2, .pp = 2};
+  auto step = build_step(s);
+  ASSERT_TRUE(step) << step.error().message;
+  const sim::Plan& plan = step->plan;
+  std::vector<const sim::Op*> syncs;
+  for (const sim::Op& op : plan.ops) {
+    if (op.name == "embedding.grad_allreduce") syncs.push_back(&op);
+  }
+  ASSERT_EQ(syncs.size(), 2U);
+  const LayerDims d = layer_dims(s);
+  std::set<int> stages;
+  for (const sim::Op* op : syncs) {
+    const int stage = plan.lanes[op->lane.index()].stage;
+    stages.insert(stage);
+    EXPECT_EQ(op->sizes.collective.kind, sim::CollectiveKind::kAllReduce);
+    EXPECT_EQ(op->sizes.collective.group, (std::vector<int>{0, stage_ranks(s.parallelism)}));
+    EXPECT_EQ(op->sizes.bytes % (d.v * d.h), 0);
+    // It waits for ops of both stages.
+    std::set<int> waited;
+    for (const sim::OpId dep : op->deps)
+      waited.insert(plan.lanes[plan.ops[dep.index()].lane.index()].stage);
+    EXPECT_EQ(waited, (std::set<int>{0, 1})) << stage;
+  }
+  EXPECT_EQ(stages, (std::set<int>{0, 1}));
+  for (const bool tied : {false, true}) {
+    Scenario other = s;
+    other.model.tied_embeddings = tied;
+    if (tied) other.parallelism = {.dp = 4, .tp = 2, .pp = 1};
+    auto o = build_step(other);
+    ASSERT_TRUE(o) << o.error().message;
+    for (const sim::Op& op : o->plan.ops) EXPECT_NE(op.name, "embedding.grad_allreduce");
+  }
+}
+
 TEST(BuildStep, ZeroOffloadMovesOptimizerStateToHost) {
   Scenario s = base("llama3-8b", "dgx-h100");
   s.parallelism = {.dp = 8, .zero_stage = 2};
