@@ -697,6 +697,13 @@ void add_stage_ops(const Scenario& s, const StepContext& x, Counts& c) {
   // fp16 the unscale and inf check; each waits for the stage's gradient reductions.
   const double grad_passes = s.training.compute_dtype == sim::DType::kFp16 ? 2 : 1;
   c.ops += pp * grad_passes;
+  // With pp > 1 the norm's all-reduce over the model-parallel group, waiting for every stage's
+  // norm (StepBuilder::grad_passes).
+  if (p.pp > 1) {
+    c.ops += pp;
+    c.deps += pp * pp;
+    c.group_ranks += pp * pp * static_cast<double>(p.tp);
+  }
   // The word embedding's gradient all-reduce between the first and the last stage
   // (StepBuilder::embedding_grad_sync): one op on each, waiting for both stages' reductions.
   if (p.pp > 1 && (s.model.tied_embeddings || s.model.mtp_layers > 0)) {

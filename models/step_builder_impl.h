@@ -263,6 +263,7 @@ class StepBuilder {
                   std::int64_t c, std::int64_t chunks);
   HeadOps head_backward(Rank& r, int mb);
   std::optional<OpId> embedding_grad_sync(Rank& r, const std::vector<OpId>& ready);
+  void link_norm_syncs();
   // A multi-token-prediction module's ops around its transformer layer `l` (index layers + k).
   void mtp_input_forward(Rank& r, int mb, int l);
   OpId mtp_input_backward(Rank& r, int mb, int l);
@@ -434,6 +435,8 @@ class StepBuilder {
   // The word embedding's gradient all-reduce on the first stage [0] and the last [1]: the ops it
   // waited for on its stage, and the all-reduce (embedding_grad_sync).
   std::array<std::optional<std::pair<std::vector<OpId>, OpId>>, 2> embedding_sync_;
+  // Each stage's gradient norm and the all-reduce of its scalar (grad_passes).
+  std::vector<std::pair<OpId, OpId>> norm_syncs_;
   int micro_batches_ = 1;
   int last_label_ = 0;
   sim::DType gdtype_ = sim::DType::kBf16;

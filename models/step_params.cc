@@ -26,7 +26,11 @@ OpId StepBuilder::fp8_weight_cast(Rank& r, const ParamGroup& g, OpId after) {
 // DistributedOptimizer / MixedPrecisionOptimizer): with fp16, unscale the main gradients and
 // check them for inf/NaN (read and write each); always, the gradient norm for clipping (read
 // each). Over this rank's optimizer shard, at the main gradients' width (fp32 with fp32
-// master weights). Their scalar all-reduces (a few bytes) are not charged.
+// master weights). With pp > 1, their scalars (the norm, and with fp16 the inf flag) are
+// all-reduced over the model-parallel group (Megatron's clip_grad_norm_fp32 and
+// _unscale_main_grads_and_check_for_nan, over get_model_parallel_group: tp x pp ranks): a
+// collective every stage joins, so no stage updates before every stage's norm is taken
+// (build() links the stages). Returns what the update waits for.
 OpId StepBuilder::grad_passes(Rank& r, const std::vector<OpId>& deps) {
   std::int64_t shard = 0;
   for (const ParamGroup& g : r.groups) {
@@ -41,7 +45,26 @@ OpId StepBuilder::grad_passes(Rank& r, const std::vector<OpId>& deps) {
   const OpId n = elementwise(r, "grad_norm", OpCategory::kOptimizer, -1, gbytes * shard,
                              2.0 * static_cast<double>(shard));
   b_.op_at(n).deps.insert(b_.op_at(n).deps.end(), deps.begin(), deps.end());
-  return n;
+  const ParallelConfig& p = s_.parallelism;
+  if (p.pp <= 1) return n;
+  std::vector<int> group;
+  for (int s = 0; s < p.pp; ++s) {
+    for (int t = 0; t < p.tp; ++t) group.push_back(s * stage_ranks(p) + t);
+  }
+  const std::int64_t scalars = gdtype_ == sim::DType::kFp16 ? 2 : 1;
+  const OpId sync = collective(r, r.comm, "grad_norm.allreduce", OpCategory::kComm, -1,
+                               sim::CollectiveKind::kAllReduce, group, 4 * scalars, {n});
+  norm_syncs_.push_back({n, sync});
+  return sync;
+}
+
+// Every stage's gradient-norm all-reduce waits for every stage's norm (grad_passes).
+void StepBuilder::link_norm_syncs() {
+  for (const auto& [norm, sync] : norm_syncs_) {
+    for (const auto& [other_norm, other_sync] : norm_syncs_) {
+      if (other_sync != sync) b_.op_at(sync).deps.push_back(other_norm);
+    }
+  }
 }
 
 // Expert data-parallel size: tp · dp / (ep · etp).

@@ -86,6 +86,7 @@ sim::Status StepBuilder::build() {
   for (int stage = 0; stage < p.pp; ++stage) {
     OFFSIM_RETURN_IF_ERROR(build_rank(stage));
   }
+  link_norm_syncs();
   // Every send gets its receive on the peer, in send order: one receive lane per (receiver,
   // sender) pair, so a receive never waits behind another sender's and the lane adds no delay
   // (sends to one peer leave one lane in order). Appended after every other op and lane.

@@ -410,6 +410,43 @@ TEST(BuildStep, TiedEmbeddingGradientsAreAllReducedBetweenFirstAndLastStage) {
   }
 }
 
+// Megatron's gradient clipping all-reduces the norm over the model-parallel group (tp x pp):
+// with pp > 1 every stage's all-reduce waits for every stage's norm, and the stage's updates
+// wait for it. One stage: no all-reduce.
+TEST(BuildStep, GradientNormIsAllReducedOverTheStages) {
+  Scenario s = base("llama3-8b", "dgx-h100");
+  s.model.layers = 4;
+  s.parallelism = {.dp = 2, .tp = 2, .pp = 2};
+  auto step = build_step(s);
+  ASSERT_TRUE(step) << step.error().message;
+  const sim::Plan& plan = step->plan;
+  const auto stage_of = [&](sim::OpId id) {
+    return plan.lanes[plan.ops[id.index()].lane.index()].stage;
+  };
+  std::map<int, sim::OpId> norm;
+  std::map<int, sim::OpId> sync;
+  for (std::size_t i = 0; i < plan.ops.size(); ++i) {
+    const sim::OpId id(static_cast<std::uint32_t>(i));
+    if (plan.ops[i].name == "grad_norm") norm[stage_of(id)] = id;
+    if (plan.ops[i].name == "grad_norm.allreduce") sync[stage_of(id)] = id;
+  }
+  ASSERT_EQ(norm.size(), 2U);
+  ASSERT_EQ(sync.size(), 2U);
+  for (const auto& [stage, id] : sync) {
+    const sim::Op& op = plan.ops[id.index()];
+    EXPECT_EQ(op.sizes.collective.group,
+              (std::vector<int>{0, 1, stage_ranks(s.parallelism), stage_ranks(s.parallelism) + 1}));
+    for (const auto& [other, n] : norm) {
+      EXPECT_NE(std::find(op.deps.begin(), op.deps.end(), n), op.deps.end()) << stage << other;
+    }
+  }
+  Scenario one = s;
+  one.parallelism = {.dp = 4, .tp = 2, .pp = 1};
+  auto o = build_step(one);
+  ASSERT_TRUE(o) << o.error().message;
+  for (const sim::Op& op : o->plan.ops) EXPECT_NE(op.name, "grad_norm.allreduce");
+}
+
 TEST(BuildStep, ZeroOffloadMovesOptimizerStateToHost) {
   Scenario s = base("llama3-8b", "dgx-h100");
   s.parallelism = {.dp = 8, .zero_stage = 2};
