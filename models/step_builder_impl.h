@@ -235,8 +235,11 @@ class StepBuilder {
   OpId ulysses_attention(Rank& r, const std::string& name, OpCategory cat, int layer,
                          bool backward);
   OpId rotary(Rank& r, const std::string& name, int layer);
-  void tp_reduce(Rank& r, const std::string& name, OpCategory cat, int layer);
-  void tp_gather(Rank& r, const std::string& name, OpCategory cat, int layer);
+  // `rows`: multiples of the micro-batch's tokens (the head's with MTP: head_rows()).
+  void tp_reduce(Rank& r, const std::string& name, OpCategory cat, int layer,
+                 std::int64_t rows = 1);
+  void tp_gather(Rank& r, const std::string& name, OpCategory cat, int layer,
+                 std::int64_t rows = 1);
   OpId gathered_gemm(Rank& r, const std::string& gather, const std::string& name, OpCategory cat,
                      int layer, GemmDims g, bool from_norm = false);
   OpId gathered_gemm_of(Rank& r, const std::string& gather, const std::string& name, OpCategory cat,

@@ -133,18 +133,20 @@ OpId StepBuilder::rotary(Rank& r, const std::string& name, int layer) {
 // TP collective after a row-parallel GEMM (all-reduce, or reduce-scatter with SP) and before
 // a column-parallel GEMM with SP (all-gather). On the compute lane: Megatron runs them on the
 // compute stream and the next GEMM needs their result.
-void StepBuilder::tp_reduce(Rank& r, const std::string& name, OpCategory cat, int layer) {
+void StepBuilder::tp_reduce(Rank& r, const std::string& name, OpCategory cat, int layer,
+                            std::int64_t rows) {
   if (d_.t == 1) return;
-  const std::int64_t bytes = d_.tokens() * d_.h * d_.e;
+  const std::int64_t bytes = rows * d_.tokens() * d_.h * d_.e;
   collective(r, r.compute, name, cat, layer,
              d_.sp > 1 ? sim::CollectiveKind::kReduceScatter : sim::CollectiveKind::kAllReduce,
              r.tp_group, bytes);
 }
 
-void StepBuilder::tp_gather(Rank& r, const std::string& name, OpCategory cat, int layer) {
+void StepBuilder::tp_gather(Rank& r, const std::string& name, OpCategory cat, int layer,
+                            std::int64_t rows) {
   if (d_.t == 1 || d_.sp == 1) return;
   collective(r, r.compute, name, cat, layer, sim::CollectiveKind::kAllGather, r.tp_group,
-             d_.tokens() * d_.h * d_.e);
+             rows * d_.tokens() * d_.h * d_.e);
 }
 
 // A column-parallel GEMM after the sequence-parallel all-gather of its input (forward), or a
@@ -393,7 +395,7 @@ OpId StepBuilder::head_op(Rank& r, const std::string& prefix, const HeadOpEntry&
     case HeadOpKind::kFinalNorm:
       return elementwise(r, name, OpCategory::kCompute, -1, 2 * residual, norm);
     case HeadOpKind::kTpGather:
-      tp_gather(r, name, OpCategory::kComm, -1);
+      tp_gather(r, name, OpCategory::kComm, -1, head_rows());
       return last_compute_;
     case HeadOpKind::kLogits:
       return head_gemm(r, name, n, d_.v, d_.h);
@@ -411,7 +413,7 @@ OpId StepBuilder::head_op(Rank& r, const std::string& prefix, const HeadOpEntry&
       return elementwise(r, name, OpCategory::kCompute, -1, 2 * residual,
                          static_cast<double>(residual / d_.e));
     case HeadOpKind::kTpReduce:
-      tp_reduce(r, name, OpCategory::kComm, -1);
+      tp_reduce(r, name, OpCategory::kComm, -1, head_rows());
       return last_compute_;
     case HeadOpKind::kFinalNormGrad:
       break;

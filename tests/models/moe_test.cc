@@ -263,6 +263,16 @@ TEST(MoeStep, MultiTokenPredictionAddsItsModuleAndAHeadPass) {
   };
   EXPECT_GT(logits(a->plan), 0.0);
   EXPECT_DOUBLE_EQ(logits(b->plan), 2.0 * logits(a->plan));
+  // Its sequence-parallel all-gather moves the module's rows too.
+  const auto gathered = [](const sim::Plan& plan) {
+    std::int64_t bytes = 0;
+    for (const sim::Op& op : plan.ops) {
+      if (op.name == "mb0.head.tp_allgather") bytes = op.sizes.bytes;
+    }
+    return bytes;
+  };
+  EXPECT_GT(gathered(a->plan), 0);
+  EXPECT_EQ(gathered(b->plan), 2 * gathered(a->plan));
   // The module's layer has the groups of a MoE layer; the head's group gains eh_proj (2h x h/tp)
   // and three norms, no embedding copy with pp 1.
   EXPECT_EQ(tensor_bytes(b->plan, "l4.experts.params"), tensor_bytes(b->plan, "l3.experts.params"));
