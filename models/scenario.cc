@@ -437,6 +437,35 @@ sim::Result<std::vector<ParallelConfig::StageLayout>> parse_pipeline_layout(std:
   return stages;
 }
 
+std::vector<ParallelConfig::StageLayout> scale_layout(
+    const std::vector<ParallelConfig::StageLayout>& layout, std::int64_t layers) {
+  std::vector<ParallelConfig::StageLayout> out = layout;
+  // A stage that builds only decoder layers keeps one (a stage may not build nothing).
+  std::int64_t total = 0;
+  std::int64_t kept = 0;
+  for (auto& st : out) {
+    total += st.decoders;
+    const bool only_decoders = st.decoders > 0 && !st.embedding && !st.loss && st.mtp == 0;
+    st.decoders = only_decoders ? 1 : 0;
+    kept += st.decoders;
+  }
+  if (total <= 0 || layers < kept) return layout;
+  const std::int64_t rest = layers - kept;
+  std::int64_t given = 0;
+  std::vector<std::pair<std::int64_t, std::size_t>> remainders;  // (-remainder, stage)
+  for (std::size_t i = 0; i < layout.size(); ++i) {
+    const std::int64_t share = layout[i].decoders * rest;
+    out[i].decoders += static_cast<int>(share / total);
+    given += share / total;
+    remainders.emplace_back(-(share % total), i);
+  }
+  std::sort(remainders.begin(), remainders.end());
+  for (std::size_t k = 0; given < rest && k < remainders.size(); ++k, ++given) {
+    ++out[remainders[k].second].decoders;
+  }
+  return out;
+}
+
 std::string layout_string(const ParallelConfig& p) {
   std::string out;
   const auto run = [&out](char c, int n) {
@@ -886,6 +915,12 @@ sim::Status check_layout(const Scenario& s) {
     losses += st.loss ? 1 : 0;
     mtp += st.mtp;
     const bool last = i + 1 == stages.size();
+    if (st.decoders == 0 && st.mtp == 0 && !st.embedding && !st.loss) {
+      return invalid(fmt::format(
+          "parallelism.layout: stage {} builds nothing; expected a decoder layer, the embedding, "
+          "an MTP module or the loss in every stage",
+          i));
+    }
     if ((st.embedding && i != 0) || (st.loss && !last) || (st.mtp > 0 && !last)) {
       return invalid(fmt::format(
           "parallelism.layout: stage {} holds the {}; expected the embedding in the first stage "

@@ -306,6 +306,12 @@ std::string layout_string(const ParallelConfig& p);
 sim::Result<std::vector<ParallelConfig::StageLayout>> parse_pipeline_layout(std::string text);
 // The letter of one of Megatron's LayerType names (embedding, decoder, mtp, loss) or of a letter.
 std::optional<char> pipeline_layer_letter(std::string_view name);
+// The layout with `layers` decoder layers in place of its own, spread over its stages in
+// proportion to theirs (largest remainder, earlier stages first on ties); the embedding, MTP
+// modules and loss stay where they are. For a step scaled down to fewer layers (offsim replay
+// --layers).
+std::vector<ParallelConfig::StageLayout> scale_layout(
+    const std::vector<ParallelConfig::StageLayout>& layout, std::int64_t layers);
 
 struct LayerSelection {
   enum class Kind { kAll, kList, kFraction, kFirst, kStageFraction };

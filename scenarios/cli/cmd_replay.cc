@@ -35,6 +35,23 @@ backends::DeviceKind replay_device(const std::string& device) {
 
 // Writes the measured and predicted timelines and the trace asked for, and replaces their
 // destinations.
+// The overrides of a replay: the user's, --layers and --profile. A scenario with a pipeline
+// layout gets it scaled to the --layers it keeps (models::scale_layout).
+sim::Result<std::vector<std::string>> replay_sets(const ReplayArgs& a) {
+  std::vector<std::string> sets = a.sets;
+  if (!a.profile.empty()) sets.push_back(fmt::format("hardware.profile={}", a.profile));
+  if (a.layers <= 0) return sets;
+  OFFSIM_ASSIGN_OR_RETURN(const Loaded full, load_checked(a.scenario, sets));
+  const models::ParallelConfig& p = full.scenario().parallelism;
+  sets.push_back(fmt::format("model.layers={}", a.layers));
+  if (!p.layout.empty()) {
+    models::ParallelConfig scaled = p;
+    scaled.layout = models::scale_layout(p.layout, a.layers);
+    sets.push_back(fmt::format("parallelism.layout={}", models::layout_string(scaled)));
+  }
+  return sets;
+}
+
 sim::Status write_outputs(const ReplayArgs& a, const sim::Timeline& predicted,
                           const sim::Timeline& measured, scenarios::OutputFiles& outputs) {
   if (!a.out.empty()) {
@@ -66,10 +83,8 @@ int cmd_replay_mpi(const ReplayArgs& a) {
     if (failed == mpi.rank()) return report(st.error());
     return st ? 2 : exit_code(st.error());
   };
-  std::vector<std::string> sets = a.sets;
-  if (a.layers > 0) sets.push_back(fmt::format("model.layers={}", a.layers));
-  if (!a.profile.empty()) sets.push_back(fmt::format("hardware.profile={}", a.profile));
-  auto l = load_checked(a.scenario, sets);
+  auto sets = replay_sets(a);
+  auto l = sets ? load_checked(a.scenario, *sets) : sim::Result<Loaded>(sim::fail(sets.error()));
   if (int rc = agree(l ? sim::ok() : sim::fail(l.error())); rc >= 0) return rc;
   std::vector<std::string> inputs = l->read_files();
   inputs.push_back(a.scenario);
@@ -151,10 +166,9 @@ CLI::App* add_replay_command(CLI::App& app, ReplayArgs& replay) {
 
 int cmd_replay(const ReplayArgs& a) {
   if (a.mpi) return cmd_replay_mpi(a);
-  std::vector<std::string> sets = a.sets;
-  if (a.layers > 0) sets.push_back(fmt::format("model.layers={}", a.layers));
-  if (!a.profile.empty()) sets.push_back(fmt::format("hardware.profile={}", a.profile));
-  auto l = load_checked(a.scenario, sets);
+  auto sets = replay_sets(a);
+  if (!sets) return report(sets.error());
+  auto l = load_checked(a.scenario, *sets);
   if (!l) return report(l.error());
   std::vector<std::string> inputs = l->read_files();
   inputs.push_back(a.scenario);

@@ -26,6 +26,7 @@ using namespace std::chrono_literals;
 void scale_down(models::Scenario& s) {
   const auto& p = s.parallelism;
   s.model.layers = 2 * static_cast<std::int64_t>(p.pp) * p.virtual_stages;
+  if (!p.layout.empty()) s.parallelism.layout = models::scale_layout(p.layout, s.model.layers);
   const std::int64_t per_step = s.training.micro_batch * p.dp;
   s.training.global_batch = std::min<std::int64_t>(s.training.global_batch, 4 * per_step);
 }

@@ -135,6 +135,20 @@ TEST(PipelineLayout, ListedLayoutBuildsEachStagesLayers) {
   EXPECT_NE(message("E(tt|L").find("closes"), std::string::npos);
   EXPECT_NE(message("EEt|tL").find("at most once"), std::string::npos);
   EXPECT_NE(message("Et*|tL").find("count"), std::string::npos);
+  // Scaled to fewer layers (offsim replay --layers): in proportion, a stage of decoder layers
+  // alone keeping one; the embedding, the MTP module and the loss where they were.
+  ParallelConfig scaled{.pp = 16};
+  scaled.layout = scale_layout(*stages, 32);
+  std::string middle;
+  for (int i = 0; i < 13; ++i) middle += "t*2|";
+  EXPECT_EQ(layout_string(scaled), "Et*2|t*3|" + middle + "tmL");
+  EXPECT_TRUE(pipeline_layout(32, scaled).even());
+  scaled.layout = scale_layout(*stages, 16);
+  middle.clear();
+  for (int i = 0; i < 13; ++i) middle += "t|";
+  EXPECT_EQ(layout_string(scaled), "Et|t*2|" + middle + "mL");
+  EXPECT_TRUE(pipeline_layout(16, scaled).even());
+  EXPECT_FALSE(pipeline_layout(14, scaled).even());
 }
 
 TEST(PipelineLayout, ScenarioCheckRefusesWhatMegatronRefuses) {
@@ -163,6 +177,9 @@ TEST(PipelineLayout, ScenarioCheckRefusesWhatMegatronRefuses) {
   s.model.mtp_layers = 1;
   EXPECT_EQ(check("Etttt|ttttmL"), "");
   EXPECT_NE(check("Ettttm|ttttL").find("MTP modules"), std::string::npos);
+  s.parallelism.pp = 4;
+  EXPECT_NE(check("Etttt||ttttmL|").find("stage 1 builds nothing"), std::string::npos);
+  s.parallelism.pp = 2;
   s.parallelism.account_for_loss_in_pipeline_split = true;
   EXPECT_NE(check("Etttt|ttttmL").find("account_for_loss_in_pipeline_split false"),
             std::string::npos);
