@@ -132,6 +132,13 @@ LayerDims layer_dims(const ModelArch& m, const TrainingConfig& t, const Parallel
     const std::int64_t proj =
         attention_parameter_count_per_rank(m, p.tp) - norms - d.a * a.v_head_dim * m.hidden;
     d.qkv_width = ceil_div(proj, m.hidden);
+    const std::int64_t qk = a.qk_nope_head_dim + a.qk_rope_head_dim;
+    const std::int64_t q_in = a.q_lora_rank > 0 ? a.q_lora_rank : m.hidden;
+    const std::int64_t up_weights =
+        q_in * d.a * qk + a.kv_lora_rank * d.a * (a.qk_nope_head_dim + a.v_head_dim);
+    d.mla_up_n = d.a * (qk + a.qk_nope_head_dim + a.v_head_dim);
+    d.mla_up_k = ceil_div(up_weights, d.mla_up_n);
+    d.mla_latent = std::max<std::int64_t>(a.q_lora_rank, 0) + a.kv_lora_rank + a.qk_rope_head_dim;
   }
   return d;
 }
@@ -144,11 +151,13 @@ std::int64_t act_bytes(const LayerDims& d, Act a) {
     const std::int64_t rows_f = d.routed * d.fe + tok * d.fs;
     switch (a) {
       case Act::kLn2Out:
-        // + the dispatched tokens (expert GEMM input; fp8 under fp8, as Transformer Engine's
-        // GroupedLinear saves it) and the fp32 router probabilities.
-        return residual + d.routed * d.h * (d.e_q > 0 ? d.e_q : d.e) + d.moe_tokens * d.experts * 4;
+        return residual;
       case Act::kMlpWi:
-        return rows_f * d.e * (d.gated ? 2 : 1);
+        // The FC1 outputs, and what the MoE FFN keeps of its own input: the dispatched tokens
+        // (the expert GEMM's input; fp8 under fp8, as Transformer Engine's GroupedLinear saves
+        // it) and the fp32 router probabilities (re-created when the MoE FFN is recomputed).
+        return rows_f * d.e * (d.gated ? 2 : 1) + d.routed * d.h * (d.e_q > 0 ? d.e_q : d.e) +
+               d.moe_tokens * d.experts * 4;
       case Act::kActOut:
         return rows_f * (d.e_q > 0 ? d.e_q : d.e);
       case Act::kMlpWo:
@@ -196,7 +205,7 @@ std::int64_t act_bytes(const LayerDims& d, Act a) {
 }
 
 std::int64_t LayerActivations::saved_bytes(const LayerDims& d) const {
-  std::int64_t total = 0;
+  std::int64_t total = latent_bytes;
   for (int i = 0; i < kNumActs; ++i) {
     if (saved[i]) total += act_bytes(d, static_cast<Act>(i));
   }
@@ -214,7 +223,47 @@ std::int64_t LayerActivations::recomputed_bytes(const LayerDims& d) const {
   return total;
 }
 
-LayerActivations layer_activations(const LayerDims& d, Mode mode,
+namespace {
+
+// What selective recompute with `modules` does not keep of what the backward needs (Megatron-
+// Core: attention.py core_attn; transformer_layer.py layernorm, mlp (dense layers only);
+// moe/experts.py moe_act; moe/moe_layer.py moe (MoE layers only); multi_latent_attention.py
+// mla_up_proj). The op walk of layer_activations then re-runs what makes them.
+void drop_selective(const LayerDims& d, const RecomputeModules& modules, LayerActivations& r) {
+  using M = RecomputeModule;
+  if (modules.has(M::kCoreAttn)) r.saved[idx(Act::kCoreSaved)] = false;
+  if (modules.has(M::kLayernorm)) {
+    r.saved[idx(Act::kLn1Out)] = false;
+    r.saved[idx(Act::kLn2Out)] = false;
+  }
+  // The activation output of the experts (offsim keeps one tensor for the routed and the
+  // shared experts' activations).
+  if (modules.has(M::kMoeAct) && d.moe) r.saved[idx(Act::kActOut)] = false;
+  if ((modules.has(M::kMlp) && !d.moe) || (modules.has(M::kMoe) && d.moe)) {
+    r.saved[idx(Act::kMlpWi)] = false;
+    r.saved[idx(Act::kActOut)] = false;
+    r.saved[idx(Act::kMlpWo)] = false;
+  }
+  if (modules.has(M::kMlaUpProj) && d.mla_up_n > 0) {
+    r.saved[idx(Act::kQ)] = false;
+    r.saved[idx(Act::kK)] = false;
+    r.saved[idx(Act::kV)] = false;
+    r.mla_up_proj = true;
+    r.latent_bytes = d.tokens() * d.mla_latent * d.e;
+  }
+}
+
+}  // namespace
+
+double recompute_op_flops(const LayerDims& d, const LayerActivations& acts, FwdOp op) {
+  if (op == FwdOp::kQkv && acts.mla_up_proj) {
+    return 2.0 * static_cast<double>(d.tokens()) * static_cast<double>(d.mla_up_n) *
+           static_cast<double>(d.mla_up_k);
+  }
+  return fwd_op_flops(d, op, false);
+}
+
+LayerActivations layer_activations(const LayerDims& d, Mode mode, const RecomputeModules& modules,
                                    const std::set<std::string>& named_saved) {
   LayerActivations r;
   std::array<bool, kNumActs> needed{};
@@ -230,7 +279,7 @@ LayerActivations layer_activations(const LayerDims& d, Mode mode,
       break;
     case Mode::kSelective:
       r.saved = needed;
-      r.saved[idx(Act::kCoreSaved)] = false;
+      drop_selective(d, modules, r);
       break;
     case Mode::kFull:
       r.saved[idx(Act::kX)] = true;
@@ -239,6 +288,10 @@ LayerActivations layer_activations(const LayerDims& d, Mode mode,
   for (int i = 0; i < kNumActs; ++i) {
     const std::string name = maxtext_name(static_cast<Act>(i));
     if (!name.empty() && named_saved.count(name) != 0) r.saved[i] = true;
+  }
+  if (r.mla_up_proj && r.saved[idx(Act::kQ)] && r.saved[idx(Act::kK)] && r.saved[idx(Act::kV)]) {
+    r.mla_up_proj = false;  // named saves keep what the up projections make
+    r.latent_bytes = 0;
   }
   // Walk the forward ops backwards: an op is re-run when it produces a tensor that is needed
   // and not saved; its own unsaved inputs then become needed too.

@@ -63,6 +63,13 @@ struct LayerDims {
   // FLOPs of MLA's down and up projections, and a value head dim `vd`.
   std::int64_t qkv_width = 0;  // 0: q() + 2·kv()
   std::int64_t vd = 0;         // 0: d
+  // MLA's up projections (q from its latent, or from the hidden state without one; k and v
+  // from the kv latent) as one GEMM of tokens × mla_up_n × mla_up_k with their FLOPs, and the
+  // latent elements per token they read (the normalised q and kv latents and the rotary key
+  // part): what recompute module mla_up_proj keeps and re-runs. 0 without MLA.
+  std::int64_t mla_up_n = 0;
+  std::int64_t mla_up_k = 0;
+  std::int64_t mla_latent = 0;
   std::int64_t tokens() const { return b * s; }
   std::int64_t qkv_n() const { return qkv_width > 0 ? qkv_width : q() + 2 * kv(); }
   std::int64_t o() const { return a * (vd > 0 ? vd : d); }  // out projection input width
@@ -141,14 +148,27 @@ std::int64_t act_bytes(const LayerDims& d, Act a);
 struct LayerActivations {
   std::array<bool, kNumActs> saved{};        // kept from forward to backward
   std::array<bool, kNumFwdOps> recompute{};  // forward ops re-run before the layer's backward
+  // Recompute module mla_up_proj on an MLA layer: the recompute of kQkv re-runs only the up
+  // projections (LayerDims::mla_up_*), from the latents kept for it (`latent_bytes`, on HBM).
+  bool mla_up_proj = false;
+  std::int64_t latent_bytes = 0;
   std::int64_t saved_bytes(const LayerDims& d) const;
   std::int64_t recomputed_bytes(const LayerDims& d) const;  // tensors the recompute re-creates
 };
 
 // `named_saved`: MaxText names with a placement rule for this layer; they are saved whatever
-// the mode (JAX save/offload-these-names semantics).
+// the mode (JAX save/offload-these-names semantics). `modules`: what kSelective re-runs
+// (RecomputeModule, Megatron-Core's recompute_modules); without it, core_attn.
 LayerActivations layer_activations(const LayerDims& d, RecomputeConfig::Mode mode,
+                                   const RecomputeModules& modules,
                                    const std::set<std::string>& named_saved);
+inline LayerActivations layer_activations(const LayerDims& d, RecomputeConfig::Mode mode,
+                                          const std::set<std::string>& named_saved) {
+  return layer_activations(d, mode, RecomputeModules{}, named_saved);
+}
+// The FLOPs the recompute of forward op `op` re-runs: fwd_op_flops, but MLA's up projections
+// alone for kQkv under mla_up_proj.
+double recompute_op_flops(const LayerDims& d, const LayerActivations& acts, FwdOp op);
 
 // Useful FLOPs of one forward op of a layer on this rank. Attention counts the full s×s
 // products unless `causal_attention` (the Megatron/PaLM MFU convention counts them in full).

@@ -105,6 +105,7 @@ void place_activations(const LayerDims& d, const LayerPolicy& policy, LayerShape
       out.hbm_saved = true;
     }
   }
+  if (policy.acts.latent_bytes > 0) out.hbm_saved = true;
   if (host_bytes > 0) {
     out.host_chunks = policy.chunk_bytes > 0
                           ? std::ceil(host_bytes / static_cast<double>(policy.chunk_bytes))
@@ -134,9 +135,14 @@ bool is_gemm(const LayerOpEntry& e) {
 // The ops StepBuilder::recompute_forward re-runs for one entry of the layer's forward: its
 // kernel, its collective when that is re-run too, the rotary embedding after it, and
 // Transformer Engine's FP8 input cast of a GEMM (StepBuilder::gemm).
-RecomputeOps entry_recompute(const Scenario& s, const LayerDims& d, const LayerOpEntry& e) {
+// Under mla_up_proj the QKV entry re-runs MLA's up projections without the collective.
+bool mla_up_only(const LayerOpEntry& e, const LayerActivations& acts) {
+  return e.first == FwdOp::kQkv && acts.mla_up_proj;
+}
+RecomputeOps entry_recompute(const Scenario& s, const LayerDims& d, const LayerOpEntry& e,
+                             const LayerActivations& acts) {
   RecomputeOps out;
-  out.collectives = e.comm_recomputed ? entry_collectives(d, e) : 0;
+  out.collectives = e.comm_recomputed && !mla_up_only(e, acts) ? entry_collectives(d, e) : 0;
   out.ops = 1 + out.collectives;
   if (e.rotary_after && s.model.max_positions == 0) out.ops += 1;
   if (s.training.compute_dtype == sim::DType::kFp8 && is_gemm(e)) out.ops += 1;
@@ -149,7 +155,7 @@ RecomputeOps dense_recompute(const Scenario& s, const LayerDims& d, const LayerA
   RecomputeOps out;
   for (const LayerOpEntry& e : layer_forward_recipe()) {
     if (!recomputes(e, acts)) continue;
-    const RecomputeOps o = entry_recompute(s, d, e);
+    const RecomputeOps o = entry_recompute(s, d, e, acts);
     out.ops += o.ops;
     out.collectives += o.collectives;
   }
@@ -163,7 +169,9 @@ RecomputeOps dense_recompute(const Scenario& s, const LayerDims& d, const LayerA
     double gathered = 0;
     double scattered = 0;
     for (const LayerOpEntry& e : layer_forward_recipe()) {
-      if (!e.comm_recomputed || (e.ffn && d.moe) || !recomputes(e, acts)) continue;
+      if (!e.comm_recomputed || (e.ffn && d.moe) || mla_up_only(e, acts) || !recomputes(e, acts)) {
+        continue;
+      }
       gathered += e.shape == LayerOpShape::kColumnGemm ? 1 : 0;
       scattered += e.shape == LayerOpShape::kRowGemm ? 1 : 0;
     }
@@ -185,17 +193,24 @@ void moe_recompute(const Scenario& s, const LayerDims& d, const LayerActivations
   for (const LayerOpEntry& e : layer_forward_recipe()) {
     if (!e.ffn || !recomputes(e, acts)) continue;
     any = true;
-    const RecomputeOps o = entry_recompute(s, d, e);
+    const RecomputeOps o = entry_recompute(s, d, e, acts);
     mlp.ops += o.ops;
     mlp.collectives += o.collectives;
   }
   if (!any) return;
+  out.ops -= mlp.ops;
+  out.collectives -= mlp.collectives;
+  if (moe_activation_only(acts)) {
+    for (const MoeOpEntry& m : moe_forward_recipe()) {
+      const bool act = m.traffic == MoeTraffic::kExpertAct || m.traffic == MoeTraffic::kSharedAct;
+      if (act && moe_entry_runs(m, d)) out.ops += 1;
+    }
+    return;
+  }
   const MoeOps mo = moe_ops(d);
   out.moe = true;
-  out.ops -= mlp.ops;
   if (s.training.compute_dtype == sim::DType::kFp8) out.ops += mo.fp8_casts_fwd;
   out.ops += mo.fwd;
-  out.collectives -= mlp.collectives;
   out.collectives += mo.fwd_collectives;
 }
 
@@ -1108,6 +1123,11 @@ double recipe_backward_flops(const LayerDims& d) {
     if (!(e.ffn && d.moe)) total += backward_entry_flops(e, d);
   }
   return d.moe ? total + moe_flops(moe_backward_recipe(), d) : total;
+}
+
+bool moe_activation_only(const LayerActivations& acts) {
+  const auto re = [&](FwdOp op) { return acts.recompute[static_cast<int>(op)]; };
+  return re(FwdOp::kAct) && !re(FwdOp::kMlpWi) && !re(FwdOp::kMlpWo);
 }
 
 bool recomputes(const LayerOpEntry& entry, const LayerActivations& acts) {

@@ -114,6 +114,23 @@ const char* to_string(RecomputeConfig::Mode v) {
   }
   return "?";
 }
+const char* to_string(RecomputeModule v) {
+  switch (v) {
+    case RecomputeModule::kCoreAttn:
+      return "core_attn";
+    case RecomputeModule::kLayernorm:
+      return "layernorm";
+    case RecomputeModule::kMoeAct:
+      return "moe_act";
+    case RecomputeModule::kMlaUpProj:
+      return "mla_up_proj";
+    case RecomputeModule::kMlp:
+      return "mlp";
+    case RecomputeModule::kMoe:
+      return "moe";
+  }
+  return "?";
+}
 const char* to_string(TensorClass v) {
   switch (v) {
     case TensorClass::kParams:
@@ -187,6 +204,12 @@ std::optional<RecomputeConfig::Mode> recompute_mode_from_string(std::string_view
   static constexpr RecomputeConfig::Mode kAll[] = {RecomputeConfig::Mode::kNone,
                                                    RecomputeConfig::Mode::kSelective,
                                                    RecomputeConfig::Mode::kFull};
+  return parse_enum(s, kAll);
+}
+std::optional<RecomputeModule> recompute_module_from_string(std::string_view s) {
+  static constexpr RecomputeModule kAll[] = {
+      RecomputeModule::kCoreAttn,  RecomputeModule::kLayernorm, RecomputeModule::kMoeAct,
+      RecomputeModule::kMlaUpProj, RecomputeModule::kMlp,       RecomputeModule::kMoe};
   return parse_enum(s, kAll);
 }
 std::optional<TensorClass> tensor_class_from_string(std::string_view s) {
@@ -1040,6 +1063,12 @@ sim::Status check_recompute(const Scenario& s) {
       return invalid(
           fmt::format("recompute.per_layer: layer {} is outside 0..{}", layer, s.model.layers - 1));
     }
+  }
+  // As Megatron-Core's TransformerConfig refuses it.
+  if (s.recompute.modules.has(RecomputeModule::kMlaUpProj) && s.model.mla.kv_lora_rank <= 0) {
+    return invalid(
+        "recompute.modules: mla_up_proj needs multi-head latent attention (model.mla.kv_lora_rank "
+        "> 0)");
   }
   return sim::ok();
 }

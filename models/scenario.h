@@ -254,11 +254,32 @@ inline int grad_dp(const ParallelConfig& p) { return p.dp * p.cp; }
 // Ranks of one pipeline stage: tp · cp · dp.
 inline int stage_ranks(const ParallelConfig& p) { return p.tp * p.cp * p.dp; }
 
+// What selective recompute re-runs, as Megatron-Core's recompute_modules names it
+// (megatron/core/transformer/transformer_config.py; default ["core_attn"]):
+//   core_attn    the attention core (its score/softmax state is not kept)
+//   layernorm    input_layernorm and pre_mlp_layernorm (their outputs are not kept)
+//   moe_act      the routed experts' activation function (its output is not kept)
+//   mla_up_proj  multi-head latent attention's up projections and RoPE: q, k and v are not kept,
+//                the normalised latents are, and the up projections are re-run from them
+//   mlp          the dense MLP of a dense layer (checkpointed from its input)
+//   moe          the MoE FFN of an MoE layer: router, dispatch, experts, combine
+enum class RecomputeModule { kCoreAttn, kLayernorm, kMoeAct, kMlaUpProj, kMlp, kMoe };
+inline constexpr int kNumRecomputeModules = 6;
+
+// A set of RecomputeModule values.
+struct RecomputeModules {
+  unsigned bits = 1U;  // {core_attn}: Megatron-Core's default
+  bool has(RecomputeModule m) const { return (bits >> static_cast<unsigned>(m) & 1U) != 0; }
+  void add(RecomputeModule m) { bits |= 1U << static_cast<unsigned>(m); }
+  bool operator==(const RecomputeModules&) const = default;
+};
+
 struct RecomputeConfig {
   enum class Mode { kNone, kSelective, kFull };
 
   Mode mode = Mode::kNone;
   std::map<int, Mode> per_layer;  // layer index -> mode, overrides `mode` for that layer
+  RecomputeModules modules;       // what kSelective re-runs (every layer that is selective)
 };
 
 // Which layers a rule applies to.
@@ -462,6 +483,7 @@ const char* to_string(ModelArch::Norm v);
 const char* to_string(ModelArch::AttentionImpl v);
 const char* to_string(ParallelConfig::PipelineSchedule v);
 const char* to_string(RecomputeConfig::Mode v);
+const char* to_string(RecomputeModule v);
 const char* to_string(TensorClass v);
 const char* to_string(Placement v);
 std::optional<ModelArch::Activation> activation_from_string(std::string_view s);
@@ -477,6 +499,7 @@ std::optional<ParallelConfig::CpCommType> cp_comm_type_from_string(std::string_v
 const char* to_string(TrainingConfig::Fp8Recipe v);
 std::optional<TrainingConfig::Fp8Recipe> fp8_recipe_from_string(std::string_view s);
 std::optional<RecomputeConfig::Mode> recompute_mode_from_string(std::string_view s);
+std::optional<RecomputeModule> recompute_module_from_string(std::string_view s);
 std::optional<TensorClass> tensor_class_from_string(std::string_view s);
 std::optional<Placement> placement_from_string(std::string_view s);
 const char* to_string(OffloadPolicy::CpuStep v);

@@ -351,12 +351,13 @@ void set_step_flops(const Scenario& s, BuiltStep& out) {
     }
     const LayerDims dl =
         s.model.moe.experts > 0 ? layer_dims(s.model, s.training, ParallelConfig{}, l, true) : d;
-    const LayerActivations a = layer_activations(dl, recompute_mode(s.recompute, l), named);
+    const LayerActivations a =
+        layer_activations(dl, recompute_mode(s.recompute, l), s.recompute.modules, named);
     // The entries of the layer's forward recipe its recompute re-runs.
     for (const LayerOpEntry& e : layer_forward_recipe()) {
       if (!recomputes(e, a)) continue;
       for (int op = static_cast<int>(e.first); op <= static_cast<int>(e.last); ++op) {
-        if (a.recompute[op]) recompute += fwd_op_flops(dl, static_cast<FwdOp>(op), false);
+        if (a.recompute[op]) recompute += recompute_op_flops(dl, a, static_cast<FwdOp>(op));
       }
     }
   }

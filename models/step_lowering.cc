@@ -529,15 +529,33 @@ OpId StepBuilder::mtp_input_backward(Rank& r, int mb, int l) {
 
 // Recomputes the forward ops of layer l that the backward needs and nobody saved: the entries
 // of the layer's forward recipe its recompute marks; `emit` sees every op.
+// An MoE layer's FFN is re-run whole (router, dispatch, experts, combine), or, when only its
+// activation output was dropped (recompute module moe_act), its activations alone. Under
+// mla_up_proj the QKV entry re-runs MLA's up projections from the kept latents (no collective:
+// the latents are the rank's own) and the rotary embedding.
 void StepBuilder::recompute_forward(Rank& r, const std::string& p, int l, const OpSink& emit) {
+  const LayerActivations& acts = policies_[l].acts;
   bool ffn_done = false;
   for (const LayerOpEntry& e : layer_forward_recipe()) {
-    if (!recomputes(e, policies_[l].acts)) continue;
+    if (!recomputes(e, acts)) continue;
     if (e.ffn && ld(l).moe) {
-      // The MoE FFN is re-run whole (router, dispatch, experts, combine).
-      if (!std::exchange(ffn_done, true)) {
+      if (std::exchange(ffn_done, true)) continue;
+      if (!moe_activation_only(acts)) {
         moe_forward(r, p, OpCategory::kRecompute, l, emit, ".recompute");
+        continue;
       }
+      for (const MoeOpEntry& m : moe_forward_recipe()) {
+        const bool act = m.traffic == MoeTraffic::kExpertAct || m.traffic == MoeTraffic::kSharedAct;
+        if (!act || !moe_entry_runs(m, ld(l))) continue;
+        emit(moe_op(r, p + "." + m.name + ".recompute", OpCategory::kRecompute, l, m, false));
+      }
+      continue;
+    }
+    if (e.first == FwdOp::kQkv && acts.mla_up_proj) {
+      const LayerDims& d = ld(l);
+      emit(gemm(r, p + ".mla_up_proj.recompute", OpCategory::kRecompute, l, d.tokens(), d.mla_up_n,
+                d.mla_up_k));
+      if (e.rotary_after && rotary_positions()) emit(rotary(r, p + ".rope.recompute", l));
       continue;
     }
     recompute_op(r, p, l, e, emit);

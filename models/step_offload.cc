@@ -104,6 +104,7 @@ std::vector<TensorId> StepBuilder::save_activations(Rank& r, int l, const std::s
     if (!lp.acts.saved[a]) continue;
     (lp.on_host[a] ? host_bytes : hbm_bytes) += act_bytes(ld(l), static_cast<Act>(a));
   }
+  hbm_bytes += lp.acts.latent_bytes;  // MLA latents kept for the up projections' recompute
   if (hbm_bytes > 0) {
     saved.hbm = tensor(r.hbm, p + ".act", hbm_bytes, TensorCategory::kActivations);
     b_.op_at(first).allocs.push_back(saved.hbm);

@@ -189,6 +189,10 @@ constexpr models::TrainingConfig::Fp8Recipe kFp8Recipes[] = {
     models::TrainingConfig::Fp8Recipe::kMxfp8, models::TrainingConfig::Fp8Recipe::kBlockwise};
 constexpr RecomputeConfig::Mode kRecomputeModes[] = {
     RecomputeConfig::Mode::kNone, RecomputeConfig::Mode::kSelective, RecomputeConfig::Mode::kFull};
+constexpr models::RecomputeModule kRecomputeModules[] = {
+    models::RecomputeModule::kCoreAttn, models::RecomputeModule::kLayernorm,
+    models::RecomputeModule::kMoeAct,   models::RecomputeModule::kMlaUpProj,
+    models::RecomputeModule::kMlp,      models::RecomputeModule::kMoe};
 constexpr models::Placement kPlacements[] = {models::Placement::kHbm, models::Placement::kHost};
 constexpr models::OffloadPolicy::CpuStep kCpuSteps[] = {
     models::OffloadPolicy::CpuStep::kPerGroup, models::OffloadPolicy::CpuStep::kFlatPartition};
@@ -615,6 +619,19 @@ sim::Status read_recompute(const Node& node, RecomputeConfig& rc) {
   MapReader r(node, "recompute");
   OFFSIM_RETURN_IF_ERROR(
       read_enum(r, "mode", rc.mode, kRecomputeModes, models::recompute_mode_from_string));
+  if (const Node* modules = r.get("modules")) {
+    if (modules->kind != NodeKind::kSequence) {
+      return type_error(*modules, "recompute.modules",
+                        "a list of modules (core_attn, layernorm, moe_act, mla_up_proj, mlp, moe)");
+    }
+    rc.modules.bits = 0;
+    for (std::size_t i = 0; i < modules->items.size(); ++i) {
+      OFFSIM_ASSIGN_OR_RETURN(auto m,
+                              enum_of(modules->items[i], fmt::format("recompute.modules.{}", i),
+                                      kRecomputeModules, models::recompute_module_from_string));
+      rc.modules.add(m);
+    }
+  }
   if (const Node* per = r.get("per_layer")) {
     if (per->kind != NodeKind::kMap) {
       return type_error(*per, "recompute.per_layer", "a map of layer index -> mode");
@@ -970,6 +987,19 @@ Node layers_node(const models::LayerSelection& sel) {
   return scalar_node("all");
 }
 
+// A scalar `key: VALUE` written as shorthand for `key: {field: VALUE}` becomes that map, so that
+// an override can set another field beside it.
+void expand_shorthand(Node& doc, const char* key, const char* field) {
+  Node* node = doc.find(key);
+  if (node == nullptr || node->kind != NodeKind::kScalar) return;
+  Node value = *node;
+  node->kind = NodeKind::kMap;
+  node->entries.clear();
+  node->scalar.clear();
+  node->quoted = false;
+  node->entries.emplace_back(field, std::move(value));
+}
+
 }  // namespace
 
 sim::Result<ScenarioFile> load_scenario_file(const std::string& path,
@@ -989,29 +1019,13 @@ sim::Result<ScenarioFile> load_scenario_file(const std::string& path,
   const bool overrides_model = std::any_of(overrides.begin(), overrides.end(), [](const auto& a) {
     return a.rfind("model.", 0) == 0 && a.rfind("model.base=", 0) != 0;
   });
-  if (Node* model = doc.find("model");
-      overrides_model && model != nullptr && model->kind == NodeKind::kScalar) {
-    Node base = *model;
-    model->kind = NodeKind::kMap;
-    model->entries.clear();
-    model->scalar.clear();
-    model->quoted = false;
-    model->entries.emplace_back("base", std::move(base));
-  }
+  if (overrides_model) expand_shorthand(doc, "model", "base");
   for (const std::string& assignment : overrides) {
-    // `offload: NAME` is shorthand for `offload: {preset: NAME}`: expand it when an override sets
-    // a preset option (--set offload.prefetch_layers=2).
-    if (assignment.rfind("offload.", 0) == 0) {
-      if (Node* offload = doc.find("offload");
-          offload != nullptr && offload->kind == NodeKind::kScalar) {
-        Node preset = *offload;
-        offload->kind = NodeKind::kMap;
-        offload->entries.clear();
-        offload->scalar.clear();
-        offload->quoted = false;
-        offload->entries.emplace_back("preset", std::move(preset));
-      }
-    }
+    // `offload: NAME` is shorthand for `offload: {preset: NAME}` and `recompute: MODE` for
+    // `recompute: {mode: MODE}`: expanded when an override sets a field inside
+    // (--set offload.prefetch_layers=2, --set recompute.modules=[layernorm]).
+    if (assignment.rfind("offload.", 0) == 0) expand_shorthand(doc, "offload", "preset");
+    if (assignment.rfind("recompute.", 0) == 0) expand_shorthand(doc, "recompute", "mode");
     OFFSIM_RETURN_IF_ERROR(apply_override(doc, assignment));
   }
   if (const Node* sweep = doc.find("sweep")) {
@@ -1283,6 +1297,13 @@ Node recompute_node(const RecomputeConfig& recompute) {
     put(per, std::to_string(layer), scalar_node(models::to_string(mode)));
   }
   put(rc, "per_layer", std::move(per));
+  Node modules = make_sequence();
+  for (int m = 0; m < models::kNumRecomputeModules; ++m) {
+    const auto module = static_cast<models::RecomputeModule>(m);
+    if (recompute.modules.has(module))
+      modules.items.push_back(scalar_node(models::to_string(module)));
+  }
+  put(rc, "modules", std::move(modules));
   return rc;
 }
 

@@ -56,18 +56,38 @@ class FlagPairs {
       }
     } else if (!pending_flag_.empty()) {
       out_.put(pending_flag_, make_scalar(tok, pending_origin_));
+      if (is_list_flag(pending_flag_)) list_flag_ = pending_flag_;
       pending_flag_.clear();
+    } else if (!list_flag_.empty()) {
+      // A further value of a list argument (nargs="+"): the field becomes a sequence.
+      Field* f = out_.get(list_flag_);
+      f->used = false;
+      if (f->value.kind == NodeKind::kScalar) {
+        Node seq = make_sequence();
+        seq.origin = f->value.origin;
+        seq.items.push_back(f->value);
+        f->value = std::move(seq);
+      }
+      f->value.items.push_back(make_scalar(tok, origin));
     }
   }
+
+  // Shell punctuation ends a list argument's values.
+  void end_list() { list_flag_.clear(); }
 
   // A flag still waiting for its value has none: it is a switch.
   void flush() {
     if (!pending_flag_.empty()) out_.put(pending_flag_, make_scalar("true", pending_origin_));
     pending_flag_.clear();
+    list_flag_.clear();
   }
 
  private:
+  // The list arguments the importer maps (Megatron's nargs="+"); other flags take one value.
+  static bool is_list_flag(const std::string& flag) { return flag == "--recompute-modules"; }
+
   Fields& out_;
+  std::string list_flag_;  // the list argument whose values are still being read
   std::string pending_flag_;
   std::string pending_origin_;
 };
@@ -80,9 +100,15 @@ void read_line(const std::string& line, const std::string& path, int line_no, Fl
     if (i >= line.size() || line[i] == '#') break;
     const std::size_t col = i + 1;
     std::string tok = next_token(line, i);
-    if (tok == "\\" || tok == "(" || tok == ")" || tok == "|" || tok == "&&") continue;
-    if (!tok.empty() && tok.back() == ')') tok.pop_back();
+    if (tok == "\\") continue;
+    if (tok == "(" || tok == ")" || tok == "|" || tok == "&&") {
+      pairs.end_list();
+      continue;
+    }
+    const bool closes = !tok.empty() && tok.back() == ')';
+    if (closes) tok.pop_back();
     pairs.add(tok, fmt::format("{}:{}:{}", path, line_no, col));
+    if (closes) pairs.end_list();
   }
 }
 
@@ -553,11 +579,43 @@ sim::Status map_recompute_method(Args& a) {
   return {};
 }
 
+// --recompute-modules (a list; a recipe's recompute_modules): the modules offsim models, under
+// selective granularity (Megatron ignores them otherwise).
+sim::Status map_recompute_modules(Args& a, Field* granularity, const std::string& g) {
+  Field* f = a.get("--recompute-modules");
+  if (f == nullptr) return a.m.set(*granularity, "recompute", g);
+  if (g != "selective") {
+    a.m.unmapped(*f, "applies only with --recompute-granularity selective");
+    return a.m.set(*granularity, "recompute", g);
+  }
+  std::vector<Node> names =
+      f->value.kind == NodeKind::kSequence ? f->value.items : std::vector<Node>{f->value};
+  Node modules = make_sequence();
+  std::vector<std::string> left_out;
+  for (const Node& n : names) {
+    if (n.kind != NodeKind::kScalar) return a.m.error(*f, "expected a list of module names");
+    if (models::recompute_module_from_string(n.scalar)) {
+      modules.items.push_back(make_scalar(n.scalar));
+    } else {
+      left_out.push_back(n.scalar);
+    }
+  }
+  if (!left_out.empty()) {
+    a.m.unmapped(*f, fmt::format("module(s) {} not modelled (offsim models core_attn, layernorm, "
+                                 "moe_act, mla_up_proj, mlp, moe)",
+                                 fmt::join(left_out, ", ")));
+  }
+  OFFSIM_RETURN_IF_ERROR(a.m.set(*granularity, "recompute.mode", g));
+  return a.m.set_node(*f, "recompute.modules", std::move(modules));
+}
+
 // --- recompute
 sim::Status map_recompute(Args& a) {
   if (Field* f = a.get("--recompute-granularity")) {
     OFFSIM_ASSIGN_OR_RETURN(std::string g, a.m.one_of(*f, {"full", "selective"}));
-    OFFSIM_RETURN_IF_ERROR(a.m.set(*f, "recompute", g));
+    OFFSIM_RETURN_IF_ERROR(map_recompute_modules(a, f, g));
+  } else if (Field* modules = a.get("--recompute-modules")) {
+    a.m.unmapped(*modules, "applies only with --recompute-granularity selective");
   } else if (Field* f2 = a.get("--recompute-activations")) {
     OFFSIM_ASSIGN_OR_RETURN(bool on, a.flag(f2));
     if (on) OFFSIM_RETURN_IF_ERROR(a.m.set(*f2, "recompute", "selective"));

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -271,6 +272,45 @@ TEST(MegatronImport, BadArguments) {
   EXPECT_NE(r.error().message.find("8 GPUs are not divisible by tensor x pipeline parallel size"),
             std::string::npos)
       << r.error().message;
+  fs::remove_all(dir);
+}
+
+TEST(MegatronImport, RecomputeModulesList) {
+  // --recompute-modules takes a list (nargs="+"): the modules offsim models go to
+  // recompute.modules, the others are reported unmapped; the next flag ends the list.
+  const fs::path dir = fs::temp_directory_path() / fmt::format("offsim_import_rm_{}", ::getpid());
+  fs::create_directories(dir);
+  const std::string script = (dir / "train.sh").string();
+  std::stringstream example;
+  example << std::ifstream(kDir + "megatron-gpt-pretrain.sh").rdbuf();
+  const std::string text = example.str();
+  const std::string from = "--recompute-granularity selective";
+  ASSERT_NE(text.find(from), std::string::npos);
+  std::ofstream(script) << std::string(text).replace(
+      text.find(from), from.size(), from + " --recompute-modules layernorm shared_experts mlp");
+  auto r = import_config(Framework::kMegatron, {script}, {.sets = {"hardware.system=dgx-h100"}});
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(value_at(r->scenario, "recompute.mode"), "selective");
+  EXPECT_EQ(value_at(r->scenario, "recompute.modules"), "[layernorm, mlp]");
+  EXPECT_EQ(value_at(r->scenario, "training.micro_batch"), "1");
+  EXPECT_NE(find_field(r->ignored, "--lr"), nullptr);  // the next line's flag ends the list
+  // A list that closes the argument array ends there.
+  std::ofstream(script) << std::string(text).replace(
+      text.find(from), from.size(), from + " --recompute-modules layernorm\n)\ntorchrun");
+  const ImportField* left = find_field(r->unmapped, "--recompute-modules");
+  ASSERT_NE(left, nullptr);
+  EXPECT_NE(left->reason.find("shared_experts not modelled"), std::string::npos) << left->reason;
+  expect_round_trip(*r);
+  r = import_config(Framework::kMegatron, {script}, {.sets = {"hardware.system=dgx-h100"}});
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(value_at(r->scenario, "recompute.modules"), "[layernorm]");
+  // Without selective granularity Megatron ignores the list.
+  std::ofstream(script) << std::string(text).replace(
+      text.find(from), from.size(), "--recompute-granularity full --recompute-modules layernorm");
+  r = import_config(Framework::kMegatron, {script}, {.sets = {"hardware.system=dgx-h100"}});
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(value_at(r->scenario, "recompute"), "full");
+  EXPECT_NE(find_field(r->unmapped, "--recompute-modules"), nullptr);
   fs::remove_all(dir);
 }
 

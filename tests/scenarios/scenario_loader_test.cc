@@ -368,6 +368,33 @@ TEST_F(LoaderTest, Fp8RecipeKey) {
       << bad;
 }
 
+TEST_F(LoaderTest, RecomputeModulesKey) {
+  // recompute.modules (Megatron's recompute_modules) reaches the scenario and the effective
+  // scenario, which loads again to the same set; a bad name names its index and the choices.
+  const std::string text =
+      replace(kBase, "recompute: selective\n",
+              "recompute:\n  mode: selective\n  modules: [layernorm, moe_act]\n");
+  const models::Scenario s = scenario_of(text, {});
+  EXPECT_EQ(s.recompute.mode, models::RecomputeConfig::Mode::kSelective);
+  EXPECT_TRUE(s.recompute.modules.has(models::RecomputeModule::kLayernorm));
+  EXPECT_TRUE(s.recompute.modules.has(models::RecomputeModule::kMoeAct));
+  EXPECT_FALSE(s.recompute.modules.has(models::RecomputeModule::kCoreAttn));
+  const std::string effective = emit_yaml(scenario_to_document(s));
+  const models::Scenario again = scenario_of(effective, {});
+  EXPECT_EQ(again.recompute.modules, s.recompute.modules) << effective;
+  // The scalar form keeps Megatron's default, core_attn.
+  EXPECT_EQ(scenario_of(kBase, {}).recompute.modules, models::RecomputeModules{});
+  const std::string bad = error_of(replace(text, "moe_act]", "shared]"));
+  EXPECT_NE(bad.find("recompute.modules.1: expected one of core_attn, layernorm, moe_act, "
+                     "mla_up_proj, mlp, moe, got \"shared\""),
+            std::string::npos)
+      << bad;
+  const std::string mla = error_of(replace(text, "moe_act]", "mla_up_proj]"));
+  EXPECT_NE(mla.find("recompute.modules: mla_up_proj needs multi-head latent attention"),
+            std::string::npos)
+      << mla;
+}
+
 TEST_F(LoaderTest, BackwardPrefetchKey) {
   // parallelism.backward_prefetch reaches the scenario; the effective scenario names it when it
   // is not the default (pre); a bad value names the key and the choices.
