@@ -39,8 +39,12 @@ bench: deps
 asan:
 	$(MAKE) test PRESET=asan
 
-tsan:
-	$(MAKE) test PRESET=tsan
+# ThreadSanitizer: only the tests that start threads (label `threads`, tests/CMakeLists.txt) and
+# the binaries they run are built and run.
+tsan: deps
+	@cmake --preset tsan >/dev/null || cmake --preset tsan
+	cmake --build build/tsan -j $(JOBS) --target threaded_tests
+	ctest --preset tsan -j $(JOBS)
 
 format:
 	git ls-files -- '*.h' '*.cc' '*.cu' '*.cuh' | xargs clang-format -i

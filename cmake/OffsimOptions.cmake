@@ -35,6 +35,8 @@ if(OFFSIM_SANITIZE)
     $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=${OFFSIM_SANITIZE} -fno-omit-frame-pointer
     -fno-sanitize-recover=all>)
   target_link_options(offsim_build_options INTERFACE -fsanitize=${OFFSIM_SANITIZE})
+  # Lets a test run a lighter case list under the sanitizers (replay_examples_test).
+  target_compile_definitions(offsim_build_options INTERFACE OFFSIM_SANITIZED=1)
 endif()
 if(OFFSIM_BUILD_FUZZERS)
   if(NOT CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
