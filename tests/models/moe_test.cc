@@ -18,6 +18,7 @@
 #include "models/step_builder.h"
 #include "sim/platform/profile.h"
 #include "sim/platform/system.h"
+#include "tests/common/moe_scenarios.h"
 
 namespace offsim::models {
 namespace {
@@ -124,17 +125,7 @@ TEST(MoeHf, TopKAboveExpertsIsAnError) {
   EXPECT_NE(r.error().message.find("num_experts_per_tok"), std::string::npos);
 }
 
-Scenario small_moe() {
-  Scenario s;
-  s.name = "moe";
-  s.model = model("qwen3-30b-a3b");
-  s.model.layers = 4;
-  s.hardware.system = "dgx-h100";
-  s.training = {.global_batch = 8, .micro_batch = 1, .seq_len = 4096};
-  s.parallelism = {.dp = 4, .tp = 2, .pp = 1, .sequence_parallel = true, .zero_stage = 1};
-  s.parallelism.ep = 4;
-  return s;
-}
+Scenario small_moe() { return fixtures::small_moe_scenario(); }
 
 TEST(MoeChecks, NamesTheKey) {
   const auto message = [](const Scenario& s) {

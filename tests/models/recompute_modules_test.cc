@@ -11,6 +11,7 @@
 #include "models/plan_size.h"
 #include "models/scenario.h"
 #include "models/step_builder.h"
+#include "tests/common/moe_scenarios.h"
 
 namespace offsim::models {
 namespace {
@@ -72,17 +73,7 @@ TEST(RecomputeModules, DenseMlpIsCheckpointedFromItsInput) {
             layer_activations(d, Mode::kSelective, modules({M::kCoreAttn}), {}).saved_bytes(d));
 }
 
-Scenario small_moe() {
-  Scenario s;
-  s.name = "moe";
-  s.model = catalogue("qwen3-30b-a3b");
-  s.model.layers = 4;
-  s.hardware.system = "dgx-h100";
-  s.training = {.global_batch = 8, .micro_batch = 1, .seq_len = 4096};
-  s.parallelism = {.dp = 4, .tp = 2, .pp = 1, .sequence_parallel = true, .zero_stage = 1};
-  s.parallelism.ep = 4;
-  return s;
-}
+Scenario small_moe() { return fixtures::small_moe_scenario(); }
 
 TEST(RecomputeModules, MoeActAndMoeOnAnMoeLayer) {
   const Scenario s = small_moe();
