@@ -264,7 +264,8 @@ double recompute_op_flops(const LayerDims& d, const LayerActivations& acts, FwdO
 }
 
 LayerActivations layer_activations(const LayerDims& d, Mode mode, const RecomputeModules& modules,
-                                   const std::set<std::string>& named_saved) {
+                                   const std::set<std::string>& named_saved,
+                                   RecomputeConfig::Rerun rerun) {
   LayerActivations r;
   std::array<bool, kNumActs> needed{};
   for (const OpIo& io : op_io()) {
@@ -305,6 +306,10 @@ LayerActivations layer_activations(const LayerDims& d, Mode mode, const Recomput
     for (Act a : op_io()[op].in) {
       if (!r.saved[idx(a)]) missing[idx(a)] = true;
     }
+  }
+  if (mode == Mode::kFull && rerun == RecomputeConfig::Rerun::kLayer) {
+    r.recompute.fill(true);
+    r.whole_layer = true;
   }
   return r;
 }

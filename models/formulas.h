@@ -152,6 +152,10 @@ struct LayerActivations {
   // projections (LayerDims::mla_up_*), from the latents kept for it (`latent_bytes`, on HBM).
   bool mla_up_proj = false;
   std::int64_t latent_bytes = 0;
+  // Full recompute with RecomputeConfig::Rerun::kLayer: every forward op re-runs, the entries a
+  // recompute otherwise skips (LayerOpEntry::rerun false) and the collectives it does not re-run
+  // (LayerOpEntry::comm_recomputed false) included.
+  bool whole_layer = false;
   std::int64_t saved_bytes(const LayerDims& d) const;
   std::int64_t recomputed_bytes(const LayerDims& d) const;  // tensors the recompute re-creates
 };
@@ -159,9 +163,11 @@ struct LayerActivations {
 // `named_saved`: MaxText names with a placement rule for this layer; they are saved whatever
 // the mode (JAX save/offload-these-names semantics). `modules`: what kSelective re-runs
 // (RecomputeModule, Megatron-Core's recompute_modules); without it, core_attn.
+// `rerun`: what kFull re-runs.
 LayerActivations layer_activations(const LayerDims& d, RecomputeConfig::Mode mode,
                                    const RecomputeModules& modules,
-                                   const std::set<std::string>& named_saved);
+                                   const std::set<std::string>& named_saved,
+                                   RecomputeConfig::Rerun rerun = RecomputeConfig::Rerun::kNeeded);
 inline LayerActivations layer_activations(const LayerDims& d, RecomputeConfig::Mode mode,
                                           const std::set<std::string>& named_saved) {
   return layer_activations(d, mode, RecomputeModules{}, named_saved);

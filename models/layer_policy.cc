@@ -76,7 +76,8 @@ LayerPolicy layer_policy(const Scenario& s, const LayerDims& d, int layer) {
       any_host_rule = true;
     }
   }
-  lp.acts = layer_activations(d, recompute_mode(s.recompute, layer), s.recompute.modules, named);
+  lp.acts = layer_activations(d, recompute_mode(s.recompute, layer), s.recompute.modules, named,
+                              s.recompute.rerun);
   for (int a = 0; a < kNumActs; ++a) lp.on_host[a] = lp.acts.saved[a] && host[a];
   return lp;
 }

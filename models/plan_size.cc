@@ -31,6 +31,8 @@ struct LayerShape {
   double recompute_ops = 0;
   double recompute_collectives = 0;  // of those, tensor-parallel collectives
   double recompute_p2p = 0;          // ring transfers of the recomputed overlapped GEMMs
+  double recompute_gathered = 0;     // recomputed overlapped all-gather + GEMMs
+  double recompute_scattered = 0;    // recomputed overlapped GEMM + reduce-scatters
   bool moe_recomputed = false;       // the MoE FFN is re-run whole
   bool recompute_core = false;       // the attention core is re-run
   bool params_on_host = false;
@@ -117,6 +119,8 @@ struct RecomputeOps {
   double ops = 0;
   double collectives = 0;  // of ops: tensor-parallel and MoE collectives
   double p2p = 0;          // tp_comm_overlap ring transfers (not in ops)
+  double gathered = 0;     // tp_comm_overlap: recomputed all-gather + GEMMs
+  double scattered = 0;    // tp_comm_overlap: recomputed GEMM + reduce-scatters
   bool moe = false;        // the MoE FFN is re-run whole
 };
 
@@ -142,7 +146,7 @@ bool mla_up_only(const LayerOpEntry& e, const LayerActivations& acts) {
 RecomputeOps entry_recompute(const Scenario& s, const LayerDims& d, const LayerOpEntry& e,
                              const LayerActivations& acts) {
   RecomputeOps out;
-  out.collectives = e.comm_recomputed && !mla_up_only(e, acts) ? entry_collectives(d, e) : 0;
+  out.collectives = recomputes_comm(e, acts) && !mla_up_only(e, acts) ? entry_collectives(d, e) : 0;
   out.ops = 1 + out.collectives;
   if (e.rotary_after && s.model.max_positions == 0) out.ops += 1;
   if (s.training.compute_dtype == sim::DType::kFp8 && is_gemm(e)) out.ops += 1;
@@ -169,7 +173,8 @@ RecomputeOps dense_recompute(const Scenario& s, const LayerDims& d, const LayerA
     double gathered = 0;
     double scattered = 0;
     for (const LayerOpEntry& e : layer_forward_recipe()) {
-      if (!e.comm_recomputed || (e.ffn && d.moe) || mla_up_only(e, acts) || !recomputes(e, acts)) {
+      if (!recomputes_comm(e, acts) || (e.ffn && d.moe) || mla_up_only(e, acts) ||
+          !recomputes(e, acts)) {
         continue;
       }
       gathered += e.shape == LayerOpShape::kColumnGemm ? 1 : 0;
@@ -179,6 +184,8 @@ RecomputeOps dense_recompute(const Scenario& s, const LayerDims& d, const LayerA
     out.ops += (gathered + scattered * (1 + fp8)) * (t - 1) + more_collectives;
     out.collectives += more_collectives;
     out.p2p = gathered * (t - 1);
+    out.gathered = gathered;
+    out.scattered = scattered;
   }
   return out;
 }
@@ -276,6 +283,8 @@ LayerShape layer_shape(const Scenario& s, const LayerDims& d, const LayerPolicy&
   out.recompute_ops = rc.ops;
   out.recompute_collectives = rc.collectives;
   out.recompute_p2p = rc.p2p;
+  out.recompute_gathered = rc.gathered;
+  out.recompute_scattered = rc.scattered;
   out.moe_recomputed = rc.moe;
   out.recompute_core = policy.acts.recompute[static_cast<int>(FwdOp::kCore)];
   return out;
@@ -558,7 +567,8 @@ void add_context_parallel(const Scenario& s, double micro_batches, const LayerSh
 // Tensor-parallel overlap beyond the recipe's ops: the dependencies of the ring transfers and
 // split GEMMs and the members of the split collectives; tp_async_grad_reduce moves the backward
 // reductions to the TP lane: two more dependencies each.
-void add_tp_overlap(const Scenario& s, double micro_batches, const LayerDims& d, Counts& c) {
+void add_tp_overlap(const Scenario& s, double micro_batches, const LayerDims& d,
+                    const LayerShape& ls, Counts& c) {
   const ParallelConfig& p = s.parallelism;
   if (d.t == 1) return;
   const double t = static_cast<double>(d.t);
@@ -567,7 +577,11 @@ void add_tp_overlap(const Scenario& s, double micro_batches, const LayerDims& d,
   if (!p.tp_comm_overlap || d.sp == 1) return;
   const double n_gathered = g.gathered + g.gathered_bwd;  // forward and backward
   const double n_scattered = g.scattered;
-  c.deps += micro_batches * (n_gathered * 2 * (t - 1) + n_scattered * (t + 1));
+  // Deps of the forward's, the backward's and the recomputed forward's split GEMMs; the
+  // recomputed collectives' members are counted with LayerShape::recompute_collectives.
+  const double deps_gathered = n_gathered + ls.recompute_gathered;
+  const double deps_scattered = n_scattered + ls.recompute_scattered;
+  c.deps += micro_batches * (deps_gathered * 2 * (t - 1) + deps_scattered * (t + 1));
   c.group_ranks += micro_batches * (n_scattered * (t - 1) * t - n_gathered * t);
 }
 
@@ -645,7 +659,7 @@ void add_layer(const Scenario& s, const StepContext& x, int l, Counts& c) {
       m * ((2 * x.tp_colls + ls.recompute_collectives + moe_colls) * static_cast<double>(x.d.t) +
            (in.gathers_fwd + in.gathers_bwd) * x.dp_gather_ranks);
   add_context_parallel(s, m, ls, c);
-  add_tp_overlap(s, m, dl, c);
+  add_tp_overlap(s, m, dl, ls, c);
   // Tensors: saved on HBM; per chunk a staging buffer, a host copy and a reload; the
   // recompute buffer; fetched parameters, forward and backward.
   const double tensors =
@@ -1125,13 +1139,17 @@ double recipe_backward_flops(const LayerDims& d) {
   return d.moe ? total + moe_flops(moe_backward_recipe(), d) : total;
 }
 
+bool recomputes_comm(const LayerOpEntry& entry, const LayerActivations& acts) {
+  return entry.comm_recomputed || acts.whole_layer;
+}
+
 bool moe_activation_only(const LayerActivations& acts) {
   const auto re = [&](FwdOp op) { return acts.recompute[static_cast<int>(op)]; };
   return re(FwdOp::kAct) && !re(FwdOp::kMlpWi) && !re(FwdOp::kMlpWo);
 }
 
 bool recomputes(const LayerOpEntry& entry, const LayerActivations& acts) {
-  if (!entry.rerun) return false;
+  if (!entry.rerun && !acts.whole_layer) return false;
   for (int op = static_cast<int>(entry.first); op <= static_cast<int>(entry.last); ++op) {
     if (acts.recompute[op]) return true;
   }

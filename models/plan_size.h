@@ -108,6 +108,9 @@ struct LayerOpEntry {
 std::span<const LayerOpEntry> layer_forward_recipe();
 // Whether the recompute of `acts` re-runs the entry (any FwdOp it covers is marked).
 bool recomputes(const LayerOpEntry& entry, const LayerActivations& acts);
+// Whether a recompute that re-runs the entry re-runs its collective too (comm_recomputed, or the
+// whole layer re-run).
+bool recomputes_comm(const LayerOpEntry& entry, const LayerActivations& acts);
 // Whether an MoE layer's recompute re-runs only its activations (recompute module moe_act),
 // not the whole MoE FFN.
 bool moe_activation_only(const LayerActivations& acts);

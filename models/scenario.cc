@@ -131,6 +131,9 @@ const char* to_string(RecomputeModule v) {
   }
   return "?";
 }
+const char* to_string(RecomputeConfig::Rerun v) {
+  return v == RecomputeConfig::Rerun::kLayer ? "layer" : "needed";
+}
 const char* to_string(TensorClass v) {
   switch (v) {
     case TensorClass::kParams:
@@ -210,6 +213,11 @@ std::optional<RecomputeModule> recompute_module_from_string(std::string_view s) 
   static constexpr RecomputeModule kAll[] = {
       RecomputeModule::kCoreAttn,  RecomputeModule::kLayernorm, RecomputeModule::kMoeAct,
       RecomputeModule::kMlaUpProj, RecomputeModule::kMlp,       RecomputeModule::kMoe};
+  return parse_enum(s, kAll);
+}
+std::optional<RecomputeConfig::Rerun> recompute_rerun_from_string(std::string_view s) {
+  static constexpr RecomputeConfig::Rerun kAll[] = {RecomputeConfig::Rerun::kNeeded,
+                                                    RecomputeConfig::Rerun::kLayer};
   return parse_enum(s, kAll);
 }
 std::optional<TensorClass> tensor_class_from_string(std::string_view s) {

@@ -276,10 +276,18 @@ struct RecomputeModules {
 
 struct RecomputeConfig {
   enum class Mode { kNone, kSelective, kFull };
+  // What full recompute re-runs. kNeeded: the forward ops whose outputs the backward needs (JAX
+  // remat, which drops the rest as dead code; PyTorch's non-reentrant checkpoint, which stops
+  // early). kLayer: the checkpointed layer's whole forward, its last GEMM, that GEMM's
+  // tensor-parallel reduction and the residual add included, as a reentrant checkpoint re-runs
+  // the function (Megatron-Core's full recompute through tensor_parallel.checkpoint or Transformer
+  // Engine's checkpoint, DeepSpeed's activation checkpointing).
+  enum class Rerun { kNeeded, kLayer };
 
   Mode mode = Mode::kNone;
   std::map<int, Mode> per_layer;  // layer index -> mode, overrides `mode` for that layer
   RecomputeModules modules;       // what kSelective re-runs (every layer that is selective)
+  Rerun rerun = Rerun::kNeeded;   // what kFull re-runs (every layer that is full)
 };
 
 // Which layers a rule applies to.
@@ -484,6 +492,7 @@ const char* to_string(ModelArch::AttentionImpl v);
 const char* to_string(ParallelConfig::PipelineSchedule v);
 const char* to_string(RecomputeConfig::Mode v);
 const char* to_string(RecomputeModule v);
+const char* to_string(RecomputeConfig::Rerun v);
 const char* to_string(TensorClass v);
 const char* to_string(Placement v);
 std::optional<ModelArch::Activation> activation_from_string(std::string_view s);
@@ -500,6 +509,7 @@ const char* to_string(TrainingConfig::Fp8Recipe v);
 std::optional<TrainingConfig::Fp8Recipe> fp8_recipe_from_string(std::string_view s);
 std::optional<RecomputeConfig::Mode> recompute_mode_from_string(std::string_view s);
 std::optional<RecomputeModule> recompute_module_from_string(std::string_view s);
+std::optional<RecomputeConfig::Rerun> recompute_rerun_from_string(std::string_view s);
 std::optional<TensorClass> tensor_class_from_string(std::string_view s);
 std::optional<Placement> placement_from_string(std::string_view s);
 const char* to_string(OffloadPolicy::CpuStep v);

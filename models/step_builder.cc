@@ -351,8 +351,8 @@ void set_step_flops(const Scenario& s, BuiltStep& out) {
     }
     const LayerDims dl =
         s.model.moe.experts > 0 ? layer_dims(s.model, s.training, ParallelConfig{}, l, true) : d;
-    const LayerActivations a =
-        layer_activations(dl, recompute_mode(s.recompute, l), s.recompute.modules, named);
+    const LayerActivations a = layer_activations(dl, recompute_mode(s.recompute, l),
+                                                 s.recompute.modules, named, s.recompute.rerun);
     // The entries of the layer's forward recipe its recompute re-runs.
     for (const LayerOpEntry& e : layer_forward_recipe()) {
       if (!recomputes(e, a)) continue;

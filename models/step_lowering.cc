@@ -317,26 +317,28 @@ OpId StepBuilder::forward_op(Rank& r, const std::string& p, int l, const LayerOp
 }
 
 // The re-run of one entry in the recompute. The checkpointed forward re-runs the same
-// Transformer Engine modules: a GEMM whose collective the recipe re-runs runs as in the forward
-// (its all-gather, FP8 rows under fp8, or reduce-scatter, overlapped under tp_comm_overlap).
+// Transformer Engine modules: a GEMM whose collective the recipe re-runs (or any, when the whole
+// layer re-runs) runs as in the forward (its all-gather, FP8 rows under fp8, or reduce-scatter,
+// overlapped under tp_comm_overlap).
 void StepBuilder::recompute_op(Rank& r, const std::string& p, int l, const LayerOpEntry& e,
                                const OpSink& emit) {
   const OpCategory rcat = OpCategory::kRecompute;
   const std::string name = p + "." + e.name + ".recompute";
   const std::string comm = p + "." + e.comm + ".recompute";
   const GemmDims g = layer_gemm(e.first);
+  const bool with_comm = recomputes_comm(e, policies_[l].acts);
   switch (e.shape) {
     case LayerOpShape::kAttention:
       emit(attention(r, name, rcat, l, false));
       return;
     case LayerOpShape::kColumnGemm:
-      emit(e.comm_recomputed ? gathered_gemm(r, comm, name, rcat, l, g, /*from_norm=*/true)
-                             : gemm(r, name, rcat, l, g.m, g.n, g.k));
+      emit(with_comm ? gathered_gemm(r, comm, name, rcat, l, g, /*from_norm=*/true)
+                     : gemm(r, name, rcat, l, g.m, g.n, g.k));
       if (e.rotary_after && rotary_positions()) emit(rotary(r, p + ".rope.recompute", l));
       return;
     case LayerOpShape::kRowGemm:
-      emit(e.comm_recomputed ? scattered_gemm(r, name, comm, rcat, l, g)
-                             : gemm(r, name, rcat, l, g.m, g.n, g.k));
+      emit(with_comm ? scattered_gemm(r, name, comm, rcat, l, g)
+                     : gemm(r, name, rcat, l, g.m, g.n, g.k));
       return;
     case LayerOpShape::kElementwise: {
       const Traffic t = layer_elementwise(e.first);

@@ -189,6 +189,8 @@ constexpr models::TrainingConfig::Fp8Recipe kFp8Recipes[] = {
     models::TrainingConfig::Fp8Recipe::kMxfp8, models::TrainingConfig::Fp8Recipe::kBlockwise};
 constexpr RecomputeConfig::Mode kRecomputeModes[] = {
     RecomputeConfig::Mode::kNone, RecomputeConfig::Mode::kSelective, RecomputeConfig::Mode::kFull};
+constexpr RecomputeConfig::Rerun kRecomputeReruns[] = {RecomputeConfig::Rerun::kNeeded,
+                                                       RecomputeConfig::Rerun::kLayer};
 constexpr models::RecomputeModule kRecomputeModules[] = {
     models::RecomputeModule::kCoreAttn, models::RecomputeModule::kLayernorm,
     models::RecomputeModule::kMoeAct,   models::RecomputeModule::kMlaUpProj,
@@ -619,6 +621,8 @@ sim::Status read_recompute(const Node& node, RecomputeConfig& rc) {
   MapReader r(node, "recompute");
   OFFSIM_RETURN_IF_ERROR(
       read_enum(r, "mode", rc.mode, kRecomputeModes, models::recompute_mode_from_string));
+  OFFSIM_RETURN_IF_ERROR(
+      read_enum(r, "rerun", rc.rerun, kRecomputeReruns, models::recompute_rerun_from_string));
   if (const Node* modules = r.get("modules")) {
     if (modules->kind != NodeKind::kSequence) {
       return type_error(*modules, "recompute.modules",
@@ -1304,6 +1308,7 @@ Node recompute_node(const RecomputeConfig& recompute) {
       modules.items.push_back(scalar_node(models::to_string(module)));
   }
   put(rc, "modules", std::move(modules));
+  put(rc, "rerun", scalar_node(models::to_string(recompute.rerun)));
   return rc;
 }
 

@@ -583,11 +583,14 @@ sim::Status map_recompute_method(Args& a) {
 // selective granularity (Megatron ignores them otherwise).
 sim::Status map_recompute_modules(Args& a, Field* granularity, const std::string& g) {
   Field* f = a.get("--recompute-modules");
-  if (f == nullptr) return a.m.set(*granularity, "recompute", g);
-  if (g != "selective") {
-    a.m.unmapped(*f, "applies only with --recompute-granularity selective");
-    return a.m.set(*granularity, "recompute", g);
+  if (g == "full") {
+    // Megatron-Core's full recompute re-runs the checkpointed layers' whole forward
+    // (tensor_parallel.checkpoint, or Transformer Engine's checkpoint; megatron/core/recompute.py).
+    if (f != nullptr) a.m.unmapped(*f, "applies only with --recompute-granularity selective");
+    OFFSIM_RETURN_IF_ERROR(a.m.set(*granularity, "recompute.mode", g));
+    return a.m.set(*granularity, "recompute.rerun", "layer");
   }
+  if (f == nullptr) return a.m.set(*granularity, "recompute", g);
   std::vector<Node> names =
       f->value.kind == NodeKind::kSequence ? f->value.items : std::vector<Node>{f->value};
   Node modules = make_sequence();

@@ -188,5 +188,44 @@ TEST(RecomputeModules, MlaUpProjectionStep) {
   EXPECT_NE(st.error().message.find("recompute.modules: mla_up_proj"), std::string::npos);
 }
 
+// Full recompute as a reentrant checkpoint runs it (Megatron-Core, DeepSpeed): the whole layer,
+// the MLP output projection and its tensor-parallel reduction included; as JAX remat and
+// PyTorch's non-reentrant checkpoint run it, only what the backward needs.
+TEST(RecomputeRerun, WholeLayerReRunsTheLastGemmAndItsReduction) {
+  const LayerDims d = dense_dims();
+  const LayerActivations needed = layer_activations(d, Mode::kFull, {});
+  EXPECT_FALSE(needed.recompute[op(FwdOp::kMlpWo)]);
+  EXPECT_FALSE(needed.whole_layer);
+  const LayerActivations whole =
+      layer_activations(d, Mode::kFull, modules({}), {}, RecomputeConfig::Rerun::kLayer);
+  for (int o = 0; o < kNumFwdOps; ++o) EXPECT_TRUE(whole.recompute[o]) << o;
+  EXPECT_TRUE(whole.whole_layer);
+  EXPECT_EQ(whole.saved_bytes(d), needed.saved_bytes(d));
+  // Selective recompute is not changed by it.
+  EXPECT_FALSE(layer_activations(d, Mode::kSelective, modules({M::kCoreAttn}), {},
+                                 RecomputeConfig::Rerun::kLayer)
+                   .whole_layer);
+
+  Scenario s;
+  s.name = "dense";
+  s.model = catalogue("llama3-8b");
+  s.model.layers = 2;
+  s.hardware.system = "dgx-h100";
+  s.training = {.global_batch = 8, .micro_batch = 1, .seq_len = 4096};
+  s.parallelism = {.dp = 4, .tp = 2, .pp = 1, .sequence_parallel = true, .zero_stage = 1};
+  s.recompute.mode = Mode::kFull;
+  auto step = build_step(s);
+  ASSERT_TRUE(step.has_value()) << step.error().message;
+  EXPECT_FALSE(has_op(step->plan, "mb0.l0.mlpwo.recompute"));
+  expect_estimate_counts_the_recompute(s);
+  s.recompute.rerun = RecomputeConfig::Rerun::kLayer;
+  step = build_step(s);
+  ASSERT_TRUE(step.has_value()) << step.error().message;
+  EXPECT_TRUE(has_op(step->plan, "mb0.l0.mlpwo.recompute"));
+  EXPECT_TRUE(has_op(step->plan, "mb0.l0.mlpwo.tp_reduce.recompute"));
+  EXPECT_TRUE(has_op(step->plan, "mb0.l0.res2.recompute"));
+  expect_estimate_counts_the_recompute(s);
+}
+
 }  // namespace
 }  // namespace offsim::models

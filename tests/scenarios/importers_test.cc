@@ -237,7 +237,9 @@ TEST(MegatronImport, BridgeRecipeWithOptimizerOffload) {
   EXPECT_EQ(value_at(d, "model.linear_bias"), "true");
   EXPECT_EQ(value_at(d, "model.max_positions"), "2048");
   EXPECT_EQ(value_at(d, "model.dropout"), "true");
-  EXPECT_EQ(value_at(d, "recompute"), "full");
+  EXPECT_EQ(value_at(d, "recompute.mode"), "full");
+  // Megatron-Core's full recompute re-runs the whole layer (tensor_parallel.checkpoint).
+  EXPECT_EQ(value_at(d, "recompute.rerun"), "layer");
   EXPECT_EQ(value_at(d, "training.precision"), "bf16");
   EXPECT_EQ(value_at(d, "offload.rules.0.tensor"), "optimizer_states");
   // A fraction of each rank's parameters: the first half of every stage's layers.
@@ -309,7 +311,9 @@ TEST(MegatronImport, RecomputeModulesList) {
       text.find(from), from.size(), "--recompute-granularity full --recompute-modules layernorm");
   r = import_config(Framework::kMegatron, {script}, {.sets = {"hardware.system=dgx-h100"}});
   ASSERT_TRUE(r) << r.error().message;
-  EXPECT_EQ(value_at(r->scenario, "recompute"), "full");
+  EXPECT_EQ(value_at(r->scenario, "recompute.mode"), "full");
+  // Megatron-Core's full recompute re-runs the whole layer (tensor_parallel.checkpoint).
+  EXPECT_EQ(value_at(r->scenario, "recompute.rerun"), "layer");
   EXPECT_NE(find_field(r->unmapped, "--recompute-modules"), nullptr);
   fs::remove_all(dir);
 }

@@ -389,6 +389,16 @@ TEST_F(LoaderTest, RecomputeModulesKey) {
                      "mla_up_proj, mlp, moe, got \"shared\""),
             std::string::npos)
       << bad;
+  // recompute.rerun: what full recompute re-runs.
+  const models::Scenario whole = scenario_of(
+      replace(kBase, "recompute: selective\n", "recompute: {mode: full, rerun: layer}\n"), {});
+  EXPECT_EQ(whole.recompute.rerun, models::RecomputeConfig::Rerun::kLayer);
+  EXPECT_EQ(scenario_of(emit_yaml(scenario_to_document(whole)), {}).recompute.rerun,
+            models::RecomputeConfig::Rerun::kLayer);
+  const std::string rerun = error_of(kBase, {"recompute.rerun=all"});
+  EXPECT_NE(rerun.find("recompute.rerun: expected one of needed, layer, got \"all\""),
+            std::string::npos)
+      << rerun;
   const std::string mla = error_of(replace(text, "moe_act]", "mla_up_proj]"));
   EXPECT_NE(mla.find("recompute.modules: mla_up_proj needs multi-head latent attention"),
             std::string::npos)
