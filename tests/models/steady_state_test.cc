@@ -351,6 +351,16 @@ TEST(SteadyState, ListedLayoutWithMultiTokenPredictionMatchesTheFullSimulation) 
   }
 }
 
+TEST(SteadyState, WholeLayerFullRecomputeMatchesTheFullSimulation) {
+  // Full recompute as Megatron's reentrant checkpoint runs it (the MLP output projection and its
+  // tensor-parallel all-reduce re-run too) on the eight-stage GPT-3 pipeline.
+  Scenario s = gpt3_eight_stage_pipeline("gpt3-175b-64xa100-tp8-pp8-rerun-layer");
+  s.recompute.mode = Mode::kFull;
+  s.recompute.rerun = RecomputeConfig::Rerun::kLayer;
+  const Both both = evaluate_both(s, s.name);
+  EXPECT_TRUE(both.fast.steady_state) << both.fast.full_path_reason;
+}
+
 TEST(SteadyState, TakenForGpt3WithAsynchronousTensorParallelGradientReduce) {
   // The same point with the tensor-parallel gradient reduce overlapped with the backward pass:
   // more flows share the links, and they take different solver slots from one period to the
