@@ -209,8 +209,7 @@ void moe_recompute(const Scenario& s, const LayerDims& d, const LayerActivations
   out.collectives -= mlp.collectives;
   if (moe_activation_only(acts)) {
     for (const MoeOpEntry& m : moe_forward_recipe()) {
-      const bool act = m.traffic == MoeTraffic::kExpertAct || m.traffic == MoeTraffic::kSharedAct;
-      if (act && moe_entry_runs(m, d)) out.ops += 1;
+      if (moe_activation_entry(m) && moe_entry_runs(m, d)) out.ops += 1;
     }
     return;
   }

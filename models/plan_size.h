@@ -224,6 +224,11 @@ std::span<const MoeOpEntry> moe_backward_recipe();
 // Whether the entry is emitted for an MoE layer of dims `d` (its parallelism and shared
 // experts); a kRoutedFetch entry also needs the fetch (not known from the dims).
 bool moe_entry_runs(const MoeOpEntry& entry, const LayerDims& d);
+// Whether the entry is an experts' activation (routed or shared): what an activation-only MoE
+// recompute (moe_activation_only) re-runs.
+inline bool moe_activation_entry(const MoeOpEntry& entry) {
+  return entry.traffic == MoeTraffic::kExpertAct || entry.traffic == MoeTraffic::kSharedAct;
+}
 struct GemmMnk {
   std::int64_t m = 0, n = 0, k = 0;
 };

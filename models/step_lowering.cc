@@ -547,8 +547,7 @@ void StepBuilder::recompute_forward(Rank& r, const std::string& p, int l, const 
         continue;
       }
       for (const MoeOpEntry& m : moe_forward_recipe()) {
-        const bool act = m.traffic == MoeTraffic::kExpertAct || m.traffic == MoeTraffic::kSharedAct;
-        if (!act || !moe_entry_runs(m, ld(l))) continue;
+        if (!moe_activation_entry(m) || !moe_entry_runs(m, ld(l))) continue;
         emit(moe_op(r, p + "." + m.name + ".recompute", OpCategory::kRecompute, l, m, false));
       }
       continue;
