@@ -205,7 +205,7 @@ std::int64_t act_bytes(const LayerDims& d, Act a) {
 }
 
 std::int64_t LayerActivations::saved_bytes(const LayerDims& d) const {
-  std::int64_t total = latent_bytes;
+  std::int64_t total = latent_bytes - shared_bytes;
   for (int i = 0; i < kNumActs; ++i) {
     if (saved[i]) total += act_bytes(d, static_cast<Act>(i));
   }
@@ -213,7 +213,7 @@ std::int64_t LayerActivations::saved_bytes(const LayerDims& d) const {
 }
 
 std::int64_t LayerActivations::recomputed_bytes(const LayerDims& d) const {
-  std::int64_t total = 0;
+  std::int64_t total = shared_bytes;
   for (int op = 0; op < kNumFwdOps; ++op) {
     if (!recompute[op]) continue;
     for (Act a : op_io()[op].out) {
@@ -310,6 +310,18 @@ LayerActivations layer_activations(const LayerDims& d, Mode mode, const Recomput
   if (mode == Mode::kFull && rerun == RecomputeConfig::Rerun::kLayer) {
     r.recompute.fill(true);
     r.whole_layer = true;
+  }
+  // shared_experts (moe/shared_experts.py, moe/moe_layer.py shared_experts_compute: the shared
+  // experts run under tensor_parallel.checkpoint, which keeps only their input, the norm's
+  // output the router keeps too): what the MoE FFN keeps of the shared experts goes, unless the
+  // whole MoE FFN is re-run, which re-creates them anyway.
+  if (mode == Mode::kSelective && modules.has(RecomputeModule::kSharedExperts) && d.moe &&
+      d.fs > 0 && !r.recompute[static_cast<int>(FwdOp::kMlpWi)]) {
+    const std::int64_t rows = d.tokens() * d.fs;
+    const std::int64_t fc1 = rows * d.e * (d.gated ? 2 : 1);
+    const std::int64_t act = rows * (d.e_q > 0 ? d.e_q : d.e);
+    r.shared_bytes = (r.saved[idx(Act::kMlpWi)] ? fc1 : 0) + (r.saved[idx(Act::kActOut)] ? act : 0);
+    r.shared_experts = r.shared_bytes > 0;
   }
   return r;
 }

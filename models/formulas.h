@@ -156,6 +156,12 @@ struct LayerActivations {
   // recompute otherwise skips (LayerOpEntry::rerun false) and the collectives it does not re-run
   // (LayerOpEntry::comm_recomputed false) included.
   bool whole_layer = false;
+  // Recompute module shared_experts on an MoE layer with shared experts: their FC1 output and
+  // activation output (`shared_bytes`, part of Act::kMlpWi and Act::kActOut) are not kept, and
+  // the recompute re-runs the shared experts' forward (FC1, activation, FC2 and their
+  // tensor-parallel collectives), unless the whole MoE FFN is re-run anyway.
+  bool shared_experts = false;
+  std::int64_t shared_bytes = 0;
   std::int64_t saved_bytes(const LayerDims& d) const;
   std::int64_t recomputed_bytes(const LayerDims& d) const;  // tensors the recompute re-creates
 };

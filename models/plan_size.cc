@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -191,7 +192,8 @@ RecomputeOps dense_recompute(const Scenario& s, const LayerDims& d, const LayerA
 }
 
 // An MoE layer whose MLP is recomputed re-runs StepBuilder::moe_forward whole instead of the
-// dense MLP's recompute ops.
+// dense MLP's recompute ops, or the entries of a partial recompute (moe_act's activations, the
+// shared experts).
 void moe_recompute(const Scenario& s, const LayerDims& d, const LayerActivations& acts,
                    RecomputeOps& out) {
   if (!d.moe) return;
@@ -204,13 +206,18 @@ void moe_recompute(const Scenario& s, const LayerDims& d, const LayerActivations
     mlp.ops += o.ops;
     mlp.collectives += o.collectives;
   }
-  if (!any) return;
+  if (!any && !acts.shared_experts) return;
   out.ops -= mlp.ops;
   out.collectives -= mlp.collectives;
-  if (moe_activation_only(acts)) {
+  if (!any || moe_activation_only(acts)) {
+    std::vector<MoeOpEntry> partial;
     for (const MoeOpEntry& m : moe_forward_recipe()) {
-      if (moe_activation_entry(m) && moe_entry_runs(m, d)) out.ops += 1;
+      if (moe_partial_recompute_entry(m, acts)) partial.push_back(m);
     }
+    const MoePassOps po = moe_pass_ops(d, partial);
+    out.ops += po.ops;
+    out.collectives += po.collectives;
+    if (s.training.compute_dtype == sim::DType::kFp8) out.ops += po.fp8_casts;
     return;
   }
   const MoeOps mo = moe_ops(d);

@@ -229,6 +229,14 @@ bool moe_entry_runs(const MoeOpEntry& entry, const LayerDims& d);
 inline bool moe_activation_entry(const MoeOpEntry& entry) {
   return entry.traffic == MoeTraffic::kExpertAct || entry.traffic == MoeTraffic::kSharedAct;
 }
+// Whether a recompute of an MoE layer that does not re-run the whole MoE FFN re-runs the entry:
+// the experts' activations under moe_act (moe_activation_only), every shared-expert entry under
+// shared_experts (LayerActivations::shared_experts), the shared activation once.
+inline bool moe_partial_recompute_entry(const MoeOpEntry& entry, const LayerActivations& acts) {
+  if (acts.shared_experts && entry.shared) return true;
+  return moe_activation_only(acts) && moe_activation_entry(entry) &&
+         !(acts.shared_experts && entry.shared);
+}
 struct GemmMnk {
   std::int64_t m = 0, n = 0, k = 0;
 };

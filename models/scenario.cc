@@ -128,6 +128,8 @@ const char* to_string(RecomputeModule v) {
       return "mlp";
     case RecomputeModule::kMoe:
       return "moe";
+    case RecomputeModule::kSharedExperts:
+      return "shared_experts";
   }
   return "?";
 }
@@ -211,8 +213,9 @@ std::optional<RecomputeConfig::Mode> recompute_mode_from_string(std::string_view
 }
 std::optional<RecomputeModule> recompute_module_from_string(std::string_view s) {
   static constexpr RecomputeModule kAll[] = {
-      RecomputeModule::kCoreAttn,  RecomputeModule::kLayernorm, RecomputeModule::kMoeAct,
-      RecomputeModule::kMlaUpProj, RecomputeModule::kMlp,       RecomputeModule::kMoe};
+      RecomputeModule::kCoreAttn,     RecomputeModule::kLayernorm, RecomputeModule::kMoeAct,
+      RecomputeModule::kMlaUpProj,    RecomputeModule::kMlp,       RecomputeModule::kMoe,
+      RecomputeModule::kSharedExperts};
   return parse_enum(s, kAll);
 }
 std::optional<RecomputeConfig::Rerun> recompute_rerun_from_string(std::string_view s) {
@@ -1077,6 +1080,15 @@ sim::Status check_recompute(const Scenario& s) {
     return invalid(
         "recompute.modules: mla_up_proj needs multi-head latent attention (model.mla.kv_lora_rank "
         "> 0)");
+  }
+  // megatron/core/transformer/transformer_config.py: "shared_experts recompute cannot work with
+  // --moe-shared-expert-overlap".
+  if (s.recompute.modules.has(RecomputeModule::kSharedExperts) &&
+      s.parallelism.moe_shared_expert_overlap && s.model.moe.shared_experts > 0) {
+    return invalid(
+        "recompute.modules: shared_experts cannot be combined with "
+        "parallelism.moe_shared_expert_overlap (Megatron-Core refuses it: the overlapped shared "
+        "experts run inside the token dispatcher, outside the checkpoint)");
   }
   return sim::ok();
 }

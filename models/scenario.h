@@ -263,8 +263,19 @@ inline int stage_ranks(const ParallelConfig& p) { return p.tp * p.cp * p.dp; }
 //                the normalised latents are, and the up projections are re-run from them
 //   mlp          the dense MLP of a dense layer (checkpointed from its input)
 //   moe          the MoE FFN of an MoE layer: router, dispatch, experts, combine
-enum class RecomputeModule { kCoreAttn, kLayernorm, kMoeAct, kMlaUpProj, kMlp, kMoe };
-inline constexpr int kNumRecomputeModules = 6;
+//   shared_experts  an MoE layer's shared experts (checkpointed from their input: FC1 and the
+//                activation output are not kept; the backward re-runs FC1, the activation and FC2
+//                with their tensor-parallel collectives)
+enum class RecomputeModule {
+  kCoreAttn,
+  kLayernorm,
+  kMoeAct,
+  kMlaUpProj,
+  kMlp,
+  kMoe,
+  kSharedExperts
+};
+inline constexpr int kNumRecomputeModules = 7;
 
 // A set of RecomputeModule values.
 struct RecomputeModules {

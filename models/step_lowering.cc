@@ -532,22 +532,24 @@ OpId StepBuilder::mtp_input_backward(Rank& r, int mb, int l) {
 // Recomputes the forward ops of layer l that the backward needs and nobody saved: the entries
 // of the layer's forward recipe its recompute marks; `emit` sees every op.
 // An MoE layer's FFN is re-run whole (router, dispatch, experts, combine), or, when only its
-// activation output was dropped (recompute module moe_act), its activations alone. Under
+// activation output was dropped (recompute module moe_act), its activations alone, and under
+// recompute module shared_experts its shared experts' forward (moe_partial_recompute_entry). Under
 // mla_up_proj the QKV entry re-runs MLA's up projections from the kept latents (no collective:
 // the latents are the rank's own) and the rotary embedding.
 void StepBuilder::recompute_forward(Rank& r, const std::string& p, int l, const OpSink& emit) {
   const LayerActivations& acts = policies_[l].acts;
   bool ffn_done = false;
   for (const LayerOpEntry& e : layer_forward_recipe()) {
-    if (!recomputes(e, acts)) continue;
+    const bool shared_only = acts.shared_experts && e.ffn && ld(l).moe;
+    if (!recomputes(e, acts) && !shared_only) continue;
     if (e.ffn && ld(l).moe) {
       if (std::exchange(ffn_done, true)) continue;
-      if (!moe_activation_only(acts)) {
+      if (recomputes(e, acts) && !moe_activation_only(acts)) {
         moe_forward(r, p, OpCategory::kRecompute, l, emit, ".recompute");
         continue;
       }
       for (const MoeOpEntry& m : moe_forward_recipe()) {
-        if (!moe_activation_entry(m) || !moe_entry_runs(m, ld(l))) continue;
+        if (!moe_partial_recompute_entry(m, acts) || !moe_entry_runs(m, ld(l))) continue;
         emit(moe_op(r, p + "." + m.name + ".recompute", OpCategory::kRecompute, l, m, false));
       }
       continue;

@@ -192,9 +192,10 @@ constexpr RecomputeConfig::Mode kRecomputeModes[] = {
 constexpr RecomputeConfig::Rerun kRecomputeReruns[] = {RecomputeConfig::Rerun::kNeeded,
                                                        RecomputeConfig::Rerun::kLayer};
 constexpr models::RecomputeModule kRecomputeModules[] = {
-    models::RecomputeModule::kCoreAttn, models::RecomputeModule::kLayernorm,
-    models::RecomputeModule::kMoeAct,   models::RecomputeModule::kMlaUpProj,
-    models::RecomputeModule::kMlp,      models::RecomputeModule::kMoe};
+    models::RecomputeModule::kCoreAttn,     models::RecomputeModule::kLayernorm,
+    models::RecomputeModule::kMoeAct,       models::RecomputeModule::kMlaUpProj,
+    models::RecomputeModule::kMlp,          models::RecomputeModule::kMoe,
+    models::RecomputeModule::kSharedExperts};
 constexpr models::Placement kPlacements[] = {models::Placement::kHbm, models::Placement::kHost};
 constexpr models::OffloadPolicy::CpuStep kCpuSteps[] = {
     models::OffloadPolicy::CpuStep::kPerGroup, models::OffloadPolicy::CpuStep::kFlatPartition};
@@ -626,7 +627,8 @@ sim::Status read_recompute(const Node& node, RecomputeConfig& rc) {
   if (const Node* modules = r.get("modules")) {
     if (modules->kind != NodeKind::kSequence) {
       return type_error(*modules, "recompute.modules",
-                        "a list of modules (core_attn, layernorm, moe_act, mla_up_proj, mlp, moe)");
+                        "a list of modules (core_attn, layernorm, moe_act, mla_up_proj, mlp, moe, "
+                        "shared_experts)");
     }
     rc.modules.bits = 0;
     for (std::size_t i = 0; i < modules->items.size(); ++i) {

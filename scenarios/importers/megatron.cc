@@ -605,7 +605,7 @@ sim::Status map_recompute_modules(Args& a, Field* granularity, const std::string
   }
   if (!left_out.empty()) {
     a.m.unmapped(*f, fmt::format("module(s) {} not modelled (offsim models core_attn, layernorm, "
-                                 "moe_act, mla_up_proj, mlp, moe)",
+                                 "moe_act, mla_up_proj, mlp, moe, shared_experts)",
                                  fmt::join(left_out, ", ")));
   }
   OFFSIM_RETURN_IF_ERROR(a.m.set(*granularity, "recompute.mode", g));

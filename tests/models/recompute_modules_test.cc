@@ -75,6 +75,18 @@ TEST(RecomputeModules, DenseMlpIsCheckpointedFromItsInput) {
 
 Scenario small_moe() { return fixtures::small_moe_scenario(); }
 
+// DeepSeek-V3 cut to 3 layers (one dense, two MoE with one shared expert) on the small MoE
+// fixture's 8 H100s, TP 2 with sequence parallelism, EP 2.
+Scenario small_deepseek() {
+  Scenario s = small_moe();
+  s.model = catalogue("deepseek-v3");
+  s.model.layers = 3;
+  s.model.mtp_layers = 0;
+  s.model.moe.first_k_dense = 1;
+  s.parallelism.ep = 2;
+  return s;
+}
+
 TEST(RecomputeModules, MoeActAndMoeOnAnMoeLayer) {
   const Scenario s = small_moe();
   const LayerDims d = layer_dims(s.model, s.training, s.parallelism, 0);
@@ -165,12 +177,7 @@ TEST(RecomputeModules, StepReRunsOnlyTheChosenModules) {
 }
 
 TEST(RecomputeModules, MlaUpProjectionStep) {
-  Scenario s = small_moe();
-  s.model = catalogue("deepseek-v3");
-  s.model.layers = 3;
-  s.model.mtp_layers = 0;
-  s.model.moe.first_k_dense = 1;
-  s.parallelism.ep = 2;
+  Scenario s = small_deepseek();
   s.recompute.mode = Mode::kSelective;
   s.recompute.modules = modules({M::kMlaUpProj});
   ASSERT_TRUE(check_scenario(s).has_value());
@@ -186,6 +193,77 @@ TEST(RecomputeModules, MlaUpProjectionStep) {
   auto st = check_scenario(gqa);
   ASSERT_FALSE(st.has_value());
   EXPECT_NE(st.error().message.find("recompute.modules: mla_up_proj"), std::string::npos);
+}
+
+TEST(RecomputeModules, SharedExpertsDropTheirFc1AndActivation) {
+  const Scenario s = small_deepseek();
+  const LayerDims d = layer_dims(s.model, s.training, s.parallelism, 1);
+  ASSERT_TRUE(d.moe);
+  ASSERT_GT(d.fs, 0);
+  // One shared expert of FFN 2048 over TP 2: 1024 columns per rank; 4096 tokens, bf16.
+  EXPECT_EQ(d.fs, 1024);
+  const std::int64_t tok = 4096;
+  const LayerActivations none = layer_activations(d, Mode::kNone, {});
+  const LayerActivations se =
+      layer_activations(d, Mode::kSelective, modules({M::kSharedExperts}), {});
+  EXPECT_TRUE(se.shared_experts);
+  // Gate and up outputs (2 · 2 bytes) and the activation output (2 bytes) per token and column.
+  EXPECT_EQ(se.shared_bytes, tok * 1024 * (2 * 2 + 2));
+  EXPECT_EQ(none.saved_bytes(d) - se.saved_bytes(d), se.shared_bytes);
+  EXPECT_EQ(se.recomputed_bytes(d), se.shared_bytes);
+  for (int o = 0; o < kNumFwdOps; ++o) EXPECT_FALSE(se.recompute[o]) << o;
+  // With moe_act the activation output is dropped already: the shared experts add their FC1.
+  const LayerActivations both =
+      layer_activations(d, Mode::kSelective, modules({M::kMoeAct, M::kSharedExperts}), {});
+  EXPECT_EQ(both.shared_bytes, tok * 1024 * 2 * 2);
+  EXPECT_EQ(none.saved_bytes(d) - both.saved_bytes(d),
+            act_bytes(d, Act::kActOut) + tok * 1024 * 2 * 2);
+  // With moe the whole MoE FFN re-runs, the shared experts with it.
+  const LayerActivations moe =
+      layer_activations(d, Mode::kSelective, modules({M::kMoe, M::kSharedExperts}), {});
+  EXPECT_FALSE(moe.shared_experts);
+  EXPECT_EQ(moe.saved_bytes(d),
+            layer_activations(d, Mode::kSelective, modules({M::kMoe}), {}).saved_bytes(d));
+  // A dense layer and a model without shared experts are left alone.
+  const LayerDims dense = layer_dims(s.model, s.training, s.parallelism, 0);
+  EXPECT_FALSE(
+      layer_activations(dense, Mode::kSelective, modules({M::kSharedExperts}), {}).shared_experts);
+  const Scenario q = small_moe();
+  const LayerDims qd = layer_dims(q.model, q.training, q.parallelism, 0);
+  EXPECT_FALSE(
+      layer_activations(qd, Mode::kSelective, modules({M::kSharedExperts}), {}).shared_experts);
+}
+
+TEST(RecomputeModules, SharedExpertsStep) {
+  Scenario s = small_deepseek();
+  s.recompute.mode = Mode::kSelective;
+  s.recompute.modules = modules({M::kSharedExperts});
+  ASSERT_TRUE(check_scenario(s).has_value());
+  auto step = build_step(s);
+  ASSERT_TRUE(step.has_value()) << step.error().message;
+  // The shared experts' forward re-runs with its tensor-parallel collectives; nothing else.
+  for (const char* name :
+       {"shared.tp_allgather", "shared.mlpwi", "shared.act", "shared.mlpwo", "shared.tp_reduce"}) {
+    EXPECT_TRUE(has_op(step->plan, std::string("mb0.l1.") + name + ".recompute")) << name;
+  }
+  EXPECT_FALSE(has_op(step->plan, "mb0.l1.experts.act.recompute"));
+  EXPECT_FALSE(has_op(step->plan, "mb0.l1.moe.dispatch.alltoall.recompute"));
+  EXPECT_FALSE(has_op(step->plan, "mb0.l0.shared.mlpwi.recompute"));
+  expect_estimate_counts_the_recompute(s);
+  // With moe_act: the experts' activation and the shared experts, the shared activation once.
+  s.recompute.modules = modules({M::kMoeAct, M::kSharedExperts});
+  step = build_step(s);
+  ASSERT_TRUE(step.has_value()) << step.error().message;
+  int shared_act = 0;
+  for (const sim::Op& o : step->plan.ops) shared_act += o.name == "mb0.l1.shared.act.recompute";
+  EXPECT_EQ(shared_act, 1);
+  EXPECT_TRUE(has_op(step->plan, "mb0.l1.experts.act.recompute"));
+  expect_estimate_counts_the_recompute(s);
+  // Refused with the overlapped shared experts, as Megatron-Core refuses it.
+  s.parallelism.moe_shared_expert_overlap = true;
+  auto st = check_scenario(s);
+  ASSERT_FALSE(st.has_value());
+  EXPECT_NE(st.error().message.find("recompute.modules: shared_experts"), std::string::npos);
 }
 
 // Full recompute as a reentrant checkpoint runs it (Megatron-Core, DeepSpeed): the whole layer,

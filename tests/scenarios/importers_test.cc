@@ -289,11 +289,11 @@ TEST(MegatronImport, RecomputeModulesList) {
   const std::string from = "--recompute-granularity selective";
   ASSERT_NE(text.find(from), std::string::npos);
   std::ofstream(script) << std::string(text).replace(
-      text.find(from), from.size(), from + " --recompute-modules layernorm shared_experts mlp");
+      text.find(from), from.size(), from + " --recompute-modules layernorm shared_experts mhc mlp");
   auto r = import_config(Framework::kMegatron, {script}, {.sets = {"hardware.system=dgx-h100"}});
   ASSERT_TRUE(r) << r.error().message;
   EXPECT_EQ(value_at(r->scenario, "recompute.mode"), "selective");
-  EXPECT_EQ(value_at(r->scenario, "recompute.modules"), "[layernorm, mlp]");
+  EXPECT_EQ(value_at(r->scenario, "recompute.modules"), "[layernorm, shared_experts, mlp]");
   EXPECT_EQ(value_at(r->scenario, "training.micro_batch"), "1");
   EXPECT_NE(find_field(r->ignored, "--lr"), nullptr);  // the next line's flag ends the list
   // A list that closes the argument array ends there.
@@ -301,7 +301,7 @@ TEST(MegatronImport, RecomputeModulesList) {
       text.find(from), from.size(), from + " --recompute-modules layernorm\n)\ntorchrun");
   const ImportField* left = find_field(r->unmapped, "--recompute-modules");
   ASSERT_NE(left, nullptr);
-  EXPECT_NE(left->reason.find("shared_experts not modelled"), std::string::npos) << left->reason;
+  EXPECT_NE(left->reason.find("mhc not modelled"), std::string::npos) << left->reason;
   expect_round_trip(*r);
   r = import_config(Framework::kMegatron, {script}, {.sets = {"hardware.system=dgx-h100"}});
   ASSERT_TRUE(r) << r.error().message;

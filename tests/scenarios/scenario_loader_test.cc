@@ -386,7 +386,7 @@ TEST_F(LoaderTest, RecomputeModulesKey) {
   EXPECT_EQ(scenario_of(kBase, {}).recompute.modules, models::RecomputeModules{});
   const std::string bad = error_of(replace(text, "moe_act]", "shared]"));
   EXPECT_NE(bad.find("recompute.modules.1: expected one of core_attn, layernorm, moe_act, "
-                     "mla_up_proj, mlp, moe, got \"shared\""),
+                     "mla_up_proj, mlp, moe, shared_experts, got \"shared\""),
             std::string::npos)
       << bad;
   // recompute.rerun: what full recompute re-runs.
