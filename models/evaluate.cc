@@ -431,6 +431,9 @@ std::optional<Report> steady_state_report(const ResolvedScenario& resolved,
 // more micro-batches of reduced step plus up to three to make M - K a multiple of Q. A step
 // whose state would repeat only after q > 1 periods takes the full path.
 constexpr std::int64_t kMaxPeriodMultiple = 1;
+// Interleaved stages of unequal work: how many periods later than b1 the first boundary of the
+// pair may be (PipelinePeriods::scan).
+constexpr std::int64_t kSettleScan = 4;
 
 // The reduced pipeline step's sizes: P (period, in task indices), its micro-batches, Q and K.
 struct PipelinePeriods {
@@ -440,6 +443,7 @@ struct PipelinePeriods {
   std::int64_t m = 0;           // the scenario's micro-batches
   std::int64_t q_max = 0;       // Q
   std::int64_t margin = 0;      // periods of margin above lo's first one, before b1
+  std::int64_t scan = 0;        // later first boundaries tried: b1 + a·P for a = 0..scan
   std::int64_t k = 0;           // the reduced step's micro-batches
 };
 
@@ -474,7 +478,18 @@ std::optional<PipelinePeriods> pipeline_periods(const Scenario& scenario, std::s
   const bool unequal_chunks =
       pipeline_layout(scenario.model.layers, par).unequal() || scenario.model.mtp_layers > 0;
   if (interleaved && unequal_chunks && p.m > pp * (p.q_max + 6)) p.margin = 1;
-  p.k = interleaved ? pp * (p.q_max + 5 + p.margin) : pp + 3 + p.q_max;
+  // Some settle later still: validation rows whose states repeat only from 1 to 4 periods after
+  // b1 (GB200 DeepSeek-V3, 61 layers and MTP over PP 4 x VP 4: 1; GB300 Llama 3.1 405B, PP 8 x
+  // VP 4: 2 and 4; H100 Qwen3-235B-A22B, PP 8 x VP 4: 4). Before, a lane of a later stage holds
+  // a growing queue of ready ops, or flows sit a few ns apart from one period to the next. The
+  // probe then also takes boundaries up to kSettleScan periods later and uses the first pair of
+  // equal states (period_pair), as many as the micro-batches allow with the margin's room.
+  if (interleaved && unequal_chunks) {
+    for (p.scan = kSettleScan; p.scan > 0; --p.scan) {
+      if (p.m > pp * (p.q_max + 6 + p.margin + p.scan)) break;
+    }
+  }
+  p.k = interleaved ? pp * (p.q_max + 5 + p.margin + p.scan) : pp + 3 + p.q_max;
   if (p.m > p.k) p.k += (p.m - p.k) % (p.q_max * p.period_mbs);
   if (p.m <= p.k || p.m > std::int64_t{1} << 30 || (p.m - p.k) % p.period_mbs != 0) {
     why = fmt::format("{} micro-batches (the pipeline fast path needs more than {})", p.m, p.k);
@@ -664,9 +679,9 @@ class PipelineIndex {
   std::vector<std::size_t> with_tensors_;
 };
 
-// The probe's segments and boundaries: boundaries at b1 + i·P, i = 0..Q; the last micro-batch's
-// tasks stand for the full step's last: outside the periodic segments (ids written as they are;
-// they may only wait at a boundary). False (with why) when a boundary has no task.
+// The probe's segments and boundaries: boundaries at b1 + i·P, i = 0..Q + scan; the last
+// micro-batch's tasks stand for the full step's last: outside the periodic segments (ids written as
+// they are; they may only wait at a boundary). False (with why) when a boundary has no task.
 bool fill_period_probe(const PipelineIndex& index, const std::vector<PipelineTask>& tasks,
                        const PipelinePeriods& p, std::int64_t lo, std::int64_t b1,
                        sim::detail::PeriodProbe& probe, std::string& why) {
@@ -680,7 +695,7 @@ bool fill_period_probe(const PipelineIndex& index, const std::vector<PipelineTas
                               .index = t.index,
                               .hi = index.hi_of(t)});
   }
-  for (std::int64_t i = 0; i <= p.q_max; ++i) {
+  for (std::int64_t i = 0; i <= p.q_max + p.scan; ++i) {
     const std::int64_t base = b1 + i * p.period;
     const PipelineTask* first = nullptr;
     for (const PipelineTask& t : tasks) {
@@ -702,27 +717,35 @@ bool fill_period_probe(const PipelineIndex& index, const std::vector<PipelineTas
   return true;
 }
 
-// The smallest q (dividing Q) whose boundaries 0 and q are quiet (nothing above hi - q·P
-// started at boundary 0) with equal states; 0 (with why) when none is.
-std::int64_t period_multiple(const sim::detail::PeriodProbe& probe, const PipelinePeriods& p,
-                             std::int64_t lo, std::int64_t hi, std::int64_t b1, std::string& why) {
-  const auto& s1 = probe.snapshots[0];
-  std::int64_t q = 0;
+// A pair of probe boundaries with equal states: a (the first, b1 + a·P) and a + q.
+struct PeriodPair {
+  std::int64_t a = 0;
+  std::int64_t q = 0;  // 0: none
+};
+// The first pair (smallest a, then the smallest q dividing Q) of boundaries a and a + q, both
+// quiet (nothing above hi - q·P started at boundary a), with equal states; q = 0 (with why)
+// when none is. Boundary a's window starts at lo + a·P (Boundary::min_index): within [lo, hi],
+// so the argument above holds for the pair as for boundaries 0 and q.
+PeriodPair period_pair(const sim::detail::PeriodProbe& probe, const PipelinePeriods& p,
+                       std::int64_t lo, std::int64_t hi, std::int64_t b1, std::string& why) {
   why = "no periodic state";
-  for (std::int64_t c = 1; c <= p.q_max && q == 0; ++c) {
-    const auto& sc = probe.snapshots[static_cast<std::size_t>(c)];
-    if (p.q_max % c != 0 || !s1.taken || !sc.taken) continue;
-    if (!s1.quiet || !sc.quiet || s1.highest_over > -c * p.period) {
-      why = fmt::format(
-          "tasks in flight beyond the window (indices {}..{} and {}..{} at boundaries {} and "
-          "{}, {} and {} above their stage's window, window {}..{} on stage 0)",
-          s1.lowest_index, s1.highest_index, sc.lowest_index, sc.highest_index, b1,
-          b1 + c * p.period, s1.highest_over, sc.highest_over, lo, hi);
-      continue;
+  for (std::int64_t a = 0; a <= p.scan; ++a) {
+    const auto& s1 = probe.snapshots[static_cast<std::size_t>(a)];
+    for (std::int64_t c = 1; c <= p.q_max; ++c) {
+      const auto& sc = probe.snapshots[static_cast<std::size_t>(a + c)];
+      if (p.q_max % c != 0 || !s1.taken || !sc.taken) continue;
+      if (!s1.quiet || !sc.quiet || s1.highest_over > -c * p.period) {
+        why = fmt::format(
+            "tasks in flight beyond the window (indices {}..{} and {}..{} at boundaries {} and "
+            "{}, {} and {} above their stage's window, window {}..{} on stage 0)",
+            s1.lowest_index, s1.highest_index, sc.lowest_index, sc.highest_index, b1 + a * p.period,
+            b1 + (a + c) * p.period, s1.highest_over, sc.highest_over, lo, hi);
+        continue;
+      }
+      if (s1.state == sc.state && sc.time_ns > s1.time_ns) return {.a = a, .q = c};
     }
-    if (s1.state == sc.state && sc.time_ns > s1.time_ns) q = c;
   }
-  return q;
+  return {};
 }
 
 // Each pool's peak keeps its live tensors' names: before t2 no tensor of the last micro-batch
@@ -765,9 +788,9 @@ std::optional<Report> pipeline_steady_state_report(const ResolvedScenario& resol
   if (!index.build(p.k, why)) return std::nullopt;
   const std::int64_t hi = index.hi();
   const std::int64_t lo = index.steady_lo();
-  // Boundaries at b1 + i·P, i = 0..Q, one period (and the margin) above lo.
+  // Boundaries at b1 + i·P, i = 0..Q + scan, one period (and the margin) above lo.
   const std::int64_t b1 = lo + (1 + p.margin) * p.period;
-  if (b1 + p.q_max * p.period > hi) {
+  if (b1 + (p.q_max + p.scan) * p.period > hi) {
     why = fmt::format("no identical periods in the reduced step's steady state (from {} to {})", lo,
                       hi);
     return std::nullopt;
@@ -777,22 +800,24 @@ std::optional<Report> pipeline_steady_state_report(const ResolvedScenario& resol
   probe.timed_lanes = {step.ranks.front().compute_lane};  // what split_time walks
   // With no usable boundary pair the run stops at the last boundary (its cool-down is wasted).
   probe.keep_running = [&](const sim::detail::PeriodProbe& pr) {
-    return period_multiple(pr, p, lo, hi, b1, why) != 0;
+    return period_pair(pr, p, lo, hi, b1, why).q != 0;
   };
   std::optional<sim::SimResult> result = simulate_reduced(plan, options, probe, why);
   if (!result) return std::nullopt;
   const sim::Timeline& t = result->timeline;
-  const std::int64_t q = period_multiple(probe, p, lo, hi, b1, why);
+  const PeriodPair pair = period_pair(probe, p, lo, hi, b1, why);
+  const std::int64_t q = pair.q;
   if (q == 0) return std::nullopt;
-  const auto& s1 = probe.snapshots[0];
-  const auto& s2 = probe.snapshots[static_cast<std::size_t>(q)];
+  const std::int64_t ba = b1 + pair.a * p.period;  // the pair's first boundary
+  const auto& s1 = probe.snapshots[static_cast<std::size_t>(pair.a)];
+  const auto& s2 = probe.snapshots[static_cast<std::size_t>(pair.a + q)];
   const std::int64_t extra = (p.m - p.k) / (q * p.period_mbs);
   const std::int64_t period_ns = s2.time_ns - s1.time_ns;
   const sim::TimePoint t1{sim::Duration{s1.time_ns}};
   const sim::TimePoint t2{sim::Duration{s2.time_ns}};
   if (!failures_in_prefix(t, t2, why)) return std::nullopt;
   if (!pipeline_peaks_keep_names(t, t2, probe, index, p.k, why)) return std::nullopt;
-  const std::int64_t period_ops = index.ops_in(b1, b1 + q * p.period);  // q periods' tasks
+  const std::int64_t period_ops = index.ops_in(ba, ba + q * p.period);  // q periods' tasks
   Extrapolation x;
   x.makespan = t.makespan + sim::Duration{extra * period_ns};
   x.plan_ops = static_cast<std::int64_t>(plan.ops.size()) + extra * period_ops;

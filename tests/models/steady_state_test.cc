@@ -351,6 +351,21 @@ TEST(SteadyState, ListedLayoutWithMultiTokenPredictionMatchesTheFullSimulation) 
   }
 }
 
+// Interleaved stages of unequal work that settle only some periods after the first boundary
+// (PipelinePeriods::scan): the GB200 DeepSeek-V3 row of validation table 8 (61 layers and MTP
+// over PP 4 x VP 4, EP 64, 64 micro-batches) repeats one period later.
+TEST(SteadyState, LateSettlingInterleavedPipelineMatchesTheFullSimulation) {
+  const std::filesystem::path path = std::filesystem::path(OFFSIM_SOURCE_DIR) /
+                                     "scenarios/validation/8_bridge_moe/"
+                                     "gb200-deepseek-v3-256-gpus-bf16.yaml";
+  auto file = scenarios::load_scenario_file(path.string());
+  ASSERT_TRUE(file) << file.error().message;
+  auto scenario = scenarios::scenario_from_document(file->base, file->base_dir);
+  ASSERT_TRUE(scenario) << scenario.error().message;
+  const Both both = evaluate_both(*scenario, path.filename().string());
+  EXPECT_TRUE(both.fast.steady_state) << both.fast.full_path_reason;
+}
+
 TEST(SteadyState, WholeLayerFullRecomputeMatchesTheFullSimulation) {
   // Full recompute as Megatron's reentrant checkpoint runs it (the MLP output projection and its
   // tensor-parallel all-reduce re-run too) on the eight-stage GPT-3 pipeline.
