@@ -87,6 +87,15 @@ Scenario small_deepseek() {
   return s;
 }
 
+// small_deepseek() with selective recompute of `list`, checked.
+Scenario selective_deepseek(std::initializer_list<RecomputeModule> list) {
+  Scenario s = small_deepseek();
+  s.recompute.mode = Mode::kSelective;
+  s.recompute.modules = modules(list);
+  EXPECT_TRUE(check_scenario(s).has_value());
+  return s;
+}
+
 TEST(RecomputeModules, MoeActAndMoeOnAnMoeLayer) {
   const Scenario s = small_moe();
   const LayerDims d = layer_dims(s.model, s.training, s.parallelism, 0);
@@ -177,10 +186,7 @@ TEST(RecomputeModules, StepReRunsOnlyTheChosenModules) {
 }
 
 TEST(RecomputeModules, MlaUpProjectionStep) {
-  Scenario s = small_deepseek();
-  s.recompute.mode = Mode::kSelective;
-  s.recompute.modules = modules({M::kMlaUpProj});
-  ASSERT_TRUE(check_scenario(s).has_value());
+  Scenario s = selective_deepseek({M::kMlaUpProj});
   auto step = build_step(s);
   ASSERT_TRUE(step.has_value()) << step.error().message;
   EXPECT_TRUE(has_op(step->plan, "mb0.l1.mla_up_proj.recompute"));
@@ -235,10 +241,7 @@ TEST(RecomputeModules, SharedExpertsDropTheirFc1AndActivation) {
 }
 
 TEST(RecomputeModules, SharedExpertsStep) {
-  Scenario s = small_deepseek();
-  s.recompute.mode = Mode::kSelective;
-  s.recompute.modules = modules({M::kSharedExperts});
-  ASSERT_TRUE(check_scenario(s).has_value());
+  Scenario s = selective_deepseek({M::kSharedExperts});
   auto step = build_step(s);
   ASSERT_TRUE(step.has_value()) << step.error().message;
   // The shared experts' forward re-runs with its tensor-parallel collectives; nothing else.
