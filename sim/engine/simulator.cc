@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "sim/core/check.h"
+#include "sim/core/huge_page_allocator.h"
 #include "sim/engine/engine_probe.h"
 #include "sim/engine/flow_solver.h"
 #include "sim/trace/memory_ledger.h"
@@ -367,7 +368,7 @@ class Engine {
   std::size_t next_boundary_ = 0;
   bool snapshot_due_ = false;
 
-  std::vector<OpState> ops_;
+  std::vector<OpState, HugePageAllocator<OpState>> ops_;
   std::vector<ResourceUse> uses_;  // all ops' resource uses, flat, in op order
   std::uint32_t op_use_end_ = 0;
   std::vector<std::uint32_t> dependent_offsets_;  // CSR: ops waiting on op i

@@ -35,6 +35,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "sim/core/huge_page_allocator.h"
 #include "sim/core/ids.h"
 #include "sim/core/result.h"
 #include "sim/core/small_vector.h"
@@ -235,7 +236,7 @@ struct Plan {
   std::vector<Resource> resources;
   std::vector<Pool> pools;
   std::vector<Tensor> tensors;
-  std::vector<Op> ops;
+  std::vector<Op, HugePageAllocator<Op>> ops;
   // Tensors live before the step starts (weights, optimizer state): allocated at time zero.
   std::vector<TensorId> initial_tensors;
   // Free-form provenance ("model": "llama3-70b", ...), carried into the timeline.
