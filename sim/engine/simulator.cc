@@ -18,6 +18,10 @@ namespace offsim::sim {
 
 namespace {
 
+// The engine's arrays of one or two entries per op, in huge pages (huge_page_allocator.h).
+template <class T>
+using HugePageVector = std::vector<T, HugePageAllocator<T>>;
+
 constexpr std::uint32_t kNone = TaggedId<void>::kInvalidValue;
 constexpr std::int64_t kNeverNs = std::numeric_limits<std::int64_t>::max();
 // Durations saturate here so that `now + duration` never overflows.
@@ -368,13 +372,13 @@ class Engine {
   std::size_t next_boundary_ = 0;
   bool snapshot_due_ = false;
 
-  std::vector<OpState, HugePageAllocator<OpState>> ops_;
-  std::vector<ResourceUse> uses_;  // all ops' resource uses, flat, in op order
+  HugePageVector<OpState> ops_;
+  HugePageVector<ResourceUse> uses_;  // all ops' resource uses, flat, in op order
   std::uint32_t op_use_end_ = 0;
-  std::vector<std::uint32_t> dependent_offsets_;  // CSR: ops waiting on op i
-  std::vector<std::uint32_t> dependents_;
+  HugePageVector<std::uint32_t> dependent_offsets_;  // CSR: ops waiting on op i
+  HugePageVector<std::uint32_t> dependents_;
   std::vector<std::uint32_t> lane_offsets_;  // CSR: ops of lane l in issue order
-  std::vector<std::uint32_t> lane_ops_;
+  HugePageVector<std::uint32_t> lane_ops_;
   std::vector<std::uint32_t> lane_head_;  // position of the lane's next op to end
 
   std::vector<Event> heap_;
@@ -411,8 +415,8 @@ void Engine::setup() {
   uses_.clear();
   uses_.reserve(2 * n);  // typical: a kernel uses SM and HBM, a copy a route of a few links
   std::vector<std::uint32_t> lane_count(plan_.lanes.size() + 1, 0);
-  std::vector<std::uint32_t> dependent_count(n + 1, 0);
-  std::vector<std::pair<std::uint32_t, std::uint32_t>> edges;  // (dep, op)
+  HugePageVector<std::uint32_t> dependent_count(n + 1, 0);
+  HugePageVector<std::pair<std::uint32_t, std::uint32_t>> edges;  // (dep, op)
   edges.reserve(n);
   for (std::size_t i = 0; i < n; ++i) {
     const Op& op = plan_.ops[i];
@@ -440,7 +444,7 @@ void Engine::setup() {
       edges.emplace_back(d.value(), static_cast<std::uint32_t>(i));
     }
   }
-  auto prefix = [](std::vector<std::uint32_t>& counts) {
+  auto prefix = [](auto& counts) {
     std::uint32_t sum = 0;
     for (std::uint32_t& c : counts) {
       const std::uint32_t c0 = c;
