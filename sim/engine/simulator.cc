@@ -486,7 +486,9 @@ std::vector<LiveTensor> Engine::live_tensors(std::uint32_t pool) const {
 
 bool Engine::alloc_tensor(TensorId tensor, std::uint32_t op) {
   const Tensor& t = plan_.tensors[tensor.index()];
-  auto who = [&] { return op == kNone ? std::string("initial_tensors") : plan_.ops[op].name; };
+  auto who = [&] {
+    return op == kNone ? std::string("initial_tensors") : plan_.ops[op].name.str();
+  };
   if (live_[tensor.index()]) {
     stop_with_error(Error{ErrorCode::kInvalidInput,
                           fmt::format("op '{}' allocates tensor '{}', which is already live at {} "

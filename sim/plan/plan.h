@@ -37,6 +37,7 @@
 
 #include "sim/core/huge_page_allocator.h"
 #include "sim/core/ids.h"
+#include "sim/core/inline_string.h"
 #include "sim/core/result.h"
 #include "sim/core/small_vector.h"
 #include "sim/core/time.h"
@@ -178,7 +179,7 @@ struct OpCost {
 };
 
 struct Op {
-  std::string name;
+  InlineString name;  // nearly every op's name fits inline: no heap block per op
   LaneId lane;
   OpKind kind = OpKind::kMarker;
   OpCategory category = OpCategory::kNone;  // report bucket chosen by models/
@@ -214,7 +215,7 @@ struct Pool {
 };
 
 struct Tensor {
-  std::string name;  // "l3.act.mlpwi"
+  InlineString name;  // "l3.act.mlpwi"
   PoolId pool;
   std::int64_t bytes = 0;
   TensorCategory category = TensorCategory::kNone;

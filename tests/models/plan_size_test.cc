@@ -183,8 +183,7 @@ RecipeOpKind recipe_kind(sim::OpKind kind) {
 // they appear depends on the kernels' times (host-bound segments), so no recipe counts them.
 bool host_issue_marker(const sim::Op& op) {
   constexpr std::string_view kSuffix = ".host_issue";
-  return op.kind == sim::OpKind::kMarker && op.name.size() >= kSuffix.size() &&
-         op.name.compare(op.name.size() - kSuffix.size(), kSuffix.size(), kSuffix) == 0;
+  return op.kind == sim::OpKind::kMarker && op.name.ends_with(kSuffix);
 }
 
 // Ops per (layer, kind) of a range of a plan's ops; layer -1 and host issue markers are not

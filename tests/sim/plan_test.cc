@@ -103,7 +103,11 @@ TEST(PlanValidate, RejectsFreeBeforeAlloc) {
   Plan q = small_plan();
   const LaneId m{q.lanes.size()};
   q.lanes.push_back(Lane{"rank0.marker"});
-  q.ops.push_back(Op{.name = "mark", .lane = m, .deps = {OpId{0}}});
+  Op mark;
+  mark.name = "mark";
+  mark.lane = m;
+  mark.deps = {OpId{0}};
+  q.ops.push_back(std::move(mark));
   q.ops[1].deps = {OpId{2}};
   EXPECT_TRUE(validate(q)) << error_of(q);
 }
