@@ -16,11 +16,12 @@ namespace offsim::models {
 
 namespace {
 
-// Heap blocks behind an op besides its struct: the name (most names, "mb12.l31.mlpwi.fwd", pass
-// the 15-character small-string buffer, and malloc rounds the block to 32 bytes), once in the
-// Plan and once in the Timeline's OpInfo; the deps vector's block. The cost's resource uses
-// (two to six) are held inside the op's struct (sim::SmallVector) up to three. Checked against the
-// real allocations in tests/models/plan_size_test.cc.
+// Heap blocks behind an op besides its struct: the name in the Timeline's OpInfo (most names,
+// "mb12.l31.mlpwi.fwd", pass the 15-character small-string buffer, and malloc rounds the block
+// to 32 bytes; the Plan's own copy, a sim::InlineString, holds up to 38 characters inside the
+// op); the deps vector's block. The cost's resource uses (two to six) are held inside the op's
+// struct (sim::SmallVector) up to three. Tensors alike: the TensorInfo's name on the heap, the
+// Plan's inline. Checked against the real allocations in tests/models/plan_size_test.cc.
 constexpr double kNameHeapBytes = 32.0;
 constexpr double kVectorBlockBytes = 16.0;
 
@@ -775,8 +776,8 @@ void add_stage_ops(const Scenario& s, const StepContext& x, Counts& c) {
 double plan_bytes(const Counts& c, const PlanSizeOptions& options) {
   const double per_op =
       static_cast<double>(sizeof(sim::Op) + sizeof(sim::OpInfo) + sizeof(sim::Span)) +
-      2 * kNameHeapBytes + kVectorBlockBytes;
-  const double per_tensor = static_cast<double>(sizeof(sim::Tensor)) + kNameHeapBytes;
+      kNameHeapBytes + kVectorBlockBytes;
+  const double per_tensor = static_cast<double>(sizeof(sim::Tensor));
   double bytes = c.ops * per_op + c.tensors * per_tensor +
                  c.deps * static_cast<double>(sizeof(sim::OpId)) +
                  c.group_ranks * static_cast<double>(sizeof(int));

@@ -121,6 +121,9 @@ std::vector<Case> all_cases(int* validation_cases) {
 double string_heap(const std::string& s) {
   return s.capacity() > 15 ? static_cast<double>(s.capacity() + 1) : 0.0;
 }
+double string_heap(const sim::InlineString& s) {
+  return s.size() > sim::InlineString::kInlineCapacity ? static_cast<double>(s.size() + 1) : 0.0;
+}
 template <typename T>
 double vector_heap(const std::vector<T>& v) {
   return static_cast<double>(v.capacity() * sizeof(T));
