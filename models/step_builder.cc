@@ -59,8 +59,9 @@ void StepBuilder::non_layer_policy(ParamGroup& g) const {
   g.master_on_hbm = p.master_on_hbm;
 }
 
-OpId StepBuilder::add(Rank& r, LaneId lane, std::string name, OpKind kind, OpCategory category,
-                      int layer, sim::OpCost cost, sim::OpSizes sizes, std::vector<OpId> deps) {
+OpId StepBuilder::add(Rank& r, LaneId lane, const std::string& name, OpKind kind,
+                      OpCategory category, int layer, sim::OpCost cost, sim::OpSizes sizes,
+                      std::vector<OpId> deps) {
   const bool on_compute = lane == r.compute;
   const bool issued =
       lane != r.cpu && lane != r.issue && kind != OpKind::kMarker && kind != OpKind::kHostCompute;
@@ -80,7 +81,7 @@ OpId StepBuilder::add(Rank& r, LaneId lane, std::string name, OpKind kind, OpCat
   // Built in place in the plan: an op is a few hundred bytes, and the plan holds 10^5 of them.
   const OpId id = b_.new_op();
   sim::Op& op = b_.op_at(id);
-  op.name = std::move(name);
+  op.name = name;
   op.lane = lane;
   op.kind = kind;
   op.category = category;

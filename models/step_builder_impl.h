@@ -178,8 +178,8 @@ class StepBuilder {
 
   // --- step_builder.cc: the op primitives and the rank
   void non_layer_policy(ParamGroup& g) const;
-  OpId add(Rank& r, LaneId lane, std::string name, OpKind kind, OpCategory category, int layer,
-           sim::OpCost cost, sim::OpSizes sizes = {}, std::vector<OpId> deps = {});
+  OpId add(Rank& r, LaneId lane, const std::string& name, OpKind kind, OpCategory category,
+           int layer, sim::OpCost cost, sim::OpSizes sizes = {}, std::vector<OpId> deps = {});
   OpId wgrad_gemm(Rank& r, const std::string& name, OpCategory cat, int layer, std::int64_t m,
                   std::int64_t n, std::int64_t k);
   OpId gemm(Rank& r, const std::string& name, OpCategory cat, int layer, std::int64_t m,
