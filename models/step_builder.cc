@@ -163,7 +163,7 @@ OpId StepBuilder::collective(Rank& r, LaneId lane, const std::string& name, OpCa
   sz.bytes = bytes;
   sz.collective = {.kind = kind, .group = group};
   return add(r, lane, name, OpKind::kCollective, cat, layer,
-             cm_.collective(r.rank, kind, group, bytes), sz, std::move(deps));
+             cm_.collective(r.rank, kind, group, bytes), std::move(sz), std::move(deps));
 }
 
 OpId StepBuilder::copy(Rank& r, sim::CopyDirection dir, const std::string& name, OpCategory cat,
