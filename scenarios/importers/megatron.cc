@@ -5,7 +5,10 @@
 
 #include <algorithm>
 #include <cctype>
+#include <optional>
 #include <span>
+#include <string>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -84,7 +87,9 @@ class FlagPairs {
 
  private:
   // The list arguments the importer maps (Megatron's nargs="+"); other flags take one value.
-  static bool is_list_flag(const std::string& flag) { return flag == "--recompute-modules"; }
+  static bool is_list_flag(const std::string& flag) {
+    return flag == "--recompute-modules" || flag == "--cp-comm-type";
+  }
 
   Fields& out_;
   std::string list_flag_;  // the list argument whose values are still being read
@@ -105,7 +110,9 @@ void read_line(const std::string& line, const std::string& path, int line_no, Fl
       pairs.end_list();
       continue;
     }
-    const bool closes = !tok.empty() && tok.back() == ')';
+    // A ')' ends a bash array unless it was quoted ("([0]*3+[1]*45)" is one value).
+    const bool quoted = line[col - 1] == '"' || line[col - 1] == '\'';
+    const bool closes = !quoted && !tok.empty() && tok.back() == ')';
     if (closes) tok.pop_back();
     pairs.add(tok, fmt::format("{}:{}:{}", path, line_no, col));
     if (closes) pairs.end_list();
@@ -191,6 +198,23 @@ std::string ignore_reason(const std::string& key) {
   for (const char* p : kPrefixes) {
     if (key.rfind(p, 0) == 0) return "no effect on step time or memory";
   }
+  // The router's scoring and balancing options: offsim prices one router GEMM, its softmax and
+  // top-k either way, and the routed load from model.moe.load_imbalance or expert_loads.
+  static const char* kRouter[] = {"--moe-router-load-balancing-type",
+                                  "--moe-aux-loss-coeff",
+                                  "--moe-z-loss-coeff",
+                                  "--moe-router-score-function",
+                                  "--moe-router-pre-softmax",
+                                  "--moe-router-enable-expert-bias",
+                                  "--moe-router-bias-update-rate",
+                                  "--moe-router-topk-scaling-factor",
+                                  "--moe-router-dtype",
+                                  "--moe-token-drop-policy",
+                                  "--moe-per-layer-logging",
+                                  "--moe-input-jitter-eps"};
+  for (const char* p : kRouter) {
+    if (key == p) return "router arithmetic; no effect offsim distinguishes on step time or memory";
+  }
   return {};
 }
 
@@ -256,7 +280,7 @@ struct Args {
 };
 
 struct Layout {
-  std::int64_t tp = 1, pp = 1;
+  std::int64_t tp = 1, pp = 1, cp = 1;
   std::int64_t world = 0;  // the job's GPUs; 0: not known
 };
 
@@ -271,6 +295,13 @@ sim::Result<Layout> map_layout(Args& a, const ImportOptions& options) {
     OFFSIM_ASSIGN_OR_RETURN(l.pp, a.int_arg(f, 1, 1'000'000));
     OFFSIM_RETURN_IF_ERROR(a.m.set(*f, "parallelism.pp", std::to_string(l.pp)));
   }
+  // Context parallelism: the ranks of a CP group split each sequence; the data-parallel size is
+  // what tp x pp x cp leave (Megatron-Core's rank order tp, cp, dp, pp).
+  Field* cp = a.get("--context-parallel-size");
+  if (cp != nullptr) {
+    OFFSIM_ASSIGN_OR_RETURN(l.cp, a.int_arg(cp, 1, 1'000'000));
+    OFFSIM_RETURN_IF_ERROR(a.m.set(*cp, "parallelism.cp", std::to_string(l.cp)));
+  }
   Field* nproc = a.get("--nproc_per_node");
   if (nproc == nullptr) nproc = a.get("--nproc-per-node");
   Field* nnodes = a.get("--nnodes");
@@ -284,27 +315,49 @@ sim::Result<Layout> map_layout(Args& a, const ImportOptions& options) {
     l.world = per_node * n;
   }
   if (l.world > 0) {
-    if (l.world % (l.tp * l.pp) != 0) {
+    const std::int64_t model = l.tp * l.pp * l.cp;
+    if (l.world % model != 0) {
       return sim::fail(ErrorCode::kInvalidInput,
-                       "{} GPUs are not divisible by tensor x pipeline parallel size {} x {}",
-                       l.world, l.tp, l.pp);
+                       "{} GPUs are not divisible by tensor x pipeline x context parallel size {} "
+                       "x {} x {}",
+                       l.world, l.tp, l.pp, l.cp);
     }
     OFFSIM_RETURN_IF_ERROR(
-        a.m.set_from({nproc, nnodes}, "parallelism.dp", std::to_string(l.world / (l.tp * l.pp))));
+        a.m.set_from({nproc, nnodes}, "parallelism.dp", std::to_string(l.world / model)));
   }
   return l;
 }
 
-// Context and sequence parallelism, the distributed optimizer and gradient-reduce overlap.
-sim::Status map_parallel_flags(Args& a) {
-  if (Field* f = a.get("--context-parallel-size")) {
-    OFFSIM_ASSIGN_OR_RETURN(std::int64_t cp, a.int_arg(f, 1, 1'000'000));
-    if (cp == 1) {
-      a.m.mapped(*f, "(1: nothing to model)");
-    } else {
-      a.m.unmapped(*f, "context parallelism is not modelled");
+// --cp-comm-type (Transformer Engine's, one value or one per layer): p2p (ring attention) and a2a
+// (Ulysses) are modelled; a2a+p2p (hierarchical) and all_gather are not.
+sim::Status map_cp_comm_type(Args& a) {
+  Field* f = a.get("--cp-comm-type");
+  if (f == nullptr) return {};
+  std::vector<std::string> values;
+  if (f->value.kind == NodeKind::kSequence) {
+    for (const Node& item : f->value.items) values.push_back(item.scalar);
+  } else if (f->value.kind == NodeKind::kScalar) {
+    values.push_back(f->value.scalar);
+  }
+  if (values.empty()) return a.m.error(*f, "expected p2p, a2a, a2a+p2p or all_gather");
+  for (const std::string& v : values) {
+    if (v != values.front()) {
+      a.m.unmapped(*f, "a different type per layer is not modelled (offsim runs one type)");
+      return {};
     }
   }
+  const std::string& v = values.front();
+  if (v == "p2p" || v == "a2a") return a.m.set(*f, "parallelism.cp_comm_type", v);
+  if (v == "a2a+p2p" || v == "all_gather") {
+    a.m.unmapped(*f, fmt::format("{} is not modelled (offsim runs p2p or a2a)", v));
+    return {};
+  }
+  return a.m.error(*f, fmt::format("expected p2p, a2a, a2a+p2p or all_gather, got {}", v));
+}
+
+// Context and sequence parallelism, the distributed optimizer and gradient-reduce overlap.
+sim::Status map_parallel_flags(Args& a) {
+  OFFSIM_RETURN_IF_ERROR(map_cp_comm_type(a));
   if (Field* f = a.get("--sequence-parallel")) {
     OFFSIM_ASSIGN_OR_RETURN(bool on, a.flag(f));
     OFFSIM_RETURN_IF_ERROR(a.m.set(*f, "parallelism.sequence_parallel", on ? "true" : "false"));
@@ -496,6 +549,290 @@ sim::Status map_model(Args& a, const std::vector<std::string>& files) {
                      "--vocab-size in the script or --set model.vocab_size=N");
   }
   return {};
+}
+
+// A Megatron-Bridge recipe writes Python's None as null.
+bool is_none(const Field& f) {
+  const std::string& v = f.value.scalar;
+  return f.value.kind == NodeKind::kNull ||
+         (f.value.kind == NodeKind::kScalar && (v == "null" || v == "None" || v.empty()));
+}
+
+// --moe-layer-freq as a pattern: Megatron evaluates a Python list expression of 0 (dense) and 1
+// (MoE) per layer, built from lists, `*` repetitions, `+` concatenations and parentheses
+// ("([0]*3+[1]*58)"). This parser reads that grammar and nothing else.
+class LayerPattern {
+ public:
+  explicit LayerPattern(const std::string& text) : s_(text) {}
+
+  std::optional<std::vector<int>> parse() {
+    auto v = expr();
+    skip();
+    if (!v || pos_ != s_.size()) return std::nullopt;
+    return v;
+  }
+
+ private:
+  void skip() {
+    while (pos_ < s_.size() && std::isspace(static_cast<unsigned char>(s_[pos_]))) ++pos_;
+  }
+  bool eat(char c) {
+    skip();
+    if (pos_ < s_.size() && s_[pos_] == c) {
+      ++pos_;
+      return true;
+    }
+    return false;
+  }
+  std::optional<std::int64_t> number() {
+    skip();
+    const std::size_t start = pos_;
+    while (pos_ < s_.size() && std::isdigit(static_cast<unsigned char>(s_[pos_])) &&
+           pos_ - start < 7) {
+      ++pos_;
+    }
+    if (pos_ == start) return std::nullopt;
+    return std::stoll(s_.substr(start, pos_ - start));
+  }
+  std::optional<std::vector<int>> atom() {
+    if (eat('(')) {
+      if (++depth_ > kMaxDepth) return std::nullopt;
+      auto v = expr();
+      --depth_;
+      if (!v || !eat(')')) return std::nullopt;
+      return v;
+    }
+    if (!eat('[')) return std::nullopt;
+    std::vector<int> v;
+    do {
+      const auto n = number();
+      if (!n || *n > 1) return std::nullopt;
+      v.push_back(static_cast<int>(*n));
+    } while (eat(','));
+    if (!eat(']')) return std::nullopt;
+    return v;
+  }
+  std::optional<std::vector<int>> term() {
+    auto v = atom();
+    while (v && eat('*')) {
+      const auto n = number();
+      if (!n || static_cast<double>(*n) * static_cast<double>(v->size()) > kMaxLayers) {
+        return std::nullopt;
+      }
+      std::vector<int> r;
+      for (std::int64_t i = 0; i < *n; ++i) r.insert(r.end(), v->begin(), v->end());
+      v = std::move(r);
+    }
+    return v;
+  }
+  std::optional<std::vector<int>> expr() {
+    auto v = term();
+    while (v && eat('+')) {
+      auto t = term();
+      if (!t || v->size() + t->size() > kMaxLayers) return std::nullopt;
+      v->insert(v->end(), t->begin(), t->end());
+    }
+    return v;
+  }
+
+  static constexpr std::size_t kMaxLayers = 1'000'000;  // far above any model's layer count
+  static constexpr int kMaxDepth = 64;                  // nested parentheses
+
+  const std::string& s_;
+  std::size_t pos_ = 0;
+  int depth_ = 0;
+};
+
+// --moe-layer-freq as offsim's model.moe.first_k_dense and layer_freq: k dense layers, then
+// every f-th layer MoE. An integer N is Megatron's every N-th layer from layer 0.
+sim::Status map_moe_layer_freq(Args& a) {
+  Field* f = a.get("--moe-layer-freq");
+  if (f == nullptr) return {};
+  if (f->value.kind != NodeKind::kScalar) return a.m.error(*f, "expected an integer or a pattern");
+  const std::string& text = f->value.scalar;
+  if (text.find('[') == std::string::npos) {
+    OFFSIM_ASSIGN_OR_RETURN(std::int64_t n, a.int_arg(f, 1, 1'000'000));
+    return a.m.set(*f, "model.moe.layer_freq", std::to_string(n));
+  }
+  const auto pattern = LayerPattern(text).parse();
+  if (!pattern) {
+    return a.m.error(*f, "expected a list expression of 0 and 1 such as ([0]*3+[1]*58)");
+  }
+  const auto n = static_cast<std::int64_t>(pattern->size());
+  if (Field* layers_f = a.fields.get("--num-layers")) {
+    OFFSIM_ASSIGN_OR_RETURN(std::int64_t layers, a.int_arg(layers_f, 1, 1'000'000));
+    if (layers != n) {
+      return a.m.error(*f, fmt::format("the pattern has {} layers, --num-layers {}", n, layers));
+    }
+  }
+  const auto first = std::find(pattern->begin(), pattern->end(), 1);
+  if (first == pattern->end()) return a.m.error(*f, "the pattern has no MoE layer (no 1)");
+  const std::int64_t k = first - pattern->begin();
+  const auto second = std::find(first + 1, pattern->end(), 1);
+  const std::int64_t freq = second == pattern->end() ? n - k : second - first;
+  for (std::int64_t i = k; i < n; ++i) {
+    if ((*pattern)[static_cast<std::size_t>(i)] != ((i - k) % freq == 0 ? 1 : 0)) {
+      return a.m.error(*f, fmt::format("layer {} breaks the form offsim models: {} dense layers, "
+                                       "then every {} layer(s) MoE (model.moe.first_k_dense, "
+                                       "layer_freq)",
+                                       i, k, freq));
+    }
+  }
+  OFFSIM_RETURN_IF_ERROR(a.m.set(*f, "model.moe.first_k_dense", std::to_string(k)));
+  return a.m.set(*f, "model.moe.layer_freq", std::to_string(freq));
+}
+
+// The token dispatcher: offsim prices Megatron-Core's all-to-all dispatcher (MoEAlltoAllToken
+// Dispatcher); Megatron's default is the all-gather one.
+sim::Status map_moe_dispatcher(Args& a) {
+  if (Field* f = a.get("--moe-token-dispatcher-type")) {
+    const std::string v = f->value.scalar;
+    if (v == "alltoall") {
+      a.m.mapped(*f, "(the all-to-all dispatcher offsim prices)");
+    } else {
+      a.m.unmapped(*f, fmt::format("the {} dispatcher is priced as the all-to-all one", v));
+    }
+  }
+  if (Field* f = a.get("--overlap-moe-expert-parallel-comm")) {
+    OFFSIM_ASSIGN_OR_RETURN(bool on, a.flag(f));
+    if (on) {
+      a.m.unmapped(*f,
+                   "the all-to-all overlap with another micro-batch is not modelled (the "
+                   "dispatch and combine run on the compute stream)");
+    } else {
+      a.m.mapped(*f, "(off: the all-to-alls on the compute stream)");
+    }
+  }
+  if (Field* f = a.get("--moe-pad-expert-input-to-capacity")) {
+    OFFSIM_ASSIGN_OR_RETURN(bool on, a.flag(f));
+    if (on) {
+      a.m.unmapped(*f, "padding to capacity is not modelled (each expert runs its routed rows)");
+    } else {
+      a.m.mapped(*f, "(off)");
+    }
+  }
+  return {};
+}
+
+// The experts' sizes: top-k (Megatron's default 2), the expert FFN (default --ffn-hidden-size,
+// arguments.py), one shared expert of --moe-shared-expert-intermediate-size.
+sim::Status map_moe_sizes(Args& a, Field& experts) {
+  OFFSIM_ASSIGN_OR_RETURN(std::int64_t n, a.int_arg(&experts, 1, 65536));
+  OFFSIM_RETURN_IF_ERROR(a.m.set(experts, "model.moe.experts", std::to_string(n)));
+  Field* topk = a.get("--moe-router-topk");
+  std::int64_t k = 2;
+  if (topk != nullptr) {
+    OFFSIM_ASSIGN_OR_RETURN(k, a.int_arg(topk, 1, 65536));
+  }
+  OFFSIM_RETURN_IF_ERROR(a.m.set_from({topk}, "model.moe.top_k", std::to_string(k)));
+  if (Field* f = a.get("--moe-ffn-hidden-size"); f != nullptr && !is_none(*f)) {
+    OFFSIM_ASSIGN_OR_RETURN(std::int64_t v, a.int_arg(f, 1, 100'000'000));
+    OFFSIM_RETURN_IF_ERROR(a.m.set(*f, "model.moe.expert_ffn_hidden", std::to_string(v)));
+  } else if (Field* dense = a.fields.get("--ffn-hidden-size")) {
+    // --ffn-hidden-size is already mapped to model.ffn_hidden (the dense layers').
+    OFFSIM_ASSIGN_OR_RETURN(std::int64_t v, a.int_arg(dense, 1, 100'000'000));
+    OFFSIM_RETURN_IF_ERROR(set_path(a.m.doc, "model.moe.expert_ffn_hidden",
+                                    make_scalar(std::to_string(v), dense->value.origin)));
+  } else {
+    return a.m.error(experts, "needs --moe-ffn-hidden-size (or --ffn-hidden-size)");
+  }
+  if (Field* f = a.get("--moe-shared-expert-intermediate-size")) {
+    if (!is_none(*f)) {
+      OFFSIM_ASSIGN_OR_RETURN(std::int64_t shared, a.int_arg(f, 1, 100'000'000));
+      OFFSIM_RETURN_IF_ERROR(a.m.set(*f, "model.moe.shared_experts", "1"));
+      OFFSIM_RETURN_IF_ERROR(a.m.set(*f, "model.moe.shared_ffn_hidden", std::to_string(shared)));
+    } else {
+      a.m.mapped(*f, "(none)");
+    }
+  }
+  return {};
+}
+
+// Which layers are MoE, the capacity (none: dropless) and the routed load.
+sim::Status map_moe_routing(Args& a) {
+  OFFSIM_RETURN_IF_ERROR(map_moe_layer_freq(a));
+  if (Field* f = a.get("--moe-expert-capacity-factor")) {
+    if (!is_none(*f)) {
+      OFFSIM_ASSIGN_OR_RETURN(double cf, a.m.number_in(*f, 1e-6, 1e6));
+      OFFSIM_RETURN_IF_ERROR(a.m.set(*f, "model.moe.capacity_factor", fmt::format("{}", cf)));
+    } else {
+      a.m.mapped(*f, "(dropless)");
+    }
+  }
+  if (Field* f = a.get("--moe-router-force-load-balancing")) {
+    OFFSIM_ASSIGN_OR_RETURN(bool on, a.flag(f));
+    if (on) {
+      OFFSIM_RETURN_IF_ERROR(a.m.set(*f, "model.moe.load_imbalance", "1"));
+    } else {
+      a.m.unmapped(*f,
+                   "learned routing's imbalance is not known from the config; offsim assumes "
+                   "balanced routing unless model.moe.load_imbalance or expert_loads is set");
+    }
+  }
+  return {};
+}
+
+// Expert parallelism (expert TP defaults to TP, arguments.py) and the shared experts' stream.
+sim::Status map_moe_parallel(Args& a, std::int64_t tp) {
+  Field* ep = a.get("--expert-model-parallel-size");
+  std::int64_t ep_v = 1;
+  if (ep != nullptr) {
+    OFFSIM_ASSIGN_OR_RETURN(ep_v, a.int_arg(ep, 1, 1'000'000));
+  }
+  OFFSIM_RETURN_IF_ERROR(a.m.set_from({ep}, "parallelism.ep", std::to_string(ep_v)));
+  Field* etp = a.get("--expert-tensor-parallel-size");
+  std::int64_t etp_v = tp;
+  if (etp != nullptr && !is_none(*etp)) {
+    OFFSIM_ASSIGN_OR_RETURN(etp_v, a.int_arg(etp, 1, 1'000'000));
+  }
+  OFFSIM_RETURN_IF_ERROR(a.m.set_from({etp}, "parallelism.etp", std::to_string(etp_v)));
+  if (Field* f = a.get("--moe-shared-expert-overlap")) {
+    OFFSIM_ASSIGN_OR_RETURN(bool on, a.flag(f));
+    OFFSIM_RETURN_IF_ERROR(
+        a.m.set(*f, "parallelism.moe_shared_expert_overlap", on ? "true" : "false"));
+  }
+  return {};
+}
+
+// The kernels: offsim prices grouped GEMMs and the fused permutation and router
+// (models/README.md); the alternatives run more, smaller kernels that it does not charge.
+sim::Status map_moe_kernels(Args& a) {
+  if (Field* f = a.get("--moe-grouped-gemm")) {
+    OFFSIM_ASSIGN_OR_RETURN(bool on, a.flag(f));
+    if (on) {
+      a.m.mapped(*f, "(the experts as grouped GEMMs, as offsim prices them)");
+    } else {
+      a.m.unmapped(*f, "one GEMM per expert (SequentialMLP) is priced as a grouped GEMM");
+    }
+  }
+  for (const char* key : {"--moe-permute-fusion", "--moe-router-fusion"}) {
+    if (Field* f = a.get(key)) {
+      OFFSIM_ASSIGN_OR_RETURN(bool on, a.flag(f));
+      if (on) {
+        a.m.mapped(*f, "(fused, as offsim prices it)");
+      } else {
+        a.m.unmapped(*f, "the unfused kernels are priced as the fused one");
+      }
+    }
+  }
+  return map_moe_dispatcher(a);
+}
+
+// --- mixture of experts (Megatron-Core's MoE arguments, or the TransformerConfig names of a
+// Megatron-Bridge recipe: num_moe_experts, ...).
+sim::Status map_moe(Args& a, std::int64_t tp) {
+  Field* experts = a.get("--num-experts");
+  if (experts == nullptr) experts = a.get("--num-moe-experts");
+  if (experts == nullptr || is_none(*experts)) {
+    for (const char* key : {"--expert-model-parallel-size", "--moe-router-topk"}) {
+      if (Field* f = a.get(key)) a.m.ignored(*f, "no --num-experts: a dense model");
+    }
+    return {};
+  }
+  OFFSIM_RETURN_IF_ERROR(map_moe_sizes(a, *experts));
+  OFFSIM_RETURN_IF_ERROR(map_moe_routing(a));
+  OFFSIM_RETURN_IF_ERROR(map_moe_parallel(a, tp));
+  return map_moe_kernels(a);
 }
 
 // --- precision: --bf16, --fp16, a Megatron-Bridge mixed_precision recipe, --fp8-format.
@@ -736,6 +1073,7 @@ sim::Result<ImportResult> import_megatron(const std::vector<std::string>& files,
       {"--seq-length", "training.seq_len"}};
   OFFSIM_RETURN_IF_ERROR(map_ints(a, kBatch));
   OFFSIM_RETURN_IF_ERROR(map_model(a, files));
+  OFFSIM_RETURN_IF_ERROR(map_moe(a, layout.tp));
   OFFSIM_RETURN_IF_ERROR(map_precision(a));
   OFFSIM_RETURN_IF_ERROR(map_optimizer(a));
   OFFSIM_RETURN_IF_ERROR(map_recompute(a));

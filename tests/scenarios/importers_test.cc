@@ -271,7 +271,169 @@ TEST(MegatronImport, BadArguments) {
          " --fancy-new-flag 3 --model=llama3-8b\n";
   r = import_config(Framework::kMegatron, {script}, {.sets = {"hardware.system=dgx-h100"}});
   ASSERT_FALSE(r);
-  EXPECT_NE(r.error().message.find("8 GPUs are not divisible by tensor x pipeline parallel size"),
+  EXPECT_NE(r.error().message.find(
+                "8 GPUs are not divisible by tensor x pipeline x context parallel size 3 x 1 x 1"),
+            std::string::npos)
+      << r.error().message;
+  fs::remove_all(dir);
+}
+
+// A Megatron-Core MoE launch (Qwen3-30B-A3B's shape): experts, top-k, the expert FFN, expert
+// parallelism with expert TP defaulting to TP, the layer pattern, and the options offsim does not
+// model reported as such.
+TEST(MegatronImport, MixtureOfExperts) {
+  const fs::path dir = fs::temp_directory_path() / fmt::format("offsim_import_moe_{}", ::getpid());
+  fs::create_directories(dir);
+  const std::string script = (dir / "moe.sh").string();
+  const std::string base =
+      "torchrun --nproc_per_node 8 --nnodes 4 pretrain_gpt.py \\\n"
+      "  --num-layers 48 --hidden-size 2048 --num-attention-heads 32 --group-query-attention \\\n"
+      "  --num-query-groups 4 --kv-channels 128 --ffn-hidden-size 6144 --seq-length 4096 \\\n"
+      "  --micro-batch-size 1 --global-batch-size 256 --bf16 --swiglu --normalization RMSNorm \\\n"
+      "  --position-embedding-type rope --untie-embeddings-and-output-weights \\\n"
+      "  --disable-bias-linear --vocab-size 151936 --use-distributed-optimizer \\\n"
+      "  --tensor-model-parallel-size 2 --sequence-parallel \\\n"
+      "  --num-experts 128 --moe-router-topk 8 --moe-ffn-hidden-size 768 \\\n"
+      "  --expert-model-parallel-size 8 --moe-grouped-gemm --moe-token-dispatcher-type alltoall "
+      "\\\n"
+      "  --moe-router-load-balancing-type aux_loss --moe-aux-loss-coeff 1e-3 \\\n"
+      "  --moe-shared-expert-intermediate-size 1536 --moe-shared-expert-overlap \\\n";
+  std::ofstream(script)
+      << base << "  --moe-layer-freq \"([0]*3+[1]*45)\" --overlap-moe-expert-parallel-comm\n";
+  auto r = import_config(Framework::kMegatron, {script}, {.sets = {"hardware.system=dgx-h100"}});
+  ASSERT_TRUE(r) << r.error().message;
+  const Node& d = r->scenario;
+  EXPECT_EQ(value_at(d, "model.moe.experts"), "128");
+  EXPECT_EQ(value_at(d, "model.moe.top_k"), "8");
+  EXPECT_EQ(value_at(d, "model.moe.expert_ffn_hidden"), "768");
+  EXPECT_EQ(value_at(d, "model.ffn_hidden"), "6144");
+  EXPECT_EQ(value_at(d, "model.moe.shared_experts"), "1");
+  EXPECT_EQ(value_at(d, "model.moe.shared_ffn_hidden"), "1536");
+  EXPECT_EQ(value_at(d, "model.moe.first_k_dense"), "3");
+  EXPECT_EQ(value_at(d, "model.moe.layer_freq"), "1");
+  EXPECT_EQ(value_at(d, "parallelism.ep"), "8");
+  EXPECT_EQ(value_at(d, "parallelism.etp"), "2");  // Megatron: expert TP defaults to TP
+  EXPECT_EQ(value_at(d, "parallelism.moe_shared_expert_overlap"), "true");
+  EXPECT_EQ(value_at(d, "parallelism.dp"), "16");
+  EXPECT_EQ(keys(r->unmapped), (std::vector<std::string>{"--overlap-moe-expert-parallel-comm"}));
+  EXPECT_NE(find_field(r->ignored, "--moe-router-load-balancing-type"), nullptr);
+  EXPECT_NE(find_field(r->ignored, "--moe-aux-loss-coeff"), nullptr);
+  expect_round_trip(*r);
+
+  // Megatron's defaults: top-2, the expert FFN of --ffn-hidden-size, every layer MoE; an
+  // integer --moe-layer-freq N makes every N-th layer MoE from layer 0; expert TP given.
+  std::ofstream(script)
+      << "torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 8 --hidden-size 1024 \\\n"
+         "  --num-attention-heads 16 --ffn-hidden-size 2816 --seq-length 2048 \\\n"
+         "  --max-position-embeddings 2048 --micro-batch-size 1 --global-batch-size 16 \\\n"
+         "  --vocab-size 32000 --num-experts 8 --moe-layer-freq 2 --expert-model-parallel-size 4 "
+         "\\\n"
+         "  --expert-tensor-parallel-size 1\n";
+  r = import_config(Framework::kMegatron, {script}, {.sets = {"hardware.system=dgx-h100"}});
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(value_at(r->scenario, "model.moe.top_k"), "2");
+  EXPECT_EQ(value_at(r->scenario, "model.moe.expert_ffn_hidden"), "2816");
+  EXPECT_EQ(value_at(r->scenario, "model.moe.layer_freq"), "2");
+  EXPECT_EQ(value_at(r->scenario, "parallelism.etp"), "1");
+  EXPECT_TRUE(r->unmapped.empty()) << fmt::format("{}", fmt::join(keys(r->unmapped), ", "));
+  expect_round_trip(*r);
+
+  // A Megatron-Bridge recipe: TransformerConfig's names (num_moe_experts), None as null.
+  const std::string recipe = (dir / "moe.yaml").string();
+  std::stringstream bridge;
+  bridge << std::ifstream(kDir + "megatron-bridge-recipe.yaml").rdbuf();
+  std::string yaml = bridge.str();
+  const std::string at = "  tensor_model_parallel_size: 2\n";
+  ASSERT_NE(yaml.find(at), std::string::npos);
+  std::ofstream(recipe) << yaml.replace(
+      yaml.find(at), at.size(),
+      at + "  num_moe_experts: 16\n  moe_router_topk: 4\n  moe_ffn_hidden_size: 1024\n"
+           "  moe_shared_expert_intermediate_size: null\n  moe_expert_capacity_factor: 1.25\n"
+           "  expert_model_parallel_size: 4\n  expert_tensor_parallel_size: null\n"
+           "  moe_layer_freq: \"[0]+[1]*23\"\n  context_parallel_size: 1\n");
+  r = import_config(Framework::kMegatron, {recipe},
+                    {.sets = {"hardware.system=dgx-h100"}, .gpus = 8});
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(value_at(r->scenario, "model.moe.experts"), "16");
+  EXPECT_EQ(value_at(r->scenario, "model.moe.top_k"), "4");
+  EXPECT_EQ(value_at(r->scenario, "model.moe.capacity_factor"), "1.25");
+  EXPECT_EQ(value_at(r->scenario, "model.moe.first_k_dense"), "1");
+  EXPECT_EQ(value_at(r->scenario, "parallelism.ep"), "4");
+  EXPECT_EQ(value_at(r->scenario, "parallelism.etp"), "2");
+  EXPECT_EQ(value_at(r->scenario, "parallelism.cp"), "1");
+  EXPECT_EQ(find_path(r->scenario, "model.moe.shared_experts"), nullptr);
+  expect_round_trip(*r);
+
+  // A pattern offsim's first_k_dense / layer_freq cannot express, or of the wrong length.
+  std::ofstream(script) << base << "  --moe-layer-freq \"([1]*3+[0]*1)*12\"\n";
+  r = import_config(Framework::kMegatron, {script}, {.sets = {"hardware.system=dgx-h100"}});
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("--moe-layer-freq: layer 3 breaks the form offsim models: 0 "
+                                   "dense layers, then every 1 layer(s) MoE"),
+            std::string::npos)
+      << r.error().message;
+  std::ofstream(script) << base << "  --moe-layer-freq \"([0]*3+[1]*44)\"\n";
+  r = import_config(Framework::kMegatron, {script}, {.sets = {"hardware.system=dgx-h100"}});
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("the pattern has 47 layers, --num-layers 48"), std::string::npos)
+      << r.error().message;
+  // Nesting deeper than 64 parentheses and expansions past a million layers are refused.
+  for (const std::string& bad :
+       {std::string(100, '(') + "[1]" + std::string(100, ')'), std::string("[1]*9999999")}) {
+    std::ofstream(script) << base << "  --moe-layer-freq \"" << bad << "\"\n";
+    r = import_config(Framework::kMegatron, {script}, {.sets = {"hardware.system=dgx-h100"}});
+    ASSERT_FALSE(r);
+    EXPECT_NE(r.error().message.find("expected a list expression of 0 and 1"), std::string::npos)
+        << r.error().message;
+  }
+  std::ofstream(script) << base << "  --moe-layer-freq \"[0]*3+[2]*45\"\n";
+  r = import_config(Framework::kMegatron, {script}, {.sets = {"hardware.system=dgx-h100"}});
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("expected a list expression of 0 and 1"), std::string::npos)
+      << r.error().message;
+  fs::remove_all(dir);
+}
+
+// --context-parallel-size splits each sequence: the data-parallel size is what TP x PP x CP
+// leave; --cp-comm-type (one value per layer allowed) picks ring (p2p) or Ulysses (a2a).
+TEST(MegatronImport, ContextParallelism) {
+  const fs::path dir = fs::temp_directory_path() / fmt::format("offsim_import_cp_{}", ::getpid());
+  fs::create_directories(dir);
+  const std::string script = (dir / "train.sh").string();
+  std::stringstream example;
+  example << std::ifstream(kDir + "megatron-gpt-pretrain.sh").rdbuf();
+  const std::string text = example.str();
+  const std::string from = "--recompute-granularity selective";
+  ASSERT_NE(text.find(from), std::string::npos);
+  const auto with = [&](const std::string& flags) {
+    std::ofstream(script) << std::string(text).replace(text.find(from), from.size(),
+                                                       from + " " + flags);
+    return import_config(Framework::kMegatron, {script}, {.sets = {"hardware.system=dgx-h100"}});
+  };
+  // 16 GPUs = TP 4 x PP 2 x CP 2 (x DP 1).
+  auto r = with("--context-parallel-size 2 --cp-comm-type a2a a2a");
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(value_at(r->scenario, "parallelism.cp"), "2");
+  EXPECT_EQ(value_at(r->scenario, "parallelism.cp_comm_type"), "a2a");
+  EXPECT_EQ(value_at(r->scenario, "parallelism.dp"), "1");
+  EXPECT_TRUE(r->unmapped.empty()) << fmt::format("{}", fmt::join(keys(r->unmapped), ", "));
+  expect_round_trip(*r);
+  r = with("--context-parallel-size 2 --cp-comm-type p2p a2a");
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(keys(r->unmapped), (std::vector<std::string>{"--cp-comm-type"}));
+  r = with("--context-parallel-size 2 --cp-comm-type a2a+p2p");
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(keys(r->unmapped), (std::vector<std::string>{"--cp-comm-type"}));
+  r = with("--context-parallel-size 4");
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("16 GPUs are not divisible by tensor x pipeline x context "
+                                   "parallel size 4 x 2 x 4"),
+            std::string::npos)
+      << r.error().message;
+  r = with("--context-parallel-size 2 --cp-comm-type ring");
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("--cp-comm-type: expected p2p, a2a, a2a+p2p or all_gather, got "
+                                   "ring"),
             std::string::npos)
       << r.error().message;
   fs::remove_all(dir);
