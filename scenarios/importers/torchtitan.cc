@@ -88,16 +88,17 @@ Field* parallel_field(Fields& fields, const char* key) {
 }
 
 struct Layout {
-  std::int64_t dp = 1, tp = 1, pp = 1;
+  std::int64_t dp = 1, tp = 1, pp = 1, cp = 1;
 };
 
 // --- parallel layout; data_parallel_shard_degree -1 takes the remaining GPUs
 sim::Result<Layout> map_layout(Fields& fields, Mapper& m, const ImportOptions& options) {
-  std::int64_t replicate = 1, shard = -1, tp = 1, pp = 1;
+  std::int64_t replicate = 1, shard = -1, tp = 1, pp = 1, cp = 1;
   Field* rep_f = parallel_field(fields, "data_parallel_replicate_degree");
   Field* shard_f = parallel_field(fields, "data_parallel_shard_degree");
   Field* tp_f = parallel_field(fields, "tensor_parallel_degree");
   Field* pp_f = parallel_field(fields, "pipeline_parallel_degree");
+  Field* cp_f = parallel_field(fields, "context_parallel_degree");
   if (rep_f != nullptr) {
     OFFSIM_ASSIGN_OR_RETURN(replicate, m.int_in(*rep_f, 1, 1'000'000));
   }
@@ -111,6 +112,9 @@ sim::Result<Layout> map_layout(Fields& fields, Mapper& m, const ImportOptions& o
   if (pp_f != nullptr) {
     OFFSIM_ASSIGN_OR_RETURN(pp, m.int_in(*pp_f, 1, 1'000'000));
   }
+  if (cp_f != nullptr) {
+    OFFSIM_ASSIGN_OR_RETURN(cp, m.int_in(*cp_f, 1, 1'000'000));
+  }
   if (shard == -1) {
     if (options.gpus <= 0) {
       return sim::fail(ErrorCode::kInvalidInput,
@@ -118,12 +122,14 @@ sim::Result<Layout> map_layout(Fields& fields, Mapper& m, const ImportOptions& o
                        "remaining GPUs; pass --gpus N (the job's NGPU x nodes)",
                        shard_f != nullptr ? shard_f->value.origin + ": " : "");
     }
-    if (options.gpus % (replicate * tp * pp) != 0) {
+    const std::int64_t others = replicate * tp * pp * cp;
+    if (options.gpus % others != 0) {
       return sim::fail(ErrorCode::kInvalidInput,
-                       "--gpus {}: not divisible by replicate x tensor x pipeline degrees {}",
-                       options.gpus, replicate * tp * pp);
+                       "--gpus {}: not divisible by replicate x tensor x pipeline x context "
+                       "degrees {}",
+                       options.gpus, others);
     }
-    shard = options.gpus / (replicate * tp * pp);
+    shard = options.gpus / others;
   }
   const std::int64_t dp = replicate * shard;
   OFFSIM_RETURN_IF_ERROR(m.set_from({rep_f, shard_f}, "parallelism.dp", std::to_string(dp)));
@@ -139,11 +145,14 @@ sim::Result<Layout> map_layout(Fields& fields, Mapper& m, const ImportOptions& o
     if (tp > 1) OFFSIM_RETURN_IF_ERROR(m.set(*tp_f, "parallelism.sequence_parallel", "true"));
   }
   if (pp_f != nullptr) OFFSIM_RETURN_IF_ERROR(m.set(*pp_f, "parallelism.pp", std::to_string(pp)));
-  return Layout{.dp = dp, .tp = tp, .pp = pp};
+  // Context parallelism: each sequence over cp ranks; FSDP shards over dp_shard x cp (torchtitan's
+  // dp_shard_cp mesh), as offsim's CP ranks join the data-parallel sharding.
+  if (cp_f != nullptr) OFFSIM_RETURN_IF_ERROR(m.set(*cp_f, "parallelism.cp", std::to_string(cp)));
+  return Layout{.dp = dp, .tp = tp, .pp = pp, .cp = cp};
 }
 
 // The pipeline schedule, context parallelism and the parallel switches offsim does not model.
-sim::Status map_parallel_options(Fields& fields, Mapper& m) {
+sim::Status map_parallel_options(Fields& fields, Mapper& m, std::int64_t cp) {
   if (Field* f = parallel_field(fields, "pipeline_parallel_schedule")) {
     OFFSIM_ASSIGN_OR_RETURN(std::string s, m.text(*f));
     if (s == "1F1B") {
@@ -156,12 +165,22 @@ sim::Status map_parallel_options(Fields& fields, Mapper& m) {
                                  s));
     }
   }
-  if (Field* f = parallel_field(fields, "context_parallel_degree")) {
-    OFFSIM_ASSIGN_OR_RETURN(std::int64_t cp, m.int_in(*f, 1, 1'000'000));
-    if (cp == 1)
-      m.mapped(*f, "(1: nothing to model)");
-    else
-      m.unmapped(*f, "context parallelism is not modelled");
+  // PyTorch's context-parallel SDPA passes K and V shards around the CP group ("alltoall": shard
+  // for shard, the ring offsim runs as cp_comm_type p2p; "allgather", the default: all shards
+  // gathered after the first block).
+  Field* rotate = parallel_field(fields, "context_parallel_rotate_method");
+  Field by_default{"parallelism.context_parallel_rotate_method",
+                   make_scalar("allgather", "torchtitan default"), true};
+  if (rotate == nullptr && cp > 1) rotate = &by_default;
+  if (Field* f = rotate) {
+    OFFSIM_ASSIGN_OR_RETURN(std::string r, m.one_of(*f, {"allgather", "alltoall"}));
+    if (r == "alltoall") {
+      OFFSIM_RETURN_IF_ERROR(m.set(*f, "parallelism.cp_comm_type", "p2p"));
+    } else {
+      m.unmapped(*f,
+                 "the all-gather of the K/V shards after the first block is priced as the ring "
+                 "exchange overlapped block by block (cp_comm_type p2p)");
+    }
   }
   for (const char* key : {"enable_async_tensor_parallel", "fsdp_reshard_after_forward",
                           "enable_compiled_autograd", "disable_loss_parallel"}) {
@@ -310,14 +329,14 @@ sim::Result<ImportResult> import_torchtitan(const std::vector<std::string>& file
   OFFSIM_ASSIGN_OR_RETURN(Fields fields, read_fields(files));
   Mapper m(Framework::kTorchtitan);
   OFFSIM_ASSIGN_OR_RETURN(const Layout layout, map_layout(fields, m, options));
-  OFFSIM_RETURN_IF_ERROR(map_parallel_options(fields, m));
+  OFFSIM_RETURN_IF_ERROR(map_parallel_options(fields, m, layout.cp));
   OFFSIM_RETURN_IF_ERROR(map_batch(fields, m, layout.dp));
   OFFSIM_RETURN_IF_ERROR(map_precision_and_offload(fields, m));
   OFFSIM_RETURN_IF_ERROR(map_model(fields, m));
   OFFSIM_RETURN_IF_ERROR(map_checkpointing(fields, m));
   settle_leftovers(fields, m, ignore_reason);
   return finish(m, options,
-                {.world_gpus = static_cast<int>(layout.dp * layout.tp * layout.pp),
+                {.world_gpus = static_cast<int>(layout.dp * layout.tp * layout.pp * layout.cp),
                  .name = file_stem(files.front())});
 }
 

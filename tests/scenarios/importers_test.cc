@@ -610,6 +610,44 @@ TEST(DeepSpeedImport, ValuesDeepSpeedRefuses) {
   fs::remove_all(dir);
 }
 
+// context_parallel_degree: FSDP over what replicate x tp x pp x cp leave, cp ranks sharing a
+// sequence; the K/V rotation: "alltoall" is offsim's ring, the default "allgather" is listed.
+TEST(TorchtitanImport, ContextParallelism) {
+  const fs::path dir = fs::temp_directory_path() / fmt::format("offsim_import_ttcp_{}", ::getpid());
+  fs::create_directories(dir);
+  const std::string job = (dir / "cp.toml").string();
+  std::stringstream example;
+  example << std::ifstream(kDir + "torchtitan-llama3-8b.toml").rdbuf();
+  const std::string text = example.str();
+  const std::string from = "context_parallel_degree = 1";
+  ASSERT_NE(text.find(from), std::string::npos);
+  const auto with = [&](const std::string& lines, int gpus) {
+    std::ofstream(job) << std::string(text).replace(text.find(from), from.size(), lines);
+    return import_config(Framework::kTorchtitan, {job},
+                         {.sets = {"hardware.system=dgx-h100"}, .gpus = gpus});
+  };
+  auto r = with("context_parallel_degree = 2\ncontext_parallel_rotate_method = \"alltoall\"", 8);
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(value_at(r->scenario, "parallelism.cp"), "2");
+  EXPECT_EQ(value_at(r->scenario, "parallelism.cp_comm_type"), "p2p");
+  EXPECT_EQ(value_at(r->scenario, "parallelism.dp"), "4");
+  EXPECT_EQ(value_at(r->scenario, "training.global_batch"), "4");
+  EXPECT_TRUE(r->unmapped.empty()) << fmt::format("{}", fmt::join(keys(r->unmapped), ", "));
+  expect_round_trip(*r);
+  r = with("context_parallel_degree = 2", 8);
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(keys(r->unmapped),
+            (std::vector<std::string>{"parallelism.context_parallel_rotate_method"}));
+  EXPECT_EQ(r->unmapped.front().origin, "torchtitan default");
+  r = with("context_parallel_degree = 4", 6);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("--gpus 6: not divisible by replicate x tensor x pipeline x "
+                                   "context degrees 4"),
+            std::string::npos)
+      << r.error().message;
+  fs::remove_all(dir);
+}
+
 TEST(TorchtitanImport, FsdpExample) {
   auto r = import_config(Framework::kTorchtitan, {kDir + "torchtitan-llama3-8b.toml"},
                          {.sets = {"hardware.system=dgx-h100"}, .gpus = 8});
