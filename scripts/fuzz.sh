@@ -8,7 +8,7 @@ cd "$(git rev-parse --show-toplevel)"
 seconds=${1:-60}
 cmake --preset asan >/dev/null
 targets=(plan_json_fuzzer timeline_json_fuzzer profile_fuzzer hf_config_fuzzer scenario_fuzzer
-         sweep_file_fuzzer)
+         sweep_file_fuzzer megatron_args_fuzzer)
 cmake --build build/asan -j "$(nproc)" --target "${targets[@]}"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
