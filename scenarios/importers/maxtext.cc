@@ -218,7 +218,7 @@ sim::Status fill_mesh(const Mapper& m, std::int64_t world, std::int64_t slices, 
 // sharding is modelled as full FSDP.
 void note_unmodelled_axes(Mapper& m, Mesh& mesh, const Layout& layout, bool fsdp) {
   for (const char* axis :
-       {"sequence", "context", "tensor_transpose", "tensor_sequence", "autoregressive", "expert"}) {
+       {"sequence", "context", "tensor_transpose", "tensor_sequence", "autoregressive"}) {
     for (Field* f : {mesh.ici_f[axis], mesh.dcn_f[axis]}) {
       if (f == nullptr) continue;
       if (layout.degree.at(axis) == 1) {
@@ -269,7 +269,10 @@ sim::Result<Layout> map_mesh(Fields& fields, Mapper& m, const ImportOptions& opt
                      "of --gpus",
                      layout.product, world);
   }
-  layout.dp = degree["data"] * degree["fsdp"] * degree["fsdp_transpose"];
+  // The expert axis shards the routed experts (expert parallelism) and, outside the MoE layers,
+  // the batch like a data axis (MaxText's logical activation_batch axis spans data, fsdp,
+  // fsdp_transpose and expert): offsim's ep folded into the data-parallel ranks.
+  layout.dp = degree["data"] * degree["fsdp"] * degree["fsdp_transpose"] * degree["expert"];
   layout.tp = degree["tensor"];
   layout.pp = degree["pipeline"];
   auto axis_fields = [&](std::initializer_list<const char*> axes) {
@@ -280,8 +283,12 @@ sim::Result<Layout> map_mesh(Fields& fields, Mapper& m, const ImportOptions& opt
     }
     return out;
   };
-  OFFSIM_RETURN_IF_ERROR(m.set_from(axis_fields({"data", "fsdp", "fsdp_transpose"}),
+  OFFSIM_RETURN_IF_ERROR(m.set_from(axis_fields({"data", "fsdp", "fsdp_transpose", "expert"}),
                                     "parallelism.dp", std::to_string(layout.dp)));
+  if (degree["expert"] > 1) {
+    OFFSIM_RETURN_IF_ERROR(
+        m.set_from(axis_fields({"expert"}), "parallelism.ep", std::to_string(degree["expert"])));
+  }
   const bool fsdp = degree["fsdp"] * degree["fsdp_transpose"] > 1;
   OFFSIM_RETURN_IF_ERROR(m.set_from(axis_fields({"fsdp", "fsdp_transpose"}), "parallelism.fsdp",
                                     fsdp ? "true" : "false"));
@@ -362,10 +369,130 @@ sim::Status map_mlp_activations(Mapper& m, Field& f) {
   return {};
 }
 
+// The MoE decoder blocks offsim models: RMSNorm, no biases, routed experts (MaxText's RoutedMoE).
+bool is_moe_block(const std::string& block) {
+  return block == "mixtral" || block == "qwen3_moe" || block == "deepseek";
+}
+
+// The MoE keys of a model without experts (num_experts 1, MaxText's default).
+void note_dense_moe_keys(Fields& fields, Mapper& m) {
+  for (const char* key : {"num_experts_per_tok", "base_moe_mlp_dim", "capacity_factor", "megablox",
+                          "sparse_matmul", "shared_experts", "first_num_dense_layers"}) {
+    if (Field* f = fields.get(key)) m.ignored(*f, "num_experts 1: a dense model");
+  }
+}
+
+// deepseek's shared experts (one MLP of shared_experts x base_moe_mlp_dim, the FLOPs and
+// parameters of that many experts) and its first first_num_dense_layers dense layers.
+sim::Status map_deepseek_moe(Fields& fields, Mapper& m, std::int64_t expert_ffn) {
+  Field* shared_f = fields.get("shared_experts");
+  std::int64_t shared = 1;  // MaxText's default
+  if (shared_f != nullptr) {
+    OFFSIM_ASSIGN_OR_RETURN(shared, m.int_in(*shared_f, 1, 64));
+  }
+  OFFSIM_RETURN_IF_ERROR(
+      m.set_from({shared_f}, "model.moe.shared_experts", std::to_string(shared)));
+  OFFSIM_RETURN_IF_ERROR(
+      m.set_from({shared_f}, "model.moe.shared_ffn_hidden", std::to_string(expert_ffn)));
+  if (Field* f = fields.get("first_num_dense_layers")) {
+    OFFSIM_ASSIGN_OR_RETURN(std::int64_t k, m.int_in(*f, 0, 1'000'000));
+    OFFSIM_RETURN_IF_ERROR(m.set(*f, "model.moe.first_k_dense", std::to_string(k)));
+  }
+  return {};
+}
+
+// --- mixture of experts: num_experts routed experts of base_moe_mlp_dim (MaxText's defaults:
+// 1 expert, top-1, 7168), num_experts_per_tok per token, capacity_factor (-1: dropless).
+sim::Status map_moe(Fields& fields, Mapper& m, const std::string& block) {
+  Field* n_f = fields.get("num_experts");
+  std::int64_t n = 1;
+  if (n_f != nullptr) {
+    OFFSIM_ASSIGN_OR_RETURN(n, m.int_in(*n_f, 1, 65536));
+  }
+  if (n <= 1) {
+    if (n_f != nullptr) m.mapped(*n_f, "(1: a dense model)");
+    note_dense_moe_keys(fields, m);
+    return {};
+  }
+  if (!is_moe_block(block)) {
+    m.unmapped(*n_f, fmt::format("the experts of decoder_block {} are not modelled (mixtral, "
+                                 "qwen3_moe and deepseek are); a dense model is used",
+                                 block.empty() ? "(none)" : block));
+    note_dense_moe_keys(fields, m);
+    return {};
+  }
+  OFFSIM_RETURN_IF_ERROR(m.set(*n_f, "model.moe.experts", std::to_string(n)));
+  Field* k_f = fields.get("num_experts_per_tok");
+  std::int64_t k = 1;
+  if (k_f != nullptr) {
+    OFFSIM_ASSIGN_OR_RETURN(k, m.int_in(*k_f, 1, 65536));
+  }
+  OFFSIM_RETURN_IF_ERROR(m.set_from({k_f}, "model.moe.top_k", std::to_string(k)));
+  Field* ffn_f = fields.get("base_moe_mlp_dim");
+  std::int64_t ffn = 7168;
+  if (ffn_f != nullptr) {
+    OFFSIM_ASSIGN_OR_RETURN(ffn, m.int_in(*ffn_f, 1, 100'000'000));
+  }
+  OFFSIM_RETURN_IF_ERROR(m.set_from({ffn_f}, "model.moe.expert_ffn_hidden", std::to_string(ffn)));
+  if (Field* f = fields.get("capacity_factor")) {
+    OFFSIM_ASSIGN_OR_RETURN(double cf, m.number_in(*f, -1.0, 1e6));
+    if (cf > 0.0) {
+      OFFSIM_RETURN_IF_ERROR(m.set(*f, "model.moe.capacity_factor", fmt::format("{}", cf)));
+    } else {
+      m.mapped(*f, "(dropless)");
+    }
+  }
+  if (block == "deepseek") {
+    OFFSIM_RETURN_IF_ERROR(map_deepseek_moe(fields, m, ffn));
+  } else {
+    for (const char* key : {"shared_experts", "first_num_dense_layers"}) {
+      if (Field* f = fields.get(key)) m.ignored(*f, "used by the deepseek decoder block only");
+    }
+  }
+  if (Field* f = fields.get("sparse_matmul")) {
+    OFFSIM_ASSIGN_OR_RETURN(bool sparse, m.boolean(*f));
+    if (sparse) {
+      m.mapped(*f, "(ragged grouped GEMMs, as offsim prices the experts)");
+    } else {
+      m.unmapped(*f, "the dense einsum over capacity-padded experts is priced as grouped GEMMs");
+    }
+  }
+  if (Field* f = fields.get("megablox")) m.ignored(*f, "the grouped-GEMM kernel's implementation");
+  return {};
+}
+
+// attention_type: global (nothing to map) or mla (DeepSeek's multi-head latent attention, its
+// ranks and head dimensions); mtp_num_layers: the multi-token-prediction modules.
+sim::Status map_attention_type(Fields& fields, Mapper& m) {
+  if (Field* f = fields.get("attention_type")) {
+    OFFSIM_ASSIGN_OR_RETURN(std::string t, m.text(*f));
+    if (t == "mla") {
+      m.mapped(*f, "model.mla");
+      for (const char* key :
+           {"q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"}) {
+        if (Field* d = fields.get(key)) {
+          OFFSIM_ASSIGN_OR_RETURN(std::int64_t v, m.int_in(*d, 0, 100'000'000));
+          OFFSIM_RETURN_IF_ERROR(m.set(*d, fmt::format("model.mla.{}", key), std::to_string(v)));
+        }
+      }
+    } else if (t == "global") {
+      m.mapped(*f, "(global attention)");
+    } else {
+      m.unmapped(*f,
+                 fmt::format("attention_type {} is not modelled (global attention is used)", t));
+    }
+  }
+  if (Field* f = fields.get("mtp_num_layers")) {
+    OFFSIM_ASSIGN_OR_RETURN(std::int64_t v, m.int_in(*f, 0, 64));
+    OFFSIM_RETURN_IF_ERROR(m.set(*f, "model.mtp_layers", std::to_string(v)));
+  }
+  return {};
+}
+
 sim::Status map_decoder_block(Mapper& m, Field& f) {
   OFFSIM_ASSIGN_OR_RETURN(std::string block, m.text(f));
   if (block == "llama2" || block == "mistral" || block == "gemma" || block == "gemma2" ||
-      block == "llama3" || block == "qwen3") {
+      block == "llama3" || block == "qwen3" || is_moe_block(block)) {
     OFFSIM_RETURN_IF_ERROR(m.set(f, "model.norm", "rmsnorm"));
     return m.set(f, "model.linear_bias", "false");
   }
@@ -373,9 +500,7 @@ sim::Status map_decoder_block(Mapper& m, Field& f) {
     OFFSIM_RETURN_IF_ERROR(m.set(f, "model.norm", "layernorm"));
     return m.set(f, "model.linear_bias", "true");
   }
-  m.unmapped(f, fmt::format("decoder_block {} (MoE or other) is not modelled; the "
-                            "dense decoder is used",
-                            block));
+  m.unmapped(f, fmt::format("decoder_block {} is not modelled; the dense decoder is used", block));
   return {};
 }
 
@@ -429,9 +554,13 @@ sim::Status map_inline_model(Fields& fields, Mapper& m, const std::vector<std::s
   if (Field* f = fields.get("mlp_activations")) {
     OFFSIM_RETURN_IF_ERROR(map_mlp_activations(m, *f));
   }
+  std::string block;
   if (Field* f = fields.get("decoder_block")) {
     OFFSIM_RETURN_IF_ERROR(map_decoder_block(m, *f));
+    block = f->value.scalar;
   }
+  OFFSIM_RETURN_IF_ERROR(map_moe(fields, m, block));
+  OFFSIM_RETURN_IF_ERROR(map_attention_type(fields, m));
   if (Field* f = fields.get("logits_via_embedding")) {
     OFFSIM_ASSIGN_OR_RETURN(bool tied, m.boolean(*f));
     OFFSIM_RETURN_IF_ERROR(m.set(*f, "model.tied_embeddings", tied ? "true" : "false"));

@@ -151,6 +151,75 @@ TEST(MaxTextImport, OffloadPoliciesAndUnmappedAxes) {
       << strict.error().message;
 }
 
+// MaxText's MoE decoder blocks (its configs/models/qwen3-30b-a3b.yml and deepseek3-671b.yml
+// keys): experts of base_moe_mlp_dim, top-k, the expert axis as expert parallelism folded into
+// the data-parallel ranks; deepseek's shared experts, dense first layers, MLA and MTP.
+TEST(MaxTextImport, MixtureOfExpertsBlocks) {
+  const fs::path dir = fs::temp_directory_path() / fmt::format("offsim_import_mx_{}", ::getpid());
+  fs::create_directories(dir);
+  const std::string model = (dir / "qwen3-30b-a3b.yml").string();
+  std::ofstream(model) << "decoder_block: \"qwen3_moe\"\nbase_emb_dim: 2048\nbase_mlp_dim: 768\n"
+                          "base_num_query_heads: 32\nbase_num_kv_heads: 4\n"
+                          "base_num_decoder_layers: 48\nhead_dim: 128\n"
+                          "mlp_activations: [\"silu\", \"linear\"]\nvocab_size: 151936\n"
+                          "num_experts: 128\nnum_experts_per_tok: 8\nbase_moe_mlp_dim: 768\n"
+                          "capacity_factor: -1.0\nsparse_matmul: true\nmegablox: false\n"
+                          "enable_dropout: False\n";
+  ImportOptions opt{.sets = {"hardware.system=dgx-h100"},
+                    .framework_overrides = {"ici_expert_parallelism=8"},
+                    .gpus = 8};
+  auto r = import_config(Framework::kMaxText, {kDir + "maxtext-base.yml", model}, opt);
+  ASSERT_TRUE(r) << r.error().message;
+  const Node& d = r->scenario;
+  EXPECT_EQ(value_at(d, "model.moe.experts"), "128");
+  EXPECT_EQ(value_at(d, "model.moe.top_k"), "8");
+  EXPECT_EQ(value_at(d, "model.moe.expert_ffn_hidden"), "768");
+  EXPECT_EQ(value_at(d, "model.norm"), "rmsnorm");
+  EXPECT_EQ(value_at(d, "parallelism.ep"), "8");
+  EXPECT_EQ(value_at(d, "parallelism.dp"), "8");  // fsdp -1 takes 1: the expert axis is dp
+  EXPECT_EQ(find_path(d, "model.moe.capacity_factor"), nullptr);  // -1: dropless
+  EXPECT_TRUE(r->unmapped.empty()) << fmt::format("{}", fmt::join(keys(r->unmapped), ", "));
+  expect_round_trip(*r);
+
+  const std::string ds = (dir / "deepseek.yml").string();
+  std::ofstream(ds) << "decoder_block: \"deepseek\"\nbase_emb_dim: 1024\nbase_num_query_heads: 16\n"
+                       "base_num_kv_heads: 16\nbase_mlp_dim: 4096\nbase_moe_mlp_dim: 512\n"
+                       "base_num_decoder_layers: 8\nfirst_num_dense_layers: 2\n"
+                       "mlp_activations: [\"silu\",\"linear\"]\nvocab_size: 32000\n"
+                       "num_experts: 16\nnum_experts_per_tok: 4\nshared_experts: 2\n"
+                       "capacity_factor: 1.25\nattention_type: \"mla\"\nq_lora_rank: 256\n"
+                       "kv_lora_rank: 128\nqk_nope_head_dim: 64\nqk_rope_head_dim: 32\n"
+                       "v_head_dim: 64\nmtp_num_layers: 1\n";
+  r = import_config(Framework::kMaxText, {kDir + "maxtext-base.yml", ds}, opt);
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(value_at(r->scenario, "model.moe.shared_experts"), "2");
+  EXPECT_EQ(value_at(r->scenario, "model.moe.shared_ffn_hidden"), "512");
+  EXPECT_EQ(value_at(r->scenario, "model.moe.first_k_dense"), "2");
+  EXPECT_EQ(value_at(r->scenario, "model.moe.capacity_factor"), "1.25");
+  EXPECT_EQ(value_at(r->scenario, "model.ffn_hidden"), "4096");
+  EXPECT_EQ(value_at(r->scenario, "model.mla.kv_lora_rank"), "128");
+  EXPECT_EQ(value_at(r->scenario, "model.mla.qk_rope_head_dim"), "32");
+  EXPECT_EQ(value_at(r->scenario, "model.mtp_layers"), "1");
+  EXPECT_TRUE(r->unmapped.empty()) << fmt::format("{}", fmt::join(keys(r->unmapped), ", "));
+  expect_round_trip(*r);
+
+  // Experts in a block offsim does not model are listed, and the model stays dense; an expert
+  // axis without experts is the loader's error.
+  std::ofstream(ds) << "decoder_block: \"gpt_oss\"\nbase_emb_dim: 1024\nbase_num_query_heads: 16\n"
+                       "base_num_kv_heads: 16\nbase_mlp_dim: 4096\nbase_num_decoder_layers: 8\n"
+                       "vocab_size: 32000\nnum_experts: 16\nnum_experts_per_tok: 4\n";
+  opt.framework_overrides = {};
+  r = import_config(Framework::kMaxText, {kDir + "maxtext-base.yml", ds}, opt);
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(keys(r->unmapped), (std::vector<std::string>{"decoder_block", "num_experts"}));
+  EXPECT_EQ(find_path(r->scenario, "model.moe"), nullptr);
+  opt.framework_overrides = {"ici_expert_parallelism=8"};
+  r = import_config(Framework::kMaxText, {kDir + "maxtext-base.yml", ds}, opt);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("parallelism.ep"), std::string::npos) << r.error().message;
+  fs::remove_all(dir);
+}
+
 TEST(MaxTextImport, BadValuesNameTheKey) {
   const std::vector<std::string> files = {kDir + "maxtext-base.yml"};
   auto no_gpus = import_config(Framework::kMaxText, files, {.sets = {"hardware.system=dgx-h100"}});
