@@ -47,12 +47,18 @@ def test_build_tree_command_runs(root, cli):
 def test_import_commands_run(root, cli, tmp_path):
     lines = [l for l in blocks(section(root, "Importing framework configs"), "sh")[0].splitlines()
              if l.startswith("offsim ")]
-    assert len(lines) == 6
+    assert len(lines) == 8
     for line in lines:
         args = [a if not a.endswith(".yaml") or "/" in a else str(tmp_path / a)
                 for a in shlex.split(line)[1:]]
         r = subprocess.run([cli, *args], capture_output=True, text=True)
         assert r.returncode == 0, f"{line}\n{r.stderr}"
+        if args[0] == "run":
+            assert "completed" in r.stdout, f"{line}\n{r.stdout}"
+    # Every scenario the imports wrote runs.
+    for written in sorted(tmp_path.glob("*.yaml")):
+        r = subprocess.run([cli, "run", str(written)], capture_output=True, text=True)
+        assert r.returncode == 0, f"{written.name}\n{r.stderr}"
     effective = subprocess.run([cli, "run", str(tmp_path / "maxtext.yaml"), "--print-effective"],
                                check=True, capture_output=True, text=True).stdout
     assert "fsdp: true" in effective
