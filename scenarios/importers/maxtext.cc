@@ -1,6 +1,7 @@
 // MaxText import: base.yml, then the model config, then command-line overrides (later wins), as
 // MaxText's pyconfig merges them. See importers/README.md for the key table.
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 
@@ -146,7 +147,7 @@ struct Mesh {
 struct Layout {
   std::map<std::string, std::int64_t> degree;
   std::int64_t product = 1;  // devices of the whole mesh
-  std::int64_t dp = 1, tp = 1, pp = 1;
+  std::int64_t dp = 1, tp = 1, pp = 1, cp = 1;
 };
 
 sim::Status read_axis(Fields& fields, const Mapper& m, const char* axis, int level, Mesh& mesh) {
@@ -217,16 +218,16 @@ sim::Status fill_mesh(const Mapper& m, std::int64_t world, std::int64_t slices, 
 // The axes offsim does not lay out: fine at degree 1, unmapped otherwise; data x fsdp hybrid
 // sharding is modelled as full FSDP.
 void note_unmodelled_axes(Mapper& m, Mesh& mesh, const Layout& layout, bool fsdp) {
-  for (const char* axis :
-       {"sequence", "context", "tensor_transpose", "tensor_sequence", "autoregressive"}) {
+  for (const char* axis : {"sequence", "tensor_transpose", "tensor_sequence", "autoregressive"}) {
     for (Field* f : {mesh.ici_f[axis], mesh.dcn_f[axis]}) {
       if (f == nullptr) continue;
       if (layout.degree.at(axis) == 1) {
         m.mapped(*f, "(degree 1: nothing to model)");
       } else {
-        m.unmapped(*f, fmt::format("{} parallelism is not modelled; offsim lays out only "
-                                   "dp x tp x pp = {} of the {} devices",
-                                   axis, layout.dp * layout.tp * layout.pp, layout.product));
+        m.unmapped(
+            *f, fmt::format("{} parallelism is not modelled; offsim lays out only "
+                            "dp x tp x pp x cp = {} of the {} devices",
+                            axis, layout.dp * layout.tp * layout.pp * layout.cp, layout.product));
       }
     }
   }
@@ -275,6 +276,7 @@ sim::Result<Layout> map_mesh(Fields& fields, Mapper& m, const ImportOptions& opt
   layout.dp = degree["data"] * degree["fsdp"] * degree["fsdp_transpose"] * degree["expert"];
   layout.tp = degree["tensor"];
   layout.pp = degree["pipeline"];
+  layout.cp = degree["context"];
   auto axis_fields = [&](std::initializer_list<const char*> axes) {
     std::vector<const Field*> out;
     for (const char* a : axes) {
@@ -296,6 +298,16 @@ sim::Result<Layout> map_mesh(Fields& fields, Mapper& m, const ImportOptions& opt
       m.set_from(axis_fields({"tensor"}), "parallelism.tp", std::to_string(layout.tp)));
   OFFSIM_RETURN_IF_ERROR(
       m.set_from(axis_fields({"pipeline"}), "parallelism.pp", std::to_string(layout.pp)));
+  // The context axis splits each sequence (context parallelism); its ranks share the weights'
+  // sharding with the data-parallel ones, as offsim's CP ranks join the data-parallel sharding.
+  if (layout.cp > 1) {
+    OFFSIM_RETURN_IF_ERROR(
+        m.set_from(axis_fields({"context"}), "parallelism.cp", std::to_string(layout.cp)));
+  } else {
+    for (const Field* f : axis_fields({"context"})) {
+      if (f != nullptr) m.mapped(*f, "(degree 1: nothing to model)");
+    }
+  }
   if (slices_f != nullptr) m.mapped(*slices_f, "hardware.nodes");
   note_unmodelled_axes(m, mesh, layout, fsdp);
   return layout;
@@ -459,6 +471,30 @@ sim::Status map_moe(Fields& fields, Mapper& m, const std::string& block) {
   }
   if (Field* f = fields.get("megablox")) m.ignored(*f, "the grouped-GEMM kernel's implementation");
   return {};
+}
+
+// context_parallel_strategy (MaxText's default all_gather): ring is offsim's ring attention
+// (cp_comm_type p2p), ulysses its all-to-all (a2a); all_gather is listed as priced as the ring.
+sim::Status map_context_strategy(Fields& fields, Mapper& m, std::int64_t cp) {
+  Field* f = fields.get("context_parallel_strategy");
+  Field by_default{"context_parallel_strategy", make_scalar("all_gather", "maxtext default"), true};
+  if (f == nullptr && cp > 1) f = &by_default;
+  if (f == nullptr || cp <= 1) {
+    if (f != nullptr) m.ignored(*f, "no context axis");
+    if (Field* lb = fields.get("context_parallel_load_balance")) m.ignored(*lb, "no context axis");
+    return {};
+  }
+  OFFSIM_ASSIGN_OR_RETURN(std::string v, m.text(*f));
+  std::transform(v.begin(), v.end(), v.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (v == "ring") return m.set(*f, "parallelism.cp_comm_type", "p2p");
+  if (v == "ulysses") return m.set(*f, "parallelism.cp_comm_type", "a2a");
+  if (v == "all_gather") {
+    m.unmapped(*f,
+               "the all-gather of K and V is priced as the ring exchange overlapped block by "
+               "block (cp_comm_type p2p)");
+    return {};
+  }
+  return m.error(*f, fmt::format("expected all_gather, ring or ulysses, got {}", v));
 }
 
 // attention_type: global (nothing to map) or mla (DeepSeek's multi-head latent attention, its
@@ -717,6 +753,7 @@ sim::Result<ImportResult> import_maxtext(const std::vector<std::string>& files,
   OFFSIM_ASSIGN_OR_RETURN(Fields fields, read_fields(files, options));
   Mapper m(Framework::kMaxText);
   OFFSIM_ASSIGN_OR_RETURN(const Layout layout, map_mesh(fields, m, options));
+  OFFSIM_RETURN_IF_ERROR(map_context_strategy(fields, m, layout.cp));
   OFFSIM_RETURN_IF_ERROR(map_batch(fields, m, layout));
   OFFSIM_RETURN_IF_ERROR(map_model(fields, m, files));
   OFFSIM_RETURN_IF_ERROR(map_precision(fields, m));
@@ -724,7 +761,7 @@ sim::Result<ImportResult> import_maxtext(const std::vector<std::string>& files,
   OFFSIM_RETURN_IF_ERROR(map_offload(fields, m));
   settle_leftovers(fields, m, ignore_reason);
   return finish(m, options,
-                {.world_gpus = static_cast<int>(layout.dp * layout.tp * layout.pp),
+                {.world_gpus = static_cast<int>(layout.dp * layout.tp * layout.pp * layout.cp),
                  .name = file_stem(files.back())});
 }
 

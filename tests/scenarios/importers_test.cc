@@ -220,6 +220,46 @@ TEST(MaxTextImport, MixtureOfExpertsBlocks) {
   fs::remove_all(dir);
 }
 
+// The context axis: context parallelism over ici_context_parallelism ranks (each sequence split,
+// the batch over the data-parallel axes only); context_parallel_strategy ring / ulysses as
+// offsim's ring (p2p) / all-to-all (a2a), MaxText's default all_gather listed.
+TEST(MaxTextImport, ContextAxis) {
+  ImportOptions opt{
+      .sets = {"hardware.system=dgx-h100"},
+      .framework_overrides = {"ici_context_parallelism=2", "context_parallel_strategy=ring"},
+      .gpus = 8};
+  auto r = import_config(Framework::kMaxText,
+                         {kDir + "maxtext-base.yml", kDir + "maxtext-llama3-8b.yml"}, opt);
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(value_at(r->scenario, "parallelism.cp"), "2");
+  EXPECT_EQ(value_at(r->scenario, "parallelism.cp_comm_type"), "p2p");
+  EXPECT_EQ(value_at(r->scenario, "parallelism.dp"), "4");  // fsdp -1 takes 8 / 2
+  // per_device_batch_size 1 x 8 devices = 8 sequences over 4 replicas.
+  EXPECT_EQ(value_at(r->scenario, "training.global_batch"), "8");
+  EXPECT_EQ(value_at(r->scenario, "training.micro_batch"), "2");
+  EXPECT_TRUE(r->unmapped.empty()) << fmt::format("{}", fmt::join(keys(r->unmapped), ", "));
+  expect_round_trip(*r);
+  opt.framework_overrides = {"ici_context_parallelism=2", "context_parallel_strategy=ulysses"};
+  r = import_config(Framework::kMaxText,
+                    {kDir + "maxtext-base.yml", kDir + "maxtext-llama3-8b.yml"}, opt);
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(value_at(r->scenario, "parallelism.cp_comm_type"), "a2a");
+  opt.framework_overrides = {"ici_context_parallelism=2"};
+  r = import_config(Framework::kMaxText,
+                    {kDir + "maxtext-base.yml", kDir + "maxtext-llama3-8b.yml"}, opt);
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(keys(r->unmapped), (std::vector<std::string>{"context_parallel_strategy"}));
+  EXPECT_EQ(r->unmapped.front().origin, "maxtext default");
+  opt.framework_overrides = {"ici_context_parallelism=2", "context_parallel_strategy=stripes"};
+  r = import_config(Framework::kMaxText,
+                    {kDir + "maxtext-base.yml", kDir + "maxtext-llama3-8b.yml"}, opt);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find(
+                "context_parallel_strategy: expected all_gather, ring or ulysses, got stripes"),
+            std::string::npos)
+      << r.error().message;
+}
+
 TEST(MaxTextImport, BadValuesNameTheKey) {
   const std::vector<std::string> files = {kDir + "maxtext-base.yml"};
   auto no_gpus = import_config(Framework::kMaxText, files, {.sets = {"hardware.system=dgx-h100"}});
