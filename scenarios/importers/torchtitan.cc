@@ -165,6 +165,20 @@ sim::Status map_parallel_options(Fields& fields, Mapper& m, std::int64_t cp) {
                                  s));
     }
   }
+  // Expert parallelism (MoE models): the routed experts over expert_parallel_degree ranks, each
+  // expert's FFN over expert_tensor_parallel_degree (torchtitan's default 1); both fold into the
+  // data- and tensor-parallel ranks, as offsim's ep x etp into tp x dp.
+  for (const auto& [key, path] : {std::pair{"expert_parallel_degree", "parallelism.ep"},
+                                  std::pair{"expert_tensor_parallel_degree", "parallelism.etp"}}) {
+    if (Field* f = parallel_field(fields, key)) {
+      OFFSIM_ASSIGN_OR_RETURN(std::int64_t v, m.int_in(*f, 1, 1'000'000));
+      if (v > 1) {
+        OFFSIM_RETURN_IF_ERROR(m.set(*f, path, std::to_string(v)));
+      } else {
+        m.mapped(*f, "(1: nothing to model)");
+      }
+    }
+  }
   // PyTorch's context-parallel SDPA passes K and V shards around the CP group ("alltoall": shard
   // for shard, the ring offsim runs as cp_comm_type p2p; "allgather", the default: all shards
   // gathered after the first block).
@@ -260,7 +274,8 @@ sim::Status map_precision_and_offload(Fields& fields, Mapper& m) {
   return {};
 }
 
-// --- model: name + flavor name a catalogue model ("llama3" + "8B" -> llama3-8b); float8
+// --- model: name + flavor name a catalogue model ("llama3" + "8B" -> llama3-8b, "qwen3" +
+// "30B-A3B" -> qwen3-30b-a3b, "deepseek_v3" + "671B" -> deepseek-v3); float8
 // converters; the optimizer.
 sim::Status map_model(Fields& fields, Mapper& m) {
   Field* name_f = fields.get("model.name");
@@ -270,6 +285,7 @@ sim::Status map_model(Fields& fields, Mapper& m) {
     OFFSIM_ASSIGN_OR_RETURN(std::string fl, m.text(*flavor_f));
     std::string model = n + "-" + fl;
     for (char& c : model) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (model == "deepseek_v3-671b") model = "deepseek-v3";  // torchtitan's name for it
     if (!models::find_model(model)) {
       return m.error(*flavor_f, fmt::format("{} {} is not in offsim's catalogue (`offsim list "
                                             "models`); give the model with --set model=...",

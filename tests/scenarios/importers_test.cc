@@ -757,6 +757,46 @@ TEST(TorchtitanImport, ContextParallelism) {
   fs::remove_all(dir);
 }
 
+// An MoE flavor and expert parallelism; offsim simulates MoE without FSDP, so torchtitan's
+// default sharded data parallelism is refused with the key that set it.
+TEST(TorchtitanImport, ExpertParallelism) {
+  const fs::path dir = fs::temp_directory_path() / fmt::format("offsim_import_ttep_{}", ::getpid());
+  fs::create_directories(dir);
+  const std::string job = (dir / "moe.toml").string();
+  std::stringstream example;
+  example << std::ifstream(kDir + "torchtitan-llama3-8b.toml").rdbuf();
+  std::string text = example.str();
+  for (const auto& [from, to] :
+       {std::pair<std::string, std::string>{"name = \"llama3\"", "name = \"qwen3\""},
+        {"flavor = \"8B\"", "flavor = \"30B-A3B\""},
+        {"context_parallel_degree = 1",
+         "context_parallel_degree = 1\nexpert_parallel_degree = 8"}}) {
+    ASSERT_NE(text.find(from), std::string::npos) << from;
+    text.replace(text.find(from), from.size(), to);
+  }
+  const std::string shard = "data_parallel_replicate_degree = 1\ndata_parallel_shard_degree = -1";
+  ASSERT_NE(text.find(shard), std::string::npos);
+  std::ofstream(job) << std::string(text).replace(
+      text.find(shard), shard.size(),
+      "data_parallel_replicate_degree = 8\ndata_parallel_shard_degree = 1");
+  auto r = import_config(Framework::kTorchtitan, {job},
+                         {.sets = {"hardware.system=dgx-h100"}, .gpus = 8});
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(value_at(r->scenario, "model"), "qwen3-30b-a3b");
+  EXPECT_EQ(value_at(r->scenario, "parallelism.ep"), "8");
+  EXPECT_EQ(value_at(r->scenario, "parallelism.dp"), "8");
+  EXPECT_EQ(value_at(r->scenario, "parallelism.fsdp"), "false");
+  expect_round_trip(*r);
+  std::ofstream(job) << text;
+  r = import_config(Framework::kTorchtitan, {job},
+                    {.sets = {"hardware.system=dgx-h100"}, .gpus = 8});
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("MoE models are simulated with ZeRO stage 0 or 1"),
+            std::string::npos)
+      << r.error().message;
+  fs::remove_all(dir);
+}
+
 TEST(TorchtitanImport, FsdpExample) {
   auto r = import_config(Framework::kTorchtitan, {kDir + "torchtitan-llama3-8b.toml"},
                          {.sets = {"hardware.system=dgx-h100"}, .gpus = 8});
