@@ -15,10 +15,12 @@ trap 'rm -rf "$work"' EXIT
 status=0
 for bin in $(find build/asan/tests/fuzz -maxdepth 1 -type f -perm -u+x -name '*_fuzzer' | sort); do
   name=$(basename "$bin" _fuzzer)
-  seeds="tests/fuzz/corpus/$name"
+  seeds=("tests/fuzz/corpus/$name")
+  # The import examples seed the launch-script fuzzer too.
+  if [ "$name" = megatron_args ]; then seeds+=(scenarios/imports); fi
   mkdir -p "$work/$name"
   log="$work/$name.log"
-  if "$bin" "$work/$name" "$seeds" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
+  if "$bin" "$work/$name" "${seeds[@]}" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
       -print_final_stats=1 -artifact_prefix="$work/$name-" >"$log" 2>&1; then
     execs=$(grep -m1 'stat::number_of_executed_units' "$log" | awk '{print $2}')
     echo "fuzz $name: ${execs:-?} executions in ${seconds}s, no findings"
