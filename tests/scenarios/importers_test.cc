@@ -821,58 +821,6 @@ TEST(TorchtitanImport, TomlErrorsAndBadValues) {
                                    "selective, full, got \"sometimes\"");
 }
 
-// The README's import commands, as written (scenarios/imports/), each with its --out in a
-// temporary folder; every scenario they write runs, and the README's `offsim run` lines too.
-TEST(ImportCommand, ReadmeCommandsRunAsWritten) {
-  const std::string readme = testing::read_file("README.md");
-  const std::size_t section = readme.find("## Importing framework configs");
-  ASSERT_NE(section, std::string::npos);
-  const std::size_t begin = readme.find("```sh\n", section);
-  ASSERT_NE(begin, std::string::npos);
-  const std::size_t end = readme.find("```", begin + 6);
-  std::istringstream block(readme.substr(begin + 6, end - begin - 6));
-  const TempDir dir("impreadme");
-  const std::string so = dir.file("so.txt"), se = dir.file("se.txt");
-  std::map<std::string, std::string> written;  // --out name -> path in dir
-  int imports = 0, runs = 0;
-  for (std::string line; std::getline(block, line);) {
-    std::istringstream words(line);
-    std::vector<std::string> args;
-    for (std::string w; words >> w;) args.push_back(w);
-    ASSERT_FALSE(args.empty());
-    ASSERT_EQ(args.front(), "offsim") << line;
-    args.erase(args.begin());
-    for (std::size_t i = 0; i + 1 < args.size(); ++i) {
-      if (args[i] == "--out") {
-        written[args[i + 1]] = dir.file(args[i + 1]);
-        args[i + 1] = written[args[i + 1]];
-      }
-    }
-    if (args.front() == "run") {
-      for (std::string& a : args) {
-        if (written.count(a) != 0) a = written[a];
-      }
-      ++runs;
-    } else {
-      ASSERT_EQ(args.front(), "import") << line;
-      ++imports;
-    }
-    EXPECT_EQ(testing::wait_exit(testing::spawn_process(OFFSIM_CLI_PATH, args, so, se)), 0)
-        << line << "\n"
-        << testing::read_file(se);
-    if (args.front() == "run") {
-      EXPECT_NE(testing::read_file(so).find("completed"), std::string::npos) << line;
-    }
-  }
-  EXPECT_GE(imports, 6);
-  EXPECT_GE(runs, 2);
-  for (const auto& [name, path] : written) {
-    EXPECT_EQ(testing::wait_exit(testing::spawn_process(OFFSIM_CLI_PATH, {"run", path}, so, se)), 0)
-        << name << "\n"
-        << testing::read_file(se);
-  }
-}
-
 // The command: --out writes the scenario, `offsim run --print-effective` accepts it, --strict
 // turns an unmapped key into exit status 2.
 TEST(ImportCommand, OutputRunsAndStrictFails) {
