@@ -885,6 +885,60 @@ sim::Status map_optimizer(Args& a) {
   return {};
 }
 
+// The pipeline split as the import has set it (model.layers, pp, virtual stages, the embedding
+// and loss slots, a listed layout); nullopt without a layer count.
+std::optional<models::PipelineLayout> imported_layout(const Node& doc) {
+  const auto number = [&](const char* path, std::int64_t otherwise) {
+    const Node* n = find_path(doc, path);
+    const auto v = n != nullptr ? scalar_int(*n) : std::nullopt;
+    return v ? *v : otherwise;
+  };
+  const auto on = [&](const char* path) {
+    const Node* n = find_path(doc, path);
+    return n != nullptr && n->scalar == "true";
+  };
+  const std::int64_t layers = number("model.layers", 0);
+  if (layers <= 0) return std::nullopt;
+  models::ParallelConfig p;
+  p.pp = static_cast<int>(number("parallelism.pp", 1));
+  p.virtual_stages = static_cast<int>(number("parallelism.virtual_stages", 1));
+  p.account_for_embedding_in_pipeline_split =
+      on("parallelism.account_for_embedding_in_pipeline_split");
+  p.account_for_loss_in_pipeline_split = on("parallelism.account_for_loss_in_pipeline_split");
+  if (const Node* l = find_path(doc, "parallelism.layout")) {
+    auto parsed = models::parse_pipeline_layout(l->scalar);
+    if (parsed) p.layout = *parsed;
+  }
+  return models::pipeline_layout(layers, p);
+}
+
+// --recompute-method block --recompute-num-layers N: Megatron-Core checkpoints the first N layers
+// of each model chunk (TransformerBlock._checkpointed_forward) and runs the others without
+// recompute, so those get recompute.per_layer: none.
+sim::Status map_block_recompute(Args& a, Field& method, Field* rnum, std::int64_t n) {
+  const Node* mode = find_path(a.m.doc, "recompute.mode");
+  if (mode == nullptr || mode->scalar != "full") {
+    a.m.unmapped(method, "applies only with --recompute-granularity full");
+    if (rnum != nullptr) a.m.unmapped(*rnum, "see --recompute-method");
+    return {};
+  }
+  const auto layout = imported_layout(a.m.doc);
+  if (!layout) return a.m.error(method, "needs --num-layers to place the recomputed layers");
+  a.m.mapped(method, "recompute.per_layer");
+  if (rnum != nullptr) a.m.mapped(*rnum, "recompute.per_layer");
+  for (int stage = 0; stage < layout->pp; ++stage) {
+    for (int chunk = 0; chunk < layout->virtual_stages; ++chunk) {
+      const models::PipelineLayout::Span span = layout->span(stage, chunk);
+      for (int l = span.first + static_cast<int>(std::min<std::int64_t>(n, span.count));
+           l < span.first + span.count; ++l) {
+        OFFSIM_RETURN_IF_ERROR(set_path(a.m.doc, fmt::format("recompute.per_layer.{}", l),
+                                        make_scalar("none", method.value.origin)));
+      }
+    }
+  }
+  return {};
+}
+
 // --recompute-method and --recompute-num-layers: offsim recomputes every layer on its own.
 sim::Status map_recompute_method(Args& a) {
   Field* method = a.get("--recompute-method");
@@ -898,13 +952,7 @@ sim::Status map_recompute_method(Args& a) {
   if (rnum != nullptr) {
     OFFSIM_ASSIGN_OR_RETURN(n, a.int_arg(rnum, 1, 1'000'000));
   }
-  if (mv != "uniform") {
-    a.m.unmapped(*method,
-                 "block recompute of the first N layers per stage is modelled as all "
-                 "layers");
-    if (rnum != nullptr) a.m.unmapped(*rnum, "see --recompute-method block");
-    return {};
-  }
+  if (mv == "block") return map_block_recompute(a, *method, rnum, n);
   a.m.mapped(*method, "recompute (every layer)");
   if (rnum != nullptr && n == 1) {
     a.m.mapped(*rnum, "recompute (every layer its own checkpoint)");

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -556,6 +557,56 @@ TEST(MegatronImport, ContextParallelism) {
   expect_error(r,
                "--cp-comm-type: expected p2p, a2a, a2a+p2p or all_gather, got "
                "ring");
+}
+
+// --recompute-method block --recompute-num-layers N: the first N layers of every model chunk are
+// recomputed, the others not (recompute.per_layer), as Megatron-Core's TransformerBlock does.
+TEST(MegatronImport, BlockRecomputePerChunk) {
+  const TempDir dir("import_blk");
+  const std::string script = dir.file("train.sh");
+  const std::string text = example_text("megatron-gpt-pretrain.sh");
+  const std::string from = "--recompute-granularity selective";
+  ASSERT_NE(text.find(from), std::string::npos);
+  const auto with = [&](const std::string& flags) {
+    std::ofstream(script) << std::string(text).replace(text.find(from), from.size(), flags);
+    return import_config(Framework::kMegatron, {script}, {.sets = {"hardware.system=dgx-h100"}});
+  };
+  const auto none = [](const ImportResult& r) {
+    std::vector<int> layers;
+    const Node* per = find_path(r.scenario, "recompute.per_layer");
+    if (per == nullptr) return layers;
+    for (const auto& [key, mode] : per->entries) {
+      EXPECT_EQ(mode.scalar, "none");
+      layers.push_back(std::stoi(key));
+    }
+    return layers;
+  };
+  // 32 layers over PP 2: layers 0-15 and 16-31; the first 3 of each recomputed.
+  auto r = with("--recompute-granularity full --recompute-method block --recompute-num-layers 3");
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(value_at(r->scenario, "recompute.mode"), "full");
+  std::vector<int> expected;
+  for (int l = 3; l < 16; ++l) expected.push_back(l);
+  for (int l = 19; l < 32; ++l) expected.push_back(l);
+  auto got = none(*r);
+  std::sort(got.begin(), got.end());
+  EXPECT_EQ(got, expected);
+  EXPECT_TRUE(r->unmapped.empty()) << fmt::format("{}", fmt::join(keys(r->unmapped), ", "));
+  expect_round_trip(*r);
+  // Interleaved: chunks of 4 layers (stage 0 holds 0-3, 8-11, ...); the first of each.
+  r = with(
+      "--recompute-granularity full --recompute-method block --recompute-num-layers 1 "
+      "--num-layers-per-virtual-pipeline-stage 4");
+  ASSERT_TRUE(r) << r.error().message;
+  got = none(*r);
+  EXPECT_EQ(got.size(), 24u);
+  for (int l : got) EXPECT_NE(l % 4, 0) << l;
+  expect_round_trip(*r);
+  // Megatron applies a recompute method only with full granularity.
+  r = with("--recompute-granularity selective --recompute-method block --recompute-num-layers 2");
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(keys(r->unmapped),
+            (std::vector<std::string>{"--recompute-method", "--recompute-num-layers"}));
 }
 
 TEST(MegatronImport, RecomputeModulesList) {
