@@ -606,8 +606,9 @@ struct StepContext {
 // the next kernel, in the forward and in a recomputed forward; the overlapped shared experts
 // wait for the permutation and the unpermutation for them. The router-aware fetch's
 // dependencies and buffer. The routed experts' own parameter group
-// (StepBuilder::expert_grads_done and optimizer): reduced once over the expert-DP group,
-// updated, and all-gathered under ZeRO-1.
+// (StepBuilder::expert_grads_done and optimizer): reduced over the expert-DP group (once, or
+// per micro-batch with sharded gradients), updated, and all-gathered under ZeRO-1; gathered
+// for each pass with sharded parameters (fetch_params).
 void add_moe_layer(const Scenario& s, const StepContext& x, const LayerDims& dl,
                    const LayerShape& ls, Counts& c) {
   const ParallelConfig& p = s.parallelism;
@@ -629,12 +630,19 @@ void add_moe_layer(const Scenario& s, const StepContext& x, const LayerDims& dl,
     c.tensors += x.m * mo.fwd_fetches;
     c.samples += 2 * x.m * mo.fwd_fetches;
   }
-  const double edp = static_cast<double>(p.tp * p.dp / (p.ep * p.etp));
-  const double reduce = (edp > 1 ? 1 : 0) + (ls.grads_on_host ? 1 : 0);
-  c.ops += reduce;
-  c.deps += reduce * (p.overlap_grad_reduce ? 1 : 2);
+  const int edp = p.tp * p.dp / (p.ep * p.etp);
+  if (dp_sharding(p).params && edp > 1) {
+    // Sharded experts: their own all-gather in each forward and backward fetch, which
+    // allocates the gathered buffer and waits for the prefetch point; the layer waits for it.
+    c.ops += 2 * x.m;
+    c.tensors += 2 * x.m;
+    c.samples += 4 * x.m;
+    c.deps += 4 * x.m;
+    c.group_ranks += 2 * x.m * edp;
+  }
   Scenario se = s;
-  se.parallelism.dp = static_cast<int>(edp);
+  se.parallelism.dp = edp;
+  add_grads(se, x.m, ls.grads_on_host, c);
   add_group(se, ls.params_on_host, ls.grads_on_host, ls.opt_on_host, c);
 }
 

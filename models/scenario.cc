@@ -765,11 +765,20 @@ sim::Status check_expert_parallel(const Scenario& s) {
         "requires it)",
         p.tp));
   }
-  if (p.fsdp || p.zero_stage >= 2) {
+  // Sharded parameters come back whole for each layer by all-gather, so the host-resident
+  // experts cannot be fetched by the router's choice (offload.experts.fetch routed).
+  if ((p.fsdp || p.zero_stage >= 3) &&
+      s.offload.expert_fetch == OffloadPolicy::ExpertFetch::kRouted) {
     return invalid(fmt::format(
-        "parallelism.zero_stage: MoE models are simulated with ZeRO stage 0 or 1 (Megatron's "
-        "distributed optimizer), without FSDP; got zero_stage {}{}",
-        p.zero_stage, p.fsdp ? " with fsdp" : ""));
+        "offload.experts.fetch: routed fetches the picked experts whole from the host; with "
+        "parameters sharded over the expert-data-parallel ranks (zero_stage {}{}) expected "
+        "offload.experts.fetch whole",
+        p.zero_stage, p.fsdp ? ", fsdp" : ""));
+  }
+  if (s.offload.zenflow.enabled || s.offload.superoffload.enabled) {
+    return invalid(
+        "offload.cpu: ZenFlow and SuperOffload are modelled for dense models; expected neither "
+        "with model.moe.experts > 0");
   }
   return sim::ok();
 }

@@ -33,9 +33,7 @@ OpId StepBuilder::fp8_weight_cast(Rank& r, const ParamGroup& g, OpId after) {
 // (build() links the stages). Returns what the update waits for.
 OpId StepBuilder::grad_passes(Rank& r, const std::vector<OpId>& deps) {
   std::int64_t shard = 0;
-  for (const ParamGroup& g : r.groups) {
-    shard += dp_sharding(s_.parallelism).optimizer ? ceil_div(g.params, dp()) : g.params;
-  }
+  for (const ParamGroup& g : r.groups) shard += optimizer_shard(g);
   const std::int64_t gbytes = s_.training.fp32_master_weights ? 4 : 2;
   if (gdtype_ == sim::DType::kFp16) {
     const OpId u = elementwise(r, "unscale_inf_check", OpCategory::kOptimizer, -1,
@@ -245,6 +243,22 @@ StepBuilder::Fetch StepBuilder::fetch_params(Rank& r, int layer, const std::stri
     f.buffers.push_back(buf);
     f.wait = {ag.second};
   }
+  // An MoE layer's routed experts are sharded over the expert-data-parallel ranks and gathered
+  // on their own, after the layer's other parameters on the same stream (torchtitan shards
+  // `moe.experts` with fully_shard over the dp-mod-ep mesh and prefetches it with its block).
+  const auto x = r.expert_group_of_layer.find(layer);
+  if (shard_params() && edp() > 1 && x != r.expert_group_of_layer.end()) {
+    const ParamGroup& e = r.groups[x->second];
+    const std::int64_t bytes = e.params * sim::dtype_bytes(dt_.all_gather);
+    const TensorId buf = tensor(r.hbm, fmt::format("{}.{}.params_gathered", e.name, tag), bytes,
+                                TensorCategory::kBuffers);
+    const OpId ag =
+        collective(r, r.comm, fmt::format("{}.{}.params_allgather", e.name, tag), OpCategory::kComm,
+                   layer, sim::CollectiveKind::kAllGather, r.edp_group, bytes, deps);
+    b_.op_at(ag).allocs.push_back(buf);
+    f.buffers.push_back(buf);
+    f.wait.push_back(ag);
+  }
   return f;
 }
 
@@ -296,33 +310,38 @@ std::pair<OpId, OpId> StepBuilder::gather_per_tensor(Rank& r, const ParamGroup& 
   return {*first, last};
 }
 
-// The routed experts' gradients after the last micro-batch: reduced over the expert-DP group
-// (reduce-scatter under the distributed optimizer), and D2H when they live on the host.
+// The routed experts' gradients of micro-batch `mb`: reduced over the expert-DP group after
+// the last micro-batch (reduce-scatter under the distributed optimizer), or after each one when
+// gradients are sharded (ZeRO-2/3, FSDP: the experts' full gradient lives until its
+// reduce-scatter, as a layer's does in grads_done), and D2H when they live on the host.
 void StepBuilder::expert_grads_done(Rank& r, int layer, int mb, OpId last) {
-  if (mb != micro_batches_ - 1) return;
+  const bool last_mb = mb == micro_batches_ - 1;
+  if (!last_mb && !shard_grads()) return;
   ParamGroup& g = r.groups[r.expert_group_of_layer.at(layer)];
   OpId after = last;
   if (edp() > 1) {
-    const bool reduce_scatter = dp_sharding(s_.parallelism).optimizer;
-    after = collective(
-        r, r.comm,
-        fmt::format("mb{}.{}.grad_{}", lbl(mb), g.name,
-                    reduce_scatter ? "reducescatter" : "allreduce"),
-        OpCategory::kComm, layer,
-        reduce_scatter ? sim::CollectiveKind::kReduceScatter : sim::CollectiveKind::kAllReduce,
-        r.edp_group, g.params * sim::dtype_bytes(dt_.reduce_scatter), {last});
-    if (!s_.parallelism.overlap_grad_reduce) deferred_reduce_.push_back(after);
+    std::optional<TensorId> buf;
+    if (shard_grads()) {
+      buf = tensor(r.hbm, fmt::format("mb{}.{}.grad_bucket", lbl(mb), g.name),
+                   g.params * sim::dtype_bytes(dt_.grads), TensorCategory::kBuffers);
+      const auto first = r.layer_first_bwd.find({mb, layer});
+      b_.op_at(first != r.layer_first_bwd.end() ? first->second : last).allocs.push_back(*buf);
+    }
+    after = reduce_grads(r, g, mb, last);
+    if (buf) b_.op_at(after).frees.push_back(*buf);
   }
   if (g.grads_on_host) {
     after = copy(r, sim::CopyDirection::kD2H, fmt::format("mb{}.{}.grads_d2h", lbl(mb), g.name),
-                 OpCategory::kOffload, layer, grads_d2h_bytes(g), {after});
+                 OpCategory::kOffload, layer, last_mb ? grads_d2h_bytes(g) : g.mem.grads_bytes,
+                 {after});
   }
-  r.expert_reduce_op[layer] = after;
+  if (last_mb) r.expert_reduce_op[layer] = after;
 }
 
 // The data-parallel reduction of a group's gradients of micro-batch `mb` after `last` (the
 // backward op that completes them), on the comm lane: one reduce-scatter (all-reduce without a
-// sharded optimizer) of the group; returns the op that completes it.
+// sharded optimizer) of the group over its data-parallel ranks (the expert-DP group for routed
+// experts); returns the op that completes it.
 OpId StepBuilder::reduce_grads(Rank& r, const ParamGroup& g, int mb, OpId last) {
   const bool reduce_scatter = dp_sharding(s_.parallelism).optimizer;
   const std::string name = fmt::format("mb{}.{}.grad_{}", lbl(mb), g.name,
@@ -350,8 +369,8 @@ OpId StepBuilder::reduce_grads(Rank& r, const ParamGroup& g, int mb, OpId last) 
       if (i == 0) first = after;
     }
   } else {
-    first = after = collective(r, r.comm, name, OpCategory::kComm, g.layer, kind, r.dp_group,
-                               g.params * wire_bytes, {last});
+    first = after = collective(r, r.comm, name, OpCategory::kComm, g.layer, kind,
+                               g.expert ? r.edp_group : r.dp_group, g.params * wire_bytes, {last});
   }
   // Not overlapped: reduced once the whole backward is done, so the collective also waits for
   // the rank's last backward op, known only at the end (patched in optimizer()).

@@ -1,6 +1,8 @@
 // torchtitan import: a job TOML ([model], [training], [parallelism], [activation_checkpoint],
 // [float8]). Parsed with toml++, each value keeping its file:line:col.
 
+#include <tuple>
+
 #include <toml++/toml.h>
 
 #include <fmt/format.h>
@@ -89,6 +91,7 @@ Field* parallel_field(Fields& fields, const char* key) {
 
 struct Layout {
   std::int64_t dp = 1, tp = 1, pp = 1, cp = 1;
+  std::int64_t shard = 1;  // data_parallel_shard_degree, as resolved
 };
 
 // --- parallel layout; data_parallel_shard_degree -1 takes the remaining GPUs
@@ -148,11 +151,12 @@ sim::Result<Layout> map_layout(Fields& fields, Mapper& m, const ImportOptions& o
   // Context parallelism: each sequence over cp ranks; FSDP shards over dp_shard x cp (torchtitan's
   // dp_shard_cp mesh), as offsim's CP ranks join the data-parallel sharding.
   if (cp_f != nullptr) OFFSIM_RETURN_IF_ERROR(m.set(*cp_f, "parallelism.cp", std::to_string(cp)));
-  return Layout{.dp = dp, .tp = tp, .pp = pp, .cp = cp};
+  return Layout{.dp = dp, .tp = tp, .pp = pp, .cp = cp, .shard = shard};
 }
 
 // The pipeline schedule, context parallelism and the parallel switches offsim does not model.
-sim::Status map_parallel_options(Fields& fields, Mapper& m, std::int64_t cp) {
+sim::Status map_parallel_options(Fields& fields, Mapper& m, const Layout& layout) {
+  const std::int64_t cp = layout.cp;
   if (Field* f = parallel_field(fields, "pipeline_parallel_schedule")) {
     OFFSIM_ASSIGN_OR_RETURN(std::string s, m.text(*f));
     if (s == "1F1B") {
@@ -168,15 +172,34 @@ sim::Status map_parallel_options(Fields& fields, Mapper& m, std::int64_t cp) {
   // Expert parallelism (MoE models): the routed experts over expert_parallel_degree ranks, each
   // expert's FFN over expert_tensor_parallel_degree (torchtitan's default 1); both fold into the
   // data- and tensor-parallel ranks, as offsim's ep x etp into tp x dp.
-  for (const auto& [key, path] : {std::pair{"expert_parallel_degree", "parallelism.ep"},
-                                  std::pair{"expert_tensor_parallel_degree", "parallelism.etp"}}) {
+  std::int64_t ep = 1;
+  std::int64_t etp = 1;
+  Field* ep_field = nullptr;
+  for (auto [key, path, degree] :
+       {std::tuple{"expert_parallel_degree", "parallelism.ep", &ep},
+        std::tuple{"expert_tensor_parallel_degree", "parallelism.etp", &etp}}) {
     if (Field* f = parallel_field(fields, key)) {
-      OFFSIM_ASSIGN_OR_RETURN(std::int64_t v, m.int_in(*f, 1, 1'000'000));
-      if (v > 1) {
-        OFFSIM_RETURN_IF_ERROR(m.set(*f, path, std::to_string(v)));
+      OFFSIM_ASSIGN_OR_RETURN(*degree, m.int_in(*f, 1, 1'000'000));
+      if (degree == &ep) ep_field = f;
+      if (*degree > 1) {
+        OFFSIM_RETURN_IF_ERROR(m.set(*f, path, std::to_string(*degree)));
       } else {
         m.mapped(*f, "(1: nothing to model)");
       }
+    }
+  }
+  // torchtitan's ParallelDims._validate: EP borrows all of CP and part of data_parallel_shard
+  // (and all of TP when expert_tensor_parallel_degree is 1); ETP is 1 or TP.
+  if (ep > 1) {
+    const std::int64_t borrowed = etp == 1 ? cp * layout.tp : cp;
+    if ((etp != 1 && etp != layout.tp) || ep % borrowed != 0 ||
+        (layout.shard * borrowed) % ep != 0) {
+      return sim::fail(ErrorCode::kInvalidInput,
+                       "{}: expert_parallel_degree {} with expert_tensor_parallel_degree {}: "
+                       "torchtitan needs ETP 1 or the tensor degree {}, and EP a multiple of "
+                       "{} (context{}) dividing data_parallel_shard_degree {} x {}",
+                       ep_field->value.origin, ep, etp, layout.tp, borrowed,
+                       etp == 1 ? " x tensor" : "", layout.shard, borrowed);
     }
   }
   // PyTorch's context-parallel SDPA passes K and V shards around the CP group ("alltoall": shard
@@ -345,7 +368,7 @@ sim::Result<ImportResult> import_torchtitan(const std::vector<std::string>& file
   OFFSIM_ASSIGN_OR_RETURN(Fields fields, read_fields(files));
   Mapper m(Framework::kTorchtitan);
   OFFSIM_ASSIGN_OR_RETURN(const Layout layout, map_layout(fields, m, options));
-  OFFSIM_RETURN_IF_ERROR(map_parallel_options(fields, m, layout.cp));
+  OFFSIM_RETURN_IF_ERROR(map_parallel_options(fields, m, layout));
   OFFSIM_RETURN_IF_ERROR(map_batch(fields, m, layout.dp));
   OFFSIM_RETURN_IF_ERROR(map_precision_and_offload(fields, m));
   OFFSIM_RETURN_IF_ERROR(map_model(fields, m));

@@ -685,9 +685,67 @@ TEST(MoeHf, ImportsGptOss) {
   EXPECT_EQ(parameter_count(*m), parameter_count(model("gpt-oss-20b")));
 }
 
+// Sharded parameters (ZeRO-3, FSDP): the routed experts are sharded over the expert-DP group
+// (tp · dp / (ep · etp) = 2 ranks here), gathered whole for each pass by their own all-gather
+// over that group, and their gradients reduce-scattered over it after every micro-batch; ZeRO-2
+// shards the gradients alone.
+TEST(MoeSharding, ExpertsAreShardedOverTheExpertDataParallelRanks) {
+  const std::int64_t experts = 32LL * 3 * 2048 * 768;  // per rank, bf16
+  for (int variant = 0; variant < 3; ++variant) {
+    Scenario s = small_moe();
+    s.parallelism.zero_stage = variant == 0 ? 2 : variant == 1 ? 3 : 0;
+    s.parallelism.fsdp = variant == 2;
+    ASSERT_TRUE(check_scenario(s).has_value()) << variant;
+    auto step = build_step(s);
+    ASSERT_TRUE(step.has_value()) << variant << ": " << step.error().message;
+    const bool params_sharded = variant > 0;
+    EXPECT_EQ(tensor_bytes(step->plan, "l0.experts.params"), 2 * experts / (params_sharded ? 2 : 1))
+        << variant;
+    EXPECT_EQ(tensor_bytes(step->plan, "l0.experts.grads"), 2 * experts / 2) << variant;
+    EXPECT_EQ(tensor_bytes(step->plan, "l0.experts.mb0.fwd.params_gathered"),
+              params_sharded ? 2 * experts : -1)
+        << variant;
+    std::set<std::string> gathers;
+    std::set<std::string> reduces;
+    for (const sim::Op& op : step->plan.ops) {
+      if (op.name.find("experts") == std::string::npos) continue;
+      const bool gather = op.name.find("params_allgather") != std::string::npos;
+      const bool reduce = op.name.find("grad_reducescatter") != std::string::npos;
+      if (!gather && !reduce) continue;
+      (gather ? gathers : reduces).insert(op.name);
+      EXPECT_EQ(op.sizes.collective.group.size(), 2u) << op.name;
+      EXPECT_EQ(op.sizes.collective.kind,
+                gather ? sim::CollectiveKind::kAllGather : sim::CollectiveKind::kReduceScatter)
+          << op.name;
+      EXPECT_EQ(op.sizes.bytes % experts, 0) << op.name;
+      if (gather) {
+        EXPECT_EQ(op.sizes.bytes, 2 * experts) << op.name;
+      }
+    }
+    // 4 layers × 2 micro-batches, a forward and a backward gather each, and one reduce-scatter
+    // per layer and micro-batch; ZeRO-2 gathers after the update instead (one per layer).
+    EXPECT_EQ(gathers.size(), params_sharded ? 16u : 4u) << variant;
+    EXPECT_EQ(reduces.size(), 8u) << variant;
+    EXPECT_EQ(reduces.count("mb0.l0.experts.grad_reducescatter"), 1u) << variant;
+    EXPECT_TRUE(evaluate(s).has_value()) << variant;
+  }
+}
+
+// Sharded host-resident experts come back by all-gather, not by the router's pick.
+TEST(MoeSharding, RoutedFetchNeedsWholeExperts) {
+  Scenario s = small_moe();
+  s.parallelism.zero_stage = 3;
+  s.offload.rules.push_back({.cls = TensorClass::kParams, .where = Placement::kHost});
+  EXPECT_TRUE(check_scenario(s).has_value());
+  s.offload.expert_fetch = OffloadPolicy::ExpertFetch::kRouted;
+  const auto st = check_scenario(s);
+  ASSERT_FALSE(st.has_value());
+  EXPECT_NE(st.error().message.find("offload.experts.fetch"), std::string::npos);
+}
+
 TEST(MoeStep, PlanSizeEstimateCountsTheMoeOps) {
-  // Shared experts, etp > 1, tp > 1, full recompute, FP8, dense-then-MoE layers, MLA.
-  for (int variant = 0; variant < 4; ++variant) {
+  // Shared experts, etp > 1, tp > 1, full recompute, FP8, dense-then-MoE layers, MLA, FSDP.
+  for (int variant = 0; variant < 5; ++variant) {
     Scenario s = small_moe();
     if (variant == 1) {
       s.model = model("deepseek-v3");
@@ -702,6 +760,10 @@ TEST(MoeStep, PlanSizeEstimateCountsTheMoeOps) {
       s.recompute.mode = RecomputeConfig::Mode::kFull;
       s.model.moe.shared_experts = 2;
       s.model.moe.shared_ffn_hidden = 512;
+    }
+    if (variant == 4) {
+      s.parallelism.zero_stage = 0;
+      s.parallelism.fsdp = true;
     }
     auto step = build_step(s);
     ASSERT_TRUE(step.has_value()) << variant << ": " << step.error().message;

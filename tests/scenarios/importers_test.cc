@@ -790,8 +790,9 @@ TEST(TorchtitanImport, ContextParallelism) {
                "context degrees 4");
 }
 
-// An MoE flavor and expert parallelism; offsim simulates MoE without FSDP, so torchtitan's
-// default sharded data parallelism is refused with the key that set it.
+// An MoE flavor and expert parallelism: with torchtitan's default sharded data parallelism the
+// experts are sharded over what EP leaves of data_parallel_shard_degree; EP must borrow from the
+// shard degree (torchtitan's ParallelDims check), so replicated data parallelism cannot host it.
 TEST(TorchtitanImport, ExpertParallelism) {
   const TempDir dir("import_ttep");
   const std::string job = dir.file("moe.toml");
@@ -800,27 +801,27 @@ TEST(TorchtitanImport, ExpertParallelism) {
        {std::pair<std::string, std::string>{"name = \"llama3\"", "name = \"qwen3\""},
         {"flavor = \"8B\"", "flavor = \"30B-A3B\""},
         {"context_parallel_degree = 1",
-         "context_parallel_degree = 1\nexpert_parallel_degree = 8"}}) {
+         "context_parallel_degree = 1\nexpert_parallel_degree = 4"}}) {
     ASSERT_NE(text.find(from), std::string::npos) << from;
     text.replace(text.find(from), from.size(), to);
   }
-  const std::string shard = "data_parallel_replicate_degree = 1\ndata_parallel_shard_degree = -1";
-  ASSERT_NE(text.find(shard), std::string::npos);
-  std::ofstream(job) << std::string(text).replace(
-      text.find(shard), shard.size(),
-      "data_parallel_replicate_degree = 8\ndata_parallel_shard_degree = 1");
+  std::ofstream(job) << text;
   auto r = import_config(Framework::kTorchtitan, {job},
                          {.sets = {"hardware.system=dgx-h100"}, .gpus = 8});
   ASSERT_TRUE(r) << r.error().message;
   EXPECT_EQ(value_at(r->scenario, "model"), "qwen3-30b-a3b");
-  EXPECT_EQ(value_at(r->scenario, "parallelism.ep"), "8");
+  EXPECT_EQ(value_at(r->scenario, "parallelism.ep"), "4");
   EXPECT_EQ(value_at(r->scenario, "parallelism.dp"), "8");
-  EXPECT_EQ(value_at(r->scenario, "parallelism.fsdp"), "false");
+  EXPECT_EQ(value_at(r->scenario, "parallelism.fsdp"), "true");
   expect_round_trip(*r);
-  std::ofstream(job) << text;
+  const std::string shard = "data_parallel_replicate_degree = 1\ndata_parallel_shard_degree = -1";
+  ASSERT_NE(text.find(shard), std::string::npos);
+  std::ofstream(job) << text.replace(
+      text.find(shard), shard.size(),
+      "data_parallel_replicate_degree = 8\ndata_parallel_shard_degree = 1");
   r = import_config(Framework::kTorchtitan, {job},
                     {.sets = {"hardware.system=dgx-h100"}, .gpus = 8});
-  expect_error(r, "MoE models are simulated with ZeRO stage 0 or 1");
+  expect_error(r, "expert_parallel_degree 4 with expert_tensor_parallel_degree 1: torchtitan");
 }
 
 TEST(TorchtitanImport, FsdpExample) {
