@@ -360,6 +360,11 @@ void base_rows(const Scenario& s, const LayerDims& d, const LayerShape& ls, cons
   rows.push_back({"host parameter fetch", K::kCopy, host_fetch, host_fetch});
   rows.push_back({"sharded parameter all-gather", K::kCollective, gather * in.gathers_fwd,
                   gather * in.gathers_bwd});
+  // ZeRO-3 / FSDP: the routed experts' own all-gather over the expert-DP group.
+  const double expert_gather =
+      d.moe && dp_sharding(s.parallelism).params && expert_dp(s.parallelism) > 1 ? 1 : 0;
+  rows.push_back(
+      {"sharded routed-expert all-gather", K::kCollective, expert_gather, expert_gather});
   rows.push_back(
       {"offloaded activation copies (D2H, H2D)", K::kCopy, ls.host_chunks, ls.host_chunks});
   const double rc_markers = ls.moe_recomputed ? 1 : 0;
@@ -630,11 +635,11 @@ void add_moe_layer(const Scenario& s, const StepContext& x, const LayerDims& dl,
     c.tensors += x.m * mo.fwd_fetches;
     c.samples += 2 * x.m * mo.fwd_fetches;
   }
-  const int edp = p.tp * p.dp / (p.ep * p.etp);
+  const int edp = expert_dp(p);
   if (dp_sharding(p).params && edp > 1) {
-    // Sharded experts: their own all-gather in each forward and backward fetch, which
-    // allocates the gathered buffer and waits for the prefetch point; the layer waits for it.
-    c.ops += 2 * x.m;
+    // Sharded experts: their own all-gather in each forward and backward fetch (a recipe row),
+    // which allocates the gathered buffer and waits for the prefetch point; the layer waits for
+    // it.
     c.tensors += 2 * x.m;
     c.samples += 4 * x.m;
     c.deps += 4 * x.m;

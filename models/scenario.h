@@ -251,6 +251,9 @@ struct ParallelConfig {
 // Ranks that reduce a parameter's gradient and shard its optimizer state: data parallel times
 // context parallel (Megatron-Core's data-parallel group with context parallelism).
 inline int grad_dp(const ParallelConfig& p) { return p.dp * p.cp; }
+// Ranks that reduce a routed expert's gradient and shard its optimizer state (and, with ZeRO-3 or
+// FSDP, its weights): what the expert-parallel grid leaves of tp · dp (the expert-DP group).
+inline int expert_dp(const ParallelConfig& p) { return p.tp * p.dp / (p.ep * p.etp); }
 // Ranks of one pipeline stage: tp · cp · dp.
 inline int stage_ranks(const ParallelConfig& p) { return p.tp * p.cp * p.dp; }
 

@@ -66,10 +66,7 @@ void StepBuilder::link_norm_syncs() {
 }
 
 // Expert data-parallel size: tp · dp / (ep · etp).
-int StepBuilder::edp() const {
-  const ParallelConfig& p = s_.parallelism;
-  return p.tp * p.dp / (p.ep * p.etp);
-}
+int StepBuilder::edp() const { return expert_dp(s_.parallelism); }
 
 void StepBuilder::make_param_groups(Rank& r) {
   const ParallelConfig& p = s_.parallelism;

@@ -203,16 +203,21 @@ KindCounts count_layer_ops(const sim::Plan& plan, std::size_t begin, std::size_t
 }
 
 // What a micro-batch other than the last gives layer l besides its recipe: with sharded
-// gradients, their reduce-scatter (dp > 1) and their D2H (host gradients) in every micro-batch
-// (step_params.cc grads_done; the other reductions wait for the last micro-batch).
+// gradients, their reduce-scatter (dp > 1; an MoE layer's routed experts their own, expert-DP
+// > 1) and their D2H (host gradients) in every micro-batch (step_params.cc grads_done and
+// expert_grads_done; the other reductions wait for the last micro-batch).
 double per_micro_batch_gradient_ops(const Scenario& s, int layer, RecipeOpKind kind) {
   const ParallelConfig& p = s.parallelism;
   if (!dp_sharding(p).grads) return 0;
-  if (kind == RecipeOpKind::kCollective) return grad_dp(p) > 1 ? 1 : 0;
+  const bool moe = s.model.moe.experts > 0 && is_moe_layer(s.model, layer);
+  const double groups = 1 + (moe ? 1 : 0);
+  if (kind == RecipeOpKind::kCollective) {
+    return (grad_dp(p) > 1 ? 1 : 0) + (moe && expert_dp(p) > 1 ? 1 : 0);
+  }
   if (kind != RecipeOpKind::kCopy) return 0;
   const LayerDims d =
       s.model.moe.experts > 0 ? layer_dims(s.model, s.training, p, layer) : layer_dims(s);
-  return layer_policy(s, d, layer).grads_on_host ? 1 : 0;
+  return layer_policy(s, d, layer).grads_on_host ? groups : 0;
 }
 
 // One micro-batch's pass (forward, backward or both) over the layers it holds: the ops of each
