@@ -155,6 +155,7 @@ struct PlanOps {
   OpKind kind(std::size_t i) const { return plan.ops[i].kind; }
   const std::vector<OpId>& deps(std::size_t i) const { return plan.ops[i].deps; }
   int rank(LaneId l) const { return plan.lanes[l.index()].rank; }
+  LaneRole role(LaneId l) const { return plan.lanes[l.index()].role; }
 };
 
 // The same from a Timeline: lanes from the spans, ranks given by lane.
@@ -166,7 +167,25 @@ struct TimelineOps {
   OpKind kind(std::size_t i) const { return t.ops[i].kind; }
   const std::vector<OpId>& deps(std::size_t i) const { return t.ops[i].deps; }
   int rank(LaneId l) const { return l.index() < lane_rank.size() ? lane_rank[l.index()] : -1; }
+  // Files written before lanes had a role: every point-to-point lane taken as the pipeline's.
+  LaneRole role(LaneId l) const {
+    return l.index() < t.lane_identity.size() ? t.lane_identity[l.index()].role : LaneRole::kP2P;
+  }
 };
+
+// Why a lane waited on op i: idle_cause of its kind, except that a point-to-point transfer on a
+// communication stream (context parallelism's K,V ring, tensor parallelism's ring exchange) is
+// exposed communication, not a pipeline bubble (the pipeline's sends and receives run on their
+// own lanes or on the compute stream).
+template <class Ops>
+IdleCause cause_of(const Ops& ops, const std::vector<const Span*>& by_op, std::size_t i) {
+  const OpKind kind = ops.kind(i);
+  const Span* s = i < by_op.size() ? by_op[i] : nullptr;
+  if (kind == OpKind::kP2P && s != nullptr && ops.role(ops.lane(i, *s)) == LaneRole::kComm) {
+    return IdleCause::kExposedComm;
+  }
+  return idle_cause(kind);
+}
 
 std::vector<const Span*> spans_by_op(const Timeline& t, std::size_t ops) {
   std::vector<const Span*> by_op(ops, nullptr);
@@ -190,7 +209,7 @@ IdleInterval gap_before(const Ops& ops, const std::vector<const Span*>& by_op, s
       w.blocker = dep;
     }
   }
-  if (w.blocker.valid()) w.cause = idle_cause(ops.kind(w.blocker.index()));
+  if (w.blocker.valid()) w.cause = cause_of(ops, by_op, w.blocker.index());
   return w;
 }
 
@@ -239,7 +258,7 @@ void walk_tail(const Ops& ops, const std::vector<const Span*>& by_op, int rank, 
       }
     }
     IdleInterval w{cuts[c], cuts[c + 1], IdleCause::kBubble, OpId{}};
-    if (best) w = {cuts[c], cuts[c + 1], idle_cause(ops.kind(*best)), OpId{*best}};
+    if (best) w = {cuts[c], cuts[c + 1], cause_of(ops, by_op, *best), OpId{*best}};
     if (open && open->end == w.start && open->blocker == w.blocker && open->cause == w.cause) {
       open->end = w.end;
       continue;

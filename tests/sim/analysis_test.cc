@@ -100,6 +100,43 @@ TEST(IdleIntervals, AWindowCountsOnlyOpsStartingInItAndNoTail) {
   EXPECT_EQ(got, (std::vector<IdleInterval>{{at(40), at(60), IdleCause::kExposedComm, OpId{3}}}));
 }
 
+// A wait on a point-to-point transfer is a pipeline bubble when the transfer is the pipeline's
+// (a receive lane, or a send on the compute stream), and exposed communication when it runs on a
+// communication stream (context parallelism's K,V ring, tensor parallelism's ring exchange).
+TEST(IdleIntervals, PointToPointOnACommunicationStreamIsExposedComm) {
+  PlanBuilder b;
+  const LaneId compute = b.lane("rank0.compute", {.rank = 0, .role = LaneRole::kCompute});
+  const LaneId ring = b.lane("rank0.cp", {.rank = 0, .role = LaneRole::kComm});
+  const LaneId recv = b.lane("rank0.recv_from_rank8", {.rank = 0, .role = LaneRole::kRecv});
+  b.op({.name = "c0", .lane = compute, .kind = OpKind::kGemm, .category = OpCategory::kCompute});
+  b.op({.name = "kv", .lane = ring, .kind = OpKind::kP2P, .category = OpCategory::kComm});
+  b.op({.name = "c1",
+        .lane = compute,
+        .kind = OpKind::kGemm,
+        .category = OpCategory::kCompute,
+        .deps = {OpId{1}}});
+  b.op({.name = "act", .lane = recv, .kind = OpKind::kP2P, .category = OpCategory::kComm});
+  b.op({.name = "c2",
+        .lane = compute,
+        .kind = OpKind::kGemm,
+        .category = OpCategory::kCompute,
+        .deps = {OpId{3}}});
+  Plan plan = std::move(b).build();
+  Timeline t = timeline_skeleton(plan);
+  const std::vector<std::pair<std::int64_t, std::int64_t>> times = {
+      {0, 10}, {0, 20}, {20, 30}, {0, 45}, {45, 50}};
+  for (std::size_t i = 0; i < times.size(); ++i) {
+    t.spans.push_back({OpId{i}, plan.ops[i].lane, at(times[i].first), at(times[i].second)});
+  }
+  t.makespan = at(50);
+  const std::vector<IdleInterval> want = {{at(10), at(20), IdleCause::kExposedComm, OpId{1}},
+                                          {at(30), at(45), IdleCause::kBubble, OpId{3}}};
+  EXPECT_EQ(idle_intervals(plan, t, compute), want);
+  std::vector<int> lane_rank;
+  for (const LaneIdentity& id : t.lane_identity) lane_rank.push_back(id.rank);
+  EXPECT_EQ(idle_intervals(t, compute, lane_rank), want);
+}
+
 TEST(SplitTime, SumsBusyTimeByCategoryAndIdleTimeByCause) {
   const Fixture f = fixture();
   const TimeSplitNs s = split_time(f.plan, f.timeline, f.compute);
