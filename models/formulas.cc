@@ -473,15 +473,25 @@ std::int64_t expert_parameter_count_per_rank(const ModelArch& m, int ep, int etp
   return e.experts / ep * one;
 }
 
+namespace {
+
+// The tokens one rank routes per micro-batch: its sequences' share over context parallelism,
+// split over the tensor-parallel ranks by sequence parallelism (LayerDims::moe_tokens).
+std::int64_t moe_tokens_per_rank(const TrainingConfig& t, const ParallelConfig& p) {
+  const std::int64_t sp = p.sequence_parallel ? p.tp : 1;
+  return t.micro_batch * (t.seq_len / p.cp) / sp;
+}
+
+}  // namespace
+
 std::vector<double> expert_rows(const ModelArch& m, const TrainingConfig& t,
                                 const ParallelConfig& p) {
   const MoeConfig& e = m.moe;
   std::vector<double> rows(static_cast<std::size_t>(std::max<std::int64_t>(e.experts, 0)), 0.0);
   if (rows.empty()) return rows;
-  const std::int64_t sp = p.sequence_parallel ? p.tp : 1;
   // Token-expert assignments of one micro-batch over the expert-parallel group: ep ranks, each
   // holding the tokens of its etp expert-tensor-parallel peers.
-  const double tokens = static_cast<double>(t.micro_batch * t.seq_len / sp);
+  const double tokens = static_cast<double>(moe_tokens_per_rank(t, p));
   const double total = tokens * p.ep * p.etp * static_cast<double>(e.top_k);
   const double n = static_cast<double>(e.experts);
   const double mean = total / n;
@@ -524,9 +534,8 @@ double expected_local_experts_hit(const ModelArch& m, const TrainingConfig& t,
   ModelArch dropless = m;
   dropless.moe.capacity_factor = 0.0;
   const std::vector<double> rows = expert_rows(dropless, t, p);
-  const std::int64_t sp = p.sequence_parallel ? p.tp : 1;
   const double tokens =
-      static_cast<double>(t.micro_batch * t.seq_len / sp) * static_cast<double>(p.ep * p.etp);
+      static_cast<double>(moe_tokens_per_rank(t, p)) * static_cast<double>(p.ep * p.etp);
   if (!(tokens > 0.0)) return 0.0;
   double hit = 0.0;
   for (std::int64_t j = first; j < first + local; ++j) {

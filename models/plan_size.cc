@@ -646,7 +646,8 @@ void add_moe_layer(const Scenario& s, const StepContext& x, const LayerDims& dl,
     c.group_ranks += 2 * x.m * edp;
   }
   Scenario se = s;
-  se.parallelism.dp = edp;
+  se.parallelism.dp = edp;  // the expert-DP group takes in the context-parallel ranks
+  se.parallelism.cp = 1;
   add_grads(se, x.m, ls.grads_on_host, c);
   add_group(se, ls.params_on_host, ls.grads_on_host, ls.opt_on_host, c);
 }

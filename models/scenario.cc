@@ -746,11 +746,11 @@ sim::Status check_expert_parallel(const Scenario& s) {
     return invalid(fmt::format("parallelism.etp: {} does not divide model.moe.expert_ffn_hidden {}",
                                p.etp, e.expert_ffn_hidden));
   }
-  const std::int64_t grid = static_cast<std::int64_t>(p.tp) * p.dp;
+  const std::int64_t grid = static_cast<std::int64_t>(p.tp) * p.cp * p.dp;
   if (grid % (static_cast<std::int64_t>(p.ep) * p.etp) != 0) {
     return invalid(fmt::format(
-        "parallelism.ep: ep × etp = {} does not divide tp × dp = {} (Megatron-Core folds the "
-        "expert-parallel grid into the tensor- and data-parallel ranks)",
+        "parallelism.ep: ep × etp = {} does not divide tp × cp × dp = {} (Megatron-Core folds "
+        "the expert-parallel grid into the tensor-, context- and data-parallel ranks)",
         p.ep * p.etp, grid));
   }
   const std::int64_t fs =
@@ -1048,9 +1048,9 @@ sim::Status check_context_parallel(const Scenario& s) {
         "Engine's fused attention)",
         p.cp));
   }
-  if (s.model.moe.experts > 0) {
+  if (s.model.mla.kv_lora_rank > 0) {
     return invalid(fmt::format(
-        "parallelism.cp: {} with a mixture-of-experts model is not modelled (use cp 1)", p.cp));
+        "parallelism.cp: {} with multi-head latent attention is not modelled (use cp 1)", p.cp));
   }
   if (p.cp_comm_type == ParallelConfig::CpCommType::kA2A) {
     const std::int64_t heads = s.model.heads / p.tp;

@@ -214,8 +214,9 @@ struct ParallelConfig {
   // fwd_cache until backward_one_chunk) keep it.
   bool deallocate_pipeline_outputs = true;
   // Expert parallelism (MoE): routed experts split over `ep` ranks and each expert's FFN over
-  // `etp` ranks. Megatron-Core's parallel folding: ep · etp divides tp · dp, the remaining
-  // tp · dp / (ep · etp) ranks are the expert data-parallel group.
+  // `etp` ranks. Megatron-Core's parallel folding: ep · etp divides tp · cp · dp (the stage's
+  // ranks; parallel_state.py: expert_data_parallel_size = world / (etp · ep · pp)), the remaining
+  // tp · cp · dp / (ep · etp) ranks are the expert data-parallel group.
   int ep = 1;
   int etp = 1;
   // Megatron-Core --moe-shared-expert-overlap (default off): the shared experts' forward runs
@@ -252,8 +253,9 @@ struct ParallelConfig {
 // context parallel (Megatron-Core's data-parallel group with context parallelism).
 inline int grad_dp(const ParallelConfig& p) { return p.dp * p.cp; }
 // Ranks that reduce a routed expert's gradient and shard its optimizer state (and, with ZeRO-3 or
-// FSDP, its weights): what the expert-parallel grid leaves of tp · dp (the expert-DP group).
-inline int expert_dp(const ParallelConfig& p) { return p.tp * p.dp / (p.ep * p.etp); }
+// FSDP, its weights): what the expert-parallel grid leaves of the stage's tp · cp · dp ranks (the
+// expert-DP group).
+inline int expert_dp(const ParallelConfig& p) { return p.tp * p.cp * p.dp / (p.ep * p.etp); }
 // Ranks of one pipeline stage: tp · cp · dp.
 inline int stage_ranks(const ParallelConfig& p) { return p.tp * p.cp * p.dp; }
 

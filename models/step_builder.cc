@@ -223,8 +223,8 @@ sim::Status StepBuilder::build_rank(int stage) {
   if (p.tp > 1 && (p.tp_async_grad_reduce || p.tp_comm_overlap)) {
     r.tp_lane = lane(".tp", sim::LaneRole::kComm);
   }
-  // Megatron-Core's expert grid over the stage's tp · dp ranks, etp fastest, then ep, then the
-  // expert data-parallel group.
+  // Megatron-Core's expert grid over the stage's tp · cp · dp ranks, etp fastest, then ep, then
+  // the expert data-parallel group.
   for (int i = 0; i < p.ep; ++i) r.ep_group.push_back(r.rank + i * p.etp);
   for (int i = 0; i < p.etp; ++i) r.etp_group.push_back(r.rank + i);
   for (int i = 0; i < edp(); ++i) r.edp_group.push_back(r.rank + i * p.ep * p.etp);

@@ -83,7 +83,7 @@ struct ParamGroup {
   bool master_on_host = false;
   bool master_on_hbm = false;  // kept on HBM by a rule while the moments are on the host
   // The routed experts of an MoE layer: sharded and reduced over the expert data-parallel group
-  // (tp · dp / (ep · etp) ranks) instead of the data-parallel one.
+  // (tp · cp · dp / (ep · etp) ranks) instead of the data-parallel one.
   bool expert = false;
   TensorId params_t, grads_t, opt_t, master_t;
   // The key of its gradient reduction (grads_done): the layer, -1 embedding, -2 head.

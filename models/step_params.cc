@@ -65,7 +65,7 @@ void StepBuilder::link_norm_syncs() {
   }
 }
 
-// Expert data-parallel size: tp · dp / (ep · etp).
+// Expert data-parallel size: tp · cp · dp / (ep · etp).
 int StepBuilder::edp() const { return expert_dp(s_.parallelism); }
 
 void StepBuilder::make_param_groups(Rank& r) {
@@ -109,7 +109,8 @@ void StepBuilder::make_param_groups(Rank& r) {
                      .master_on_hbm = lp.master_on_hbm,
                      .expert = true};
         ParallelConfig pe = p;
-        pe.dp = edp();
+        pe.dp = edp();  // the expert-DP group takes in the context-parallel ranks
+        pe.cp = 1;
         x.mem = static_memory(x.params, pe, s_.training.fp32_master_weights, gdtype_);
         r.expert_group_of_layer[l] = r.groups.size();
         r.groups.push_back(std::move(x));

@@ -731,6 +731,50 @@ TEST(MoeSharding, ExpertsAreShardedOverTheExpertDataParallelRanks) {
   }
 }
 
+// Context parallelism with MoE: each rank routes its share of the sequence, and the CP ranks
+// join the expert grid (Megatron-Core: expert-DP = world / (etp · ep · pp)): TP 2 × CP 2 × DP 2
+// with EP 4 leaves an expert-DP group of 2.
+TEST(MoeContextParallel, RanksRouteTheirShareAndJoinTheExpertGrid) {
+  Scenario s = small_moe();
+  s.model.attention = ModelArch::AttentionImpl::kFlash;
+  s.parallelism.cp = 2;
+  s.parallelism.dp = 2;
+  ASSERT_TRUE(check_scenario(s).has_value()) << check_scenario(s).error().message;
+  const LayerDims d = layer_dims(s.model, s.training, s.parallelism, 0);
+  EXPECT_EQ(d.moe_tokens, 4096 / 2 / 2);
+  EXPECT_EQ(d.routed, 1024 * 8);
+  EXPECT_EQ(expert_dp(s.parallelism), 2);
+  auto step = build_step(s);
+  ASSERT_TRUE(step.has_value()) << step.error().message;
+  // The two fp32 Adam moments of the 32 local experts, sharded over the pair.
+  EXPECT_EQ(tensor_bytes(step->plan, "l0.experts.moments"), 32LL * 3 * 2048 * 768 * 8 / 2);
+  bool dispatch = false;
+  bool reduce = false;
+  for (const sim::Op& op : step->plan.ops) {
+    if (op.name == "mb0.l0.moe.dispatch.alltoall.fwd") {
+      dispatch = true;
+      EXPECT_EQ(op.sizes.bytes, 1024LL * 8 * 2048 * 2);
+      EXPECT_EQ(op.sizes.collective.group.size(), 4u);
+    }
+    if (op.name.find("l0.experts.grad_reducescatter") != std::string::npos) {
+      reduce = true;
+      EXPECT_EQ(op.sizes.collective.group.size(), 2u);
+    }
+  }
+  EXPECT_TRUE(dispatch);
+  EXPECT_TRUE(reduce);
+  // EP must divide the grid with the CP ranks in it; multi-head latent attention stays cp 1.
+  s.parallelism.ep = 16;
+  EXPECT_NE(check_scenario(s).error().message.find("tp × cp × dp = 8"), std::string::npos);
+  s = small_moe();
+  s.model = model("deepseek-v3");
+  s.model.layers = 4;
+  s.parallelism.cp = 2;
+  s.parallelism.dp = 2;
+  EXPECT_NE(check_scenario(s).error().message.find("multi-head latent attention"),
+            std::string::npos);
+}
+
 // Sharded host-resident experts come back by all-gather, not by the router's pick.
 TEST(MoeSharding, RoutedFetchNeedsWholeExperts) {
   Scenario s = small_moe();
