@@ -26,6 +26,17 @@ Scenario load(const std::string& name) {
 
 constexpr double gib = 1024.0 * 1024.0 * 1024.0;
 
+// The full simulation of `s` gives the step time and HBM peak of `fast` (the steady-state fast
+// path's report) bit for bit.
+void expect_full_simulation_agrees(const Scenario& s, const Report& fast) {
+  EvalOptions full_options;
+  full_options.steady_state = false;
+  auto full = evaluate(s, full_options);
+  ASSERT_TRUE(full) << full.error().message;
+  EXPECT_EQ(full->report.step_time_s, fast.step_time_s);
+  EXPECT_EQ(full->report.hbm_peak_bytes, fast.hbm_peak_bytes);
+}
+
 TEST(MoeExamples, NoOffloadRunsOutOfHbm) {
   auto e = evaluate(load("qwen3-30b-a3b-8xh100-no-offload.yaml"));
   ASSERT_TRUE(e) << e.error().message;
@@ -69,12 +80,7 @@ TEST(MoeExamples, FsdpShardsTheExpertsAndFits) {
   auto e = evaluate(s);
   ASSERT_TRUE(e) << e.error().message;
   EXPECT_TRUE(e->report.fits);
-  EvalOptions full_options;
-  full_options.steady_state = false;
-  auto full = evaluate(s, full_options);
-  ASSERT_TRUE(full) << full.error().message;
-  EXPECT_EQ(full->report.step_time_s, e->report.step_time_s);
-  EXPECT_EQ(full->report.hbm_peak_bytes, e->report.hbm_peak_bytes);
+  expect_full_simulation_agrees(s, e->report);
   Scenario zero1 = s;
   zero1.parallelism.fsdp = false;
   zero1.parallelism.zero_stage = 1;
@@ -122,12 +128,7 @@ TEST(MoeExamples, ExpertOffloadFetchesTheRoutedExperts) {
   ASSERT_TRUE(ahead) << ahead.error().message;
   EXPECT_EQ(ahead->report.step_time_s, r.step_time_s);
   // The steady-state fast path and the full simulation agree bit for bit.
-  EvalOptions full_options;
-  full_options.steady_state = false;
-  auto full = evaluate(without, full_options);
-  ASSERT_TRUE(full) << full.error().message;
-  EXPECT_EQ(full->report.step_time_s, slow->report.step_time_s);
-  EXPECT_EQ(full->report.hbm_peak_bytes, slow->report.hbm_peak_bytes);
+  expect_full_simulation_agrees(without, slow->report);
 }
 
 TEST(MoeExamples, ExpertFetchKeysRoundTripAndNameBadValues) {
