@@ -213,6 +213,15 @@ TEST(MaxTextImport, MixtureOfExpertsBlocks) {
   EXPECT_EQ(find_path(d, "model.moe.capacity_factor"), nullptr);  // -1: dropless
   EXPECT_TRUE(r->unmapped.empty()) << fmt::format("{}", fmt::join(keys(r->unmapped), ", "));
   expect_round_trip(*r);
+  // With the fsdp axis (-1: the 2 GPUs the expert axis leaves) the experts are FSDP-sharded too.
+  ImportOptions sharded = opt;
+  sharded.framework_overrides = {"ici_expert_parallelism=4"};
+  auto f = import_config(Framework::kMaxText, {kDir + "maxtext-base.yml", model}, sharded);
+  ASSERT_TRUE(f) << f.error().message;
+  EXPECT_EQ(value_at(f->scenario, "parallelism.ep"), "4");
+  EXPECT_EQ(value_at(f->scenario, "parallelism.dp"), "8");
+  EXPECT_EQ(value_at(f->scenario, "parallelism.fsdp"), "true");
+  expect_round_trip(*f);
 
   const std::string ds = dir.file("deepseek.yml");
   std::ofstream(ds) << "decoder_block: \"deepseek\"\nbase_emb_dim: 1024\nbase_num_query_heads: 16\n"
