@@ -677,7 +677,7 @@ StaticMemory static_memory(std::int64_t params, const ParallelConfig& p, const R
   const bool shard_params = shard.params;
   const bool shard_grads = shard.grads;
   const bool shard_opt = shard.optimizer;
-  const std::int64_t dp = grad_dp(p);
+  const std::int64_t dp = shard_dp(p);
   StaticMemory m;
   m.params_bytes = sim::dtype_bytes(d.params) * (shard_params ? ceil_div(params, dp) : params);
   m.grads_bytes = sim::dtype_bytes(d.grads) * (shard_grads ? ceil_div(params, dp) : params);

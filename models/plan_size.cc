@@ -451,7 +451,7 @@ LayerRecipe recipe_of(const Scenario& s, const LayerDims& d, const LayerShape& l
 
 RecipeInputs recipe_inputs(const Scenario& s) {
   const ParallelConfig& p = s.parallelism;
-  return {.sharded_fetch = dp_sharding(p).params && grad_dp(p) > 1,
+  return {.sharded_fetch = dp_sharding(p).params && shard_dp(p) > 1,
           .routed_fetch = expert_fetch_counts(s).after_router > 0};
 }
 
@@ -547,7 +547,13 @@ void add_grads(const Scenario& s, double micro_batches, bool grads_on_host, Coun
   if (grad_dp(p) > 1) {
     c.ops += times * collectives;
     c.deps += times * (p.overlap_grad_reduce ? 1 : 2);  // not overlapped: also the last backward op
-    c.group_ranks += times * collectives * grad_dp(p);
+    c.group_ranks += times * collectives * shard_dp(p);
+    // Hybrid sharding: each reduction's all-reduce across the replicas.
+    if (const int replicas = grad_dp(p) / shard_dp(p); replicas > 1) {
+      c.ops += times;
+      c.deps += times;
+      c.group_ranks += times * replicas;
+    }
     if (shard_grads) {
       c.tensors += times;  // the gradient bucket
       c.samples += 2 * times;
@@ -1224,7 +1230,7 @@ PlanSize estimate(const Scenario& s, const LayerPolicies& policies,
       1, options.micro_batches > 0 ? options.micro_batches : grad_accum_steps(s.training, p)));
   x.tp_colls = x.d.t > 1 ? (x.d.sp > 1 ? 4 : 2) : 0;
   x.recipe = recipe_inputs(s);
-  x.dp_gather_ranks = x.recipe.sharded_fetch ? static_cast<double>(grad_dp(p)) : 0;
+  x.dp_gather_ranks = x.recipe.sharded_fetch ? static_cast<double>(shard_dp(p)) : 0;
   x.policies = &policies;
   Counts c;
   // Every layer is held by exactly one stage; one pass per micro-batch. Each multi-token-

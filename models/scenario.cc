@@ -879,6 +879,32 @@ sim::Status check_training(const Scenario& s) {
 
 // Tensor parallelism divides the heads, KV heads, FFN width and (with sequence parallelism) the
 // sequence; ZeRO stage and FSDP agree.
+// parallelism.fsdp_shard: FSDP's hybrid sharding, groups of shard ranks that divide dp · cp.
+sim::Status check_hybrid_sharding(const Scenario& s) {
+  const ParallelConfig& p = s.parallelism;
+  if (p.fsdp_shard == 0) return sim::ok();
+  if (!p.fsdp && p.zero_stage != 3) {
+    return invalid(fmt::format(
+        "parallelism.fsdp_shard: {} shards parameters in groups; expected parallelism.fsdp true "
+        "or zero_stage 3 (zero_stage is {})",
+        p.fsdp_shard, p.zero_stage));
+  }
+  if (p.fsdp_shard < 2 || grad_dp(p) % p.fsdp_shard != 0) {
+    return invalid(fmt::format(
+        "parallelism.fsdp_shard: {} must be at least 2 and divide the data-parallel ranks dp × cp "
+        "= {}",
+        p.fsdp_shard, grad_dp(p)));
+  }
+  if (p.param_gather != ParallelConfig::ParamGather::kPerLayer || s.model.moe.experts > 0 ||
+      s.offload.optimizer_on_cpu) {
+    return invalid(
+        "parallelism.fsdp_shard: hybrid sharding is modelled for dense models with per-layer "
+        "gathers and the optimizer on the GPU; expected no model.moe, param_gather per_layer and "
+        "no CPU optimizer");
+  }
+  return sim::ok();
+}
+
 sim::Status check_tensor_parallel(const Scenario& s) {
   const ModelArch& m = s.model;
   const ParallelConfig& p = s.parallelism;
@@ -907,6 +933,7 @@ sim::Status check_tensor_parallel(const Scenario& s) {
         "parallelism.fsdp: true shards like ZeRO-3 and contradicts parallelism.zero_stage {}",
         p.zero_stage));
   }
+  OFFSIM_RETURN_IF_ERROR(check_hybrid_sharding(s));
   if (p.param_gather == ParallelConfig::ParamGather::kPerTensorSynchronized) {
     if (!p.fsdp && p.zero_stage != 3) {
       return invalid(fmt::format(

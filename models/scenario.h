@@ -152,6 +152,12 @@ struct ParallelConfig {
   // pjit/FSDP-style sharding over the data-parallel axis: parameters, gradients and optimizer
   // state sharded like ZeRO-3, parameters all-gathered per layer before forward and backward.
   bool fsdp = false;
+  // Hybrid sharding (PyTorch FSDP's HSDP, torchtitan's data_parallel_replicate_degree beside
+  // data_parallel_shard_degree, MaxText's data axis beside fsdp): the sharded state is split
+  // over groups of `fsdp_shard` data-parallel ranks and replicated over the grad_dp / fsdp_shard
+  // groups; parameters are gathered within a group, gradients reduce-scattered within it and
+  // all-reduced across the replicas. 0: one group of every data-parallel rank.
+  int fsdp_shard = 0;
   // Megatron-Core's --account-for-embedding-in-pipeline-split / --account-for-loss-in-pipeline-
   // split: the embedding and the loss each take a transformer layer's place when the layers
   // are split over the pipeline chunks (PipelineLayout), so that (layers + 2) / (pp · v) slots
@@ -252,6 +258,11 @@ struct ParallelConfig {
 // Ranks that reduce a parameter's gradient and shard its optimizer state: data parallel times
 // context parallel (Megatron-Core's data-parallel group with context parallelism).
 inline int grad_dp(const ParallelConfig& p) { return p.dp * p.cp; }
+// Ranks over which sharded state is split (ZeRO / FSDP): the data-parallel ranks, or with hybrid
+// sharding one group of `fsdp_shard` of them.
+inline int shard_dp(const ParallelConfig& p) {
+  return p.fsdp_shard > 0 ? p.fsdp_shard : grad_dp(p);
+}
 // Ranks that reduce a routed expert's gradient and shard its optimizer state (and, with ZeRO-3 or
 // FSDP, its weights): what the expert-parallel grid leaves of the stage's tp · cp · dp ranks (the
 // expert-DP group).

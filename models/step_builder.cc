@@ -218,6 +218,12 @@ sim::Status StepBuilder::build_rank(int stage) {
   // Rank order tp, cp, dp (Megatron-Core's default order): the gradient group is the dp · cp
   // ranks of stride tp, the CP ring its first cp.
   for (int i = 0; i < grad_dp(p); ++i) r.dp_group.push_back(r.rank + i * p.tp);
+  // Hybrid sharding: shard groups of consecutive data-parallel ranks (within a node first, as
+  // FSDP's HSDP mesh places them), replicated across the groups.
+  const int shard = shard_dp(p);
+  r.shard_group.assign(r.dp_group.begin(), r.dp_group.begin() + shard);
+  for (int j = 0; j < grad_dp(p) / shard; ++j) r.replica_group.push_back(r.rank + j * p.tp * shard);
+  if (r.replica_group.size() > 1) r.replica_lane = lane(".replica", sim::LaneRole::kComm);
   for (int i = 0; i < p.cp; ++i) r.cp_group.push_back(r.rank + i * p.tp);
   if (p.cp > 1) r.cp_lane = lane(".cp", sim::LaneRole::kComm);
   if (p.tp > 1 && (p.tp_async_grad_reduce || p.tp_comm_overlap)) {

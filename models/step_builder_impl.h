@@ -108,8 +108,12 @@ class StepBuilder {
     LaneId moe_shared;  // the shared experts' stream (moe_shared_expert_overlap)
     PoolId hbm, host;
     std::vector<int> tp_group, dp_group;
+    // Hybrid sharding (parallelism.fsdp_shard): the rank's shard group (all of dp_group without
+    // it) and its replicas, one rank of each shard group.
+    std::vector<int> shard_group, replica_group;
     std::vector<int> cp_group;  // context-parallel ring (stride tp), cp > 1
     LaneId cp_lane;             // its K,V transfers (Transformer Engine's CP stream), cp > 1
+    LaneId replica_lane;        // hybrid sharding's all-reduces (FSDP2's all_reduce_stream)
     LaneId tp_lane;             // overlapped tensor-parallel communication (tp > 1)
     LaneId issue;               // the framework's host thread issuing the GPU ops (".host")
     std::vector<ParamGroup> groups;

@@ -221,7 +221,7 @@ StepBuilder::Fetch StepBuilder::fetch_params(Rank& r, int layer, const std::stri
     deps = {c};
     f.wait = {c};
   }
-  if (shard_params() && dp() > 1) {
+  if (shard_params() && shard_dp(s_.parallelism) > 1) {
     const TensorId buf = tensor(r.hbm, fmt::format("{}.{}.params_gathered", g.name, tag), full,
                                 TensorCategory::kBuffers);
     // The all-gather that allocates the gathered buffer and the one the layer waits for.
@@ -235,7 +235,7 @@ StepBuilder::Fetch StepBuilder::fetch_params(Rank& r, int layer, const std::stri
     } else {
       ag.first = ag.second = collective(
           r, r.comm, fmt::format("{}.{}.params_allgather", g.name, tag), OpCategory::kComm, layer,
-          sim::CollectiveKind::kAllGather, r.dp_group, full, deps);
+          sim::CollectiveKind::kAllGather, r.shard_group, full, deps);
     }
     b_.op_at(ag.first).allocs.push_back(buf);
     f.buffers.push_back(buf);
@@ -300,7 +300,7 @@ std::pair<OpId, OpId> StepBuilder::gather_per_tensor(Rank& r, const ParamGroup& 
           round == 0 ? fmt::format("{}.{}.params_allgather{}", g.name, tag, i)
                      : fmt::format("{}.{}.recompute.params_allgather{}", g.name, tag, i);
       last = collective(r, r.comm, name, OpCategory::kComm, layer, sim::CollectiveKind::kAllGather,
-                        r.dp_group, tensors[i] * bytes_per, first ? std::vector<OpId>{} : deps);
+                        r.shard_group, tensors[i] * bytes_per, first ? std::vector<OpId>{} : deps);
       b_.op_at(last).cost.latency += per_gather;
       if (!first) first = last;
     }
@@ -367,8 +367,19 @@ OpId StepBuilder::reduce_grads(Rank& r, const ParamGroup& g, int mb, OpId last) 
       if (i == 0) first = after;
     }
   } else {
-    first = after = collective(r, r.comm, name, OpCategory::kComm, g.layer, kind,
-                               g.expert ? r.edp_group : r.dp_group, g.params * wire_bytes, {last});
+    first = after =
+        collective(r, r.comm, name, OpCategory::kComm, g.layer, kind,
+                   g.expert ? r.edp_group : r.shard_group, g.params * wire_bytes, {last});
+    // Hybrid sharding: the shard's gradient all-reduced across the replicas, on a stream of its
+    // own beside the gathers and reduce-scatters (FSDP2's all_reduce_stream: "the collectives
+    // use different network resources and can overlap in the typical intra-node sharding /
+    // inter-node replication case").
+    if (!g.expert && r.replica_group.size() > 1) {
+      after = collective(
+          r, r.replica_lane, fmt::format("mb{}.{}.grad_replica_allreduce", lbl(mb), g.name),
+          OpCategory::kComm, g.layer, sim::CollectiveKind::kAllReduce, r.replica_group,
+          ceil_div(g.params, shard_dp(s_.parallelism)) * wire_bytes, {first});
+    }
   }
   // Not overlapped: reduced once the whole backward is done, so the collective also waits for
   // the rank's last backward op, known only at the end (patched in optimizer()).
@@ -445,7 +456,7 @@ std::optional<OpId> StepBuilder::embedding_grad_sync(Rank& r, const std::vector<
 }
 
 std::int64_t StepBuilder::optimizer_shard(const ParamGroup& g) const {
-  const int gdp = g.expert ? edp() : dp();
+  const int gdp = g.expert ? edp() : shard_dp(s_.parallelism);
   return dp_sharding(s_.parallelism).optimizer ? ceil_div(g.params, gdp) : g.params;
 }
 

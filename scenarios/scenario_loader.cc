@@ -574,6 +574,18 @@ sim::Status read_layout(const Node& node, ParallelConfig& p) {
   return sim::ok();
 }
 
+// The expert-, context- and tensor-parallel keys of `parallelism`.
+sim::Status read_model_parallel_keys(MapReader& r, ParallelConfig& p) {
+  OFFSIM_RETURN_IF_ERROR(read_bool(r, "moe_shared_expert_overlap", p.moe_shared_expert_overlap));
+  OFFSIM_RETURN_IF_ERROR(read_int(r, "ep", p.ep, 1, 4096));
+  OFFSIM_RETURN_IF_ERROR(read_int(r, "etp", p.etp, 1, 4096));
+  OFFSIM_RETURN_IF_ERROR(read_int(r, "cp", p.cp, 1, 4096));
+  OFFSIM_RETURN_IF_ERROR(
+      read_enum(r, "cp_comm_type", p.cp_comm_type, kCpCommTypes, models::cp_comm_type_from_string));
+  OFFSIM_RETURN_IF_ERROR(read_bool(r, "tp_async_grad_reduce", p.tp_async_grad_reduce));
+  return read_bool(r, "tp_comm_overlap", p.tp_comm_overlap);
+}
+
 sim::Status read_parallelism(const Node& node, ParallelConfig& p) {
   OFFSIM_RETURN_IF_ERROR(expect_map(node, "parallelism"));
   MapReader r(node, "parallelism");
@@ -583,6 +595,7 @@ sim::Status read_parallelism(const Node& node, ParallelConfig& p) {
   OFFSIM_RETURN_IF_ERROR(read_bool(r, "sequence_parallel", p.sequence_parallel));
   OFFSIM_RETURN_IF_ERROR(read_int(r, "zero_stage", p.zero_stage, 0, 3));
   OFFSIM_RETURN_IF_ERROR(read_bool(r, "fsdp", p.fsdp));
+  OFFSIM_RETURN_IF_ERROR(read_int(r, "fsdp_shard", p.fsdp_shard, 0, 1'000'000));
   OFFSIM_RETURN_IF_ERROR(read_bool(r, "account_for_embedding_in_pipeline_split",
                                    p.account_for_embedding_in_pipeline_split));
   OFFSIM_RETURN_IF_ERROR(
@@ -599,14 +612,7 @@ sim::Status read_parallelism(const Node& node, ParallelConfig& p) {
   OFFSIM_RETURN_IF_ERROR(read_bool(r, "overlap_p2p_comm", p.overlap_p2p_comm));
   OFFSIM_RETURN_IF_ERROR(
       read_bool(r, "deallocate_pipeline_outputs", p.deallocate_pipeline_outputs));
-  OFFSIM_RETURN_IF_ERROR(read_bool(r, "moe_shared_expert_overlap", p.moe_shared_expert_overlap));
-  OFFSIM_RETURN_IF_ERROR(read_int(r, "ep", p.ep, 1, 4096));
-  OFFSIM_RETURN_IF_ERROR(read_int(r, "etp", p.etp, 1, 4096));
-  OFFSIM_RETURN_IF_ERROR(read_int(r, "cp", p.cp, 1, 4096));
-  OFFSIM_RETURN_IF_ERROR(
-      read_enum(r, "cp_comm_type", p.cp_comm_type, kCpCommTypes, models::cp_comm_type_from_string));
-  OFFSIM_RETURN_IF_ERROR(read_bool(r, "tp_async_grad_reduce", p.tp_async_grad_reduce));
-  OFFSIM_RETURN_IF_ERROR(read_bool(r, "tp_comm_overlap", p.tp_comm_overlap));
+  OFFSIM_RETURN_IF_ERROR(read_model_parallel_keys(r, p));
   return r.finish();
 }
 
@@ -1263,6 +1269,7 @@ Node parallelism_node(const ParallelConfig& p) {
   put(par, "sequence_parallel", bool_node(p.sequence_parallel));
   put(par, "zero_stage", number_node(p.zero_stage));
   put(par, "fsdp", bool_node(p.fsdp));
+  if (p.fsdp_shard > 0) put(par, "fsdp_shard", number_node(p.fsdp_shard));
   if (p.account_for_embedding_in_pipeline_split) {
     put(par, "account_for_embedding_in_pipeline_split", bool_node(true));
   }

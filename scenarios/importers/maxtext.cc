@@ -148,6 +148,7 @@ struct Layout {
   std::map<std::string, std::int64_t> degree;
   std::int64_t product = 1;  // devices of the whole mesh
   std::int64_t dp = 1, tp = 1, pp = 1, cp = 1;
+  std::vector<Field*> data_fields;  // ici_/dcn_data_parallelism, as given
 };
 
 sim::Status read_axis(Fields& fields, const Mapper& m, const char* axis, int level, Mesh& mesh) {
@@ -215,9 +216,8 @@ sim::Status fill_mesh(const Mapper& m, std::int64_t world, std::int64_t slices, 
   return {};
 }
 
-// The axes offsim does not lay out: fine at degree 1, unmapped otherwise; data x fsdp hybrid
-// sharding is modelled as full FSDP.
-void note_unmodelled_axes(Mapper& m, Mesh& mesh, const Layout& layout, bool fsdp) {
+// The axes offsim does not lay out: fine at degree 1, unmapped otherwise.
+void note_unmodelled_axes(Mapper& m, Mesh& mesh, const Layout& layout) {
   for (const char* axis : {"sequence", "tensor_transpose", "tensor_sequence", "autoregressive"}) {
     for (Field* f : {mesh.ici_f[axis], mesh.dcn_f[axis]}) {
       if (f == nullptr) continue;
@@ -231,15 +231,25 @@ void note_unmodelled_axes(Mapper& m, Mesh& mesh, const Layout& layout, bool fsdp
       }
     }
   }
-  if (fsdp && layout.degree.at("data") > 1) {
-    for (Field* f : {mesh.ici_f["data"], mesh.dcn_f["data"]}) {
-      if (f != nullptr) {
-        m.unmapped(*f,
-                   "data x fsdp hybrid sharding: offsim shards over all dp ranks "
-                   "(memory per GPU is that of full FSDP)");
-      }
-    }
+}
+
+// data x fsdp: the weights sharded over the fsdp, fsdp_transpose and context axes and replicated
+// over the data axis (hybrid sharding, parallelism.fsdp_shard). Modelled for dense models; an
+// MoE model's is listed and sharded over all data-parallel ranks.
+sim::Status map_hybrid_sharding(Mapper& m, const Layout& layout) {
+  const auto& degree = layout.degree;
+  const std::int64_t shard = degree.at("fsdp") * degree.at("fsdp_transpose");
+  if (shard <= 1 || degree.at("data") <= 1) return {};
+  if (scenarios::find_path(m.doc, "model.moe.experts") == nullptr) {
+    const std::vector<const Field*> data(layout.data_fields.begin(), layout.data_fields.end());
+    return m.set_from(data, "parallelism.fsdp_shard", std::to_string(shard * layout.cp));
   }
+  for (Field* f : layout.data_fields) {
+    m.unmapped(*f,
+               "data x fsdp hybrid sharding of an MoE model: offsim shards over all dp ranks "
+               "(memory per GPU is that of full FSDP)");
+  }
+  return {};
 }
 
 // --- mesh: ici_* x dcn_* degrees -> parallelism.dp/fsdp/tp/pp.
@@ -309,7 +319,10 @@ sim::Result<Layout> map_mesh(Fields& fields, Mapper& m, const ImportOptions& opt
     }
   }
   if (slices_f != nullptr) m.mapped(*slices_f, "hardware.nodes");
-  note_unmodelled_axes(m, mesh, layout, fsdp);
+  note_unmodelled_axes(m, mesh, layout);
+  for (Field* f : {mesh.ici_f["data"], mesh.dcn_f["data"]}) {
+    if (f != nullptr) layout.data_fields.push_back(f);
+  }
   return layout;
 }
 
@@ -756,6 +769,7 @@ sim::Result<ImportResult> import_maxtext(const std::vector<std::string>& files,
   OFFSIM_RETURN_IF_ERROR(map_context_strategy(fields, m, layout.cp));
   OFFSIM_RETURN_IF_ERROR(map_batch(fields, m, layout));
   OFFSIM_RETURN_IF_ERROR(map_model(fields, m, files));
+  OFFSIM_RETURN_IF_ERROR(map_hybrid_sharding(m, layout));
   OFFSIM_RETURN_IF_ERROR(map_precision(fields, m));
   OFFSIM_RETURN_IF_ERROR(map_optimizer_and_hardware(fields, m));
   OFFSIM_RETURN_IF_ERROR(map_offload(fields, m));

@@ -92,6 +92,7 @@ Field* parallel_field(Fields& fields, const char* key) {
 struct Layout {
   std::int64_t dp = 1, tp = 1, pp = 1, cp = 1;
   std::int64_t shard = 1;  // data_parallel_shard_degree, as resolved
+  std::int64_t replicate = 1;
 };
 
 // --- parallel layout; data_parallel_shard_degree -1 takes the remaining GPUs
@@ -137,11 +138,6 @@ sim::Result<Layout> map_layout(Fields& fields, Mapper& m, const ImportOptions& o
   const std::int64_t dp = replicate * shard;
   OFFSIM_RETURN_IF_ERROR(m.set_from({rep_f, shard_f}, "parallelism.dp", std::to_string(dp)));
   OFFSIM_RETURN_IF_ERROR(m.set_from({shard_f}, "parallelism.fsdp", shard > 1 ? "true" : "false"));
-  if (shard > 1 && replicate > 1) {
-    m.unmapped(*rep_f,
-               "HSDP (replicate x shard): offsim shards over all dp ranks (memory per "
-               "GPU is that of full FSDP)");
-  }
   if (tp_f != nullptr) {
     OFFSIM_RETURN_IF_ERROR(m.set(*tp_f, "parallelism.tp", std::to_string(tp)));
     // torchtitan's tensor parallel plan shards the norms and dropout along the sequence.
@@ -151,7 +147,7 @@ sim::Result<Layout> map_layout(Fields& fields, Mapper& m, const ImportOptions& o
   // Context parallelism: each sequence over cp ranks; FSDP shards over dp_shard x cp (torchtitan's
   // dp_shard_cp mesh), as offsim's CP ranks join the data-parallel sharding.
   if (cp_f != nullptr) OFFSIM_RETURN_IF_ERROR(m.set(*cp_f, "parallelism.cp", std::to_string(cp)));
-  return Layout{.dp = dp, .tp = tp, .pp = pp, .cp = cp, .shard = shard};
+  return Layout{.dp = dp, .tp = tp, .pp = pp, .cp = cp, .shard = shard, .replicate = replicate};
 }
 
 // The pipeline schedule, context parallelism and the parallel switches offsim does not model.
@@ -334,6 +330,28 @@ sim::Status map_model(Fields& fields, Mapper& m) {
   return {};
 }
 
+// HSDP (data_parallel_replicate_degree beside data_parallel_shard_degree): FSDP over the
+// dp_shard_cp mesh, replicated over dp_replicate, as parallelism.fsdp_shard. Hybrid sharding is
+// modelled for dense models with the optimizer on the GPU; an MoE model's, or one with FSDP CPU
+// offload, is listed and sharded over all data-parallel ranks.
+sim::Status map_hybrid_sharding(Fields& fields, Mapper& m, const Layout& layout) {
+  if (layout.shard <= 1 || layout.replicate <= 1) return {};
+  Field* rep = parallel_field(fields, "data_parallel_replicate_degree");
+  if (rep == nullptr) return {};
+  bool moe = false;
+  if (const scenarios::Node* model = scenarios::find_path(m.doc, "model")) {
+    const auto arch = models::find_model(model->scalar);
+    moe = arch && arch->moe.experts > 0;
+  }
+  if (moe || scenarios::find_path(m.doc, "offload") != nullptr) {
+    m.unmapped(*rep, fmt::format("HSDP {}: offsim shards over all dp ranks (memory per GPU is "
+                                 "that of full FSDP)",
+                                 moe ? "of an MoE model" : "with CPU offload"));
+    return {};
+  }
+  return m.set(*rep, "parallelism.fsdp_shard", std::to_string(layout.shard * layout.cp));
+}
+
 // --- activation checkpointing; the float8 section's details.
 sim::Status map_checkpointing(Fields& fields, Mapper& m) {
   if (Field* f = fields.get("activation_checkpoint.mode")) {
@@ -372,6 +390,7 @@ sim::Result<ImportResult> import_torchtitan(const std::vector<std::string>& file
   OFFSIM_RETURN_IF_ERROR(map_batch(fields, m, layout.dp));
   OFFSIM_RETURN_IF_ERROR(map_precision_and_offload(fields, m));
   OFFSIM_RETURN_IF_ERROR(map_model(fields, m));
+  OFFSIM_RETURN_IF_ERROR(map_hybrid_sharding(fields, m, layout));
   OFFSIM_RETURN_IF_ERROR(map_checkpointing(fields, m));
   settle_leftovers(fields, m, ignore_reason);
   return finish(m, options,

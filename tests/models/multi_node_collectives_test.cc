@@ -8,6 +8,9 @@
 #include <string>
 
 #include "models/evaluate.h"
+#include "models/formulas.h"
+#include "models/plan_size.h"
+#include "models/step_builder.h"
 #include "sim/core/time.h"
 
 namespace offsim::models {
@@ -76,6 +79,55 @@ TEST(MultiNodeCollectives, DataParallelAllReduceTakesNvlsTreeOnHopper) {
   Scenario s = fsdp_two_nodes(1);
   s.parallelism.fsdp = false;
   expect_at(s, "mb0.l0.grad_allreduce", 477.5e9 * 16 / 30);
+}
+
+// Hybrid sharding (FSDP's HSDP) over the two nodes: shard groups of the 8 ranks of a node,
+// replicated across the nodes. Parameters are gathered in the node, over NVLink, faster than the
+// all-gather over all 16 ranks; each layer's gradient shard is all-reduced between the two
+// replicas on a stream of its own; every rank holds an eighth of the state instead of a
+// sixteenth.
+TEST(MultiNodeCollectives, HybridShardingGathersInTheNodeAndReducesAcrossReplicas) {
+  Scenario s = fsdp_two_nodes(1);
+  s.parallelism.fsdp_shard = 8;
+  ASSERT_TRUE(check_scenario(s).has_value()) << check_scenario(s).error().message;
+  auto step = build_step(s);
+  ASSERT_TRUE(step) << step.error().message;
+  const std::int64_t layer = layer_parameter_count_per_rank(s.model, 1, 0);
+  std::int64_t params = -1;
+  for (const sim::Tensor& t : step->plan.tensors) {
+    if (t.name == "l0.params") params = t.bytes;
+  }
+  EXPECT_EQ(params, 2 * ((layer + 7) / 8));
+  int replica_reduces = 0;
+  for (const sim::Op& op : step->plan.ops) {
+    if (op.name == "l0.mb0.fwd.params_allgather") {
+      EXPECT_EQ(op.sizes.collective.group, (std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7}));
+    }
+    if (op.name == "mb0.l0.grad_reducescatter") {
+      EXPECT_EQ(op.sizes.collective.group.size(), 8U);
+    }
+    if (op.name.ends_with(".grad_replica_allreduce")) {
+      ++replica_reduces;
+      EXPECT_EQ(op.sizes.collective.group, (std::vector<int>{0, 8}));
+      EXPECT_EQ(op.sizes.collective.kind, sim::CollectiveKind::kAllReduce);
+      EXPECT_TRUE(step->plan.lanes[op.lane.index()].name.ends_with(".replica"));
+    }
+  }
+  // Layers, embedding and head, in each of the step's micro-batches.
+  EXPECT_EQ(replica_reduces, 4);
+  const PlanSize est = estimate_plan_size(s, {});
+  EXPECT_NEAR(est.ops / static_cast<double>(step->plan.ops.size()), 1.0, 0.05);
+  const double hybrid = duration_of(s, "l0.mb0.fwd.params_allgather").first;
+  const double full = duration_of(fsdp_two_nodes(1), "l0.mb0.fwd.params_allgather").first;
+  EXPECT_LT(hybrid, full);
+  // Groups that do not divide the data-parallel ranks, or without sharded parameters, are
+  // refused with the key.
+  s.parallelism.fsdp_shard = 3;
+  EXPECT_NE(check_scenario(s).error().message.find("parallelism.fsdp_shard: 3"), std::string::npos);
+  s.parallelism.fsdp_shard = 8;
+  s.parallelism.fsdp = false;
+  EXPECT_NE(check_scenario(s).error().message.find("expected parallelism.fsdp true"),
+            std::string::npos);
 }
 
 }  // namespace

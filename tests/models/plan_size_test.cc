@@ -212,7 +212,8 @@ double per_micro_batch_gradient_ops(const Scenario& s, int layer, RecipeOpKind k
   const bool moe = s.model.moe.experts > 0 && is_moe_layer(s.model, layer);
   const double groups = 1 + (moe ? 1 : 0);
   if (kind == RecipeOpKind::kCollective) {
-    return (grad_dp(p) > 1 ? 1 : 0) + (moe && expert_dp(p) > 1 ? 1 : 0);
+    const bool replicated = grad_dp(p) / shard_dp(p) > 1;  // hybrid sharding's all-reduce
+    return (grad_dp(p) > 1 ? 1 : 0) + (replicated ? 1 : 0) + (moe && expert_dp(p) > 1 ? 1 : 0);
   }
   if (kind != RecipeOpKind::kCopy) return 0;
   const LayerDims d =

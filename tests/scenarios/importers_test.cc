@@ -185,6 +185,22 @@ TEST(MaxTextImport, OffloadPoliciesAndUnmappedAxes) {
       << strict.error().message;
 }
 
+// The data axis beside fsdp: the weights sharded over the fsdp ranks and replicated over the data
+// axis (hybrid sharding); an MoE model's is listed as full FSDP.
+TEST(MaxTextImport, DataAxisBesideFsdpIsHybridSharding) {
+  ImportOptions opt{.sets = {"hardware.system=dgx-h100"},
+                    .framework_overrides = {"ici_data_parallelism=2"},
+                    .gpus = 8};
+  auto r = import_config(Framework::kMaxText,
+                         {kDir + "maxtext-base.yml", kDir + "maxtext-llama3-8b.yml"}, opt);
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(value_at(r->scenario, "parallelism.dp"), "8");
+  EXPECT_EQ(value_at(r->scenario, "parallelism.fsdp"), "true");
+  EXPECT_EQ(value_at(r->scenario, "parallelism.fsdp_shard"), "4");
+  EXPECT_TRUE(r->unmapped.empty()) << fmt::format("{}", fmt::join(keys(r->unmapped), ", "));
+  expect_round_trip(*r);
+}
+
 // MaxText's MoE decoder blocks (its configs/models/qwen3-30b-a3b.yml and deepseek3-671b.yml
 // keys): experts of base_moe_mlp_dim, top-k, the expert axis as expert parallelism folded into
 // the data-parallel ranks; deepseek's shared experts, dense first layers, MLA and MTP.
@@ -797,6 +813,27 @@ TEST(TorchtitanImport, ContextParallelism) {
   expect_error(r,
                "--gpus 6: not divisible by replicate x tensor x pipeline x "
                "context degrees 4");
+}
+
+// HSDP: data_parallel_replicate_degree beside a shard degree is hybrid sharding over the shard x
+// context ranks (torchtitan's dp_shard_cp mesh), replicated over the rest.
+TEST(TorchtitanImport, HybridSharding) {
+  const TempDir dir("import_tthsdp");
+  const std::string job = dir.file("hsdp.toml");
+  std::string text = example_text("torchtitan-llama3-8b.toml");
+  const std::string shard = "data_parallel_replicate_degree = 1\ndata_parallel_shard_degree = -1";
+  ASSERT_NE(text.find(shard), std::string::npos);
+  std::ofstream(job) << text.replace(
+      text.find(shard), shard.size(),
+      "data_parallel_replicate_degree = 2\ndata_parallel_shard_degree = -1");
+  auto r = import_config(Framework::kTorchtitan, {job},
+                         {.sets = {"hardware.system=dgx-h100"}, .gpus = 16});
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(value_at(r->scenario, "parallelism.dp"), "16");
+  EXPECT_EQ(value_at(r->scenario, "parallelism.fsdp"), "true");
+  EXPECT_EQ(value_at(r->scenario, "parallelism.fsdp_shard"), "8");
+  EXPECT_TRUE(r->unmapped.empty()) << fmt::format("{}", fmt::join(keys(r->unmapped), ", "));
+  expect_round_trip(*r);
 }
 
 // An MoE flavor and expert parallelism: with torchtitan's default sharded data parallelism the
