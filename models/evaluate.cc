@@ -982,6 +982,8 @@ sim::Result<Evaluation> evaluate(const ResolvedScenario& resolved, const EvalOpt
   std::string why = "disabled";
   if (scenario.hardware.runtime != HardwareConfig::Runtime::kNone) {
     why = "hardware.runtime: the allocator replay needs the whole step's allocation order";
+  } else if (scenario.parallelism.moe_a2a_overlap) {
+    why = "parallelism.moe_a2a_overlap: a combined step's two passes run on two compute streams";
   } else if (options.steady_state && !options.keep_timeline && !options.keep_plan) {
     std::optional<Report> report = scenario.parallelism.pp == 1
                                        ? steady_state_report(resolved, options, why)

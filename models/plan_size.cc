@@ -54,6 +54,7 @@ struct MoeOps {
   double bwd = 0;
   double fwd_collectives = 0;  // of fwd
   double bwd_collectives = 0;  // of bwd
+  double alltoalls = 0;        // of the collectives, forward and backward: the all-to-alls
   double fwd_markers = 0;      // of fwd: the host-sync marker
   double fwd_fetches = 0;      // not in fwd: the router-aware fetch entries
   double fp8_casts_fwd = 0;    // FP8 input casts of the GEMMs (plain and grouped)
@@ -62,6 +63,7 @@ struct MoeOps {
 struct MoePassOps {
   double ops = 0;
   double collectives = 0;
+  double alltoalls = 0;
   double markers = 0;
   double fetches = 0;
   double fp8_casts = 0;
@@ -74,6 +76,7 @@ MoePassOps moe_pass_ops(const LayerDims& d, std::span<const MoeOpEntry> entries)
     if (e.kind == K::kRoutedFetch || !moe_entry_runs(e, d)) continue;
     o.ops += 1;
     o.markers += e.kind == K::kHostSync ? 1 : 0;
+    o.alltoalls += e.kind == K::kAllToAll ? 1 : 0;
     // FP8 input casts of the GEMMs, plain and grouped (the wgrad reuses them).
     const bool gemm = e.kind == K::kGemm || e.kind == K::kGroupedGemm;
     o.fp8_casts += gemm && e.pass != GemmPass::kWgrad ? 1 : 0;
@@ -90,6 +93,7 @@ MoeOps moe_ops(const LayerDims& d) {
           .bwd = b.ops,
           .fwd_collectives = f.collectives,
           .bwd_collectives = b.collectives,
+          .alltoalls = f.alltoalls + b.alltoalls,
           .fwd_markers = f.markers,
           .fwd_fetches = f.fetches,
           .fp8_casts_fwd = f.fp8_casts,
@@ -635,6 +639,11 @@ void add_moe_layer(const Scenario& s, const StepContext& x, const LayerDims& dl,
   const double host_markers = mo.fwd_markers * passes;
   c.ops += x.m * host_markers;
   c.deps += 2 * x.m * host_markers;
+  if (p.moe_a2a_overlap) {
+    // Combined 1F1B steps (StepBuilder::link_combined): an all-to-all on its own stream waits for
+    // the compute op before it and the next compute op for it; a layer pair adds nine waits.
+    c.deps += x.m * (2 * mo.alltoalls + 9);
+  }
   if (ls.params_on_host && x.recipe.routed_fetch) {
     // Each fetch waits for the top-k and the expert GEMMs for it; it allocates the buffer.
     c.deps += 2 * x.m * mo.fwd_fetches;

@@ -48,8 +48,8 @@ struct TimeSplit {
   double cpu_optimizer_s = 0.0;    // compute idle while the CPU optimizer runs
   double other_s = 0.0;            // compute idle for any other reason (launch gaps)
   // Mixture of experts, of the above: the compute lane busy with token dispatch/combine
-  // all-to-alls (within exposed_comm_s) and with the experts' grouped GEMMs (within compute_s
-  // and recompute_s).
+  // all-to-alls or waiting for them on their own stream (within exposed_comm_s), and busy with
+  // the experts' grouped GEMMs (within compute_s and recompute_s).
   double moe_alltoall_s = 0.0;
   double grouped_gemm_s = 0.0;
 };

@@ -784,12 +784,61 @@ sim::Status check_expert_parallel(const Scenario& s) {
 }
 
 // The mixture-of-experts keys and expert parallelism.
+// parallelism.moe_a2a_overlap as Megatron-Core's TransformerConfig checks
+// overlap_moe_expert_parallel_comm, and what offsim does not model with it.
+sim::Status check_moe_a2a_overlap(const Scenario& s) {
+  const ParallelConfig& p = s.parallelism;
+  if (!p.moe_a2a_overlap) return sim::ok();
+  const auto refuse = [](std::string_view why) {
+    return invalid(fmt::format("parallelism.moe_a2a_overlap: {}", why));
+  };
+  if (s.model.moe.experts == 0 || p.ep < 2) {
+    return refuse("needs an MoE model with expert parallelism (parallelism.ep > 1)");
+  }
+  if (p.pp > 1 &&
+      (p.virtual_stages < 2 || p.schedule != ParallelConfig::PipelineSchedule::kInterleaved1F1B)) {
+    return refuse(
+        "with pipeline parallelism it needs the interleaved schedule (parallelism.virtual_stages "
+        "> 1), as Megatron-Core asks");
+  }
+  const RecomputeConfig& rc = s.recompute;
+  bool full = rc.mode == RecomputeConfig::Mode::kFull;
+  for (const auto& [layer, mode] : rc.per_layer)
+    full = full || mode == RecomputeConfig::Mode::kFull;
+  if (full) return refuse("cannot be combined with full recompute (Megatron-Core refuses it)");
+  if (rc.modules.has(RecomputeModule::kMoe) &&
+      (rc.mode == RecomputeConfig::Mode::kSelective || !rc.per_layer.empty())) {
+    return refuse("cannot be combined with recompute.modules moe (Megatron-Core refuses it)");
+  }
+  if (p.moe_shared_expert_overlap) {
+    return refuse(
+        "cannot be combined with parallelism.moe_shared_expert_overlap (Megatron-Core refuses it)");
+  }
+  if (s.model.mtp_layers > 1) {
+    return refuse("supports at most one multi-token-prediction layer (model.mtp_layers)");
+  }
+  if (dp_sharding(p).params) {
+    return refuse(
+        "is not modelled with sharded parameters (parallelism.zero_stage 3 or fsdp): the two "
+        "passes' gathers would share one stream");
+  }
+  for (const OffloadRule& rule : s.offload.rules) {
+    if (rule.cls == TensorClass::kParams && rule.where == Placement::kHost) {
+      return refuse(
+          "is not modelled with parameters on the host (offload rules of class params): the two "
+          "passes' fetches would share one copy stream");
+    }
+  }
+  return sim::ok();
+}
+
 sim::Status check_moe(const Scenario& s) {
   const MoeConfig& e = s.model.moe;
   const ParallelConfig& p = s.parallelism;
   if (p.ep < 1) return invalid(fmt::format("parallelism.ep: {} must be positive", p.ep));
   if (p.etp < 1) return invalid(fmt::format("parallelism.etp: {} must be positive", p.etp));
   if (e.experts < 0) return invalid(fmt::format("model.moe.experts: {} must be >= 0", e.experts));
+  OFFSIM_RETURN_IF_ERROR(check_moe_a2a_overlap(s));
   if (e.experts == 0) {
     if (p.ep > 1 || p.etp > 1) {
       return invalid(fmt::format(

@@ -228,6 +228,14 @@ struct ParallelConfig {
   // Megatron-Core --moe-shared-expert-overlap (default off): the shared experts' forward runs
   // on a stream of its own, beside the token dispatch, the routed experts and the combine.
   bool moe_shared_expert_overlap = false;
+  // Megatron-Core --overlap-moe-expert-parallel-comm (default off): in the 1F1B steady state the
+  // forward of one micro-batch and the backward of another run as one combined step, layer by
+  // layer (forward layer i beside backward layer n-1-i of the chunks), each MoE all-to-all on a
+  // communication stream of its own overlapping the other pass's computation
+  // (megatron/core/models/common/model_chunk_schedule_plan.py TransformerLayerSchedulePlan.run;
+  // one extra warm-up forward, pipeline_parallel/schedules.py). Needs ep > 1 and, with pp > 1,
+  // the interleaved schedule, as Megatron-Core's TransformerConfig asks.
+  bool moe_a2a_overlap = false;
   // Context parallelism (Megatron-Core --context-parallel-size, Transformer Engine's attention
   // with a CP group): each sequence split over `cp` ranks (tp fastest, then cp, then dp), every
   // rank holding seq_len / cp tokens of every layer; the ranks of a CP group join the

@@ -95,7 +95,25 @@ OpId StepBuilder::add(Rank& r, LaneId lane, const std::string& name, OpKind kind
   }
   if (on_compute) last_compute_ = id;
   if (issued) host_issue_note(id, host_s, gpu_s, on_compute);
+  if (marks_ != nullptr && on_compute && layer >= 0) {
+    PassMarks& m = pass_marks(layer);
+    if (!m.first) m.first = id;
+    m.last = id;
+    for (std::optional<OpId>& a : m.after) {
+      if (!a) a = id;
+    }
+  }
   return id;
+}
+
+// The marks of `layer` in the pass being built (a layer's ops may interleave with a
+// neighbour's, e.g. a prefetch's cast).
+StepBuilder::PassMarks& StepBuilder::pass_marks(int layer) {
+  for (auto it = marks_->rbegin(); it != marks_->rend(); ++it) {
+    if (it->layer == layer) return *it;
+  }
+  marks_->push_back(PassMarks{.layer = layer});
+  return marks_->back();
 }
 
 // A weight-gradient GEMM: with fp8 it reuses the transposes its forward and dgrad cast.
@@ -211,6 +229,12 @@ sim::Status StepBuilder::build_rank(int stage) {
   if (s_.parallelism.moe_shared_expert_overlap && s_.model.moe.experts > 0) {
     r.moe_shared = lane(".moe_shared", sim::LaneRole::kOther);
   }
+  if (s_.parallelism.moe_a2a_overlap) {
+    r.compute_b = lane(".compute_bwd", sim::LaneRole::kCompute);
+    r.issue_b = lane(".host_bwd", sim::LaneRole::kCpu);
+    r.a2a = lane(".a2a", sim::LaneRole::kComm);
+    r.a2a_b = lane(".a2a_bwd", sim::LaneRole::kComm);
+  }
   r.hbm = cm_.hbm_pool(r.rank);
   r.host = cm_.host_pool(r.rank);
   hbm_pools_.push_back(r.hbm);
@@ -229,6 +253,8 @@ sim::Status StepBuilder::build_rank(int stage) {
   if (p.tp > 1 && (p.tp_async_grad_reduce || p.tp_comm_overlap)) {
     r.tp_lane = lane(".tp", sim::LaneRole::kComm);
   }
+  if (p.moe_a2a_overlap && p.cp > 1) r.cp_lane_b = lane(".cp_bwd", sim::LaneRole::kComm);
+  if (p.moe_a2a_overlap && r.tp_lane.valid()) r.tp_lane_b = lane(".tp_bwd", sim::LaneRole::kComm);
   // Megatron-Core's expert grid over the stage's tp · cp · dp ranks, etp fastest, then ep, then
   // the expert data-parallel group.
   for (int i = 0; i < p.ep; ++i) r.ep_group.push_back(r.rank + i * p.etp);

@@ -63,6 +63,7 @@ struct Task {
   bool forward = true;
   int mb = 0;
   int chunk = 0;
+  bool steady = false;  // a forward or backward of the schedule's 1F1B steady state
 };
 
 // How many layers' offloaded activations may still be on their way to the host while a layer's
@@ -116,6 +117,11 @@ class StepBuilder {
     LaneId replica_lane;        // hybrid sharding's all-reduces (FSDP2's all_reduce_stream)
     LaneId tp_lane;             // overlapped tensor-parallel communication (tp > 1)
     LaneId issue;               // the framework's host thread issuing the GPU ops (".host")
+    // parallelism.moe_a2a_overlap: a combined 1F1B step's backward runs on lanes of its own (its
+    // compute stream, host thread, TP and CP streams; swap_backward_lanes), and each pass's MoE
+    // all-to-alls on a communication stream of their own.
+    LaneId compute_b, issue_b, tp_lane_b, cp_lane_b, a2a, a2a_b;
+    OpId last_compute_b;  // the latest op on compute_b
     std::vector<ParamGroup> groups;
     std::map<int, std::size_t> group_of_layer;
     std::map<std::pair<int, int>, OpId> last_grad_op;  // (layer key, mb) -> op after its grads
@@ -211,8 +217,22 @@ class StepBuilder {
   void host_issue_end_task();
   CostModel::HostOps take_host_ops(OpCategory category, const sim::OpSizes& sizes);
 
+  // What a combined 1F1B step (parallelism.moe_a2a_overlap) needs of each layer of each pass:
+  // its first and last compute-stream ops, its all-to-alls in order with the compute op before
+  // and the first compute op after each, and the forward's host synchronisation.
+  struct PassMarks {
+    int layer = -1;
+    std::optional<OpId> first, last;
+    std::vector<OpId> a2a, before;
+    std::vector<std::optional<OpId>> after;
+    std::optional<OpId> sync;
+  };
+  PassMarks& pass_marks(int layer);
+
   // --- step_schedule.cc: schedules, tasks, pipeline sends and receives
   void run_schedule(Rank& r);
+  void swap_backward_lanes(Rank& r);
+  void link_combined(const std::vector<PassMarks>& f, const std::vector<PassMarks>& b);
   OpId receive(OpId send);
   std::int64_t p2p_bytes() const;
   void run_task(Rank& r, const Task& t);
@@ -479,6 +499,9 @@ class StepBuilder {
   // Cross-lane dependencies of the next compute op (a ring attention's last dK,dV transfer).
   std::vector<OpId> next_compute_deps_;
   HostSegment host_seg_;
+  // While a combined step's pass is built: its marks, and the lane of its all-to-alls.
+  std::vector<PassMarks>* marks_ = nullptr;
+  LaneId a2a_lane_;
   std::optional<OpId> host_wait_;             // a synchronisation whose next op is not issued yet
   std::optional<NextHostOps> next_host_ops_;  // next_host_ops(): for the next issued op only
   bool in_backward_task_ = false;             // building a backward task

@@ -116,6 +116,7 @@ void StepBuilder::moe_forward(Rank& r, const std::string& p, OpCategory cat, int
     if (e.kind == MoeOpKind::kHostSync) {
       if (overlap) shared_done = moe_shared_forward_side(r, p, cat, l, sfx, prev);
       sync = moe_host_sync(r, p + "." + e.name + sfx, l, prev);
+      if (marks_ != nullptr) pass_marks(l).sync = sync;
       continue;
     }
     if (e.host_ops > 0) next_host_ops(e.host_ops, false);
@@ -164,9 +165,26 @@ OpId StepBuilder::moe_op(Rank& r, const std::string& name, OpCategory cat, int l
         const GemmMnk g = moe_gemm(md, e.gemm, e.pass, rows);
         return sim::GemmShape{.m = g.m, .n = g.n, .k = g.k};
       });
-    case MoeOpKind::kAllToAll:
-      return collective(r, r.compute, name, OpCategory::kComm, l, sim::CollectiveKind::kAllToAll,
-                        r.ep_group, e.probs ? probs_alltoall_bytes(md) : alltoall_bytes(md));
+    case MoeOpKind::kAllToAll: {
+      const std::int64_t bytes = e.probs ? probs_alltoall_bytes(md) : alltoall_bytes(md);
+      if (!a2a_lane_.valid()) {
+        return collective(r, r.compute, name, OpCategory::kComm, l, sim::CollectiveKind::kAllToAll,
+                          r.ep_group, bytes);
+      }
+      // A combined 1F1B step: on the pass's communication stream, after the compute op that
+      // made its input, and the next compute op waits for it.
+      const OpId before = last_compute_;
+      const OpId id = collective(r, a2a_lane_, name, OpCategory::kComm, l,
+                                 sim::CollectiveKind::kAllToAll, r.ep_group, bytes, {before});
+      next_compute_deps_.push_back(id);
+      if (marks_ != nullptr) {
+        PassMarks& m = pass_marks(l);
+        m.a2a.push_back(id);
+        m.before.push_back(before);
+        m.after.emplace_back();
+      }
+      return id;
+    }
     case MoeOpKind::kExpertGather:
     case MoeOpKind::kExpertScatter:
       return collective(r, r.compute, name, OpCategory::kComm, l,

@@ -9,23 +9,26 @@ namespace offsim::models::detail {
 
 namespace {
 
-// Megatron-LM's schedules (megatron/core/pipeline_parallel/schedules.py).
-std::vector<Task> pipeline_schedule(int stage, int pp, int v, int m, bool interleaved) {
+// Megatron-LM's schedules (megatron/core/pipeline_parallel/schedules.py). `extra`: warm-up
+// forwards beyond the schedule's own (one with the combined 1F1B of moe_a2a_overlap, so that the
+// forward and the backward of each steady-state step are independent: schedules.py, and
+// combined_1f1b_schedule_for_no_pipelining for one stage).
+std::vector<Task> pipeline_schedule(int stage, int pp, int v, int m, bool interleaved, int extra) {
   std::vector<Task> tasks;
   if (!interleaved || v == 1) {
-    const int warmup = std::min(pp - stage - 1, m);
+    const int warmup = std::min(pp - stage - 1 + extra, m);
     int f = 0;
     int b = 0;
     for (; f < warmup; ++f) tasks.push_back({true, f, 0});
     while (f < m) {
-      tasks.push_back({true, f++, 0});
-      tasks.push_back({false, b++, 0});
+      tasks.push_back({true, f++, 0, true});
+      tasks.push_back({false, b++, 0, true});
     }
     while (b < m) tasks.push_back({false, b++, 0});
     return tasks;
   }
   const int total = m * v;
-  int warmup = (m == pp) ? total : std::min((pp - stage - 1) * 2 + (v - 1) * pp, total);
+  int warmup = (m == pp) ? total : std::min((pp - stage - 1) * 2 + (v - 1) * pp + extra, total);
   const auto fwd_task = [&](int k) {
     const int group = pp * v;
     return Task{true, (k / group) * pp + k % pp, (k % group) / pp};
@@ -39,6 +42,7 @@ std::vector<Task> pipeline_schedule(int stage, int pp, int v, int m, bool interl
   for (int i = 0; i < remaining; ++i) {
     tasks.push_back(fwd_task(warmup + i));
     tasks.push_back(bwd_task(i));
+    tasks[tasks.size() - 2].steady = tasks.back().steady = true;
   }
   for (int i = remaining; i < total; ++i) tasks.push_back(bwd_task(i));
   return tasks;
@@ -52,15 +56,23 @@ void StepBuilder::run_schedule(Rank& r) {
   const ParallelConfig& p = s_.parallelism;
   const int stage = r.stage;
   const bool interleaved = p.schedule == ParallelConfig::PipelineSchedule::kInterleaved1F1B;
-  const std::vector<Task> tasks =
-      pipeline_schedule(stage, p.pp, p.virtual_stages, micro_batches_, interleaved);
+  const bool combine = p.moe_a2a_overlap;
+  const std::vector<Task> tasks = pipeline_schedule(stage, p.pp, p.virtual_stages, micro_batches_,
+                                                    interleaved, combine ? 1 : 0);
   // Warm-up forwards: those before the first backward (the steady state's index origin).
   const auto first_bwd =
       std::find_if(tasks.begin(), tasks.end(), [](const Task& t) { return !t.forward; });
   const std::int64_t warmup = first_bwd - tasks.begin();
   std::int64_t forwards = 0;
   std::int64_t backwards = 0;
-  for (const Task& t : tasks) {
+  std::vector<PassMarks> fmarks;
+  std::vector<PassMarks> bmarks;
+  OpId before_pair;  // the compute stream's latest op before a combined step
+  for (std::size_t k = 0; k < tasks.size(); ++k) {
+    const Task& t = tasks[k];
+    // moe_a2a_overlap: a forward followed by a backward (the steady state) is one combined step.
+    const bool pair_f = combine && t.steady && t.forward;
+    const bool pair_b = combine && t.steady && !t.forward;
     if (t.forward && p.pp == 1) {
       out_.micro_batch_starts.push_back(
           {.op = b_.peek().ops.size(), .tensor = b_.peek().tensors.size()});
@@ -72,13 +84,89 @@ void StepBuilder::run_schedule(Rank& r) {
                     .index = t.forward ? forwards++ - warmup : backwards++,
                     .op_begin = b_.peek().ops.size(),
                     .tensor_begin = b_.peek().tensors.size()};
+    if (pair_f || pair_b) {
+      std::vector<PassMarks>& marks = pair_f ? fmarks : bmarks;
+      marks.clear();
+      marks_ = &marks;
+      a2a_lane_ = pair_f ? r.a2a : r.a2a_b;
+    }
+    if (pair_f) before_pair = last_compute_;
+    if (pair_b) {
+      swap_backward_lanes(r);
+      // Its backward starts after what ran before the step (its micro-batch's forward).
+      if (before_pair.valid()) next_compute_deps_.push_back(before_pair);
+    }
     run_task(r, t);
+    if (pair_b) {
+      swap_backward_lanes(r);
+      link_combined(fmarks, bmarks);
+      // The next task starts once both passes are done (Megatron waits for both streams).
+      if (r.last_compute_b.valid()) next_compute_deps_.push_back(r.last_compute_b);
+    }
+    marks_ = nullptr;
+    a2a_lane_ = LaneId{};
     if (p.pp > 1) {
       pt.op_end = b_.peek().ops.size();
       pt.tensor_end = b_.peek().tensors.size();
       out_.pipeline_tasks.push_back(pt);
     }
   }
+}
+
+// A combined step's backward pass on its own lanes (and back): its compute stream, host
+// thread, tensor- and context-parallel streams, and the latest op on its compute stream.
+void StepBuilder::swap_backward_lanes(Rank& r) {
+  std::swap(r.compute, r.compute_b);
+  std::swap(r.issue, r.issue_b);
+  std::swap(r.tp_lane, r.tp_lane_b);
+  std::swap(r.cp_lane, r.cp_lane_b);
+  std::swap(last_compute_, r.last_compute_b);
+}
+
+// The order Megatron-Core's combined 1F1B step runs the two passes in, layer pair by layer pair
+// (model_chunk_schedule_plan.py: forward layer j beside backward layer n-1-j): on the compute
+// stream the forward's attention, router and permutation (up to its dispatch), the backward's
+// expert MLP (up to its dispatch), the forward's expert MLP, the backward's attention; on the
+// communication stream the backward's combine, the forward's dispatch, the backward's dispatch,
+// the forward's combine. Each mark waits for the one before it in these orders; what runs
+// between them (the forward's unpermutation after its combine, the backward's unpermutation
+// before its combine) is left to the streams' own order and shares the SMs. A dense layer is
+// one piece in the attention's place. The backward's expert MLP is issued after the forward's
+// host synchronisation. Layers left over in one pass run after the pairs.
+void StepBuilder::link_combined(const std::vector<PassMarks>& f, const std::vector<PassMarks>& b) {
+  const auto wait = [&](std::optional<OpId> op, std::optional<OpId> on) {
+    if (op && on) b_.op_at(*op).deps.push_back(*on);
+  };
+  std::optional<OpId> prev_b_end;      // the previous pair's backward attention
+  std::optional<OpId> prev_f_combine;  // the previous forward combine on the stream
+  const std::size_t pairs = std::min(f.size(), b.size());
+  for (std::size_t j = 0; j < pairs; ++j) {
+    const PassMarks& fm = f[j];
+    const PassMarks& bm = b[j];
+    const bool fmoe = fm.a2a.size() >= 2;
+    const bool bmoe = bm.a2a.size() >= 2;
+    const std::optional<OpId> f_attn_end = fmoe ? std::optional(fm.before.front()) : fm.last;
+    wait(fm.first, prev_b_end);
+    std::optional<OpId> f_mlp_end = f_attn_end;
+    if (bmoe) {
+      wait(bm.after.front(), f_attn_end);
+      wait(bm.after.front(), fm.sync);
+    }
+    if (fmoe) {
+      wait(fm.after[fm.a2a.size() - 2], bmoe ? std::optional(bm.before[1]) : std::nullopt);
+      f_mlp_end = fm.before.back();
+    }
+    wait(bmoe ? bm.after.back() : bm.first, f_mlp_end);
+    if (fmoe && bmoe) {
+      wait(fm.a2a.front(), bm.a2a.front());
+      wait(bm.a2a[1], fm.a2a[fm.a2a.size() - 2]);
+      wait(fm.a2a.back(), bm.a2a.back());
+    }
+    if (bmoe) wait(bm.a2a.front(), prev_f_combine);
+    if (fmoe) prev_f_combine = fm.a2a.back();
+    prev_b_end = bm.last;
+  }
+  if (f.size() > pairs && !b.empty()) wait(f[pairs].first, b.back().last);
 }
 
 sim::Status StepBuilder::build() {

@@ -695,13 +695,7 @@ sim::Status map_moe_dispatcher(Args& a) {
   }
   if (Field* f = a.get("--overlap-moe-expert-parallel-comm")) {
     OFFSIM_ASSIGN_OR_RETURN(bool on, a.flag(f));
-    if (on) {
-      a.m.unmapped(*f,
-                   "the all-to-all overlap with another micro-batch is not modelled (the "
-                   "dispatch and combine run on the compute stream)");
-    } else {
-      a.m.mapped(*f, "(off: the all-to-alls on the compute stream)");
-    }
+    OFFSIM_RETURN_IF_ERROR(a.m.set(*f, "parallelism.moe_a2a_overlap", on ? "true" : "false"));
   }
   if (Field* f = a.get("--moe-pad-expert-input-to-capacity")) {
     OFFSIM_ASSIGN_OR_RETURN(bool on, a.flag(f));

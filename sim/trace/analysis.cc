@@ -271,21 +271,41 @@ void walk_tail(const Ops& ops, const std::vector<const Span*>& by_op, int rank, 
 
 // Walks a rank's compute lane in issue order: busy(i, span, from) for each of
 // its ops (busy from `from` to the span's end) and idle(IdleInterval) for each
-// gap and tail piece, in time order.
+// gap and tail piece, in time order. The rank's other compute-role lanes (a
+// combined 1F1B step's backward stream) are walked with it as one stream, in
+// start order: the time either runs is busy, once.
 template <class Ops, class Busy, class Idle>
 void walk_compute_lane(const Ops& ops, const std::vector<const Span*>& by_op, LaneId lane,
                        TimePoint makespan, std::optional<StartWindow> window, Busy&& busy,
                        Idle&& idle) {
-  TimePoint cursor = kTimeZero;
+  std::vector<std::size_t> order;
+  bool several = false;
+  const bool compute = ops.role(lane) == LaneRole::kCompute;
   for (std::size_t i = 0; i < ops.size(); ++i) {
     const Span* s = by_op[i];
-    if (s == nullptr || ops.lane(i, *s) != lane) continue;
+    if (s == nullptr) continue;
+    const LaneId l = ops.lane(i, *s);
+    if (l == lane) {
+      order.push_back(i);
+    } else if (compute && ops.role(l) == LaneRole::kCompute && ops.rank(l) == ops.rank(lane)) {
+      order.push_back(i);
+      several = true;
+    }
+  }
+  if (several) {
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+      return by_op[a]->start < by_op[b]->start;
+    });
+  }
+  TimePoint cursor = kTimeZero;
+  for (const std::size_t i : order) {
+    const Span* s = by_op[i];
     if (window && !(s->start > window->after && s->start <= window->upto)) {
       cursor = std::max(cursor, s->end);
       continue;
     }
     if (s->start > cursor) idle(gap_before(ops, by_op, i, cursor, s->start));
-    busy(i, *s, std::max(s->start, cursor));
+    if (s->end > cursor || s->start >= cursor) busy(i, *s, std::max(s->start, cursor));
     cursor = std::max(cursor, s->end);
   }
   if (!window && makespan > cursor) walk_tail(ops, by_op, ops.rank(lane), cursor, makespan, idle);
@@ -353,7 +373,18 @@ TimeSplitNs split_time(const Plan& plan, const Timeline& t, LaneId compute_lane,
       [&](std::size_t i, const Span& s, TimePoint from) {
         add_busy(split, plan.ops[i], (s.end - from).count());
       },
-      [&](const IdleInterval& w) { idle_bucket(split, w.cause) += (w.end - w.start).count(); });
+      [&](const IdleInterval& w) {
+        idle_bucket(split, w.cause) += (w.end - w.start).count();
+        // Waiting for an all-to-all on its own stream (a combined 1F1B step) is MoE all-to-all
+        // time too.
+        if (w.blocker.valid() && w.blocker.index() < plan.ops.size()) {
+          const Op& b = plan.ops[w.blocker.index()];
+          if (b.kind == OpKind::kCollective &&
+              b.sizes.collective.kind == CollectiveKind::kAllToAll) {
+            split.moe_alltoall += (w.end - w.start).count();
+          }
+        }
+      });
   return split;
 }
 

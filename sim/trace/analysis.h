@@ -43,7 +43,9 @@ struct TimeSplitNs {
   std::int64_t bubble = 0;
   std::int64_t cpu_optimizer = 0;
   std::int64_t other = 0;
-  std::int64_t moe_alltoall = 0;  // of exposed_comm: all-to-all collectives on the compute lane
+  // Of exposed_comm: all-to-all collectives on the compute lane, and the compute lane's waits for
+  // one on a stream of its own.
+  std::int64_t moe_alltoall = 0;
   std::int64_t grouped_gemm = 0;  // of compute and recompute: grouped GEMMs (GemmShape::grouped)
 
   void add(const TimeSplitNs& o, std::int64_t times) {

@@ -819,5 +819,111 @@ TEST(MoeStep, PlanSizeEstimateCountsTheMoeOps) {
   }
 }
 
+// parallelism.moe_a2a_overlap (Megatron-Core's --overlap-moe-expert-parallel-comm): one stage,
+// EP 8, four micro-batches. The steady state runs each forward beside the previous micro-batch's
+// backward: the backward on a compute stream of its own, every all-to-all of a combined step on
+// a communication stream, the forward's dispatch running while the backward computes. The step
+// is shorter, one more micro-batch's activations are held, and the time split still adds up.
+TEST(MoeA2aOverlap, CombinedStepsOverlapTheAllToAllsWithTheOtherPass) {
+  Scenario s = small_moe();
+  s.parallelism = {.dp = 8, .tp = 1, .pp = 1, .zero_stage = 1};
+  s.parallelism.ep = 8;
+  s.training.global_batch = 64;
+  s.training.micro_batch = 2;
+  auto serial = evaluate(s);
+  ASSERT_TRUE(serial.has_value()) << serial.error().message;
+  s.parallelism.moe_a2a_overlap = true;
+  auto e = evaluate(s, {.keep_timeline = true, .keep_plan = true});
+  ASSERT_TRUE(e.has_value()) << e.error().message;
+  EXPECT_FALSE(e->steady_state);
+  const sim::Plan& plan = *e->plan;
+  const auto lane_of = [&](const sim::Op& op) { return plan.lanes[op.lane.index()].name; };
+  // Spans of the forward's dispatches in combined steps and of the backward stream's GEMMs.
+  std::vector<std::pair<std::int64_t, std::int64_t>> dispatch;
+  std::vector<std::pair<std::int64_t, std::int64_t>> bwd_gemm;
+  int bwd_ops = 0;
+  for (const sim::Span& sp : e->timeline->spans) {
+    const sim::Op& op = plan.ops[sp.op.index()];
+    const std::pair<std::int64_t, std::int64_t> t{sp.start.time_since_epoch().count(),
+                                                  sp.end.time_since_epoch().count()};
+    if (lane_of(op) == "rank0.compute_bwd") {
+      ++bwd_ops;
+      if (op.kind == sim::OpKind::kGemm) bwd_gemm.push_back(t);
+    }
+    if (lane_of(op) == "rank0.a2a" &&
+        op.name.find(".moe.dispatch.alltoall.fwd") != std::string::npos)
+      dispatch.push_back(t);
+  }
+  EXPECT_GT(bwd_ops, 0);
+  ASSERT_FALSE(dispatch.empty());
+  int overlapped = 0;
+  for (const auto& d : dispatch) {
+    for (const auto& g : bwd_gemm) overlapped += g.first < d.second && d.first < g.second ? 1 : 0;
+  }
+  EXPECT_GT(overlapped, 0);
+  const Report& on = e->report;
+  const Report& off = serial->report;
+  EXPECT_LT(on.step_time_s, off.step_time_s);
+  EXPECT_GT(on.hbm_peak_bytes, off.hbm_peak_bytes);
+  const TimeSplit& t = on.time;
+  const double sum = t.compute_s + t.recompute_s + t.exposed_comm_s + t.exposed_offload_s +
+                     t.bubble_s + t.cpu_optimizer_s + t.other_s;
+  EXPECT_NEAR(sum, on.step_time_s, 1e-6 * on.step_time_s);
+  EXPECT_GT(t.moe_alltoall_s, 0.0);
+  EXPECT_LE(t.moe_alltoall_s, t.exposed_comm_s);
+}
+
+// With pipeline parallelism the combined steps need the interleaved schedule (Megatron-Core's
+// check); PP 2 x VP 2 builds, runs and is faster than without the overlap.
+TEST(MoeA2aOverlap, InterleavedPipelineRunsCombinedSteps) {
+  Scenario s = small_moe();
+  s.parallelism = {.dp = 4, .tp = 1, .pp = 2, .zero_stage = 1};
+  s.parallelism.ep = 4;
+  s.parallelism.schedule = ParallelConfig::PipelineSchedule::kInterleaved1F1B;
+  s.parallelism.virtual_stages = 2;
+  s.training.global_batch = 32;
+  auto serial = evaluate(s);
+  ASSERT_TRUE(serial.has_value()) << serial.error().message;
+  s.parallelism.moe_a2a_overlap = true;
+  auto on = evaluate(s);
+  ASSERT_TRUE(on.has_value()) << on.error().message;
+  EXPECT_LT(on->report.step_time_s, serial->report.step_time_s);
+  EXPECT_TRUE(on->report.fits);
+}
+
+TEST(MoeA2aOverlap, RefusesWhatMegatronRefusesAndWhatIsNotModelled) {
+  const auto message = [](const Scenario& s) {
+    auto st = check_scenario(s);
+    return st.has_value() ? std::string() : st.error().message;
+  };
+  Scenario base = small_moe();
+  base.parallelism.moe_a2a_overlap = true;
+  EXPECT_EQ(message(base), "");
+  const auto refused = [&](auto change, std::string_view what) {
+    Scenario s = base;
+    change(s);
+    const std::string m = message(s);
+    EXPECT_NE(m.find("parallelism.moe_a2a_overlap"), std::string::npos) << what << ": " << m;
+    EXPECT_NE(m.find(what), std::string::npos) << m;
+  };
+  refused([](Scenario& s) { s.parallelism.ep = 1; }, "parallelism.ep > 1");
+  refused([](Scenario& s) { s.parallelism.pp = 2; }, "interleaved");
+  refused([](Scenario& s) { s.recompute.mode = RecomputeConfig::Mode::kFull; }, "full recompute");
+  refused(
+      [](Scenario& s) {
+        s.recompute.mode = RecomputeConfig::Mode::kSelective;
+        s.recompute.modules.add(RecomputeModule::kMoe);
+      },
+      "recompute.modules moe");
+  refused([](Scenario& s) { s.parallelism.moe_shared_expert_overlap = true; },
+          "moe_shared_expert_overlap");
+  refused([](Scenario& s) { s.parallelism.zero_stage = 3; }, "sharded parameters");
+  refused(
+      [](Scenario& s) {
+        s.offload.rules.push_back({.cls = TensorClass::kParams, .where = Placement::kHost});
+      },
+      "parameters on the host");
+}
+
 }  // namespace
 }  // namespace offsim::models
