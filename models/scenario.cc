@@ -944,12 +944,16 @@ sim::Status check_hybrid_sharding(const Scenario& s) {
         "= {}",
         p.fsdp_shard, grad_dp(p)));
   }
+  const OffloadPolicy& o = s.offload;
+  const bool deepspeed_step =
+      o.optimizer_on_cpu && (o.cpu_step == OffloadPolicy::CpuStep::kFlatPartition ||
+                             o.zenflow.enabled || o.superoffload.enabled);
   if (p.param_gather != ParallelConfig::ParamGather::kPerLayer || s.model.moe.experts > 0 ||
-      s.offload.optimizer_on_cpu) {
+      deepspeed_step) {
     return invalid(
         "parallelism.fsdp_shard: hybrid sharding is modelled for dense models with per-layer "
-        "gathers and the optimizer on the GPU; expected no model.moe, param_gather per_layer and "
-        "no CPU optimizer");
+        "gathers and a GPU or per-group CPU optimizer; expected no model.moe, param_gather "
+        "per_layer and none of DeepSpeed's flat-partition, ZenFlow or SuperOffload CPU steps");
   }
   return sim::ok();
 }

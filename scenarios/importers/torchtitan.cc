@@ -331,9 +331,9 @@ sim::Status map_model(Fields& fields, Mapper& m) {
 }
 
 // HSDP (data_parallel_replicate_degree beside data_parallel_shard_degree): FSDP over the
-// dp_shard_cp mesh, replicated over dp_replicate, as parallelism.fsdp_shard. Hybrid sharding is
-// modelled for dense models with the optimizer on the GPU; an MoE model's, or one with FSDP CPU
-// offload, is listed and sharded over all data-parallel ranks.
+// dp_shard_cp mesh, replicated over dp_replicate, as parallelism.fsdp_shard (with FSDP CPU
+// offload too: each rank's host holds its shard group's share). Hybrid sharding is modelled for
+// dense models; an MoE model's is listed and sharded over all data-parallel ranks.
 sim::Status map_hybrid_sharding(Fields& fields, Mapper& m, const Layout& layout) {
   if (layout.shard <= 1 || layout.replicate <= 1) return {};
   Field* rep = parallel_field(fields, "data_parallel_replicate_degree");
@@ -343,10 +343,10 @@ sim::Status map_hybrid_sharding(Fields& fields, Mapper& m, const Layout& layout)
     const auto arch = models::find_model(model->scalar);
     moe = arch && arch->moe.experts > 0;
   }
-  if (moe || scenarios::find_path(m.doc, "offload") != nullptr) {
-    m.unmapped(*rep, fmt::format("HSDP {}: offsim shards over all dp ranks (memory per GPU is "
-                                 "that of full FSDP)",
-                                 moe ? "of an MoE model" : "with CPU offload"));
+  if (moe) {
+    m.unmapped(*rep,
+               "HSDP of an MoE model: offsim shards over all dp ranks (memory per GPU is that of "
+               "full FSDP)");
     return {};
   }
   return m.set(*rep, "parallelism.fsdp_shard", std::to_string(layout.shard * layout.cp));

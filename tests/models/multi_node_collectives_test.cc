@@ -3,9 +3,11 @@
 // and the simulated step runs it at that rate, with one simulated rank standing for the others
 // (the NIC resources they share do not throttle it). All-reduce on NVLink SHARP systems takes
 // NVLSTree when it is faster.
-#include <gtest/gtest.h>
-
+#include <algorithm>
+#include <map>
 #include <string>
+
+#include <gtest/gtest.h>
 
 #include "models/evaluate.h"
 #include "models/formulas.h"
@@ -128,6 +130,44 @@ TEST(MultiNodeCollectives, HybridShardingGathersInTheNodeAndReducesAcrossReplica
   s.parallelism.fsdp = false;
   EXPECT_NE(check_scenario(s).error().message.find("expected parallelism.fsdp true"),
             std::string::npos);
+}
+
+// Hybrid sharding with FSDP2's CPUOffloadPolicy: each rank keeps its shard group's share (an
+// eighth, not a sixteenth) of the parameters, gradients and Adam state on the host, and a
+// gradient goes down only once the replicas have all-reduced it. DeepSpeed's CPU steps (flat
+// partition, ZenFlow, SuperOffload) stay refused.
+TEST(MultiNodeCollectives, HybridShardingWithTheOptimizerOnTheHost) {
+  Scenario s = fsdp_two_nodes(1);
+  s.parallelism.fsdp_shard = 8;
+  s.offload = *offload_preset("fsdp2_cpu_offload_policy", {});
+  ASSERT_TRUE(check_scenario(s).has_value()) << check_scenario(s).error().message;
+  auto step = build_step(s);
+  ASSERT_TRUE(step) << step.error().message;
+  const std::int64_t layer = layer_parameter_count_per_rank(s.model, 1, 0);
+  std::int64_t host_params = -1;
+  for (const sim::Tensor& t : step->plan.tensors) {
+    if (t.name == "l0.params" && t.pool == step->ranks.front().host_pool) host_params = t.bytes;
+  }
+  EXPECT_GE(host_params, 2 * ((layer + 7) / 8));
+  std::map<std::string, sim::OpId> by_name;
+  for (std::size_t i = 0; i < step->plan.ops.size(); ++i) {
+    by_name[step->plan.ops[i].name] = sim::OpId{static_cast<std::uint32_t>(i)};
+  }
+  ASSERT_EQ(by_name.count("mb0.l0.grads_d2h"), 1U);
+  ASSERT_EQ(by_name.count("mb0.l0.grad_replica_allreduce"), 1U);
+  const sim::Op& down = step->plan.ops[by_name.at("mb0.l0.grads_d2h").index()];
+  EXPECT_NE(
+      std::find(down.deps.begin(), down.deps.end(), by_name.at("mb0.l0.grad_replica_allreduce")),
+      down.deps.end());
+  auto e = evaluate(s);
+  ASSERT_TRUE(e) << e.error().message;
+  Scenario full = s;
+  full.parallelism.fsdp_shard = 0;
+  auto f = evaluate(full);
+  ASSERT_TRUE(f) << f.error().message;
+  EXPECT_GT(e->report.host_peak_bytes, f->report.host_peak_bytes);
+  s.offload = *offload_preset("zero_offload", {});
+  EXPECT_NE(check_scenario(s).error().message.find("parallelism.fsdp_shard"), std::string::npos);
 }
 
 }  // namespace

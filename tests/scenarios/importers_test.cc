@@ -848,6 +848,18 @@ TEST(TorchtitanImport, HybridSharding) {
   EXPECT_EQ(value_at(r->scenario, "parallelism.fsdp_shard"), "8");
   EXPECT_TRUE(r->unmapped.empty()) << fmt::format("{}", fmt::join(keys(r->unmapped), ", "));
   expect_round_trip(*r);
+  // With FSDP's CPU offload each host holds its shard group's share: still hybrid sharding.
+  const std::string cpu_offload = "enable_cpu_offload = false";
+  ASSERT_NE(text.find(cpu_offload), std::string::npos);
+  std::ofstream(job) << text.replace(text.find(cpu_offload), cpu_offload.size(),
+                                     "enable_cpu_offload = true");
+  auto off = import_config(Framework::kTorchtitan, {job},
+                           {.sets = {"hardware.system=dgx-h100"}, .gpus = 16});
+  ASSERT_TRUE(off) << off.error().message;
+  EXPECT_EQ(value_at(off->scenario, "parallelism.fsdp_shard"), "8");
+  EXPECT_EQ(value_at(off->scenario, "offload.preset"), "fsdp_cpu_offload");
+  EXPECT_TRUE(off->unmapped.empty()) << fmt::format("{}", fmt::join(keys(off->unmapped), ", "));
+  expect_round_trip(*off);
 }
 
 // An MoE flavor and expert parallelism: with torchtitan's default sharded data parallelism the
