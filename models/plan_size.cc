@@ -366,7 +366,7 @@ void base_rows(const Scenario& s, const LayerDims& d, const LayerShape& ls, cons
                   gather * in.gathers_bwd});
   // ZeRO-3 / FSDP: the routed experts' own all-gather over the expert-DP group.
   const double expert_gather =
-      d.moe && dp_sharding(s.parallelism).params && expert_dp(s.parallelism) > 1 ? 1 : 0;
+      d.moe && dp_sharding(s.parallelism).params && expert_shard_dp(s.parallelism) > 1 ? 1 : 0;
   rows.push_back(
       {"sharded routed-expert all-gather", K::kCollective, expert_gather, expert_gather});
   rows.push_back(
@@ -651,18 +651,20 @@ void add_moe_layer(const Scenario& s, const StepContext& x, const LayerDims& dl,
     c.samples += 2 * x.m * mo.fwd_fetches;
   }
   const int edp = expert_dp(p);
-  if (dp_sharding(p).params && edp > 1) {
+  const int xshard = expert_shard_dp(p);
+  if (dp_sharding(p).params && xshard > 1) {
     // Sharded experts: their own all-gather in each forward and backward fetch (a recipe row),
     // which allocates the gathered buffer and waits for the prefetch point; the layer waits for
     // it.
     c.tensors += 2 * x.m;
     c.samples += 4 * x.m;
     c.deps += 4 * x.m;
-    c.group_ranks += 2 * x.m * edp;
+    c.group_ranks += 2 * x.m * xshard;
   }
   Scenario se = s;
   se.parallelism.dp = edp;  // the expert-DP group takes in the context-parallel ranks
   se.parallelism.cp = 1;
+  se.parallelism.fsdp_shard = p.fsdp_shard > 0 ? xshard : 0;
   add_grads(se, x.m, ls.grads_on_host, c);
   add_group(se, ls.params_on_host, ls.grads_on_host, ls.opt_on_host, c);
 }

@@ -948,12 +948,19 @@ sim::Status check_hybrid_sharding(const Scenario& s) {
   const bool deepspeed_step =
       o.optimizer_on_cpu && (o.cpu_step == OffloadPolicy::CpuStep::kFlatPartition ||
                              o.zenflow.enabled || o.superoffload.enabled);
-  if (p.param_gather != ParallelConfig::ParamGather::kPerLayer || s.model.moe.experts > 0 ||
-      deepspeed_step) {
+  if (p.param_gather != ParallelConfig::ParamGather::kPerLayer || deepspeed_step) {
     return invalid(
-        "parallelism.fsdp_shard: hybrid sharding is modelled for dense models with per-layer "
-        "gathers and a GPU or per-group CPU optimizer; expected no model.moe, param_gather "
-        "per_layer and none of DeepSpeed's flat-partition, ZenFlow or SuperOffload CPU steps");
+        "parallelism.fsdp_shard: hybrid sharding is modelled with per-layer gathers and a GPU or "
+        "per-group CPU optimizer; expected param_gather per_layer and none of DeepSpeed's "
+        "flat-partition, ZenFlow or SuperOffload CPU steps");
+  }
+  // The expert-parallel groups live inside a shard group (torchtitan's EP borrows from the shard
+  // degree), so each replica holds whole experts.
+  if (s.model.moe.experts > 0 && (p.tp * p.fsdp_shard) % (p.ep * p.etp) != 0) {
+    return invalid(fmt::format(
+        "parallelism.fsdp_shard: {} with tp {} gives shard groups of {} ranks, which the "
+        "expert-parallel groups (ep {} x etp {}) must divide",
+        p.fsdp_shard, p.tp, p.tp * p.fsdp_shard, p.ep, p.etp));
   }
   return sim::ok();
 }

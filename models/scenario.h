@@ -275,6 +275,12 @@ inline int shard_dp(const ParallelConfig& p) {
 // FSDP, its weights): what the expert-parallel grid leaves of the stage's tp · cp · dp ranks (the
 // expert-DP group).
 inline int expert_dp(const ParallelConfig& p) { return p.tp * p.cp * p.dp / (p.ep * p.etp); }
+// Of those, the ranks that shard a routed expert's state: all of them, or with hybrid sharding
+// (fsdp_shard) one replica group's share, tp · fsdp_shard / (ep · etp) (torchtitan shards the
+// experts over the dp_shard_mod_ep mesh and replicates them over dp_replicate).
+inline int expert_shard_dp(const ParallelConfig& p) {
+  return expert_dp(p) / (grad_dp(p) / shard_dp(p));
+}
 // Ranks of one pipeline stage: tp · cp · dp.
 inline int stage_ranks(const ParallelConfig& p) { return p.tp * p.cp * p.dp; }
 

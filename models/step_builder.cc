@@ -260,6 +260,13 @@ sim::Status StepBuilder::build_rank(int stage) {
   for (int i = 0; i < p.ep; ++i) r.ep_group.push_back(r.rank + i * p.etp);
   for (int i = 0; i < p.etp; ++i) r.etp_group.push_back(r.rank + i);
   for (int i = 0; i < edp(); ++i) r.edp_group.push_back(r.rank + i * p.ep * p.etp);
+  const int xshard = expert_shard_dp(p);
+  r.expert_shard_group.assign(r.edp_group.begin(), r.edp_group.begin() + xshard);
+  if (xshard < edp()) {
+    for (int j = 0; j < edp() / xshard; ++j) {
+      r.expert_replica_group.push_back(r.rank + j * p.ep * p.etp * xshard);
+    }
+  }
 
   b_.representative({.rank = r.rank, .multiplicity = stage_ranks(p), .stride = 1});
   SimRankInfo info;

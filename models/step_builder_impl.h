@@ -127,6 +127,8 @@ class StepBuilder {
     std::map<std::pair<int, int>, OpId> last_grad_op;  // (layer key, mb) -> op after its grads
     std::map<int, OpId> reduce_op;                     // layer key -> DP reduction of last mb
     std::vector<int> ep_group, etp_group, edp_group;   // expert-parallel groups (MoE)
+    // Hybrid sharding: the expert-DP ranks of the rank's replica group, and its expert replicas.
+    std::vector<int> expert_shard_group, expert_replica_group;
     std::map<int, std::size_t> expert_group_of_layer;  // MoE layer -> its experts' ParamGroup
     std::map<int, OpId> expert_reduce_op;              // MoE layer -> expert-DP reduction
     // Per (mb, layer): the tensors kept between forward and backward.

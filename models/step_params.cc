@@ -109,8 +109,9 @@ void StepBuilder::make_param_groups(Rank& r) {
                      .master_on_hbm = lp.master_on_hbm,
                      .expert = true};
         ParallelConfig pe = p;
-        pe.dp = edp();  // the expert-DP group takes in the context-parallel ranks
+        pe.dp = expert_shard_dp(p);  // the expert-DP group takes in the context-parallel ranks
         pe.cp = 1;
+        pe.fsdp_shard = 0;
         x.mem = static_memory(x.params, pe, s_.training.fp32_master_weights, gdtype_);
         r.expert_group_of_layer[l] = r.groups.size();
         r.groups.push_back(std::move(x));
@@ -245,14 +246,14 @@ StepBuilder::Fetch StepBuilder::fetch_params(Rank& r, int layer, const std::stri
   // on their own, after the layer's other parameters on the same stream (torchtitan shards
   // `moe.experts` with fully_shard over the dp-mod-ep mesh and prefetches it with its block).
   const auto x = r.expert_group_of_layer.find(layer);
-  if (shard_params() && edp() > 1 && x != r.expert_group_of_layer.end()) {
+  if (shard_params() && expert_shard_dp(s_.parallelism) > 1 && x != r.expert_group_of_layer.end()) {
     const ParamGroup& e = r.groups[x->second];
     const std::int64_t bytes = e.params * sim::dtype_bytes(dt_.all_gather);
     const TensorId buf = tensor(r.hbm, fmt::format("{}.{}.params_gathered", e.name, tag), bytes,
                                 TensorCategory::kBuffers);
     const OpId ag =
         collective(r, r.comm, fmt::format("{}.{}.params_allgather", e.name, tag), OpCategory::kComm,
-                   layer, sim::CollectiveKind::kAllGather, r.edp_group, bytes, deps);
+                   layer, sim::CollectiveKind::kAllGather, r.expert_shard_group, bytes, deps);
     b_.op_at(ag).allocs.push_back(buf);
     f.buffers.push_back(buf);
     f.wait.push_back(ag);
@@ -369,16 +370,18 @@ OpId StepBuilder::reduce_grads(Rank& r, const ParamGroup& g, int mb, OpId last) 
   } else {
     first = after =
         collective(r, r.comm, name, OpCategory::kComm, g.layer, kind,
-                   g.expert ? r.edp_group : r.shard_group, g.params * wire_bytes, {last});
+                   g.expert ? r.expert_shard_group : r.shard_group, g.params * wire_bytes, {last});
     // Hybrid sharding: the shard's gradient all-reduced across the replicas, on a stream of its
     // own beside the gathers and reduce-scatters (FSDP2's all_reduce_stream: "the collectives
     // use different network resources and can overlap in the typical intra-node sharding /
     // inter-node replication case").
-    if (!g.expert && r.replica_group.size() > 1) {
-      after = collective(
-          r, r.replica_lane, fmt::format("mb{}.{}.grad_replica_allreduce", lbl(mb), g.name),
-          OpCategory::kComm, g.layer, sim::CollectiveKind::kAllReduce, r.replica_group,
-          ceil_div(g.params, shard_dp(s_.parallelism)) * wire_bytes, {first});
+    const std::vector<int>& replicas = g.expert ? r.expert_replica_group : r.replica_group;
+    if (replicas.size() > 1) {
+      const int shard = g.expert ? expert_shard_dp(s_.parallelism) : shard_dp(s_.parallelism);
+      after = collective(r, r.replica_lane,
+                         fmt::format("mb{}.{}.grad_replica_allreduce", lbl(mb), g.name),
+                         OpCategory::kComm, g.layer, sim::CollectiveKind::kAllReduce, replicas,
+                         ceil_div(g.params, shard) * wire_bytes, {first});
     }
   }
   // Not overlapped: reduced once the whole backward is done, so the collective also waits for
@@ -456,7 +459,7 @@ std::optional<OpId> StepBuilder::embedding_grad_sync(Rank& r, const std::vector<
 }
 
 std::int64_t StepBuilder::optimizer_shard(const ParamGroup& g) const {
-  const int gdp = g.expert ? edp() : shard_dp(s_.parallelism);
+  const int gdp = g.expert ? expert_shard_dp(s_.parallelism) : shard_dp(s_.parallelism);
   return dp_sharding(s_.parallelism).optimizer ? ceil_div(g.params, gdp) : g.params;
 }
 

@@ -332,23 +332,12 @@ sim::Status map_model(Fields& fields, Mapper& m) {
 
 // HSDP (data_parallel_replicate_degree beside data_parallel_shard_degree): FSDP over the
 // dp_shard_cp mesh, replicated over dp_replicate, as parallelism.fsdp_shard (with FSDP CPU
-// offload too: each rank's host holds its shard group's share). Hybrid sharding is modelled for
-// dense models; an MoE model's is listed and sharded over all data-parallel ranks.
+// offload too: each rank's host holds its shard group's share; an MoE model's experts sharded
+// over what EP leaves of the shard group and replicated likewise).
 sim::Status map_hybrid_sharding(Fields& fields, Mapper& m, const Layout& layout) {
   if (layout.shard <= 1 || layout.replicate <= 1) return {};
   Field* rep = parallel_field(fields, "data_parallel_replicate_degree");
   if (rep == nullptr) return {};
-  bool moe = false;
-  if (const scenarios::Node* model = scenarios::find_path(m.doc, "model")) {
-    const auto arch = models::find_model(model->scalar);
-    moe = arch && arch->moe.experts > 0;
-  }
-  if (moe) {
-    m.unmapped(*rep,
-               "HSDP of an MoE model: offsim shards over all dp ranks (memory per GPU is that of "
-               "full FSDP)");
-    return {};
-  }
   return m.set(*rep, "parallelism.fsdp_shard", std::to_string(layout.shard * layout.cp));
 }
 

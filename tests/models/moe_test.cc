@@ -731,6 +731,48 @@ TEST(MoeSharding, ExpertsAreShardedOverTheExpertDataParallelRanks) {
   }
 }
 
+// Hybrid sharding of an MoE model (torchtitan's HSDP): FSDP over 16 ranks on two nodes in shard
+// groups of 8, EP 4. The experts' expert-DP group of 4 splits into two replicas: each expert is
+// sharded over the pair of its shard group ({0, 4}), gathered and reduce-scattered there, and its
+// gradient shard all-reduced with the other replica ({0, 8}); the state per rank is twice full
+// FSDP's. EP that does not fit in a shard group is refused.
+TEST(MoeSharding, HybridShardingKeepsWholeExpertsInEachReplica) {
+  Scenario s = small_moe();
+  s.hardware.nodes = 2;
+  s.training.global_batch = 16;
+  s.parallelism = {.dp = 16, .tp = 1, .pp = 1, .fsdp = true};
+  s.parallelism.ep = 4;
+  Scenario full = s;
+  s.parallelism.fsdp_shard = 8;
+  ASSERT_TRUE(check_scenario(s).has_value()) << check_scenario(s).error().message;
+  auto step = build_step(s);
+  ASSERT_TRUE(step.has_value()) << step.error().message;
+  auto full_step = build_step(full);
+  ASSERT_TRUE(full_step.has_value()) << full_step.error().message;
+  EXPECT_EQ(tensor_bytes(step->plan, "l0.experts.params"),
+            2 * tensor_bytes(full_step->plan, "l0.experts.params"));
+  int replica_reduces = 0;
+  for (const sim::Op& op : step->plan.ops) {
+    if (op.name.find("l0.experts") == std::string::npos) continue;
+    if (op.name.find("params_allgather") != std::string::npos ||
+        op.name.find("grad_reducescatter") != std::string::npos) {
+      EXPECT_EQ(op.sizes.collective.group, (std::vector<int>{0, 4})) << op.name;
+    }
+    if (op.name.ends_with(".grad_replica_allreduce")) {
+      ++replica_reduces;
+      EXPECT_EQ(op.sizes.collective.group, (std::vector<int>{0, 8})) << op.name;
+    }
+  }
+  EXPECT_EQ(replica_reduces, 1);  // one micro-batch
+  const PlanSize est = estimate_plan_size(s, {});
+  EXPECT_NEAR(est.ops / static_cast<double>(step->plan.ops.size()), 1.0, 0.05);
+  auto e = evaluate(s);
+  ASSERT_TRUE(e.has_value()) << e.error().message;
+  s.parallelism.ep = 16;
+  ASSERT_FALSE(check_scenario(s).has_value());
+  EXPECT_NE(check_scenario(s).error().message.find("parallelism.fsdp_shard: 8"), std::string::npos);
+}
+
 // Context parallelism with MoE: each rank routes its share of the sequence, and the CP ranks
 // join the expert grid (Megatron-Core: expert-DP = world / (etp · ep · pp)): TP 2 × CP 2 × DP 2
 // with EP 4 leaves an expert-DP group of 2.

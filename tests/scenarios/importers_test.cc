@@ -894,6 +894,19 @@ TEST(TorchtitanImport, ExpertParallelism) {
   r = import_config(Framework::kTorchtitan, {job},
                     {.sets = {"hardware.system=dgx-h100"}, .gpus = 8});
   expect_error(r, "expert_parallel_degree 4 with expert_tensor_parallel_degree 1: torchtitan");
+  // HSDP: the experts sharded over what EP leaves of each shard group, replicated across them.
+  const std::string replicated =
+      "data_parallel_replicate_degree = 8\ndata_parallel_shard_degree = 1";
+  std::ofstream(job) << text.replace(
+      text.find(replicated), replicated.size(),
+      "data_parallel_replicate_degree = 2\ndata_parallel_shard_degree = -1");
+  r = import_config(Framework::kTorchtitan, {job},
+                    {.sets = {"hardware.system=dgx-h100"}, .gpus = 16});
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(value_at(r->scenario, "parallelism.fsdp_shard"), "8");
+  EXPECT_EQ(value_at(r->scenario, "parallelism.ep"), "4");
+  EXPECT_TRUE(r->unmapped.empty()) << fmt::format("{}", fmt::join(keys(r->unmapped), ", "));
+  expect_round_trip(*r);
 }
 
 TEST(TorchtitanImport, FsdpExample) {
