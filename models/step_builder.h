@@ -91,7 +91,9 @@ struct BuiltStep {
   std::vector<std::string> flags;
   RuntimeModel runtime;  // hardware.runtime's overheads (runtime.h)
   // With one pipeline stage, micro-batch i's forward and backward ops are the plan's ops from
-  // micro_batch_starts[i].op on (its tensors likewise); empty with pipeline parallelism.
+  // micro_batch_starts[i].op on (its tensors likewise); empty with pipeline parallelism. With
+  // parallelism.moe_a2a_overlap each entry starts a combined step instead (micro-batch i + 1's
+  // forward and i's backward), from the second forward on.
   std::vector<MicroBatchStart> micro_batch_starts;
   // With pipeline parallelism: every task in op order (the stages' tasks, then the receives).
   std::vector<PipelineTask> pipeline_tasks;

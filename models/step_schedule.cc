@@ -73,7 +73,9 @@ void StepBuilder::run_schedule(Rank& r) {
     // moe_a2a_overlap: a forward followed by a backward (the steady state) is one combined step.
     const bool pair_f = combine && t.steady && t.forward;
     const bool pair_b = combine && t.steady && !t.forward;
-    if (t.forward && p.pp == 1) {
+    // With combined steps a micro-batch's span is a combined step (one forward, the previous
+    // micro-batch's backward): the first forward alone is not one.
+    if (t.forward && p.pp == 1 && (!combine || t.steady)) {
       out_.micro_batch_starts.push_back(
           {.op = b_.peek().ops.size(), .tensor = b_.peek().tensors.size()});
     }

@@ -94,6 +94,25 @@ TEST(MoeExamples, FsdpShardsTheExpertsAndFits) {
   EXPECT_EQ(sel->report.outcome, "out_of_memory");
 }
 
+// The all-to-all overlap example: it fits, and the same step with the all-to-alls on the compute
+// stream is slower, most of the difference the exposed all-to-all.
+TEST(MoeExamples, AllToAllOverlapHidesTheDispatchBehindTheOtherPass) {
+  const Scenario s = load("qwen3-30b-a3b-16xh100-a2a-overlap.yaml");
+  ASSERT_TRUE(s.parallelism.moe_a2a_overlap);
+  auto e = evaluate(s);
+  ASSERT_TRUE(e) << e.error().message;
+  EXPECT_TRUE(e->report.fits);
+  Scenario serial = s;
+  serial.parallelism.moe_a2a_overlap = false;
+  auto off = evaluate(serial);
+  ASSERT_TRUE(off) << off.error().message;
+  EXPECT_TRUE(off->report.fits);
+  const double saved = off->report.step_time_s - e->report.step_time_s;
+  const double hidden = off->report.time.moe_alltoall_s - e->report.time.moe_alltoall_s;
+  EXPECT_GT(saved, 0.0);
+  EXPECT_GT(hidden, 0.5 * saved);
+}
+
 TEST(MoeExamples, ExpertOffloadFetchesTheRoutedExperts) {
   const Scenario s = load("qwen3-30b-a3b-8xh100-expert-offload.yaml");
   EXPECT_EQ(s.offload.expert_fetch, OffloadPolicy::ExpertFetch::kRouted);
