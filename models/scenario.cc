@@ -788,6 +788,11 @@ sim::Status check_expert_parallel(const Scenario& s) {
 // overlap_moe_expert_parallel_comm, and what offsim does not model with it.
 sim::Status check_moe_a2a_overlap(const Scenario& s) {
   const ParallelConfig& p = s.parallelism;
+  if (p.delay_wgrad_compute && !p.moe_a2a_overlap) {
+    return invalid(
+        "parallelism.delay_wgrad_compute: needs parallelism.moe_a2a_overlap (Megatron-Core "
+        "delays the weight gradients only in its combined 1F1B step)");
+  }
   if (!p.moe_a2a_overlap) return sim::ok();
   const auto refuse = [](std::string_view why) {
     return invalid(fmt::format("parallelism.moe_a2a_overlap: {}", why));

@@ -236,6 +236,12 @@ struct ParallelConfig {
   // one extra warm-up forward, pipeline_parallel/schedules.py). Needs ep > 1 and, with pp > 1,
   // the interleaved schedule, as Megatron-Core's TransformerConfig asks.
   bool moe_a2a_overlap = false;
+  // Megatron-Core's --delay-wgrad-compute (Megatron-Bridge sets it with moe_a2a_overlap): in a
+  // combined step the backward's expert MLP runs its data gradients first and its weight
+  // gradients (TransformerLayerNode.backward_dw) after them, and the dispatch's all-to-all back
+  // to the tokens waits for the data gradients only, so it overlaps the weight gradients. Needs
+  // moe_a2a_overlap, as Megatron-Core's TransformerConfig asks.
+  bool delay_wgrad_compute = false;
   // Context parallelism (Megatron-Core --context-parallel-size, Transformer Engine's attention
   // with a CP group): each sequence split over `cp` ranks (tp fastest, then cp, then dp), every
   // rank holding seq_len / cp tokens of every layer; the ranks of a CP group join the

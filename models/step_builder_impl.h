@@ -504,6 +504,8 @@ class StepBuilder {
   // While a combined step's pass is built: its marks, and the lane of its all-to-alls.
   std::vector<PassMarks>* marks_ = nullptr;
   LaneId a2a_lane_;
+  // moe_backward with delayed weight gradients: what the dispatch's all-to-alls wait for.
+  std::optional<OpId> a2a_ready_;
   std::optional<OpId> host_wait_;             // a synchronisation whose next op is not issued yet
   std::optional<NextHostOps> next_host_ops_;  // next_host_ops(): for the next issued op only
   bool in_backward_task_ = false;             // building a backward task

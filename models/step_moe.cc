@@ -172,10 +172,12 @@ OpId StepBuilder::moe_op(Rank& r, const std::string& name, OpCategory cat, int l
                           r.ep_group, bytes);
       }
       // A combined 1F1B step: on the pass's communication stream, after the compute op that
-      // made its input, and the next compute op waits for it.
+      // made its input (with delayed weight gradients, the last data-gradient op before them),
+      // and the next compute op waits for it.
       const OpId before = last_compute_;
-      const OpId id = collective(r, a2a_lane_, name, OpCategory::kComm, l,
-                                 sim::CollectiveKind::kAllToAll, r.ep_group, bytes, {before});
+      const OpId id =
+          collective(r, a2a_lane_, name, OpCategory::kComm, l, sim::CollectiveKind::kAllToAll,
+                     r.ep_group, bytes, {a2a_ready_.value_or(before)});
       next_compute_deps_.push_back(id);
       if (marks_ != nullptr) {
         PassMarks& m = pass_marks(l);
@@ -261,13 +263,33 @@ OpId StepBuilder::moe_shared_forward_side(Rank& r, const std::string& p, OpCateg
 }
 
 // The MoE FFN backward: the entries of moe_backward_recipe() (plan_size.h) in order.
+// With parallelism.delay_wgrad_compute in a combined step (a2a_lane_ set) the experts' grouped
+// weight-gradient GEMMs run after their data gradients (Megatron-Core's mlp.backward, then
+// mlp.backward_dw, on the compute stream), and the dispatch's all-to-alls back to the tokens
+// wait for the data gradients only (the backward_dw records no stream event), so they overlap
+// the weight gradients.
 void StepBuilder::moe_backward(Rank& r, const std::string& p, OpCategory cat, int l) {
   const LayerDims& md = ld(l);
+  const bool delay = s_.parallelism.delay_wgrad_compute && a2a_lane_.valid();
+  std::vector<const MoeOpEntry*> delayed;
   for (const MoeOpEntry& e : moe_backward_recipe()) {
     if (!moe_entry_runs(e, md)) continue;
+    if (delay && e.kind == MoeOpKind::kGroupedGemm && e.pass == GemmPass::kWgrad) {
+      delayed.push_back(&e);
+      continue;
+    }
+    if (!delayed.empty() && e.kind == MoeOpKind::kAllToAll) {
+      a2a_ready_ = last_compute_;
+      for (const MoeOpEntry* w : delayed) {
+        if (w->host_ops > 0) next_host_ops(w->host_ops, true);
+        moe_op(r, p + "." + w->name, cat, l, *w, true);
+      }
+      delayed.clear();
+    }
     if (e.host_ops > 0) next_host_ops(e.host_ops, true);
     moe_op(r, p + "." + e.name, cat, l, e, true);
   }
+  a2a_ready_.reset();
 }
 
 }  // namespace offsim::models::detail

@@ -578,6 +578,7 @@ sim::Status read_layout(const Node& node, ParallelConfig& p) {
 sim::Status read_model_parallel_keys(MapReader& r, ParallelConfig& p) {
   OFFSIM_RETURN_IF_ERROR(read_bool(r, "moe_shared_expert_overlap", p.moe_shared_expert_overlap));
   OFFSIM_RETURN_IF_ERROR(read_bool(r, "moe_a2a_overlap", p.moe_a2a_overlap));
+  OFFSIM_RETURN_IF_ERROR(read_bool(r, "delay_wgrad_compute", p.delay_wgrad_compute));
   OFFSIM_RETURN_IF_ERROR(read_int(r, "ep", p.ep, 1, 4096));
   OFFSIM_RETURN_IF_ERROR(read_int(r, "etp", p.etp, 1, 4096));
   OFFSIM_RETURN_IF_ERROR(read_int(r, "cp", p.cp, 1, 4096));
@@ -1291,6 +1292,7 @@ Node parallelism_node(const ParallelConfig& p) {
   if (!p.deallocate_pipeline_outputs) put(par, "deallocate_pipeline_outputs", bool_node(false));
   if (p.moe_shared_expert_overlap) put(par, "moe_shared_expert_overlap", bool_node(true));
   if (p.moe_a2a_overlap) put(par, "moe_a2a_overlap", bool_node(true));
+  if (p.delay_wgrad_compute) put(par, "delay_wgrad_compute", bool_node(true));
   if (p.tp_async_grad_reduce) put(par, "tp_async_grad_reduce", bool_node(true));
   if (p.tp_comm_overlap) put(par, "tp_comm_overlap", bool_node(true));
   if (p.ep > 1 || p.etp > 1) {

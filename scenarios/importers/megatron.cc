@@ -697,6 +697,10 @@ sim::Status map_moe_dispatcher(Args& a) {
     OFFSIM_ASSIGN_OR_RETURN(bool on, a.flag(f));
     OFFSIM_RETURN_IF_ERROR(a.m.set(*f, "parallelism.moe_a2a_overlap", on ? "true" : "false"));
   }
+  if (Field* f = a.get("--delay-wgrad-compute")) {
+    OFFSIM_ASSIGN_OR_RETURN(bool on, a.flag(f));
+    OFFSIM_RETURN_IF_ERROR(a.m.set(*f, "parallelism.delay_wgrad_compute", on ? "true" : "false"));
+  }
   if (Field* f = a.get("--moe-pad-expert-input-to-capacity")) {
     OFFSIM_ASSIGN_OR_RETURN(bool on, a.flag(f));
     if (on) {

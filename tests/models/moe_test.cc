@@ -2,10 +2,12 @@
 // and against their published totals, Hugging Face import of MoE keys, the checks of
 // model.moe.* and parallelism.ep, expert routing with imbalance and capacity, and the step's
 // all-to-all and grouped-GEMM ops.
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -913,6 +915,63 @@ TEST(MoeA2aOverlap, CombinedStepsOverlapTheAllToAllsWithTheOtherPass) {
   EXPECT_NEAR(sum, on.step_time_s, 1e-6 * on.step_time_s);
   EXPECT_GT(t.moe_alltoall_s, 0.0);
   EXPECT_LE(t.moe_alltoall_s, t.exposed_comm_s);
+}
+
+// parallelism.delay_wgrad_compute (Megatron-Core's --delay-wgrad-compute): in a combined step
+// the backward's experts run their data gradients, then their weight gradients, and the
+// dispatch's all-to-all back to the tokens starts once the data gradients are done, so it runs
+// beside the weight gradients; without the flag it waits for them. The step is not longer.
+TEST(MoeA2aOverlap, DelayedWeightGradientsOverlapTheBackwardDispatch) {
+  Scenario s = small_moe();
+  s.parallelism = {.dp = 8, .tp = 1, .pp = 1, .zero_stage = 1};
+  s.parallelism.ep = 8;
+  s.parallelism.moe_a2a_overlap = true;
+  s.training.global_batch = 64;
+  s.training.micro_batch = 2;
+  // Per backward dispatch all-to-all of a combined step: does it start before the same layer's
+  // last expert weight-gradient GEMM ends?
+  const auto dispatch_beside_wgrad = [](const Evaluation& e) {
+    const sim::Plan& plan = *e.plan;
+    std::map<std::string, std::int64_t> wgrad_end;  // by the op name's prefix (micro-batch, layer)
+    std::map<std::string, std::int64_t> dispatch_start;
+    for (const sim::Span& sp : e.timeline->spans) {
+      const sim::Op& op = plan.ops[sp.op.index()];
+      if (plan.lanes[op.lane.index()].name == "rank0.a2a_bwd") {
+        const auto at = op.name.find(".moe.dispatch.alltoall.bwd");
+        if (at != std::string::npos)
+          dispatch_start[op.name.substr(0, at)] = sp.start.time_since_epoch().count();
+      }
+      const auto at = op.name.find(".experts.fc");
+      if (at != std::string::npos && op.name.ends_with(".wgrad")) {
+        std::int64_t& end = wgrad_end[op.name.substr(0, at)];
+        end = std::max(end, sp.end.time_since_epoch().count());
+      }
+    }
+    int beside = 0;
+    for (const auto& [key, start] : dispatch_start) {
+      const auto it = wgrad_end.find(key);
+      if (it != wgrad_end.end() && start < it->second) ++beside;
+    }
+    return std::pair{beside, dispatch_start.size()};
+  };
+  auto plain = evaluate(s, {.keep_timeline = true, .keep_plan = true});
+  ASSERT_TRUE(plain.has_value()) << plain.error().message;
+  const auto [plain_beside, plain_count] = dispatch_beside_wgrad(*plain);
+  EXPECT_GT(plain_count, 0U);
+  EXPECT_EQ(plain_beside, 0);
+  s.parallelism.delay_wgrad_compute = true;
+  auto delayed = evaluate(s, {.keep_timeline = true, .keep_plan = true});
+  ASSERT_TRUE(delayed.has_value()) << delayed.error().message;
+  const auto [beside, count] = dispatch_beside_wgrad(*delayed);
+  EXPECT_EQ(count, plain_count);
+  EXPECT_EQ(beside, static_cast<int>(count));
+  EXPECT_LE(delayed->report.step_time_s, plain->report.step_time_s);
+
+  // Megatron-Core delays the weight gradients only with the overlap.
+  s.parallelism.moe_a2a_overlap = false;
+  auto st = check_scenario(s);
+  ASSERT_FALSE(st.has_value());
+  EXPECT_NE(st.error().message.find("parallelism.delay_wgrad_compute"), std::string::npos);
 }
 
 // With pipeline parallelism the combined steps need the interleaved schedule (Megatron-Core's

@@ -484,11 +484,20 @@ TEST(MegatronImport, MixtureOfExperts) {
       << both.error().message;
   std::string alone = base;
   alone.replace(alone.find(" --moe-shared-expert-overlap"), 28, "");
-  std::ofstream(script) << alone << "  --overlap-moe-expert-parallel-comm\n";
+  std::ofstream(script) << alone
+                        << "  --overlap-moe-expert-parallel-comm\n  --delay-wgrad-compute\n";
   auto a2a = import_config(Framework::kMegatron, {script}, {.sets = {"hardware.system=dgx-h100"}});
   ASSERT_TRUE(a2a) << a2a.error().message;
   EXPECT_EQ(value_at(a2a->scenario, "parallelism.moe_a2a_overlap"), "true");
+  EXPECT_EQ(value_at(a2a->scenario, "parallelism.delay_wgrad_compute"), "true");
   EXPECT_TRUE(a2a->unmapped.empty());
+  // Megatron-Core asks for the overlap with the delayed weight gradients; so does the import.
+  std::ofstream(script) << alone << "  --delay-wgrad-compute\n";
+  auto alone_delay =
+      import_config(Framework::kMegatron, {script}, {.sets = {"hardware.system=dgx-h100"}});
+  ASSERT_FALSE(alone_delay);
+  EXPECT_NE(alone_delay.error().message.find("parallelism.delay_wgrad_compute"), std::string::npos)
+      << alone_delay.error().message;
 
   // Megatron's defaults: top-2, the expert FFN of --ffn-hidden-size, every layer MoE; an
   // integer --moe-layer-freq N makes every N-th layer MoE from layer 0; expert TP given.
