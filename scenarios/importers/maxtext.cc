@@ -148,7 +148,8 @@ struct Layout {
   std::map<std::string, std::int64_t> degree;
   std::int64_t product = 1;  // devices of the whole mesh
   std::int64_t dp = 1, tp = 1, pp = 1, cp = 1;
-  std::vector<Field*> data_fields;  // ici_/dcn_data_parallelism, as given
+  std::vector<Field*> data_fields;          // ici_/dcn_data_parallelism, as given
+  std::vector<const Field*> expert_fields;  // ici_/dcn_expert_parallelism, as given
 };
 
 sim::Status read_axis(Fields& fields, const Mapper& m, const char* axis, int level, Mesh& mesh) {
@@ -233,23 +234,42 @@ void note_unmodelled_axes(Mapper& m, Mesh& mesh, const Layout& layout) {
   }
 }
 
-// data x fsdp: the weights sharded over the fsdp, fsdp_transpose and context axes and replicated
-// over the data axis (hybrid sharding, parallelism.fsdp_shard). Modelled for dense models; an
-// MoE model's is listed and sharded over all data-parallel ranks.
-sim::Status map_hybrid_sharding(Mapper& m, const Layout& layout) {
+// How the weights are sharded (MaxText's logical_axis_rules in configs/base.yml): the 'embed'
+// dimension of every weight over the fsdp, fsdp_transpose, context and expert axes, replicated
+// over the data axis; a routed expert's 'exp' dimension over the expert axis and its
+// 'embed_no_exp' over fsdp, fsdp_transpose and context. So with an MoE model the expert axis
+// shards the other weights as FSDP does (expert_shard_attention_option "fsdp", MaxText's
+// default): parallelism.fsdp. With the data axis beside the sharding axes the weights are
+// replicated over it (hybrid sharding): parallelism.fsdp_shard = the ranks of a shard group
+// (fsdp x fsdp_transpose x context x expert), within which offsim shards the routed experts over
+// the ranks of their own replica (tp x fsdp_shard / (ep x etp): fsdp x fsdp_transpose x context).
+sim::Status map_hybrid_sharding(Fields& fields, Mapper& m, const Layout& layout) {
   const auto& degree = layout.degree;
-  const std::int64_t shard = degree.at("fsdp") * degree.at("fsdp_transpose");
+  const bool moe = scenarios::find_path(m.doc, "model.moe.experts") != nullptr;
+  std::int64_t expert = 1;
+  if (!moe || degree.at("expert") <= 1) {
+    if (Field* f = fields.get("expert_shard_attention_option")) {
+      m.ignored(*f, "no expert axis");
+    }
+  } else {
+    std::string option = "fsdp";
+    if (Field* f = fields.get("expert_shard_attention_option")) {
+      OFFSIM_ASSIGN_OR_RETURN(option, m.text(*f));
+      if (option == "fsdp") {
+        m.mapped(*f, "parallelism.fsdp (the expert axis shards the other weights)");
+      } else {
+        m.unmapped(*f, fmt::format("'{}': the expert axis is modelled as sharding the other "
+                                   "weights and the batch (fsdp)",
+                                   option));
+      }
+    }
+    expert = degree.at("expert");
+    OFFSIM_RETURN_IF_ERROR(m.set_from(layout.expert_fields, "parallelism.fsdp", "true"));
+  }
+  const std::int64_t shard = degree.at("fsdp") * degree.at("fsdp_transpose") * expert;
   if (shard <= 1 || degree.at("data") <= 1) return {};
-  if (scenarios::find_path(m.doc, "model.moe.experts") == nullptr) {
-    const std::vector<const Field*> data(layout.data_fields.begin(), layout.data_fields.end());
-    return m.set_from(data, "parallelism.fsdp_shard", std::to_string(shard * layout.cp));
-  }
-  for (Field* f : layout.data_fields) {
-    m.unmapped(*f,
-               "data x fsdp hybrid sharding of an MoE model: offsim shards over all dp ranks "
-               "(memory per GPU is that of full FSDP)");
-  }
-  return {};
+  const std::vector<const Field*> data(layout.data_fields.begin(), layout.data_fields.end());
+  return m.set_from(data, "parallelism.fsdp_shard", std::to_string(shard * layout.cp));
 }
 
 // --- mesh: ici_* x dcn_* degrees -> parallelism.dp/fsdp/tp/pp.
@@ -323,6 +343,7 @@ sim::Result<Layout> map_mesh(Fields& fields, Mapper& m, const ImportOptions& opt
   for (Field* f : {mesh.ici_f["data"], mesh.dcn_f["data"]}) {
     if (f != nullptr) layout.data_fields.push_back(f);
   }
+  layout.expert_fields = axis_fields({"expert"});
   return layout;
 }
 
@@ -769,7 +790,7 @@ sim::Result<ImportResult> import_maxtext(const std::vector<std::string>& files,
   OFFSIM_RETURN_IF_ERROR(map_context_strategy(fields, m, layout.cp));
   OFFSIM_RETURN_IF_ERROR(map_batch(fields, m, layout));
   OFFSIM_RETURN_IF_ERROR(map_model(fields, m, files));
-  OFFSIM_RETURN_IF_ERROR(map_hybrid_sharding(m, layout));
+  OFFSIM_RETURN_IF_ERROR(map_hybrid_sharding(fields, m, layout));
   OFFSIM_RETURN_IF_ERROR(map_precision(fields, m));
   OFFSIM_RETURN_IF_ERROR(map_optimizer_and_hardware(fields, m));
   OFFSIM_RETURN_IF_ERROR(map_offload(fields, m));

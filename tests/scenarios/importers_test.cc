@@ -186,7 +186,7 @@ TEST(MaxTextImport, OffloadPoliciesAndUnmappedAxes) {
 }
 
 // The data axis beside fsdp: the weights sharded over the fsdp ranks and replicated over the data
-// axis (hybrid sharding); an MoE model's is listed as full FSDP.
+// axis (hybrid sharding); an MoE model's in MaxTextImport.MixtureOfExpertsBlocks.
 TEST(MaxTextImport, DataAxisBesideFsdpIsHybridSharding) {
   ImportOptions opt{.sets = {"hardware.system=dgx-h100"},
                     .framework_overrides = {"ici_data_parallelism=2"},
@@ -226,6 +226,9 @@ TEST(MaxTextImport, MixtureOfExpertsBlocks) {
   EXPECT_EQ(value_at(d, "model.norm"), "rmsnorm");
   EXPECT_EQ(value_at(d, "parallelism.ep"), "8");
   EXPECT_EQ(value_at(d, "parallelism.dp"), "8");  // fsdp -1 takes 1: the expert axis is dp
+  // The expert axis shards the other weights ('embed' over fsdp ... expert): FSDP.
+  EXPECT_EQ(value_at(d, "parallelism.fsdp"), "true");
+  EXPECT_EQ(find_path(d, "parallelism.fsdp_shard"), nullptr);
   EXPECT_EQ(find_path(d, "model.moe.capacity_factor"), nullptr);  // -1: dropless
   EXPECT_TRUE(r->unmapped.empty()) << fmt::format("{}", fmt::join(keys(r->unmapped), ", "));
   expect_round_trip(*r);
@@ -238,6 +241,24 @@ TEST(MaxTextImport, MixtureOfExpertsBlocks) {
   EXPECT_EQ(value_at(f->scenario, "parallelism.dp"), "8");
   EXPECT_EQ(value_at(f->scenario, "parallelism.fsdp"), "true");
   expect_round_trip(*f);
+  // The data axis beside expert x fsdp: hybrid sharding over the shard group of expert x fsdp
+  // ranks (the routed experts over the fsdp ranks of their replica), replicated over data.
+  ImportOptions hybrid = opt;
+  hybrid.framework_overrides = {"ici_expert_parallelism=2", "ici_data_parallelism=2",
+                                "ici_fsdp_parallelism=2"};
+  auto h = import_config(Framework::kMaxText, {kDir + "maxtext-base.yml", model}, hybrid);
+  ASSERT_TRUE(h) << h.error().message;
+  EXPECT_EQ(value_at(h->scenario, "parallelism.ep"), "2");
+  EXPECT_EQ(value_at(h->scenario, "parallelism.dp"), "8");
+  EXPECT_EQ(value_at(h->scenario, "parallelism.fsdp"), "true");
+  EXPECT_EQ(value_at(h->scenario, "parallelism.fsdp_shard"), "4");
+  EXPECT_TRUE(h->unmapped.empty()) << fmt::format("{}", fmt::join(keys(h->unmapped), ", "));
+  expect_round_trip(*h);
+  // Expert axis as context parallelism: listed, the expert axis still taken as fsdp.
+  hybrid.framework_overrides.push_back("expert_shard_attention_option=context");
+  auto c = import_config(Framework::kMaxText, {kDir + "maxtext-base.yml", model}, hybrid);
+  ASSERT_TRUE(c) << c.error().message;
+  EXPECT_EQ(keys(c->unmapped), (std::vector<std::string>{"expert_shard_attention_option"}));
 
   const std::string ds = dir.file("deepseek.yml");
   std::ofstream(ds) << "decoder_block: \"deepseek\"\nbase_emb_dim: 1024\nbase_num_query_heads: 16\n"
