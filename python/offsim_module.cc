@@ -220,7 +220,8 @@ std::tuple<std::int64_t, std::int64_t, double> sweep(
 // The policy search (`offsim plan`): the best candidates as JSON rows.
 std::string plan(const std::string& text, const std::string& source, const std::string& base_dir,
                  const std::vector<std::string>& sets, int top, bool exhaustive,
-                 const std::vector<std::int64_t>& micro_batches, bool search_recompute, int jobs) {
+                 const std::vector<std::int64_t>& micro_batches, bool search_recompute,
+                 bool search_a2a_overlap, int jobs) {
   const scenarios::ScenarioFile file = load_text(text, source, base_dir, sets);
   const models::ResolvedScenario s = checked(file);
   scenarios::SearchOptions o;
@@ -233,6 +234,7 @@ std::string plan(const std::string& text, const std::string& source, const std::
                          models::RecomputeConfig::Mode::kSelective,
                          models::RecomputeConfig::Mode::kFull};
   }
+  if (search_a2a_overlap) o.space.a2a_overlap = {false, true};
   nlohmann::ordered_json rows = nlohmann::ordered_json::array();
   {
     py::gil_scoped_release release;
@@ -244,6 +246,7 @@ std::string plan(const std::string& text, const std::string& source, const std::
                       {"micro_batch", c.candidate.micro_batch},
                       {"recompute", models::to_string(c.candidate.recompute)},
                       {"optimizer_on_cpu", c.candidate.optimizer_on_cpu},
+                      {"moe_a2a_overlap", c.scenario.parallelism.moe_a2a_overlap},
                       {"step_time_s", c.report.step_time_s},
                       {"tokens_per_s", c.report.tokens_per_s},
                       {"mfu", c.report.mfu},
@@ -320,7 +323,7 @@ PYBIND11_MODULE(_offsim, m) {
         py::arg("max_memory_bytes") = 0, py::arg("time_limit_s") = 0.0);
   m.def("plan", &plan, py::arg("text"), py::arg("source"), py::arg("base_dir"), py::arg("sets"),
         py::arg("top"), py::arg("exhaustive"), py::arg("micro_batches"),
-        py::arg("search_recompute"), py::arg("jobs"));
+        py::arg("search_recompute"), py::arg("search_a2a_overlap"), py::arg("jobs"));
   m.def("import_config", &import_config, py::arg("framework"), py::arg("files"), py::arg("sets"),
         py::arg("overrides"), py::arg("gpus"), py::arg("strict"));
   m.attr("version") = OFFSIM_VERSION;

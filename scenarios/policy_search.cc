@@ -92,6 +92,12 @@ models::Scenario apply_candidate(const models::Scenario& base, const SearchSpace
     s.offload.rules.push_back(rule);
   }
   s.offload.optimizer_on_cpu = c.optimizer_on_cpu;
+  if (!space.a2a_overlap.empty()) {
+    models::ParallelConfig& p = s.parallelism;
+    p.delay_wgrad_compute = c.a2a_overlap && (!base.parallelism.moe_a2a_overlap ||
+                                              base.parallelism.delay_wgrad_compute);
+    p.moe_a2a_overlap = c.a2a_overlap;
+  }
   return s;
 }
 
@@ -120,6 +126,9 @@ std::string describe_policy(const SearchSpace& space, const Candidate& c) {
   if (prefetched) out += fmt::format("; prefetch {}", prefetch);
   out +=
       fmt::format("; micro_batch {}; recompute {}", c.micro_batch, models::to_string(c.recompute));
+  if (!space.a2a_overlap.empty()) {
+    out += c.a2a_overlap ? "; EP all-to-all overlap" : "; no EP all-to-all overlap";
+  }
   return out;
 }
 
@@ -144,7 +153,7 @@ sim::Status check_search_options(const SearchOptions& options) {
 }
 
 // Every candidate in a fixed order (the index breaks ties between equal objectives), in groups
-// of one micro-batch, recompute mode and optimizer placement.
+// of one micro-batch, recompute mode, optimizer placement and all-to-all overlap.
 struct Enumeration {
   std::vector<Entry> entries;
   std::vector<std::size_t> group_top;  // the most-offloaded valid candidate of each group
@@ -183,16 +192,21 @@ class Enumerator {
                                  : space_.recompute;
     std::vector<bool> opt_choices = {false};
     if (space_.optimizer_choice && opt_class_ >= 0) opt_choices.push_back(true);
-    for (std::int64_t mb : mbs) {
-      for (RecomputeConfig::Mode rc : rcs) {
-        for (bool opt_cpu : opt_choices) add_group(mb, rc, opt_cpu);
+    const std::vector<bool> a2a = space_.a2a_overlap.empty()
+                                      ? std::vector<bool>{base_.parallelism.moe_a2a_overlap}
+                                      : space_.a2a_overlap;
+    for (const bool overlap : a2a) {
+      for (std::int64_t mb : mbs) {
+        for (RecomputeConfig::Mode rc : rcs) {
+          for (bool opt_cpu : opt_choices) add_group(mb, rc, opt_cpu, overlap);
+        }
       }
     }
     return std::move(out_);
   }
 
  private:
-  void add_group(std::int64_t mb, RecomputeConfig::Mode rc, bool opt_cpu) {
+  void add_group(std::int64_t mb, RecomputeConfig::Mode rc, bool opt_cpu, bool a2a) {
     std::optional<std::size_t> top;
     std::vector<int> levels(space_.classes.size(), 0);
     do {
@@ -201,8 +215,8 @@ class Enumerator {
       for (int p = 0; p < static_cast<int>(space_.prefetch.size()); ++p) {
         if (none && p > 0) break;  // without offload the prefetch depth means nothing
         if (!opt_ok) break;
-        add_entry(
-            Candidate{static_cast<std::int64_t>(out_.entries.size()), levels, p, opt_cpu, mb, rc});
+        add_entry(Candidate{static_cast<std::int64_t>(out_.entries.size()), levels, p, opt_cpu, mb,
+                            rc, a2a});
         if (out_.entries.back().valid) top = out_.entries.size() - 1;  // enumeration ends at top
       }
     } while (next_levels(levels, static_cast<int>(space_.fractions.size())));
@@ -300,9 +314,11 @@ enum class Verdict { kEvaluate, kHbmFull, kHostFull, kBelowBound };
 // levels (the lattice above). So, for the same recompute mode and optimizer placement:
 //   * z overflows HBM, z.mb <= x.mb and x offloads no more than z: x overflows HBM;
 //   * z overflows host memory, z.mb <= x.mb and x offloads at least as much: x overflows it.
+// (The all-to-all overlap holds one more micro-batch's activations: candidates with and without
+// it are not compared.)
 bool comparable(const Candidate& z, const Candidate& x) {
   return z.recompute == x.recompute && z.optimizer_on_cpu == x.optimizer_on_cpu &&
-         z.micro_batch <= x.micro_batch;
+         z.a2a_overlap == x.a2a_overlap && z.micro_batch <= x.micro_batch;
 }
 // What the evaluated (or inferred) entries say about x: a candidate that overflows as above
 // means x does not fit; the worst fitting candidate of its group with no more offload bounds

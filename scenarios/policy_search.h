@@ -1,8 +1,9 @@
 // Policy search: the best offload policies for a scenario under its HBM and host capacities.
 //
 // The space is tensor classes × layer fraction offloaded × prefetch depth × CPU/GPU optimizer,
-// optionally jointly with micro-batch size and recompute mode. Within a group (same micro-batch,
-// recompute and optimizer placement) a candidate is a point of a lattice whose coordinates only
+// optionally jointly with micro-batch size, recompute mode and, for MoE models, the expert-
+// parallel all-to-all overlap. Within a group (same micro-batch, recompute, optimizer placement
+// and overlap) a candidate is a point of a lattice whose coordinates only
 // ever move memory one way: a higher fraction offloaded or a shallower prefetch means less HBM,
 // more host memory and no less step time. The pruned search walks each lattice upward, wave by
 // wave (by the sum of the coordinates), and skips a candidate when
@@ -37,6 +38,11 @@ struct SearchSpace {
   bool optimizer_choice = true;        // try the CPU update when optimizer states are offloaded
   std::vector<std::int64_t> micro_batches;               // empty: the scenario's
   std::vector<models::RecomputeConfig::Mode> recompute;  // empty: the scenario's
+  // The expert-parallel all-to-all overlap with another micro-batch (parallelism.moe_a2a_overlap,
+  // Megatron-Core's combined 1F1B): empty: the scenario's. With it on a candidate delays the
+  // expert weight gradients too (parallelism.delay_wgrad_compute, as Megatron-Bridge's
+  // moe_a2a_overlap setting does) unless the scenario runs the overlap without them.
+  std::vector<bool> a2a_overlap;
 };
 
 enum class Objective { kStepTime, kTokensPerS };
@@ -61,6 +67,7 @@ struct Candidate {
   bool optimizer_on_cpu = false;
   std::int64_t micro_batch = 0;
   models::RecomputeConfig::Mode recompute = models::RecomputeConfig::Mode::kNone;
+  bool a2a_overlap = false;
 };
 
 struct RankedCandidate {
@@ -91,7 +98,8 @@ sim::Result<SearchResult> search_policies(const models::ResolvedScenario& base,
 sim::Result<SearchResult> search_policies(const models::Scenario& base,
                                           const SearchOptions& options);
 
-// The scenario a candidate describes (base with its offload, micro-batch and recompute).
+// The scenario a candidate describes (base with its offload, micro-batch, recompute and
+// all-to-all overlap).
 models::Scenario apply_candidate(const models::Scenario& base, const SearchSpace& space,
                                  const Candidate& candidate);
 std::string describe_policy(const SearchSpace& space, const Candidate& candidate);

@@ -179,12 +179,15 @@ def sweep(source, set=None, jobs=0, as_frame=None, max_plan_ops=None, max_memory
 
 
 def plan(source, set=None, top=5, exhaustive=False, micro_batches=(), search_recompute=False,
-         jobs=0, as_frame=None):
+         jobs=0, as_frame=None, search_a2a_overlap=False):
     """The offload policy search (`offsim plan`): the best `top` fitting policies, best first,
-    as a DataFrame (or a list of dicts without pandas)."""
+    as a DataFrame (or a list of dicts without pandas). `search_a2a_overlap`: also with and
+    without the expert-parallel all-to-all overlap (parallelism.moe_a2a_overlap) of an MoE
+    model."""
     s = load(source, set)
     rows = json.loads(_offsim.plan(s.text, s.source, s.base_dir, s.sets, top, exhaustive,
-                                   list(micro_batches), search_recompute, jobs))
+                                   list(micro_batches), search_recompute, search_a2a_overlap,
+                                   jobs))
     pandas = _pandas() if as_frame is not False else None
     if as_frame and pandas is None:
         raise UnsupportedError("plan(as_frame=True): pandas is not installed")

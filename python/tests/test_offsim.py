@@ -115,6 +115,15 @@ def test_plan_returns_ranked_fitting_policies():
     assert list(df["policy"]) == [r["policy"] for r in rows]
 
 
+def test_plan_searches_the_all_to_all_overlap_of_an_moe_model():
+    rows = offsim.plan(EX + "qwen3-30b-a3b-8xh100-no-offload.yaml", top=2, as_frame=False,
+                       jobs=2, search_a2a_overlap=True,
+                       set=["model.layers=2"])
+    assert rows and all(r["fits"] for r in rows)
+    assert "moe_a2a_overlap" in rows[0]
+    assert rows[0]["moe_a2a_overlap"] == ("; EP all-to-all overlap" in rows[0]["policy"])
+
+
 def test_timeline_for_plotting():
     tl = offsim.timeline(EX + "2b-1xa100-offload.yaml")
     lanes = tl["lanes"]

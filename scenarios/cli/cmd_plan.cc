@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdio>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <fmt/format.h>
@@ -83,11 +84,17 @@ std::string micro_batches_error(const std::vector<std::int64_t>& micro_batches) 
 }
 
 // "Offload or recompute, and at which micro-batch?" is the question: both are searched unless
-// --joint names a subset (or none).
+// --joint names a subset (or none); for an MoE model with expert parallelism also whether to
+// overlap its all-to-alls with another micro-batch (it holds one more micro-batch's activations).
 std::string set_joint(const PlanArgs& a, const models::Scenario& scenario,
                       scenarios::SearchSpace& space) {
   std::vector<std::string> joint = a.joint;
-  if (joint.empty()) joint = {"micro_batch", "recompute"};
+  if (joint.empty()) {
+    joint = {"micro_batch", "recompute"};
+    if (scenario.model.moe.experts > 0 && scenario.parallelism.ep > 1) {
+      joint.emplace_back("moe_a2a_overlap");
+    }
+  }
   if (joint == std::vector<std::string>{"none"}) joint.clear();
   if (!a.micro_batches.empty() &&
       std::find(joint.begin(), joint.end(), "micro_batch") == joint.end()) {
@@ -107,8 +114,11 @@ std::string set_joint(const PlanArgs& a, const models::Scenario& scenario,
       space.recompute = {models::RecomputeConfig::Mode::kNone,
                          models::RecomputeConfig::Mode::kSelective,
                          models::RecomputeConfig::Mode::kFull};
+    } else if (j == "moe_a2a_overlap") {
+      space.a2a_overlap = {false, true};
     } else {
-      return fmt::format("--joint {}: expected micro_batch and/or recompute, or none", j);
+      return fmt::format(
+          "--joint {}: expected micro_batch, recompute and/or moe_a2a_overlap, or none", j);
     }
   }
   return {};
@@ -176,7 +186,7 @@ void print_no_fit(const models::Scenario& probe) {
   }
 }
 
-void print_best(const scenarios::SearchResult& r) {
+void print_best(const scenarios::SearchResult& r, bool parallelism) {
   for (std::size_t i = 0; i < r.best.size(); ++i) {
     const auto& c = r.best[i];
     fmt::print(
@@ -190,14 +200,18 @@ void print_best(const scenarios::SearchResult& r) {
   fmt::print("\nbest configuration, as scenario YAML:\n");
   auto doc = scenarios::scenario_to_document(best.scenario);
   scenarios::Node excerpt = scenarios::make_map();
-  for (const char* key : {"training", "recompute", "offload"})
+  for (const char* key : {"training", "parallelism", "recompute", "offload"}) {
+    if (std::string_view(key) == "parallelism" && !parallelism) continue;
     excerpt.entries.emplace_back(key, *doc.find(key));
+  }
   fmt::print("{}\n", scenarios::emit_yaml(excerpt));
   fmt::print("{}", scenarios::format_table({{best.scenario.name, best.report}}));
 }
 
+// `parallelism`: the search chose a parallelism key (the all-to-all overlap), which the best
+// configuration's excerpt then shows.
 void print_table(const PlanArgs& a, const scenarios::SearchResult& r,
-                 const models::Scenario& largest) {
+                 const models::Scenario& largest, bool parallelism) {
   const double share =
       r.valid > 0 ? 100.0 * static_cast<double>(r.evaluated) / static_cast<double>(r.valid) : 0.0;
   fmt::print(
@@ -208,7 +222,7 @@ void print_table(const PlanArgs& a, const scenarios::SearchResult& r,
   if (r.best.empty()) {
     print_no_fit(largest);
   } else {
-    print_best(r);
+    print_best(r, parallelism);
   }
 }
 
@@ -218,8 +232,9 @@ CLI::App* add_plan_command(CLI::App& app, PlanArgs& plan) {
   auto* cmd = app.add_subcommand(
       "plan",
       "Search offload policies (tensor classes x layer fraction x prefetch depth x CPU/GPU\n"
-      "optimizer) x recompute x micro-batch under HBM and host capacity; when nothing fits,\n"
-      "say what dominates memory and which class must move.\n\n"
+      "optimizer) x recompute x micro-batch (x the expert-parallel all-to-all overlap of an\n"
+      "MoE model) under HBM and host capacity; when nothing fits, say what dominates memory\n"
+      "and which class must move.\n\n"
       "Examples:\n"
       "  offsim plan ex.yaml --top 3\n"
       "  offsim plan ex.yaml --joint none --objective tokens_per_s\n"
@@ -233,8 +248,9 @@ CLI::App* add_plan_command(CLI::App& app, PlanArgs& plan) {
   cmd->add_option("--search", plan.search, "pruned (default) or exhaustive")
       ->check(CLI::IsMember({"pruned", "exhaustive"}));
   cmd->add_option("--joint", plan.joint,
-                  "what to search with the offload policy: micro_batch and/or recompute "
-                  "(default both), or none")
+                  "what to search with the offload policy: micro_batch, recompute and/or "
+                  "moe_a2a_overlap (default micro_batch and recompute, and moe_a2a_overlap for an "
+                  "MoE model with ep > 1), or none")
       ->delimiter(',');
   cmd->add_option("--classes", plan.classes,
                   "tensor classes to offload (default activations,optimizer_states,params)")
@@ -278,7 +294,7 @@ int cmd_plan(const PlanArgs& a) {
   if (a.format == "json") {
     print_json(*r);
   } else {
-    print_table(a, *r, largest);
+    print_table(a, *r, largest, !o.space.a2a_overlap.empty());
   }
   return 0;
 }

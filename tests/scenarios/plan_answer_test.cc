@@ -67,7 +67,8 @@ TEST(PlanAnswer, BadSearchArgumentsNameTheFlag) {
       {{"--prefetch", "-1"}, "--prefetch -1: expected a depth in 1..80"},
       {{"--prefetch", "1000"}, "--prefetch 1000: expected a depth in 1..80"},
       {{"--prefetch", "2,2"}, "--prefetch 2: listed twice"},
-      {{"--joint", "batch"}, "--joint batch: expected micro_batch and/or recompute, or none"},
+      {{"--joint", "batch"},
+       "--joint batch: expected micro_batch, recompute and/or moe_a2a_overlap, or none"},
   };
   for (const Case& c : cases) {
     std::vector<std::string> args = {"plan", kExample};

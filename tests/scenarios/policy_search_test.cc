@@ -122,6 +122,43 @@ TEST(PolicySearch, TopListsEquivalentCandidatesOnce) {
   }
 }
 
+// For an MoE model with expert parallelism the expert-parallel all-to-all overlap is a search
+// axis (parallelism.moe_a2a_overlap with the delayed weight gradients, as Megatron-Bridge sets
+// them): each candidate with it on holds one more micro-batch's activations and hides the
+// all-to-alls behind the other pass, the pruned search finds the exhaustive top K, and the
+// best policy overlaps where it fits.
+TEST(PolicySearch, SearchesTheAllToAllOverlapOfAnMoeModel) {
+  const models::Scenario s = load(
+      "model: {base: qwen3-30b-a3b, layers: 2}\nhardware: {system: dgx-h100}\n"
+      "training: {global_batch: 32, micro_batch: 1, seq_len: 4096}\n"
+      "parallelism: {dp: 8, ep: 8, zero_stage: 1}\n");
+  SearchOptions o;
+  o.top_k = 2;
+  o.space.classes = {models::TensorClass::kActivations, models::TensorClass::kOptimizerStates};
+  o.space.fractions = {0.0, 0.5, 1.0};
+  o.space.prefetch = {2, 1};
+  o.space.a2a_overlap = {false, true};
+  expect_same_optimum(s, o);
+  auto r = search_policies(s, o);
+  ASSERT_TRUE(r) << r.error().message;
+  ASSERT_FALSE(r->best.empty());
+  const RankedCandidate& best = r->best.front();
+  EXPECT_TRUE(best.candidate.a2a_overlap) << best.policy;
+  EXPECT_TRUE(best.scenario.parallelism.moe_a2a_overlap);
+  EXPECT_TRUE(best.scenario.parallelism.delay_wgrad_compute);
+  EXPECT_NE(best.policy.find("; EP all-to-all overlap"), std::string::npos) << best.policy;
+  // The same policy without the overlap is slower.
+  Candidate plain = best.candidate;
+  plain.a2a_overlap = false;
+  const models::Scenario without = apply_candidate(s, o.space, plain);
+  EXPECT_FALSE(without.parallelism.moe_a2a_overlap);
+  EXPECT_FALSE(without.parallelism.delay_wgrad_compute);
+  auto e = models::evaluate(without);
+  ASSERT_TRUE(e) << e.error().message;
+  EXPECT_GT(e->report.step_time_s, best.report.step_time_s);
+  EXPECT_NE(describe_policy(o.space, plain).find("; no EP all-to-all overlap"), std::string::npos);
+}
+
 TEST(PolicySearch, RejectsABadSpace) {
   const models::Scenario s = load(
       "model: {base: llama3-8b, layers: 2}\nhardware: {system: a100-40gb-1gpu}\n"
