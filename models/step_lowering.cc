@@ -598,6 +598,15 @@ OpId StepBuilder::backward_entries(Rank& r, const std::string& p, int l,
       reduce = async_tp_reduce(r, reduce_name, l);
       continue;
     }
+    if (defer_wgrads_ && e.kind == LayerBackwardKind::kWgrad) {
+      // Delayed: its gradient reduction has no weight gradient to run beside.
+      delayed_wgrads_->entries.push_back(&e);
+      if (reduce) {
+        finish_tp_reduce(r, *reduce, reduce_name, l);
+        reduce.reset();
+      }
+      continue;
+    }
     last = backward_op(r, p, l, e);
     emit(last);
     if (e.kind == LayerBackwardKind::kWgrad && reduce) {
@@ -710,26 +719,61 @@ OpId StepBuilder::layer_backward(Rank& r, int mb, int l, Fetch& fetch,
   };
   recompute_forward(r, p, l, rc_op);
 
+  // The previous layer's delayed weight gradients run after this layer's combine all-to-all
+  // (moe_op), or here when its backward has none.
+  if (delayed_wgrads_ && !(ld(l).moe && ld(l).ep > 1)) flush_delayed_wgrads();
   res2_backward(r, p, l, [&](OpId op) { first_op(op); });
   ffn_backward(r, p, l);
+  const bool defer = s_.parallelism.delay_wgrad_compute && a2a_lane_.valid() && l < s_.model.layers;
+  if (defer) delayed_wgrads_ = DelayedWgrads{.r = &r, .prefix = p, .layer = l};
+  defer_wgrads_ = defer;
   const OpId last = attention_backward(r, p, l);
-  const TensorId saved_hbm = r.saved.at({mb, l}).hbm;
-  sim::Op& lo = b_.op_at(last);
-  if (saved_hbm.valid()) lo.frees.push_back(saved_hbm);
-  for (TensorId t : reloaded) lo.frees.push_back(t);
-  if (recomp_t) lo.frees.push_back(*recomp_t);
-  for (TensorId buf : fetch.buffers) lo.frees.push_back(buf);
-  if (!s_.training.gradient_accumulation_fusion) {
-    const std::int64_t experts =
-        r.expert_group_of_layer.count(l) != 0 ? r.groups[r.expert_group_of_layer.at(l)].params : 0;
-    grad_accumulation(r, p + ".grad_accum", l, group(r, l).params + experts);
-    before_reduce(last_compute_);
-    grads_done(r, l, mb, last_compute_);
-    return last_compute_;
+  defer_wgrads_ = false;
+  // After the layer's last op (with delayed weight gradients, the last of them): the frees, the
+  // gradient accumulation and the reduction.
+  std::vector<TensorId> frees;
+  if (const TensorId saved_hbm = r.saved.at({mb, l}).hbm; saved_hbm.valid()) {
+    frees.push_back(saved_hbm);
   }
-  before_reduce(last);
-  grads_done(r, l, mb, last);
-  return last;
+  frees.insert(frees.end(), reloaded.begin(), reloaded.end());
+  if (recomp_t) frees.push_back(*recomp_t);
+  frees.insert(frees.end(), fetch.buffers.begin(), fetch.buffers.end());
+  const auto finish = [this, &r, p, l, mb, frees](OpId end,
+                                                  const std::function<void(OpId)>& before) {
+    sim::Op& lo = b_.op_at(end);
+    lo.frees.insert(lo.frees.end(), frees.begin(), frees.end());
+    if (!s_.training.gradient_accumulation_fusion) {
+      const std::int64_t experts = r.expert_group_of_layer.count(l) != 0
+                                       ? r.groups[r.expert_group_of_layer.at(l)].params
+                                       : 0;
+      grad_accumulation(r, p + ".grad_accum", l, group(r, l).params + experts);
+      end = last_compute_;
+    }
+    if (before) before(end);
+    grads_done(r, l, mb, end);
+    return end;
+  };
+  if (defer && !delayed_wgrads_->entries.empty()) {
+    // The next layers' backward and the fetches before_reduce issues follow the data gradients.
+    delayed_wgrads_->after = [finish](OpId end) { finish(end, nullptr); };
+    before_reduce(last);
+    return last;
+  }
+  delayed_wgrads_.reset();
+  return finish(last, before_reduce);
+}
+
+// The delayed weight gradients of the layer last built, on the compute stream after what it
+// holds now; the next compute op's cross-lane waits (an all-to-all's) are not theirs.
+void StepBuilder::flush_delayed_wgrads() {
+  if (!delayed_wgrads_) return;
+  DelayedWgrads d = std::move(*delayed_wgrads_);
+  delayed_wgrads_.reset();
+  std::vector<OpId> held = std::exchange(next_compute_deps_, {});
+  OpId last{};
+  for (const LayerBackwardEntry* e : d.entries) last = backward_op(*d.r, d.prefix, d.layer, *e);
+  next_compute_deps_ = std::move(held);
+  d.after(last);
 }
 
 }  // namespace offsim::models::detail

@@ -179,6 +179,8 @@ OpId StepBuilder::moe_op(Rank& r, const std::string& name, OpCategory cat, int l
           collective(r, a2a_lane_, name, OpCategory::kComm, l, sim::CollectiveKind::kAllToAll,
                      r.ep_group, bytes, {a2a_ready_.value_or(before)});
       next_compute_deps_.push_back(id);
+      // The previous layer's delayed weight gradients run beside the combine.
+      if (backward) flush_delayed_wgrads();
       if (marks_ != nullptr) {
         PassMarks& m = pass_marks(l);
         m.a2a.push_back(id);

@@ -420,6 +420,9 @@ void StepBuilder::backward_task(Rank& r, const Task& t) {
     if (!task_first) task_first = firsts.front();
   }
   end_backward_task(r, t, last, first && !has_head(r.stage, t.chunk));
+  // The chunk's last layer's delayed weight gradients run after its send (Megatron-Core runs
+  // them once the pipeline send is issued).
+  flush_delayed_wgrads();
 }
 
 // Activation prefetch of the i-th layer `l` of a backward task: the H2D of its offloaded tensors
