@@ -725,6 +725,7 @@ OpId StepBuilder::layer_backward(Rank& r, int mb, int l, Fetch& fetch,
   res2_backward(r, p, l, [&](OpId op) { first_op(op); });
   ffn_backward(r, p, l);
   const bool defer = s_.parallelism.delay_wgrad_compute && a2a_lane_.valid() && l < s_.model.layers;
+  flush_delayed_wgrads();  // a guard: this layer's combine or its start flushed them already
   if (defer) delayed_wgrads_ = DelayedWgrads{.r = &r, .prefix = p, .layer = l};
   defer_wgrads_ = defer;
   const OpId last = attention_backward(r, p, l);
