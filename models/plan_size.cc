@@ -984,14 +984,22 @@ std::span<const MoeOpEntry> moe_forward_recipe() {
   using G = MoeGemm;
   using T = MoeTraffic;
   // Megatron-Core's MoELayer forward with the all-to-all token dispatcher (dropless): the
-  // router's GEMM and fused top-k; the router-aware expert fetch once the top-k is known; the
-  // permutation; the host's wait for the per-expert token counts; dispatch of the tokens and of
-  // their probabilities (MoEAlltoAllTokenDispatcher.dispatch_all_to_all) and the expert-TP
-  // all-gather; the experts' grouped FC1, activation and grouped FC2; the expert-TP
-  // reduce-scatter and the combine; the unpermutation; then the shared experts on the compute
-  // stream (with moe_shared_expert_overlap on their own stream from the synchronisation on,
-  // the unpermutation waiting for them).
+  // shared experts on the compute stream first (MoELayer.forward calls shared_experts_compute
+  // before route since Megatron-Core 0.15, merge request 4068 "Compute shared experts before
+  // router", 2025-10-11; the expert-parallel overlap's pre-dispatch node runs them there too;
+  // with moe_shared_expert_overlap they run on their own stream from the synchronisation on,
+  // the unpermutation waiting for them); the router's GEMM and fused top-k; the router-aware
+  // expert fetch once the top-k is known; the permutation; the host's wait for the per-expert
+  // token counts; dispatch of the tokens and of their probabilities
+  // (MoEAlltoAllTokenDispatcher.dispatch_all_to_all) and the expert-TP all-gather; the experts'
+  // grouped FC1, activation and grouped FC2; the expert-TP reduce-scatter and the combine; the
+  // unpermutation.
   static constexpr std::array<MoeOpEntry, 19> kForward = {{
+      {.name = "shared.tp_allgather", .kind = K::kSharedGather, .shared = true},
+      {.name = "shared.mlpwi", .kind = K::kGemm, .gemm = G::kSharedWi, .shared = true},
+      {.name = "shared.act", .kind = K::kElementwise, .traffic = T::kSharedAct, .shared = true},
+      {.name = "shared.mlpwo", .kind = K::kGemm, .gemm = G::kSharedWo, .shared = true},
+      {.name = "shared.tp_reduce", .kind = K::kSharedReduce, .shared = true},
       {.name = "router", .kind = K::kGemm, .gemm = G::kRouter},
       {.name = "router.topk", .kind = K::kElementwise, .traffic = T::kTopk, .host_ops = 14},
       {.name = "experts.routed_h2d", .kind = K::kRoutedFetch},
@@ -1006,11 +1014,6 @@ std::span<const MoeOpEntry> moe_forward_recipe() {
       {.name = "moe.etp_reducescatter", .kind = K::kExpertScatter},
       {.name = "moe.combine.alltoall", .kind = K::kAllToAll, .host_ops = 2},
       {.name = "moe.unpermute", .kind = K::kElementwise, .traffic = T::kUnpermute, .host_ops = 3},
-      {.name = "shared.tp_allgather", .kind = K::kSharedGather, .shared = true},
-      {.name = "shared.mlpwi", .kind = K::kGemm, .gemm = G::kSharedWi, .shared = true},
-      {.name = "shared.act", .kind = K::kElementwise, .traffic = T::kSharedAct, .shared = true},
-      {.name = "shared.mlpwo", .kind = K::kGemm, .gemm = G::kSharedWo, .shared = true},
-      {.name = "shared.tp_reduce", .kind = K::kSharedReduce, .shared = true},
   }};
   return kForward;
 }
@@ -1020,37 +1023,15 @@ std::span<const MoeOpEntry> moe_backward_recipe() {
   using G = MoeGemm;
   using T = MoeTraffic;
   using P = GemmPass;
-  // The forward backwards, the shared experts first: their output gradient's all-gather, the
-  // output projection's dgrad and wgrad, the activation's backward, the input projection's
-  // dgrad and wgrad, the reduction of their input gradient; then the unpermutation's backward,
-  // the combine's (an all-to-all back to the experts) and the expert-TP all-gather, the grouped
-  // FC2's and FC1's dgrad and wgrad around the activation's backward, the expert-TP
-  // reduce-scatter, the dispatch's all-to-alls back to the tokens, the permutation's and the
-  // top-k's backward and the router's dgrad and wgrad.
+  // The forward backwards: the unpermutation's backward, the combine's (an all-to-all back to
+  // the experts) and the expert-TP all-gather, the grouped FC2's and FC1's dgrad and wgrad
+  // around the activation's backward, the expert-TP reduce-scatter, the dispatch's all-to-alls
+  // back to the tokens, the permutation's and the top-k's backward and the router's dgrad and
+  // wgrad; then the shared experts (created first in the forward, so autograd, which runs the
+  // later-created of two ready nodes first, reaches them last): their output gradient's
+  // all-gather, the output projection's dgrad and wgrad, the activation's backward, the input
+  // projection's dgrad and wgrad, the reduction of their input gradient.
   static constexpr std::array<MoeOpEntry, 22> kBackward = {{
-      {.name = "shared.bwd.tp_allgather", .kind = K::kSharedGather, .shared = true},
-      {.name = "shared.mlpwo.dgrad",
-       .kind = K::kGemm,
-       .gemm = G::kSharedWo,
-       .pass = P::kDgrad,
-       .shared = true},
-      {.name = "shared.mlpwo.wgrad",
-       .kind = K::kGemm,
-       .gemm = G::kSharedWo,
-       .pass = P::kWgrad,
-       .shared = true},
-      {.name = "shared.act.bwd", .kind = K::kElementwise, .traffic = T::kSharedAct, .shared = true},
-      {.name = "shared.mlpwi.dgrad",
-       .kind = K::kGemm,
-       .gemm = G::kSharedWi,
-       .pass = P::kDgrad,
-       .shared = true},
-      {.name = "shared.mlpwi.wgrad",
-       .kind = K::kGemm,
-       .gemm = G::kSharedWi,
-       .pass = P::kWgrad,
-       .shared = true},
-      {.name = "shared.bwd.tp_reduce", .kind = K::kSharedReduce, .shared = true},
       {.name = "moe.unpermute.bwd",
        .kind = K::kElementwise,
        .traffic = T::kUnpermute,
@@ -1088,6 +1069,29 @@ std::span<const MoeOpEntry> moe_backward_recipe() {
       {.name = "router.topk.bwd", .kind = K::kElementwise, .traffic = T::kTopk, .host_ops = 9},
       {.name = "router.dgrad", .kind = K::kGemm, .gemm = G::kRouter, .pass = P::kDgrad},
       {.name = "router.wgrad", .kind = K::kGemm, .gemm = G::kRouter, .pass = P::kWgrad},
+      {.name = "shared.bwd.tp_allgather", .kind = K::kSharedGather, .shared = true},
+      {.name = "shared.mlpwo.dgrad",
+       .kind = K::kGemm,
+       .gemm = G::kSharedWo,
+       .pass = P::kDgrad,
+       .shared = true},
+      {.name = "shared.mlpwo.wgrad",
+       .kind = K::kGemm,
+       .gemm = G::kSharedWo,
+       .pass = P::kWgrad,
+       .shared = true},
+      {.name = "shared.act.bwd", .kind = K::kElementwise, .traffic = T::kSharedAct, .shared = true},
+      {.name = "shared.mlpwi.dgrad",
+       .kind = K::kGemm,
+       .gemm = G::kSharedWi,
+       .pass = P::kDgrad,
+       .shared = true},
+      {.name = "shared.mlpwi.wgrad",
+       .kind = K::kGemm,
+       .gemm = G::kSharedWi,
+       .pass = P::kWgrad,
+       .shared = true},
+      {.name = "shared.bwd.tp_reduce", .kind = K::kSharedReduce, .shared = true},
   }};
   return kBackward;
 }

@@ -506,18 +506,21 @@ class StepBuilder {
   LaneId a2a_lane_;
   // moe_backward with delayed weight gradients: what the dispatch's all-to-alls wait for.
   std::optional<OpId> a2a_ready_;
-  // parallelism.delay_wgrad_compute in a combined step's backward: the attention block's weight
-  // gradients of the layer last built (Megatron-Core's pre_dispatch_computation.backward_dw),
-  // emitted once the next layer's combine all-to-all is issued or at the task's end
-  // (flush_delayed_wgrads), and what waits for them (`after`: the layer's frees, gradient
-  // accumulation and reduction, given the last of them).
+  // parallelism.delay_wgrad_compute in a combined step's backward: the shared experts' and the
+  // attention block's weight gradients of the layer last built, in that order (Megatron-Core's
+  // pre_dispatch_computation.backward_dw, _BackwardDWWrapper), emitted once the next layer's
+  // combine all-to-all is issued or at the task's end (flush_delayed_wgrads), and what waits for
+  // them (`after`: the layer's frees, gradient accumulation and reduction, given the last of
+  // them). `prefix` names the layer and micro-batch they belong to.
   struct DelayedWgrads {
-    Rank* r = nullptr;
     std::string prefix;
-    int layer = -1;
-    std::vector<const LayerBackwardEntry*> entries;
+    std::vector<std::function<OpId()>> emits;
     std::function<void(OpId)> after;
   };
+  // Opens the delayed weight gradients of the layer `prefix` names (flushing another layer's
+  // first) and returns them.
+  DelayedWgrads& delayed_wgrads_of(const std::string& prefix);
+  bool defers_wgrads(int l) const;
   std::optional<DelayedWgrads> delayed_wgrads_;
   bool defer_wgrads_ = false;  // backward_entries: collect the wgrad entries into delayed_wgrads_
   void flush_delayed_wgrads();

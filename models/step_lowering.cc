@@ -600,7 +600,7 @@ OpId StepBuilder::backward_entries(Rank& r, const std::string& p, int l,
     }
     if (defer_wgrads_ && e.kind == LayerBackwardKind::kWgrad) {
       // Delayed: its gradient reduction has no weight gradient to run beside.
-      delayed_wgrads_->entries.push_back(&e);
+      delayed_wgrads_->emits.emplace_back([this, &r, p, l, &e] { return backward_op(r, p, l, e); });
       if (reduce) {
         finish_tp_reduce(r, *reduce, reduce_name, l);
         reduce.reset();
@@ -724,9 +724,14 @@ OpId StepBuilder::layer_backward(Rank& r, int mb, int l, Fetch& fetch,
   if (delayed_wgrads_ && !(ld(l).moe && ld(l).ep > 1)) flush_delayed_wgrads();
   res2_backward(r, p, l, [&](OpId op) { first_op(op); });
   ffn_backward(r, p, l);
-  const bool defer = s_.parallelism.delay_wgrad_compute && a2a_lane_.valid() && l < s_.model.layers;
-  flush_delayed_wgrads();  // a guard: this layer's combine or its start flushed them already
-  if (defer) delayed_wgrads_ = DelayedWgrads{.r = &r, .prefix = p, .layer = l};
+  const bool defer = defers_wgrads(l);
+  // A guard: this layer's combine or its start flushed the previous layer's already; the MoE
+  // backward may have opened this layer's (the shared experts').
+  if (defer) {
+    delayed_wgrads_of(p);
+  } else {
+    flush_delayed_wgrads();
+  }
   defer_wgrads_ = defer;
   const OpId last = attention_backward(r, p, l);
   defer_wgrads_ = false;
@@ -754,7 +759,7 @@ OpId StepBuilder::layer_backward(Rank& r, int mb, int l, Fetch& fetch,
     grads_done(r, l, mb, end);
     return end;
   };
-  if (defer && !delayed_wgrads_->entries.empty()) {
+  if (defer && !delayed_wgrads_->emits.empty()) {
     // The next layers' backward and the fetches before_reduce issues follow the data gradients.
     delayed_wgrads_->after = [finish](OpId end) { finish(end, nullptr); };
     before_reduce(last);
@@ -770,11 +775,25 @@ void StepBuilder::flush_delayed_wgrads() {
   if (!delayed_wgrads_) return;
   DelayedWgrads d = std::move(*delayed_wgrads_);
   delayed_wgrads_.reset();
+  if (d.emits.empty()) return;
   std::vector<OpId> held = std::exchange(next_compute_deps_, {});
   OpId last{};
-  for (const LayerBackwardEntry* e : d.entries) last = backward_op(*d.r, d.prefix, d.layer, *e);
+  for (const std::function<OpId()>& emit : d.emits) last = emit();
   next_compute_deps_ = std::move(held);
-  d.after(last);
+  if (d.after) d.after(last);
+}
+
+StepBuilder::DelayedWgrads& StepBuilder::delayed_wgrads_of(const std::string& prefix) {
+  if (delayed_wgrads_ && delayed_wgrads_->prefix != prefix) flush_delayed_wgrads();
+  if (!delayed_wgrads_) delayed_wgrads_ = DelayedWgrads{.prefix = prefix};
+  return *delayed_wgrads_;
+}
+
+// Whether layer l's backward in a combined step delays its weight gradients
+// (parallelism.delay_wgrad_compute): the decoder layers', not the multi-token-prediction
+// modules'.
+bool StepBuilder::defers_wgrads(int l) const {
+  return s_.parallelism.delay_wgrad_compute && a2a_lane_.valid() && l < s_.model.layers;
 }
 
 }  // namespace offsim::models::detail

@@ -269,13 +269,24 @@ OpId StepBuilder::moe_shared_forward_side(Rank& r, const std::string& p, OpCateg
 // weight-gradient GEMMs run after their data gradients (Megatron-Core's mlp.backward, then
 // mlp.backward_dw, on the compute stream), and the dispatch's all-to-alls back to the tokens
 // wait for the data gradients only (the backward_dw records no stream event), so they overlap
-// the weight gradients.
+// the weight gradients; the shared experts' weight gradients are delayed with the attention
+// block's (layer_backward).
 void StepBuilder::moe_backward(Rank& r, const std::string& p, OpCategory cat, int l) {
   const LayerDims& md = ld(l);
   const bool delay = s_.parallelism.delay_wgrad_compute && a2a_lane_.valid();
+  const bool delay_shared = defers_wgrads(l);
   std::vector<const MoeOpEntry*> delayed;
   for (const MoeOpEntry& e : moe_backward_recipe()) {
     if (!moe_entry_runs(e, md)) continue;
+    if (delay_shared && e.shared && e.kind == MoeOpKind::kGemm && e.pass == GemmPass::kWgrad) {
+      // With the attention block's, after the next layer's combine (moe_op flushed the previous
+      // layer's at this layer's combine, before the shared experts' backward).
+      delayed_wgrads_of(p).emits.emplace_back([this, &r, p, cat, l, &e] {
+        if (e.host_ops > 0) next_host_ops(e.host_ops, true);
+        return moe_op(r, p + "." + e.name, cat, l, e, true);
+      });
+      continue;
+    }
     if (delay && e.kind == MoeOpKind::kGroupedGemm && e.pass == GemmPass::kWgrad) {
       delayed.push_back(&e);
       continue;

@@ -1009,6 +1009,72 @@ TEST(MoeA2aOverlap, DelayedWeightGradientsOverlapTheBackwardDispatch) {
   EXPECT_NE(st.error().message.find("parallelism.delay_wgrad_compute"), std::string::npos);
 }
 
+// Shared experts as Megatron-Core 0.15 and later run them: the forward computes them before the
+// router, the backward reaches them after the router's gradients; with delayed weight gradients
+// in combined steps their weight gradients run with the attention block's, before them, beside
+// the next layer's combine all-to-all.
+TEST(MoeA2aOverlap, SharedExpertsRunBeforeTheRouterAndDelayTheirWeightGradients) {
+  Scenario s = small_moe();
+  s.model.moe.shared_experts = 1;
+  s.model.moe.shared_ffn_hidden = 768;
+  s.parallelism = {.dp = 8, .tp = 1, .pp = 1, .zero_stage = 1};
+  s.parallelism.ep = 8;
+  s.training.global_batch = 64;
+  s.training.micro_batch = 2;
+  const auto index_of = [](const sim::Plan& plan, const std::string& name) {
+    for (std::size_t i = 0; i < plan.ops.size(); ++i) {
+      if (plan.ops[i].name == name) return static_cast<std::int64_t>(i);
+    }
+    return std::int64_t{-1};
+  };
+  {
+    auto step = build_step(s);
+    ASSERT_TRUE(step.has_value()) << step.error().message;
+    const sim::Plan& plan = step->plan;
+    const std::int64_t shared_fwd = index_of(plan, "mb0.l1.shared.mlpwi.fwd");
+    const std::int64_t router_fwd = index_of(plan, "mb0.l1.router.fwd");
+    const std::int64_t router_wgrad = index_of(plan, "mb0.l1.router.wgrad");
+    const std::int64_t shared_dgrad = index_of(plan, "mb0.l1.shared.mlpwo.dgrad");
+    ASSERT_GE(shared_fwd, 0);
+    ASSERT_GE(router_wgrad, 0);
+    EXPECT_LT(shared_fwd, router_fwd);
+    EXPECT_GT(shared_dgrad, router_wgrad);
+  }
+  s.parallelism.moe_a2a_overlap = true;
+  s.parallelism.delay_wgrad_compute = true;
+  auto e = evaluate(s, {.keep_timeline = true, .keep_plan = true});
+  ASSERT_TRUE(e.has_value()) << e.error().message;
+  const sim::Plan& plan = *e->plan;
+  std::map<std::string, std::pair<std::int64_t, std::int64_t>> span;
+  std::set<std::string> combined;  // the combines of combined steps' backward passes
+  for (const sim::Span& sp : e->timeline->spans) {
+    const sim::Op& op = plan.ops[sp.op.index()];
+    span[op.name] = {sp.start.time_since_epoch().count(), sp.end.time_since_epoch().count()};
+    if (plan.lanes[op.lane.index()].name == "rank0.a2a_bwd") combined.insert(op.name);
+  }
+  int checked = 0;
+  int beside = 0;
+  int ordered = 0;
+  for (const auto& [name, t] : span) {
+    const auto at = name.find(".moe.combine.alltoall.bwd");
+    if (at == std::string::npos || combined.count(name) == 0) continue;
+    const std::string mb = name.substr(0, name.find(".l"));
+    const int layer = std::stoi(name.substr(mb.size() + 2, at - mb.size() - 2));
+    const std::string next = fmt::format("{}.l{}.", mb, layer + 1);
+    const auto wgrad = span.find(next + "shared.mlpwi.wgrad");
+    if (wgrad == span.end()) continue;
+    ++checked;
+    beside += t.first < wgrad->second.second ? 1 : 0;
+    // After the layer's dispatch back to the tokens, before its attention's weight gradients.
+    const std::int64_t w = index_of(plan, next + "shared.mlpwi.wgrad");
+    ordered +=
+        index_of(plan, next + "router.wgrad") < w && w < index_of(plan, next + "qkv.wgrad") ? 1 : 0;
+  }
+  EXPECT_GT(checked, 0);
+  EXPECT_EQ(beside, checked);
+  EXPECT_EQ(ordered, checked);
+}
+
 // With pipeline parallelism the combined steps need the interleaved schedule (Megatron-Core's
 // check); PP 2 x VP 2 builds, runs and is faster than without the overlap.
 TEST(MoeA2aOverlap, InterleavedPipelineRunsCombinedSteps) {
