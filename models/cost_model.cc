@@ -468,17 +468,38 @@ sim::Duration CostModel::host_sync_latency() const {
   return sim::duration_from_seconds(kDeviceToHostRoundTripS);
 }
 
-OpCost CostModel::grouped_gemm(int rank, const std::vector<sim::GemmShape>& groups) const {
+OpCost CostModel::grouped_gemm(int rank, const std::vector<sim::GemmShape>& groups,
+                               int streams) const {
   const RankResources& rr = at(rank);
   double flops = 0.0;
   double seconds_total = 0.0;
   double bytes = 0.0;
-  for (const sim::GemmShape& g : groups) {
+  // Seconds of `count` GEMMs of shape g run `width` at a time.
+  const auto seconds_of = [&](const sim::GemmShape& g, std::int64_t count, std::int64_t width) {
+    sim::GemmShape w = g;
+    w.batch = width;
+    const double one = sim::gemm_flops(w) / static_cast<double>(width);
+    return static_cast<double>(count) * one / (profile_.gemm.efficiency(w) * peak_flops(g.dtype));
+  };
+  std::int64_t experts = 0;
+  for (const sim::GemmShape& g : groups) experts += std::max<std::int64_t>(g.batch, 0);
+  const std::int64_t width = std::min<std::int64_t>(std::max(streams, 0), experts);
+  // With streams: the last round's experts (the last group's last ones, in issue order).
+  std::int64_t last_round = width > 0 ? experts % width : 0;
+  for (auto it = groups.rbegin(); it != groups.rend(); ++it) {
+    const sim::GemmShape& g = *it;
     if (g.m <= 0 || g.n <= 0 || g.k <= 0 || g.batch <= 0) continue;
-    const double f = sim::gemm_flops(g);
-    flops += f;
-    seconds_total += f / (profile_.gemm.efficiency(g) * peak_flops(g.dtype));
+    flops += sim::gemm_flops(g);
     bytes += sim::gemm_bytes(g);
+    if (width == 0) {
+      // One kernel over every expert's tiles: each group's waves as if all were of its shape.
+      seconds_total += seconds_of(g, g.batch, experts);
+      continue;
+    }
+    const std::int64_t tail = std::min(last_round, g.batch);
+    if (tail > 0) seconds_total += seconds_of(g, tail, last_round);
+    if (g.batch > tail) seconds_total += seconds_of(g, g.batch - tail, width);
+    last_round = 0;
   }
   if (flops <= 0.0) return kernel(*this, rr.multiplicity, rr.sm, rr.hbm_bw, 0.0, 1.0, 0.0);
   return kernel(*this, rr.multiplicity, rr.sm, rr.hbm_bw, flops, flops / seconds_total, bytes);

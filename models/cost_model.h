@@ -89,11 +89,16 @@ class CostModel {
   // whole GPU) and their bytes through "rank<r>.hbm_bw", after the launch gap. GEMM efficiency
   // comes from the profile's surface; A, B and C cross HBM once.
   sim::OpCost gemm(int rank, const sim::GemmShape& shape) const;
-  // A grouped GEMM (one kernel over the GEMMs of several experts, as Transformer Engine's and
-  // cuBLAS's grouped GEMM run them): each group (`batch` experts of the same shape) at the GEMM
-  // surface's efficiency for its own per-expert shape, so few tokens per expert run slower; the
-  // groups' times add up.
-  sim::OpCost grouped_gemm(int rank, const std::vector<sim::GemmShape>& groups) const;
+  // The GEMMs of a rank's local experts, `groups` in issue order (each `batch` experts of one
+  // shape). `streams` 0: one grouped kernel over every expert's tiles (CUTLASS grouped GEMM,
+  // torch._grouped_mm): each group at the GEMM surface's efficiency for its shape batched over
+  // all the experts (the kernel's waves hold every expert's tiles). `streams` S > 0: one kernel
+  // per expert on S streams (Transformer Engine's multi-stream cuBLAS path; S = 1: one after
+  // another), so S experts' GEMMs run at a time: each expert's GEMM at the surface's efficiency
+  // for S concurrent copies of its shape (the waves of S GEMMs' tiles), the last round's at as
+  // many copies as it holds. The times add up.
+  sim::OpCost grouped_gemm(int rank, const std::vector<sim::GemmShape>& groups,
+                           int streams = 0) const;
   // The framework's host thread (one per rank) issues every GPU op in program order; the
   // step builder charges each op the host time below on the rank's host lane, and an op starts
   // no earlier than the CPU issued it (see models/README.md, "Host issue thread"). Counts of

@@ -94,6 +94,18 @@ const char* to_string(TrainingConfig::Fp8Recipe v) {
   return "?";
 }
 
+const char* to_string(TrainingConfig::MoeGroupedGemm v) {
+  switch (v) {
+    case TrainingConfig::MoeGroupedGemm::kMultiStream:
+      return "multi_stream";
+    case TrainingConfig::MoeGroupedGemm::kSingleKernel:
+      return "single_kernel";
+    case TrainingConfig::MoeGroupedGemm::kSequential:
+      return "sequential";
+  }
+  return "?";
+}
+
 const char* to_string(ParallelConfig::PipelineSchedule v) {
   switch (v) {
     case ParallelConfig::PipelineSchedule::k1F1B:
@@ -203,6 +215,12 @@ std::optional<TrainingConfig::Fp8Recipe> fp8_recipe_from_string(std::string_view
   static constexpr TrainingConfig::Fp8Recipe kAll[] = {
       TrainingConfig::Fp8Recipe::kDelayed, TrainingConfig::Fp8Recipe::kCurrent,
       TrainingConfig::Fp8Recipe::kMxfp8, TrainingConfig::Fp8Recipe::kBlockwise};
+  return parse_enum(s, kAll);
+}
+std::optional<TrainingConfig::MoeGroupedGemm> moe_grouped_gemm_from_string(std::string_view s) {
+  static constexpr TrainingConfig::MoeGroupedGemm kAll[] = {
+      TrainingConfig::MoeGroupedGemm::kMultiStream, TrainingConfig::MoeGroupedGemm::kSingleKernel,
+      TrainingConfig::MoeGroupedGemm::kSequential};
   return parse_enum(s, kAll);
 }
 std::optional<RecomputeConfig::Mode> recompute_mode_from_string(std::string_view s) {

@@ -135,6 +135,16 @@ struct TrainingConfig {
   // --gradient-accumulation-fusion, Transformer Engine). false: a separate add per layer and
   // micro-batch reads and writes the accumulated gradient (Megatron-LM 2021's main_grad hook).
   bool gradient_accumulation_fusion = true;
+  // How an MoE layer's grouped GEMMs run (training.moe_grouped_gemm). kMultiStream: Transformer
+  // Engine's GroupedLinear (Megatron-Core's TEGroupedMLP), one cuBLAS GEMM per local expert
+  // issued round-robin on four compute streams, so up to four experts' GEMMs share the SMs at a
+  // time (multi_stream_cublas_gemm, the default unless NVTE_USE_CUTLASS_GROUPED_GEMM=1 on
+  // Hopper). kSingleKernel: one grouped kernel over every expert's tiles (CUTLASS grouped GEMM,
+  // torch._grouped_mm as torchtitan runs it, MaxText's megablox / ragged_dot). kSequential: one
+  // GEMM per expert, one after another on the compute stream (Megatron-Core's SequentialMLP
+  // without --moe-grouped-gemm).
+  enum class MoeGroupedGemm { kMultiStream, kSingleKernel, kSequential };
+  MoeGroupedGemm moe_grouped_gemm = MoeGroupedGemm::kMultiStream;
   // Per-class storage dtypes; `dtype_preset` names the framework convention they came from
   // (dtype_preset()), empty when set by hand or left at the defaults.
   TensorDtypes dtypes;
@@ -554,6 +564,8 @@ std::optional<ParallelConfig::ParamGather> param_gather_from_string(std::string_
 std::optional<ParallelConfig::CpCommType> cp_comm_type_from_string(std::string_view s);
 const char* to_string(TrainingConfig::Fp8Recipe v);
 std::optional<TrainingConfig::Fp8Recipe> fp8_recipe_from_string(std::string_view s);
+const char* to_string(TrainingConfig::MoeGroupedGemm v);
+std::optional<TrainingConfig::MoeGroupedGemm> moe_grouped_gemm_from_string(std::string_view s);
 std::optional<RecomputeConfig::Mode> recompute_mode_from_string(std::string_view s);
 std::optional<RecomputeModule> recompute_module_from_string(std::string_view s);
 std::optional<RecomputeConfig::Rerun> recompute_rerun_from_string(std::string_view s);

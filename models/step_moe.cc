@@ -12,9 +12,15 @@
 
 namespace offsim::models::detail {
 
+// Transformer Engine's compute streams for a grouped linear's per-expert GEMMs
+// (transformer_engine/common/util/multi_stream.cpp get_num_compute_streams: 4;
+// multi_stream_cublas_gemm in gemm/cublaslt_gemm.cu issues GEMM i on stream i % 4).
+constexpr int kTeGroupedGemmStreams = 4;
+
 // A grouped GEMM over the rank's local experts: the most-loaded expert with max_rows rows and
 // the others sharing the rest evenly; `shape(rows)` gives one expert's GEMM for `rows` token
-// rows. Its plan shape is the mean expert's, batched over the local experts.
+// rows. Its plan shape is the mean expert's, batched over the local experts. It runs as
+// training.moe_grouped_gemm says (CostModel::grouped_gemm).
 template <class Shape>
 OpId StepBuilder::grouped_gemm(Rank& r, const std::string& name, OpCategory cat, int layer,
                                const LayerDims& md, bool weight_grad, Shape shape) {
@@ -43,7 +49,19 @@ OpId StepBuilder::grouped_gemm(Rank& r, const std::string& name, OpCategory cat,
   sz.gemm.dtype = gdtype_;
   sz.gemm.grouped = true;
   for (const sim::GemmShape& g : groups) sz.flops += sim::gemm_flops(g);
-  return add(r, r.compute, name, OpKind::kGemm, cat, layer, cm_.grouped_gemm(r.rank, groups), sz);
+  int streams = 0;
+  switch (s_.training.moe_grouped_gemm) {
+    case TrainingConfig::MoeGroupedGemm::kMultiStream:
+      streams = kTeGroupedGemmStreams;
+      break;
+    case TrainingConfig::MoeGroupedGemm::kSequential:
+      streams = 1;
+      break;
+    case TrainingConfig::MoeGroupedGemm::kSingleKernel:
+      break;
+  }
+  return add(r, r.compute, name, OpKind::kGemm, cat, layer,
+             cm_.grouped_gemm(r.rank, groups, streams), sz);
 }
 
 // Host-resident expert weights of layer l for one pass: {bytes prefetched with the layer,

@@ -187,6 +187,10 @@ constexpr ParallelConfig::CpCommType kCpCommTypes[] = {ParallelConfig::CpCommTyp
 constexpr models::TrainingConfig::Fp8Recipe kFp8Recipes[] = {
     models::TrainingConfig::Fp8Recipe::kDelayed, models::TrainingConfig::Fp8Recipe::kCurrent,
     models::TrainingConfig::Fp8Recipe::kMxfp8, models::TrainingConfig::Fp8Recipe::kBlockwise};
+constexpr models::TrainingConfig::MoeGroupedGemm kMoeGroupedGemms[] = {
+    models::TrainingConfig::MoeGroupedGemm::kMultiStream,
+    models::TrainingConfig::MoeGroupedGemm::kSingleKernel,
+    models::TrainingConfig::MoeGroupedGemm::kSequential};
 constexpr RecomputeConfig::Mode kRecomputeModes[] = {
     RecomputeConfig::Mode::kNone, RecomputeConfig::Mode::kSelective, RecomputeConfig::Mode::kFull};
 constexpr RecomputeConfig::Rerun kRecomputeReruns[] = {RecomputeConfig::Rerun::kNeeded,
@@ -475,6 +479,8 @@ sim::Status read_training(const Node& node, models::TrainingConfig& t) {
   OFFSIM_RETURN_IF_ERROR(read_int(r, "loss_chunks", t.loss_chunks, 1, kMaxDim));
   OFFSIM_RETURN_IF_ERROR(
       read_bool(r, "gradient_accumulation_fusion", t.gradient_accumulation_fusion));
+  OFFSIM_RETURN_IF_ERROR(read_enum(r, "moe_grouped_gemm", t.moe_grouped_gemm, kMoeGroupedGemms,
+                                   models::moe_grouped_gemm_from_string));
   // Storage dtypes by tensor class: a framework preset, then explicit entries over it.
   if (const Node* p = r.get("dtype_preset")) {
     std::vector<std::string> names;
@@ -1242,6 +1248,7 @@ Node training_node(const models::TrainingConfig& t) {
   put(training, "fp32_master_weights", bool_node(t.fp32_master_weights));
   put(training, "loss_chunks", number_node(t.loss_chunks));
   put(training, "gradient_accumulation_fusion", bool_node(t.gradient_accumulation_fusion));
+  put(training, "moe_grouped_gemm", scalar_node(models::to_string(t.moe_grouped_gemm)));
   if (!t.dtype_preset.empty()) put(training, "dtype_preset", scalar_node(t.dtype_preset));
   Node dtypes = make_map();
   const std::pair<const char*, const std::optional<sim::DType>*> entries[] = {

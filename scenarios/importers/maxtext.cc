@@ -495,13 +495,16 @@ sim::Status map_moe(Fields& fields, Mapper& m, const std::string& block) {
       if (Field* f = fields.get(key)) m.ignored(*f, "used by the deepseek decoder block only");
     }
   }
-  if (Field* f = fields.get("sparse_matmul")) {
-    OFFSIM_ASSIGN_OR_RETURN(bool sparse, m.boolean(*f));
-    if (sparse) {
-      m.mapped(*f, "(ragged grouped GEMMs, as offsim prices the experts)");
-    } else {
-      m.unmapped(*f, "the dense einsum over capacity-padded experts is priced as grouped GEMMs");
-    }
+  // Either way one kernel runs every expert's GEMM (megablox's gmm or ragged_dot when sparse,
+  // a batched einsum otherwise), not Transformer Engine's per-expert GEMMs.
+  Field sparse_default{"sparse_matmul", make_scalar("true", "maxtext default"), true};
+  Field* sparse_f = fields.get("sparse_matmul");
+  if (sparse_f == nullptr) sparse_f = &sparse_default;
+  OFFSIM_ASSIGN_OR_RETURN(bool sparse, m.boolean(*sparse_f));
+  OFFSIM_RETURN_IF_ERROR(m.set(*sparse_f, "training.moe_grouped_gemm", "single_kernel"));
+  if (!sparse) {
+    m.unmapped(*sparse_f,
+               "the dense einsum over capacity-padded experts is priced as grouped GEMMs");
   }
   if (Field* f = fields.get("megablox")) m.ignored(*f, "the grouped-GEMM kernel's implementation");
   return {};

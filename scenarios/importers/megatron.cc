@@ -792,17 +792,23 @@ sim::Status map_moe_parallel(Args& a, std::int64_t tp) {
   return {};
 }
 
-// The kernels: offsim prices grouped GEMMs and the fused permutation and router
-// (models/README.md); the alternatives run more, smaller kernels that it does not charge.
+// The kernels: --moe-grouped-gemm runs Transformer Engine's GroupedLinear (TEGroupedMLP:
+// per-expert GEMMs on four streams, training.moe_grouped_gemm multi_stream); without it
+// (Megatron's default) SequentialMLP loops over the experts on the compute stream, as the legacy
+// GroupedMLP's grouped_gemm package does with its default cuBLAS backend (sequential). offsim
+// prices the fused permutation and router (models/README.md); the unfused alternatives run
+// more, smaller kernels that it does not charge.
 sim::Status map_moe_kernels(Args& a) {
-  if (Field* f = a.get("--moe-grouped-gemm")) {
-    OFFSIM_ASSIGN_OR_RETURN(bool on, a.flag(f));
-    if (on) {
-      a.m.mapped(*f, "(the experts as grouped GEMMs, as offsim prices them)");
-    } else {
-      a.m.unmapped(*f, "one GEMM per expert (SequentialMLP) is priced as a grouped GEMM");
-    }
-  }
+  Field* f = a.get("--moe-grouped-gemm");
+  OFFSIM_ASSIGN_OR_RETURN(bool grouped, a.flag(f));
+  Field* legacy = a.get("--moe-use-legacy-grouped-gemm");
+  OFFSIM_ASSIGN_OR_RETURN(bool use_legacy, a.flag(legacy));
+  if (legacy != nullptr && !grouped) a.m.ignored(*legacy, "no --moe-grouped-gemm");
+  const bool multi_stream = grouped && !use_legacy;
+  std::vector<const Field*> from{f};
+  if (grouped && legacy != nullptr) from.push_back(legacy);
+  OFFSIM_RETURN_IF_ERROR(a.m.set_from(from, "training.moe_grouped_gemm",
+                                      multi_stream ? "multi_stream" : "sequential"));
   for (const char* key : {"--moe-permute-fusion", "--moe-router-fusion"}) {
     if (Field* f = a.get(key)) {
       OFFSIM_ASSIGN_OR_RETURN(bool on, a.flag(f));

@@ -311,6 +311,12 @@ sim::Status map_model(Fields& fields, Mapper& m) {
                                             n, fl));
     }
     OFFSIM_RETURN_IF_ERROR(m.set_from({name_f, flavor_f}, "model", model));
+    // torchtitan's MoE runs its experts as one torch._grouped_mm kernel (MoEArgs.use_grouped_mm,
+    // true by default in torchtitan/models/moe), not Transformer Engine's per-expert GEMMs.
+    if (models::find_model(model)->moe.experts > 0) {
+      OFFSIM_RETURN_IF_ERROR(
+          m.set_from({name_f, flavor_f}, "training.moe_grouped_gemm", "single_kernel"));
+    }
   }
   if (Field* f = fields.get("model.converters")) {
     bool fp8 = false;

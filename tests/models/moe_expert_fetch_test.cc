@@ -173,9 +173,11 @@ TEST(MoeExpertFetch, PredictorMissesComeAfterTheRouter) {
   EXPECT_EQ(routed->sizes.bytes, 13 * one);
   EXPECT_NEAR(estimate_plan_size(s, {}).ops, static_cast<double>(step->plan.ops.size()),
               0.05 * static_cast<double>(step->plan.ops.size()));
-  // Eight tokens leave the step bound by the host link: the 13 wrongly named experts cross it
-  // too, so a 75% predictor is slower than none, and a perfect one faster (the same bytes, a
-  // layer ahead).
+  // Eight tokens leave the step bound by the host link (with one grouped kernel: 128 experts'
+  // GEMMs four at a time would keep the GPU busier than the link): the 13 wrongly named experts
+  // cross it too, so a 75% predictor is slower than none, and a perfect one faster (the same
+  // bytes, a layer ahead).
+  s.training.moe_grouped_gemm = TrainingConfig::MoeGroupedGemm::kSingleKernel;
   auto with = evaluate(s);
   s.offload.expert_prediction_hit = 1.0;
   auto perfect = evaluate(s);

@@ -230,6 +230,8 @@ TEST(MaxTextImport, MixtureOfExpertsBlocks) {
   EXPECT_EQ(value_at(d, "parallelism.fsdp"), "true");
   EXPECT_EQ(find_path(d, "parallelism.fsdp_shard"), nullptr);
   EXPECT_EQ(find_path(d, "model.moe.capacity_factor"), nullptr);  // -1: dropless
+  // sparse_matmul (megablox): one grouped kernel, not Transformer Engine's per-expert GEMMs.
+  EXPECT_EQ(value_at(d, "training.moe_grouped_gemm"), "single_kernel");
   EXPECT_TRUE(r->unmapped.empty()) << fmt::format("{}", fmt::join(keys(r->unmapped), ", "));
   expect_round_trip(*r);
   // With the fsdp axis (-1: the 2 GPUs the expert axis leaves) the experts are FSDP-sharded too.
@@ -490,6 +492,7 @@ TEST(MegatronImport, MixtureOfExperts) {
   EXPECT_EQ(value_at(d, "parallelism.ep"), "8");
   EXPECT_EQ(value_at(d, "parallelism.etp"), "2");  // Megatron: expert TP defaults to TP
   EXPECT_EQ(value_at(d, "parallelism.moe_shared_expert_overlap"), "true");
+  EXPECT_EQ(value_at(d, "training.moe_grouped_gemm"), "multi_stream");  // TEGroupedMLP
   EXPECT_EQ(value_at(d, "parallelism.dp"), "16");
   EXPECT_TRUE(r->unmapped.empty());
   EXPECT_NE(find_field(r->ignored, "--moe-router-load-balancing-type"), nullptr);
@@ -562,6 +565,8 @@ TEST(MegatronImport, MixtureOfExperts) {
   EXPECT_EQ(value_at(r->scenario, "parallelism.etp"), "2");
   EXPECT_EQ(value_at(r->scenario, "parallelism.cp"), "1");
   EXPECT_EQ(find_path(r->scenario, "model.moe.shared_experts"), nullptr);
+  // No moe_grouped_gemm: Megatron's default SequentialMLP, one expert after another.
+  EXPECT_EQ(value_at(r->scenario, "training.moe_grouped_gemm"), "sequential");
   expect_round_trip(*r);
 
   // A pattern offsim's first_k_dense / layer_freq cannot express, or of the wrong length.
@@ -912,6 +917,7 @@ TEST(TorchtitanImport, ExpertParallelism) {
                          {.sets = {"hardware.system=dgx-h100"}, .gpus = 8});
   ASSERT_TRUE(r) << r.error().message;
   EXPECT_EQ(value_at(r->scenario, "model"), "qwen3-30b-a3b");
+  EXPECT_EQ(value_at(r->scenario, "training.moe_grouped_gemm"), "single_kernel");  // _grouped_mm
   EXPECT_EQ(value_at(r->scenario, "parallelism.ep"), "4");
   EXPECT_EQ(value_at(r->scenario, "parallelism.dp"), "8");
   EXPECT_EQ(value_at(r->scenario, "parallelism.fsdp"), "true");

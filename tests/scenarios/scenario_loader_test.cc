@@ -96,7 +96,7 @@ TEST_F(LoaderTest, UnknownKeyNamesFileLineColumnAndPath) {
   EXPECT_EQ(error_of(text),
             p(":9:15: training.micro_bach: unknown key; expected one of global_batch, "
               "micro_batch, seq_len, precision, fp8_recipe, fp32_master_weights, loss_chunks, "
-              "gradient_accumulation_fusion, dtype_preset, dtypes, optimizer"));
+              "gradient_accumulation_fusion, moe_grouped_gemm, dtype_preset, dtypes, optimizer"));
   EXPECT_EQ(error_of(std::string(kBase) + "colour: red\n"),
             p(":13:9: colour: unknown key; expected one of name, model, hardware, training, "
               "parallelism, recompute, offload, remat_policy, sweep"));
@@ -368,6 +368,30 @@ TEST_F(LoaderTest, Fp8RecipeKey) {
       << bad;
 }
 
+TEST_F(LoaderTest, MoeGroupedGemmKey) {
+  // training.moe_grouped_gemm: multi_stream (the default, in the effective scenario) or
+  // single_kernel; a bad value names the key and the accepted spellings.
+  const std::string path = write("s.yaml", kBase);
+  auto file = load_scenario_file(path, {});
+  ASSERT_TRUE(file) << file.error().message;
+  auto s = scenario_from_document(file->base, file->base_dir);
+  ASSERT_TRUE(s) << s.error().message;
+  EXPECT_EQ(s->training.moe_grouped_gemm, models::TrainingConfig::MoeGroupedGemm::kMultiStream);
+  EXPECT_NE(emit_yaml(scenario_to_document(*s)).find("  moe_grouped_gemm: multi_stream\n"),
+            std::string::npos);
+  file = load_scenario_file(path, {"training.moe_grouped_gemm=single_kernel"});
+  ASSERT_TRUE(file) << file.error().message;
+  s = scenario_from_document(file->base, file->base_dir);
+  ASSERT_TRUE(s) << s.error().message;
+  EXPECT_EQ(s->training.moe_grouped_gemm, models::TrainingConfig::MoeGroupedGemm::kSingleKernel);
+  const std::string bad = error_of(kBase, {"training.moe_grouped_gemm=cutlass"});
+  EXPECT_NE(bad.find("training.moe_grouped_gemm: expected one of multi_stream, single_kernel, "
+                     "sequential, "
+                     "got \"cutlass\""),
+            std::string::npos)
+      << bad;
+}
+
 TEST_F(LoaderTest, RecomputeModulesKey) {
   // recompute.modules (Megatron's recompute_modules) reaches the scenario and the effective
   // scenario, which loads again to the same set; a bad name names its index and the choices.
@@ -522,7 +546,7 @@ TEST_F(LoaderTest, OverridesApplyAndNameThemselvesInErrors) {
             "--set training.micro_bach=4: training.micro_bach: unknown key; expected one of "
             "global_batch, micro_batch, seq_len, precision, fp8_recipe, fp32_master_weights, "
             "loss_chunks, "
-            "gradient_accumulation_fusion, dtype_preset, dtypes, optimizer");
+            "gradient_accumulation_fusion, moe_grouped_gemm, dtype_preset, dtypes, optimizer");
   EXPECT_EQ(error_of(kBase, {"training.micro_batch=-1"}),
             "--set training.micro_batch=-1: training.micro_batch: expected an integer in "
             "1..1073741824, got -1");
