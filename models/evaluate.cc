@@ -300,7 +300,8 @@ bool single_stage_periodic(const sim::detail::PeriodProbe& probe, std::string& w
     return false;
   }
   if (s1.state != s2.state || s2.time_ns <= s1.time_ns) {
-    why = "no periodic state";
+    why = fmt::format("no periodic state (the boundaries' states first differ in {})",
+                      sim::detail::first_difference(s1.state, s2.state));
     return false;
   }
   return true;
@@ -729,6 +730,7 @@ struct PeriodPair {
 PeriodPair period_pair(const sim::detail::PeriodProbe& probe, const PipelinePeriods& p,
                        std::int64_t lo, std::int64_t hi, std::int64_t b1, std::string& why) {
   why = "no periodic state";
+  bool differs = false;  // why names the first quiet pair's difference
   for (std::int64_t a = 0; a <= p.scan; ++a) {
     const auto& s1 = probe.snapshots[static_cast<std::size_t>(a)];
     for (std::int64_t c = 1; c <= p.q_max; ++c) {
@@ -743,6 +745,11 @@ PeriodPair period_pair(const sim::detail::PeriodProbe& probe, const PipelinePeri
         continue;
       }
       if (s1.state == sc.state && sc.time_ns > s1.time_ns) return {.a = a, .q = c};
+      if (!differs) {
+        differs = true;
+        why = fmt::format("no periodic state (the boundaries' states first differ in {})",
+                          sim::detail::first_difference(s1.state, sc.state));
+      }
     }
   }
   return {};

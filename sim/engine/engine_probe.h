@@ -129,4 +129,10 @@ struct PeriodProbe {
 Result<SimResult> simulate_with_periods(const Plan& plan, const SimOptions& options,
                                         PeriodProbe* probe);
 
+// Where two snapshots' states (PeriodProbe::Snapshot::state) first differ, for a diagnosis:
+// "a lane's ops", "the transfers in flight", "the shared-resource groups", "the pending events",
+// "the memory in use", "the state's size", or "nothing".
+const char* first_difference(const std::vector<std::uint64_t>& a,
+                             const std::vector<std::uint64_t>& b);
+
 }  // namespace offsim::sim::detail

@@ -170,6 +170,13 @@ struct PoolState {
   bool over_capacity = false;  // an alloc went past capacity (run_past_capacity)
 };
 
+// The words that open a snapshot's parts (a lane's carries its index in the low bits).
+constexpr std::uint64_t kLaneMark = 0xA1A1000000000000u;
+constexpr std::uint64_t kFlowsMark = 0xA2A2000000000000u;
+constexpr std::uint64_t kGroupsMark = 0xA3A3000000000000u;
+constexpr std::uint64_t kEventsMark = 0xA4A4000000000000u;
+constexpr std::uint64_t kMemoryMark = 0xA5A5000000000000u;
+
 // Writes a snapshot's words (Engine::take_snapshot): ids relative to the boundary's segment or
 // period, and the quiet/window facts gathered while writing the lanes.
 class SnapshotWriter {
@@ -847,7 +854,7 @@ void Engine::snapshot_lane(SnapshotWriter& w, std::uint32_t lane) const {
   const std::uint32_t lo = lane_offsets_[lane];
   const std::uint32_t hi = lane_offsets_[lane + 1];
   const std::uint32_t pos = lo + lane_head_[lane];
-  out.push_back(0xA1A1000000000000u | lane);
+  out.push_back(kLaneMark | lane);
   if (pos > lo) {
     const std::uint32_t prev = lane_ops_[pos - 1];
     if (w.segmented) {
@@ -893,7 +900,7 @@ void Engine::snapshot_lane(SnapshotWriter& w, std::uint32_t lane) const {
 // depends on history but changes nothing (see FlowSolver::append_state).
 void Engine::snapshot_flows(SnapshotWriter& w) const {
   std::vector<std::uint64_t>& out = w.out;
-  out.push_back(0xA2A2000000000000u);
+  out.push_back(kFlowsMark);
   std::uint64_t in_flight = 0;
   for (const FlowState& fs : flows_) in_flight += fs.op != kNone ? 1 : 0;
   out.push_back(in_flight);
@@ -916,7 +923,7 @@ void Engine::snapshot_flows(SnapshotWriter& w) const {
 // left the group (the group's event skips it).
 void Engine::snapshot_groups(SnapshotWriter& w) const {
   std::vector<std::uint64_t>& out = w.out;
-  out.push_back(0xA3A3000000000000u);
+  out.push_back(kGroupsMark);
   std::vector<std::uint32_t> live_groups;
   for (std::uint32_t g = 0; g < groups_.size(); ++g) {
     if (groups_[g].live != 0) live_groups.push_back(g);
@@ -938,6 +945,7 @@ void Engine::snapshot_groups(SnapshotWriter& w) const {
 // Pending events in firing order, less superseded group events.
 void Engine::snapshot_events(SnapshotWriter& w) const {
   std::vector<std::uint64_t>& out = w.out;
+  out.push_back(kEventsMark);
   std::vector<Event> events = heap_;
   std::sort(events.begin(), events.end(), [](const Event& x, const Event& y) {
     return x.time < y.time || (x.time == y.time && x.seq < y.seq);
@@ -956,7 +964,7 @@ void Engine::snapshot_events(SnapshotWriter& w) const {
 
 // Bytes in use per pool, then the live tensors.
 void Engine::snapshot_memory(SnapshotWriter& w) const {
-  w.out.push_back(0xA5A5000000000000u);
+  w.out.push_back(kMemoryMark);
   for (std::size_t p = 0; p < pools_.size(); ++p) {
     w.out.push_back(static_cast<std::uint64_t>(ledger_.in_use(PoolId{p})));
   }
@@ -1128,6 +1136,32 @@ Result<SimResult> simulate_with_periods(const Plan& plan, const SimOptions& opti
                                         PeriodProbe* probe) {
   Engine engine(plan, options, nullptr, probe);
   return engine.run();
+}
+
+const char* first_difference(const std::vector<std::uint64_t>& a,
+                             const std::vector<std::uint64_t>& b) {
+  const std::size_t n = std::min(a.size(), b.size());
+  std::size_t i = 0;
+  while (i < n && a[i] == b[i]) ++i;
+  if (i == n) return a.size() == b.size() ? "nothing" : "the state's size";
+  // The part that holds word i: the last mark at or before it.
+  for (std::size_t j = i + 1; j-- > 0;) {
+    switch (a[j] & 0xFFFF000000000000u) {
+      case kLaneMark:
+        return "a lane's ops";
+      case kFlowsMark:
+        return "the transfers in flight";
+      case kGroupsMark:
+        return "the shared-resource groups";
+      case kEventsMark:
+        return "the pending events";
+      case kMemoryMark:
+        return "the memory in use";
+      default:
+        break;
+    }
+  }
+  return "the step's makespan or ready ops";
 }
 
 }  // namespace detail

@@ -91,6 +91,14 @@ TEST(PeriodProbeTest, NoPeriodWhenTheCopyFallsBehind) {
   EXPECT_FALSE(probe.snapshots[0].quiet);
   EXPECT_FALSE(probe.snapshots[1].quiet);
   EXPECT_NE(probe.snapshots[0].state, probe.snapshots[1].state);
+  // The diagnosis names the part of the states that differs first.
+  EXPECT_STREQ(detail::first_difference(probe.snapshots[0].state, probe.snapshots[1].state),
+               "a lane's ops");
+  EXPECT_STREQ(detail::first_difference(probe.snapshots[0].state, probe.snapshots[0].state),
+               "nothing");
+  std::vector<std::uint64_t> longer = probe.snapshots[0].state;
+  longer.push_back(0);
+  EXPECT_STREQ(detail::first_difference(probe.snapshots[0].state, longer), "the state's size");
 }
 
 TEST(PeriodProbeTest, StopsAtTheLastBoundaryWhenTheCallerHasNoUseForTheRest) {
