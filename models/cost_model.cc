@@ -502,7 +502,11 @@ OpCost CostModel::grouped_gemm(int rank, const std::vector<sim::GemmShape>& grou
     last_round = 0;
   }
   if (flops <= 0.0) return kernel(*this, rr.multiplicity, rr.sm, rr.hbm_bw, 0.0, 1.0, 0.0);
-  return kernel(*this, rr.multiplicity, rr.sm, rr.hbm_bw, flops, flops / seconds_total, bytes);
+  OpCost c = kernel(*this, rr.multiplicity, rr.sm, rr.hbm_bw, flops, flops / seconds_total, bytes);
+  // One kernel per expert: each stream runs ceil(experts / width) of them back to back, each
+  // after the profile's gap between kernels in one stream.
+  if (width > 0) c.latency = c.latency * ((experts + width - 1) / width);
+  return c;
 }
 
 double CostModel::attention_flops(const sim::AttentionShape& a) {

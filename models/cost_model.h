@@ -96,7 +96,7 @@ class CostModel {
   // per expert on S streams (Transformer Engine's multi-stream cuBLAS path; S = 1: one after
   // another), so S experts' GEMMs run at a time: each expert's GEMM at the surface's efficiency
   // for S concurrent copies of its shape (the waves of S GEMMs' tiles), the last round's at as
-  // many copies as it holds. The times add up.
+  // many copies as it holds. The times add up, after the launch gap of each stream's kernels.
   sim::OpCost grouped_gemm(int rank, const std::vector<sim::GemmShape>& groups,
                            int streams = 0) const;
   // The framework's host thread (one per rank) issues every GPU op in program order; the
