@@ -134,14 +134,26 @@ FlowSolver::Components FlowSolver::solve() {
     resources_[r].dirty = false;
     if (resources_[r].visited == epoch_) continue;
     const std::size_t begin = out_flows_.size();
+    const std::vector<Element>& elements = resources_[r].elements;
+    if (elements.empty()) {  // the last flow on it left
+      resources_[r].visited = epoch_;
+      continue;
+    }
+    if (elements.size() == 1 && solve_alone(elements.front().flow)) {
+      out_offsets_.push_back(static_cast<std::uint32_t>(out_flows_.size()));
+      continue;
+    }
     collect_component(kNone, r);
-    if (out_flows_.size() == begin) continue;  // the last flow on it left
     fill_component(begin);
     out_offsets_.push_back(static_cast<std::uint32_t>(out_flows_.size()));
   }
   for (std::uint32_t f : dirty_flows_) {
     if (!flows_[f].active || flows_[f].visited == epoch_) continue;
     const std::size_t begin = out_flows_.size();
+    if (solve_alone(f)) {
+      out_offsets_.push_back(static_cast<std::uint32_t>(out_flows_.size()));
+      continue;
+    }
     collect_component(f, kNone);
     fill_component(begin);
     out_offsets_.push_back(static_cast<std::uint32_t>(out_flows_.size()));
@@ -151,6 +163,29 @@ FlowSolver::Components FlowSolver::solve() {
   if (!out_flows_.empty()) ++solves_;
   flows_resolved_ += static_cast<std::int64_t>(out_flows_.size());
   return Components{out_flows_, out_offsets_};
+}
+
+// A flow that shares none of its resources is a component of its own, and progressive filling
+// fixes it at its bound or at its tightest resource's capacity / weight, whichever is lower:
+// computed here directly, with the same arithmetic (most solves are of such a flow: a kernel
+// alone on its GPU, a copy alone on its link). Returns false, touching nothing, when a resource
+// of the flow carries another flow (or this one twice).
+bool FlowSolver::solve_alone(std::uint32_t flow) {
+  Flow& f = flows_[flow];
+  for (const Use& u : f.uses) {
+    if (resources_[u.resource].elements.size() != 1) return false;
+  }
+  f.visited = epoch_;
+  double best = kNoBound;
+  for (const Use& u : f.uses) {
+    Resource& r = resources_[u.resource];
+    r.visited = epoch_;
+    best = std::min(best, r.capacity / u.weight);
+  }
+  f.fixed = true;
+  f.rate = f.max_rate <= best ? f.max_rate : best;
+  out_flows_.push_back(FlowId{flow});
+  return true;
 }
 
 // Breadth-first over the bipartite flow/resource graph; appends the component's flows to

@@ -125,6 +125,7 @@ class FlowSolver {
   };
 
   void mark_dirty(std::uint32_t resource);
+  bool solve_alone(std::uint32_t flow);
   void collect_component(std::uint32_t seed_flow, std::uint32_t seed_resource);
   void fill_component(std::size_t flow_begin);
   void start_filling(std::span<const FlowId> flows);

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <vector>
 
 namespace offsim::sim {
@@ -167,6 +168,53 @@ TEST(FlowSolverTest, StateNamesFlowsNotSlots) {
   EXPECT_EQ(one.rate(y1), two.rate(y2));
   EXPECT_EQ(one.rate(z1), 10e9);
   EXPECT_EQ(two.rate(z2), 10e9);
+}
+
+TEST(FlowSolverTest, AFlowAloneGetsItsBoundOrItsTightestResourceExactly) {
+  // No other flow on its resources: the rate is min(bound, capacity / (k * w)) over its uses,
+  // bit for bit what progressive filling gives (the same division), and the flow is a
+  // component of its own.
+  FlowSolver s({25e9, 900e9, 3e12});
+  const FlowId a = s.add_flow(kNoBound, 3, {use(0, 0.7), use(1, 2.0)});
+  FlowSolver::Components c = s.solve();
+  ASSERT_EQ(c.size(), 1u);
+  ASSERT_EQ(c.component(0).size(), 1u);
+  EXPECT_EQ(c.component(0)[0], a);
+  EXPECT_EQ(s.rate(a), std::min(25e9 / (3 * 0.7), 900e9 / (3 * 2.0)));
+  s.remove_flow(a);
+  // A bound below every resource's level wins; one above loses to the tightest resource.
+  const FlowId b = s.add_flow(1e9, 1, {use(2, 1.5)});
+  const FlowId d = s.add_flow(4e12, 1, {use(1, 0.5)});
+  const FlowId e = s.add_flow(7e6, 1, {});       // no resource: its bound
+  const FlowId f = s.add_flow(kNoBound, 1, {});  // neither: unbounded
+  c = s.solve();
+  EXPECT_EQ(c.size(), 4u);
+  EXPECT_EQ(s.rate(b), 1e9);
+  EXPECT_EQ(s.rate(d), 900e9 / 0.5);
+  EXPECT_EQ(s.rate(e), 7e6);
+  EXPECT_EQ(s.rate(f), kNoBound);
+  // The resource it left is idle; its flows re-solve alone, with their rates unchanged.
+  s.remove_flow(d);
+  c = s.solve();
+  EXPECT_EQ(c.size(), 0u);
+  EXPECT_EQ(s.rate(b), 1e9);
+}
+
+TEST(FlowSolverTest, AFlowUsingAResourceTwiceSharesItWithItself) {
+  // Two uses of one link (a route through it both ways): the link carries 1.0 + 0.5 units per
+  // unit of work, so 25e9 / 1.5, not 25e9 / 1.0.
+  FlowSolver s({25e9});
+  const FlowId a = s.add_flow(kNoBound, 1, {use(0, 1.0), use(0, 0.5)});
+  s.solve();
+  EXPECT_DOUBLE_EQ(s.rate(a), 25e9 / 1.5);
+  // A second flow joins: both are re-solved together, and when it leaves a is alone again.
+  const FlowId b = s.add_flow(kNoBound, 1, {use(0)});
+  s.solve();
+  EXPECT_DOUBLE_EQ(s.rate(a), 25e9 / 2.5);
+  EXPECT_DOUBLE_EQ(s.rate(b), 25e9 / 2.5);
+  s.remove_flow(b);
+  s.solve();
+  EXPECT_DOUBLE_EQ(s.rate(a), 25e9 / 1.5);
 }
 
 TEST(FlowSolverTest, StateDiffersWhenTheListOrderDiffers) {
