@@ -19,8 +19,9 @@ namespace {
 // Heap blocks behind an op besides its struct: the name in the Timeline's OpInfo (most names,
 // "mb12.l31.mlpwi.fwd", pass the 15-character small-string buffer, and malloc rounds the block
 // to 32 bytes; the Plan's own copy, a sim::InlineString, holds up to 38 characters inside the
-// op); the deps vector's block. The cost's resource uses (two to six) are held inside the op's
-// struct (sim::SmallVector) up to three. Tensors alike: the TensorInfo's name on the heap, the
+// op); the block of the OpInfo's deps vector (the Plan's op holds up to four deps, and its
+// allocs and frees up to two each, inside its struct, as it holds the cost's resource uses, two
+// to six, up to three: sim::SmallVector). Tensors alike: the TensorInfo's name on the heap, the
 // Plan's inline. Checked against the real allocations in tests/models/plan_size_test.cc.
 constexpr double kNameHeapBytes = 32.0;
 constexpr double kVectorBlockBytes = 16.0;

@@ -118,7 +118,7 @@ void StepBuilder::moe_forward(Rank& r, const std::string& p, OpCategory cat, int
                               const OpSink& emit, const std::string& sfx, Fetch* fetch) {
   const LayerDims& md = ld(l);
   const bool overlap = s_.parallelism.moe_shared_expert_overlap && md.fs > 0;
-  std::optional<OpId> weights_in;
+  OpId weights_in{};  // the routed experts' fetch, when there is one (invalid: none)
   std::optional<OpId> shared_done;
   std::optional<OpId> sync;
   bool synced = false;  // an op after the synchronisation was emitted
@@ -140,9 +140,9 @@ void StepBuilder::moe_forward(Rank& r, const std::string& p, OpCategory cat, int
     if (e.host_ops > 0) next_host_ops(e.host_ops, false);
     const OpId id = moe_op(r, p + "." + e.name + sfx, cat, l, e, false);
     sim::Op& op = b_.op_at(id);
-    if (e.kind == MoeOpKind::kGroupedGemm && weights_in) {
-      op.deps.push_back(*weights_in);  // the first grouped GEMM
-      weights_in.reset();
+    if (e.kind == MoeOpKind::kGroupedGemm && weights_in.valid()) {
+      op.deps.push_back(weights_in);  // the first grouped GEMM
+      weights_in = OpId{};
     }
     if (e.traffic == MoeTraffic::kUnpermute && shared_done) op.deps.push_back(*shared_done);
     if (sync && !std::exchange(synced, true)) op.deps.push_back(*sync);

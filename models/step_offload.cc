@@ -586,7 +586,7 @@ OpId StepBuilder::deepspeed_grad_check_op(Rank& r, const ParamGroup& g, std::vec
   cost.latency +=
       sim::duration_from_seconds(tensors * cm_.host_issue_s({.eager = c.eager_ops_per_tensor}) +
                                  syncs * sim::to_seconds(cm_.host_sync_latency()));
-  std::vector<OpId>& d = b_.op_at(id).deps;
+  auto& d = b_.op_at(id).deps;
   d.insert(d.end(), deps.begin(), deps.end());
   return id;
 }

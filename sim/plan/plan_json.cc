@@ -338,8 +338,8 @@ class PlanParser {
     return ok();
   }
 
-  template <class Id>
-  Status parse_ids(const json& list, const std::string& path, std::vector<Id>& out) {
+  template <class Ids>  // a std::vector or sim::SmallVector of ids
+  Status parse_ids(const json& list, const std::string& path, Ids& out) {
     if (!list.is_array()) return r_.error(path, "expected an array of ids");
     for (std::size_t i = 0; i < list.size(); ++i) {
       const std::string item_path = fmt::format("{}[{}]", path, i);
@@ -347,7 +347,7 @@ class PlanParser {
       if (v < 0 || v >= std::int64_t{TaggedId<void>::kInvalidValue}) {
         return r_.error(item_path, fmt::format("id {} is out of range", v));
       }
-      out.emplace_back(static_cast<std::uint32_t>(v));
+      out.push_back(typename Ids::value_type{static_cast<std::uint32_t>(v)});
     }
     return ok();
   }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 #include <numeric>
+#include <span>
 #include <tuple>
 
 namespace offsim::sim {
@@ -153,7 +154,7 @@ struct PlanOps {
   std::size_t size() const { return plan.ops.size(); }
   LaneId lane(std::size_t i, const Span& /*span*/) const { return plan.ops[i].lane; }
   OpKind kind(std::size_t i) const { return plan.ops[i].kind; }
-  const std::vector<OpId>& deps(std::size_t i) const { return plan.ops[i].deps; }
+  std::span<const OpId> deps(std::size_t i) const { return plan.ops[i].deps; }
   int rank(LaneId l) const { return plan.lanes[l.index()].rank; }
   LaneRole role(LaneId l) const { return plan.lanes[l.index()].role; }
 };
@@ -165,7 +166,7 @@ struct TimelineOps {
   std::size_t size() const { return t.ops.size(); }
   LaneId lane(std::size_t /*i*/, const Span& span) const { return span.lane; }
   OpKind kind(std::size_t i) const { return t.ops[i].kind; }
-  const std::vector<OpId>& deps(std::size_t i) const { return t.ops[i].deps; }
+  std::span<const OpId> deps(std::size_t i) const { return t.ops[i].deps; }
   int rank(LaneId l) const { return l.index() < lane_rank.size() ? lane_rank[l.index()] : -1; }
   // Files written before lanes had a role: every point-to-point lane taken as the pipeline's.
   LaneRole role(LaneId l) const {

@@ -27,8 +27,8 @@ Timeline timeline_skeleton(const Plan& plan, bool with_op_infos) {
   if (with_op_infos) {
     t.ops.reserve(plan.ops.size());
     for (const Op& op : plan.ops) {
-      t.ops.push_back(
-          OpInfo{op.name, op.kind, op.category, op.layer, op.sizes.flops, op.sizes.bytes, op.deps});
+      t.ops.push_back(OpInfo{op.name, op.kind, op.category, op.layer, op.sizes.flops,
+                             op.sizes.bytes, op.deps.to_vector()});
     }
   }
   t.pools.reserve(plan.pools.size());

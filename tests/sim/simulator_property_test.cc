@@ -86,9 +86,9 @@ Plan random_plan(std::uint64_t seed, int op_count, bool repeat_flows) {
       op.cost.latency = Duration{chance(0.8) ? 0 : uniform(1, 1000)};
     }
     for (int a = uniform(0, 2); a > 0; --a) op.allocs.push_back(new_tensor());
-    allocated[static_cast<std::size_t>(i)] = op.allocs;
+    allocated[static_cast<std::size_t>(i)] = op.allocs.to_vector();
     // Free candidates: own allocs, ancestors' allocs, initial tensors.
-    std::vector<TensorId> candidates = op.allocs;
+    std::vector<TensorId> candidates = op.allocs.to_vector();
     std::vector<int> ancestors;
     for (OpId d : op.deps) ancestors.push_back(static_cast<int>(d.index()));
     if (last_on_lane[op.lane.index()] >= 0) ancestors.push_back(last_on_lane[op.lane.index()]);
