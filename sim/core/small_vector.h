@@ -45,8 +45,10 @@ class SmallVector {
   SmallVector(It first, It last) {
     assign(first, last);
   }
-  // Implicit, so that code building a std::vector can hand it over.
+  // Implicit, so that code building a std::vector can hand it over (also when it gives it up:
+  // the elements are copied either way, the inline storage cannot take over its block).
   SmallVector(const std::vector<T>& v) { assign(v.begin(), v.end()); }
+  SmallVector(std::vector<T>&& v) { assign(v.begin(), v.end()); }
   SmallVector(const SmallVector& o) { assign(o.begin(), o.end()); }
   SmallVector(SmallVector&& o) noexcept { take(o); }
   ~SmallVector() { release(); }
@@ -67,6 +69,10 @@ class SmallVector {
     return *this;
   }
   SmallVector& operator=(const std::vector<T>& v) {
+    assign(v.begin(), v.end());
+    return *this;
+  }
+  SmallVector& operator=(std::vector<T>&& v) {
     assign(v.begin(), v.end());
     return *this;
   }
