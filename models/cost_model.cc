@@ -519,12 +519,14 @@ double CostModel::attention_flops(const sim::AttentionShape& a) {
   return a.backward ? 2.5 * fwd : fwd;
 }
 
-OpCost CostModel::attention(int rank, const sim::AttentionShape& a, bool flash,
+OpCost CostModel::attention(int rank, const sim::AttentionShape& a, ModelArch::AttentionImpl impl,
                             bool dropout) const {
   const RankResources& rr = at(rank);
-  if (!flash) return classic_attention(rr, a, dropout);
+  if (impl == ModelArch::AttentionImpl::kClassic) return classic_attention(rr, a, dropout);
   const auto& e = profile_.attention;
-  const double eff = e.flash(a.backward, static_cast<double>(a.seq_kv));
+  const double seq = static_cast<double>(a.seq_kv);
+  const double eff = impl == ModelArch::AttentionImpl::kFlash2 ? e.flash2(a.backward, seq)
+                                                               : e.flash(a.backward, seq);
   const double rate = eff * peak_flops(a.dtype);
   const double esize = static_cast<double>(sim::dtype_bytes(a.dtype));
   const double b = static_cast<double>(a.batch);

@@ -121,12 +121,13 @@ class CostModel {
   // A device-to-host synchronisation (.item(), .tolist(), event.synchronize() after a D2H copy):
   // the host waits for the stream, then for the copy's round trip.
   sim::Duration host_sync_latency() const;
-  // Flash: one fused kernel at the profile's flash efficiency; Q, K, V, O (and gradients) cross
-  // HBM once. Classic (Megatron 2021): the kernels it really runs, one after another (see
+  // Flash: one fused kernel at the profile's flash efficiency (flash2: its FlashAttention-2
+  // curves, see AttentionEfficiency::flash2); Q, K, V, O (and gradients) cross HBM once. Classic
+  // (Megatron 2021): the kernels it really runs, one after another (see
   // classic_attention_time): batched GEMMs over the full s×s product at the GEMM surface's
   // efficiency for their shapes, and memory-bound passes over the score matrix (softmax, and
   // with `dropout` the attention-dropout kernel and its one-byte mask).
-  sim::OpCost attention(int rank, const sim::AttentionShape& shape, bool flash,
+  sim::OpCost attention(int rank, const sim::AttentionShape& shape, ModelArch::AttentionImpl impl,
                         bool dropout = false) const;
   ClassicAttentionTime classic_attention_time(const sim::AttentionShape& shape, bool dropout) const;
   // Bytes at the profile's memory-bound efficiency (by size) of HBM peak; FLOPs at the fp32 rate.

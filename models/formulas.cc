@@ -118,7 +118,8 @@ LayerDims layer_dims(const ModelArch& m, const TrainingConfig& t, const Parallel
   if (t.compute_dtype == sim::DType::kFp8) d.e_q = 1;
   d.gated = m.activation == ModelArch::Activation::kSwiGlu;
   d.dropout = m.dropout;
-  d.flash = m.attention == ModelArch::AttentionImpl::kFlash;
+  d.flash = m.attention != ModelArch::AttentionImpl::kClassic;
+  d.attention = m.attention;
   d.bias = m.linear_bias;
   d.layernorm = m.norm == ModelArch::Norm::kLayerNorm;
   if (m.mla.kv_lora_rank > 0) {

@@ -41,7 +41,8 @@ struct LayerDims {
   std::int64_t e_q = 0;
   bool gated = false;  // SwiGLU-style gated MLP (two input projections)
   bool dropout = false;
-  bool flash = true;
+  bool flash = true;  // fused attention (flash or flash2): O and the logsumexp are saved
+  ModelArch::AttentionImpl attention = ModelArch::AttentionImpl::kFlash;
   bool bias = false;
   bool layernorm = true;  // LayerNorm (else RMSNorm)
   // Mixture-of-experts FFN (moe == true): f is then unused; the routed experts process `routed`

@@ -47,6 +47,8 @@ const char* to_string(ModelArch::AttentionImpl v) {
       return "flash";
     case ModelArch::AttentionImpl::kClassic:
       return "classic";
+    case ModelArch::AttentionImpl::kFlash2:
+      return "flash2";
   }
   return "?";
 }
@@ -187,7 +189,8 @@ std::optional<ModelArch::Norm> norm_from_string(std::string_view s) {
 }
 std::optional<ModelArch::AttentionImpl> attention_impl_from_string(std::string_view s) {
   static constexpr ModelArch::AttentionImpl kAll[] = {ModelArch::AttentionImpl::kFlash,
-                                                      ModelArch::AttentionImpl::kClassic};
+                                                      ModelArch::AttentionImpl::kClassic,
+                                                      ModelArch::AttentionImpl::kFlash2};
   return parse_enum(s, kAll);
 }
 std::optional<ParallelConfig::PipelineSchedule> pipeline_schedule_from_string(std::string_view s) {

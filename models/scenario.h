@@ -60,7 +60,11 @@ struct MlaConfig {
 struct ModelArch {
   enum class Activation { kGelu, kSwiGlu };
   enum class Norm { kLayerNorm, kRmsNorm };
-  enum class AttentionImpl { kFlash, kClassic };
+  // kFlash: the fused attention of the framework's default backend, at the profile's flash
+  // figures (cuDNN's fused attention on Hopper and Blackwell). kFlash2: FlashAttention-2's
+  // kernels (Ampere code, run as they are on later GPUs) at the profile's flash2 curves where it
+  // has them, else its flash figures. kClassic: unfused batched GEMMs and score passes.
+  enum class AttentionImpl { kFlash, kClassic, kFlash2 };
 
   std::string name;
   std::int64_t vocab_size = 0;

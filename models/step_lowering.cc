@@ -41,7 +41,7 @@ OpId StepBuilder::attention_kernel(Rank& r, const std::string& name, OpCategory 
   sz.attention = shape;
   sz.flops = CostModel::attention_flops(shape);
   return add(r, r.compute, name, OpKind::kAttention, cat, layer,
-             cm_.attention(r.rank, shape, d_.flash, d_.dropout), sz, std::move(deps));
+             cm_.attention(r.rank, shape, d_.attention, d_.dropout), sz, std::move(deps));
 }
 
 // Ring attention (Transformer Engine AttnFuncWithCPAndKVP2P, cp_comm_type p2p): cp steps, step

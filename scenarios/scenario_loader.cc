@@ -174,7 +174,8 @@ constexpr ModelArch::Activation kActivations[] = {ModelArch::Activation::kGelu,
                                                   ModelArch::Activation::kSwiGlu};
 constexpr ModelArch::Norm kNorms[] = {ModelArch::Norm::kLayerNorm, ModelArch::Norm::kRmsNorm};
 constexpr ModelArch::AttentionImpl kAttentionImpls[] = {ModelArch::AttentionImpl::kFlash,
-                                                        ModelArch::AttentionImpl::kClassic};
+                                                        ModelArch::AttentionImpl::kClassic,
+                                                        ModelArch::AttentionImpl::kFlash2};
 constexpr ParallelConfig::PipelineSchedule kSchedules[] = {
     ParallelConfig::PipelineSchedule::k1F1B, ParallelConfig::PipelineSchedule::kInterleaved1F1B};
 constexpr ParallelConfig::BackwardPrefetch kBackwardPrefetches[] = {

@@ -170,6 +170,12 @@ double AttentionEfficiency::flash(bool backward, double seq_kv) const {
   return interpolate_log(curve, seq_kv);
 }
 
+double AttentionEfficiency::flash2(bool backward, double seq_kv) const {
+  const std::vector<CurveKnot>& curve = backward ? flash2_bwd_by_seq : flash2_fwd_by_seq;
+  if (curve.empty()) return flash(backward, seq_kv);
+  return interpolate_log(curve, seq_kv);
+}
+
 double GpuFigures::dense_flops(DType dtype) const {
   switch (dtype) {
     case DType::kBf16:
@@ -361,6 +367,8 @@ constexpr FigureRange kFigureRanges[] = {
     {"memory_bound.size", 1.0, 1e15, false, "bytes moved by a kernel at a curve knot"},
     {"attention_by_seq.flash_fwd.size", 1.0, 1e8, false, "a sequence length in tokens"},
     {"attention_by_seq.flash_bwd.size", 1.0, 1e8, false, "a sequence length in tokens"},
+    {"attention_by_seq.flash2_fwd.size", 1.0, 1e8, false, "a sequence length in tokens"},
+    {"attention_by_seq.flash2_bwd.size", 1.0, 1e8, false, "a sequence length in tokens"},
     // Kinds, by the key's name.
     {"*efficiency*", 1e-4, 1.0, false, "an efficiency: achieved over peak, in (0, 1]"},
     {"*_fwd", 1e-4, 1.0, false, "an efficiency: achieved over peak, in (0, 1]"},
@@ -642,6 +650,10 @@ json profile_to_json(const CalibrationProfile& profile) {
   if (!p.attention.flash_fwd_by_seq.empty() || !p.attention.flash_bwd_by_seq.empty()) {
     j["attention_by_seq"] = json{{"flash_fwd", knots_to_json(p.attention.flash_fwd_by_seq)},
                                  {"flash_bwd", knots_to_json(p.attention.flash_bwd_by_seq)}};
+    if (!p.attention.flash2_fwd_by_seq.empty() || !p.attention.flash2_bwd_by_seq.empty()) {
+      j["attention_by_seq"]["flash2_fwd"] = knots_to_json(p.attention.flash2_fwd_by_seq);
+      j["attention_by_seq"]["flash2_bwd"] = knots_to_json(p.attention.flash2_bwd_by_seq);
+    }
   }
   return j;
 }
@@ -856,9 +868,18 @@ Result<CalibrationProfile> profile_from_json(const json& root, const std::string
   if (root.contains("attention_by_seq")) {
     const std::string p = "$.attention_by_seq";
     OFFSIM_ASSIGN_OR_RETURN(const json* a, pr.reader().object(root, "attention_by_seq", "$"));
-    OFFSIM_RETURN_IF_ERROR(pr.keys(*a, {"flash_fwd", "flash_bwd"}, p));
+    // The FlashAttention-2 curves came later: optional, both or neither.
+    OFFSIM_RETURN_IF_ERROR(pr.keys(*a, {"flash_fwd", "flash_bwd", "flash2_fwd", "flash2_bwd"}, p,
+                                   {"flash2_fwd", "flash2_bwd"}));
     OFFSIM_ASSIGN_OR_RETURN(out.attention.flash_fwd_by_seq, pr.knots(*a, "flash_fwd", p));
     OFFSIM_ASSIGN_OR_RETURN(out.attention.flash_bwd_by_seq, pr.knots(*a, "flash_bwd", p));
+    if (a->contains("flash2_fwd") != a->contains("flash2_bwd")) {
+      return pr.reader().error(p, "flash2_fwd and flash2_bwd go together: give both or neither");
+    }
+    if (a->contains("flash2_fwd")) {
+      OFFSIM_ASSIGN_OR_RETURN(out.attention.flash2_fwd_by_seq, pr.knots(*a, "flash2_fwd", p));
+      OFFSIM_ASSIGN_OR_RETURN(out.attention.flash2_bwd_by_seq, pr.knots(*a, "flash2_bwd", p));
+    }
   }
   OFFSIM_RETURN_IF_ERROR(check_positive(pr.reader(), out));
   OFFSIM_RETURN_IF_ERROR(check_consistent(pr.reader(), out));

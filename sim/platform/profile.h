@@ -127,6 +127,11 @@ struct GemmEfficiency {
 // benchmarks give them. When present they replace the single flash_fwd / flash_bwd figure, unless
 // that figure was measured (origin "measured", written by calibrate): a measurement of the
 // user's machine wins over a published curve.
+//
+// FlashAttention-2 by shape: `flash2_fwd_by_seq` / `flash2_bwd_by_seq` (optional, in the same
+// section) are the same kind of curve for FlashAttention-2's kernels, which run Ampere code on
+// later GPUs (scenario `model.attention: flash2`); a profile without them prices flash2 as
+// flash.
 struct AttentionEfficiency {
   Figure flash_fwd;
   Figure flash_bwd;
@@ -134,7 +139,10 @@ struct AttentionEfficiency {
   Figure classic_bwd;
   std::vector<CurveKnot> flash_fwd_by_seq;
   std::vector<CurveKnot> flash_bwd_by_seq;
+  std::vector<CurveKnot> flash2_fwd_by_seq;
+  std::vector<CurveKnot> flash2_bwd_by_seq;
   double flash(bool backward, double seq_kv) const;
+  double flash2(bool backward, double seq_kv) const;
   bool operator==(const AttentionEfficiency&) const = default;
 };
 

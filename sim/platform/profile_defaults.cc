@@ -244,11 +244,43 @@ void attention_by_seq(CalibrationProfile& p, Origin origin, const std::string& n
   p.attention.flash_bwd = p.attention.flash_bwd_by_seq.back().efficiency;
 }
 
+// FlashAttention-2 (Dao's CUDA kernels, Ampere mma instructions without Hopper's wgmma and TMA)
+// on H100 SXM5, head dim 128, from the same figures of the FlashAttention-3 paper: forward causal
+// 191, 260, 298, 319, 333, 335 TFLOP/s; forward non-causal 309, 350, 362, 368, 370, 370;
+// backward non-causal 214, 260, 291, 310, 318, 322, at the sequence lengths of kCudnnSeq.
+constexpr double kFa2FwdCausal[] = {191, 260, 298, 319, 333, 335};
+constexpr double kFa2FwdFull[] = {309, 350, 362, 368, 370, 370};
+constexpr double kFa2BwdFull[] = {214, 260, 291, 310, 318, 322};
+constexpr const char* kSrcFa2Attention =
+    "FlashAttention-3 paper (arXiv 2407.08608) Fig. 5-6, FlashAttention-2 on H100 SXM5, head dim "
+    "128, causal, bf16: TFLOP/s by sequence over the 989 TFLOP/s peak";
+
+void attention_flash2_by_seq(CalibrationProfile& p, Origin origin, const std::string& note) {
+  p.attention.flash2_fwd_by_seq.clear();
+  p.attention.flash2_bwd_by_seq.clear();
+  const std::string fwd = std::string(kSrcFa2Attention) + note;
+  const std::string bwd = std::string(kSrcFa2Attention) +
+                          "; causal backward = non-causal backward x the forward's causal / "
+                          "non-causal ratio at the same length (assumption: the paper has no "
+                          "causal backward)" +
+                          note;
+  for (std::size_t i = 0; i < std::size(kCudnnSeq); ++i) {
+    const double f = kFa2FwdCausal[i] / kH100SxmBf16Tflops;
+    const double b = kFa2BwdFull[i] * (kFa2FwdCausal[i] / kFa2FwdFull[i]) / kH100SxmBf16Tflops;
+    p.attention.flash2_fwd_by_seq.push_back(
+        {.size = kCudnnSeq[i], .efficiency = fig(f, origin, fwd)});
+    p.attention.flash2_bwd_by_seq.push_back(
+        {.size = kCudnnSeq[i], .efficiency = fig(b, Origin::kAssumption, bwd)});
+  }
+}
+
 void attention_hopper(CalibrationProfile& p, double best_gemm, bool h100_sxm) {
-  attention_by_seq(p, h100_sxm ? Origin::kPublished : Origin::kAssumption,
-                   h100_sxm ? ""
-                            : "; measured on H100 SXM, the same fractions of this Hopper GPU's "
-                              "peak (assumption)");
+  const Origin origin = h100_sxm ? Origin::kPublished : Origin::kAssumption;
+  const std::string note = h100_sxm ? ""
+                                    : "; measured on H100 SXM, the same fractions of this Hopper "
+                                      "GPU's peak (assumption)";
+  attention_by_seq(p, origin, note);
+  attention_flash2_by_seq(p, origin, note);
   const char* classic =
       "classic attention's batched QK^T and PV GEMMs at the best large-GEMM efficiency; the "
       "s x s score traffic is charged to HBM by the cost model";

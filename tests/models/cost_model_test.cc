@@ -104,10 +104,23 @@ TEST(CostModelTest, AttentionFlopsAndRoofline) {
   auto f = make("dgx-h100", {{.rank = 0}});
   // Flash forward at the published cuDNN causal rate for its sequence length: 518 TFLOP/s at
   // 4096 tokens on H100 SXM; at 1024 tokens, 410.
-  EXPECT_NEAR(f.cm.attention(0, fwd, true).max_rate, 518e12, 1e3);
+  using Impl = ModelArch::AttentionImpl;
+  EXPECT_NEAR(f.cm.attention(0, fwd, Impl::kFlash).max_rate, 518e12, 1e3);
   sim::AttentionShape short_fwd = fwd;
   short_fwd.seq_q = short_fwd.seq_kv = 1024;
-  EXPECT_NEAR(f.cm.attention(0, short_fwd, true).max_rate, 410e12, 1e3);
+  EXPECT_NEAR(f.cm.attention(0, short_fwd, Impl::kFlash).max_rate, 410e12, 1e3);
+  // FlashAttention-2's kernels at their own published H100 rates: 319 TFLOP/s causal forward at
+  // 4096 tokens, 260 at 1024; the causal backward at 4096 = 310 · 319 / 368.
+  EXPECT_NEAR(f.cm.attention(0, fwd, Impl::kFlash2).max_rate, 319e12, 1e3);
+  EXPECT_NEAR(f.cm.attention(0, short_fwd, Impl::kFlash2).max_rate, 260e12, 1e3);
+  EXPECT_NEAR(f.cm.attention(0, bwd, Impl::kFlash2).max_rate, 310e12 * 319.0 / 368.0, 1e3);
+  // Same FLOPs and bytes either way: only the rate differs.
+  EXPECT_EQ(f.cm.attention(0, fwd, Impl::kFlash2).work, f.cm.attention(0, fwd, Impl::kFlash).work);
+  // A profile without FlashAttention-2 curves (A100: its flash figures are FlashAttention-2's
+  // already) prices flash2 as flash.
+  auto a = make("dgx-a100-80gb", {{.rank = 0}});
+  EXPECT_EQ(a.cm.attention(0, fwd, Impl::kFlash2).max_rate,
+            a.cm.attention(0, fwd, Impl::kFlash).max_rate);
 }
 
 TEST(CostModelTest, ClassicAttentionIsItsKernelsInSequence) {
@@ -143,7 +156,8 @@ TEST(CostModelTest, ClassicAttentionIsItsKernelsInSequence) {
   EXPECT_DOUBLE_EQ(t.flops, 2.0 * CostModel::attention_flops(fwd));
   // Alone on idle resources: the kernels' time plus four launch gaps (2 µs each); the total
   // traffic at the achievable 3001 GB/s is faster than the sum.
-  EXPECT_NEAR(seconds(f.cm.alone(f.cm.attention(0, fwd, false))), t_fwd + 4 * 2e-6, 2e-9);
+  EXPECT_NEAR(seconds(f.cm.alone(f.cm.attention(0, fwd, ModelArch::AttentionImpl::kClassic))),
+              t_fwd + 4 * 2e-6, 2e-9);
   // Dropout adds one pass: read P, write the dropped P and its one-byte mask.
   const ClassicAttentionTime td = f.cm.classic_attention_time(fwd, true);
   EXPECT_NEAR(td.seconds - t.seconds, pass(2 * scores + scores / 2), 1e-12);

@@ -158,7 +158,8 @@ std::string parameters_section(const std::vector<std::string>& gpu_kinds) {
     // Attention by sequence length, where the profile has it: the knots of the training
     // sequences of these tables.
     if (j.contains("attention_by_seq")) {
-      for (const char* key : {"flash_fwd", "flash_bwd"}) {
+      for (const char* key : {"flash_fwd", "flash_bwd", "flash2_fwd", "flash2_bwd"}) {
+        if (!j["attention_by_seq"].contains(key)) continue;
         for (const auto& knot : j["attention_by_seq"][key]) {
           const double seq = knot.value("size", 0.0);
           if (seq != 4096.0 && seq != 8192.0) continue;

@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "models/evaluate.h"
+
 namespace offsim::scenarios {
 namespace {
 
@@ -522,6 +524,38 @@ TEST_F(LoaderTest, ContextParallelKeys) {
   EXPECT_NE(chunks.find("parallelism.cp: 2 needs training.seq_len 2050 to split into 2 × cp = 4"),
             std::string::npos)
       << chunks;
+}
+
+TEST_F(LoaderTest, AttentionKernelKey) {
+  // model.attention: flash2 (FlashAttention-2's kernels) reaches the scenario and the effective
+  // scenario; on Hopper it runs at its own, slower rates than the default fused attention.
+  const std::string flash2 =
+      replace(kBase, "model: llama3-8b\n", "model:\n  base: llama3-8b\n  attention: flash2\n");
+  const models::Scenario s = scenario_of(flash2, {});
+  EXPECT_EQ(s.model.attention, models::ModelArch::AttentionImpl::kFlash2);
+  const std::string effective = emit_yaml(scenario_to_document(s));
+  EXPECT_NE(effective.find("  attention: flash2\n"), std::string::npos) << effective;
+  const models::Scenario base = scenario_of(kBase, {});
+  EXPECT_EQ(base.model.attention, models::ModelArch::AttentionImpl::kFlash);
+  const auto fast = models::evaluate(base);
+  const auto slow = models::evaluate(s);
+  ASSERT_TRUE(fast && slow);
+  EXPECT_GT(slow->report.step_time_s, fast->report.step_time_s);
+  // Same work: the FLOP counts and the memory do not depend on the kernel.
+  EXPECT_EQ(slow->report.hbm_peak_bytes, fast->report.hbm_peak_bytes);
+  // On an A100 the profile's flash figures are FlashAttention-2's already: the same step.
+  const auto a100 = models::evaluate(scenario_of(flash2, {"hardware.system=a100-80gb-1gpu"}));
+  const auto a100_base = models::evaluate(scenario_of(kBase, {"hardware.system=a100-80gb-1gpu"}));
+  ASSERT_TRUE(a100 && a100_base);
+  EXPECT_EQ(a100->report.step_time_s, a100_base->report.step_time_s);
+  // A bad value lists the kernels; context parallelism needs the default fused attention.
+  const std::string bad = error_of(replace(flash2, "attention: flash2", "attention: flash3"));
+  EXPECT_NE(bad.find("model.attention: expected one of flash, classic, flash2, got \"flash3\""),
+            std::string::npos)
+      << bad;
+  const std::string cp =
+      error_of(flash2, {"hardware.system=dgx-h100", "parallelism.tp=4", "parallelism.cp=2"});
+  EXPECT_NE(cp.find("parallelism.cp: 2 needs model.attention flash"), std::string::npos) << cp;
 }
 
 TEST_F(LoaderTest, MissingRequiredSectionsAreErrors) {

@@ -472,6 +472,36 @@ TEST_F(ProfileErrorTest, BadAttentionCurvesAreRejected) {
   ASSERT_TRUE(p) << p.error().message;
   EXPECT_TRUE(p->attention.flash_fwd_by_seq.empty());
   EXPECT_EQ(p->attention.flash(false, 4096), p->attention.flash_fwd.value);
+  // The FlashAttention-2 curves are optional but go together, and are checked like the others.
+  ASSERT_TRUE(j["attention_by_seq"].contains("flash2_fwd"));
+  bad = j;
+  bad["attention_by_seq"].erase("flash2_bwd");
+  EXPECT_NE(parse_error(bad).find("$.attention_by_seq: flash2_fwd and flash2_bwd go together"),
+            std::string::npos);
+  bad = j;
+  bad["attention_by_seq"]["flash2_bwd"][1]["size"] = 100;
+  EXPECT_NE(parse_error(bad).find("$.attention_by_seq.flash2_bwd[1].size: expected sizes in "
+                                  "increasing order"),
+            std::string::npos);
+  bad = j;
+  bad["attention_by_seq"]["flash2_fwd"][0]["efficiency"]["value"] = 0.0;
+  EXPECT_NE(parse_error(bad).find("$.attention_by_seq.flash2_fwd[0].efficiency.value"),
+            std::string::npos);
+  bad = j;
+  bad["attention_by_seq"]["flash3_fwd"] = bad["attention_by_seq"]["flash2_fwd"];
+  EXPECT_NE(parse_error(bad).find("$.attention_by_seq: unknown key 'flash3_fwd'"),
+            std::string::npos);
+  bad = j;
+  bad["attention_by_seq"].erase("flash2_fwd");
+  bad["attention_by_seq"].erase("flash2_bwd");
+  p = profile_from_json(bad, "h100.json");
+  ASSERT_TRUE(p) << p.error().message;
+  EXPECT_TRUE(p->attention.flash2_fwd_by_seq.empty());
+  EXPECT_EQ(p->attention.flash2(true, 2048), p->attention.flash(true, 2048));
+  // Written and read back unchanged.
+  auto back = profile_from_json(j, "h100.json");
+  ASSERT_TRUE(back) << back.error().message;
+  EXPECT_EQ(back->attention, builtin_profile("h100-sxm")->attention);
 }
 
 // Attention by shape: the H100 curve is the published cuDNN causal one, rising with sequence
@@ -492,6 +522,33 @@ TEST(ProfileTest, FlashAttentionEfficiencyDependsOnSequenceLength) {
   measured.attention.flash_fwd = Figure{.value = 0.4, .origin = Origin::kMeasured, .source = "m"};
   EXPECT_EQ(measured.attention.flash(false, 8192), 0.4);
   EXPECT_NE(measured.attention.flash(true, 8192), measured.attention.flash_bwd.value);
+}
+
+// FlashAttention-2 on Hopper: the same paper's FA2 bars, well below cuDNN's (Ampere mma
+// instructions, no wgmma or TMA); the Hopper GPUs other than H100 SXM take the same fractions.
+TEST(ProfileTest, FlashAttention2RunsAtItsOwnPublishedHopperRates) {
+  auto p = builtin_profile("h100-sxm");
+  ASSERT_TRUE(p);
+  const auto& a = p->attention;
+  EXPECT_NEAR(a.flash2(false, 2048), 298.0 / 989.0, 1e-12);
+  EXPECT_NEAR(a.flash2(false, 16384), 335.0 / 989.0, 1e-12);
+  EXPECT_NEAR(a.flash2(true, 2048), 291.0 * (298.0 / 362.0) / 989.0, 1e-12);
+  for (double seq : {512.0, 1024.0, 2048.0, 4096.0, 8192.0, 16384.0}) {
+    EXPECT_LT(a.flash2(false, seq), a.flash(false, seq)) << seq;
+    EXPECT_LT(a.flash2(true, seq), a.flash(true, seq)) << seq;
+  }
+  EXPECT_EQ(a.flash2_fwd_by_seq.front().efficiency.origin, Origin::kPublished);
+  for (const char* gpu : {"h200", "gh200", "h100-pcie"}) {
+    auto h = builtin_profile(gpu);
+    ASSERT_TRUE(h) << gpu;
+    EXPECT_EQ(h->attention.flash2(false, 4096), a.flash2(false, 4096)) << gpu;
+    EXPECT_EQ(h->attention.flash2_fwd_by_seq.front().efficiency.origin, Origin::kAssumption);
+  }
+  // No FlashAttention-2 curve elsewhere: flash2 is priced as flash.
+  auto a100 = builtin_profile("a100-80gb");
+  ASSERT_TRUE(a100);
+  EXPECT_TRUE(a100->attention.flash2_fwd_by_seq.empty());
+  EXPECT_EQ(a100->attention.flash2(false, 2048), a100->attention.flash(false, 2048));
 }
 
 TEST(ProfileFileTest, DefaultProfilePrefersAMeasuredFile) {
