@@ -274,6 +274,36 @@ void attention_flash2_by_seq(CalibrationProfile& p, Origin origin, const std::st
   }
 }
 
+// FlashAttention-2 on B200: its Ampere kernels do not use Blackwell's tensor-core instructions
+// and stay near their Hopper throughput. meta-pytorch/tritonbench PR #171 (flash_v2, batch 8, 16
+// heads of 128, forward, non-causal): 245, 315, 352, 354, 362, 331 TFLOP/s at the sequence
+// lengths of kCudnnSeq. Causal forward and the backward are not published on Blackwell: they are
+// taken at H100's FlashAttention-2 ratios (causal / non-causal forward, backward / forward) at
+// the same length. As TFLOP/s over this GPU's bf16 peak: the legacy instructions' rate does not
+// grow with the peak (B300, GB300: the B200's TFLOP/s, an assumption).
+constexpr double kFa2B200FwdFull[] = {245.259, 315.111, 352.104, 353.912, 361.591, 330.587};
+
+void attention_flash2_blackwell(CalibrationProfile& p, Origin origin, const std::string& note) {
+  p.attention.flash2_fwd_by_seq.clear();
+  p.attention.flash2_bwd_by_seq.clear();
+  const double peak = p.gpu.dense_flops_bf16.value / kTFLOP;
+  const std::string src =
+      "meta-pytorch/tritonbench PR #171: FlashAttention-2 (flash_v2) on B200, head dim 128, "
+      "forward non-causal, bf16: TFLOP/s by sequence over this GPU's bf16 peak";
+  const std::string ratios =
+      "; causal / non-causal and backward / forward at FlashAttention-2's H100 ratios "
+      "(FlashAttention-3 paper Fig. 5-6; assumption: not published on Blackwell)";
+  for (std::size_t i = 0; i < std::size(kCudnnSeq); ++i) {
+    const double causal = kFa2FwdCausal[i] / kFa2FwdFull[i];
+    const double f = kFa2B200FwdFull[i] * causal / peak;
+    const double b = kFa2B200FwdFull[i] * (kFa2BwdFull[i] / kFa2FwdFull[i]) * causal / peak;
+    p.attention.flash2_fwd_by_seq.push_back(
+        {.size = kCudnnSeq[i], .efficiency = fig(f, origin, src + ratios + note)});
+    p.attention.flash2_bwd_by_seq.push_back(
+        {.size = kCudnnSeq[i], .efficiency = fig(b, Origin::kAssumption, src + ratios + note)});
+  }
+}
+
 void attention_hopper(CalibrationProfile& p, double best_gemm, bool h100_sxm) {
   const Origin origin = h100_sxm ? Origin::kPublished : Origin::kAssumption;
   const std::string note = h100_sxm ? ""
@@ -630,6 +660,8 @@ CalibrationProfile blackwell(bool grace) {
   attention_by_seq(p, Origin::kAssumption,
                    "; no Blackwell measurement by shape: cuDNN's fused attention on Blackwell "
                    "taken at the same fractions of the dense peak as on H100 (assumption)");
+  attention_flash2_blackwell(p, Origin::kAssumption,
+                             grace ? "; measured on B200, taken for GB200 (assumption)" : "");
   const char* classic =
       "classic attention's batched QK^T and PV GEMMs at the best large-GEMM efficiency; the "
       "s x s score traffic is charged to HBM by the cost model";
@@ -741,6 +773,7 @@ CalibrationProfile blackwell_ultra(bool grace) {
                 : "HGX B300: 36 PFLOPS FP16/BF16 with sparsity over 8 GPUs = 2.25 PFLOPS dense per "
                   "GPU (fibermall.com HGX B300 table; glennklockwood.com)");
   derived_peaks(p, true);
+  attention_flash2_blackwell(p, Origin::kAssumption, "; measured on B200, taken for this GPU");
   set_gemm(p, tflops * (1745.0 / 2250.0), Origin::kAssumption,
            std::string(kSrcMamf) + ": B200's ~1,745 of 2,250 TFLOP/s fraction applied", 148);
   for (GemmPoint& g : p.gemm.points) {

@@ -544,6 +544,17 @@ TEST(ProfileTest, FlashAttention2RunsAtItsOwnPublishedHopperRates) {
     EXPECT_EQ(h->attention.flash2(false, 4096), a.flash2(false, 4096)) << gpu;
     EXPECT_EQ(h->attention.flash2_fwd_by_seq.front().efficiency.origin, Origin::kAssumption);
   }
+  // Blackwell: the B200's measured non-causal forward (tritonbench PR #171), causal and backward
+  // at H100's FlashAttention-2 ratios, in TFLOP/s that do not grow with the peak.
+  auto b200 = builtin_profile("b200");
+  auto gb300 = builtin_profile("gb300");
+  ASSERT_TRUE(b200 && gb300);
+  EXPECT_NEAR(b200->attention.flash2(false, 4096), 353.912 * (319.0 / 368.0) / 2250.0, 1e-12);
+  EXPECT_NEAR(b200->attention.flash2(true, 4096),
+              353.912 * (310.0 / 368.0) * (319.0 / 368.0) / 2250.0, 1e-12);
+  EXPECT_NEAR(gb300->attention.flash2(false, 4096) * gb300->gpu.dense_flops_bf16.value,
+              b200->attention.flash2(false, 4096) * b200->gpu.dense_flops_bf16.value, 1e3);
+  EXPECT_LT(b200->attention.flash2(false, 4096), 0.5 * b200->attention.flash(false, 4096));
   // No FlashAttention-2 curve elsewhere: flash2 is priced as flash.
   auto a100 = builtin_profile("a100-80gb");
   ASSERT_TRUE(a100);
