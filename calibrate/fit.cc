@@ -519,11 +519,12 @@ sim::Result<std::string> gpu_kind_from_name(const std::string& gpu_name) {
   if (has("gh200")) return std::string("gh200");
   if (has("b200")) return std::string("b200");
   if (has("h200")) return std::string("h200");
+  if (has("h800")) return std::string("h800");
   if (has("h100")) return std::string(has("pcie") ? "h100-pcie" : "h100-sxm");
   if (has("a100")) return std::string(has("80") ? "a100-80gb" : "a100-40gb");
   return sim::fail(sim::ErrorCode::kNotFound,
                    "GPU '{}' is not one of the kinds with a base profile (a100-40gb, a100-80gb, "
-                   "h100-sxm, h100-pcie, h200, gh200, b200, gb200, b300, gb300, l4, l40s, "
+                   "h100-sxm, h100-pcie, h800, h200, gh200, b200, gb200, b300, gb300, l4, l40s, "
                    "rtx4090, rtx5090, rtx6000ada); pass the kind explicitly",
                    gpu_name);
 }

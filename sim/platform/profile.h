@@ -252,8 +252,9 @@ Result<CalibrationProfile> profile_from_json_text(const std::string& text,
 Result<CalibrationProfile> read_profile_file(const std::string& path);
 Status write_profile_file(const std::string& path, const CalibrationProfile& profile);
 
-// GPU kinds with built-in defaults: "a100-40gb", "a100-80gb", "h100-sxm", "h100-pcie", "h200",
-// "gh200", "b200", "gb200".
+// GPU kinds with built-in defaults: "a100-40gb", "a100-80gb", "h100-sxm", "h100-pcie", "h800",
+// "h200", "gh200", "b200", "gb200", "b300", "gb300" and the PCIe parts (l4, l40s, rtx4090,
+// rtx5090, rtx6000ada).
 std::vector<std::string> known_gpu_kinds();
 
 // The figures from hardware.md for a GPU kind, compiled in (no file access).

@@ -549,6 +549,34 @@ CalibrationProfile h100_sxm() {
   return p;
 }
 
+// The H800 SXM5: the H100 SXM5's GH100 die, HBM3 and clocks with NVLink cut to 400 GB/s per GPU
+// (200 per direction; NVIDIA H800 datasheet), sold where the H100 was not (DeepSeek's and
+// Alibaba's training clusters). Every other figure is the H100 SXM's.
+CalibrationProfile h800() {
+  CalibrationProfile p = h100_sxm();
+  p.provenance.profile_name = "h800";
+  p.provenance.gpu_name = "NVIDIA H800";
+  p.nvlink.bytes_per_s_per_gpu =
+      fig(200 * kGB, Origin::kDatasheet,
+          "NVIDIA H800 SXM5 datasheet: NVLink 400 GB/s per GPU, both directions together");
+  // DeepSeek-V3 technical report (arXiv 2412.19437, section 3.2.2): on its H800 nodes "NVLink
+  // offers a bandwidth of 160 GB/s" per GPU, against 50 GB/s of InfiniBand; DeepEP's intranode
+  // kernels reach 153-158 GB/s of it (deepseek-ai/DeepEP README, H800).
+  const char* ring =
+      "DeepSeek-V3 technical report (arXiv 2412.19437) section 3.2.2: H800 NVLink 'offers a "
+      "bandwidth of 160 GB/s' per GPU; deepseek-ai/DeepEP README measures 153-158 GB/s through "
+      "NVLink on H800; taken as NCCL's ring bus bandwidth (assumption: the same share of the "
+      "line rate as the H100's 365 of 450)";
+  p.nvlink.ring_all_gather_bus_bytes_per_s = fig(160 * kGB, Origin::kPublished, ring);
+  p.nvlink.ring_reduce_scatter_bus_bytes_per_s = fig(160 * kGB, Origin::kPublished, ring);
+  p.nvlink.ring_all_reduce_bus_bytes_per_s = fig(160 * kGB, Origin::kPublished, ring);
+  p.nvlink.nvls_all_reduce_bus_bytes_per_s =
+      fig(477.5 * kGB * (200.0 / 450.0), Origin::kAssumption,
+          "H100 SXM's NVLink SHARP all-reduce busbw (hardware.md, ~475-480) scaled by the line "
+          "rates 200 / 450 (assumption: no H800 measurement)");
+  return p;
+}
+
 CalibrationProfile h100_pcie() {
   CalibrationProfile p = common("h100-pcie", "NVIDIA H100 PCIe", 9.0);
   p.gpu.hbm_usable_bytes = fig(81090 * kMiB, Origin::kAssumption,
@@ -786,9 +814,9 @@ CalibrationProfile blackwell_ultra(bool grace) {
 }  // namespace
 
 std::vector<std::string> known_gpu_kinds() {
-  return {"a100-40gb", "a100-80gb", "h100-sxm", "h100-pcie", "h200",
-          "gh200",     "b200",      "gb200",    "b300",      "gb300",
-          "l4",        "l40s",      "rtx4090",  "rtx5090",   "rtx6000ada"};
+  return {"a100-40gb", "a100-80gb", "h100-sxm", "h100-pcie", "h800",  "h200",
+          "gh200",     "b200",      "gb200",    "b300",      "gb300", "l4",
+          "l40s",      "rtx4090",   "rtx5090",  "rtx6000ada"};
 }
 
 Result<CalibrationProfile> builtin_profile(std::string_view gpu_kind) {
@@ -796,6 +824,7 @@ Result<CalibrationProfile> builtin_profile(std::string_view gpu_kind) {
   if (gpu_kind == "a100-80gb") return a100(true);
   if (gpu_kind == "h100-sxm") return h100_sxm();
   if (gpu_kind == "h100-pcie") return h100_pcie();
+  if (gpu_kind == "h800") return h800();
   if (gpu_kind == "h200") return h200();
   if (gpu_kind == "gh200") return gh200();
   if (gpu_kind == "b200") return blackwell(false);

@@ -78,6 +78,11 @@ void add_nvlink_systems(std::vector<System>& out) {
   out.push_back(dgx("dgx-h100", "h100-sxm", HostLinkKind::kPcieGen5, 1, 2048 * kGiB,
                     "DGX H100: 8x H100-SXM5-80GB, NVSwitch (NVLink4), a Gen5 x16 path per GPU, 4 "
                     "GPUs per socket, 2 sockets, 2 TB DDR5 (hardware.md)"));
+  out.push_back(
+      dgx("hgx-h800", "h800", HostLinkKind::kPcieGen5, 1, 2048 * kGiB,
+          "HGX H800: 8x H800-SXM5-80GB, NVSwitch with NVLink at 400 GB/s per GPU, a Gen5 "
+          "x16 path per GPU and a 400 Gb/s NIC per GPU, 4 GPUs per socket, 2 sockets, 2 TB "
+          "DDR5 (host and memory assumed as DGX H100)"));
   out.push_back(dgx("hgx-h200", "h200", HostLinkKind::kPcieGen5, 1, 2048 * kGiB,
                     "HGX H200: 8x H200-141GB, NVSwitch (NVLink4), a Gen5 x16 path per GPU, 4 GPUs "
                     "per socket, 2 sockets, 2 TB DDR5 (hardware.md, as DGX H100)"));

@@ -95,6 +95,7 @@ TEST(FitTest, GpuKindFromName) {
   EXPECT_EQ(*gpu_kind_from_name("NVIDIA H200"), "h200");
   EXPECT_EQ(*gpu_kind_from_name("NVIDIA H100 80GB HBM3"), "h100-sxm");
   EXPECT_EQ(*gpu_kind_from_name("NVIDIA H100 PCIe"), "h100-pcie");
+  EXPECT_EQ(*gpu_kind_from_name("NVIDIA H800"), "h800");
   EXPECT_EQ(*gpu_kind_from_name("NVIDIA A100-SXM4-80GB"), "a100-80gb");
   EXPECT_EQ(*gpu_kind_from_name("NVIDIA A100-PCIE-40GB"), "a100-40gb");
   EXPECT_EQ(*gpu_kind_from_name("NVIDIA GH200 480GB"), "gh200");

@@ -28,8 +28,9 @@ std::vector<std::string> resources(const Route& r) {
 }
 
 TEST(SystemTest, CatalogueHasTheBriefsSystemsAndAllValidate) {
-  for (const char* name : {"dgx-a100-40gb", "dgx-a100-80gb", "dgx-h100", "hgx-h200", "h100-pcie",
-                           "gh200", "gb200-nvl72", "dgx-b200", "a100-80gb-1gpu", "h200-1gpu"}) {
+  for (const char* name :
+       {"dgx-a100-40gb", "dgx-a100-80gb", "dgx-h100", "hgx-h200", "h100-pcie", "gh200",
+        "gb200-nvl72", "dgx-b200", "a100-80gb-1gpu", "h200-1gpu", "hgx-h800"}) {
     auto s = find_system(name);
     ASSERT_TRUE(s.has_value()) << name;
     EXPECT_TRUE(validate(*s).has_value()) << name;
@@ -522,6 +523,29 @@ TEST(ProfileTest, FlashAttentionEfficiencyDependsOnSequenceLength) {
   measured.attention.flash_fwd = Figure{.value = 0.4, .origin = Origin::kMeasured, .source = "m"};
   EXPECT_EQ(measured.attention.flash(false, 8192), 0.4);
   EXPECT_NE(measured.attention.flash(true, 8192), measured.attention.flash_bwd.value);
+}
+
+// The H800 is an H100 SXM with NVLink cut to 400 GB/s: every figure but NVLink's is the H100's;
+// NCCL's ring runs at the 160 GB/s the DeepSeek-V3 report gives for H800 NVLink.
+TEST(ProfileTest, H800IsAnH100WithItsOwnNvlink) {
+  auto h800 = builtin_profile("h800");
+  auto h100 = builtin_profile("h100-sxm");
+  ASSERT_TRUE(h800 && h100);
+  EXPECT_EQ(h800->provenance.profile_name, "h800");
+  EXPECT_EQ(h800->gpu, h100->gpu);
+  EXPECT_EQ(h800->gemm, h100->gemm);
+  EXPECT_EQ(h800->attention, h100->attention);
+  EXPECT_EQ(h800->host_link, h100->host_link);
+  EXPECT_EQ(h800->inter_node, h100->inter_node);
+  EXPECT_EQ(h800->nvlink.bytes_per_s_per_gpu.value, 200e9);
+  EXPECT_EQ(h800->nvlink.ring_all_reduce_bus_bytes_per_s.value, 160e9);
+  EXPECT_EQ(h800->nvlink.ring_all_reduce_bus_bytes_per_s.origin, Origin::kPublished);
+  EXPECT_NEAR(h800->nvlink.nvls_all_reduce_bus_bytes_per_s.value, 477.5e9 * 200.0 / 450.0, 1.0);
+  auto s = find_system("hgx-h800");
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->gpu, "h800");
+  EXPECT_EQ(s->nvlink_domain_gpus, 8);
+  EXPECT_EQ(s->host, "xeon-8480c");
 }
 
 // FlashAttention-2 on Hopper: the same paper's FA2 bars, well below cuDNN's (Ampere mma
