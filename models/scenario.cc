@@ -1155,10 +1155,11 @@ sim::Status check_context_parallel(const Scenario& s) {
         "parallelism.cp: {} needs training.seq_len {} to split into 2 × cp = {} equal chunks", p.cp,
         s.training.seq_len, chunks));
   }
-  if (s.model.attention != ModelArch::AttentionImpl::kFlash) {
+  if (s.model.attention == ModelArch::AttentionImpl::kClassic) {
     return invalid(fmt::format(
-        "parallelism.cp: {} needs model.attention flash (context parallelism runs in Transformer "
-        "Engine's fused attention)",
+        "parallelism.cp: {} needs model.attention flash or flash2 (context parallelism runs "
+        "fused attention kernels on each block: Transformer Engine's, or PyTorch's SDPA under "
+        "torchtitan)",
         p.cp));
   }
   if (s.model.mla.kv_lora_rank > 0) {

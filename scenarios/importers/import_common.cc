@@ -11,6 +11,7 @@
 #include "models/scenario.h"
 #include "scenarios/scenario_loader.h"
 #include "sim/core/file_io.h"
+#include "sim/platform/profile.h"
 #include "sim/platform/system.h"
 
 namespace offsim::scenarios::detail {
@@ -187,6 +188,31 @@ void settle_leftovers(Fields& fields, Mapper& m,
   }
 }
 
+namespace {
+
+// model.attention flash2 on a GPU below compute capability 10 (see Finish), unless the scenario
+// gives the attention itself; a catalogue model named by a plain string becomes {base: name}.
+sim::Status set_sdpa_attention(Node& doc, const std::string& system_name,
+                               const std::string& origin) {
+  const auto sys = sim::platform::find_system(system_name);
+  if (!sys) return sim::ok();  // check_loaded names the unknown system
+  const auto profile = sim::platform::builtin_profile(sys->gpu);
+  if (!profile || profile->gpu.compute_capability.value >= 10.0) return sim::ok();
+  Node* model = doc.find("model");
+  if (model == nullptr) return sim::ok();
+  if (model->kind == NodeKind::kScalar) {
+    Node base = *model;
+    Node map = make_map();
+    map.origin = base.origin;
+    map.entries.emplace_back("base", std::move(base));
+    *model = std::move(map);
+  }
+  if (model->kind != NodeKind::kMap || model->find("attention") != nullptr) return sim::ok();
+  return set_path(doc, "model.attention", make_scalar("flash2", origin));
+}
+
+}  // namespace
+
 sim::Result<ImportResult> finish(Mapper& m, const ImportOptions& options, const Finish& fin) {
   if (options.strict && !m.result.unmapped.empty()) {
     const ImportField& u = m.result.unmapped.front();
@@ -202,6 +228,8 @@ sim::Result<ImportResult> finish(Mapper& m, const ImportOptions& options, const 
                      "hardware.system=NAME (one of `offsim list systems`)",
                      m.name());
   }
+  // A copy: setting hardware.nodes below may move the node `system` points to.
+  const std::string system_name = system->kind == NodeKind::kScalar ? system->scalar : "";
   if (fin.world_gpus > 0 && find_path(m.doc, "hardware.nodes") == nullptr &&
       find_path(m.doc, "hardware.gpus") == nullptr && system->kind == NodeKind::kScalar) {
     if (auto sys = sim::platform::find_system(system->scalar)) {
@@ -215,6 +243,9 @@ sim::Result<ImportResult> finish(Mapper& m, const ImportOptions& options, const 
             set_path(m.doc, "hardware.gpus", make_scalar(std::to_string(fin.world_gpus), origin)));
       }
     }
+  }
+  if (!fin.sdpa_flash_below_sm100.empty() && !system_name.empty()) {
+    OFFSIM_RETURN_IF_ERROR(set_sdpa_attention(m.doc, system_name, fin.sdpa_flash_below_sm100));
   }
   if (find_path(m.doc, "name") == nullptr) {
     OFFSIM_RETURN_IF_ERROR(set_path(m.doc, "name", make_scalar(fin.name, "", true)));

@@ -86,6 +86,10 @@ void settle_leftovers(Fields& fields, Mapper& m,
 struct Finish {
   int world_gpus = 0;  // the job's GPU count when known (hardware.nodes/gpus follow from it)
   std::string name;    // the scenario name
+  // The framework's attention is PyTorch SDPA with the FLASH_ATTENTION backend (PyTorch's
+  // FlashAttention-2 kernels) first below compute capability 10, cuDNN's from 10 (torchtitan):
+  // model.attention becomes flash2 on the older GPUs unless the scenario sets it.
+  std::string sdpa_flash_below_sm100;  // the origin to record; empty: not such a framework
 };
 
 // Applies the --set overrides, the hardware size, the name and the strict check, then maps the

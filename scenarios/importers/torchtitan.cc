@@ -390,7 +390,10 @@ sim::Result<ImportResult> import_torchtitan(const std::vector<std::string>& file
   settle_leftovers(fields, m, ignore_reason);
   return finish(m, options,
                 {.world_gpus = static_cast<int>(layout.dp * layout.tp * layout.pp * layout.cp),
-                 .name = file_stem(files.front())});
+                 .name = file_stem(files.front()),
+                 .sdpa_flash_below_sm100 =
+                     "torchtitan's SDPA: FLASH_ATTENTION first below sm100, cuDNN from sm100 "
+                     "(torchtitan/models/attention.py, pytorch/torchtitan PR 1196)"});
 }
 
 }  // namespace offsim::scenarios::detail

@@ -916,7 +916,7 @@ TEST(TorchtitanImport, ExpertParallelism) {
   auto r = import_config(Framework::kTorchtitan, {job},
                          {.sets = {"hardware.system=dgx-h100"}, .gpus = 8});
   ASSERT_TRUE(r) << r.error().message;
-  EXPECT_EQ(value_at(r->scenario, "model"), "qwen3-30b-a3b");
+  EXPECT_EQ(value_at(r->scenario, "model.base"), "qwen3-30b-a3b");
   EXPECT_EQ(value_at(r->scenario, "training.moe_grouped_gemm"), "single_kernel");  // _grouped_mm
   EXPECT_EQ(value_at(r->scenario, "parallelism.ep"), "4");
   EXPECT_EQ(value_at(r->scenario, "parallelism.dp"), "8");
@@ -950,7 +950,9 @@ TEST(TorchtitanImport, FsdpExample) {
                          {.sets = {"hardware.system=dgx-h100"}, .gpus = 8});
   ASSERT_TRUE(r) << r.error().message;
   const Node& d = r->scenario;
-  EXPECT_EQ(value_at(d, "model"), "llama3-8b");
+  EXPECT_EQ(value_at(d, "model.base"), "llama3-8b");
+  // torchtitan's SDPA runs PyTorch's FlashAttention-2 kernels below sm100.
+  EXPECT_EQ(value_at(d, "model.attention"), "flash2");
   EXPECT_EQ(value_at(d, "parallelism.dp"), "8");
   EXPECT_EQ(value_at(d, "parallelism.fsdp"), "true");
   EXPECT_EQ(value_at(d, "parallelism.tp"), "1");
@@ -976,6 +978,18 @@ TEST(TorchtitanImport, FsdpExample) {
                            {.sets = {"hardware.system=dgx-h100"}, .gpus = 6});
   ASSERT_TRUE(cpu) << cpu.error().message;
   EXPECT_EQ(value_at(cpu->scenario, "hardware.gpus"), "6");
+  // From sm100 torchtitan asks for cuDNN's attention first: the default fused attention; and an
+  // attention the scenario sets itself is kept.
+  auto b200 = import_config(Framework::kTorchtitan, {kDir + "torchtitan-llama3-8b.toml"},
+                            {.sets = {"hardware.system=dgx-b200"}, .gpus = 8});
+  ASSERT_TRUE(b200) << b200.error().message;
+  EXPECT_EQ(value_at(b200->scenario, "model"), "llama3-8b");
+  auto own = import_config(
+      Framework::kTorchtitan, {kDir + "torchtitan-llama3-8b.toml"},
+      {.sets = {"hardware.system=dgx-h100", "model={base: llama3-8b, attention: classic}"},
+       .gpus = 8});
+  ASSERT_TRUE(own) << own.error().message;
+  EXPECT_EQ(value_at(own->scenario, "model.attention"), "classic");
 }
 
 TEST(TorchtitanImport, TomlErrorsAndBadValues) {
@@ -1325,7 +1339,7 @@ TEST(TorchtitanImport, TensorParallelAndCpuOffload) {
                          {.sets = {"hardware.system=dgx-h100"}, .gpus = 16});
   ASSERT_TRUE(r) << r.error().message;
   const Node& d = r->scenario;
-  EXPECT_EQ(value_at(d, "model"), "llama3-70b");
+  EXPECT_EQ(value_at(d, "model.base"), "llama3-70b");
   EXPECT_EQ(value_at(d, "parallelism.dp"), "2");
   EXPECT_EQ(value_at(d, "parallelism.tp"), "4");
   EXPECT_EQ(value_at(d, "parallelism.sequence_parallel"), "true");
