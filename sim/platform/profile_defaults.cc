@@ -219,26 +219,39 @@ constexpr const char* kSrcCudnnAttention =
     "dim 128, causal, bf16: TFLOP/s by sequence over the 989 TFLOP/s peak; Transformer Engine's "
     "default attention backend on Hopper";
 
-// `origin`: published on H100 SXM; an assumption on the other GPUs, which take the same
-// fractions of their own peak (`note` says why).
-void attention_by_seq(CalibrationProfile& p, Origin origin, const std::string& note) {
-  p.attention.flash_fwd_by_seq.clear();
-  p.attention.flash_bwd_by_seq.clear();
-  const std::string fwd = std::string(kSrcCudnnAttention) + note;
-  const std::string bwd = std::string(kSrcCudnnAttention) +
+// The causal curves from one kernel's published H100 SXM bars (TFLOP/s at kCudnnSeq: causal
+// forward, non-causal forward and backward), as fractions of the 989 TFLOP/s peak. `origin`:
+// published on H100 SXM; an assumption on the other GPUs, which take the same fractions of
+// their own peak (`note` says why).
+struct H100AttentionBars {
+  const double* fwd_causal;
+  const double* fwd_full;
+  const double* bwd_full;
+  const char* source;
+};
+
+void causal_curves(const H100AttentionBars& bars, Origin origin, const std::string& note,
+                   std::vector<CurveKnot>& fwd_out, std::vector<CurveKnot>& bwd_out) {
+  fwd_out.clear();
+  bwd_out.clear();
+  const std::string fwd = std::string(bars.source) + note;
+  const std::string bwd = std::string(bars.source) +
                           "; causal backward = non-causal backward x the forward's causal / "
                           "non-causal ratio at the same length (assumption: the paper has no "
                           "causal backward)" +
                           note;
   for (std::size_t i = 0; i < std::size(kCudnnSeq); ++i) {
-    const double f = kCudnnFwdCausal[i] / kH100SxmBf16Tflops;
+    const double f = bars.fwd_causal[i] / kH100SxmBf16Tflops;
     const double b =
-        kCudnnBwdFull[i] * (kCudnnFwdCausal[i] / kCudnnFwdFull[i]) / kH100SxmBf16Tflops;
-    p.attention.flash_fwd_by_seq.push_back(
-        {.size = kCudnnSeq[i], .efficiency = fig(f, origin, fwd)});
-    p.attention.flash_bwd_by_seq.push_back(
-        {.size = kCudnnSeq[i], .efficiency = fig(b, Origin::kAssumption, bwd)});
+        bars.bwd_full[i] * (bars.fwd_causal[i] / bars.fwd_full[i]) / kH100SxmBf16Tflops;
+    fwd_out.push_back({.size = kCudnnSeq[i], .efficiency = fig(f, origin, fwd)});
+    bwd_out.push_back({.size = kCudnnSeq[i], .efficiency = fig(b, Origin::kAssumption, bwd)});
   }
+}
+
+void attention_by_seq(CalibrationProfile& p, Origin origin, const std::string& note) {
+  causal_curves({kCudnnFwdCausal, kCudnnFwdFull, kCudnnBwdFull, kSrcCudnnAttention}, origin, note,
+                p.attention.flash_fwd_by_seq, p.attention.flash_bwd_by_seq);
   // The single figures (used where a profile has no curve): the curve's longest sequence.
   p.attention.flash_fwd = p.attention.flash_fwd_by_seq.back().efficiency;
   p.attention.flash_bwd = p.attention.flash_bwd_by_seq.back().efficiency;
@@ -256,22 +269,8 @@ constexpr const char* kSrcFa2Attention =
     "128, causal, bf16: TFLOP/s by sequence over the 989 TFLOP/s peak";
 
 void attention_flash2_by_seq(CalibrationProfile& p, Origin origin, const std::string& note) {
-  p.attention.flash2_fwd_by_seq.clear();
-  p.attention.flash2_bwd_by_seq.clear();
-  const std::string fwd = std::string(kSrcFa2Attention) + note;
-  const std::string bwd = std::string(kSrcFa2Attention) +
-                          "; causal backward = non-causal backward x the forward's causal / "
-                          "non-causal ratio at the same length (assumption: the paper has no "
-                          "causal backward)" +
-                          note;
-  for (std::size_t i = 0; i < std::size(kCudnnSeq); ++i) {
-    const double f = kFa2FwdCausal[i] / kH100SxmBf16Tflops;
-    const double b = kFa2BwdFull[i] * (kFa2FwdCausal[i] / kFa2FwdFull[i]) / kH100SxmBf16Tflops;
-    p.attention.flash2_fwd_by_seq.push_back(
-        {.size = kCudnnSeq[i], .efficiency = fig(f, origin, fwd)});
-    p.attention.flash2_bwd_by_seq.push_back(
-        {.size = kCudnnSeq[i], .efficiency = fig(b, Origin::kAssumption, bwd)});
-  }
+  causal_curves({kFa2FwdCausal, kFa2FwdFull, kFa2BwdFull, kSrcFa2Attention}, origin, note,
+                p.attention.flash2_fwd_by_seq, p.attention.flash2_bwd_by_seq);
 }
 
 // FlashAttention-2 on B200: its Ampere kernels do not use Blackwell's tensor-core instructions
