@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <set>
 #include <string_view>
@@ -960,6 +961,82 @@ OpCost CostModel::p2p(int src_rank, int dst_rank, std::int64_t bytes) const {
     if (src.nic_tx.valid()) c.uses.push_back({src.nic_tx, 1.0});
     if (dst != nullptr && dst->nic_rx.valid()) c.uses.push_back({dst->nic_rx, 1.0});
   }
+  return c;
+}
+
+CostModel::DeepEpTraffic CostModel::deepep_traffic(const std::vector<int>& group,
+                                                   std::int64_t experts, std::int64_t top_k) const {
+  DeepEpTraffic t;
+  const auto n = static_cast<std::int64_t>(group.size());
+  if (n <= 1 || experts <= 0 || top_k <= 0) return t;
+  const bool has_nvlink =
+      system_.nvlink_domain_gpus > 1 && profile_.nvlink.bytes_per_s_per_gpu.value > 0.0;
+  std::map<int, int> ranks_of_unit;
+  for (int r : group)
+    ++ranks_of_unit[has_nvlink ? system_.nvlink_domain_of(r) : system_.node_of(r)];
+  const auto units = static_cast<std::int64_t>(ranks_of_unit.size());
+  t.crosses_nodes = units > 1;
+  // Probability that a set of m of the E experts holds none of a token's k distinct choices.
+  const auto misses = [&](double m) {
+    double q = 1.0;
+    for (std::int64_t i = 0; i < top_k; ++i) {
+      const auto e = static_cast<double>(experts - i);
+      q *= std::max(0.0, (e - m) / e);
+    }
+    return q;
+  };
+  const double e = static_cast<double>(experts);
+  const double p_rank = 1.0 - misses(e / static_cast<double>(n));
+  const double p_unit = 1.0 - misses(e / static_cast<double>(units));
+  t.nvlink_bytes_per_byte = p_rank * static_cast<double>(n - units);
+  t.nic_bytes_per_byte = p_unit * static_cast<double>(units - 1);
+  return t;
+}
+
+OpCost CostModel::deepep(int rank, const std::vector<int>& group, std::int64_t tokens,
+                         std::int64_t token_bytes, std::int64_t experts, std::int64_t top_k) const {
+  const RankResources& rr = at(rank);
+  OpCost c;
+  c.multiplicity = rr.multiplicity;
+  const DeepEpTraffic t = deepep_traffic(group, experts, top_k);
+  if (tokens <= 0 || token_bytes <= 0 || t.nvlink_bytes_per_byte + t.nic_bytes_per_byte <= 0.0) {
+    return c;
+  }
+  const auto& nv = profile_.nvlink;
+  c.work = static_cast<double>(tokens) * static_cast<double>(token_bytes);
+  c.max_rate = std::numeric_limits<double>::infinity();
+  if (t.nvlink_bytes_per_byte > 0.0) {
+    if (rr.nvlink_tx.valid()) {
+      c.max_rate =
+          std::min(c.max_rate, nv.ring_all_gather_bus_bytes_per_s.value / t.nvlink_bytes_per_byte);
+      c.uses.push_back({rr.nvlink_tx, t.nvlink_bytes_per_byte});
+      c.uses.push_back({rr.nvlink_rx, t.nvlink_bytes_per_byte});
+    } else {
+      // No NVLink: the ranks of a node exchange through their host links (PCIe).
+      const auto& hl = profile_.host_link;
+      c.max_rate =
+          std::min(c.max_rate, std::min(hl.d2h_bytes_per_s.value, hl.h2d_bytes_per_s.value) /
+                                   t.nvlink_bytes_per_byte);
+      c.uses.push_back({rr.link_d2h, t.nvlink_bytes_per_byte});
+      c.uses.push_back({rr.link_h2d, t.nvlink_bytes_per_byte});
+      if (rr.link_duplex.valid()) c.uses.push_back({rr.link_duplex, 2.0 * t.nvlink_bytes_per_byte});
+    }
+  }
+  double latency = nv.latency_s.value;
+  if (t.nic_bytes_per_byte > 0.0) {
+    const double nic =
+        profile_.inter_node.nic_bytes_per_s_per_gpu.value * profile_.inter_node.efficiency.value;
+    c.max_rate = std::min(c.max_rate, nic / t.nic_bytes_per_byte);
+    latency += profile_.inter_node.hop_latency_s.value;
+    if (rr.nic_tx.valid()) {
+      c.uses.push_back({rr.nic_tx, t.nic_bytes_per_byte});
+      c.uses.push_back({rr.nic_rx, t.nic_bytes_per_byte});
+    }
+  }
+  c.latency = seconds(latency);
+  // DeepEP's kernels run on SMs of their own (Megatron-Core --moe-deepep-num-sms), taking the
+  // same share of the GPU as an SM-based NCCL collective of that rate.
+  c.uses.push_back({rr.sm, profile_.interference.nccl_compute_slowdown.value / c.max_rate});
   return c;
 }
 

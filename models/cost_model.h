@@ -150,6 +150,29 @@ class CostModel {
   CollectivePlan plan_collective(sim::CollectiveKind kind, const std::vector<int>& group,
                                  std::int64_t bytes) const;
   sim::OpCost p2p(int src_rank, int dst_rank, std::int64_t bytes) const;
+  // Where one token of an expert-parallel group goes under DeepEP's deduplicated exchange
+  // (Megatron-Core's flex dispatcher, deepseek-ai/DeepEP "normal" kernels): the expected bytes
+  // per token byte over NVLink and over the NICs, for top-k of `experts` experts spread evenly
+  // over the group's ranks and routed as a uniform k-subset (force-balanced routing; the
+  // router's choice does not follow the placement). A token crosses InfiniBand once per other
+  // node (NVLink domain) that holds at least one of its experts, to the GPU of the same local
+  // index, and NVLink once per other rank of a unit that holds one (sent inside its own unit,
+  // forwarded inside the others): per rank, nvlink = p_rank · (n - U), nic = p_unit · (U - 1),
+  // for n ranks in U units, p = 1 - C(E - m, k) / C(E, k) with m the experts of a rank or unit.
+  struct DeepEpTraffic {
+    double nvlink_bytes_per_byte = 0.0;
+    double nic_bytes_per_byte = 0.0;
+    bool crosses_nodes = false;
+  };
+  DeepEpTraffic deepep_traffic(const std::vector<int>& group, std::int64_t experts,
+                               std::int64_t top_k) const;
+  // One DeepEP dispatch or combine of `tokens` tokens of `token_bytes` each on `rank`: the
+  // NVLink part at the profile's ring bus bandwidth (DeepEP's intranode kernels measure 153-158
+  // GB/s on H800 NVLink, where NCCL's ring reaches 160: deepseek-ai/DeepEP README), the NIC part
+  // at the NIC rate times the profile's efficiency, both at once (DeepEP pipelines the RDMA
+  // sends with the NVLink forwarding), the slower setting the time.
+  sim::OpCost deepep(int rank, const std::vector<int>& group, std::int64_t tokens,
+                     std::int64_t token_bytes, std::int64_t experts, std::int64_t top_k) const;
   // CPU work of the rank: streams `dram_bytes` through host DRAM, `flops` on its cores. The rank
   // gets its share of the node's physical cores, c = floor(cores per node / local ranks), or
   // fewer with `threads`; bound (DeepSpeed --bind_cores_to_rank), its threads span the

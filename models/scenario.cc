@@ -81,6 +81,15 @@ const char* to_string(ParallelConfig::CpCommType v) {
   }
   return "?";
 }
+const char* to_string(ParallelConfig::MoeDispatcher v) {
+  switch (v) {
+    case ParallelConfig::MoeDispatcher::kAllToAll:
+      return "alltoall";
+    case ParallelConfig::MoeDispatcher::kDeepEp:
+      return "deepep";
+  }
+  return "?";
+}
 
 const char* to_string(TrainingConfig::Fp8Recipe v) {
   switch (v) {
@@ -201,6 +210,11 @@ std::optional<ParallelConfig::PipelineSchedule> pipeline_schedule_from_string(st
 std::optional<ParallelConfig::CpCommType> cp_comm_type_from_string(std::string_view s) {
   static constexpr ParallelConfig::CpCommType kAll[] = {ParallelConfig::CpCommType::kP2P,
                                                         ParallelConfig::CpCommType::kA2A};
+  return parse_enum(s, kAll);
+}
+std::optional<ParallelConfig::MoeDispatcher> moe_dispatcher_from_string(std::string_view s) {
+  static constexpr ParallelConfig::MoeDispatcher kAll[] = {ParallelConfig::MoeDispatcher::kAllToAll,
+                                                           ParallelConfig::MoeDispatcher::kDeepEp};
   return parse_enum(s, kAll);
 }
 std::optional<ParallelConfig::BackwardPrefetch> backward_prefetch_from_string(std::string_view s) {
@@ -858,6 +872,30 @@ sim::Status check_moe_a2a_overlap(const Scenario& s) {
   return sim::ok();
 }
 
+// parallelism.moe_dispatcher deepep as Megatron-Core's MoEFlexTokenDispatcher checks it, and
+// what offsim does not model with it.
+sim::Status check_moe_dispatcher(const Scenario& s) {
+  const ParallelConfig& p = s.parallelism;
+  if (p.moe_dispatcher != ParallelConfig::MoeDispatcher::kDeepEp) return sim::ok();
+  const auto refuse = [](std::string_view why) {
+    return invalid(fmt::format("parallelism.moe_dispatcher: deepep {}", why));
+  };
+  if (s.model.moe.experts == 0 || p.ep < 2) {
+    return refuse("needs an MoE model with expert parallelism (parallelism.ep > 1)");
+  }
+  if (p.etp > 1) {
+    return refuse(
+        "is modelled with expert tensor parallelism 1 only (parallelism.etp 1): with etp > 1 the "
+        "flex dispatcher replicates every token over the expert-TP ranks of one TP x EP group");
+  }
+  if (p.moe_shared_expert_overlap) {
+    return refuse(
+        "cannot be combined with parallelism.moe_shared_expert_overlap (Megatron-Core's flex "
+        "dispatcher refuses it)");
+  }
+  return sim::ok();
+}
+
 sim::Status check_moe(const Scenario& s) {
   const MoeConfig& e = s.model.moe;
   const ParallelConfig& p = s.parallelism;
@@ -865,6 +903,7 @@ sim::Status check_moe(const Scenario& s) {
   if (p.etp < 1) return invalid(fmt::format("parallelism.etp: {} must be positive", p.etp));
   if (e.experts < 0) return invalid(fmt::format("model.moe.experts: {} must be >= 0", e.experts));
   OFFSIM_RETURN_IF_ERROR(check_moe_a2a_overlap(s));
+  OFFSIM_RETURN_IF_ERROR(check_moe_dispatcher(s));
   if (e.experts == 0) {
     if (p.ep > 1 || p.etp > 1) {
       return invalid(fmt::format(

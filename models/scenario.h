@@ -250,6 +250,16 @@ struct ParallelConfig {
   // one extra warm-up forward, pipeline_parallel/schedules.py). Needs ep > 1 and, with pp > 1,
   // the interleaved schedule, as Megatron-Core's TransformerConfig asks.
   bool moe_a2a_overlap = false;
+  // The token dispatcher of an expert-parallel MoE layer. kAllToAll: Megatron-Core's
+  // MoEAlltoAllTokenDispatcher, one NCCL all-to-all per direction carrying each token once per
+  // routed expert (and one of its fp32 probabilities). kDeepEp: Megatron-Core's flex
+  // dispatcher with DeepEP (--moe-token-dispatcher-type flex --moe-enable-deepep): a token
+  // crosses NVLink once per destination rank and InfiniBand once per destination node (it is
+  // forwarded inside that node over NVLink), with its top-k indices and probabilities in the
+  // same kernel (deepseek-ai/DeepEP, "normal" kernels); the combine returns one partial sum per
+  // rank and node the same way.
+  enum class MoeDispatcher { kAllToAll, kDeepEp };
+  MoeDispatcher moe_dispatcher = MoeDispatcher::kAllToAll;
   // Megatron-Core's --delay-wgrad-compute (Megatron-Bridge sets it with moe_a2a_overlap): in a
   // combined step the backward's expert MLP runs its data gradients first and its weight
   // gradients (TransformerLayerNode.backward_dw) after them, and the dispatch's all-to-all back
@@ -561,11 +571,13 @@ std::optional<ModelArch::Norm> norm_from_string(std::string_view s);
 std::optional<ModelArch::AttentionImpl> attention_impl_from_string(std::string_view s);
 std::optional<ParallelConfig::PipelineSchedule> pipeline_schedule_from_string(std::string_view s);
 const char* to_string(ParallelConfig::CpCommType v);
+const char* to_string(ParallelConfig::MoeDispatcher v);
 const char* to_string(ParallelConfig::BackwardPrefetch v);
 std::optional<ParallelConfig::BackwardPrefetch> backward_prefetch_from_string(std::string_view s);
 const char* to_string(ParallelConfig::ParamGather v);
 std::optional<ParallelConfig::ParamGather> param_gather_from_string(std::string_view s);
 std::optional<ParallelConfig::CpCommType> cp_comm_type_from_string(std::string_view s);
+std::optional<ParallelConfig::MoeDispatcher> moe_dispatcher_from_string(std::string_view s);
 const char* to_string(TrainingConfig::Fp8Recipe v);
 std::optional<TrainingConfig::Fp8Recipe> fp8_recipe_from_string(std::string_view s);
 const char* to_string(TrainingConfig::MoeGroupedGemm v);

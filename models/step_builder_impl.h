@@ -322,6 +322,12 @@ class StepBuilder {
                                                                bool forward) const;
   OpId moe_routed_fetch(Rank& r, const std::string& p, int l, OpId topk, Fetch& fetch);
   std::int64_t alltoall_bytes(const LayerDims& md) const;
+  // One token exchange of the MoE layer (dispatch or combine, or their backward) over the
+  // expert-parallel group, as parallelism.moe_dispatcher runs it; `probs`: the all-to-all
+  // dispatcher's separate exchange of the routing probabilities (none with DeepEP, whose
+  // dispatch carries them).
+  OpId moe_exchange(Rank& r, LaneId lane, const std::string& name, int layer, const LayerDims& md,
+                    bool probs, std::vector<OpId> deps = {});
   void moe_forward(Rank& r, const std::string& p, OpCategory cat, int l, const OpSink& emit,
                    const std::string& sfx = ".fwd", Fetch* fetch = nullptr);
   OpId moe_host_sync(Rank& r, const std::string& name, int l, OpId after);

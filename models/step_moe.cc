@@ -4,6 +4,7 @@
 #include "models/step_builder_impl.h"
 
 #include <algorithm>
+#include <cmath>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -104,6 +105,28 @@ std::int64_t StepBuilder::alltoall_bytes(const LayerDims& md) const {
   return std::max(send, recv);
 }
 
+OpId StepBuilder::moe_exchange(Rank& r, LaneId lane, const std::string& name, int layer,
+                               const LayerDims& md, bool probs, std::vector<OpId> deps) {
+  if (s_.parallelism.moe_dispatcher == ParallelConfig::MoeDispatcher::kAllToAll) {
+    return collective(r, lane, name, OpCategory::kComm, layer, sim::CollectiveKind::kAllToAll,
+                      r.ep_group, probs ? probs_alltoall_bytes(md) : alltoall_bytes(md),
+                      std::move(deps));
+  }
+  // DeepEP: each token with its top-k indices (int64) and weights (fp32); the most-loaded
+  // rank's receive side sets the count as for the all-to-all.
+  const std::int64_t tokens = probs ? 0 : std::max(md.moe_tokens, md.routed / md.top_k);
+  const std::int64_t token_bytes = md.h * md.e + md.top_k * 12;
+  sim::OpCost cost = cm_.deepep(r.rank, r.ep_group, tokens, token_bytes, md.experts, md.top_k);
+  sim::OpSizes sz;
+  const CostModel::DeepEpTraffic t = cm_.deepep_traffic(r.ep_group, md.experts, md.top_k);
+  sz.bytes =
+      static_cast<std::int64_t>(std::llround(static_cast<double>(tokens * token_bytes) *
+                                             (t.nvlink_bytes_per_byte + t.nic_bytes_per_byte)));
+  sz.collective = {.kind = sim::CollectiveKind::kAllToAll, .group = r.ep_group};
+  return add(r, lane, name, OpKind::kCollective, OpCategory::kComm, layer, std::move(cost),
+             std::move(sz), std::move(deps));
+}
+
 // The MoE FFN forward of layer l (after the second norm): the entries of moe_forward_recipe()
 // (plan_size.h) in order. `emit` sees every compute-lane op.
 // Dropless routing (Megatron-Core's token dispatchers) synchronises the host with the compute
@@ -184,18 +207,13 @@ OpId StepBuilder::moe_op(Rank& r, const std::string& name, OpCategory cat, int l
         return sim::GemmShape{.m = g.m, .n = g.n, .k = g.k};
       });
     case MoeOpKind::kAllToAll: {
-      const std::int64_t bytes = e.probs ? probs_alltoall_bytes(md) : alltoall_bytes(md);
-      if (!a2a_lane_.valid()) {
-        return collective(r, r.compute, name, OpCategory::kComm, l, sim::CollectiveKind::kAllToAll,
-                          r.ep_group, bytes);
-      }
+      if (!a2a_lane_.valid()) return moe_exchange(r, r.compute, name, l, md, e.probs);
       // A combined 1F1B step: on the pass's communication stream, after the compute op that
       // made its input (with delayed weight gradients, the last data-gradient op before them),
       // and the next compute op waits for it.
       const OpId before = last_compute_;
       const OpId id =
-          collective(r, a2a_lane_, name, OpCategory::kComm, l, sim::CollectiveKind::kAllToAll,
-                     r.ep_group, bytes, {a2a_ready_.value_or(before)});
+          moe_exchange(r, a2a_lane_, name, l, md, e.probs, {a2a_ready_.value_or(before)});
       next_compute_deps_.push_back(id);
       // The previous layer's delayed weight gradients run beside the combine.
       if (backward) flush_delayed_wgrads();

@@ -185,6 +185,8 @@ constexpr ParallelConfig::ParamGather kParamGathers[] = {
     ParallelConfig::ParamGather::kPerLayer, ParallelConfig::ParamGather::kPerTensorSynchronized};
 constexpr ParallelConfig::CpCommType kCpCommTypes[] = {ParallelConfig::CpCommType::kP2P,
                                                        ParallelConfig::CpCommType::kA2A};
+constexpr ParallelConfig::MoeDispatcher kMoeDispatchers[] = {
+    ParallelConfig::MoeDispatcher::kAllToAll, ParallelConfig::MoeDispatcher::kDeepEp};
 constexpr models::TrainingConfig::Fp8Recipe kFp8Recipes[] = {
     models::TrainingConfig::Fp8Recipe::kDelayed, models::TrainingConfig::Fp8Recipe::kCurrent,
     models::TrainingConfig::Fp8Recipe::kMxfp8, models::TrainingConfig::Fp8Recipe::kBlockwise};
@@ -585,6 +587,8 @@ sim::Status read_layout(const Node& node, ParallelConfig& p) {
 sim::Status read_model_parallel_keys(MapReader& r, ParallelConfig& p) {
   OFFSIM_RETURN_IF_ERROR(read_bool(r, "moe_shared_expert_overlap", p.moe_shared_expert_overlap));
   OFFSIM_RETURN_IF_ERROR(read_bool(r, "moe_a2a_overlap", p.moe_a2a_overlap));
+  OFFSIM_RETURN_IF_ERROR(read_enum(r, "moe_dispatcher", p.moe_dispatcher, kMoeDispatchers,
+                                   models::moe_dispatcher_from_string));
   OFFSIM_RETURN_IF_ERROR(read_bool(r, "delay_wgrad_compute", p.delay_wgrad_compute));
   OFFSIM_RETURN_IF_ERROR(read_int(r, "ep", p.ep, 1, 4096));
   OFFSIM_RETURN_IF_ERROR(read_int(r, "etp", p.etp, 1, 4096));
@@ -1300,6 +1304,9 @@ Node parallelism_node(const ParallelConfig& p) {
   if (!p.deallocate_pipeline_outputs) put(par, "deallocate_pipeline_outputs", bool_node(false));
   if (p.moe_shared_expert_overlap) put(par, "moe_shared_expert_overlap", bool_node(true));
   if (p.moe_a2a_overlap) put(par, "moe_a2a_overlap", bool_node(true));
+  if (p.moe_dispatcher != ParallelConfig::MoeDispatcher::kAllToAll) {
+    put(par, "moe_dispatcher", scalar_node(models::to_string(p.moe_dispatcher)));
+  }
   if (p.delay_wgrad_compute) put(par, "delay_wgrad_compute", bool_node(true));
   if (p.tp_async_grad_reduce) put(par, "tp_async_grad_reduce", bool_node(true));
   if (p.tp_comm_overlap) put(par, "tp_comm_overlap", bool_node(true));

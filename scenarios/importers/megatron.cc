@@ -683,15 +683,34 @@ sim::Status map_moe_layer_freq(Args& a) {
 }
 
 // The token dispatcher: offsim prices Megatron-Core's all-to-all dispatcher (MoEAlltoAllToken
-// Dispatcher); Megatron's default is the all-gather one.
+// Dispatcher) and its flex dispatcher with DeepEP (parallelism.moe_dispatcher); Megatron's
+// default is the all-gather one, priced as the all-to-all. The flex dispatcher's backend:
+// --moe-flex-dispatcher-backend (default deepep), or the older --moe-enable-deepep.
 sim::Status map_moe_dispatcher(Args& a) {
+  Field* backend = a.get("--moe-flex-dispatcher-backend");
+  Field* enable_deepep = a.get("--moe-enable-deepep");
   if (Field* f = a.get("--moe-token-dispatcher-type")) {
     const std::string v = f->value.scalar;
     if (v == "alltoall") {
       a.m.mapped(*f, "(the all-to-all dispatcher offsim prices)");
+    } else if (v == "flex") {
+      const std::string b = backend != nullptr ? backend->value.scalar : "deepep";
+      if (b == "deepep") {
+        OFFSIM_RETURN_IF_ERROR(a.m.set(*f, "parallelism.moe_dispatcher", "deepep"));
+      } else {
+        a.m.unmapped(*f, fmt::format("the flex dispatcher's {} backend is priced as the "
+                                     "all-to-all dispatcher",
+                                     b));
+      }
     } else {
       a.m.unmapped(*f, fmt::format("the {} dispatcher is priced as the all-to-all one", v));
     }
+  }
+  if (backend != nullptr) a.m.mapped(*backend, "(with --moe-token-dispatcher-type)");
+  if (enable_deepep != nullptr) {
+    OFFSIM_ASSIGN_OR_RETURN(bool on, a.flag(enable_deepep));
+    (void)on;
+    a.m.mapped(*enable_deepep, "(the flex dispatcher's DeepEP backend, its default)");
   }
   if (Field* f = a.get("--overlap-moe-expert-parallel-comm")) {
     OFFSIM_ASSIGN_OR_RETURN(bool on, a.flag(f));

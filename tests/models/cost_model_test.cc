@@ -463,6 +463,52 @@ TEST(CostModelTest, CollectivesAcrossNodesAreNicBound) {
   EXPECT_NEAR(a2a.nic_bytes_per_byte, 31.0 / 32, 1e-12);
 }
 
+TEST(CostModelTest, DeepEpSendsEachTokenOncePerRankAndNode) {
+  auto f = make("dgx-h100", {{.rank = 0, .multiplicity = 32, .stride = 1}}, 4);
+  std::vector<int> node(8);
+  for (int i = 0; i < 8; ++i) node[i] = i;
+  // 128 experts, top-8, EP 8 in one node: a rank (16 experts) misses a token with probability
+  // C(112, 8) / C(128, 8); the token goes once to each of the 7 other ranks it hits, no NIC.
+  double miss_rank = 1.0;
+  for (int i = 0; i < 8; ++i) miss_rank *= (112.0 - i) / (128.0 - i);
+  const auto one = f.cm.deepep_traffic(node, 128, 8);
+  EXPECT_FALSE(one.crosses_nodes);
+  EXPECT_NEAR(one.nvlink_bytes_per_byte, (1.0 - miss_rank) * 7, 1e-12);
+  EXPECT_EQ(one.nic_bytes_per_byte, 0.0);
+  // The all-to-all dispatcher sends its 8 copies, 7/8 of them off the rank; DeepEP about 4.6.
+  EXPECT_LT(one.nvlink_bytes_per_byte, 8.0 * 7 / 8);
+  EXPECT_GT(one.nvlink_bytes_per_byte, 4.0);
+  // EP 32 over four nodes: a rank holds 4 experts, a node 32. NVLink: (1 - miss) · (32 - 4) (the
+  // node's other ranks, sent or forwarded), InfiniBand: (1 - miss_node) · 3 other nodes.
+  std::vector<int> group(32);
+  for (int i = 0; i < 32; ++i) group[i] = i;
+  double miss4 = 1.0;
+  double miss32 = 1.0;
+  for (int i = 0; i < 8; ++i) {
+    miss4 *= (124.0 - i) / (128.0 - i);
+    miss32 *= (96.0 - i) / (128.0 - i);
+  }
+  const auto four = f.cm.deepep_traffic(group, 128, 8);
+  EXPECT_TRUE(four.crosses_nodes);
+  EXPECT_NEAR(four.nvlink_bytes_per_byte, (1.0 - miss4) * 28, 1e-12);
+  EXPECT_NEAR(four.nic_bytes_per_byte, (1.0 - miss32) * 3, 1e-12);
+  // Time: the NIC part bounds it, at 47 GB/s per GPU (50 × 0.94), after 20 + 5 µs; against the
+  // NCCL all-to-all of the 8 copies (31/32 of them at one NIC's rate) it is 2.8 times faster.
+  const std::int64_t tokens = 4096;
+  const std::int64_t token_bytes = 4096 * 2;
+  const sim::OpCost c = f.cm.deepep(0, group, tokens, token_bytes, 128, 8);
+  const double t = seconds(f.cm.alone(c));
+  const double bytes = static_cast<double>(tokens * token_bytes);
+  EXPECT_NEAR(t, 25e-6 + bytes * four.nic_bytes_per_byte / 47e9, 1e-8);
+  const double nccl = seconds(f.cm.alone(f.cm.collective(0, sim::CollectiveKind::kAllToAll, group,
+                                                         static_cast<std::int64_t>(bytes) * 8)));
+  EXPECT_GT(nccl / t, 2.5);
+  const auto used = names(f, c);
+  EXPECT_NE(std::find(used.begin(), used.end(), "node0.nic0.tx"), used.end());
+  // Nothing to send: no work, no time.
+  EXPECT_EQ(f.cm.deepep(0, group, 0, token_bytes, 128, 8).work, 0.0);
+}
+
 TEST(CostModelTest, P2pInsideAndAcrossNodes) {
   auto f = make("dgx-h100", {{.rank = 0}, {.rank = 1}, {.rank = 8}}, 2);
   const std::int64_t bytes = 100'000'000;

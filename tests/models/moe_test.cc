@@ -1128,6 +1128,79 @@ TEST(MoeA2aOverlap, InterleavedPipelineRunsCombinedSteps) {
   EXPECT_TRUE(on->report.fits);
 }
 
+// parallelism.moe_dispatcher deepep (Megatron-Core's flex dispatcher with DeepEP): each token
+// leaves its rank once per other rank holding one of its experts, with its routing metadata,
+// and no separate exchange of the probabilities; across nodes it is faster than the NCCL
+// all-to-all of every routed copy.
+TEST(MoeDispatcher, DeepEpSendsEachTokenOncePerDestination) {
+  Scenario s = small_moe();
+  s.parallelism.moe_dispatcher = ParallelConfig::MoeDispatcher::kDeepEp;
+  ASSERT_TRUE(check_scenario(s).has_value()) << check_scenario(s).error().message;
+  auto step = build_step(s);
+  ASSERT_TRUE(step.has_value()) << step.error().message;
+  // EP 4 over 128 experts, top-8: a rank's 32 experts miss a token with probability
+  // C(96, 8) / C(128, 8); the token (2048 bf16 values and 8 × 12 bytes of indices and weights)
+  // goes to each of the 3 other ranks it hits.
+  double miss = 1.0;
+  for (int i = 0; i < 8; ++i) miss *= (96.0 - i) / (128.0 - i);
+  int seen = 0;
+  for (const sim::Op& op : step->plan.ops) {
+    if (op.name == "mb0.l0.moe.dispatch.alltoall.fwd" ||
+        op.name == "mb0.l0.moe.combine.alltoall.fwd") {
+      ++seen;
+      EXPECT_NEAR(static_cast<double>(op.sizes.bytes),
+                  2048.0 * (2048 * 2 + 8 * 12) * (1.0 - miss) * 3, 1.0)
+          << op.name;
+      EXPECT_EQ(op.sizes.collective.kind, sim::CollectiveKind::kAllToAll);
+    }
+    if (op.name == "mb0.l0.moe.dispatch.probs.alltoall.fwd") {
+      ++seen;
+      EXPECT_EQ(op.sizes.bytes, 0);
+      EXPECT_EQ(op.cost.work, 0.0);
+    }
+  }
+  EXPECT_EQ(seen, 3);
+  // EP 16 over two nodes: half of each token's copies cross InfiniBand under the all-to-all
+  // dispatcher, about one copy per token under DeepEP.
+  Scenario wide = small_moe();
+  wide.hardware.nodes = 2;
+  wide.training.global_batch = 16;
+  wide.parallelism.dp = 8;
+  wide.parallelism.ep = 16;
+  auto nccl = evaluate(wide);
+  ASSERT_TRUE(nccl.has_value()) << nccl.error().message;
+  wide.parallelism.moe_dispatcher = ParallelConfig::MoeDispatcher::kDeepEp;
+  auto deepep = evaluate(wide);
+  ASSERT_TRUE(deepep.has_value()) << deepep.error().message;
+  EXPECT_LT(deepep->report.time.moe_alltoall_s, 0.6 * nccl->report.time.moe_alltoall_s);
+  EXPECT_LT(deepep->report.step_time_s, nccl->report.step_time_s);
+}
+
+TEST(MoeDispatcher, DeepEpRefusesWhatIsNotModelled) {
+  const auto message = [](const Scenario& s) {
+    auto st = check_scenario(s);
+    return st.has_value() ? std::string() : st.error().message;
+  };
+  Scenario base = small_moe();
+  base.parallelism.moe_dispatcher = ParallelConfig::MoeDispatcher::kDeepEp;
+  EXPECT_EQ(message(base), "");
+  Scenario s = base;
+  s.parallelism.ep = 1;
+  EXPECT_NE(message(s).find("parallelism.moe_dispatcher: deepep needs an MoE model with expert "
+                            "parallelism"),
+            std::string::npos)
+      << message(s);
+  s = base;
+  s.parallelism.etp = 2;
+  EXPECT_NE(message(s).find("parallelism.moe_dispatcher: deepep is modelled with expert tensor "
+                            "parallelism 1 only"),
+            std::string::npos)
+      << message(s);
+  s = base;
+  s.parallelism.moe_shared_expert_overlap = true;
+  EXPECT_NE(message(s).find("moe_shared_expert_overlap"), std::string::npos) << message(s);
+}
+
 TEST(MoeA2aOverlap, RefusesWhatMegatronRefusesAndWhatIsNotModelled) {
   const auto message = [](const Scenario& s) {
     auto st = check_scenario(s);

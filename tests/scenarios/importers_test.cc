@@ -523,6 +523,25 @@ TEST(MegatronImport, MixtureOfExperts) {
   EXPECT_NE(alone_delay.error().message.find("parallelism.delay_wgrad_compute"), std::string::npos)
       << alone_delay.error().message;
 
+  // The flex dispatcher with DeepEP (its default backend, or the older --moe-enable-deepep)
+  // maps to parallelism.moe_dispatcher deepep; its HybridEP backend is priced as the all-to-all.
+  std::string flex = alone;
+  flex.replace(flex.find("alltoall"), 8, "flex");
+  flex += "  --expert-tensor-parallel-size 1 \\\n";
+  std::ofstream(script) << flex << "  --moe-enable-deepep\n";
+  auto deepep =
+      import_config(Framework::kMegatron, {script}, {.sets = {"hardware.system=dgx-h100"}});
+  ASSERT_TRUE(deepep) << deepep.error().message;
+  EXPECT_EQ(value_at(deepep->scenario, "parallelism.moe_dispatcher"), "deepep");
+  EXPECT_TRUE(deepep->unmapped.empty());
+  expect_round_trip(*deepep);
+  std::ofstream(script) << flex << "  --moe-flex-dispatcher-backend hybridep\n";
+  auto hybrid =
+      import_config(Framework::kMegatron, {script}, {.sets = {"hardware.system=dgx-h100"}});
+  ASSERT_TRUE(hybrid) << hybrid.error().message;
+  EXPECT_EQ(value_at(hybrid->scenario, "parallelism.moe_dispatcher"), "<missing>");
+  EXPECT_NE(find_field(hybrid->unmapped, "--moe-token-dispatcher-type"), nullptr);
+
   // Megatron's defaults: top-2, the expert FFN of --ffn-hidden-size, every layer MoE; an
   // integer --moe-layer-freq N makes every N-th layer MoE from layer 0; expert TP given.
   std::ofstream(script)
