@@ -188,6 +188,8 @@ void add_moe_models(std::vector<Entry>& e) {
   ds.head_dim = 128;
   ds.moe.shared_experts = 1;
   ds.moe.first_k_dense = 3;
+  ds.moe.router_groups = 8;  // n_group 8, topk_group 4: a token's experts on at most 4 nodes
+  ds.moe.router_group_topk = 4;
   ds.mla = {.q_lora_rank = 1536,
             .kv_lora_rank = 512,
             .qk_nope_head_dim = 128,
@@ -425,6 +427,15 @@ sim::Status read_hf_moe(const nlohmann::json& j, const std::string& type, const 
   }
   OFFSIM_RETURN_IF_ERROR(read_hf_mla(j, source, m));
   OFFSIM_RETURN_IF_ERROR(hf_count(j, source, "num_nextn_predict_layers", m.mtp_layers));
+  // DeepSeek's group-limited routing; one group (DeepSeek-V2-Lite) limits nothing.
+  std::int64_t groups = 0;
+  std::int64_t group_topk = 0;
+  OFFSIM_RETURN_IF_ERROR(hf_count(j, source, "n_group", groups));
+  OFFSIM_RETURN_IF_ERROR(hf_count(j, source, "topk_group", group_topk));
+  if (groups > 1 && group_topk < groups) {
+    m.moe.router_groups = groups;
+    m.moe.router_group_topk = group_topk;
+  }
   return sim::ok();
 }
 

@@ -964,11 +964,66 @@ OpCost CostModel::p2p(int src_rank, int dst_rank, std::int64_t bytes) const {
   return c;
 }
 
+namespace {
+
+// C(n - x, k) / C(n, k): the chance that k distinct picks among n items miss x given ones.
+double misses_all(std::int64_t n, std::int64_t x, std::int64_t k) {
+  double q = 1.0;
+  for (std::int64_t i = 0; i < k; ++i) {
+    const auto left = static_cast<double>(n - x - i);
+    if (left <= 0.0) return 0.0;
+    q *= left / static_cast<double>(n - i);
+  }
+  return q;
+}
+
+// ln C(n, k).
+double log_choose(std::int64_t n, std::int64_t k) {
+  return std::lgamma(static_cast<double>(n) + 1.0) - std::lgamma(static_cast<double>(k) + 1.0) -
+         std::lgamma(static_cast<double>(n - k) + 1.0);
+}
+
+}  // namespace
+
+double expert_range_miss_probability(const ExpertRouting& routing, std::int64_t first,
+                                     std::int64_t count) {
+  const std::int64_t e = routing.experts;
+  const std::int64_t groups = routing.groups > 0 ? routing.groups : 1;
+  const std::int64_t chosen = routing.groups > 0 ? routing.group_topk : 1;
+  const std::int64_t per_group = e / groups;
+  // The range's experts in each group it touches.
+  std::vector<std::int64_t> overlap;
+  for (std::int64_t g = first / per_group; g * per_group < first + count; ++g) {
+    overlap.push_back(std::min((g + 1) * per_group, first + count) -
+                      std::max(g * per_group, first));
+  }
+  const auto touched = static_cast<std::int64_t>(overlap.size());
+  // ways[c][x]: subsets of c touched groups holding x of the range's experts.
+  std::vector<std::map<std::int64_t, double>> ways(static_cast<std::size_t>(touched) + 1);
+  ways[0][0] = 1.0;
+  for (const std::int64_t o : overlap) {
+    for (std::size_t c = ways.size() - 1; c > 0; --c) {
+      for (const auto& [x, w] : ways[c - 1]) ways[c][x + o] += w;
+    }
+  }
+  // A token draws `chosen` of the groups uniformly, then top_k among their experts uniformly.
+  double miss = 0.0;
+  const double all = log_choose(groups, chosen);
+  for (std::int64_t c = 0; c <= std::min(touched, chosen); ++c) {
+    if (chosen - c > groups - touched) continue;
+    const double rest = std::exp(log_choose(groups - touched, chosen - c) - all);
+    for (const auto& [x, w] : ways[static_cast<std::size_t>(c)]) {
+      miss += w * rest * misses_all(chosen * per_group, x, routing.top_k);
+    }
+  }
+  return std::clamp(miss, 0.0, 1.0);
+}
+
 CostModel::DeepEpTraffic CostModel::deepep_traffic(const std::vector<int>& group,
-                                                   std::int64_t experts, std::int64_t top_k) const {
+                                                   const ExpertRouting& routing) const {
   DeepEpTraffic t;
   const auto n = static_cast<std::int64_t>(group.size());
-  if (n <= 1 || experts <= 0 || top_k <= 0) return t;
+  if (n <= 1 || routing.experts <= 0 || routing.top_k <= 0) return t;
   const bool has_nvlink =
       system_.nvlink_domain_gpus > 1 && profile_.nvlink.bytes_per_s_per_gpu.value > 0.0;
   std::map<int, int> ranks_of_unit;
@@ -976,29 +1031,21 @@ CostModel::DeepEpTraffic CostModel::deepep_traffic(const std::vector<int>& group
     ++ranks_of_unit[has_nvlink ? system_.nvlink_domain_of(r) : system_.node_of(r)];
   const auto units = static_cast<std::int64_t>(ranks_of_unit.size());
   t.crosses_nodes = units > 1;
-  // Probability that a set of m of the E experts holds none of a token's k distinct choices.
-  const auto misses = [&](double m) {
-    double q = 1.0;
-    for (std::int64_t i = 0; i < top_k; ++i) {
-      const auto e = static_cast<double>(experts - i);
-      q *= std::max(0.0, (e - m) / e);
-    }
-    return q;
-  };
-  const double e = static_cast<double>(experts);
-  const double p_rank = 1.0 - misses(e / static_cast<double>(n));
-  const double p_unit = 1.0 - misses(e / static_cast<double>(units));
+  // The first rank's experts and those of the first unit (experts spread evenly, in rank order).
+  const double p_rank = 1.0 - expert_range_miss_probability(routing, 0, routing.experts / n);
+  const double p_unit =
+      1.0 - expert_range_miss_probability(routing, 0, routing.experts * (n / units) / n);
   t.nvlink_bytes_per_byte = p_rank * static_cast<double>(n - units);
   t.nic_bytes_per_byte = p_unit * static_cast<double>(units - 1);
   return t;
 }
 
 OpCost CostModel::deepep(int rank, const std::vector<int>& group, std::int64_t tokens,
-                         std::int64_t token_bytes, std::int64_t experts, std::int64_t top_k) const {
+                         std::int64_t token_bytes, const ExpertRouting& routing) const {
   const RankResources& rr = at(rank);
   OpCost c;
   c.multiplicity = rr.multiplicity;
-  const DeepEpTraffic t = deepep_traffic(group, experts, top_k);
+  const DeepEpTraffic t = deepep_traffic(group, routing);
   if (tokens <= 0 || token_bytes <= 0 || t.nvlink_bytes_per_byte + t.nic_bytes_per_byte <= 0.0) {
     return c;
   }

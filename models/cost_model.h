@@ -76,6 +76,24 @@ struct ClassicAttentionTime {
   int kernels = 0;
 };
 
+// How a token picks its experts, for the traffic of a deduplicating dispatcher: top_k of
+// `experts`, inside the `group_topk` of `groups` equal groups of consecutive experts it scores
+// highest (model.moe.router_groups; 0: no groups). Each pick is taken as uniform (force-balanced
+// routing: the router's choice does not follow where the experts sit).
+struct ExpertRouting {
+  std::int64_t experts = 0;
+  std::int64_t top_k = 1;
+  std::int64_t groups = 0;
+  std::int64_t group_topk = 0;
+};
+
+// The chance that experts [first, first + count) hold none of a token's picks: over the
+// groups' uniform choice of group_topk of them, C(N - x, k) / C(N, k) for the x of the range's
+// experts inside the chosen groups' N = group_topk · experts / groups (without groups N = E,
+// x = count: the hypergeometric miss).
+double expert_range_miss_probability(const ExpertRouting& routing, std::int64_t first,
+                                     std::int64_t count);
+
 class CostModel {
  public:
   // Registers resources and pools for the simulated ranks in `builder`. Fails when a rank is out
@@ -152,27 +170,26 @@ class CostModel {
   sim::OpCost p2p(int src_rank, int dst_rank, std::int64_t bytes) const;
   // Where one token of an expert-parallel group goes under DeepEP's deduplicated exchange
   // (Megatron-Core's flex dispatcher, deepseek-ai/DeepEP "normal" kernels): the expected bytes
-  // per token byte over NVLink and over the NICs, for top-k of `experts` experts spread evenly
-  // over the group's ranks and routed as a uniform k-subset (force-balanced routing; the
-  // router's choice does not follow the placement). A token crosses InfiniBand once per other
-  // node (NVLink domain) that holds at least one of its experts, to the GPU of the same local
-  // index, and NVLink once per other rank of a unit that holds one (sent inside its own unit,
-  // forwarded inside the others): per rank, nvlink = p_rank · (n - U), nic = p_unit · (U - 1),
-  // for n ranks in U units, p = 1 - C(E - m, k) / C(E, k) with m the experts of a rank or unit.
+  // per token byte over NVLink and over the NICs, for the routing's experts spread evenly over
+  // the group's ranks in order. A token crosses InfiniBand once per other node (NVLink domain)
+  // that holds at least one of its experts, to the GPU of the same local index, and NVLink once
+  // per other rank of a unit that holds one (sent inside its own unit, forwarded inside the
+  // others): per rank, nvlink = p_rank · (n - U), nic = p_unit · (U - 1), for n ranks in U
+  // units, p the chance that a rank's or a unit's experts hold one of the token's picks
+  // (expert_range_miss_probability).
   struct DeepEpTraffic {
     double nvlink_bytes_per_byte = 0.0;
     double nic_bytes_per_byte = 0.0;
     bool crosses_nodes = false;
   };
-  DeepEpTraffic deepep_traffic(const std::vector<int>& group, std::int64_t experts,
-                               std::int64_t top_k) const;
+  DeepEpTraffic deepep_traffic(const std::vector<int>& group, const ExpertRouting& routing) const;
   // One DeepEP dispatch or combine of `tokens` tokens of `token_bytes` each on `rank`: the
   // NVLink part at the profile's ring bus bandwidth (DeepEP's intranode kernels measure 153-158
   // GB/s on H800 NVLink, where NCCL's ring reaches 160: deepseek-ai/DeepEP README), the NIC part
   // at the NIC rate times the profile's efficiency, both at once (DeepEP pipelines the RDMA
   // sends with the NVLink forwarding), the slower setting the time.
   sim::OpCost deepep(int rank, const std::vector<int>& group, std::int64_t tokens,
-                     std::int64_t token_bytes, std::int64_t experts, std::int64_t top_k) const;
+                     std::int64_t token_bytes, const ExpertRouting& routing) const;
   // CPU work of the rank: streams `dram_bytes` through host DRAM, `flops` on its cores. The rank
   // gets its share of the node's physical cores, c = floor(cores per node / local ranks), or
   // fewer with `threads`; bound (DeepSpeed --bind_cores_to_rank), its threads span the

@@ -698,6 +698,31 @@ sim::Status check_dtypes(const TrainingConfig& t) {
   return sim::ok();
 }
 
+// Group-limited routing: both keys or neither, whole groups of experts, and room in the chosen
+// groups for the token's top_k (Megatron-Core's router asserts the same).
+sim::Status check_router_groups(const MoeConfig& e) {
+  if (e.router_groups == 0 && e.router_group_topk == 0) return sim::ok();
+  if (e.router_groups < 1 || e.experts % e.router_groups != 0) {
+    return invalid(fmt::format(
+        "model.moe.router_groups: {} must be a positive divisor of model.moe.experts ({}), with "
+        "model.moe.router_group_topk",
+        e.router_groups, e.experts));
+  }
+  if (e.router_group_topk < 1 || e.router_group_topk > e.router_groups) {
+    return invalid(
+        fmt::format("model.moe.router_group_topk: {} must be in 1..{} "
+                    "(model.moe.router_groups)",
+                    e.router_group_topk, e.router_groups));
+  }
+  const std::int64_t reachable = e.router_group_topk * (e.experts / e.router_groups);
+  if (e.top_k > reachable) {
+    return invalid(fmt::format(
+        "model.moe.router_group_topk: {} groups of {} experts hold fewer than model.moe.top_k {}",
+        e.router_group_topk, e.experts / e.router_groups, e.top_k));
+  }
+  return sim::ok();
+}
+
 // The expert count, widths and routing figures of an MoE model.
 sim::Status check_moe_shape(const Scenario& s) {
   const MoeConfig& e = s.model.moe;
@@ -709,6 +734,7 @@ sim::Status check_moe_shape(const Scenario& s) {
     return invalid(fmt::format("model.moe.top_k: {} must be in 1..{} (model.moe.experts)", e.top_k,
                                e.experts));
   }
+  OFFSIM_RETURN_IF_ERROR(check_router_groups(e));
   if (e.expert_ffn_hidden < 1 || e.expert_ffn_hidden > (std::int64_t{1} << 22)) {
     return invalid(fmt::format("model.moe.expert_ffn_hidden: {} must be in 1..{}",
                                e.expert_ffn_hidden, std::int64_t{1} << 22));

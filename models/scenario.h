@@ -44,6 +44,14 @@ struct MoeConfig {
   // (must sum to micro_batch × seq_len × top_k), one entry per routed expert.
   std::vector<double> expert_loads;
   bool router_bias = false;  // a bias on the router (gpt-oss)
+  // Group-limited routing (DeepSeek-V3's node-limited routing: Hugging Face n_group and
+  // topk_group, Megatron-Core --moe-router-num-groups and --moe-router-group-topk): the experts
+  // in `router_groups` equal groups of consecutive experts, each token's top_k picked inside
+  // the `router_group_topk` groups it scores highest. 0: not group-limited. It changes which
+  // ranks and nodes a token reaches, hence the bytes of a deduplicating dispatcher
+  // (parallelism.moe_dispatcher deepep).
+  std::int64_t router_groups = 0;
+  std::int64_t router_group_topk = 0;
 };
 
 // DeepSeek-V2/V3 multi-head latent attention: low-rank query and key/value projections.

@@ -116,9 +116,14 @@ OpId StepBuilder::moe_exchange(Rank& r, LaneId lane, const std::string& name, in
   // rank's receive side sets the count as for the all-to-all.
   const std::int64_t tokens = probs ? 0 : std::max(md.moe_tokens, md.routed / md.top_k);
   const std::int64_t token_bytes = md.h * md.e + md.top_k * 12;
-  sim::OpCost cost = cm_.deepep(r.rank, r.ep_group, tokens, token_bytes, md.experts, md.top_k);
+  const MoeConfig& moe = s_.model.moe;
+  const ExpertRouting routing{.experts = md.experts,
+                              .top_k = md.top_k,
+                              .groups = moe.router_groups,
+                              .group_topk = moe.router_group_topk};
+  sim::OpCost cost = cm_.deepep(r.rank, r.ep_group, tokens, token_bytes, routing);
   sim::OpSizes sz;
-  const CostModel::DeepEpTraffic t = cm_.deepep_traffic(r.ep_group, md.experts, md.top_k);
+  const CostModel::DeepEpTraffic t = cm_.deepep_traffic(r.ep_group, routing);
   sz.bytes =
       static_cast<std::int64_t>(std::llround(static_cast<double>(tokens * token_bytes) *
                                              (t.nvlink_bytes_per_byte + t.nic_bytes_per_byte)));

@@ -260,6 +260,8 @@ sim::Status read_moe(const Node& node, models::MoeConfig& e) {
     }
   }
   OFFSIM_RETURN_IF_ERROR(read_bool(r, "router_bias", e.router_bias));
+  OFFSIM_RETURN_IF_ERROR(read_int(r, "router_groups", e.router_groups, 0, 65536));
+  OFFSIM_RETURN_IF_ERROR(read_int(r, "router_group_topk", e.router_group_topk, 0, 65536));
   return r.finish();
 }
 
@@ -1191,6 +1193,10 @@ Node moe_node(const models::MoeConfig& e) {
     put(moe, "expert_loads", std::move(loads));
   }
   put(moe, "router_bias", bool_node(e.router_bias));
+  if (e.router_groups > 0 || e.router_group_topk > 0) {
+    put(moe, "router_groups", number_node(e.router_groups));
+    put(moe, "router_group_topk", number_node(e.router_group_topk));
+  }
   return moe;
 }
 

@@ -742,6 +742,15 @@ sim::Status map_moe_sizes(Args& a, Field& experts) {
     OFFSIM_ASSIGN_OR_RETURN(k, a.int_arg(topk, 1, 65536));
   }
   OFFSIM_RETURN_IF_ERROR(a.m.set_from({topk}, "model.moe.top_k", std::to_string(k)));
+  // Group-limited routing (DeepSeek-V3's node-limited routing).
+  if (Field* f = a.get("--moe-router-num-groups"); f != nullptr && !is_none(*f)) {
+    OFFSIM_ASSIGN_OR_RETURN(std::int64_t v, a.int_arg(f, 1, 65536));
+    OFFSIM_RETURN_IF_ERROR(a.m.set(*f, "model.moe.router_groups", std::to_string(v)));
+  }
+  if (Field* f = a.get("--moe-router-group-topk"); f != nullptr && !is_none(*f)) {
+    OFFSIM_ASSIGN_OR_RETURN(std::int64_t v, a.int_arg(f, 1, 65536));
+    OFFSIM_RETURN_IF_ERROR(a.m.set(*f, "model.moe.router_group_topk", std::to_string(v)));
+  }
   if (Field* f = a.get("--moe-ffn-hidden-size"); f != nullptr && !is_none(*f)) {
     OFFSIM_ASSIGN_OR_RETURN(std::int64_t v, a.int_arg(f, 1, 100'000'000));
     OFFSIM_RETURN_IF_ERROR(a.m.set(*f, "model.moe.expert_ffn_hidden", std::to_string(v)));

@@ -471,7 +471,7 @@ TEST(CostModelTest, DeepEpSendsEachTokenOncePerRankAndNode) {
   // C(112, 8) / C(128, 8); the token goes once to each of the 7 other ranks it hits, no NIC.
   double miss_rank = 1.0;
   for (int i = 0; i < 8; ++i) miss_rank *= (112.0 - i) / (128.0 - i);
-  const auto one = f.cm.deepep_traffic(node, 128, 8);
+  const auto one = f.cm.deepep_traffic(node, {.experts = 128, .top_k = 8});
   EXPECT_FALSE(one.crosses_nodes);
   EXPECT_NEAR(one.nvlink_bytes_per_byte, (1.0 - miss_rank) * 7, 1e-12);
   EXPECT_EQ(one.nic_bytes_per_byte, 0.0);
@@ -488,7 +488,7 @@ TEST(CostModelTest, DeepEpSendsEachTokenOncePerRankAndNode) {
     miss4 *= (124.0 - i) / (128.0 - i);
     miss32 *= (96.0 - i) / (128.0 - i);
   }
-  const auto four = f.cm.deepep_traffic(group, 128, 8);
+  const auto four = f.cm.deepep_traffic(group, {.experts = 128, .top_k = 8});
   EXPECT_TRUE(four.crosses_nodes);
   EXPECT_NEAR(four.nvlink_bytes_per_byte, (1.0 - miss4) * 28, 1e-12);
   EXPECT_NEAR(four.nic_bytes_per_byte, (1.0 - miss32) * 3, 1e-12);
@@ -496,7 +496,7 @@ TEST(CostModelTest, DeepEpSendsEachTokenOncePerRankAndNode) {
   // NCCL all-to-all of the 8 copies (31/32 of them at one NIC's rate) it is 2.8 times faster.
   const std::int64_t tokens = 4096;
   const std::int64_t token_bytes = 4096 * 2;
-  const sim::OpCost c = f.cm.deepep(0, group, tokens, token_bytes, 128, 8);
+  const sim::OpCost c = f.cm.deepep(0, group, tokens, token_bytes, {.experts = 128, .top_k = 8});
   const double t = seconds(f.cm.alone(c));
   const double bytes = static_cast<double>(tokens * token_bytes);
   EXPECT_NEAR(t, 25e-6 + bytes * four.nic_bytes_per_byte / 47e9, 1e-8);
@@ -506,7 +506,35 @@ TEST(CostModelTest, DeepEpSendsEachTokenOncePerRankAndNode) {
   const auto used = names(f, c);
   EXPECT_NE(std::find(used.begin(), used.end(), "node0.nic0.tx"), used.end());
   // Nothing to send: no work, no time.
-  EXPECT_EQ(f.cm.deepep(0, group, 0, token_bytes, 128, 8).work, 0.0);
+  EXPECT_EQ(f.cm.deepep(0, group, 0, token_bytes, {.experts = 128, .top_k = 8}).work, 0.0);
+}
+
+// Group-limited routing (DeepSeek-V3: 256 experts in 8 groups of 32, a token's top-8 inside the
+// 4 groups it scores highest): a range of experts misses a token unless its groups are chosen
+// and a pick lands in it.
+TEST(CostModelTest, GroupLimitedRoutingReachesFewerNodes) {
+  const auto c = [](std::int64_t n, std::int64_t x) {  // C(n - x, 8) / C(n, 8)
+    double q = 1.0;
+    for (int i = 0; i < 8; ++i) q *= static_cast<double>(n - x - i) / static_cast<double>(n - i);
+    return q;
+  };
+  const ExpertRouting plain{.experts = 256, .top_k = 8};
+  EXPECT_NEAR(expert_range_miss_probability(plain, 0, 32), c(256, 32), 1e-12);
+  const ExpertRouting grouped{.experts = 256, .top_k = 8, .groups = 8, .group_topk = 4};
+  // One whole group: chosen with probability 4/8, then 8 picks among 128 experts.
+  EXPECT_NEAR(expert_range_miss_probability(grouped, 0, 32), 0.5 + 0.5 * c(128, 32), 1e-12);
+  // Half of two groups ([16, 48)): none of the two chosen (C(6, 4) of C(8, 4) draws), one
+  // (2 · C(6, 3)) with 16 of its experts, both (C(6, 2)) with 32.
+  EXPECT_NEAR(expert_range_miss_probability(grouped, 16, 32),
+              (15.0 + 40.0 * c(128, 16) + 15.0 * c(128, 32)) / 70.0, 1e-12);
+  // EP 64 over eight DGX H100 nodes, one group per node: 3.18 other nodes per token instead of
+  // 4.6 without the group limit.
+  auto f = make("dgx-h100", {{.rank = 0, .multiplicity = 64, .stride = 1}}, 8);
+  std::vector<int> group(64);
+  for (int i = 0; i < 64; ++i) group[i] = i;
+  EXPECT_NEAR(f.cm.deepep_traffic(group, grouped).nic_bytes_per_byte, 7 * 0.5 * (1.0 - c(128, 32)),
+              1e-12);
+  EXPECT_NEAR(f.cm.deepep_traffic(group, plain).nic_bytes_per_byte, 7 * (1.0 - c(256, 32)), 1e-12);
 }
 
 TEST(CostModelTest, P2pInsideAndAcrossNodes) {

@@ -105,11 +105,16 @@ TEST(MoeHf, ImportsQwen3MoeAndDeepSeek) {
     "n_shared_experts": 1, "num_experts_per_tok": 8, "first_k_dense_replace": 3,
     "moe_layer_freq": 1, "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
     "qk_rope_head_dim": 64, "v_head_dim": 128, "num_nextn_predict_layers": 1,
-    "vocab_size": 129280, "tie_word_embeddings": false})";
+    "n_group": 8, "topk_group": 4, "vocab_size": 129280, "tie_word_embeddings": false})";
   auto d = model_from_hf_config(ds, "ds.json");
   ASSERT_TRUE(d.has_value()) << d.error().message;
   EXPECT_EQ(parameter_count(*d), parameter_count(model("deepseek-v3")));
   EXPECT_EQ(d->mtp_layers, 1);
+  // Group-limited routing, as the catalogue entry has it.
+  EXPECT_EQ(d->moe.router_groups, 8);
+  EXPECT_EQ(d->moe.router_group_topk, 4);
+  EXPECT_EQ(model("deepseek-v3").moe.router_groups, 8);
+  EXPECT_EQ(model("deepseek-v3").moe.router_group_topk, 4);
   const std::string mix = R"({"model_type": "mixtral", "hidden_size": 4096,
     "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
     "intermediate_size": 14336, "num_local_experts": 8, "num_experts_per_tok": 2,
@@ -152,6 +157,26 @@ TEST(MoeChecks, NamesTheKey) {
   s = small_moe();
   s.parallelism.ep = 16;  // 16 does not divide tp·dp = 8
   EXPECT_NE(message(s).find("parallelism.ep"), std::string::npos);
+  // Group-limited routing: whole groups, both keys, room for the top-k in the chosen groups.
+  s = small_moe();
+  s.model.moe.router_groups = 8;
+  s.model.moe.router_group_topk = 4;
+  EXPECT_EQ(message(s), "");
+  s.model.moe.router_groups = 3;
+  EXPECT_NE(message(s).find("model.moe.router_groups: 3 must be a positive divisor of "
+                            "model.moe.experts (128)"),
+            std::string::npos)
+      << message(s);
+  s.model.moe.router_groups = 8;
+  s.model.moe.router_group_topk = 0;
+  EXPECT_NE(message(s).find("model.moe.router_group_topk: 0 must be in 1..8"), std::string::npos)
+      << message(s);
+  s.model.moe.router_groups = 64;  // groups of 2 experts: 3 groups hold 6 < top-8
+  s.model.moe.router_group_topk = 3;
+  EXPECT_NE(message(s).find("model.moe.router_group_topk: 3 groups of 2 experts hold fewer than "
+                            "model.moe.top_k 8"),
+            std::string::npos)
+      << message(s);
 }
 
 TEST(MoeRouting, ImbalanceAndCapacity) {

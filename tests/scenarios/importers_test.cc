@@ -528,11 +528,14 @@ TEST(MegatronImport, MixtureOfExperts) {
   std::string flex = alone;
   flex.replace(flex.find("alltoall"), 8, "flex");
   flex += "  --expert-tensor-parallel-size 1 \\\n";
-  std::ofstream(script) << flex << "  --moe-enable-deepep\n";
+  std::ofstream(script) << flex << "  --moe-router-num-groups 8 --moe-router-group-topk 4 \\\n"
+                        << "  --moe-enable-deepep\n";
   auto deepep =
       import_config(Framework::kMegatron, {script}, {.sets = {"hardware.system=dgx-h100"}});
   ASSERT_TRUE(deepep) << deepep.error().message;
   EXPECT_EQ(value_at(deepep->scenario, "parallelism.moe_dispatcher"), "deepep");
+  EXPECT_EQ(value_at(deepep->scenario, "model.moe.router_groups"), "8");
+  EXPECT_EQ(value_at(deepep->scenario, "model.moe.router_group_topk"), "4");
   EXPECT_TRUE(deepep->unmapped.empty());
   expect_round_trip(*deepep);
   std::ofstream(script) << flex << "  --moe-flex-dispatcher-backend hybridep\n";
