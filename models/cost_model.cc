@@ -869,8 +869,8 @@ CollectivePlan CostModel::plan_collective(sim::CollectiveKind kind, const std::v
   // the unit; the unit with the fewest ranks bounds the ring. NVIDIA's measurements: DGX A100,
   // 8 × 200 Gb/s HDR, 192 GB/s all-reduce busbw (NVIDIA/nccl #812); "on 3+ nodes ...
   // reflecting the total NIC bandwidth ... 24 [GB/s per NIC] on perfect setups"
-  // (NVIDIA/nccl-tests #160). An all-to-all sends each rank's own off-unit bytes through its
-  // own NIC: one GPU's NIC rate.
+  // (NVIDIA/nccl-tests #160). An all-to-all sends each rank's off-unit share through the rank's
+  // own NIC (see below).
   const double nic =
       profile_.inter_node.nic_bytes_per_s_per_gpu.value * profile_.inter_node.efficiency.value;
   int fewest = n;
@@ -878,7 +878,18 @@ CollectivePlan CostModel::plan_collective(sim::CollectiveKind kind, const std::v
   const bool spread = kind != sim::CollectiveKind::kAllToAll;
   plan.ranks_per_unit = spread ? fewest : 1;
   plan.nic_bytes_per_byte = plan.bus_bytes_per_byte / plan.ranks_per_unit;
-  const double inter = nic * plan.ranks_per_unit;
+  double inter = nic * plan.ranks_per_unit;
+  if (!spread) {
+    // An all-to-all: of its buffer, a rank sends (n - m)/n off its unit (m: the group's ranks
+    // there) through its own NIC while the rest crosses NVLink, and the network part sets the
+    // time; nccl-tests' bus bandwidth, algbw × (n-1)/n, is then the NIC rate × (n-1)/(n-m): "the
+    // portion that's going through the network will determine the global time ... On 2 nodes,
+    // 50% of the traffic is inter-node so you should see BusBW = 2x network bandwidth per GPU
+    // ... N/(N-1)x the bandwidth per GPU, N being the number of nodes" (sjeaugey, NVIDIA/nccl-tests
+    // issue 130). The unit with the fewest of the group's ranks sends the largest share.
+    plan.nic_bytes_per_byte = (nd - fewest) / nd;
+    inter = nic * plan.bus_bytes_per_byte / plan.nic_bytes_per_byte;
+  }
   // NVLSTree (all-reduce, NCCL 2.18 and later on NVLink SHARP systems): NVLink SHARP reduces
   // inside each domain, a tree of NIC channels joins the domains. NCCL's tuner
   // (src/graph/tuning.cc) takes per channel min(NVLS intra bandwidth, inter bandwidth × 2 when
