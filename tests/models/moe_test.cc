@@ -1209,21 +1209,18 @@ TEST(MoeDispatcher, DeepEpRefusesWhatIsNotModelled) {
   Scenario base = small_moe();
   base.parallelism.moe_dispatcher = ParallelConfig::MoeDispatcher::kDeepEp;
   EXPECT_EQ(message(base), "");
-  Scenario s = base;
-  s.parallelism.ep = 1;
-  EXPECT_NE(message(s).find("parallelism.moe_dispatcher: deepep needs an MoE model with expert "
-                            "parallelism"),
-            std::string::npos)
-      << message(s);
-  s = base;
-  s.parallelism.etp = 2;
-  EXPECT_NE(message(s).find("parallelism.moe_dispatcher: deepep is modelled with expert tensor "
-                            "parallelism 1 only"),
-            std::string::npos)
-      << message(s);
-  s = base;
-  s.parallelism.moe_shared_expert_overlap = true;
-  EXPECT_NE(message(s).find("moe_shared_expert_overlap"), std::string::npos) << message(s);
+  const auto refused = [&](auto change, std::string_view what) {
+    Scenario s = base;
+    change(s);
+    const std::string m = message(s);
+    EXPECT_NE(m.find("parallelism.moe_dispatcher: deepep"), std::string::npos) << what << ": " << m;
+    EXPECT_NE(m.find(what), std::string::npos) << m;
+  };
+  refused([](Scenario& s) { s.parallelism.ep = 1; }, "needs an MoE model with expert parallelism");
+  refused([](Scenario& s) { s.parallelism.etp = 2; },
+          "is modelled with expert tensor parallelism 1 only");
+  refused([](Scenario& s) { s.parallelism.moe_shared_expert_overlap = true; },
+          "moe_shared_expert_overlap");
 }
 
 TEST(MoeA2aOverlap, RefusesWhatMegatronRefusesAndWhatIsNotModelled) {
