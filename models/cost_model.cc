@@ -805,19 +805,21 @@ void plan_across_domains(CollectivePlan& plan, const CollectiveShape& s, double 
 
 }  // namespace
 
+std::map<int, int> CostModel::ranks_by_unit(const std::vector<int>& group) const {
+  const bool nvlink = has_nvlink(system_, profile_);
+  std::map<int, int> out;
+  for (int r : group) ++out[nvlink ? system_.nvlink_domain_of(r) : system_.node_of(r)];
+  return out;
+}
+
 CollectivePlan CostModel::plan_collective(sim::CollectiveKind kind, const std::vector<int>& group,
                                           std::int64_t bytes) const {
   CollectivePlan plan;
   const int n = static_cast<int>(group.size());
   if (n <= 1 || bytes <= 0) return plan;
   const auto& nv = profile_.nvlink;
-  const bool has_nvlink = system_.nvlink_domain_gpus > 1 && nv.bytes_per_s_per_gpu.value > 0.0;
-  // Units that hold the group (NVLink domains where there is NVLink, nodes otherwise) and the
-  // group's ranks in each.
-  std::map<int, int> ranks_of_unit;
-  for (int r : group) {
-    ++ranks_of_unit[has_nvlink ? system_.nvlink_domain_of(r) : system_.node_of(r)];
-  }
+  const bool has_nvlink = models::has_nvlink(system_, profile_);
+  const std::map<int, int> ranks_of_unit = ranks_by_unit(group);
   const int spans = static_cast<int>(ranks_of_unit.size());
   plan.crosses_nodes = spans > 1;
   const double nd = static_cast<double>(n);
@@ -1035,12 +1037,7 @@ CostModel::DeepEpTraffic CostModel::deepep_traffic(const std::vector<int>& group
   DeepEpTraffic t;
   const auto n = static_cast<std::int64_t>(group.size());
   if (n <= 1 || routing.experts <= 0 || routing.top_k <= 0) return t;
-  const bool has_nvlink =
-      system_.nvlink_domain_gpus > 1 && profile_.nvlink.bytes_per_s_per_gpu.value > 0.0;
-  std::map<int, int> ranks_of_unit;
-  for (int r : group)
-    ++ranks_of_unit[has_nvlink ? system_.nvlink_domain_of(r) : system_.node_of(r)];
-  const auto units = static_cast<std::int64_t>(ranks_of_unit.size());
+  const auto units = static_cast<std::int64_t>(ranks_by_unit(group).size());
   t.crosses_nodes = units > 1;
   // The first rank's experts and those of the first unit (experts spread evenly, in rank order).
   const double p_rank = 1.0 - expert_range_miss_probability(routing, 0, routing.experts / n);
@@ -1051,12 +1048,11 @@ CostModel::DeepEpTraffic CostModel::deepep_traffic(const std::vector<int>& group
   return t;
 }
 
-OpCost CostModel::deepep(int rank, const std::vector<int>& group, std::int64_t tokens,
-                         std::int64_t token_bytes, const ExpertRouting& routing) const {
+OpCost CostModel::deepep(int rank, const DeepEpTraffic& t, std::int64_t tokens,
+                         std::int64_t token_bytes) const {
   const RankResources& rr = at(rank);
   OpCost c;
   c.multiplicity = rr.multiplicity;
-  const DeepEpTraffic t = deepep_traffic(group, routing);
   if (tokens <= 0 || token_bytes <= 0 || t.nvlink_bytes_per_byte + t.nic_bytes_per_byte <= 0.0) {
     return c;
   }

@@ -183,13 +183,14 @@ class CostModel {
     bool crosses_nodes = false;
   };
   DeepEpTraffic deepep_traffic(const std::vector<int>& group, const ExpertRouting& routing) const;
-  // One DeepEP dispatch or combine of `tokens` tokens of `token_bytes` each on `rank`: the
+  // One DeepEP dispatch or combine of `tokens` tokens of `token_bytes` each on `rank`, whose
+  // group sends `t` (deepep_traffic) per token byte: the
   // NVLink part at the profile's ring bus bandwidth (DeepEP's intranode kernels measure 153-158
   // GB/s on H800 NVLink, where NCCL's ring reaches 160: deepseek-ai/DeepEP README), the NIC part
   // at the NIC rate times the profile's efficiency, both at once (DeepEP pipelines the RDMA
   // sends with the NVLink forwarding), the slower setting the time.
-  sim::OpCost deepep(int rank, const std::vector<int>& group, std::int64_t tokens,
-                     std::int64_t token_bytes, const ExpertRouting& routing) const;
+  sim::OpCost deepep(int rank, const DeepEpTraffic& t, std::int64_t tokens,
+                     std::int64_t token_bytes) const;
   // CPU work of the rank: streams `dram_bytes` through host DRAM, `flops` on its cores. The rank
   // gets its share of the node's physical cores, c = floor(cores per node / local ranks), or
   // fewer with `threads`; bound (DeepSpeed --bind_cores_to_rank), its threads span the
@@ -259,6 +260,9 @@ class CostModel {
       : system_(std::move(system)), profile_(std::move(profile)), topology_(std::move(topology)) {}
   const RankResources& at(int rank) const;
   sim::OpCost gemm_uncached(int rank, const sim::GemmShape& shape) const;
+  // The group's ranks in each unit that holds some (NVLink domains where there is NVLink,
+  // nodes otherwise).
+  std::map<int, int> ranks_by_unit(const std::vector<int>& group) const;
   sim::OpCost collective_uncached(int rank, sim::CollectiveKind kind, const std::vector<int>& group,
                                   std::int64_t bytes) const;
   sim::OpCost classic_attention(const RankResources& rr, const sim::AttentionShape& shape,

@@ -121,9 +121,9 @@ OpId StepBuilder::moe_exchange(Rank& r, LaneId lane, const std::string& name, in
                               .top_k = md.top_k,
                               .groups = moe.router_groups,
                               .group_topk = moe.router_group_topk};
-  sim::OpCost cost = cm_.deepep(r.rank, r.ep_group, tokens, token_bytes, routing);
-  sim::OpSizes sz;
   const CostModel::DeepEpTraffic t = cm_.deepep_traffic(r.ep_group, routing);
+  sim::OpCost cost = cm_.deepep(r.rank, t, tokens, token_bytes);
+  sim::OpSizes sz;
   sz.bytes =
       static_cast<std::int64_t>(std::llround(static_cast<double>(tokens * token_bytes) *
                                              (t.nvlink_bytes_per_byte + t.nic_bytes_per_byte)));

@@ -502,7 +502,7 @@ TEST(CostModelTest, DeepEpSendsEachTokenOncePerRankAndNode) {
   // NCCL all-to-all of the 8 copies (6 of them across nodes) it is 2.2 times faster.
   const std::int64_t tokens = 4096;
   const std::int64_t token_bytes = 4096 * 2;
-  const sim::OpCost c = f.cm.deepep(0, group, tokens, token_bytes, {.experts = 128, .top_k = 8});
+  const sim::OpCost c = f.cm.deepep(0, four, tokens, token_bytes);
   const double t = seconds(f.cm.alone(c));
   const double bytes = static_cast<double>(tokens * token_bytes);
   EXPECT_NEAR(t, 25e-6 + bytes * four.nic_bytes_per_byte / 47e9, 1e-8);
@@ -512,7 +512,7 @@ TEST(CostModelTest, DeepEpSendsEachTokenOncePerRankAndNode) {
   const auto used = names(f, c);
   EXPECT_NE(std::find(used.begin(), used.end(), "node0.nic0.tx"), used.end());
   // Nothing to send: no work, no time.
-  EXPECT_EQ(f.cm.deepep(0, group, 0, token_bytes, {.experts = 128, .top_k = 8}).work, 0.0);
+  EXPECT_EQ(f.cm.deepep(0, four, 0, token_bytes).work, 0.0);
 }
 
 // Group-limited routing (DeepSeek-V3: 256 experts in 8 groups of 32, a token's top-8 inside the
