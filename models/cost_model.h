@@ -130,11 +130,6 @@ class CostModel {
     double autograd = 0.0;
     double launches = 0.0;
   };
-  // Host time of one Transformer Engine linear module's forward in eager PyTorch ops: the
-  // average CPU time of a BF16 te.Linear forward over that of a torch.nn.Linear forward on the
-  // same host, 99.66 / 37.08 us on GB200 (90.53 / 33.17 = 2.73 on GH200; hidden 2048, 8192
-  // tokens; NVIDIA/TransformerEngine issue 2053). A torch.nn.Linear forward is one eager op.
-  static constexpr double kTeLinearForwardOps = 99.66 / 37.08;
   double host_issue_s(const HostOps& ops) const;
   // A device-to-host synchronisation (.item(), .tolist(), event.synchronize() after a D2H copy):
   // the host waits for the stream, then for the copy's round trip.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <string_view>
 #include <vector>
 
 #include <fmt/format.h>
@@ -1270,6 +1271,11 @@ PlanSize estimate(const Scenario& s, const LayerPolicies& policies,
 }
 
 }  // namespace
+
+bool host_issue_marker(const sim::Op& op) {
+  constexpr std::string_view kSuffix = ".host_issue";
+  return op.kind == sim::OpKind::kMarker && op.name.ends_with(kSuffix);
+}
 
 PlanSize estimate_plan_size(const Scenario& s, const PlanSizeOptions& options) {
   return estimate(s, resolve_layer_policies(s), options);

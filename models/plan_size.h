@@ -24,6 +24,10 @@
 #include "models/resolve.h"
 #include "models/scenario.h"
 
+namespace offsim::sim {
+struct Op;
+}
+
 namespace offsim::models {
 
 struct PlanSize {
@@ -49,6 +53,11 @@ struct PlanSizeOptions {
 PlanSize estimate_plan_size(const Scenario& scenario, const PlanSizeOptions& options = {});
 // Reads the layers' policies from the resolved scenario.
 PlanSize estimate_plan_size(const ResolvedScenario& scenario, const PlanSizeOptions& options = {});
+
+// The host issue thread's segment markers (StepBuilder::host_issue_close, "….host_issue"): where
+// they appear depends on the kernels' times (host-bound segments), so the estimate does not
+// count them.
+bool host_issue_marker(const sim::Op& op);
 
 // One layer's recipe: the ops the step builder lowers it to in each micro-batch, by kind, counted
 // in the forward pass, the backward pass and the forward ops the backward re-runs (recompute).

@@ -117,6 +117,20 @@ const char* to_string(TrainingConfig::MoeGroupedGemm v) {
   return "?";
 }
 
+const char* to_string(CudaGraphModule v) {
+  switch (v) {
+    case CudaGraphModule::kAttn:
+      return "attn";
+    case CudaGraphModule::kMlp:
+      return "mlp";
+    case CudaGraphModule::kMoeRouter:
+      return "moe_router";
+    case CudaGraphModule::kMoePreprocess:
+      return "moe_preprocess";
+  }
+  return "?";
+}
+
 const char* to_string(ParallelConfig::PipelineSchedule v) {
   switch (v) {
     case ParallelConfig::PipelineSchedule::k1F1B:
@@ -238,6 +252,12 @@ std::optional<TrainingConfig::MoeGroupedGemm> moe_grouped_gemm_from_string(std::
   static constexpr TrainingConfig::MoeGroupedGemm kAll[] = {
       TrainingConfig::MoeGroupedGemm::kMultiStream, TrainingConfig::MoeGroupedGemm::kSingleKernel,
       TrainingConfig::MoeGroupedGemm::kSequential};
+  return parse_enum(s, kAll);
+}
+std::optional<CudaGraphModule> cuda_graph_module_from_string(std::string_view s) {
+  static constexpr CudaGraphModule kAll[] = {CudaGraphModule::kAttn, CudaGraphModule::kMlp,
+                                             CudaGraphModule::kMoeRouter,
+                                             CudaGraphModule::kMoePreprocess};
   return parse_enum(s, kAll);
 }
 std::optional<RecomputeConfig::Mode> recompute_mode_from_string(std::string_view s) {
@@ -1394,6 +1414,58 @@ sim::Status check_hardware(const Scenario& s) {
   return sim::ok();
 }
 
+// training.cuda_graph_modules as Megatron-Core's TransformerConfig checks per-layer graphs
+// (transformer_config.py, __post_init__): MoE modules need an MoE model, mlp a dense layer,
+// moe_preprocess needs moe_router and dropless routing; no full recompute, no MoE recompute with
+// moe_router, no activation offload (its "cpu_offloading").
+sim::Status check_cuda_graphs(const Scenario& s) {
+  const CudaGraphModules& g = s.training.cuda_graph_modules;
+  if (g.empty()) return sim::ok();
+  const auto refuse = [](std::string_view why) {
+    return invalid(fmt::format("training.cuda_graph_modules: {}", why));
+  };
+  const bool moe = s.model.moe.experts > 0;
+  if ((g.has(CudaGraphModule::kMoeRouter) || g.has(CudaGraphModule::kMoePreprocess)) && !moe) {
+    return refuse("moe_router and moe_preprocess need an MoE model (model.moe.experts > 0)");
+  }
+  if (g.has(CudaGraphModule::kMoePreprocess) && !g.has(CudaGraphModule::kMoeRouter)) {
+    return refuse("moe_preprocess is captured only together with moe_router (Megatron-Core)");
+  }
+  if (g.has(CudaGraphModule::kMoePreprocess) && s.model.moe.capacity_factor > 0.0) {
+    return refuse(
+        "moe_preprocess cannot be captured with a capacity factor (model.moe.capacity_factor): "
+        "the preprocess then copies to the host and synchronises");
+  }
+  if (g.has(CudaGraphModule::kMlp)) {
+    bool dense = false;
+    for (int l = 0; l < static_cast<int>(s.model.layers) && !dense; ++l) {
+      dense = !is_moe_layer(s.model, l);
+    }
+    if (!dense) return refuse("mlp captures a dense layer's MLP, and every layer is MoE");
+  }
+  const RecomputeConfig& rc = s.recompute;
+  bool full = rc.mode == RecomputeConfig::Mode::kFull;
+  for (const auto& [layer, mode] : rc.per_layer)
+    full = full || mode == RecomputeConfig::Mode::kFull;
+  if (full) {
+    return refuse(
+        "per-layer CUDA graphs do not support full recompute (recompute.mode full; Megatron-Core "
+        "allows it only with a full-iteration graph)");
+  }
+  const bool selective = rc.mode == RecomputeConfig::Mode::kSelective || !rc.per_layer.empty();
+  if (selective && rc.modules.has(RecomputeModule::kMoe) && g.has(CudaGraphModule::kMoeRouter)) {
+    return refuse("moe_router cannot be captured with recompute module moe (Megatron-Core)");
+  }
+  for (const OffloadRule& rule : s.offload.rules) {
+    const bool act =
+        rule.cls == TensorClass::kActivations || rule.cls == TensorClass::kNamedActivation;
+    if (act && rule.where == Placement::kHost) {
+      return refuse("CUDA graphs are not supported with activation offload to the host");
+    }
+  }
+  return sim::ok();
+}
+
 std::atomic<std::int64_t> g_scenario_checks{0};
 
 }  // namespace
@@ -1408,6 +1480,7 @@ sim::Status check_scenario(const Scenario& s) {
   OFFSIM_RETURN_IF_ERROR(check_recompute(s));
   OFFSIM_RETURN_IF_ERROR(check_offload(s));
   OFFSIM_RETURN_IF_ERROR(check_dtypes(s.training));
+  OFFSIM_RETURN_IF_ERROR(check_cuda_graphs(s));
   return check_hardware(s);
 }
 

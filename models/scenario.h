@@ -119,6 +119,25 @@ struct TensorDtypes {
   bool operator==(const TensorDtypes&) const = default;
 };
 
+// What a per-layer CUDA graph captures (Megatron-Core's CudaGraphModule, --cuda-graph-modules):
+//   attn            TransformerLayer._forward_attention: input norm, attention, residual add
+//   mlp             TransformerLayer._forward_mlp of a dense layer
+//   moe_router      an MoE layer's _forward_mlp up to the router: the shared experts (when not
+//                   overlapped with the expert-parallel communication) and the router
+//   moe_preprocess  MoELayer.preprocess: the token dispatcher's per-expert counts (with
+//                   moe_router); the host synchronisation after it stays outside the graph
+enum class CudaGraphModule { kAttn, kMlp, kMoeRouter, kMoePreprocess };
+inline constexpr int kNumCudaGraphModules = 4;
+
+// A set of CudaGraphModule values.
+struct CudaGraphModules {
+  unsigned bits = 0;
+  bool has(CudaGraphModule m) const { return (bits >> static_cast<unsigned>(m) & 1U) != 0; }
+  void add(CudaGraphModule m) { bits |= 1U << static_cast<unsigned>(m); }
+  bool empty() const { return bits == 0; }
+  bool operator==(const CudaGraphModules&) const = default;
+};
+
 struct TrainingConfig {
   enum class Optimizer { kAdamW };
 
@@ -157,6 +176,10 @@ struct TrainingConfig {
   // without --moe-grouped-gemm).
   enum class MoeGroupedGemm { kMultiStream, kSingleKernel, kSequential };
   MoeGroupedGemm moe_grouped_gemm = MoeGroupedGemm::kMultiStream;
+  // Per-layer CUDA graphs (Megatron-Core's --cuda-graph-impl transformer_engine or local with
+  // --cuda-graph-modules): each pass of a captured module in every layer is one graph replay on
+  // the host instead of its ops' launches (models/README.md "CUDA graphs"). Empty: no graphs.
+  CudaGraphModules cuda_graph_modules;
   // Per-class storage dtypes; `dtype_preset` names the framework convention they came from
   // (dtype_preset()), empty when set by hand or left at the defaults.
   TensorDtypes dtypes;
@@ -590,6 +613,8 @@ const char* to_string(TrainingConfig::Fp8Recipe v);
 std::optional<TrainingConfig::Fp8Recipe> fp8_recipe_from_string(std::string_view s);
 const char* to_string(TrainingConfig::MoeGroupedGemm v);
 std::optional<TrainingConfig::MoeGroupedGemm> moe_grouped_gemm_from_string(std::string_view s);
+const char* to_string(CudaGraphModule v);
+std::optional<CudaGraphModule> cuda_graph_module_from_string(std::string_view s);
 std::optional<RecomputeConfig::Mode> recompute_mode_from_string(std::string_view s);
 std::optional<RecomputeModule> recompute_module_from_string(std::string_view s);
 std::optional<RecomputeConfig::Rerun> recompute_rerun_from_string(std::string_view s);

@@ -144,12 +144,6 @@ OpId StepBuilder::gemm_as(sim::DType dtype, Rank& r, const std::string& name, Op
     // GEMM, which reuses it.
     fp8_cast(r, name, cat, layer, m * k, /*from_norm=*/false);
   }
-  // An FP8 GEMM runs inside a Transformer Engine linear module; its forward (also when
-  // recomputed) costs the host that module's measured time, not one eager op's.
-  const bool forward = !in_backward_task_ || cat == OpCategory::kRecompute;
-  if (dtype == sim::DType::kFp8 && forward && !next_host_ops_) {
-    next_host_ops(CostModel::kTeLinearForwardOps, /*backward=*/false);
-  }
   sim::OpSizes sz;
   sz.gemm = shape;
   sz.flops = sim::gemm_flops(shape);

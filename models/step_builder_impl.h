@@ -407,6 +407,42 @@ class StepBuilder {
   void next_host_ops(double framework_ops, bool backward) {
     next_host_ops_ = NextHostOps{.ops = framework_ops, .backward = backward};
   }
+  // --- per-layer CUDA graphs (training.cuda_graph_modules, step_issue.cc)
+  // The module whose ops a recipe entry emits, as Megatron-Core's per-layer graphs cut a layer.
+  enum class GraphRegion { kNone, kAttn, kMlp, kMoeRouter };
+  // While alive, the ops issued belong to `region`: in a captured module the first op issued
+  // costs the host one graph replay and the others none (take_host_ops). Consecutive entries of
+  // one module share a replay; an entry of another module (captured or not) ends it.
+  class GraphScope {
+   public:
+    GraphScope(StepBuilder& b, GraphRegion region) : b_(b) {
+      if (region != b_.graph_last_) b_.graph_charged_ = false;
+      b_.graph_last_ = region;
+      b_.graph_region_ = region;
+    }
+    ~GraphScope() { b_.graph_region_ = GraphRegion::kNone; }
+    GraphScope(const GraphScope&) = delete;
+    GraphScope& operator=(const GraphScope&) = delete;
+    GraphScope(GraphScope&&) = delete;
+    GraphScope& operator=(GraphScope&&) = delete;
+
+   private:
+    StepBuilder& b_;
+  };
+  // The host work of one replay of a captured module, in framework ops: Transformer Engine's
+  // graphed callable (transformer_engine/pytorch/graph.py, make_graphed_callables: the autograd
+  // Function's forward or backward copies the new input, or incoming gradient, into the graph's
+  // static buffer and calls replay()): the Function's dispatch, the copy, the replay.
+  static constexpr double kGraphReplayOps = 3.0;
+  // Of the permutation entry's 20 forward host ops, MoELayer.preprocess's (the per-expert counts,
+  // the split sizes and their all-gather over the TP x EP group; models/README.md "Host issue
+  // thread"): what a moe_preprocess graph replaces.
+  static constexpr double kMoePreprocessHostOps = 10.0;
+  bool captured(GraphRegion region) const;
+  GraphRegion forward_region(const LayerOpEntry& e, int l) const;
+  GraphRegion backward_region(const LayerBackwardEntry& e, int l) const;
+  GraphRegion moe_region(const MoeOpEntry& e, int l) const;
+  double moe_forward_host_ops(const MoeOpEntry& e) const;
   // Rotary position embedding (models without a learned position table): one kernel applies
   // it to the query and key heads of the layer, reading and writing q and k (2 · tokens ·
   // (q + kv) elements); its backward does the same to their gradients. 3 FLOPs per element
@@ -532,11 +568,14 @@ class StepBuilder {
   void flush_delayed_wgrads();
   std::optional<OpId> host_wait_;             // a synchronisation whose next op is not issued yet
   std::optional<NextHostOps> next_host_ops_;  // next_host_ops(): for the next issued op only
-  bool in_backward_task_ = false;             // building a backward task
-  std::optional<OpId> host_prev_first_;       // the first GPU op of the task's previous segment
-  double host_prev_gpu_s_ = 0.0;              // that segment's GPU time after its first op
-  bool host_behind_ = false;                  // a marker of this task may hold the GPU back
-  bool host_one_segment_ = false;             // the optimizer: no cut at layer changes
+  GraphRegion graph_region_ = GraphRegion::kNone;  // GraphScope: the module being emitted
+  GraphRegion graph_last_ = GraphRegion::kNone;    // the last entry's module
+  bool graph_charged_ = false;                     // its graph replay is charged
+  bool in_backward_task_ = false;                  // building a backward task
+  std::optional<OpId> host_prev_first_;  // the first GPU op of the task's previous segment
+  double host_prev_gpu_s_ = 0.0;         // that segment's GPU time after its first op
+  bool host_behind_ = false;             // a marker of this task may hold the GPU back
+  bool host_one_segment_ = false;        // the optimizer: no cut at layer changes
 };
 
 }  // namespace offsim::models::detail

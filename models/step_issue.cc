@@ -84,6 +84,8 @@ void StepBuilder::host_issue_close(bool force) {
 // while the GPU ran this one.
 void StepBuilder::host_issue_end_task() {
   host_issue_close();
+  graph_last_ = GraphRegion::kNone;
+  graph_charged_ = false;
   host_prev_first_.reset();
   host_prev_gpu_s_ = 0.0;
   host_behind_ = false;
@@ -93,14 +95,64 @@ void StepBuilder::host_issue_end_task() {
 // eager op in the forward, recompute and optimizer, a backward node in a backward task). A
 // grouped GEMM adds one cuBLAS launch per local expert (Transformer Engine's
 // general_grouped_gemm loops over the GEMMs in C++).
+// In a captured module (training.cuda_graph_modules) the module's first issued op costs one
+// graph replay and the others nothing: their kernels are launched by the replay.
 CostModel::HostOps StepBuilder::take_host_ops(OpCategory category, const sim::OpSizes& sizes) {
   NextHostOps next{.ops = 1.0, .backward = in_backward_task_ && category != OpCategory::kRecompute};
   if (next_host_ops_) next = *next_host_ops_;
   next_host_ops_.reset();
   CostModel::HostOps ops;
+  if (captured(graph_region_)) {
+    if (std::exchange(graph_charged_, true)) return ops;
+    (next.backward ? ops.autograd : ops.eager) = kGraphReplayOps;
+    return ops;
+  }
   (next.backward ? ops.autograd : ops.eager) = next.ops;
   if (sizes.gemm.grouped) ops.launches = static_cast<double>(sizes.gemm.batch);
   return ops;
+}
+
+// --- per-layer CUDA graphs ------------------------------------------------------------------
+// Megatron-Core captures a layer's modules separately (TransformerLayer._forward_attention,
+// _forward_mlp, an MoE layer's part up to the router, MoELayer.preprocess); a graph's forward and
+// backward are each one replay per layer and micro-batch.
+bool StepBuilder::captured(GraphRegion region) const {
+  const CudaGraphModules& g = s_.training.cuda_graph_modules;
+  switch (region) {
+    case GraphRegion::kAttn:
+      return g.has(CudaGraphModule::kAttn);
+    case GraphRegion::kMlp:
+      return g.has(CudaGraphModule::kMlp);
+    case GraphRegion::kMoeRouter:
+      return g.has(CudaGraphModule::kMoeRouter);
+    case GraphRegion::kNone:
+      break;
+  }
+  return false;
+}
+
+// The attention module runs the input norm, the attention and the first residual add (with the
+// second norm, which this recipe fuses into it); a dense layer's MLP module its MLP and the
+// second residual add; an MoE layer's second residual add is outside its router's graph.
+StepBuilder::GraphRegion StepBuilder::forward_region(const LayerOpEntry& e, int l) const {
+  if (e.ffn) return GraphRegion::kMlp;
+  if (e.first == FwdOp::kRes2) return ld(l).moe ? GraphRegion::kNone : GraphRegion::kMlp;
+  return GraphRegion::kAttn;
+}
+
+StepBuilder::GraphRegion StepBuilder::backward_region(const LayerBackwardEntry& e, int l) const {
+  if (e.ffn) return GraphRegion::kMlp;
+  if (e.of == FwdOp::kRes2) return ld(l).moe ? GraphRegion::kNone : GraphRegion::kMlp;
+  return GraphRegion::kAttn;
+}
+
+// The router's GEMM and top-k, and the shared experts when they run on the compute stream
+// before it (not overlapped with the token exchange), are the moe_router graph's.
+StepBuilder::GraphRegion StepBuilder::moe_region(const MoeOpEntry& e, int l) const {
+  const bool shared_overlapped = s_.parallelism.moe_shared_expert_overlap && ld(l).fs > 0;
+  if (e.gemm == MoeGemm::kRouter || e.traffic == MoeTraffic::kTopk) return GraphRegion::kMoeRouter;
+  if (e.shared && !shared_overlapped) return GraphRegion::kMoeRouter;
+  return GraphRegion::kNone;
 }
 
 }  // namespace offsim::models::detail

@@ -153,6 +153,7 @@ void StepBuilder::moe_forward(Rank& r, const std::string& p, OpCategory cat, int
   OpId prev{};
   for (const MoeOpEntry& e : moe_forward_recipe()) {
     if (!moe_entry_runs(e, md) || (e.shared && overlap)) continue;
+    const GraphScope graph(*this, moe_region(e, l));
     if (e.kind == MoeOpKind::kRoutedFetch) {
       if (fetch != nullptr && fetch->routed_bytes > 0) {
         weights_in = moe_routed_fetch(r, p, l, prev, *fetch);
@@ -165,7 +166,7 @@ void StepBuilder::moe_forward(Rank& r, const std::string& p, OpCategory cat, int
       if (marks_ != nullptr) pass_marks(l).sync = sync;
       continue;
     }
-    if (e.host_ops > 0) next_host_ops(e.host_ops, false);
+    if (e.host_ops > 0) next_host_ops(moe_forward_host_ops(e), false);
     const OpId id = moe_op(r, p + "." + e.name + sfx, cat, l, e, false);
     sim::Op& op = b_.op_at(id);
     if (e.kind == MoeOpKind::kGroupedGemm && weights_in.valid()) {
@@ -177,6 +178,16 @@ void StepBuilder::moe_forward(Rank& r, const std::string& p, OpCategory cat, int
     emit(id);
     prev = id;
   }
+}
+
+// The host ops of a forward entry: the permutation's without MoELayer.preprocess's when a
+// moe_preprocess graph replays them (one replay more).
+double StepBuilder::moe_forward_host_ops(const MoeOpEntry& e) const {
+  if (e.traffic != MoeTraffic::kPermute ||
+      !s_.training.cuda_graph_modules.has(CudaGraphModule::kMoePreprocess)) {
+    return e.host_ops;
+  }
+  return e.host_ops - kMoePreprocessHostOps + kGraphReplayOps;
 }
 
 // The host waits for the permutation (`after`) and the device-to-host copy of the token counts:
@@ -319,6 +330,7 @@ void StepBuilder::moe_backward(Rank& r, const std::string& p, OpCategory cat, in
   std::vector<const MoeOpEntry*> delayed;
   for (const MoeOpEntry& e : moe_backward_recipe()) {
     if (!moe_entry_runs(e, md)) continue;
+    const GraphScope graph(*this, moe_region(e, l));
     if (delay_shared && e.shared && e.kind == MoeOpKind::kGemm && e.pass == GemmPass::kWgrad) {
       // With the attention block's, after the next layer's combine (moe_op flushed the previous
       // layer's at this layer's combine, before the shared experts' backward).

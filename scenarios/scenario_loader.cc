@@ -198,6 +198,9 @@ constexpr RecomputeConfig::Mode kRecomputeModes[] = {
     RecomputeConfig::Mode::kNone, RecomputeConfig::Mode::kSelective, RecomputeConfig::Mode::kFull};
 constexpr RecomputeConfig::Rerun kRecomputeReruns[] = {RecomputeConfig::Rerun::kNeeded,
                                                        RecomputeConfig::Rerun::kLayer};
+constexpr models::CudaGraphModule kCudaGraphModules[] = {
+    models::CudaGraphModule::kAttn, models::CudaGraphModule::kMlp,
+    models::CudaGraphModule::kMoeRouter, models::CudaGraphModule::kMoePreprocess};
 constexpr models::RecomputeModule kRecomputeModules[] = {
     models::RecomputeModule::kCoreAttn,     models::RecomputeModule::kLayernorm,
     models::RecomputeModule::kMoeAct,       models::RecomputeModule::kMlaUpProj,
@@ -461,6 +464,24 @@ sim::Status read_fp8_recipe(MapReader& r, models::TrainingConfig& t) {
   return sim::ok();
 }
 
+// training.cuda_graph_modules: a list of CudaGraphModule names.
+sim::Status read_cuda_graph_modules(MapReader& r, models::TrainingConfig& t) {
+  const Node* g = r.get("cuda_graph_modules");
+  if (g == nullptr) return sim::ok();
+  if (g->kind != NodeKind::kSequence) {
+    return type_error(*g, "training.cuda_graph_modules",
+                      "a list of modules (attn, mlp, moe_router, moe_preprocess)");
+  }
+  t.cuda_graph_modules = {};
+  for (std::size_t i = 0; i < g->items.size(); ++i) {
+    OFFSIM_ASSIGN_OR_RETURN(auto m,
+                            enum_of(g->items[i], fmt::format("training.cuda_graph_modules.{}", i),
+                                    kCudaGraphModules, models::cuda_graph_module_from_string));
+    t.cuda_graph_modules.add(m);
+  }
+  return sim::ok();
+}
+
 sim::Status read_training(const Node& node, models::TrainingConfig& t) {
   OFFSIM_RETURN_IF_ERROR(expect_map(node, "training"));
   MapReader r(node, "training");
@@ -486,6 +507,7 @@ sim::Status read_training(const Node& node, models::TrainingConfig& t) {
       read_bool(r, "gradient_accumulation_fusion", t.gradient_accumulation_fusion));
   OFFSIM_RETURN_IF_ERROR(read_enum(r, "moe_grouped_gemm", t.moe_grouped_gemm, kMoeGroupedGemms,
                                    models::moe_grouped_gemm_from_string));
+  OFFSIM_RETURN_IF_ERROR(read_cuda_graph_modules(r, t));
   // Storage dtypes by tensor class: a framework preset, then explicit entries over it.
   if (const Node* p = r.get("dtype_preset")) {
     std::vector<std::string> names;
@@ -1260,6 +1282,13 @@ Node training_node(const models::TrainingConfig& t) {
   put(training, "loss_chunks", number_node(t.loss_chunks));
   put(training, "gradient_accumulation_fusion", bool_node(t.gradient_accumulation_fusion));
   put(training, "moe_grouped_gemm", scalar_node(models::to_string(t.moe_grouped_gemm)));
+  if (!t.cuda_graph_modules.empty()) {
+    Node graphs = make_sequence();
+    for (const models::CudaGraphModule m : kCudaGraphModules) {
+      if (t.cuda_graph_modules.has(m)) graphs.items.push_back(scalar_node(models::to_string(m)));
+    }
+    put(training, "cuda_graph_modules", std::move(graphs));
+  }
   if (!t.dtype_preset.empty()) put(training, "dtype_preset", scalar_node(t.dtype_preset));
   Node dtypes = make_map();
   const std::pair<const char*, const std::optional<sim::DType>*> entries[] = {

@@ -88,7 +88,8 @@ class FlagPairs {
  private:
   // The list arguments the importer maps (Megatron's nargs="+"); other flags take one value.
   static bool is_list_flag(const std::string& flag) {
-    return flag == "--recompute-modules" || flag == "--cp-comm-type";
+    return flag == "--recompute-modules" || flag == "--cp-comm-type" ||
+           flag == "--cuda-graph-modules" || flag == "--cuda-graph-scope";
   }
 
   Fields& out_;
@@ -1109,6 +1110,94 @@ sim::Status map_optimizer_offload(Args& a, Field* opt, bool opt_on, Node& rules,
 }
 
 // --- offload
+// --- per-layer CUDA graphs: --cuda-graph-impl local or transformer_engine with
+// --cuda-graph-modules (or the deprecated --cuda-graph-scope, --enable-cuda-graph,
+// --external-cuda-graph) as training.cuda_graph_modules. An empty module list captures the whole
+// layer: attn + mlp for a dense model; an MoE layer's whole-layer graph (drop-padding only) and
+// full-iteration graphs are not modelled. The local implementation captures moe_router and
+// moe_preprocess together (Megatron-Core's TransformerConfig adds the missing one).
+// The graph implementation: --cuda-graph-impl, or a deprecated switch that names one.
+sim::Result<std::string> cuda_graph_impl(Args& a, Field* impl_f) {
+  std::string impl = "none";
+  if (impl_f != nullptr) {
+    OFFSIM_ASSIGN_OR_RETURN(
+        impl, a.m.one_of(*impl_f, {"none", "local", "transformer_engine", "full_iteration"}));
+  }
+  for (const auto& [flag, as] : {std::pair{"--enable-cuda-graph", "local"},
+                                 std::pair{"--external-cuda-graph", "transformer_engine"}}) {
+    if (Field* f = a.get(flag)) {
+      OFFSIM_ASSIGN_OR_RETURN(bool on, a.flag(f));
+      if (on) impl = as;
+      a.m.mapped(*f, fmt::format("(--cuda-graph-impl {})", as));
+    }
+  }
+  return impl;
+}
+
+// The captured modules as listed ("full", the deprecated whole layer, drops out), with the
+// local implementation's router and preprocess pair completed.
+sim::Result<std::vector<std::string>> cuda_graph_names(Args& a, Field* modules,
+                                                       const std::string& impl) {
+  std::vector<std::string> names;
+  if (modules == nullptr) return names;
+  const std::vector<Node> items = modules->value.kind == NodeKind::kSequence
+                                      ? modules->value.items
+                                      : std::vector<Node>{modules->value};
+  for (const Node& n : items) {
+    if (n.kind != NodeKind::kScalar) return a.m.error(*modules, "expected a list of modules");
+    if (n.scalar != "full") names.push_back(n.scalar);
+  }
+  const auto has = [&](const char* m) {
+    return std::find(names.begin(), names.end(), m) != names.end();
+  };
+  if (impl == "local" && has("moe_router") != has("moe_preprocess")) {
+    names.emplace_back(has("moe_router") ? "moe_preprocess" : "moe_router");
+  }
+  return names;
+}
+
+sim::Status map_cuda_graphs(Args& a) {
+  Field* impl_f = a.get("--cuda-graph-impl");
+  OFFSIM_ASSIGN_OR_RETURN(const std::string impl, cuda_graph_impl(a, impl_f));
+  Field* modules = a.get("--cuda-graph-modules");
+  if (modules == nullptr) modules = a.get("--cuda-graph-scope");
+  Field* anchor = modules != nullptr ? modules : impl_f;
+  if (impl == "none" || anchor == nullptr) {
+    if (modules != nullptr) a.m.ignored(*modules, "used only with --cuda-graph-impl");
+    if (impl_f != nullptr) a.m.mapped(*impl_f, "(no CUDA graphs)");
+    return sim::ok();
+  }
+  if (impl == "full_iteration") {
+    a.m.unmapped(*anchor, "a full-iteration CUDA graph is not modelled (the step runs eager)");
+    return sim::ok();
+  }
+  OFFSIM_ASSIGN_OR_RETURN(std::vector<std::string> names, cuda_graph_names(a, modules, impl));
+  if (names.empty()) {
+    if (a.get("--num-experts") != nullptr) {
+      a.m.unmapped(*anchor, "a whole MoE layer's CUDA graph is not modelled (the step runs eager)");
+      return sim::ok();
+    }
+    names = {"attn", "mlp"};
+  }
+  Node seq = make_sequence();
+  std::vector<std::string> left_out;
+  for (const std::string& n : names) {
+    if (models::cuda_graph_module_from_string(n)) {
+      seq.items.push_back(make_scalar(n));
+    } else {
+      left_out.push_back(n);
+    }
+  }
+  if (!left_out.empty()) {
+    a.m.unmapped(*anchor, fmt::format("CUDA graph module(s) {} not modelled (offsim models attn, "
+                                      "mlp, moe_router, moe_preprocess)",
+                                      fmt::join(left_out, ", ")));
+  }
+  if (impl_f != nullptr && impl_f != anchor) a.m.mapped(*impl_f, "(with --cuda-graph-modules)");
+  if (seq.items.empty()) return sim::ok();
+  return a.m.set_node(*anchor, "training.cuda_graph_modules", std::move(seq));
+}
+
 sim::Status map_offload(Args& a) {
   Field* act = a.get("--cpu-offloading");
   Field* opt = a.get("--optimizer-cpu-offload");
@@ -1158,6 +1247,7 @@ sim::Result<ImportResult> import_megatron(const std::vector<std::string>& files,
   OFFSIM_RETURN_IF_ERROR(map_optimizer(a));
   OFFSIM_RETURN_IF_ERROR(map_recompute(a));
   OFFSIM_RETURN_IF_ERROR(map_offload(a));
+  OFFSIM_RETURN_IF_ERROR(map_cuda_graphs(a));
   settle_leftovers(fields, m, ignore_reason);
   return finish(m, options,
                 {.world_gpus = static_cast<int>(layout.world), .name = file_stem(files.front())});

@@ -182,13 +182,6 @@ RecipeOpKind recipe_kind(sim::OpKind kind) {
   }
 }
 
-// The host issue thread's segment markers (StepBuilder::host_issue_close, "….host_issue"): where
-// they appear depends on the kernels' times (host-bound segments), so no recipe counts them.
-bool host_issue_marker(const sim::Op& op) {
-  constexpr std::string_view kSuffix = ".host_issue";
-  return op.kind == sim::OpKind::kMarker && op.name.ends_with(kSuffix);
-}
-
 // Ops per (layer, kind) of a range of a plan's ops; layer -1 and host issue markers are not
 // counted.
 using KindCounts = std::vector<std::array<double, kRecipeKinds>>;

@@ -121,12 +121,16 @@ std::string parameters_section(const std::vector<std::string>& gpu_kinds) {
       "NVLink step at half the bus bandwidth, LL128 14.0 + 1.9 us at 92%, Simple 8.4 + 3.4 us; "
       "NVLink SHARP 25 us; network steps 2.7 / 4.0 / 14 us, tree across nodes), the fastest for "
       "the message, with the profile's nvlink latency as the floor. The host issue thread "
-      "takes measured host times, fitted to none of these tables: 9.02 us per eager op or "
-      "backward node and 26.11 us per device-to-host synchronisation (minimind pull request "
-      "837), an FP8 linear's forward at 99.66 / 37.08 eager ops (Transformer Engine's "
-      "te.Linear against torch.nn.Linear, TransformerEngine issue 2053), a grouped linear's "
-      "per-expert time (TransformerEngine issue 2897), and a Grace host at 37.08 / 13.48 times "
-      "an x86 host's time (issue 2053). DeepSpeed's 2021 ZeRO-3 fetch (table 2) charges each "
+      "takes measured host times, fitted to none of these tables: 9.02 us per bare eager op "
+      "and 26.11 us per device-to-host synchronisation (minimind pull request 837), a grouped "
+      "linear's per-expert time (TransformerEngine issue 2897), and a Grace host at 37.08 / "
+      "13.48 times an x86 host's time (TransformerEngine issue 2053). One figure outside the "
+      "profiles is fitted: what one simulated op costs a framework's host thread, 3.64 bare "
+      "eager ops (kFrameworkOpScale, models/cost_model.cc), fitted to the eager row of the "
+      "Megatron-Bridge CUDA-graph table (its 623 ms step), which is therefore marked as fitted "
+      "and is no check of it; every other table is scored with it unseen (its value agrees "
+      "within 10% with the measured CPU time of a Transformer Engine linear module's forward, "
+      "TransformerEngine issue 2053). DeepSpeed's 2021 ZeRO-3 fetch (table 2) charges each "
       "list-output copy of its all-gathers at the profile's host_link.submit_overhead_s (one "
       "cudaMemcpyAsync: rapidsai/cudf #15620, pytorch/torchrec #4303, #4315), fitted to none of "
       "these tables. "
@@ -243,7 +247,7 @@ int main(int argc, char** argv) {
     } catch (const YAML::Exception& e) {
       die(fmt::format("{}: {}", where, e.what()));
     }
-    check_keys(doc, {"group", "source", "metric", "notes", "bound", "cases"}, where);
+    check_keys(doc, {"group", "source", "metric", "notes", "fitted", "bound", "cases"}, where);
     const auto metric = get<std::string>(doc, "metric", where);
     if (metric != "hw_tflops_per_gpu" && metric != "tflops_per_gpu" &&
         metric != "tokens_per_s_per_gpu" && metric != "slowdown" && metric != "added_time_s") {
@@ -337,6 +341,12 @@ int main(int argc, char** argv) {
           "\nMean absolute error over {} rows: **{:.1f}%**, worst row {:.1f}% (bound: {:.1f}% "
           "and {:.1f}%; target: 5% and 10%).\n",
           errors.size(), mae, worst, bound.mean_abs_error_pct, bound.worst_row_pct);
+      // A table a model parameter was fitted to is shown, and its bound kept, but it is not a
+      // check of that parameter.
+      if (doc["fitted"]) {
+        md += fmt::format("\n**Fitted here, so not a validation:** {}\n",
+                          doc["fitted"].as<std::string>());
+      }
       // The bound is compared at the report's precision, so that a table shown at its bound
       // passes.
       const double mae_shown = std::round(mae * 10.0) / 10.0;

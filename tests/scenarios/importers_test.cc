@@ -545,6 +545,30 @@ TEST(MegatronImport, MixtureOfExperts) {
   EXPECT_EQ(value_at(hybrid->scenario, "parallelism.moe_dispatcher"), "<missing>");
   EXPECT_NE(find_field(hybrid->unmapped, "--moe-token-dispatcher-type"), nullptr);
 
+  // Per-layer CUDA graphs: Transformer Engine's with the listed modules; the local
+  // implementation captures the router and the preprocess together; a full-iteration graph is
+  // reported as not modelled.
+  std::ofstream(script) << alone << "  --cuda-graph-impl transformer_engine \\\n"
+                        << "  --cuda-graph-modules attn moe_router moe_preprocess\n";
+  auto graphs =
+      import_config(Framework::kMegatron, {script}, {.sets = {"hardware.system=dgx-h100"}});
+  ASSERT_TRUE(graphs) << graphs.error().message;
+  EXPECT_EQ(value_at(graphs->scenario, "training.cuda_graph_modules"),
+            "[attn, moe_router, moe_preprocess]");
+  EXPECT_TRUE(graphs->unmapped.empty());
+  expect_round_trip(*graphs);
+  std::ofstream(script) << alone << "  --cuda-graph-impl local --cuda-graph-scope moe_router\n";
+  auto local =
+      import_config(Framework::kMegatron, {script}, {.sets = {"hardware.system=dgx-h100"}});
+  ASSERT_TRUE(local) << local.error().message;
+  EXPECT_EQ(value_at(local->scenario, "training.cuda_graph_modules"),
+            "[moe_router, moe_preprocess]");
+  std::ofstream(script) << alone << "  --cuda-graph-impl full_iteration\n";
+  auto full = import_config(Framework::kMegatron, {script}, {.sets = {"hardware.system=dgx-h100"}});
+  ASSERT_TRUE(full) << full.error().message;
+  EXPECT_EQ(value_at(full->scenario, "training.cuda_graph_modules"), "<missing>");
+  EXPECT_NE(find_field(full->unmapped, "--cuda-graph-impl"), nullptr);
+
   // Megatron's defaults: top-2, the expert FFN of --ffn-hidden-size, every layer MoE; an
   // integer --moe-layer-freq N makes every N-th layer MoE from layer 0; expert TP given.
   std::ofstream(script)

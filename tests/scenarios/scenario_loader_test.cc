@@ -98,7 +98,8 @@ TEST_F(LoaderTest, UnknownKeyNamesFileLineColumnAndPath) {
   EXPECT_EQ(error_of(text),
             p(":9:15: training.micro_bach: unknown key; expected one of global_batch, "
               "micro_batch, seq_len, precision, fp8_recipe, fp32_master_weights, loss_chunks, "
-              "gradient_accumulation_fusion, moe_grouped_gemm, dtype_preset, dtypes, optimizer"));
+              "gradient_accumulation_fusion, moe_grouped_gemm, cuda_graph_modules, dtype_preset, "
+              "dtypes, optimizer"));
   EXPECT_EQ(error_of(std::string(kBase) + "colour: red\n"),
             p(":13:9: colour: unknown key; expected one of name, model, hardware, training, "
               "parallelism, recompute, offload, remat_policy, sweep"));
@@ -580,7 +581,8 @@ TEST_F(LoaderTest, OverridesApplyAndNameThemselvesInErrors) {
             "--set training.micro_bach=4: training.micro_bach: unknown key; expected one of "
             "global_batch, micro_batch, seq_len, precision, fp8_recipe, fp32_master_weights, "
             "loss_chunks, "
-            "gradient_accumulation_fusion, moe_grouped_gemm, dtype_preset, dtypes, optimizer");
+            "gradient_accumulation_fusion, moe_grouped_gemm, cuda_graph_modules, dtype_preset, "
+            "dtypes, optimizer");
   EXPECT_EQ(error_of(kBase, {"training.micro_batch=-1"}),
             "--set training.micro_batch=-1: training.micro_batch: expected an integer in "
             "1..1073741824, got -1");
