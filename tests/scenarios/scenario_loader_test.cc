@@ -395,6 +395,36 @@ TEST_F(LoaderTest, MoeGroupedGemmKey) {
       << bad;
 }
 
+TEST_F(LoaderTest, CudaGraphModulesKey) {
+  // training.cuda_graph_modules reaches the scenario and the effective scenario, which loads
+  // again to the same set; a bad name names its index and the choices, a scalar asks for a list,
+  // and what Megatron-Core refuses beside per-layer graphs is refused naming the key.
+  const std::string text = replace(
+      replace(kBase, "  seq_len: 2048\n", "  seq_len: 2048\n  cuda_graph_modules: [attn, mlp]\n"),
+      "offload: megatron_activation_offload\n", "offload: none\n");
+  const models::Scenario s = scenario_of(text, {});
+  EXPECT_TRUE(s.training.cuda_graph_modules.has(models::CudaGraphModule::kAttn));
+  EXPECT_TRUE(s.training.cuda_graph_modules.has(models::CudaGraphModule::kMlp));
+  EXPECT_FALSE(s.training.cuda_graph_modules.has(models::CudaGraphModule::kMoeRouter));
+  const std::string effective = emit_yaml(scenario_to_document(s));
+  EXPECT_EQ(scenario_of(effective, {}).training.cuda_graph_modules, s.training.cuda_graph_modules)
+      << effective;
+  const std::string bad = error_of(replace(text, "mlp]", "moe]"));
+  EXPECT_NE(bad.find("training.cuda_graph_modules.1: expected one of attn, mlp, moe_router, "
+                     "moe_preprocess, got \"moe\""),
+            std::string::npos)
+      << bad;
+  const std::string scalar = error_of(text, {"training.cuda_graph_modules=attn"});
+  EXPECT_NE(scalar.find("training.cuda_graph_modules: expected a list of modules"),
+            std::string::npos)
+      << scalar;
+  const std::string router = error_of(text, {"training.cuda_graph_modules=[moe_router]"});
+  EXPECT_NE(router.find("need an MoE model"), std::string::npos) << router;
+  const std::string offload =
+      error_of(replace(text, "offload: none\n", "offload: megatron_activation_offload\n"));
+  EXPECT_NE(offload.find("activation offload"), std::string::npos) << offload;
+}
+
 TEST_F(LoaderTest, RecomputeModulesKey) {
   // recompute.modules (Megatron's recompute_modules) reaches the scenario and the effective
   // scenario, which loads again to the same set; a bad name names its index and the choices.
