@@ -439,8 +439,7 @@ class StepBuilder {
   // thread"): what a moe_preprocess graph replaces.
   static constexpr double kMoePreprocessHostOps = 10.0;
   bool captured(GraphRegion region) const;
-  GraphRegion forward_region(const LayerOpEntry& e, int l) const;
-  GraphRegion backward_region(const LayerBackwardEntry& e, int l) const;
+  GraphRegion layer_region(bool ffn, FwdOp op, int l) const;
   GraphRegion moe_region(const MoeOpEntry& e, int l) const;
   double moe_forward_host_ops(const MoeOpEntry& e) const;
   // Rotary position embedding (models without a learned position table): one kernel applies

@@ -134,15 +134,10 @@ bool StepBuilder::captured(GraphRegion region) const {
 // The attention module runs the input norm, the attention and the first residual add (with the
 // second norm, which this recipe fuses into it); a dense layer's MLP module its MLP and the
 // second residual add; an MoE layer's second residual add is outside its router's graph.
-StepBuilder::GraphRegion StepBuilder::forward_region(const LayerOpEntry& e, int l) const {
-  if (e.ffn) return GraphRegion::kMlp;
-  if (e.first == FwdOp::kRes2) return ld(l).moe ? GraphRegion::kNone : GraphRegion::kMlp;
-  return GraphRegion::kAttn;
-}
-
-StepBuilder::GraphRegion StepBuilder::backward_region(const LayerBackwardEntry& e, int l) const {
-  if (e.ffn) return GraphRegion::kMlp;
-  if (e.of == FwdOp::kRes2) return ld(l).moe ? GraphRegion::kNone : GraphRegion::kMlp;
+// `ffn`: a dense MLP entry; `op`: the forward op the entry computes or differentiates.
+StepBuilder::GraphRegion StepBuilder::layer_region(bool ffn, FwdOp op, int l) const {
+  if (ffn) return GraphRegion::kMlp;
+  if (op == FwdOp::kRes2) return ld(l).moe ? GraphRegion::kNone : GraphRegion::kMlp;
   return GraphRegion::kAttn;
 }
 

@@ -278,7 +278,7 @@ OpId StepBuilder::layer_forward(Rank& r, int mb, int l, Fetch& fetch) {
       }
       continue;
     }
-    const GraphScope graph(*this, forward_region(e, l));
+    const GraphScope graph(*this, layer_region(e.ffn, e.first, l));
     push(forward_op(r, p, l, e));
     if (ops.size() > 1) continue;
     // The layer's first op waits for its parameters and allocates what the layer saves.
@@ -556,7 +556,7 @@ void StepBuilder::recompute_forward(Rank& r, const std::string& p, int l, const 
       }
       continue;
     }
-    const GraphScope graph(*this, forward_region(e, l));
+    const GraphScope graph(*this, layer_region(e.ffn, e.first, l));
     if (e.first == FwdOp::kQkv && acts.mla_up_proj) {
       const LayerDims& d = ld(l);
       emit(gemm(r, p + ".mla_up_proj.recompute", OpCategory::kRecompute, l, d.tokens(), d.mla_up_n,
@@ -596,7 +596,7 @@ OpId StepBuilder::backward_entries(Rank& r, const std::string& p, int l,
   std::string reduce_name;
   std::optional<std::optional<OpId>> reduce;
   for (const LayerBackwardEntry& e : entries) {
-    const GraphScope graph(*this, backward_region(e, l));
+    const GraphScope graph(*this, layer_region(e.ffn, e.of, l));
     if (e.kind == LayerBackwardKind::kGradReduce) {
       reduce_name = p + "." + e.name;
       reduce = async_tp_reduce(r, reduce_name, l);
