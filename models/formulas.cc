@@ -508,7 +508,10 @@ std::vector<double> expert_rows(const ModelArch& m, const TrainingConfig& t,
     for (std::size_t i = 1; i < rows.size(); ++i) rows[i] = (total - max) / (n - 1.0);
   }
   if (e.capacity_factor > 0.0) {
-    for (double& r : rows) r = std::min(r, e.capacity_factor * mean);  // dropped above capacity
+    // Dropped above capacity; padded up to it.
+    for (double& r : rows) {
+      r = e.pad_to_capacity ? e.capacity_factor * mean : std::min(r, e.capacity_factor * mean);
+    }
   }
   return rows;
 }
@@ -585,6 +588,7 @@ LayerDims layer_dims(const ModelArch& m, const TrainingConfig& t, const Parallel
   d.ep = p.ep;
   d.etp = p.etp;
   d.local_experts = e.experts / p.ep;
+  d.padded = e.pad_to_capacity && e.capacity_factor > 0.0;
   d.fe = e.expert_ffn_hidden / p.etp;
   d.fs = e.shared_experts * (e.shared_ffn_hidden > 0 ? e.shared_ffn_hidden : e.expert_ffn_hidden) /
          p.tp;

@@ -59,6 +59,7 @@ struct LayerDims {
   std::int64_t max_rows = 0;       // rows of its most-loaded expert
   std::int64_t ep = 1;
   std::int64_t etp = 1;
+  bool padded = false;  // experts padded to capacity: no host synchronisation in the dispatch
   // Multi-head latent attention (modelled as attention over `a` heads of head dim d = nope +
   // rope): the query/key/value projection as one GEMM of `qkv_width` output columns with the
   // FLOPs of MLA's down and up projections, and a value head dim `vd`.

@@ -1110,6 +1110,8 @@ bool moe_entry_runs(const MoeOpEntry& e, const LayerDims& d) {
       return d.t > 1 && d.sp > 1;
     case MoeOpKind::kSharedReduce:
       return d.t > 1;
+    case MoeOpKind::kHostSync:
+      return !d.padded;
     default:
       return true;
   }

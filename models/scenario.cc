@@ -127,6 +127,10 @@ const char* to_string(CudaGraphModule v) {
       return "moe_router";
     case CudaGraphModule::kMoePreprocess:
       return "moe_preprocess";
+    case CudaGraphModule::kMoe:
+      return "moe";
+    case CudaGraphModule::kLayer:
+      return "layer";
   }
   return "?";
 }
@@ -255,9 +259,9 @@ std::optional<TrainingConfig::MoeGroupedGemm> moe_grouped_gemm_from_string(std::
   return parse_enum(s, kAll);
 }
 std::optional<CudaGraphModule> cuda_graph_module_from_string(std::string_view s) {
-  static constexpr CudaGraphModule kAll[] = {CudaGraphModule::kAttn, CudaGraphModule::kMlp,
-                                             CudaGraphModule::kMoeRouter,
-                                             CudaGraphModule::kMoePreprocess};
+  static constexpr CudaGraphModule kAll[] = {
+      CudaGraphModule::kAttn,          CudaGraphModule::kMlp, CudaGraphModule::kMoeRouter,
+      CudaGraphModule::kMoePreprocess, CudaGraphModule::kMoe, CudaGraphModule::kLayer};
   return parse_enum(s, kAll);
 }
 std::optional<RecomputeConfig::Mode> recompute_mode_from_string(std::string_view s) {
@@ -778,6 +782,11 @@ sim::Status check_moe_shape(const Scenario& s) {
         fmt::format("model.moe.capacity_factor: {} must be > 0 (or 0 for dropless routing)",
                     e.capacity_factor));
   }
+  if (e.pad_to_capacity && !(e.capacity_factor > 0.0)) {
+    return invalid(
+        "model.moe.pad_to_capacity: padding to capacity needs a capacity "
+        "(model.moe.capacity_factor > 0; Megatron-Core refuses it on dropless routing)");
+  }
   if (!(e.load_imbalance >= 1.0 && e.load_imbalance <= static_cast<double>(e.experts))) {
     return invalid(fmt::format(
         "model.moe.load_imbalance: {} must be in [1, {}] (the most-loaded expert's tokens over "
@@ -938,6 +947,11 @@ sim::Status check_moe_dispatcher(const Scenario& s) {
     return refuse(
         "cannot be combined with parallelism.moe_shared_expert_overlap (Megatron-Core's flex "
         "dispatcher refuses it)");
+  }
+  if (s.model.moe.pad_to_capacity) {
+    return refuse(
+        "cannot pad to capacity (model.moe.pad_to_capacity; Megatron-Core's flex dispatcher with "
+        "the DeepEP backend refuses moe_pad_expert_input_to_capacity)");
   }
   return sim::ok();
 }
@@ -1425,8 +1439,22 @@ sim::Status check_cuda_graphs(const Scenario& s) {
     return invalid(fmt::format("training.cuda_graph_modules: {}", why));
   };
   const bool moe = s.model.moe.experts > 0;
-  if ((g.has(CudaGraphModule::kMoeRouter) || g.has(CudaGraphModule::kMoePreprocess)) && !moe) {
-    return refuse("moe_router and moe_preprocess need an MoE model (model.moe.experts > 0)");
+  if ((g.has(CudaGraphModule::kMoeRouter) || g.has(CudaGraphModule::kMoePreprocess) ||
+       g.has(CudaGraphModule::kMoe)) &&
+      !moe) {
+    return refuse("moe_router, moe_preprocess and moe need an MoE model (model.moe.experts > 0)");
+  }
+  if (g.has(CudaGraphModule::kLayer) && g.bits != CudaGraphModules::of(CudaGraphModule::kLayer)) {
+    return refuse("layer captures the whole layer as one graph; list no other module with it");
+  }
+  if (g.has(CudaGraphModule::kMoe) && g.has(CudaGraphModule::kMoeRouter)) {
+    return refuse("moe and moe_router cannot both be captured (Megatron-Core)");
+  }
+  const bool whole_moe = g.has(CudaGraphModule::kMoe) || g.has(CudaGraphModule::kLayer);
+  if (whole_moe && moe && !s.model.moe.pad_to_capacity) {
+    return refuse(
+        "an MoE layer's dispatch is captured only with its experts padded to capacity "
+        "(model.moe.pad_to_capacity; dropless routing synchronises with the host)");
   }
   if (g.has(CudaGraphModule::kMoePreprocess) && !g.has(CudaGraphModule::kMoeRouter)) {
     return refuse("moe_preprocess is captured only together with moe_router (Megatron-Core)");

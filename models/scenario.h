@@ -37,6 +37,12 @@ struct MoeConfig {
   // Expert capacity = capacity_factor × mean tokens per expert; tokens above it are dropped.
   // 0 = dropless (Megatron's default).
   double capacity_factor = 0.0;
+  // Every expert's input padded to its capacity (Megatron-Core's
+  // --moe-pad-expert-input-to-capacity, "drop and pad"; needs capacity_factor): each expert
+  // runs capacity rows and the all-to-alls carry them all, and the token dispatcher knows its
+  // split sizes without copying the per-expert counts to the host, so the forward's host
+  // synchronisation goes away (static shapes: the whole MoE layer can be captured in a CUDA graph).
+  bool pad_to_capacity = false;
   // Tokens of the most-loaded expert over the mean (>= 1); it and the rank holding it set the
   // step. Ignored when expert_loads is given.
   double load_imbalance = 1.0;
@@ -126,14 +132,19 @@ struct TensorDtypes {
 //                   overlapped with the expert-parallel communication) and the router
 //   moe_preprocess  MoELayer.preprocess: the token dispatcher's per-expert counts (with
 //                   moe_router); the host synchronisation after it stays outside the graph
-enum class CudaGraphModule { kAttn, kMlp, kMoeRouter, kMoePreprocess };
-inline constexpr int kNumCudaGraphModules = 4;
+//   moe             an MoE layer's whole _forward_mlp: router, dispatch, experts, combine
+//                   (experts padded to capacity only: model.moe.pad_to_capacity)
+//   layer           the whole TransformerLayer as one graph (Megatron-Core's empty module
+//                   list, or the deprecated scope "full"); alone, and on MoE layers padded only
+enum class CudaGraphModule { kAttn, kMlp, kMoeRouter, kMoePreprocess, kMoe, kLayer };
+inline constexpr int kNumCudaGraphModules = 6;
 
 // A set of CudaGraphModule values.
 struct CudaGraphModules {
   unsigned bits = 0;
-  bool has(CudaGraphModule m) const { return (bits >> static_cast<unsigned>(m) & 1U) != 0; }
-  void add(CudaGraphModule m) { bits |= 1U << static_cast<unsigned>(m); }
+  bool has(CudaGraphModule m) const { return (bits & of(m)) != 0; }
+  void add(CudaGraphModule m) { bits |= of(m); }
+  static unsigned of(CudaGraphModule m) { return 1U << static_cast<unsigned>(m); }
   bool empty() const { return bits == 0; }
   bool operator==(const CudaGraphModules&) const = default;
 };

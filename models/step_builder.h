@@ -88,6 +88,9 @@ struct BuiltStep {
   double peak_flops_per_gpu = 0.0;       // dense peak of the compute dtype
   std::int64_t hbm_capacity_bytes = 0;
   std::int64_t host_capacity_bytes = 0;
+  // Host time of issuing the simulated ops of every rank built (the framework's work per op,
+  // graph replays in captured modules), whether or not it holds the GPU back.
+  double host_issue_s = 0.0;
   std::vector<std::string> flags;
   RuntimeModel runtime;  // hardware.runtime's overheads (runtime.h)
   // With one pipeline stage, micro-batch i's forward and backward ops are the plan's ops from

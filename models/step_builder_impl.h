@@ -409,15 +409,17 @@ class StepBuilder {
   }
   // --- per-layer CUDA graphs (training.cuda_graph_modules, step_issue.cc)
   // The module whose ops a recipe entry emits, as Megatron-Core's per-layer graphs cut a layer.
-  enum class GraphRegion { kNone, kAttn, kMlp, kMoeRouter };
-  // While alive, the ops issued belong to `region`: in a captured module the first op issued
-  // costs the host one graph replay and the others none (take_host_ops). Consecutive entries of
-  // one module share a replay; an entry of another module (captured or not) ends it.
+  enum class GraphRegion { kNone, kAttn, kMlp, kMoeRouter, kMoe, kLayer };
+  // While alive, the ops issued belong to `region` of layer `layer`: in a captured module the
+  // first op issued costs the host one graph replay and the others none (take_host_ops).
+  // Consecutive entries of one module in one layer share a replay; an entry of another module
+  // (captured or not) or of another layer ends it.
   class GraphScope {
    public:
-    GraphScope(StepBuilder& b, GraphRegion region) : b_(b) {
-      if (region != b_.graph_last_) b_.graph_charged_ = false;
+    GraphScope(StepBuilder& b, GraphRegion region, int layer) : b_(b) {
+      if (region != b_.graph_last_ || layer != b_.graph_last_layer_) b_.graph_charged_ = false;
       b_.graph_last_ = region;
+      b_.graph_last_layer_ = layer;
       b_.graph_region_ = region;
     }
     ~GraphScope() { b_.graph_region_ = GraphRegion::kNone; }
@@ -569,6 +571,7 @@ class StepBuilder {
   std::optional<NextHostOps> next_host_ops_;  // next_host_ops(): for the next issued op only
   GraphRegion graph_region_ = GraphRegion::kNone;  // GraphScope: the module being emitted
   GraphRegion graph_last_ = GraphRegion::kNone;    // the last entry's module
+  int graph_last_layer_ = -1;                      // and its layer
   bool graph_charged_ = false;                     // its graph replay is charged
   bool in_backward_task_ = false;                  // building a backward task
   std::optional<OpId> host_prev_first_;  // the first GPU op of the task's previous segment

@@ -35,6 +35,7 @@ void StepBuilder::host_issue_open(Rank& r, const std::string& first, int layer, 
 // are not held (prefetches are issued ahead by hooks and schedules).
 void StepBuilder::host_issue_note(OpId id, double host_s, double gpu_s, bool on_compute) {
   HostSegment& g = host_seg_;
+  out_.host_issue_s += host_s;
   g.host_s += host_s;
   g.gpu_s += gpu_s;
   if (!g.first) {
@@ -125,6 +126,10 @@ bool StepBuilder::captured(GraphRegion region) const {
       return g.has(CudaGraphModule::kMlp);
     case GraphRegion::kMoeRouter:
       return g.has(CudaGraphModule::kMoeRouter);
+    case GraphRegion::kMoe:
+      return g.has(CudaGraphModule::kMoe);
+    case GraphRegion::kLayer:
+      return g.has(CudaGraphModule::kLayer);
     case GraphRegion::kNone:
       break;
   }
@@ -133,17 +138,26 @@ bool StepBuilder::captured(GraphRegion region) const {
 
 // The attention module runs the input norm, the attention and the first residual add (with the
 // second norm, which this recipe fuses into it); a dense layer's MLP module its MLP and the
-// second residual add; an MoE layer's second residual add is outside its router's graph.
+// second residual add; an MoE layer's second residual add is outside its router's graph and
+// inside a whole MoE module's. A whole-layer graph holds every entry of the layer.
 // `ffn`: a dense MLP entry; `op`: the forward op the entry computes or differentiates.
 StepBuilder::GraphRegion StepBuilder::layer_region(bool ffn, FwdOp op, int l) const {
+  if (s_.training.cuda_graph_modules.has(CudaGraphModule::kLayer)) return GraphRegion::kLayer;
   if (ffn) return GraphRegion::kMlp;
-  if (op == FwdOp::kRes2) return ld(l).moe ? GraphRegion::kNone : GraphRegion::kMlp;
+  if (op == FwdOp::kRes2) {
+    if (!ld(l).moe) return GraphRegion::kMlp;
+    return s_.training.cuda_graph_modules.has(CudaGraphModule::kMoe) ? GraphRegion::kMoe
+                                                                     : GraphRegion::kNone;
+  }
   return GraphRegion::kAttn;
 }
 
 // The router's GEMM and top-k, and the shared experts when they run on the compute stream
 // before it (not overlapped with the token exchange), are the moe_router graph's.
 StepBuilder::GraphRegion StepBuilder::moe_region(const MoeOpEntry& e, int l) const {
+  const CudaGraphModules& g = s_.training.cuda_graph_modules;
+  if (g.has(CudaGraphModule::kLayer)) return GraphRegion::kLayer;
+  if (g.has(CudaGraphModule::kMoe)) return GraphRegion::kMoe;
   const bool shared_overlapped = s_.parallelism.moe_shared_expert_overlap && ld(l).fs > 0;
   if (e.gemm == MoeGemm::kRouter || e.traffic == MoeTraffic::kTopk) return GraphRegion::kMoeRouter;
   if (e.shared && !shared_overlapped) return GraphRegion::kMoeRouter;

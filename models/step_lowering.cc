@@ -278,7 +278,7 @@ OpId StepBuilder::layer_forward(Rank& r, int mb, int l, Fetch& fetch) {
       }
       continue;
     }
-    const GraphScope graph(*this, layer_region(e.ffn, e.first, l));
+    const GraphScope graph(*this, layer_region(e.ffn, e.first, l), l);
     push(forward_op(r, p, l, e));
     if (ops.size() > 1) continue;
     // The layer's first op waits for its parameters and allocates what the layer saves.
@@ -551,12 +551,12 @@ void StepBuilder::recompute_forward(Rank& r, const std::string& p, int l, const 
       }
       for (const MoeOpEntry& m : moe_forward_recipe()) {
         if (!moe_partial_recompute_entry(m, acts) || !moe_entry_runs(m, ld(l))) continue;
-        const GraphScope graph(*this, moe_region(m, l));
+        const GraphScope graph(*this, moe_region(m, l), l);
         emit(moe_op(r, p + "." + m.name + ".recompute", OpCategory::kRecompute, l, m, false));
       }
       continue;
     }
-    const GraphScope graph(*this, layer_region(e.ffn, e.first, l));
+    const GraphScope graph(*this, layer_region(e.ffn, e.first, l), l);
     if (e.first == FwdOp::kQkv && acts.mla_up_proj) {
       const LayerDims& d = ld(l);
       emit(gemm(r, p + ".mla_up_proj.recompute", OpCategory::kRecompute, l, d.tokens(), d.mla_up_n,
@@ -596,7 +596,7 @@ OpId StepBuilder::backward_entries(Rank& r, const std::string& p, int l,
   std::string reduce_name;
   std::optional<std::optional<OpId>> reduce;
   for (const LayerBackwardEntry& e : entries) {
-    const GraphScope graph(*this, layer_region(e.ffn, e.of, l));
+    const GraphScope graph(*this, layer_region(e.ffn, e.of, l), l);
     if (e.kind == LayerBackwardKind::kGradReduce) {
       reduce_name = p + "." + e.name;
       reduce = async_tp_reduce(r, reduce_name, l);

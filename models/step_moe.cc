@@ -153,7 +153,7 @@ void StepBuilder::moe_forward(Rank& r, const std::string& p, OpCategory cat, int
   OpId prev{};
   for (const MoeOpEntry& e : moe_forward_recipe()) {
     if (!moe_entry_runs(e, md) || (e.shared && overlap)) continue;
-    const GraphScope graph(*this, moe_region(e, l));
+    const GraphScope graph(*this, moe_region(e, l), l);
     if (e.kind == MoeOpKind::kRoutedFetch) {
       if (fetch != nullptr && fetch->routed_bytes > 0) {
         weights_in = moe_routed_fetch(r, p, l, prev, *fetch);
@@ -330,7 +330,7 @@ void StepBuilder::moe_backward(Rank& r, const std::string& p, OpCategory cat, in
   std::vector<const MoeOpEntry*> delayed;
   for (const MoeOpEntry& e : moe_backward_recipe()) {
     if (!moe_entry_runs(e, md)) continue;
-    const GraphScope graph(*this, moe_region(e, l));
+    const GraphScope graph(*this, moe_region(e, l), l);
     if (delay_shared && e.shared && e.kind == MoeOpKind::kGemm && e.pass == GemmPass::kWgrad) {
       // With the attention block's, after the next layer's combine (moe_op flushed the previous
       // layer's at this layer's combine, before the shared experts' backward).

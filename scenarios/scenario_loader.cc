@@ -199,8 +199,9 @@ constexpr RecomputeConfig::Mode kRecomputeModes[] = {
 constexpr RecomputeConfig::Rerun kRecomputeReruns[] = {RecomputeConfig::Rerun::kNeeded,
                                                        RecomputeConfig::Rerun::kLayer};
 constexpr models::CudaGraphModule kCudaGraphModules[] = {
-    models::CudaGraphModule::kAttn, models::CudaGraphModule::kMlp,
-    models::CudaGraphModule::kMoeRouter, models::CudaGraphModule::kMoePreprocess};
+    models::CudaGraphModule::kAttn,      models::CudaGraphModule::kMlp,
+    models::CudaGraphModule::kMoeRouter, models::CudaGraphModule::kMoePreprocess,
+    models::CudaGraphModule::kMoe,       models::CudaGraphModule::kLayer};
 constexpr models::RecomputeModule kRecomputeModules[] = {
     models::RecomputeModule::kCoreAttn,     models::RecomputeModule::kLayernorm,
     models::RecomputeModule::kMoeAct,       models::RecomputeModule::kMlaUpProj,
@@ -246,6 +247,7 @@ sim::Status read_moe(const Node& node, models::MoeConfig& e) {
     }
     e.capacity_factor = *v;
   }
+  OFFSIM_RETURN_IF_ERROR(read_bool(r, "pad_to_capacity", e.pad_to_capacity));
   OFFSIM_RETURN_IF_ERROR(read_double(r, "load_imbalance", e.load_imbalance, 1.0, 65536.0));
   if (const Node* loads = r.get("expert_loads")) {
     if (loads->kind != NodeKind::kSequence || loads->items.empty()) {
@@ -1208,6 +1210,7 @@ Node moe_node(const models::MoeConfig& e) {
   put(moe, "first_k_dense", number_node(e.first_k_dense));
   put(moe, "layer_freq", number_node(e.layer_freq));
   if (e.capacity_factor > 0.0) put(moe, "capacity_factor", number_node(e.capacity_factor));
+  if (e.pad_to_capacity) put(moe, "pad_to_capacity", bool_node(true));
   put(moe, "load_imbalance", number_node(e.load_imbalance));
   if (!e.expert_loads.empty()) {
     Node loads = make_sequence();

@@ -723,11 +723,7 @@ sim::Status map_moe_dispatcher(Args& a) {
   }
   if (Field* f = a.get("--moe-pad-expert-input-to-capacity")) {
     OFFSIM_ASSIGN_OR_RETURN(bool on, a.flag(f));
-    if (on) {
-      a.m.unmapped(*f, "padding to capacity is not modelled (each expert runs its routed rows)");
-    } else {
-      a.m.mapped(*f, "(off)");
-    }
+    OFFSIM_RETURN_IF_ERROR(a.m.set(*f, "model.moe.pad_to_capacity", on ? "true" : "false"));
   }
   return {};
 }
@@ -1112,12 +1108,14 @@ sim::Status map_optimizer_offload(Args& a, Field* opt, bool opt_on, Node& rules,
 // --- offload
 // --- per-layer CUDA graphs: --cuda-graph-impl local or transformer_engine with
 // --cuda-graph-modules (or the deprecated --cuda-graph-scope, --enable-cuda-graph,
-// --external-cuda-graph) as training.cuda_graph_modules. An empty module list captures the whole
-// layer: attn + mlp for a dense model; an MoE layer's whole-layer graph (drop-padding only) and
-// full-iteration graphs are not modelled. The local implementation captures moe_router and
-// moe_preprocess together (Megatron-Core's TransformerConfig adds the missing one).
-// The graph implementation: --cuda-graph-impl, or a deprecated switch that names one.
-sim::Result<std::string> cuda_graph_impl(Args& a, Field* impl_f) {
+// --external-cuda-graph) as training.cuda_graph_modules. An empty module list (or the deprecated
+// scope "full") captures the whole layer as one graph: module `layer`, on an MoE model only with
+// --moe-pad-expert-input-to-capacity (Megatron-Core refuses it otherwise); full-iteration graphs
+// are not modelled. The local implementation captures moe_router and moe_preprocess together
+// (Megatron-Core's TransformerConfig adds the missing one).
+// The graph implementation: --cuda-graph-impl, or a deprecated switch that names one (then
+// `impl_f` becomes that switch).
+sim::Result<std::string> cuda_graph_impl(Args& a, Field*& impl_f) {
   std::string impl = "none";
   if (impl_f != nullptr) {
     OFFSIM_ASSIGN_OR_RETURN(
@@ -1127,7 +1125,10 @@ sim::Result<std::string> cuda_graph_impl(Args& a, Field* impl_f) {
                                  std::pair{"--external-cuda-graph", "transformer_engine"}}) {
     if (Field* f = a.get(flag)) {
       OFFSIM_ASSIGN_OR_RETURN(bool on, a.flag(f));
-      if (on) impl = as;
+      if (on) {
+        impl = as;
+        if (impl_f == nullptr) impl_f = f;
+      }
       a.m.mapped(*f, fmt::format("(--cuda-graph-impl {})", as));
     }
   }
@@ -1172,17 +1173,22 @@ sim::Status map_cuda_graphs(Args& a) {
     return sim::ok();
   }
   OFFSIM_ASSIGN_OR_RETURN(std::vector<std::string> names, cuda_graph_names(a, modules, impl));
-  if (names.empty()) {
-    if (a.get("--num-experts") != nullptr) {
-      a.m.unmapped(*anchor, "a whole MoE layer's CUDA graph is not modelled (the step runs eager)");
+  const bool whole = names.empty();
+  if (whole) {
+    OFFSIM_ASSIGN_OR_RETURN(const bool padded, a.flag(a.get("--moe-pad-expert-input-to-capacity")));
+    if (a.get("--num-experts") != nullptr && !padded) {
+      a.m.unmapped(*anchor,
+                   "a whole MoE layer's CUDA graph needs --moe-pad-expert-input-to-capacity "
+                   "(Megatron-Core refuses it on dropless routing; the step runs eager)");
       return sim::ok();
     }
-    names = {"attn", "mlp"};
+    names = {"layer"};
   }
   Node seq = make_sequence();
   std::vector<std::string> left_out;
   for (const std::string& n : names) {
-    if (models::cuda_graph_module_from_string(n)) {
+    // "layer" is offsim's name for Megatron-Core's empty list, not a Megatron module.
+    if (models::cuda_graph_module_from_string(n) && (whole || n != "layer")) {
       seq.items.push_back(make_scalar(n));
     } else {
       left_out.push_back(n);
@@ -1190,7 +1196,7 @@ sim::Status map_cuda_graphs(Args& a) {
   }
   if (!left_out.empty()) {
     a.m.unmapped(*anchor, fmt::format("CUDA graph module(s) {} not modelled (offsim models attn, "
-                                      "mlp, moe_router, moe_preprocess)",
+                                      "mlp, moe_router, moe_preprocess, moe)",
                                       fmt::join(left_out, ", ")));
   }
   if (impl_f != nullptr && impl_f != anchor) a.m.mapped(*impl_f, "(with --cuda-graph-modules)");

@@ -496,6 +496,38 @@ TEST(MoeHostSync, OneMarkerPerForwardHoldsTheDispatch) {
   }
 }
 
+// Experts padded to capacity (Megatron-Core's drop-and-pad): the dispatcher knows its split sizes
+// without the per-expert counts on the host, so no forward synchronises; every expert runs
+// capacity rows, so the rank's routed rows are capacity_factor times the balanced ones even when
+// the routing is skewed, and the all-to-alls carry them. Padding needs a capacity.
+TEST(MoeHostSync, PaddingToCapacityDropsTheSynchronisation) {
+  Scenario padded = small_moe();
+  padded.model.moe.capacity_factor = 1.5;
+  padded.model.moe.load_imbalance = 4.0;
+  padded.model.moe.pad_to_capacity = true;
+  auto step = build_step(padded);
+  ASSERT_TRUE(step.has_value()) << step.error().message;
+  for (const sim::Op& op : step->plan.ops) {
+    EXPECT_EQ(op.name.find(".moe.host_sync"), std::string::npos) << op.name;
+  }
+  const Scenario balanced = small_moe();
+  const LayerDims even = layer_dims(balanced.model, balanced.training, balanced.parallelism, 0);
+  const LayerDims pad = layer_dims(padded.model, padded.training, padded.parallelism, 0);
+  EXPECT_EQ(pad.routed, even.routed * 3 / 2);
+  EXPECT_EQ(pad.max_rows, even.max_rows * 3 / 2);
+  Scenario dropped = padded;
+  dropped.model.moe.pad_to_capacity = false;
+  const LayerDims drop = layer_dims(dropped.model, dropped.training, dropped.parallelism, 0);
+  EXPECT_LT(drop.routed, pad.routed);  // the hot expert capped, the others not padded
+  padded.model.moe.capacity_factor = 0.0;
+  auto st = check_scenario(padded);
+  ASSERT_FALSE(st.has_value());
+  EXPECT_NE(st.error().message.find("model.moe.pad_to_capacity: padding to capacity needs a "
+                                    "capacity"),
+            std::string::npos)
+      << st.error().message;
+}
+
 // FP8: each grouped GEMM of the routed experts quantizes what Transformer Engine's GroupedLinear
 // quantizes, as a dense FP8 GEMM does: the input of fc1 and fc2 (forward) and the output
 // gradient of their dgrads, all routed rows x k, in one cast op right before the GEMM; the
@@ -1231,6 +1263,12 @@ TEST(MoeDispatcher, DeepEpRefusesWhatIsNotModelled) {
           "is modelled with expert tensor parallelism 1 only");
   refused([](Scenario& s) { s.parallelism.moe_shared_expert_overlap = true; },
           "moe_shared_expert_overlap");
+  refused(
+      [](Scenario& s) {
+        s.model.moe.capacity_factor = 1.0;
+        s.model.moe.pad_to_capacity = true;
+      },
+      "cannot pad to capacity");
 }
 
 TEST(MoeA2aOverlap, RefusesWhatMegatronRefusesAndWhatIsNotModelled) {
@@ -1290,6 +1328,22 @@ TEST(CudaGraphs, RefusesWhatMegatronCoreRefuses) {
         s.parallelism.ep = 1;
       },
       "need an MoE model");
+  refused(
+      [](Scenario& s) {
+        s.training.cuda_graph_modules = {};
+        s.training.cuda_graph_modules.add(CudaGraphModule::kMoe);
+      },
+      "padded to capacity");
+  refused(
+      [](Scenario& s) {
+        s.training.cuda_graph_modules = {};
+        s.training.cuda_graph_modules.add(CudaGraphModule::kLayer);
+      },
+      "padded to capacity");
+  refused([](Scenario& s) { s.training.cuda_graph_modules.add(CudaGraphModule::kMoe); },
+          "moe and moe_router cannot both");
+  refused([](Scenario& s) { s.training.cuda_graph_modules.add(CudaGraphModule::kLayer); },
+          "list no other module");
 }
 
 // Graphs of the attention, the router and the dispatcher's preprocess take their ops off the host
@@ -1320,6 +1374,32 @@ TEST(CudaGraphs, CapturedModulesShortenAHostBoundStep) {
   ASSERT_TRUE(b.has_value()) << b.error().message;
   EXPECT_LT(b->report.step_time_s, a->report.step_time_s);
   EXPECT_EQ(b->report.plan_ops <= a->report.plan_ops, true);  // fewer host markers, same kernels
+}
+
+// With the experts padded to capacity the whole MoE FFN (module moe) and the whole layer (module
+// layer: Megatron-Core's empty module list) can be captured: the host replays one graph per
+// captured module, layer and pass: attn + moe leave it a fraction of the eager host time, one
+// graph per layer less (the ops outside the layers stay eager).
+TEST(CudaGraphs, WholeLayerGraphReplaysOncePerLayerPass) {
+  Scenario eager = small_moe();
+  eager.model.moe.capacity_factor = 1.0;
+  eager.model.moe.pad_to_capacity = true;
+  Scenario two = eager;
+  two.training.cuda_graph_modules.add(CudaGraphModule::kAttn);
+  two.training.cuda_graph_modules.add(CudaGraphModule::kMoe);
+  Scenario one = eager;
+  one.training.cuda_graph_modules.add(CudaGraphModule::kLayer);
+  const auto host_time = [](const Scenario& s) {
+    auto step = build_step(s);
+    EXPECT_TRUE(step.has_value()) << step.error().message;
+    return step ? step->host_issue_s : 0.0;
+  };
+  const double e = host_time(eager);
+  const double t = host_time(two);
+  const double o = host_time(one);
+  EXPECT_GT(o, 0.0);
+  EXPECT_LT(t, 0.2 * e);
+  EXPECT_LT(o, t);  // one replay per layer pass where attn + moe has two
 }
 
 }  // namespace

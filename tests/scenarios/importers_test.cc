@@ -568,6 +568,25 @@ TEST(MegatronImport, MixtureOfExperts) {
   ASSERT_TRUE(full) << full.error().message;
   EXPECT_EQ(value_at(full->scenario, "training.cuda_graph_modules"), "<missing>");
   EXPECT_NE(find_field(full->unmapped, "--cuda-graph-impl"), nullptr);
+  // A whole-layer graph (the deprecated --enable-cuda-graph with its default scope) of an MoE
+  // layer needs the experts padded to capacity: module layer then, not modelled without.
+  std::ofstream(script) << alone << "  --enable-cuda-graph\n";
+  auto dropless =
+      import_config(Framework::kMegatron, {script}, {.sets = {"hardware.system=dgx-h100"}});
+  ASSERT_TRUE(dropless) << dropless.error().message;
+  EXPECT_EQ(value_at(dropless->scenario, "training.cuda_graph_modules"), "<missing>");
+  EXPECT_NE(find_field(dropless->unmapped, "--enable-cuda-graph"), nullptr);
+  std::ofstream(script) << alone << "  --enable-cuda-graph --moe-expert-capacity-factor 1.0 \\\n"
+                        << "  --moe-pad-expert-input-to-capacity\n";
+  auto padded =
+      import_config(Framework::kMegatron, {script}, {.sets = {"hardware.system=dgx-h100"}});
+  ASSERT_TRUE(padded) << padded.error().message;
+  EXPECT_EQ(value_at(padded->scenario, "training.cuda_graph_modules"), "[layer]");
+  EXPECT_EQ(value_at(padded->scenario, "model.moe.pad_to_capacity"), "true");
+  EXPECT_EQ(value_at(padded->scenario, "model.moe.capacity_factor"), "1");
+  EXPECT_TRUE(padded->unmapped.empty())
+      << fmt::format("{}", fmt::join(keys(padded->unmapped), ", "));
+  expect_round_trip(*padded);
 
   // Megatron's defaults: top-2, the expert FFN of --ffn-hidden-size, every layer MoE; an
   // integer --moe-layer-freq N makes every N-th layer MoE from layer 0; expert TP given.

@@ -409,11 +409,13 @@ TEST_F(LoaderTest, CudaGraphModulesKey) {
   const std::string effective = emit_yaml(scenario_to_document(s));
   EXPECT_EQ(scenario_of(effective, {}).training.cuda_graph_modules, s.training.cuda_graph_modules)
       << effective;
-  const std::string bad = error_of(replace(text, "mlp]", "moe]"));
+  const std::string bad = error_of(replace(text, "mlp]", "ffn]"));
   EXPECT_NE(bad.find("training.cuda_graph_modules.1: expected one of attn, mlp, moe_router, "
-                     "moe_preprocess, got \"moe\""),
+                     "moe_preprocess, moe, layer, got \"ffn\""),
             std::string::npos)
       << bad;
+  const std::string whole = error_of(text, {"training.cuda_graph_modules=[layer, attn]"});
+  EXPECT_NE(whole.find("list no other module with it"), std::string::npos) << whole;
   const std::string scalar = error_of(text, {"training.cuda_graph_modules=attn"});
   EXPECT_NE(scalar.find("training.cuda_graph_modules: expected a list of modules"),
             std::string::npos)
