@@ -721,11 +721,11 @@ OpId StepBuilder::layer_backward(Rank& r, int mb, int l, Fetch& fetch,
       b_.op_at(op).allocs.push_back(*recomp_t);
     }
   };
-  recompute_forward(r, p, l, rc_op);
-
   // The previous layer's delayed weight gradients run after this layer's combine all-to-all
-  // (moe_op), or here when its backward has none.
+  // (moe_op), or first when its backward has none: before its recompute, which in a combined
+  // step waits for the paired forward, whose start waits for them.
   if (delayed_wgrads_ && !(ld(l).moe && ld(l).ep > 1)) flush_delayed_wgrads();
+  recompute_forward(r, p, l, rc_op);
   res2_backward(r, p, l, [&](OpId op) { first_op(op); });
   ffn_backward(r, p, l);
   const bool defer = defers_wgrads(l);

@@ -427,6 +427,28 @@ TEST_F(LoaderTest, CudaGraphModulesKey) {
   EXPECT_NE(offload.find("activation offload"), std::string::npos) << offload;
 }
 
+// DeepSeek-V3's 25.09 H100 recipe in small: a dense layer under MoE layers with its MLP
+// recomputed, in combined steps (the all-to-all overlap) with delayed weight gradients. The MoE
+// layer's delayed weight gradients run before the dense layer's recompute (the dense layer has no
+// combine all-to-all to hide them behind): that recompute waits for the paired forward, whose
+// next layer waits for them. Before, the step deadlocked.
+TEST_F(LoaderTest, DenseLayerRecomputeInCombinedStepsCompletes) {
+  const std::string text =
+      "name: dense-under-moe\n"
+      "model:\n  base: deepseek-v3\n  name: d\n  layers: 4\n  mtp_layers: 0\n"
+      "  moe:\n    first_k_dense: 1\n"
+      "hardware:\n  system: dgx-b200\n  nodes: 1\n"
+      "training:\n  global_batch: 16\n  micro_batch: 1\n  seq_len: 4096\n  precision: bf16\n"
+      "parallelism:\n  dp: 8\n  ep: 8\n  zero_stage: 1\n  moe_a2a_overlap: true\n"
+      "  delay_wgrad_compute: true\n"
+      "recompute:\n  mode: selective\n  modules: [mlp]\n";
+  const auto e = models::evaluate(scenario_of(text, {}));
+  ASSERT_TRUE(e.has_value()) << e.error().message;
+  EXPECT_EQ(e->report.outcome, "completed");
+  EXPECT_TRUE(e->report.fits);
+  EXPECT_GT(e->report.step_time_s, 0.0);
+}
+
 TEST_F(LoaderTest, RecomputeModulesKey) {
   // recompute.modules (Megatron's recompute_modules) reaches the scenario and the effective
   // scenario, which loads again to the same set; a bad name names its index and the choices.
