@@ -152,6 +152,13 @@ void StepBuilder::moe_forward(Rank& r, const std::string& p, OpCategory cat, int
   bool synced = false;  // an op after the synchronisation was emitted
   OpId prev{};
   for (const MoeOpEntry& e : moe_forward_recipe()) {
+    // The shared experts' side stream starts where the dispatch synchronises, with or without
+    // the synchronisation (experts padded to capacity have none).
+    const bool sync_point = e.kind == MoeOpKind::kHostSync;
+    if (sync_point && overlap) {
+      const GraphScope graph(*this, moe_region(e, l), l);
+      shared_done = moe_shared_forward_side(r, p, cat, l, sfx, prev);
+    }
     if (!moe_entry_runs(e, md) || (e.shared && overlap)) continue;
     const GraphScope graph(*this, moe_region(e, l), l);
     if (e.kind == MoeOpKind::kRoutedFetch) {
@@ -160,8 +167,7 @@ void StepBuilder::moe_forward(Rank& r, const std::string& p, OpCategory cat, int
       }
       continue;
     }
-    if (e.kind == MoeOpKind::kHostSync) {
-      if (overlap) shared_done = moe_shared_forward_side(r, p, cat, l, sfx, prev);
+    if (sync_point) {
       sync = moe_host_sync(r, p + "." + e.name + sfx, l, prev);
       if (marks_ != nullptr) pass_marks(l).sync = sync;
       continue;
