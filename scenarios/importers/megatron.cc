@@ -972,8 +972,16 @@ sim::Status map_block_recompute(Args& a, Field& method, Field* rnum, std::int64_
 sim::Status map_recompute_method(Args& a) {
   Field* method = a.get("--recompute-method");
   Field* rnum = a.get("--recompute-num-layers");
+  if (method != nullptr && is_none(*method)) {
+    a.m.mapped(*method, "(none)");
+    method = nullptr;
+  }
   if (method == nullptr) {
-    if (rnum != nullptr) a.m.unmapped(*rnum, "without --recompute-method Megatron ignores it");
+    if (rnum != nullptr && is_none(*rnum)) {
+      a.m.mapped(*rnum, "(none)");
+    } else if (rnum != nullptr) {
+      a.m.unmapped(*rnum, "without --recompute-method Megatron ignores it");
+    }
     return {};
   }
   OFFSIM_ASSIGN_OR_RETURN(std::string mv, a.m.one_of(*method, {"uniform", "block"}));
@@ -1028,7 +1036,13 @@ sim::Status map_recompute_modules(Args& a, Field* granularity, const std::string
 
 // --- recompute
 sim::Status map_recompute(Args& a) {
-  if (Field* f = a.get("--recompute-granularity")) {
+  Field* granularity = a.get("--recompute-granularity");
+  // A recipe's recompute_granularity: null (None) is no recompute, as the option's absence.
+  if (granularity != nullptr && is_none(*granularity)) {
+    a.m.mapped(*granularity, "(no recompute)");
+    granularity = nullptr;
+  }
+  if (Field* f = granularity) {
     OFFSIM_ASSIGN_OR_RETURN(std::string g, a.m.one_of(*f, {"full", "selective"}));
     OFFSIM_RETURN_IF_ERROR(map_recompute_modules(a, f, g));
   } else if (Field* modules = a.get("--recompute-modules")) {
@@ -1036,6 +1050,13 @@ sim::Status map_recompute(Args& a) {
   } else if (Field* f2 = a.get("--recompute-activations")) {
     OFFSIM_ASSIGN_OR_RETURN(bool on, a.flag(f2));
     if (on) OFFSIM_RETURN_IF_ERROR(a.m.set(*f2, "recompute", "selective"));
+  }
+  if (granularity == nullptr) {
+    // Megatron reads --recompute-method and --recompute-num-layers only with a granularity.
+    for (const char* flag : {"--recompute-method", "--recompute-num-layers"}) {
+      if (Field* f = a.get(flag)) a.m.ignored(*f, "used only with --recompute-granularity");
+    }
+    return {};
   }
   return map_recompute_method(a);
 }

@@ -785,6 +785,26 @@ TEST(MegatronImport, RecomputeModulesList) {
   EXPECT_NE(find_field(r->unmapped, "--recompute-modules"), nullptr);
 }
 
+TEST(MegatronImport, NullRecomputeGranularityIsNoRecompute) {
+  // Megatron-Bridge's performance configs write recompute_granularity: null (Python None) to turn
+  // off the recipe's recompute; the method and layer count then do nothing.
+  const TempDir dir("import_rg_null");
+  const std::string recipe = dir.file("recipe.yaml");
+  std::stringstream bridge;
+  bridge << std::ifstream(kDir + "megatron-bridge-recipe.yaml").rdbuf();
+  std::string yaml = bridge.str();
+  const std::string from = "recompute_granularity: full";
+  ASSERT_NE(yaml.find(from), std::string::npos);
+  std::ofstream(recipe) << yaml.replace(yaml.find(from), from.size(),
+                                        "recompute_granularity: null");
+  auto r = import_config(Framework::kMegatron, {recipe},
+                         {.sets = {"hardware.system=dgx-a100-80gb"}, .gpus = 8});
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(value_at(r->scenario, "recompute.mode"), "<missing>");
+  EXPECT_NE(find_field(r->ignored, "--recompute-method"), nullptr);
+  expect_round_trip(*r);
+}
+
 TEST(MegatronImport, EmbeddingAndLossSlotsInThePipelineSplit) {
   // Meta's Llama 3 405B split: 126 layers + the embedding and loss slots, one slot per virtual
   // stage over 16 stages: 8 virtual stages.
