@@ -507,9 +507,16 @@ TEST(MoeHostSync, PaddingToCapacityDropsTheSynchronisation) {
   padded.model.moe.pad_to_capacity = true;
   auto step = build_step(padded);
   ASSERT_TRUE(step.has_value()) << step.error().message;
+  bool dispatch = false;
   for (const sim::Op& op : step->plan.ops) {
     EXPECT_EQ(op.name.find(".moe.host_sync"), std::string::npos) << op.name;
+    if (op.name != "mb0.l0.moe.dispatch.alltoall.fwd") continue;
+    // The padded rows travel too: capacity 1.5 x the 2048 tokens' top-8 copies of 2048 bf16
+    // values (the balanced dropless dispatch: MoeStep.AllToAllAndGroupedGemms).
+    dispatch = true;
+    EXPECT_EQ(op.sizes.bytes, 2048LL * 8 * 2048 * 2 * 3 / 2);
   }
+  EXPECT_TRUE(dispatch);
   const Scenario balanced = small_moe();
   const LayerDims even = layer_dims(balanced.model, balanced.training, balanced.parallelism, 0);
   const LayerDims pad = layer_dims(padded.model, padded.training, padded.parallelism, 0);
