@@ -179,7 +179,7 @@ int run(const Args& a) {
     ++ps.points;
     ps.cpu_s += dt;
     if (e->report.fits) ++fits;
-    if (a.reasons) fmt::print("point {}: {}\n", p.label, path_of(*e));
+    if (a.reasons) fmt::print("point {}: {} ({:.2f} ms)\n", p.label, path_of(*e), 1e3 * dt);
     if (a.reasons && path_of(*e) == "full") {
       fmt::print("why {}: {}\n", p.label, e->full_path_reason);
       PathStats& rs = reasons[reason_class(e->full_path_reason)];

@@ -87,6 +87,8 @@ const char* to_string(ParallelConfig::MoeDispatcher v) {
       return "alltoall";
     case ParallelConfig::MoeDispatcher::kDeepEp:
       return "deepep";
+    case ParallelConfig::MoeDispatcher::kHybridEp:
+      return "hybridep";
   }
   return "?";
 }
@@ -231,8 +233,9 @@ std::optional<ParallelConfig::CpCommType> cp_comm_type_from_string(std::string_v
   return parse_enum(s, kAll);
 }
 std::optional<ParallelConfig::MoeDispatcher> moe_dispatcher_from_string(std::string_view s) {
-  static constexpr ParallelConfig::MoeDispatcher kAll[] = {ParallelConfig::MoeDispatcher::kAllToAll,
-                                                           ParallelConfig::MoeDispatcher::kDeepEp};
+  static constexpr ParallelConfig::MoeDispatcher kAll[] = {
+      ParallelConfig::MoeDispatcher::kAllToAll, ParallelConfig::MoeDispatcher::kDeepEp,
+      ParallelConfig::MoeDispatcher::kHybridEp};
   return parse_enum(s, kAll);
 }
 std::optional<ParallelConfig::BackwardPrefetch> backward_prefetch_from_string(std::string_view s) {
@@ -927,13 +930,14 @@ sim::Status check_moe_a2a_overlap(const Scenario& s) {
   return sim::ok();
 }
 
-// parallelism.moe_dispatcher deepep as Megatron-Core's MoEFlexTokenDispatcher checks it, and
-// what offsim does not model with it.
+// parallelism.moe_dispatcher deepep and hybridep as Megatron-Core's MoEFlexTokenDispatcher and
+// TransformerConfig check them, and what offsim does not model with them.
 sim::Status check_moe_dispatcher(const Scenario& s) {
   const ParallelConfig& p = s.parallelism;
-  if (p.moe_dispatcher != ParallelConfig::MoeDispatcher::kDeepEp) return sim::ok();
-  const auto refuse = [](std::string_view why) {
-    return invalid(fmt::format("parallelism.moe_dispatcher: deepep {}", why));
+  if (p.moe_dispatcher == ParallelConfig::MoeDispatcher::kAllToAll) return sim::ok();
+  const char* name = to_string(p.moe_dispatcher);
+  const auto refuse = [name](std::string_view why) {
+    return invalid(fmt::format("parallelism.moe_dispatcher: {} {}", name, why));
   };
   if (s.model.moe.experts == 0 || p.ep < 2) {
     return refuse("needs an MoE model with expert parallelism (parallelism.ep > 1)");
@@ -948,7 +952,7 @@ sim::Status check_moe_dispatcher(const Scenario& s) {
         "cannot be combined with parallelism.moe_shared_expert_overlap (Megatron-Core's flex "
         "dispatcher refuses it)");
   }
-  if (s.model.moe.pad_to_capacity) {
+  if (s.model.moe.pad_to_capacity && p.moe_dispatcher == ParallelConfig::MoeDispatcher::kDeepEp) {
     return refuse(
         "cannot pad to capacity (model.moe.pad_to_capacity; Megatron-Core's flex dispatcher with "
         "the DeepEP backend refuses moe_pad_expert_input_to_capacity)");

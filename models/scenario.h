@@ -299,8 +299,13 @@ struct ParallelConfig {
   // crosses NVLink once per destination rank and InfiniBand once per destination node (it is
   // forwarded inside that node over NVLink), with its top-k indices and probabilities in the
   // same kernel (deepseek-ai/DeepEP, "normal" kernels); the combine returns one partial sum per
-  // rank and node the same way.
-  enum class MoeDispatcher { kAllToAll, kDeepEp };
+  // rank and node the same way. kHybridEp: the flex dispatcher with NVIDIA's HybridEP backend
+  // (--moe-flex-dispatcher-backend hybridep; deepseek-ai/DeepEP docs/Hybrid-EP_Implementation.md):
+  // the same hierarchical path (a token once per destination NVLink domain over RDMA, forwarded
+  // inside it over NVLink, once per destination rank), priced as DeepEP's; unlike DeepEP it
+  // supports experts padded to capacity, whose permuted size is known on the host, so the
+  // dispatch then needs no host synchronisation (Megatron-Core _HybridEPManager).
+  enum class MoeDispatcher { kAllToAll, kDeepEp, kHybridEp };
   MoeDispatcher moe_dispatcher = MoeDispatcher::kAllToAll;
   // Megatron-Core's --delay-wgrad-compute (Megatron-Bridge sets it with moe_a2a_overlap): in a
   // combined step the backward's expert MLP runs its data gradients first and its weight

@@ -112,8 +112,8 @@ OpId StepBuilder::moe_exchange(Rank& r, LaneId lane, const std::string& name, in
                       r.ep_group, probs ? probs_alltoall_bytes(md) : alltoall_bytes(md),
                       std::move(deps));
   }
-  // DeepEP: each token with its top-k indices (int64) and weights (fp32); the most-loaded
-  // rank's receive side sets the count as for the all-to-all.
+  // DeepEP and HybridEP: each token with its top-k indices (int64) and weights (fp32); the
+  // most-loaded rank's receive side sets the count as for the all-to-all.
   const std::int64_t tokens = probs ? 0 : std::max(md.moe_tokens, md.routed / md.top_k);
   const std::int64_t token_bytes = md.h * md.e + md.top_k * 12;
   const MoeConfig& moe = s_.model.moe;

@@ -186,7 +186,8 @@ constexpr ParallelConfig::ParamGather kParamGathers[] = {
 constexpr ParallelConfig::CpCommType kCpCommTypes[] = {ParallelConfig::CpCommType::kP2P,
                                                        ParallelConfig::CpCommType::kA2A};
 constexpr ParallelConfig::MoeDispatcher kMoeDispatchers[] = {
-    ParallelConfig::MoeDispatcher::kAllToAll, ParallelConfig::MoeDispatcher::kDeepEp};
+    ParallelConfig::MoeDispatcher::kAllToAll, ParallelConfig::MoeDispatcher::kDeepEp,
+    ParallelConfig::MoeDispatcher::kHybridEp};
 constexpr models::TrainingConfig::Fp8Recipe kFp8Recipes[] = {
     models::TrainingConfig::Fp8Recipe::kDelayed, models::TrainingConfig::Fp8Recipe::kCurrent,
     models::TrainingConfig::Fp8Recipe::kMxfp8, models::TrainingConfig::Fp8Recipe::kBlockwise};

@@ -684,9 +684,9 @@ sim::Status map_moe_layer_freq(Args& a) {
 }
 
 // The token dispatcher: offsim prices Megatron-Core's all-to-all dispatcher (MoEAlltoAllToken
-// Dispatcher) and its flex dispatcher with DeepEP (parallelism.moe_dispatcher); Megatron's
-// default is the all-gather one, priced as the all-to-all. The flex dispatcher's backend:
-// --moe-flex-dispatcher-backend (default deepep), or the older --moe-enable-deepep.
+// Dispatcher) and its flex dispatcher with DeepEP or HybridEP (parallelism.moe_dispatcher);
+// Megatron's default is the all-gather one, priced as the all-to-all. The flex dispatcher's
+// backend: --moe-flex-dispatcher-backend (default deepep), or the older --moe-enable-deepep.
 sim::Status map_moe_dispatcher(Args& a) {
   Field* backend = a.get("--moe-flex-dispatcher-backend");
   Field* enable_deepep = a.get("--moe-enable-deepep");
@@ -696,8 +696,8 @@ sim::Status map_moe_dispatcher(Args& a) {
       a.m.mapped(*f, "(the all-to-all dispatcher offsim prices)");
     } else if (v == "flex") {
       const std::string b = backend != nullptr ? backend->value.scalar : "deepep";
-      if (b == "deepep") {
-        OFFSIM_RETURN_IF_ERROR(a.m.set(*f, "parallelism.moe_dispatcher", "deepep"));
+      if (b == "deepep" || b == "hybridep") {
+        OFFSIM_RETURN_IF_ERROR(a.m.set(*f, "parallelism.moe_dispatcher", b));
       } else {
         a.m.unmapped(*f, fmt::format("the flex dispatcher's {} backend is priced as the "
                                      "all-to-all dispatcher",

@@ -1278,6 +1278,52 @@ TEST(MoeDispatcher, DeepEpRefusesWhatIsNotModelled) {
       "cannot pad to capacity");
 }
 
+// parallelism.moe_dispatcher hybridep: the same hierarchical path as DeepEP, priced the same;
+// what Megatron-Core refuses for every flex backend is refused, and experts padded to capacity
+// (which DeepEP refuses) run without the dispatch's host synchronisation.
+TEST(MoeDispatcher, HybridEpTakesDeepEpsPathAndPadsToCapacity) {
+  Scenario deepep = small_moe();
+  deepep.parallelism.moe_dispatcher = ParallelConfig::MoeDispatcher::kDeepEp;
+  Scenario hybrid = small_moe();
+  hybrid.parallelism.moe_dispatcher = ParallelConfig::MoeDispatcher::kHybridEp;
+  auto a = build_step(deepep);
+  auto b = build_step(hybrid);
+  ASSERT_TRUE(a.has_value()) << a.error().message;
+  ASSERT_TRUE(b.has_value()) << b.error().message;
+  ASSERT_EQ(a->plan.ops.size(), b->plan.ops.size());
+  int exchanges = 0;
+  for (std::size_t i = 0; i < a->plan.ops.size(); ++i) {
+    const sim::Op& x = a->plan.ops[i];
+    const sim::Op& y = b->plan.ops[i];
+    ASSERT_EQ(x.name, y.name);
+    EXPECT_EQ(x.sizes.bytes, y.sizes.bytes) << x.name;
+    EXPECT_EQ(x.cost.work, y.cost.work) << x.name;
+    if (x.name.find("alltoall") != std::string::npos && x.sizes.bytes > 0) ++exchanges;
+  }
+  EXPECT_GT(exchanges, 0);
+
+  const auto refused = refusals_of(hybrid, "parallelism.moe_dispatcher: hybridep");
+  refused([](Scenario& s) { s.parallelism.ep = 1; }, "needs an MoE model with expert parallelism");
+  refused([](Scenario& s) { s.parallelism.etp = 2; },
+          "is modelled with expert tensor parallelism 1 only");
+  refused([](Scenario& s) { s.parallelism.moe_shared_expert_overlap = true; },
+          "moe_shared_expert_overlap");
+
+  Scenario padded = hybrid;
+  padded.model.moe.capacity_factor = 1.0;
+  padded.model.moe.pad_to_capacity = true;
+  auto c = build_step(padded);
+  ASSERT_TRUE(c.has_value()) << c.error().message;
+  const auto syncs = [](const BuiltStep& step) {
+    int n = 0;
+    for (const sim::Op& op : step.plan.ops)
+      n += op.name.find(".moe.host_sync") != std::string::npos;
+    return n;
+  };
+  EXPECT_GT(syncs(*b), 0);
+  EXPECT_EQ(syncs(*c), 0);
+}
+
 TEST(MoeA2aOverlap, RefusesWhatMegatronRefusesAndWhatIsNotModelled) {
   Scenario base = small_moe();
   base.parallelism.moe_a2a_overlap = true;

@@ -524,7 +524,8 @@ TEST(MegatronImport, MixtureOfExperts) {
       << alone_delay.error().message;
 
   // The flex dispatcher with DeepEP (its default backend, or the older --moe-enable-deepep)
-  // maps to parallelism.moe_dispatcher deepep; its HybridEP backend is priced as the all-to-all.
+  // maps to parallelism.moe_dispatcher deepep, its HybridEP backend to hybridep; the NCCL-EP
+  // backend is priced as the all-to-all.
   std::string flex = alone;
   flex.replace(flex.find("alltoall"), 8, "flex");
   flex += "  --expert-tensor-parallel-size 1 \\\n";
@@ -542,8 +543,15 @@ TEST(MegatronImport, MixtureOfExperts) {
   auto hybrid =
       import_config(Framework::kMegatron, {script}, {.sets = {"hardware.system=dgx-h100"}});
   ASSERT_TRUE(hybrid) << hybrid.error().message;
-  EXPECT_EQ(value_at(hybrid->scenario, "parallelism.moe_dispatcher"), "<missing>");
-  EXPECT_NE(find_field(hybrid->unmapped, "--moe-token-dispatcher-type"), nullptr);
+  EXPECT_EQ(value_at(hybrid->scenario, "parallelism.moe_dispatcher"), "hybridep");
+  EXPECT_TRUE(hybrid->unmapped.empty());
+  expect_round_trip(*hybrid);
+  std::ofstream(script) << flex << "  --moe-flex-dispatcher-backend ncclep\n";
+  auto nccl_ep =
+      import_config(Framework::kMegatron, {script}, {.sets = {"hardware.system=dgx-h100"}});
+  ASSERT_TRUE(nccl_ep) << nccl_ep.error().message;
+  EXPECT_EQ(value_at(nccl_ep->scenario, "parallelism.moe_dispatcher"), "<missing>");
+  EXPECT_NE(find_field(nccl_ep->unmapped, "--moe-token-dispatcher-type"), nullptr);
 
   // Per-layer CUDA graphs: Transformer Engine's with the listed modules; the local
   // implementation captures the router and the preprocess together; a full-iteration graph is
