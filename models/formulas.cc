@@ -589,6 +589,7 @@ LayerDims layer_dims(const ModelArch& m, const TrainingConfig& t, const Parallel
   d.etp = p.etp;
   d.local_experts = e.experts / p.ep;
   d.padded = e.pad_to_capacity && e.capacity_factor > 0.0;
+  d.routing_gather = p.moe_dispatcher == ParallelConfig::MoeDispatcher::kHybridEp;
   d.fe = e.expert_ffn_hidden / p.etp;
   d.fs = e.shared_experts * (e.shared_ffn_hidden > 0 ? e.shared_ffn_hidden : e.expert_ffn_hidden) /
          p.tp;

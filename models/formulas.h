@@ -60,6 +60,9 @@ struct LayerDims {
   std::int64_t ep = 1;
   std::int64_t etp = 1;
   bool padded = false;  // experts padded to capacity: no host synchronisation in the dispatch
+  // HybridEP: each forward dispatch all-gathers the routing map over the expert-parallel group
+  // first (parallelism.moe_dispatcher hybridep).
+  bool routing_gather = false;
   // Multi-head latent attention (modelled as attention over `a` heads of head dim d = nope +
   // rope): the query/key/value projection as one GEMM of `qkv_width` output columns with the
   // FLOPs of MLA's down and up projections, and a value head dim `vd`.

@@ -992,11 +992,14 @@ std::span<const MoeOpEntry> moe_forward_recipe() {
   // with moe_shared_expert_overlap they run on their own stream from the synchronisation on,
   // the unpermutation waiting for them); the router's GEMM and fused top-k; the router-aware
   // expert fetch once the top-k is known; the permutation; the host's wait for the per-expert
-  // token counts; dispatch of the tokens and of their probabilities
+  // token counts (with HybridEP after its all-gather of the routing map: HybridEPBuffer's
+  // dispatch without a handle, deepseek-ai/DeepEP deep_ep/hybrid_ep_buffer.py, which
+  // Megatron-Core's _HybridEPManager calls in every forward); dispatch of the tokens and of
+  // their probabilities
   // (MoEAlltoAllTokenDispatcher.dispatch_all_to_all) and the expert-TP all-gather; the experts'
   // grouped FC1, activation and grouped FC2; the expert-TP reduce-scatter and the combine; the
   // unpermutation.
-  static constexpr std::array<MoeOpEntry, 19> kForward = {{
+  static constexpr std::array<MoeOpEntry, 20> kForward = {{
       {.name = "shared.tp_allgather", .kind = K::kSharedGather, .shared = true},
       {.name = "shared.mlpwi", .kind = K::kGemm, .gemm = G::kSharedWi, .shared = true},
       {.name = "shared.act", .kind = K::kElementwise, .traffic = T::kSharedAct, .shared = true},
@@ -1006,6 +1009,7 @@ std::span<const MoeOpEntry> moe_forward_recipe() {
       {.name = "router.topk", .kind = K::kElementwise, .traffic = T::kTopk, .host_ops = 14},
       {.name = "experts.routed_h2d", .kind = K::kRoutedFetch},
       {.name = "moe.permute", .kind = K::kElementwise, .traffic = T::kPermute, .host_ops = 20},
+      {.name = "moe.dispatch.routing_allgather", .kind = K::kRoutingGather, .host_ops = 3},
       {.name = "moe.host_sync", .kind = K::kHostSync},
       {.name = "moe.dispatch.alltoall", .kind = K::kAllToAll, .host_ops = 2},
       {.name = "moe.dispatch.probs.alltoall", .kind = K::kAllToAll, .probs = true, .host_ops = 2},
@@ -1112,6 +1116,8 @@ bool moe_entry_runs(const MoeOpEntry& e, const LayerDims& d) {
       return d.t > 1;
     case MoeOpKind::kHostSync:
       return !d.padded;
+    case MoeOpKind::kRoutingGather:
+      return d.routing_gather && d.ep > 1;
     default:
       return true;
   }

@@ -209,6 +209,7 @@ enum class MoeOpKind {
   kSharedGather,   // the shared experts' sequence-parallel all-gather of the tokens (tp > 1, SP)
   kSharedReduce,   // the shared experts' tensor-parallel reduce(-scatter) (tp > 1)
   kHostSync,       // dropless routing: the host waits for the token counts (a host-lane marker)
+  kRoutingGather,  // HybridEP: the all-gather of the routing map (one byte per token and expert)
   kRoutedFetch,    // router-aware expert fetch: the H2D of the picked experts (a copy, when the
                    // experts are on the host and offload.experts.fetch is routed)
 };

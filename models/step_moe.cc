@@ -247,6 +247,18 @@ OpId StepBuilder::moe_op(Rank& r, const std::string& name, OpCategory cat, int l
       }
       return id;
     }
+    case MoeOpKind::kRoutingGather: {
+      // HybridEP's all_gather_into_tensor of the boolean routing map (tokens x experts) over the
+      // expert-parallel group, on the stream the dispatch runs on.
+      const std::int64_t bytes =
+          static_cast<std::int64_t>(r.ep_group.size()) * md.moe_tokens * md.experts;
+      if (!a2a_lane_.valid()) {
+        return collective(r, r.compute, name, OpCategory::kComm, l, sim::CollectiveKind::kAllGather,
+                          r.ep_group, bytes);
+      }
+      return collective(r, a2a_lane_, name, OpCategory::kComm, l, sim::CollectiveKind::kAllGather,
+                        r.ep_group, bytes, {a2a_ready_.value_or(last_compute_)});
+    }
     case MoeOpKind::kExpertGather:
     case MoeOpKind::kExpertScatter:
       return collective(r, r.compute, name, OpCategory::kComm, l,

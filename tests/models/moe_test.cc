@@ -1278,9 +1278,10 @@ TEST(MoeDispatcher, DeepEpRefusesWhatIsNotModelled) {
       "cannot pad to capacity");
 }
 
-// parallelism.moe_dispatcher hybridep: the same hierarchical path as DeepEP, priced the same;
-// what Megatron-Core refuses for every flex backend is refused, and experts padded to capacity
-// (which DeepEP refuses) run without the dispatch's host synchronisation.
+// parallelism.moe_dispatcher hybridep: the same hierarchical path as DeepEP, priced the same,
+// after an all-gather of the routing map before each forward dispatch; what Megatron-Core
+// refuses for every flex backend is refused, and experts padded to capacity (which DeepEP
+// refuses) run without the dispatch's host synchronisation.
 TEST(MoeDispatcher, HybridEpTakesDeepEpsPathAndPadsToCapacity) {
   Scenario deepep = small_moe();
   deepep.parallelism.moe_dispatcher = ParallelConfig::MoeDispatcher::kDeepEp;
@@ -1290,17 +1291,29 @@ TEST(MoeDispatcher, HybridEpTakesDeepEpsPathAndPadsToCapacity) {
   auto b = build_step(hybrid);
   ASSERT_TRUE(a.has_value()) << a.error().message;
   ASSERT_TRUE(b.has_value()) << b.error().message;
-  ASSERT_EQ(a->plan.ops.size(), b->plan.ops.size());
+  std::map<std::string, const sim::Op*> theirs;
+  for (const sim::Op& op : a->plan.ops) theirs[std::string(op.name)] = &op;
   int exchanges = 0;
-  for (std::size_t i = 0; i < a->plan.ops.size(); ++i) {
-    const sim::Op& x = a->plan.ops[i];
-    const sim::Op& y = b->plan.ops[i];
-    ASSERT_EQ(x.name, y.name);
-    EXPECT_EQ(x.sizes.bytes, y.sizes.bytes) << x.name;
-    EXPECT_EQ(x.cost.work, y.cost.work) << x.name;
-    if (x.name.find("alltoall") != std::string::npos && x.sizes.bytes > 0) ++exchanges;
+  int gathers = 0;
+  for (const sim::Op& y : b->plan.ops) {
+    const std::string name(y.name);
+    if (name.find(".moe.dispatch.routing_allgather.") != std::string::npos) {
+      ++gathers;
+      // EP 4: four ranks' maps of 2048 tokens x 128 experts, one byte each.
+      EXPECT_EQ(y.sizes.bytes, 4 * 2048 * 128) << name;
+      EXPECT_EQ(y.sizes.collective.kind, sim::CollectiveKind::kAllGather) << name;
+      EXPECT_EQ(theirs.count(name), 0U) << name;
+      continue;
+    }
+    ASSERT_EQ(theirs.count(name), 1U) << name;
+    EXPECT_EQ(theirs[name]->sizes.bytes, y.sizes.bytes) << name;
+    EXPECT_EQ(theirs[name]->cost.work, y.cost.work) << name;
+    if (name.find("alltoall") != std::string::npos && y.sizes.bytes > 0) ++exchanges;
   }
+  EXPECT_EQ(b->plan.ops.size(), a->plan.ops.size() + static_cast<std::size_t>(gathers));
   EXPECT_GT(exchanges, 0);
+  // One per forward dispatch (small_moe: no recompute), beside four token exchanges.
+  EXPECT_EQ(exchanges, 4 * gathers);
 
   const auto refused = refusals_of(hybrid, "parallelism.moe_dispatcher: hybridep");
   refused([](Scenario& s) { s.parallelism.ep = 1; }, "needs an MoE model with expert parallelism");
