@@ -1054,6 +1054,7 @@ CostModel::DeepEpTraffic CostModel::deepep_traffic(const std::vector<int>& group
   if (n <= 1 || routing.experts <= 0 || routing.top_k <= 0) return t;
   const auto units = static_cast<std::int64_t>(ranks_by_unit(group).size());
   t.crosses_nodes = units > 1;
+  t.remote_units = static_cast<int>(units - 1);
   // The first rank's experts and those of the first unit (experts spread evenly, in rank order).
   const double p_rank = 1.0 - expert_range_miss_probability(routing, 0, routing.experts / n);
   const double p_unit =
@@ -1063,8 +1064,20 @@ CostModel::DeepEpTraffic CostModel::deepep_traffic(const std::vector<int>& group
   return t;
 }
 
+double CostModel::ep_rdma_efficiency(EpKernels kernels, int remote_units) const {
+  constexpr double kMany = 0.87;
+  const double one = kernels == EpKernels::kHybridEp ? 0.673 : 0.43;
+  double e = kMany;
+  if (remote_units <= 1) {
+    e = one;
+  } else if (remote_units == 2) {
+    e = 0.5 * (one + kMany);
+  }
+  return std::min(e, profile_.inter_node.efficiency.value);
+}
+
 OpCost CostModel::deepep(int rank, const DeepEpTraffic& t, std::int64_t tokens,
-                         std::int64_t token_bytes) const {
+                         std::int64_t token_bytes, EpKernels kernels) const {
   const RankResources& rr = at(rank);
   OpCost c;
   c.multiplicity = rr.multiplicity;
@@ -1093,8 +1106,8 @@ OpCost CostModel::deepep(int rank, const DeepEpTraffic& t, std::int64_t tokens,
   }
   double latency = nv.latency_s.value;
   if (t.nic_bytes_per_byte > 0.0) {
-    const double nic =
-        profile_.inter_node.nic_bytes_per_s_per_gpu.value * profile_.inter_node.efficiency.value;
+    const double nic = profile_.inter_node.nic_bytes_per_s_per_gpu.value *
+                       ep_rdma_efficiency(kernels, t.remote_units);
     c.max_rate = std::min(c.max_rate, nic / t.nic_bytes_per_byte);
     latency += profile_.inter_node.hop_latency_s.value;
     if (rr.nic_tx.valid()) {

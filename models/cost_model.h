@@ -176,16 +176,33 @@ class CostModel {
     double nvlink_bytes_per_byte = 0.0;
     double nic_bytes_per_byte = 0.0;
     bool crosses_nodes = false;
+    int remote_units = 0;  // the other NVLink domains of the group (U - 1)
   };
   DeepEpTraffic deepep_traffic(const std::vector<int>& group, const ExpertRouting& routing) const;
-  // One DeepEP dispatch or combine of `tokens` tokens of `token_bytes` each on `rank`, whose
-  // group sends `t` (deepep_traffic) per token byte: the
-  // NVLink part at the profile's ring bus bandwidth (DeepEP's intranode kernels measure 153-158
-  // GB/s on H800 NVLink, where NCCL's ring reaches 160: deepseek-ai/DeepEP README), the NIC part
-  // at the NIC rate times the profile's efficiency, both at once (DeepEP pipelines the RDMA
-  // sends with the NVLink forwarding), the slower setting the time.
+  // The expert-parallel kernels that move the tokens: DeepEP's normal kernels (Megatron-Core's
+  // deep_ep.Buffer) or NVIDIA's HybridEP.
+  enum class EpKernels { kDeepEp, kHybridEp };
+  // The share of the NIC line rate the kernels' RDMA sends reach with `remote_units` other
+  // NVLink domains in the group, from the libraries' own benchmarks on ConnectX-7 NDR (4096
+  // tokens, hidden 7168, top-8 of uniformly routed experts; their "logical" bandwidths count
+  // the local node's share, taken out here). With three or more other domains both reach 0.87:
+  // HybridEP on H100 (deepseek-ai/DeepEP docs/README_Hybrid-EP.md, kernel only, 16 SMs, BF16
+  // dispatch / combine at 32 ranks 57.69 / 57.46 GB/s, 3/4 of it remote: 43.3 / 43.1 GB/s, at 64
+  // ranks 49.97 / 49.77, 7/8 remote: 43.7 / 43.5) and DeepEP on H800 (deepseek-ai/DeepEP README,
+  // V1 normal kernels, EP32 58 / 57 GB/s: 43.5 / 42.8, EP64 51 / 50: 44.6 / 43.8): 43.5 GB/s
+  // of 50. With one other domain (two nodes, half of the logical bytes remote) each GPU sends
+  // to a single peer and both fall short of that: HybridEP 0.673 (16 ranks: 71.71 / 62.95 GB/s:
+  // 35.9 / 31.5), DeepEP 0.43 (EP16: 43 / 43 GB/s: 21.5). Two other domains: halfway. Never
+  // above the profile's inter_node.efficiency (NCCL's rate on the same NICs).
+  double ep_rdma_efficiency(EpKernels kernels, int remote_units) const;
+  // One DeepEP or HybridEP dispatch or combine of `tokens` tokens of `token_bytes` each on
+  // `rank`, whose group sends `t` (deepep_traffic) per token byte: the NVLink part at the
+  // profile's ring bus bandwidth (DeepEP's intranode kernels measure 153-158 GB/s on H800
+  // NVLink, where NCCL's ring reaches 160: deepseek-ai/DeepEP README), the NIC part at the NIC
+  // rate times ep_rdma_efficiency, both at once (the kernels pipeline the RDMA sends with the
+  // NVLink forwarding), the slower setting the time.
   sim::OpCost deepep(int rank, const DeepEpTraffic& t, std::int64_t tokens,
-                     std::int64_t token_bytes) const;
+                     std::int64_t token_bytes, EpKernels kernels) const;
   // CPU work of the rank: streams `dram_bytes` through host DRAM, `flops` on its cores. The rank
   // gets its share of the node's physical cores, c = floor(cores per node / local ranks), or
   // fewer with `threads`; bound (DeepSpeed --bind_cores_to_rank), its threads span the

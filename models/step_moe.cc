@@ -122,7 +122,10 @@ OpId StepBuilder::moe_exchange(Rank& r, LaneId lane, const std::string& name, in
                               .groups = moe.router_groups,
                               .group_topk = moe.router_group_topk};
   const CostModel::DeepEpTraffic t = cm_.deepep_traffic(r.ep_group, routing);
-  sim::OpCost cost = cm_.deepep(r.rank, t, tokens, token_bytes);
+  const auto kernels = s_.parallelism.moe_dispatcher == ParallelConfig::MoeDispatcher::kHybridEp
+                           ? CostModel::EpKernels::kHybridEp
+                           : CostModel::EpKernels::kDeepEp;
+  sim::OpCost cost = cm_.deepep(r.rank, t, tokens, token_bytes, kernels);
   sim::OpSizes sz;
   sz.bytes =
       static_cast<std::int64_t>(std::llround(static_cast<double>(tokens * token_bytes) *
