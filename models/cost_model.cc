@@ -1076,6 +1076,12 @@ double CostModel::ep_rdma_efficiency(EpKernels kernels, int remote_units) const 
   return std::min(e, profile_.inter_node.efficiency.value);
 }
 
+double CostModel::ep_nvlink_bytes_per_s() const {
+  constexpr double kShare = 0.68;
+  const auto& nv = profile_.nvlink;
+  return std::min(nv.ring_all_gather_bus_bytes_per_s.value, kShare * nv.bytes_per_s_per_gpu.value);
+}
+
 OpCost CostModel::deepep(int rank, const DeepEpTraffic& t, std::int64_t tokens,
                          std::int64_t token_bytes, EpKernels kernels) const {
   const RankResources& rr = at(rank);
@@ -1089,8 +1095,7 @@ OpCost CostModel::deepep(int rank, const DeepEpTraffic& t, std::int64_t tokens,
   c.max_rate = std::numeric_limits<double>::infinity();
   if (t.nvlink_bytes_per_byte > 0.0) {
     if (rr.nvlink_tx.valid()) {
-      c.max_rate =
-          std::min(c.max_rate, nv.ring_all_gather_bus_bytes_per_s.value / t.nvlink_bytes_per_byte);
+      c.max_rate = std::min(c.max_rate, ep_nvlink_bytes_per_s() / t.nvlink_bytes_per_byte);
       c.uses.push_back({rr.nvlink_tx, t.nvlink_bytes_per_byte});
       c.uses.push_back({rr.nvlink_rx, t.nvlink_bytes_per_byte});
     } else {

@@ -195,12 +195,19 @@ class CostModel {
   // 35.9 / 31.5), DeepEP 0.43 (EP16: 43 / 43 GB/s: 21.5). Two other domains: halfway. Never
   // above the profile's inter_node.efficiency (NCCL's rate on the same NICs).
   double ep_rdma_efficiency(EpKernels kernels, int remote_units) const;
+  // The rate at which the kernels move tokens out of (and into) a GPU over NVLink: 0.68 of the
+  // per-direction NVLink rate, no more than NCCL's ring. The libraries' own intranode
+  // benchmarks, kernel time, their logical bandwidths less the GPU's own share (1/n of n
+  // ranks): DeepEP V1 on H800 (README, EP8: 153 / 158 GB/s, 134 / 138 of 200: 0.68), HybridEP
+  // on B200 (docs/README_Hybrid-EP.md, 8 ranks, 16 SMs: 735 / 674 GB/s, 643 / 590 of 900: 0.685)
+  // and on GB200 over 8-36 ranks of one NVLink domain (16 SMs: 0.59-0.73, mean 0.653; 32 SMs:
+  // 0.64-0.74, mean 0.695), DeepEP V2 on B200 (README, EP8 at 64 SMs: 726 / 740 GB/s: 0.71).
+  double ep_nvlink_bytes_per_s() const;
   // One DeepEP or HybridEP dispatch or combine of `tokens` tokens of `token_bytes` each on
-  // `rank`, whose group sends `t` (deepep_traffic) per token byte: the NVLink part at the
-  // profile's ring bus bandwidth (DeepEP's intranode kernels measure 153-158 GB/s on H800
-  // NVLink, where NCCL's ring reaches 160: deepseek-ai/DeepEP README), the NIC part at the NIC
-  // rate times ep_rdma_efficiency, both at once (the kernels pipeline the RDMA sends with the
-  // NVLink forwarding), the slower setting the time.
+  // `rank`, whose group sends `t` (deepep_traffic) per token byte: the NVLink part at
+  // ep_nvlink_bytes_per_s, the NIC part at the NIC rate times ep_rdma_efficiency, both at once
+  // (the kernels pipeline the RDMA sends with the NVLink forwarding), the slower setting the
+  // time.
   sim::OpCost deepep(int rank, const DeepEpTraffic& t, std::int64_t tokens,
                      std::int64_t token_bytes, EpKernels kernels) const;
   // CPU work of the rank: streams `dram_bytes` through host DRAM, `flops` on its cores. The rank

@@ -550,9 +550,49 @@ TEST(CostModelTest, EpKernelsReachTheirPublishedRdmaRates) {
     const double logical = 4096.0 * nodes * per_node * hidden_bytes;
     const double published =
         (logical / (row.dispatch_gb_s * 1e9) + logical / (row.combine_gb_s * 1e9)) / 2;
-    const double simulated = seconds(
-        f.cm.alone(f.cm.deepep(0, t, 4096, static_cast<std::int64_t>(hidden_bytes), hybrid)));
+    const sim::OpCost c = f.cm.deepep(0, t, 4096, static_cast<std::int64_t>(hidden_bytes), hybrid);
+    const double simulated = seconds(f.cm.alone(c)) - seconds(c.latency);  // the kernel alone
     EXPECT_NEAR(simulated / published, 1.0, 0.03) << row.ranks << " ranks";
+  }
+}
+
+// Inside one NVLink domain the kernels move tokens at 0.68 of the per-direction NVLink rate,
+// under NCCL's ring figure: DeepEP's H800 benchmark (README, EP8, hidden 7168, top-8 of 256, FP8
+// dispatch at 153 GB/s, BF16 combine at 158) and HybridEP's B200 one (docs/README_Hybrid-EP.md,
+// 8 ranks, 8 experts each, kernel only, 16 SMs, BF16 dispatch at 735 GB/s, combine at 674)
+// reproduced: the published time is the bytes a rank receives, from itself too, over the
+// published bandwidth (FP8 bytes: (1 + 4/128) / 2 of BF16's, the scales included); the
+// dispatch and the combine together.
+TEST(CostModelTest, EpKernelsReachTheirPublishedNvlinkRates) {
+  struct Row {
+    const char* system;
+    std::int64_t experts;
+    double dispatch_bytes_per_bf16;
+    double dispatch_gb_s;
+    double combine_gb_s;
+    CostModel::EpKernels kernels;
+  };
+  constexpr double kFp8 = (1 + 4.0 / 128) / 2;
+  for (const Row row :
+       {Row{"hgx-h800", 256, kFp8, 153, 158, CostModel::EpKernels::kDeepEp},
+        Row{"dgx-b200", 64, 1.0, 734.95, 673.84, CostModel::EpKernels::kHybridEp}}) {
+    auto f = make(row.system, {{.rank = 0, .multiplicity = 8, .stride = 1}});
+    EXPECT_NEAR(f.cm.ep_nvlink_bytes_per_s(), 0.68 * f.profile.nvlink.bytes_per_s_per_gpu.value,
+                1.0);
+    EXPECT_LT(f.cm.ep_nvlink_bytes_per_s(), f.profile.nvlink.ring_all_gather_bus_bytes_per_s.value);
+    const std::vector<int> node{0, 1, 2, 3, 4, 5, 6, 7};
+    const auto t = f.cm.deepep_traffic(node, {.experts = row.experts, .top_k = 8});
+    const double bf16 = 7168.0 * 2;
+    const double dispatch = bf16 * row.dispatch_bytes_per_bf16;
+    const double received = 4096.0 * 8 * (t.nvlink_bytes_per_byte / 7);  // tokens
+    const double published = received * dispatch / (row.dispatch_gb_s * 1e9) +
+                             received * bf16 / (row.combine_gb_s * 1e9);
+    const auto time = [&](double token_bytes) {  // kernel time: without the launch latency
+      const sim::OpCost c =
+          f.cm.deepep(0, t, 4096, static_cast<std::int64_t>(token_bytes), row.kernels);
+      return seconds(f.cm.alone(c)) - seconds(c.latency);
+    };
+    EXPECT_NEAR((time(dispatch) + time(bf16)) / published, 1.0, 0.03) << row.system;
   }
 }
 
