@@ -200,7 +200,7 @@ class CostModel {
   // benchmarks, kernel time, their logical bandwidths less the GPU's own share (1/n of n
   // ranks): DeepEP V1 on H800 (README, EP8: 153 / 158 GB/s, 134 / 138 of 200: 0.68), HybridEP
   // on B200 (docs/README_Hybrid-EP.md, 8 ranks, 16 SMs: 735 / 674 GB/s, 643 / 590 of 900: 0.685)
-  // and on GB200 over 8-36 ranks of one NVLink domain (16 SMs: 0.59-0.73, mean 0.653; 32 SMs:
+  // and on GB200 over 8-36 ranks of one NVLink domain (16 SMs: 0.59-0.73, mean 0.651; 32 SMs:
   // 0.64-0.74, mean 0.695), DeepEP V2 on B200 (README, EP8 at 64 SMs: 726 / 740 GB/s: 0.71).
   double ep_nvlink_bytes_per_s() const;
   // One DeepEP or HybridEP dispatch or combine of `tokens` tokens of `token_bytes` each on
