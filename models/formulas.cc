@@ -590,6 +590,12 @@ LayerDims layer_dims(const ModelArch& m, const TrainingConfig& t, const Parallel
   d.local_experts = e.experts / p.ep;
   d.padded = e.pad_to_capacity && e.capacity_factor > 0.0;
   d.routing_gather = p.moe_dispatcher == ParallelConfig::MoeDispatcher::kHybridEp;
+  // MoEAlltoAllTokenDispatcher.dispatch_postprocess / combine_preprocess (Megatron-Core
+  // token_dispatcher.py, "Permutation 2: Sort tokens by local expert"): with more than one
+  // local expert, sort_chunks_by_idxs (dropless) or a transposed .contiguous() of the padded
+  // [tp·ep, experts, capacity] rows, which copies only when tp·ep > 1.
+  d.sorts_chunks = p.moe_dispatcher == ParallelConfig::MoeDispatcher::kAllToAll &&
+                   d.local_experts > 1 && (!d.padded || p.ep * p.etp > 1);
   d.fe = e.expert_ffn_hidden / p.etp;
   d.fs = e.shared_experts * (e.shared_ffn_hidden > 0 ? e.shared_ffn_hidden : e.expert_ffn_hidden) /
          p.tp;

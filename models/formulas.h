@@ -63,6 +63,9 @@ struct LayerDims {
   // HybridEP: each forward dispatch all-gathers the routing map over the expert-parallel group
   // first (parallelism.moe_dispatcher hybridep).
   bool routing_gather = false;
+  // Megatron-Core's all-to-all dispatcher with more than one local expert: the received tokens
+  // are sorted by local expert after the dispatch and back before the combine (a copy each).
+  bool sorts_chunks = false;
   // Multi-head latent attention (modelled as attention over `a` heads of head dim d = nope +
   // rope): the query/key/value projection as one GEMM of `qkv_width` output columns with the
   // FLOPs of MLA's down and up projections, and a value head dim `vd`.

@@ -999,7 +999,7 @@ std::span<const MoeOpEntry> moe_forward_recipe() {
   // (MoEAlltoAllTokenDispatcher.dispatch_all_to_all) and the expert-TP all-gather; the experts'
   // grouped FC1, activation and grouped FC2; the expert-TP reduce-scatter and the combine; the
   // unpermutation.
-  static constexpr std::array<MoeOpEntry, 20> kForward = {{
+  static constexpr std::array<MoeOpEntry, 22> kForward = {{
       {.name = "shared.tp_allgather", .kind = K::kSharedGather, .shared = true},
       {.name = "shared.mlpwi", .kind = K::kGemm, .gemm = G::kSharedWi, .shared = true},
       {.name = "shared.act", .kind = K::kElementwise, .traffic = T::kSharedAct, .shared = true},
@@ -1014,12 +1014,17 @@ std::span<const MoeOpEntry> moe_forward_recipe() {
       {.name = "moe.dispatch.alltoall", .kind = K::kAllToAll, .host_ops = 2},
       {.name = "moe.dispatch.probs.alltoall", .kind = K::kAllToAll, .probs = true, .host_ops = 2},
       {.name = "moe.etp_allgather", .kind = K::kExpertGather},
-      {.name = "experts.fc1.grouped_gemm", .kind = K::kGroupedGemm, .gemm = G::kFc1, .host_ops = 5},
+      {.name = "moe.sort_chunks",
+       .kind = K::kElementwise,
+       .traffic = T::kSortChunks,
+       .host_ops = 2},
+      {.name = "experts.fc1.grouped_gemm", .kind = K::kGroupedGemm, .gemm = G::kFc1, .host_ops = 3},
       {.name = "experts.act", .kind = K::kElementwise, .traffic = T::kExpertAct, .host_ops = 3},
       {.name = "experts.fc2.grouped_gemm", .kind = K::kGroupedGemm, .gemm = G::kFc2, .host_ops = 3},
+      {.name = "moe.unsort_chunks", .kind = K::kElementwise, .traffic = T::kUnsortChunks},
       {.name = "moe.etp_reducescatter", .kind = K::kExpertScatter},
       {.name = "moe.combine.alltoall", .kind = K::kAllToAll, .host_ops = 2},
-      {.name = "moe.unpermute", .kind = K::kElementwise, .traffic = T::kUnpermute, .host_ops = 3},
+      {.name = "moe.unpermute", .kind = K::kElementwise, .traffic = T::kUnpermute, .host_ops = 2},
   }};
   return kForward;
 }
@@ -1037,13 +1042,14 @@ std::span<const MoeOpEntry> moe_backward_recipe() {
   // later-created of two ready nodes first, reaches them last): their output gradient's
   // all-gather, the output projection's dgrad and wgrad, the activation's backward, the input
   // projection's dgrad and wgrad, the reduction of their input gradient.
-  static constexpr std::array<MoeOpEntry, 22> kBackward = {{
+  static constexpr std::array<MoeOpEntry, 24> kBackward = {{
       {.name = "moe.unpermute.bwd",
        .kind = K::kElementwise,
        .traffic = T::kUnpermute,
        .host_ops = 3},
       {.name = "moe.combine.alltoall.bwd", .kind = K::kAllToAll, .host_ops = 2},
       {.name = "moe.etp_allgather.bwd", .kind = K::kExpertGather},
+      {.name = "moe.unsort_chunks.bwd", .kind = K::kElementwise, .traffic = T::kUnsortChunks},
       {.name = "experts.fc2.grouped_gemm.dgrad",
        .kind = K::kGroupedGemm,
        .gemm = G::kFc2,
@@ -1059,11 +1065,15 @@ std::span<const MoeOpEntry> moe_backward_recipe() {
        .kind = K::kGroupedGemm,
        .gemm = G::kFc1,
        .pass = P::kDgrad,
-       .host_ops = 4},
+       .host_ops = 2},
       {.name = "experts.fc1.grouped_gemm.wgrad",
        .kind = K::kGroupedGemm,
        .gemm = G::kFc1,
        .pass = P::kWgrad,
+       .host_ops = 2},
+      {.name = "moe.sort_chunks.bwd",
+       .kind = K::kElementwise,
+       .traffic = T::kSortChunks,
        .host_ops = 2},
       {.name = "moe.etp_reducescatter.bwd", .kind = K::kExpertScatter},
       {.name = "moe.dispatch.alltoall.bwd", .kind = K::kAllToAll, .host_ops = 2},
@@ -1118,6 +1128,9 @@ bool moe_entry_runs(const MoeOpEntry& e, const LayerDims& d) {
       return !d.padded;
     case MoeOpKind::kRoutingGather:
       return d.routing_gather && d.ep > 1;
+    case MoeOpKind::kElementwise:
+      return (e.traffic != MoeTraffic::kSortChunks && e.traffic != MoeTraffic::kUnsortChunks) ||
+             d.sorts_chunks;
     default:
       return true;
   }

@@ -216,7 +216,16 @@ enum class MoeOpKind {
 // The memory-bound kernels: the router's softmax and top-k, the permutation of the tokens to
 // their experts, the experts' activation, the unpermutation (weighted sum of the top-k outputs),
 // the shared experts' activation.
-enum class MoeTraffic { kNone, kTopk, kPermute, kExpertAct, kUnpermute, kSharedAct };
+enum class MoeTraffic {
+  kNone,
+  kTopk,
+  kPermute,
+  kSortChunks,    // the received tokens (and their probabilities) sorted by local expert
+  kUnsortChunks,  // the experts' outputs back in the received order
+  kExpertAct,
+  kUnpermute,
+  kSharedAct
+};
 struct MoeOpEntry {
   const char* name = "";  // forward: ops "mb<m>.l<l>.<name>.fwd" / ".recompute"; backward: as is
   MoeOpKind kind = MoeOpKind::kElementwise;

@@ -288,9 +288,13 @@ OpId StepBuilder::moe_op(Rank& r, const std::string& name, OpCategory cat, int l
 
 // Bytes and FLOPs of the MoE FFN's memory-bound kernels (forward, or `backward`): the router's
 // top-k over its fp32 logits; the permutation (read and write the top_k copies of the tokens);
-// the experts' and the shared experts' activations (gated: reads both halves, its backward
-// writes both gradients); the unpermutation (read the top_k expert outputs and their weights,
-// write the token sum; its backward also writes the top_k output gradients).
+// the all-to-all dispatcher's sort of the received rows by local expert and its inverse before
+// the combine (read and write each row; the sort moves the rows' fp32 probabilities too:
+// Transformer Engine's fused_sort_chunks_by_index(_with_probs), a row-map kernel and a copy
+// kernel, the backward one copy back); the experts' and the shared experts' activations (gated:
+// reads both halves, its backward writes both gradients); the unpermutation (read the top_k expert
+// outputs and their weights, write the token sum; its backward also writes the top_k output
+// gradients).
 StepBuilder::Traffic StepBuilder::moe_elementwise(const LayerDims& md, MoeTraffic which,
                                                   bool backward) const {
   const std::int64_t g = md.gated ? 2 : 1;
@@ -303,6 +307,10 @@ StepBuilder::Traffic StepBuilder::moe_elementwise(const LayerDims& md, MoeTraffi
       return {t * md.experts * 8, static_cast<double>(5 * t * md.experts)};
     case MoeTraffic::kPermute:
       return {2 * assigned * md.h * md.e, 0.0};
+    case MoeTraffic::kSortChunks:  // with the fp32 probabilities
+      return {2 * md.routed * (md.h * md.e + 4), 0.0};
+    case MoeTraffic::kUnsortChunks:
+      return {2 * md.routed * md.h * md.e, 0.0};
     case MoeTraffic::kExpertAct:
       return {md.routed * md.fe * md.e * act_values,
               static_cast<double>(act_flops * md.routed * md.fe)};

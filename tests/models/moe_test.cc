@@ -348,7 +348,7 @@ TEST(MoeStep, MultiTokenPredictionRunsOnTheLossStage) {
 }
 
 // The host issue thread's figures: 9.02 us per bare eager op on an x86 host, times the fitted
-// framework scale 3.64 per simulated op or backward node (validation table 19), 26.11 us for a
+// framework scale 3.47 per simulated op or backward node (validation table 19), 26.11 us for a
 // device-to-host synchronisation (minimind pull request 837), and per local expert of a
 // grouped linear 1.2 ms / 128 forward and 2.1 ms / 256 backward on GB200's Grace
 // (TransformerEngine issue 2897). A Grace host takes 37.08 / 13.48 times an x86 host's time for
@@ -356,7 +356,7 @@ TEST(MoeStep, MultiTokenPredictionRunsOnTheLossStage) {
 // per-expert one shrinks by it on x86.
 TEST(HostIssue, FiguresByHand) {
   const double grace = 37.08 / 13.48;
-  const double op = 9.02e-6 * 3.64;
+  const double op = 9.02e-6 * 3.47;
   auto cost_model = [](const char* name) {
     auto system = *sim::platform::find_system(name);
     sim::PlanBuilder b;
@@ -483,7 +483,7 @@ TEST(MoeHostSync, OneMarkerPerForwardHoldsTheDispatch) {
     EXPECT_NE(op.name.find(".fwd"), std::string::npos);
     // The round trip, then the host issues the dispatch all-to-all (2 framework ops).
     EXPECT_EQ(op.cost.latency, sim::duration_from_seconds(26.11e-6) +
-                                   sim::duration_from_seconds(2 * 9.02e-6 * 3.64));
+                                   sim::duration_from_seconds(2 * 9.02e-6 * 3.47));
     ASSERT_FALSE(op.deps.empty());
     EXPECT_EQ(plan.ops[op.deps[0].index()].name.find(".moe.permute") != std::string::npos, true);
     EXPECT_EQ(plan.lanes[op.lane.index()].role, sim::LaneRole::kCpu);
@@ -1335,6 +1335,57 @@ TEST(MoeDispatcher, HybridEpTakesDeepEpsPathAndPadsToCapacity) {
   };
   EXPECT_GT(syncs(*b), 0);
   EXPECT_EQ(syncs(*c), 0);
+}
+
+// Megatron-Core's all-to-all dispatcher sorts the received rows by local expert after the
+// dispatch and back before the combine (dispatch_postprocess / combine_preprocess), a copy of
+// every row each, forward and backward; not with one local expert, not with the flex
+// dispatcher (its permutation orders the rows), and not when padded rows need no copy (tp·ep 1).
+TEST(MoeDispatcher, AllToAllSortsTheReceivedRowsByLocalExpert) {
+  const auto sorts = [](const Scenario& s) {
+    auto step = build_step(s);
+    EXPECT_TRUE(step.has_value()) << step.error().message;
+    std::map<std::string, std::vector<std::int64_t>> bytes;  // by entry and pass
+    if (!step) return bytes;
+    for (const sim::Op& op : step->plan.ops) {
+      const std::string name(op.name);
+      for (const char* entry : {".moe.sort_chunks.", ".moe.unsort_chunks."}) {
+        const auto at = name.find(entry);
+        if (at != std::string::npos) {
+          bytes[std::string(entry) + name.substr(at + std::string(entry).size())].push_back(
+              op.sizes.bytes);
+        }
+      }
+    }
+    return bytes;
+  };
+  // small_moe: TP 2 with SP, EP 4 of 128 experts (32 local), top-8: 2048 tokens routed per
+  // rank, 16384 rows received; hidden 2048 in bf16, the sort with each row's fp32 probability.
+  const auto a2a = sorts(small_moe());
+  const std::int64_t rows = 2048 * 8;
+  ASSERT_EQ(a2a.size(), 4U);  // sort and unsort, forward and backward
+  for (const auto& [key, all] : a2a) {
+    // One per layer and micro-batch: 4 layers, 2 micro-batches.
+    EXPECT_EQ(all.size(), 8U) << key;
+    const std::int64_t row_bytes = 2048 * 2 + (key.rfind(".moe.sort_chunks.", 0) == 0 ? 4 : 0);
+    for (std::int64_t b : all) EXPECT_EQ(b, 2 * rows * row_bytes) << key;
+  }
+  Scenario deepep = small_moe();
+  deepep.parallelism.moe_dispatcher = ParallelConfig::MoeDispatcher::kDeepEp;
+  deepep.parallelism.tp = 1;
+  deepep.parallelism.sequence_parallel = false;
+  deepep.parallelism.dp = 8;
+  EXPECT_TRUE(sorts(deepep).empty());
+  Scenario one_expert = small_moe();
+  one_expert.model.moe.experts = 4;
+  one_expert.model.moe.top_k = 2;
+  EXPECT_TRUE(sorts(one_expert).empty());
+  Scenario padded = small_moe();
+  padded.model.moe.capacity_factor = 1.0;
+  padded.model.moe.pad_to_capacity = true;
+  EXPECT_EQ(sorts(padded).size(), 4U);
+  padded.parallelism.ep = 1;
+  EXPECT_TRUE(sorts(padded).empty());
 }
 
 TEST(MoeA2aOverlap, RefusesWhatMegatronRefusesAndWhatIsNotModelled) {

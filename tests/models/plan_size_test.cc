@@ -521,10 +521,11 @@ TEST(MoeRecipe, CountsTheMoeRows) {
     fwd += moe_entry_runs(e, d) && e.kind != MoeOpKind::kRoutedFetch ? 1 : 0;
   }
   for (const MoeOpEntry& e : moe_backward_recipe()) bwd += moe_entry_runs(e, d) ? 1 : 0;
-  // Forward: 7 kernels, the marker, 3 all-to-alls, 5 shared-expert ops with their 2 TP
-  // collectives. Backward: 10 kernels, 3 all-to-alls, 7 shared-expert ops.
-  EXPECT_EQ(fwd, 16);
-  EXPECT_EQ(bwd, 20);
+  // Forward: 9 kernels (the sort of the received rows by local expert and its inverse among
+  // them: 64 local experts per rank), the marker, 3 all-to-alls, 5 shared-expert
+  // ops with their 2 TP collectives. Backward: 12 kernels, 3 all-to-alls, 7 shared-expert ops.
+  EXPECT_EQ(fwd, 18);
+  EXPECT_EQ(bwd, 22);
   double moe_fwd = 0;
   double moe_bwd = 0;
   for (const RecipeRow& row : layer_recipe(*s, 0).rows) {
