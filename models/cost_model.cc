@@ -1055,7 +1055,6 @@ CostModel::DeepEpTraffic CostModel::deepep_traffic(const std::vector<int>& group
   const auto n = static_cast<std::int64_t>(group.size());
   if (n <= 1 || routing.experts <= 0 || routing.top_k <= 0) return t;
   const auto units = static_cast<std::int64_t>(ranks_by_unit(group).size());
-  t.crosses_nodes = units > 1;
   t.remote_units = static_cast<int>(units - 1);
   // The first rank's experts and those of the first unit (experts spread evenly, in rank order).
   const double p_rank = 1.0 - expert_range_miss_probability(routing, 0, routing.experts / n);

@@ -175,8 +175,8 @@ class CostModel {
   struct DeepEpTraffic {
     double nvlink_bytes_per_byte = 0.0;
     double nic_bytes_per_byte = 0.0;
-    bool crosses_nodes = false;
     int remote_units = 0;  // the other NVLink domains of the group (U - 1)
+    bool crosses_nodes() const { return remote_units > 0; }
   };
   DeepEpTraffic deepep_traffic(const std::vector<int>& group, const ExpertRouting& routing) const;
   // The expert-parallel kernels that move the tokens: DeepEP's normal kernels (Megatron-Core's

@@ -478,7 +478,7 @@ TEST(CostModelTest, DeepEpSendsEachTokenOncePerRankAndNode) {
   double miss_rank = 1.0;
   for (int i = 0; i < 8; ++i) miss_rank *= (112.0 - i) / (128.0 - i);
   const auto one = f.cm.deepep_traffic(node, {.experts = 128, .top_k = 8});
-  EXPECT_FALSE(one.crosses_nodes);
+  EXPECT_FALSE(one.crosses_nodes());
   EXPECT_NEAR(one.nvlink_bytes_per_byte, (1.0 - miss_rank) * 7, 1e-12);
   EXPECT_EQ(one.nic_bytes_per_byte, 0.0);
   // The all-to-all dispatcher sends its 8 copies, 7/8 of them off the rank; DeepEP about 4.6.
@@ -495,7 +495,7 @@ TEST(CostModelTest, DeepEpSendsEachTokenOncePerRankAndNode) {
     miss32 *= (96.0 - i) / (128.0 - i);
   }
   const auto four = f.cm.deepep_traffic(group, {.experts = 128, .top_k = 8});
-  EXPECT_TRUE(four.crosses_nodes);
+  EXPECT_TRUE(four.crosses_nodes());
   EXPECT_NEAR(four.nvlink_bytes_per_byte, (1.0 - miss4) * 28, 1e-12);
   EXPECT_NEAR(four.nic_bytes_per_byte, (1.0 - miss32) * 3, 1e-12);
   // Time: the NIC part bounds it, at 43.5 GB/s per GPU (the kernels' 0.87 of 50 GB/s with three
