@@ -1226,4 +1226,18 @@ std::int64_t fp8_quantize_bytes(TrainingConfig::Fp8Recipe recipe, bool non_tn, b
   return 4 * elements;
 }
 
+std::int64_t fp8_weight_copy_bytes(TrainingConfig::Fp8Recipe recipe, bool non_tn,
+                                   std::int64_t elements) {
+  switch (recipe) {
+    case TrainingConfig::Fp8Recipe::kDelayed:
+    case TrainingConfig::Fp8Recipe::kCurrent:
+      return (non_tn ? 1 : 2) * elements;
+    case TrainingConfig::Fp8Recipe::kMxfp8:
+      return 2 * elements + 2 * ((elements + 31) / 32);
+    case TrainingConfig::Fp8Recipe::kBlockwise:
+      return 2 * elements + 2 * 4 * ((elements + 128 * 128 - 1) / (128 * 128));
+  }
+  return 2 * elements;
+}
+
 }  // namespace offsim::models

@@ -368,4 +368,13 @@ TrainingConfig::Fp8Recipe default_fp8_recipe(int compute_capability_x10);
 std::int64_t fp8_quantize_bytes(TrainingConfig::Fp8Recipe recipe, bool non_tn, bool from_norm,
                                 std::int64_t elements);
 
+// Bytes Transformer Engine keeps per FP8 weight of `elements` values, the copies its GEMMs read:
+// delayed and current scaling a row-wise copy, and on Ada and Hopper (no non-TN FP8 GEMMs) its
+// transpose for the dgrad; mxfp8 row-wise and column-wise data with one E8M0 scale per 32 values
+// each way; blockwise row-wise and column-wise data with one fp32 scale per 128x128 block each
+// way (Float8BlockScaling's weight blocks). With bf16 parameters these are the workspaces TE
+// caches across micro-batches (is_first_microbatch); with FP8 parameters they are the weights.
+std::int64_t fp8_weight_copy_bytes(TrainingConfig::Fp8Recipe recipe, bool non_tn,
+                                   std::int64_t elements);
+
 }  // namespace offsim::models

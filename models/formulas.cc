@@ -474,6 +474,29 @@ std::int64_t expert_parameter_count_per_rank(const ModelArch& m, int ep, int etp
   return e.experts / ep * one;
 }
 
+std::int64_t linear_weight_count_per_rank(const ModelArch& m, int tp, int layer) {
+  ModelArch w = m;
+  w.linear_bias = false;
+  std::int64_t n = attention_parameter_count_per_rank(w, tp);
+  const MlaConfig& a = m.mla;
+  if (a.kv_lora_rank > 0) n -= a.kv_lora_rank + a.q_lora_rank;  // the down projections' norms
+  const std::int64_t h = m.hidden;
+  const std::int64_t g = m.activation == ModelArch::Activation::kSwiGlu ? 2 : 1;
+  const MoeConfig& e = m.moe;
+  const std::int64_t f =
+      is_moe_layer(m, layer)
+          ? e.shared_experts *
+                (e.shared_ffn_hidden > 0 ? e.shared_ffn_hidden : e.expert_ffn_hidden) / tp
+          : m.ffn_hidden / tp;
+  return n + h * f * g + f * h;
+}
+
+std::int64_t expert_linear_weight_count_per_rank(const ModelArch& m, int ep, int etp) {
+  ModelArch w = m;
+  w.linear_bias = false;
+  return expert_parameter_count_per_rank(w, ep, etp);
+}
+
 namespace {
 
 // The tokens one rank routes per micro-batch: its sequences' share over context parallelism,
@@ -648,7 +671,11 @@ ResolvedDtypes resolve_dtypes(const TrainingConfig& t) {
   const TensorDtypes& d = t.dtypes;
   ResolvedDtypes r;
   r.params = d.params.value_or(storage);
-  r.grads = d.grads.value_or(r.params);
+  // FP8 parameters (Transformer Engine's, Megatron's --fp8-param-gather) take bf16 gradients and
+  // are gathered in FP8, except under MXFP8, whose updated shards Megatron gathers in bf16
+  // through the gradient buffer (reuse_grad_buf_for_mxfp8_param_ag) and quantizes afterwards.
+  const bool fp8_params = r.params == sim::DType::kFp8;
+  r.grads = d.grads.value_or(fp8_params ? sim::DType::kBf16 : r.params);
   if (d.master) {
     r.master = *d.master;
   } else if (t.fp32_master_weights && r.params != sim::DType::kFp32) {
@@ -657,7 +684,8 @@ ResolvedDtypes resolve_dtypes(const TrainingConfig& t) {
   if (r.master == r.params) r.master.reset();  // the weights are their own master
   r.first_moment = d.first_moment.value_or(sim::DType::kFp32);
   r.second_moment = d.second_moment.value_or(sim::DType::kFp32);
-  r.all_gather = d.all_gather.value_or(r.params);
+  const bool mxfp8 = t.fp8_recipe == TrainingConfig::Fp8Recipe::kMxfp8;
+  r.all_gather = d.all_gather.value_or(fp8_params && mxfp8 ? sim::DType::kBf16 : r.params);
   r.reduce_scatter = d.reduce_scatter.value_or(r.grads);
   return r;
 }

@@ -217,6 +217,12 @@ std::int64_t attention_parameter_count_per_rank(const ModelArch& m, int tp);
 // Parameters of the routed experts of one MoE layer on one rank: experts / ep experts, each
 // split over etp (Megatron-Core expert layout).
 std::int64_t expert_parameter_count_per_rank(const ModelArch& m, int ep, int etp);
+// The weights of a layer's Transformer Engine linear modules on one tensor-parallel rank, what an
+// FP8 step quantizes: the attention projections (MLA's included) and the dense MLP or, on an MoE
+// layer, the shared experts. Not the norms, biases or router (plain bf16 parameters).
+std::int64_t linear_weight_count_per_rank(const ModelArch& m, int tp, int layer);
+// The routed experts' GEMM weights on one rank (expert_parameter_count_per_rank without biases).
+std::int64_t expert_linear_weight_count_per_rank(const ModelArch& m, int ep, int etp);
 
 // ZeRO / FSDP: which training state each data-parallel rank holds only its 1/dp shard of (over
 // grad_dp ranks). ZeRO stage 1 (Megatron's distributed optimizer) shards the optimizer state

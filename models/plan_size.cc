@@ -486,9 +486,11 @@ struct Counts {
 };
 
 // Optimizer ops and static tensors of one parameter group (StepBuilder::optimizer and
-// make_static_tensors).
+// make_static_tensors). A group of linear weights (`linear`: a layer's or its routed experts')
+// under FP8 GEMMs with bf16 parameters not sharded adds the FP8 copies Transformer Engine caches
+// (StepBuilder::fp8_weight_cache_bytes); its weight cast is counted with the layer.
 void add_group(const Scenario& s, bool params_on_host, bool grads_on_host, bool opt_on_host,
-               Counts& c) {
+               Counts& c, bool linear = false) {
   const ParallelConfig& p = s.parallelism;
   const DpSharding shard = dp_sharding(p);
   double ops = 0;
@@ -516,9 +518,14 @@ void add_group(const Scenario& s, bool params_on_host, bool grads_on_host, bool 
     ops += 1;
     c.group_ranks += grad_dp(p);
   }
+  const ResolvedDtypes dt = resolve_dtypes(s.training);
+  if (linear && s.training.compute_dtype == sim::DType::kFp8 && dt.params != sim::DType::kFp8 &&
+      !shard.params) {
+    c.tensors += 1;
+  }
   c.ops += ops;
   c.deps += ops;  // each waits for the previous step of the chain
-  c.tensors += resolve_dtypes(s.training).master ? 4 : 3;
+  c.tensors += dt.master ? 4 : 3;
 }
 
 // ZenFlow (StepBuilder::zenflow_step): the selected gradients' all-gather and the top-k update
@@ -668,7 +675,7 @@ void add_moe_layer(const Scenario& s, const StepContext& x, const LayerDims& dl,
   se.parallelism.cp = 1;
   se.parallelism.fsdp_shard = p.fsdp_shard > 0 ? xshard : 0;
   add_grads(se, x.m, ls.grads_on_host, c);
-  add_group(se, ls.params_on_host, ls.grads_on_host, ls.opt_on_host, c);
+  add_group(se, ls.params_on_host, ls.grads_on_host, ls.opt_on_host, c, true);
 }
 
 // Layer l: its recipe's ops in every micro-batch, their tensors, dependencies and collective
@@ -688,10 +695,12 @@ void add_layer(const Scenario& s, const StepContext& x, int l, Counts& c) {
     moe_colls = mo.fwd_collectives + mo.bwd_collectives - 2 * mlp_colls;
     add_moe_layer(s, x, dl, ls, c);
   }
-  // FP8: the layer's weights are cast once per step, after its optimizer update.
+  // FP8: the layer's weights, and its routed experts', are cast once per step, after their
+  // optimizer update.
   if (s.training.compute_dtype == sim::DType::kFp8) {
-    c.ops += 1;
-    c.deps += 1;
+    const double groups = dl.moe ? 2 : 1;
+    c.ops += groups;
+    c.deps += groups;
   }
   // Members of the tensor-parallel collectives (forward, backward, recomputed) and of the
   // data-parallel parameter gathers.
@@ -717,7 +726,7 @@ void add_layer(const Scenario& s, const StepContext& x, int l, Counts& c) {
           ? static_cast<double>(layer_parameter_tensors_per_rank(s.model, s.parallelism.tp).size())
           : 1;
   add_grads(s, m, ls.grads_on_host, c, reduces);
-  add_group(s, ls.params_on_host, ls.grads_on_host, ls.opt_on_host, c);
+  add_group(s, ls.params_on_host, ls.grads_on_host, ls.opt_on_host, c, true);
 }
 
 // Embedding (stage 0) and head (last stage), placed by the rules that select every layer. The

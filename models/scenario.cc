@@ -677,7 +677,21 @@ sim::Status check_dtypes(const TrainingConfig& t) {
     }
     return sim::ok();
   };
-  OFFSIM_RETURN_IF_ERROR(storage(d.params, "params"));
+  if (d.params == sim::DType::kFp8) {
+    // Transformer Engine's FP8 parameters (Megatron's --fp8-param-gather): the linear modules'
+    // weights kept only as their FP8 copies, updated from an fp32 master copy.
+    if (t.compute_dtype != sim::DType::kFp8) {
+      return invalid(fmt::format(
+          "training.dtypes.params: fp8 weights (Transformer Engine's FP8 parameters) need FP8 "
+          "GEMMs; expected training.precision fp8, not {}",
+          sim::to_string(t.compute_dtype)));
+    }
+    if (!t.fp32_master_weights && !d.master) {
+      return invalid(
+          "training.dtypes.params: fp8 weights are updated through a master copy; expected "
+          "training.fp32_master_weights true");
+    }
+  }
   OFFSIM_RETURN_IF_ERROR(storage(d.grads, "grads"));
   OFFSIM_RETURN_IF_ERROR(storage(d.master, "master"));
   OFFSIM_RETURN_IF_ERROR(storage(d.first_moment, "first_moment"));

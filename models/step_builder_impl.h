@@ -75,8 +75,9 @@ struct ParamGroup {
   enum class Role { kLayer, kEmbed, kHead };
   std::string name;  // "l3", "embed", "head", for display
   Role role = Role::kLayer;
-  int layer = -1;           // transformer layer or -1
-  std::int64_t params = 0;  // on this rank (tensor-sharded, before ZeRO)
+  int layer = -1;                   // transformer layer or -1
+  std::int64_t params = 0;          // on this rank (tensor-sharded, before ZeRO)
+  std::int64_t linear_weights = 0;  // of them, Transformer Engine linear weights (FP8 GEMMs')
   StaticMemory mem;
   bool params_on_host = false;
   bool grads_on_host = false;
@@ -340,6 +341,8 @@ class StepBuilder {
 
   // --- step_params.cc: parameter groups, gradient reductions, the optimizer
   OpId fp8_weight_cast(Rank& r, const ParamGroup& g, OpId after);
+  void fp8_param_storage(ParamGroup& g, const ParallelConfig& p) const;
+  std::int64_t fp8_weight_cache_bytes(const ParamGroup& g) const;
   OpId grad_passes(Rank& r, const std::vector<OpId>& deps);
   int edp() const;
   void make_param_groups(Rank& r);

@@ -6,20 +6,54 @@
 
 namespace offsim::models::detail {
 
-// FP8: Transformer Engine quantizes each layer's bf16 weights (row-wise for the forward,
+// FP8: Transformer Engine quantizes each layer's linear weights (row-wise for the forward,
 // column-wise for the dgrad) once per step: Megatron passes is_first_microbatch, and later
-// micro-batches reuse the cached FP8 weights. Bytes per the recipe (fp8_quantize_bytes) over
-// the layer's linear weights on this rank. Charged right after the layer's optimizer update,
+// micro-batches reuse the cached FP8 weights. Charged right after the group's optimizer update,
 // which produces the weights it casts.
+// * bf16 parameters: the recipe's cast (fp8_quantize_bytes) of every linear weight on the rank.
+// * FP8 parameters (training.dtypes.params fp8, Megatron's --fp8-param-gather): per-tensor and
+//   blockwise scaling quantize the updated fp32 master shard straight into the FP8 weights
+//   (TE's cast_master_weights_to_fp8; the update writes them, adam_bytes_per_param), current
+//   scaling after an amax pass over that shard (read 4 bytes each), and where the GEMMs need a
+//   column-wise copy (Ada and Hopper, blockwise everywhere) it is made from the gathered
+//   weights (read 1, write 1 each). MXFP8 gathers the updated weights in bf16 and quantizes
+//   them all as with bf16 parameters (Megatron's reuse_grad_buf_for_mxfp8_param_ag path).
 OpId StepBuilder::fp8_weight_cast(Rank& r, const ParamGroup& g, OpId after) {
-  const std::int64_t gated = d_.gated ? 2 : 1;
-  const std::int64_t weights =
-      d_.h * (d_.q() + 2 * d_.kv()) + d_.q() * d_.h + d_.h * d_.f * gated + d_.f * d_.h;
+  const std::int64_t weights = g.linear_weights;
+  std::int64_t bytes = fp8_quantize_bytes(fp8_recipe_, fp8_non_tn_, false, weights);
+  if (dt_.params == sim::DType::kFp8 && fp8_recipe_ != TrainingConfig::Fp8Recipe::kMxfp8) {
+    const bool current = fp8_recipe_ == TrainingConfig::Fp8Recipe::kCurrent;
+    const bool columnwise = !fp8_non_tn_ || fp8_recipe_ == TrainingConfig::Fp8Recipe::kBlockwise;
+    const std::int64_t shard = optimizer_shard(g) * weights / std::max<std::int64_t>(g.params, 1);
+    bytes = (current ? 4 * shard : 0) + (columnwise ? 2 * weights : 0);
+  }
+  if (bytes <= 0) return after;
   const OpId cast = elementwise(r, g.name + ".fp8_weight_cast", OpCategory::kOptimizer, g.layer,
-                                fp8_quantize_bytes(fp8_recipe_, fp8_non_tn_, false, weights),
-                                static_cast<double>(weights));
+                                bytes, static_cast<double>(weights));
   b_.op_at(cast).deps.push_back(after);
   return cast;
+}
+
+// FP8 parameters: a group's linear weights are held only as their FP8 copies
+// (fp8_weight_copy_bytes; sharded over the data-parallel ranks, a row-wise shard of one byte
+// per value), its norms, biases and router in bf16 (not Transformer Engine modules). The
+// embedding and the head stay bf16.
+void StepBuilder::fp8_param_storage(ParamGroup& g, const ParallelConfig& p) const {
+  if (dt_.params != sim::DType::kFp8) return;
+  const std::int64_t rest = 2 * (g.params - g.linear_weights);
+  g.mem.params_bytes =
+      dp_sharding(p).params
+          ? ceil_div(g.linear_weights + rest, shard_dp(p))
+          : fp8_weight_copy_bytes(fp8_recipe_, fp8_non_tn_, g.linear_weights) + rest;
+}
+
+// bf16 parameters under FP8 GEMMs: the FP8 copies Transformer Engine caches of every linear
+// weight across micro-batches and steps (the module's workspaces, kept while the module lives).
+// With sharded parameters (ZeRO-3, FSDP) none are counted: the cache would hold every gathered
+// layer's weights, and the step charges the cast once per step all the same.
+std::int64_t StepBuilder::fp8_weight_cache_bytes(const ParamGroup& g) const {
+  if (gdtype_ != sim::DType::kFp8 || dt_.params == sim::DType::kFp8 || shard_params()) return 0;
+  return fp8_weight_copy_bytes(fp8_recipe_, fp8_non_tn_, g.linear_weights);
 }
 
 // The mixed-precision optimizer's passes over the gradients before the update (Megatron's
@@ -73,6 +107,7 @@ void StepBuilder::make_param_groups(Rank& r) {
   const ModelArch& m = s_.model;
   const auto finish = [&](ParamGroup g) {
     g.mem = static_memory(g.params, p, dt_);
+    fp8_param_storage(g, p);
     r.groups.push_back(std::move(g));
   };
   if (r.stage == 0) {
@@ -89,6 +124,7 @@ void StepBuilder::make_param_groups(Rank& r) {
       ParamGroup g{.name = fmt::format("l{}", l),
                    .layer = l,
                    .params = layer_parameter_count_per_rank(m, p.tp, l),
+                   .linear_weights = linear_weight_count_per_rank(m, p.tp, l),
                    .params_on_host = lp.params_on_host,
                    .grads_on_host = lp.grads_on_host,
                    .opt_on_host = lp.opt_on_host,
@@ -102,6 +138,7 @@ void StepBuilder::make_param_groups(Rank& r) {
         ParamGroup x{.name = fmt::format("l{}.experts", l),
                      .layer = l,
                      .params = expert_parameter_count_per_rank(m, p.ep, p.etp),
+                     .linear_weights = expert_linear_weight_count_per_rank(m, p.ep, p.etp),
                      .params_on_host = lp.params_on_host,
                      .grads_on_host = lp.grads_on_host,
                      .opt_on_host = lp.opt_on_host,
@@ -112,7 +149,8 @@ void StepBuilder::make_param_groups(Rank& r) {
         pe.dp = expert_shard_dp(p);  // the expert-DP group takes in the context-parallel ranks
         pe.cp = 1;
         pe.fsdp_shard = 0;
-        x.mem = static_memory(x.params, pe, s_.training.fp32_master_weights, gdtype_);
+        x.mem = static_memory(x.params, pe, dt_);
+        fp8_param_storage(x, pe);
         r.expert_group_of_layer[l] = r.groups.size();
         r.groups.push_back(std::move(x));
       }
@@ -151,6 +189,9 @@ void StepBuilder::make_static_tensors(Rank& r) {
     g.opt_t = tensor(g.opt_on_host ? r.host : r.hbm, g.name + ".moments", moments,
                      TensorCategory::kOptimizer);
     b_.initial(g.params_t);
+    if (const std::int64_t cache = fp8_weight_cache_bytes(g); cache > 0) {
+      b_.initial(tensor(r.hbm, g.name + ".fp8_weights", cache, TensorCategory::kParams));
+    }
     b_.initial(g.grads_t);
     b_.initial(g.opt_t);
     if (master > 0) {
@@ -171,6 +212,7 @@ void StepBuilder::make_static_tensors(Rank& r) {
   std::int64_t hbm_static = 0;
   for (const ParamGroup& g : r.groups) {
     if (!g.params_on_host) hbm_static += g.mem.params_bytes;
+    hbm_static += fp8_weight_cache_bytes(g);
     if (!g.grads_on_host) hbm_static += g.mem.grads_bytes;
     if (!g.opt_on_host) hbm_static += g.mem.optimizer_bytes;
     if (g.opt_on_host && g.master_on_hbm) hbm_static += g.mem.master_bytes;

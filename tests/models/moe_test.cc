@@ -241,6 +241,46 @@ TEST(MoeStep, AllToAllAndGroupedGemms) {
   EXPECT_EQ(expert_params, 32LL * 3 * 2048 * 768 * 2);
 }
 
+// The routed experts' training state takes the scenario's storage dtypes like every other
+// group (bf16 Adam moments halve it, fp32 gradients double them), and under FP8 their weights
+// are cast once per step and cached like a layer's.
+TEST(MoeStep, ExpertStateFollowsTheStorageDtypes) {
+  Scenario s = small_moe();
+  auto base = build_step(s);
+  ASSERT_TRUE(base) << base.error().message;
+  s.training.dtypes.first_moment = sim::DType::kBf16;
+  s.training.dtypes.second_moment = sim::DType::kBf16;
+  s.training.dtypes.grads = sim::DType::kFp32;
+  auto narrow = build_step(s);
+  ASSERT_TRUE(narrow) << narrow.error().message;
+  const auto bytes = [](const sim::Plan& plan, const std::string& name) {
+    for (const sim::Tensor& t : plan.tensors) {
+      if (t.name == name) return t.bytes;
+    }
+    return std::int64_t{-1};
+  };
+  EXPECT_GT(bytes(base->plan, "l0.experts.moments"), 0);
+  EXPECT_EQ(2 * bytes(narrow->plan, "l0.experts.moments"), bytes(base->plan, "l0.experts.moments"));
+  EXPECT_EQ(bytes(narrow->plan, "l0.experts.grads"), 2 * bytes(base->plan, "l0.experts.grads"));
+
+  s = small_moe();
+  s.hardware.system = "dgx-h100";
+  s.training.compute_dtype = sim::DType::kFp8;
+  s.training.fp8_recipe = TrainingConfig::Fp8Recipe::kDelayed;
+  auto fp8 = build_step(s);
+  ASSERT_TRUE(fp8) << fp8.error().message;
+  const std::int64_t experts =
+      expert_linear_weight_count_per_rank(s.model, s.parallelism.ep, s.parallelism.etp);
+  EXPECT_EQ(bytes(fp8->plan, "l0.experts.fp8_weights"), 2 * experts);
+  bool cast = false;
+  for (const sim::Op& op : fp8->plan.ops) {
+    if (op.name != "l0.experts.fp8_weight_cast") continue;
+    cast = true;
+    EXPECT_EQ(op.sizes.bytes, 4 * experts);
+  }
+  EXPECT_TRUE(cast);
+}
+
 std::int64_t tensor_bytes(const sim::Plan& plan, const std::string& name) {
   for (const sim::Tensor& t : plan.tensors) {
     if (t.name == name) return t.bytes;

@@ -828,6 +828,76 @@ TEST(BuildStep, FrameworkOpsHaveExactBytes) {
   EXPECT_EQ(unscale, 1);
 }
 
+// FP8 weights in memory: with bf16 parameters Transformer Engine's cached FP8 copies (row-wise
+// and, on Hopper, the transpose) sit beside the bf16 weights; with FP8 parameters
+// (training.dtypes.params fp8, --fp8-param-gather) the copies are the weights, the norms stay
+// bf16, the per-step cast shrinks to the transpose, and the gather moves FP8 (bf16 under MXFP8).
+TEST(BuildStep, Fp8WeightsAreHeldAsTheRecipeKeepsThem) {
+  Scenario s = base("llama3-8b", "dgx-h100");
+  s.parallelism = {.dp = 4, .tp = 2, .sequence_parallel = true, .zero_stage = 1};
+  s.training.compute_dtype = sim::DType::kFp8;
+  s.training.fp8_recipe = TrainingConfig::Fp8Recipe::kDelayed;
+  const std::int64_t q = 16 * 128;
+  const std::int64_t kv = 4 * 128;
+  const std::int64_t f = 14336 / 2;
+  const std::int64_t linear = 4096 * (q + 2 * kv) + q * 4096 + 4096 * f * 2 + f * 4096;
+  const std::int64_t norms = 2 * 4096;
+  EXPECT_EQ(linear_weight_count_per_rank(s.model, 2, 0), linear);
+  const auto bytes_of = [](const sim::Plan& plan, const std::string& name) -> std::int64_t {
+    for (const sim::Tensor& t : plan.tensors) {
+      if (t.name == name) return t.bytes;
+    }
+    return -1;
+  };
+  const auto op_bytes = [](const sim::Plan& plan, const std::string& name) -> std::int64_t {
+    for (const sim::Op& op : plan.ops) {
+      if (op.name == name) return op.sizes.bytes;
+    }
+    return -1;
+  };
+  auto bf16 = build_step(s);
+  ASSERT_TRUE(bf16) << bf16.error().message;
+  EXPECT_EQ(bytes_of(bf16->plan, "l0.params"), 2 * (linear + norms));
+  EXPECT_EQ(bytes_of(bf16->plan, "l0.fp8_weights"), 2 * linear);
+  EXPECT_EQ(op_bytes(bf16->plan, "l0.fp8_weight_cast"), 4 * linear);
+  EXPECT_EQ(op_bytes(bf16->plan, "l0.params_allgather"), 2 * (linear + norms));
+
+  s.training.dtypes.params = sim::DType::kFp8;
+  ASSERT_TRUE(check_scenario(s));
+  auto fp8 = build_step(s);
+  ASSERT_TRUE(fp8) << fp8.error().message;
+  EXPECT_EQ(bytes_of(fp8->plan, "l0.params"), 2 * linear + 2 * norms);
+  EXPECT_EQ(bytes_of(fp8->plan, "l0.fp8_weights"), -1);
+  EXPECT_EQ(bytes_of(fp8->plan, "l0.grads"), bytes_of(bf16->plan, "l0.grads"));  // bf16
+  EXPECT_EQ(op_bytes(fp8->plan, "l0.fp8_weight_cast"), 2 * linear);  // the transpose only
+  EXPECT_EQ(op_bytes(fp8->plan, "l0.params_allgather"), linear + norms);
+
+  // Blackwell, current scaling: one row-wise byte per weight, no transpose; the cast is the
+  // amax pass over the fp32 master shard.
+  s.hardware.system = "dgx-b200";
+  s.training.fp8_recipe = TrainingConfig::Fp8Recipe::kCurrent;
+  auto b200 = build_step(s);
+  ASSERT_TRUE(b200) << b200.error().message;
+  EXPECT_EQ(bytes_of(b200->plan, "l0.params"), linear + 2 * norms);
+  EXPECT_EQ(op_bytes(b200->plan, "l0.fp8_weight_cast"), 4 * (linear / 4));
+  // MXFP8: row- and column-wise copies with their scales, gathered in bf16 and quantized whole.
+  s.training.fp8_recipe = TrainingConfig::Fp8Recipe::kMxfp8;
+  auto mx = build_step(s);
+  ASSERT_TRUE(mx) << mx.error().message;
+  EXPECT_EQ(bytes_of(mx->plan, "l0.params"), 2 * linear + 2 * ((linear + 31) / 32) + 2 * norms);
+  EXPECT_EQ(op_bytes(mx->plan, "l0.params_allgather"), 2 * (linear + norms));
+  EXPECT_EQ(op_bytes(mx->plan, "l0.fp8_weight_cast"),
+            fp8_quantize_bytes(TrainingConfig::Fp8Recipe::kMxfp8, true, false, linear));
+
+  // FP8 weights need FP8 GEMMs and a master copy.
+  s.training.fp32_master_weights = false;
+  EXPECT_NE(check_scenario(s).error().message.find("training.fp32_master_weights"),
+            std::string::npos);
+  s.training.fp32_master_weights = true;
+  s.training.compute_dtype = sim::DType::kBf16;
+  EXPECT_NE(check_scenario(s).error().message.find("training.precision fp8"), std::string::npos);
+}
+
 TEST(BuildStep, Megatron2021OptionsAddTheirOps) {
   // megatron-1.7b on 2 stages of TP 2: blocking pipeline sends go on the compute lane and carry
   // the TP rank's half of the b·s·h fp16 activation (1 · 2048 · 2304 · 2 / 2 = 4,718,592 bytes);
