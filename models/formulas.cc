@@ -658,10 +658,19 @@ StaticMemory static_memory(std::int64_t params, const ParallelConfig& p, bool fp
   return static_memory(params, p, resolve_dtypes(t));
 }
 
+std::int64_t ResolvedDtypes::master_bytes() const {
+  if (!master) return 0;
+  return master_remainders ? sim::dtype_bytes(*master) - sim::dtype_bytes(params)
+                           : sim::dtype_bytes(*master);
+}
+
+std::int64_t ResolvedDtypes::updated_bytes() const {
+  return master ? master_bytes() : sim::dtype_bytes(params);
+}
+
 std::int64_t ResolvedDtypes::state_bytes_per_param() const {
-  return sim::dtype_bytes(params) + sim::dtype_bytes(grads) +
-         (master ? sim::dtype_bytes(*master) : 0) + sim::dtype_bytes(first_moment) +
-         sim::dtype_bytes(second_moment);
+  return sim::dtype_bytes(params) + sim::dtype_bytes(grads) + master_bytes() +
+         sim::dtype_bytes(first_moment) + sim::dtype_bytes(second_moment);
 }
 
 ResolvedDtypes resolve_dtypes(const TrainingConfig& t) {
@@ -682,6 +691,8 @@ ResolvedDtypes resolve_dtypes(const TrainingConfig& t) {
     r.master = sim::DType::kFp32;
   }
   if (r.master == r.params) r.master.reset();  // the weights are their own master
+  r.master_remainders =
+      t.store_param_remainders && r.master == sim::DType::kFp32 && r.params == sim::DType::kBf16;
   r.first_moment = d.first_moment.value_or(sim::DType::kFp32);
   r.second_moment = d.second_moment.value_or(sim::DType::kFp32);
   const bool mxfp8 = t.fp8_recipe == TrainingConfig::Fp8Recipe::kMxfp8;
@@ -722,7 +733,7 @@ StaticMemory static_memory(std::int64_t params, const ParallelConfig& p, const R
   m.params_bytes = sim::dtype_bytes(d.params) * (shard_params ? ceil_div(params, dp) : params);
   m.grads_bytes = sim::dtype_bytes(d.grads) * (shard_grads ? ceil_div(params, dp) : params);
   const std::int64_t opt_params = shard_opt ? ceil_div(params, dp) : params;
-  m.master_bytes = d.master ? sim::dtype_bytes(*d.master) * opt_params : 0;
+  m.master_bytes = d.master_bytes() * opt_params;
   m.optimizer_bytes =
       (sim::dtype_bytes(d.first_moment) + sim::dtype_bytes(d.second_moment)) * opt_params +
       m.master_bytes;

@@ -260,6 +260,14 @@ struct ResolvedDtypes {
   sim::DType second_moment = sim::DType::kFp32;
   sim::DType all_gather = sim::DType::kBf16;
   sim::DType reduce_scatter = sim::DType::kBf16;
+  // The fp32 master kept as the 16 bits the bf16 weights do not hold
+  // (TrainingConfig::store_param_remainders).
+  bool master_remainders = false;
+  // Bytes per parameter of the master copy as stored: 0 without one, 2 as remainders.
+  std::int64_t master_bytes() const;
+  // Bytes per parameter of the copy the optimizer updates: the master as stored, or the
+  // weights themselves when they are their own master.
+  std::int64_t updated_bytes() const;
   // Bytes per parameter of the unsharded state: params + grads + master + moments.
   std::int64_t state_bytes_per_param() const;
 };

@@ -715,6 +715,12 @@ sim::Status check_dtypes(const TrainingConfig& t) {
         "copy); remove one of them");
   }
   const ResolvedDtypes r = resolve_dtypes(t);
+  if (t.store_param_remainders && !r.master_remainders) {
+    return invalid(fmt::format(
+        "training.store_param_remainders: keeps the 16 bits of an fp32 master that bf16 weights "
+        "do not hold; expected bf16 params with an fp32 master, got {} params and {} master",
+        sim::to_string(r.params), r.master ? sim::to_string(*r.master) : "no"));
+  }
   if (half(r.params) && half(r.grads) && r.params != r.grads) {
     return invalid(fmt::format(
         "training.dtypes.grads: {} gradients with {} parameters: no framework mixes the two "
@@ -1403,6 +1409,12 @@ sim::Status check_offload(const Scenario& s) {
     if (rule.cls == TensorClass::kOptimizerStates && rule.where == Placement::kHost) {
       optimizer_on_host = true;
     }
+  }
+  if (s.training.store_param_remainders && optimizer_on_host) {
+    return invalid(
+        "training.store_param_remainders: Transformer Engine's FusedAdam keeps the remainders "
+        "on the GPU; a host optimizer keeps a whole fp32 master; expected false with "
+        "optimizer_states on host");
   }
   if (s.offload.optimizer_on_cpu && !optimizer_on_host) {
     return invalid("offload.optimizer_on_cpu: true needs a rule placing optimizer_states on host");

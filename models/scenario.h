@@ -165,6 +165,12 @@ struct TrainingConfig {
   enum class Fp8Recipe { kDelayed, kCurrent, kMxfp8, kBlockwise };
   std::optional<Fp8Recipe> fp8_recipe;
   bool fp32_master_weights = true;
+  // Transformer Engine's FusedAdam with store_param_remainders (Megatron-Core's default with
+  // --use-precision-aware-optimizer on TE >= 2.1, when TE holds the master: bf16 weights, no FP8
+  // or delayed-scaling FP8): the fp32 master is kept as the 16 low-order bits the bf16 weights
+  // do not hold, 2 bytes per parameter; the update reads and writes both halves. Needs bf16
+  // weights, an fp32 master and the optimizer on the GPU.
+  bool store_param_remainders = false;
   Optimizer optimizer = Optimizer::kAdamW;
   // The LM head and cross entropy over the micro-batch's tokens in this many chunks. 1: the
   // fp32 logits of the whole micro-batch are materialised and kept for the backward (Megatron,

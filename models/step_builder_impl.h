@@ -52,10 +52,13 @@ using sim::TensorId;
 // AdamW per parameter: read the gradient, read and write the master (or the weights themselves
 // when they are their own master) and both moments, and write the weights when they are a
 // separate copy. bf16 weights with fp32 master and moments: 2 + 2·4 + 2·4 + 2·4 + 2 = 28 bytes.
+// A master kept as remainders is read with the weights it completes (TE's FusedAdam reads and
+// writes both halves): 2 + 2·2 + 2·4 + 2·4 + 2 + 2 = 26 bytes.
 inline std::int64_t adam_bytes_per_param(const ResolvedDtypes& d) {
-  const std::int64_t master = sim::dtype_bytes(d.master.value_or(d.params));
-  return sim::dtype_bytes(d.grads) + 2 * master + 2 * sim::dtype_bytes(d.first_moment) +
-         2 * sim::dtype_bytes(d.second_moment) + (d.master ? sim::dtype_bytes(d.params) : 0);
+  const std::int64_t params = sim::dtype_bytes(d.params);
+  return sim::dtype_bytes(d.grads) + 2 * d.updated_bytes() + 2 * sim::dtype_bytes(d.first_moment) +
+         2 * sim::dtype_bytes(d.second_moment) + (d.master ? params : 0) +
+         (d.master_remainders ? params : 0);
 }
 constexpr double kAdamFlopsPerParam = 12.0;
 

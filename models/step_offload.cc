@@ -22,7 +22,7 @@ namespace {
 // fp32 master and moments: 8 + 28 + 6 = 42 bytes. Other frameworks' CPU steps (FSDP CPU offload)
 // receive the gradient in its compute dtype and widen and norm it on the host: + 6 + 4 bytes.
 std::int64_t cpu_step_bytes_per_param(const ResolvedDtypes& d, bool widen_on_host) {
-  const std::int64_t master = sim::dtype_bytes(d.master.value_or(d.params));
+  const std::int64_t master = d.updated_bytes();
   const std::int64_t g = sim::dtype_bytes(d.grads);
   const std::int64_t widen = (!widen_on_host || g == 4) ? 0 : g + 4;
   const std::int64_t norm = widen_on_host ? 4 : 0;
@@ -39,7 +39,7 @@ std::int64_t cpu_step_bytes_per_param(const ResolvedDtypes& d, bool widen_on_hos
 // copied back to the GPU's main parameter (no narrowing on the host). Clipping by the global
 // norm runs on the GPU before the step, as MegatronOptimizer.step() does. fp32: 4 + 8 + 16 = 28.
 std::int64_t hdo_step_bytes_per_param(const ResolvedDtypes& d) {
-  const std::int64_t master = sim::dtype_bytes(d.master.value_or(d.params));
+  const std::int64_t master = d.updated_bytes();
   return 4 + 2 * master + 2 * sim::dtype_bytes(d.first_moment) +
          2 * sim::dtype_bytes(d.second_moment);
 }
@@ -170,8 +170,8 @@ std::vector<TensorId> StepBuilder::reload_activations(Rank& r, int mb, int l, co
 // modelled as the gradient in its own dtype.)
 std::int64_t StepBuilder::grads_d2h_bytes(const ParamGroup& g) const {
   if (!deepspeed_cpu_step(g) && !superoffload(g)) return g.mem.grads_bytes;
-  const std::int64_t widened = g.mem.grads_bytes / sim::dtype_bytes(dt_.grads) *
-                               sim::dtype_bytes(dt_.master.value_or(dt_.params));
+  const std::int64_t widened =
+      g.mem.grads_bytes / sim::dtype_bytes(dt_.grads) * dt_.updated_bytes();
   if (!zenflow(g)) return widened;
   // ZenFlow runs DeepSpeed's gradient accumulation over update_interval steps (engine.py sets
   // gradient_accumulation_steps to it): every step copies the gradient to the host in its own
@@ -217,7 +217,7 @@ std::optional<OpId> StepBuilder::deepspeed_flat_step(Rank& r) {
   std::vector<OpId> deps;
   for (const auto& [key, op] : r.reduce_op) deps.push_back(op);
   for (const auto& [key, op] : r.expert_reduce_op) deps.push_back(op);
-  const std::int64_t master = sim::dtype_bytes(dt_.master.value_or(dt_.params));
+  const std::int64_t master = dt_.updated_bytes();
   for (const ParamGroup& g : r.groups) {
     if (!deepspeed_cpu_step(g)) continue;
     const std::int64_t n = optimizer_shard(g);
@@ -334,7 +334,7 @@ std::optional<OpId> StepBuilder::zenflow_step(Rank& r, std::int64_t shard, std::
     w.flops = kAdamFlopsPerParam * static_cast<double>(shard) / static_cast<double>(n);
     add(r, r.cpu, "partition.zenflow_adam.worker", OpKind::kHostCompute, OpCategory::kCpuOptimizer,
         -1, cm_.host_compute(r.rank, w.bytes, w.flops, worker), w, {});
-    const std::int64_t master = sim::dtype_bytes(dt_.master.value_or(dt_.params));
+    const std::int64_t master = dt_.updated_bytes();
     sim::OpSizes m;
     m.bytes = (2 * master + master + sim::dtype_bytes(dt_.params)) * shard / n;
     m.flops = 2.0 * static_cast<double>(shard) / static_cast<double>(n);
@@ -410,7 +410,7 @@ std::optional<OpId> StepBuilder::cpu_params_up(Rank& r, const ParamGroup& g,
   // few milliseconds not modelled); the others copy the narrowed one.
   const bool hdo = hybrid_device_step(g);
   const std::int64_t bytes =
-      optimizer_shard(g) * sim::dtype_bytes(hdo ? dt_.master.value_or(dt_.params) : dt_.params);
+      optimizer_shard(g) * (hdo ? dt_.updated_bytes() : sim::dtype_bytes(dt_.params));
   return copy(r, sim::CopyDirection::kH2D, g.name + (hdo ? ".master_h2d" : ".params_h2d"),
               OpCategory::kOffload, g.layer, bytes, std::move(deps));
 }
@@ -477,7 +477,7 @@ void StepBuilder::superoffload_step(Rank& r) {
   CostModel::CpuThreads worker = cpu_threads();
   worker.core_fraction = s_.offload.superoffload.cpuadam_cores_perc;
   const CostModel::CpuThreads main = cpu_threads();
-  const std::int64_t master = sim::dtype_bytes(dt_.master.value_or(dt_.params));
+  const std::int64_t master = dt_.updated_bytes();
   std::optional<OpId> last_update;
   for (std::size_t i = r.groups.size(); i-- > 0;) {
     const ParamGroup& g = r.groups[i];

@@ -505,6 +505,7 @@ sim::Status read_training(const Node& node, models::TrainingConfig& t) {
   }
   OFFSIM_RETURN_IF_ERROR(read_fp8_recipe(r, t));
   OFFSIM_RETURN_IF_ERROR(read_bool(r, "fp32_master_weights", t.fp32_master_weights));
+  OFFSIM_RETURN_IF_ERROR(read_bool(r, "store_param_remainders", t.store_param_remainders));
   OFFSIM_RETURN_IF_ERROR(read_int(r, "loss_chunks", t.loss_chunks, 1, kMaxDim));
   OFFSIM_RETURN_IF_ERROR(
       read_bool(r, "gradient_accumulation_fusion", t.gradient_accumulation_fusion));
@@ -1283,6 +1284,7 @@ Node training_node(const models::TrainingConfig& t) {
   put(training, "precision", scalar_node(sim::to_string(t.compute_dtype)));
   if (t.fp8_recipe) put(training, "fp8_recipe", scalar_node(models::to_string(*t.fp8_recipe)));
   put(training, "fp32_master_weights", bool_node(t.fp32_master_weights));
+  if (t.store_param_remainders) put(training, "store_param_remainders", bool_node(true));
   put(training, "loss_chunks", number_node(t.loss_chunks));
   put(training, "gradient_accumulation_fusion", bool_node(t.gradient_accumulation_fusion));
   put(training, "moe_grouped_gemm", scalar_node(models::to_string(t.moe_grouped_gemm)));

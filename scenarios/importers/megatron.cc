@@ -896,6 +896,95 @@ sim::Status map_precision(Args& a) {
   return {};
 }
 
+// --- FP8 recipe and the storage dtypes of Megatron-LM's training state (megatron/training/
+// arguments.py, megatron/core/optimizer/optimizer_config.py).
+sim::Status map_fp8_recipe(Args& a) {
+  Field* f = a.get("--fp8-recipe");
+  if (f == nullptr) return {};
+  OFFSIM_ASSIGN_OR_RETURN(std::string v,
+                          a.m.one_of(*f, {"delayed", "tensorwise", "mxfp8", "blockwise"}));
+  return a.m.set(*f, "training.fp8_recipe", v == "tensorwise" ? "current" : v);
+}
+
+// Adam moments (--exp-avg-dtype, --exp-avg-sq-dtype: fp32, fp16, bf16, fp8; offsim stores fp32
+// and bf16 moments).
+sim::Status map_moment_dtypes(Args& a) {
+  for (const auto& [flag, key] :
+       {std::pair{"--exp-avg-dtype", "training.dtypes.first_moment"},
+        std::pair{"--exp-avg-sq-dtype", "training.dtypes.second_moment"}}) {
+    Field* f = a.get(flag);
+    if (f == nullptr) continue;
+    OFFSIM_ASSIGN_OR_RETURN(std::string v, a.m.one_of(*f, {"fp32", "fp16", "bf16", "fp8"}));
+    if (v == "fp32" || v == "bf16") {
+      OFFSIM_RETURN_IF_ERROR(a.m.set(*f, key, v));
+    } else {
+      a.m.unmapped(*f, fmt::format("{} Adam moments are not modelled (fp32 or bf16)", v));
+    }
+  }
+  return {};
+}
+
+// With --bf16 Megatron-LM accumulates and reduces the gradients in fp32 unless
+// --grad-reduce-in-bf16 is given or --main-grads-dtype bf16 leaves the accumulation off
+// (arguments.py: accumulate_allreduce_grads_in_fp32). --fp8-param-gather keeps the linear
+// weights as FP8 parameters. --use-precision-aware-optimizer hands the master to Transformer
+// Engine's FusedAdam, which stores it as 16-bit remainders of the bf16 weights
+// (store_param_remainders, True by default with TE 2.1 or later) when TE holds the master:
+// without FP8 or with delayed scaling, --fp8-recipe's default (optimizer_config.py,
+// use_precision_aware_optimizer_no_fp8_or_ds_fp8), with bf16 weights, and not with the
+// optimizer offloaded to the host.
+sim::Status map_storage_dtypes(Args& a) {
+  const Node* precision = find_path(a.m.doc, "training.precision");
+  const bool bf16 = precision != nullptr && precision->scalar == "bf16";
+  const bool fp8 = precision != nullptr && precision->scalar == "fp8";
+  Field* gather = a.get("--fp8-param-gather");
+  bool fp8_params = false;
+  if (gather != nullptr) {
+    OFFSIM_ASSIGN_OR_RETURN(fp8_params, a.flag(gather));
+    if (fp8_params && !fp8) return a.m.error(*gather, "--fp8-param-gather needs --fp8-format");
+    if (fp8_params) OFFSIM_RETURN_IF_ERROR(a.m.set(*gather, "training.dtypes.params", "fp8"));
+  }
+  Field* reduce_bf16 = a.get("--grad-reduce-in-bf16");
+  Field* accumulate = a.get("--accumulate-allreduce-grads-in-fp32");
+  Field* main_grads = a.get("--main-grads-dtype");
+  bool in_bf16 = false;
+  if (reduce_bf16 != nullptr) {
+    OFFSIM_ASSIGN_OR_RETURN(in_bf16, a.flag(reduce_bf16));
+  }
+  bool in_fp32 = false;
+  if (accumulate != nullptr) {
+    OFFSIM_ASSIGN_OR_RETURN(in_fp32, a.flag(accumulate));
+  }
+  std::string main_grads_dtype = "fp32";
+  if (main_grads != nullptr) {
+    OFFSIM_ASSIGN_OR_RETURN(main_grads_dtype, a.m.one_of(*main_grads, {"fp32", "bf16"}));
+  }
+  if ((bf16 || fp8) && !in_bf16 && (in_fp32 || main_grads_dtype == "fp32")) {
+    std::vector<const Field*> from;
+    for (const Field* f : {a.get("--bf16"), accumulate, main_grads}) {
+      if (f != nullptr) from.push_back(f);
+    }
+    if (!from.empty()) OFFSIM_RETURN_IF_ERROR(a.m.set_from(from, "training.dtypes.grads", "fp32"));
+  } else {
+    for (Field* f : {reduce_bf16, accumulate, main_grads}) {
+      if (f != nullptr) OFFSIM_RETURN_IF_ERROR(a.m.set(*f, "training.dtypes.grads", "bf16"));
+    }
+  }
+  if (Field* f = a.get("--use-precision-aware-optimizer")) {
+    OFFSIM_ASSIGN_OR_RETURN(bool on, a.flag(f));
+    const Node* recipe = find_path(a.m.doc, "training.fp8_recipe");
+    const bool te_master = !fp8 || recipe == nullptr || recipe->scalar == "delayed";
+    const Node* offload = find_path(a.m.doc, "offload.optimizer");
+    const bool on_host = offload != nullptr && offload->scalar == "cpu";
+    if (on && (bf16 || fp8) && te_master && !fp8_params && !on_host) {
+      OFFSIM_RETURN_IF_ERROR(a.m.set(*f, "training.store_param_remainders", "true"));
+    } else {
+      a.m.ignored(*f, "the master stays a whole fp32 copy here (no remainders)");
+    }
+  }
+  return map_moment_dtypes(a);
+}
+
 // --- optimizer and gradient-accumulation fusion.
 sim::Status map_optimizer(Args& a) {
   if (Field* f = a.get("--optimizer")) {
@@ -1274,6 +1363,8 @@ sim::Result<ImportResult> import_megatron(const std::vector<std::string>& files,
   OFFSIM_RETURN_IF_ERROR(map_optimizer(a));
   OFFSIM_RETURN_IF_ERROR(map_recompute(a));
   OFFSIM_RETURN_IF_ERROR(map_offload(a));
+  OFFSIM_RETURN_IF_ERROR(map_fp8_recipe(a));
+  OFFSIM_RETURN_IF_ERROR(map_storage_dtypes(a));
   OFFSIM_RETURN_IF_ERROR(map_cuda_graphs(a));
   settle_leftovers(fields, m, ignore_reason);
   return finish(m, options,

@@ -133,6 +133,43 @@ TEST(Dtypes, TheBuilderLowersThem) {
   EXPECT_TRUE(found);
 }
 
+TEST(Dtypes, MasterRemaindersHoldTheBitsTheWeightsDoNot) {
+  // Transformer Engine's store_param_remainders: bf16 weights, bf16 grads, a 2-byte master and
+  // fp32 moments = 2 + 2 + 2 + 8 = 14 B per parameter (16 with a whole fp32 master).
+  TrainingConfig t;
+  t.store_param_remainders = true;
+  const ResolvedDtypes d = resolve_dtypes(t);
+  EXPECT_TRUE(d.master_remainders);
+  EXPECT_EQ(d.master_bytes(), 2);
+  EXPECT_EQ(d.state_bytes_per_param(), 14);
+  const StaticMemory m = static_memory(1000, {.dp = 4, .zero_stage = 1}, d);
+  EXPECT_EQ(m.master_bytes, 500);
+  EXPECT_EQ(m.optimizer_bytes, 2500);
+
+  // In the plan: layer 0's master is 2 bytes per parameter of its shard, and its update reads
+  // the gradient (2), reads and writes the remainders and the weights (2 x 2 + 2 x 2) and both
+  // moments (2 x 8): 26 bytes per parameter instead of 28.
+  Scenario s = base("llama3-8b", "dgx-h100");
+  s.parallelism = {.dp = 8, .zero_stage = 1};
+  s.training.store_param_remainders = true;
+  ASSERT_TRUE(check_scenario(s));
+  auto step = build_step(s);
+  ASSERT_TRUE(step) << step.error().message;
+  const std::int64_t shard = ceil_div(layer_parameter_count_per_rank(s.model, 1), 8);
+  const sim::Tensor* master = nullptr;
+  for (const sim::Tensor& x : step->plan.tensors) {
+    if (x.name == "l0.master") master = &x;
+  }
+  ASSERT_NE(master, nullptr);
+  EXPECT_EQ(master->bytes, 2 * shard);
+  const sim::Op* adam = nullptr;
+  for (const sim::Op& op : step->plan.ops) {
+    if (op.name == "l0.adam") adam = &op;
+  }
+  ASSERT_NE(adam, nullptr);
+  EXPECT_EQ(adam->sizes.bytes, 26 * shard);
+}
+
 TEST(Dtypes, CombinationsNoFrameworkRunsAreInputErrors) {
   const auto error_of = [](auto edit) {
     Scenario s = base("llama3-8b", "dgx-h100");
@@ -166,6 +203,23 @@ TEST(Dtypes, CombinationsNoFrameworkRunsAreInputErrors) {
               s.training.fp32_master_weights = false;
               s.training.dtypes.master = DType::kFp32;
             }).find("training.dtypes.master"),
+            std::string::npos);
+  // Remainders complete bf16 weights to an fp32 master, on the GPU.
+  EXPECT_NE(error_of([](Scenario& s) {
+              s.training.store_param_remainders = true;
+              s.training.dtypes = *dtype_preset("maxtext_default");
+            }).find("training.store_param_remainders"),
+            std::string::npos);
+  EXPECT_NE(error_of([](Scenario& s) {
+              s.training.store_param_remainders = true;
+              s.training.compute_dtype = DType::kFp16;
+            }).find("training.store_param_remainders"),
+            std::string::npos);
+  EXPECT_NE(error_of([](Scenario& s) {
+              s.training.store_param_remainders = true;
+              s.offload.rules.push_back(
+                  {.cls = TensorClass::kOptimizerStates, .where = Placement::kHost});
+            }).find("training.store_param_remainders"),
             std::string::npos);
   EXPECT_EQ(error_of([](Scenario& s) { s.training.dtypes = *dtype_preset("fsdp2_mixed"); }), "");
 }

@@ -439,6 +439,51 @@ TEST(MegatronImport, BridgeRecipeWithOptimizerOffload) {
   expect_round_trip(*r);
 }
 
+// The storage dtypes Megatron-LM gives the training state: fp32 main gradients with --bf16
+// unless --grad-reduce-in-bf16, bf16 Adam moments, FP8 parameters, and Transformer Engine's
+// master remainders under the precision-aware optimizer where TE holds the master.
+TEST(MegatronImport, StorageDtypesOfTheTrainingState) {
+  const TempDir dir("import");
+  const std::string script = dir.file("train.sh");
+  std::ifstream in(kDir + "megatron-gpt-pretrain.sh");
+  const std::string launch((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto import = [&](const std::string& flags) {
+    std::string text = launch;
+    const std::size_t at = text.find("    --bf16\n");
+    text.replace(at, 11, "    " + flags + "\n");
+    std::ofstream(script) << text;
+    return import_config(Framework::kMegatron, {script}, {.sets = {"hardware.system=dgx-h100"}});
+  };
+  auto r = import("--bf16");
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(value_at(r->scenario, "training.dtypes.grads"), "fp32");
+  r = import(
+      "--bf16 --grad-reduce-in-bf16 --use-precision-aware-optimizer --exp-avg-dtype bf16 "
+      "--exp-avg-sq-dtype bf16");
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(value_at(r->scenario, "training.dtypes.grads"), "bf16");
+  EXPECT_EQ(value_at(r->scenario, "training.dtypes.first_moment"), "bf16");
+  EXPECT_EQ(value_at(r->scenario, "training.dtypes.second_moment"), "bf16");
+  EXPECT_EQ(value_at(r->scenario, "training.store_param_remainders"), "true");
+  expect_round_trip(*r);
+  // Current scaling: Megatron-Core keeps the fp32 master itself (no remainders); FP8 weights.
+  r = import(
+      "--bf16 --fp8-format hybrid --fp8-recipe tensorwise --fp8-param-gather "
+      "--use-precision-aware-optimizer");
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(value_at(r->scenario, "training.fp8_recipe"), "current");
+  EXPECT_EQ(value_at(r->scenario, "training.dtypes.params"), "fp8");
+  EXPECT_EQ(value_at(r->scenario, "training.dtypes.grads"), "fp32");
+  EXPECT_EQ(find_path(r->scenario, "training.store_param_remainders"), nullptr);
+  EXPECT_EQ(keys(r->ignored).at(1), "--use-precision-aware-optimizer");
+  expect_round_trip(*r);
+  r = import("--bf16 --fp8-param-gather");
+  expect_error(r, "--fp8-param-gather needs --fp8-format");
+  r = import("--bf16 --exp-avg-dtype fp8");
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(keys(r->unmapped), (std::vector<std::string>{"--exp-avg-dtype"}));
+}
+
 TEST(MegatronImport, BadArguments) {
   const TempDir dir("import");
   const std::string script = dir.file("train.sh");

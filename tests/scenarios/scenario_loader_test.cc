@@ -97,7 +97,8 @@ TEST_F(LoaderTest, UnknownKeyNamesFileLineColumnAndPath) {
       replace(kBase, "  seq_len: 2048\n", "  seq_len: 2048\n  micro_bach: 1\n");
   EXPECT_EQ(error_of(text),
             p(":9:15: training.micro_bach: unknown key; expected one of global_batch, "
-              "micro_batch, seq_len, precision, fp8_recipe, fp32_master_weights, loss_chunks, "
+              "micro_batch, seq_len, precision, fp8_recipe, fp32_master_weights, "
+              "store_param_remainders, loss_chunks, "
               "gradient_accumulation_fusion, moe_grouped_gemm, cuda_graph_modules, dtype_preset, "
               "dtypes, optimizer"));
   EXPECT_EQ(error_of(std::string(kBase) + "colour: red\n"),
@@ -634,7 +635,7 @@ TEST_F(LoaderTest, OverridesApplyAndNameThemselvesInErrors) {
   EXPECT_EQ(error_of(kBase, {"training.micro_bach=4"}),
             "--set training.micro_bach=4: training.micro_bach: unknown key; expected one of "
             "global_batch, micro_batch, seq_len, precision, fp8_recipe, fp32_master_weights, "
-            "loss_chunks, "
+            "store_param_remainders, loss_chunks, "
             "gradient_accumulation_fusion, moe_grouped_gemm, cuda_graph_modules, dtype_preset, "
             "dtypes, optimizer");
   EXPECT_EQ(error_of(kBase, {"training.micro_batch=-1"}),
