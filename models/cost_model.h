@@ -117,6 +117,10 @@ class CostModel {
   // many copies as it holds. The times add up, after the launch gap of each stream's kernels.
   sim::OpCost grouped_gemm(int rank, const std::vector<sim::GemmShape>& groups,
                            int streams = 0) const;
+  // A kernel `c` of `rank` (gemm, grouped_gemm) `scale` times as long on the same resources: its
+  // rate bound divided by `scale`, its use of the rank's SMs per unit of work multiplied by it
+  // (its HBM bytes per unit of work kept). See fp8_recipe_gemm_time_scale.
+  sim::OpCost scale_kernel_time(int rank, sim::OpCost c, double scale) const;
   // The framework's host thread (one per rank) issues every GPU op in program order; the
   // step builder charges each op the host time below on the rank's host lane, and an op starts
   // no earlier than the CPU issued it (see models/README.md, "Host issue thread"). Counts of
@@ -367,6 +371,15 @@ TrainingConfig::Fp8Recipe default_fp8_recipe(int compute_capability_x10);
 // parallelism, the scalar amax all-reduce over the TP group are not charged.
 std::int64_t fp8_quantize_bytes(TrainingConfig::Fp8Recipe recipe, bool non_tn, bool from_norm,
                                 std::int64_t elements);
+
+// How much longer an FP8 GEMM kernel runs under `recipe` than the per-tensor-scaled kernel the
+// profile's FP8 surface measures (scale_kernel_time applies it). Measured or derived from
+// Transformer Engine's GEMM profiling guide (docs/examples/gemm_profiling/gemm_profiling.rst,
+// benchmarks/gemm/benchmark_gemm.py, the 12 GEMMs of a hidden-4096, FFN-16384 layer at 15,872
+// tokens; see cost_model.cc): MXFP8 1.051 on Blackwell (also the Float8BlockScaling recipe
+// there, which TE runs as MXFP8 GEMMs), blockwise 1.22 on Hopper; 1 for delayed and current
+// scaling.
+double fp8_recipe_gemm_time_scale(TrainingConfig::Fp8Recipe recipe, int compute_capability_x10);
 
 // Bytes Transformer Engine keeps per FP8 weight of `elements` values, the copies its GEMMs read:
 // delayed and current scaling a row-wise copy, and on Ada and Hopper (no non-TN FP8 GEMMs) its

@@ -42,6 +42,7 @@ StepBuilder::StepBuilder(const Scenario& s, const LayerPolicies& policies, const
   const int cc = cm.profile().gpu.compute_capability_x10();
   fp8_non_tn_ = fp8_non_tn_gemm(cc);
   fp8_recipe_ = s.training.fp8_recipe.value_or(default_fp8_recipe(cc));
+  fp8_gemm_scale_ = fp8_recipe_gemm_time_scale(fp8_recipe_, cc);
   dt_ = resolve_dtypes(s.training);
   for (int l = 0; l < built_layers(s.model); ++l) {
     ldims_.push_back(layer_dims(s.model, s.training, p, l));
@@ -147,7 +148,9 @@ OpId StepBuilder::gemm_as(sim::DType dtype, Rank& r, const std::string& name, Op
   sim::OpSizes sz;
   sz.gemm = shape;
   sz.flops = sim::gemm_flops(shape);
-  return add(r, r.compute, name, OpKind::kGemm, cat, layer, cm_.gemm(r.rank, shape), sz);
+  sim::OpCost cost = cm_.gemm(r.rank, shape);
+  if (dtype == sim::DType::kFp8) cost = cm_.scale_kernel_time(r.rank, cost, fp8_gemm_scale_);
+  return add(r, r.compute, name, OpKind::kGemm, cat, layer, std::move(cost), sz);
 }
 
 // The FP8 quantization of `elements` bf16 values as the scenario's recipe runs it

@@ -521,7 +521,8 @@ class StepBuilder {
   sim::DType adtype_ = sim::DType::kBf16;
   // FP8 (training.fp8_recipe as resolved; Blackwell needs no transposed FP8 copies).
   TrainingConfig::Fp8Recipe fp8_recipe_ = TrainingConfig::Fp8Recipe::kDelayed;
-  bool fp8_non_tn_ = false;  // fp8_non_tn_gemm() of the GPU
+  bool fp8_non_tn_ = false;      // fp8_non_tn_gemm() of the GPU
+  double fp8_gemm_scale_ = 1.0;  // fp8_recipe_gemm_time_scale() of the recipe on the GPU
   // Set while a gathered GEMM's input was quantized before its all-gather: its GEMMs cast nothing.
   bool fp8_input_cast_ = false;
   ResolvedDtypes dt_;

@@ -61,8 +61,9 @@ OpId StepBuilder::grouped_gemm(Rank& r, const std::string& name, OpCategory cat,
     case TrainingConfig::MoeGroupedGemm::kSingleKernel:
       break;
   }
-  return add(r, r.compute, name, OpKind::kGemm, cat, layer,
-             cm_.grouped_gemm(r.rank, groups, streams), sz);
+  sim::OpCost cost = cm_.grouped_gemm(r.rank, groups, streams);
+  if (gdtype_ == sim::DType::kFp8) cost = cm_.scale_kernel_time(r.rank, cost, fp8_gemm_scale_);
+  return add(r, r.compute, name, OpKind::kGemm, cat, layer, std::move(cost), sz);
 }
 
 // Host-resident expert weights of layer l for one pass: {bytes prefetched with the layer,

@@ -69,6 +69,27 @@ TEST(CostModelTest, GemmTimeIsFlopsOverPeakTimesEfficiency) {
   EXPECT_DOUBLE_EQ(f.cm.peak_flops(sim::DType::kBf16), 989e12);
 }
 
+TEST(CostModelTest, Fp8RecipesScaleTheKernelTime) {
+  using R = TrainingConfig::Fp8Recipe;
+  // Per-tensor kernels are what the FP8 surface measures; MXFP8 7.161 / 6.812 ms (B300,
+  // pre-quantized); blockwise on Hopper 20.504 / 16.785 ms, on Blackwell run as MXFP8.
+  EXPECT_EQ(fp8_recipe_gemm_time_scale(R::kDelayed, 90), 1.0);
+  EXPECT_EQ(fp8_recipe_gemm_time_scale(R::kCurrent, 100), 1.0);
+  EXPECT_DOUBLE_EQ(fp8_recipe_gemm_time_scale(R::kMxfp8, 100), 7.161 / 6.812);
+  EXPECT_DOUBLE_EQ(fp8_recipe_gemm_time_scale(R::kBlockwise, 90), 20.504 / 16.785);
+  EXPECT_DOUBLE_EQ(fp8_recipe_gemm_time_scale(R::kBlockwise, 103), 7.161 / 6.812);
+  // Scaled: the SM-bound kernel takes 1.25 times as long alone; its HBM bytes per FLOP stay.
+  auto f = make("dgx-h100", {{.rank = 0}});
+  const sim::GemmShape shape{.m = 8192, .n = 8192, .k = 8192, .dtype = sim::DType::kFp8};
+  const sim::OpCost c = f.cm.gemm(0, shape);
+  const sim::OpCost s = f.cm.scale_kernel_time(0, c, 1.25);
+  EXPECT_DOUBLE_EQ(s.max_rate, c.max_rate / 1.25);
+  EXPECT_DOUBLE_EQ(s.uses[0].per_unit, c.uses[0].per_unit * 1.25);
+  EXPECT_DOUBLE_EQ(s.uses[1].per_unit, c.uses[1].per_unit);
+  EXPECT_NEAR(seconds(f.cm.alone(s)) - 2e-6, 1.25 * (seconds(f.cm.alone(c)) - 2e-6), 1e-9);
+  EXPECT_EQ(f.cm.scale_kernel_time(0, c, 1.0), c);
+}
+
 TEST(CostModelTest, SmallGemmFollowsTheCurve) {
   auto f = make("dgx-a100-80gb", {{.rank = 0}});
   // 1024 × 1024 × 512 = 1.07 GFLOP (2·m·n·k): between the 1 and 16 GFLOP knots of the A100
