@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -88,6 +89,53 @@ TEST(CostModelTest, Fp8RecipesScaleTheKernelTime) {
   EXPECT_DOUBLE_EQ(s.uses[1].per_unit, c.uses[1].per_unit);
   EXPECT_NEAR(seconds(f.cm.alone(s)) - 2e-6, 1.25 * (seconds(f.cm.alone(c)) - 2e-6), 1e-9);
   EXPECT_EQ(f.cm.scale_kernel_time(0, c, 1.0), c);
+}
+
+// Transformer Engine's GEMM profiling guide (docs/examples/gemm_profiling/gemm_profiling.rst):
+// the 12 GEMMs of one layer (hidden 4096, FFN 16384, 31 x 512 tokens; te.Linear(K, N) on an
+// M x K input: fprop, dgrad and wgrad shapes), each quantizing its input and its weight under
+// autocast. Speedups over bf16 per layer, H200 NVL: delayed 1.69, current 1.58, blockwise 1.40;
+// current scaling's kernels alone 1.90. offsim's h200 profile (the SXM part) against them: the
+// per-tensor kernels and the delayed and current casts are not fitted to the guide, the
+// blockwise kernel time is (fp8_recipe_gemm_time_scale). offsim: 1.83, 1.60, 1.50, 1.34 (all
+// 4-6% low: its bf16 GEMMs on this layer are relatively faster than the NVL part's); within 6%.
+TEST(CostModelTest, Fp8RecipeSpeedupsOfTeGemmGuide) {
+  auto f = make("h200-1gpu", {{.rank = 0}});
+  const bool non_tn = fp8_non_tn_gemm(90);
+  const std::int64_t m = 31 * 512;
+  const std::int64_t h = 4096;
+  const std::int64_t ffn = 16384;
+  struct Mkn {
+    std::int64_t m, k, n;
+  };
+  const Mkn shapes[] = {{m, h, 3 * h}, {m, h, h}, {m, h, ffn}, {m, ffn, h},
+                        {m, 3 * h, h}, {m, h, h}, {m, ffn, h}, {m, h, ffn},
+                        {3 * h, m, h}, {h, m, h}, {ffn, m, h}, {h, m, ffn}};
+  using R = TrainingConfig::Fp8Recipe;
+  const auto layer_s = [&](std::optional<R> recipe, bool with_casts) {
+    double t = 0.0;
+    for (const Mkn& x : shapes) {
+      sim::GemmShape g{.m = x.m, .n = x.n, .k = x.k};
+      if (recipe) g.dtype = sim::DType::kFp8;
+      sim::OpCost c = f.cm.gemm(0, g);
+      if (recipe) c = f.cm.scale_kernel_time(0, c, fp8_recipe_gemm_time_scale(*recipe, 90));
+      t += seconds(f.cm.alone(c));
+      if (recipe && with_casts) {
+        const std::int64_t bytes = fp8_quantize_bytes(*recipe, non_tn, false, x.m * x.k) +
+                                   fp8_quantize_bytes(*recipe, non_tn, false, x.k * x.n);
+        t += seconds(f.cm.alone(f.cm.memory_bound(0, bytes, 0.0)));
+      }
+    }
+    return t;
+  };
+  const double bf16 = layer_s(std::nullopt, false);
+  const auto near = [](double simulated, double published) {
+    EXPECT_NEAR(simulated / published, 1.0, 0.06) << simulated << " vs " << published;
+  };
+  near(bf16 / layer_s(R::kCurrent, false), 31.968 / 16.785);
+  near(bf16 / layer_s(R::kDelayed, true), 32.014 / 18.978);
+  near(bf16 / layer_s(R::kCurrent, true), 32.014 / 20.285);
+  near(bf16 / layer_s(R::kBlockwise, true), 32.014 / 22.882);
 }
 
 TEST(CostModelTest, SmallGemmFollowsTheCurve) {
