@@ -899,11 +899,25 @@ sim::Status map_precision(Args& a) {
 // --- FP8 recipe and the storage dtypes of Megatron-LM's training state (megatron/training/
 // arguments.py, megatron/core/optimizer/optimizer_config.py).
 sim::Status map_fp8_recipe(Args& a) {
-  Field* f = a.get("--fp8-recipe");
-  if (f == nullptr) return {};
-  OFFSIM_ASSIGN_OR_RETURN(std::string v,
-                          a.m.one_of(*f, {"delayed", "tensorwise", "mxfp8", "blockwise"}));
-  return a.m.set(*f, "training.fp8_recipe", v == "tensorwise" ? "current" : v);
+  if (Field* f = a.get("--fp8-recipe")) {
+    OFFSIM_ASSIGN_OR_RETURN(std::string v,
+                            a.m.one_of(*f, {"delayed", "tensorwise", "mxfp8", "blockwise"}));
+    return a.m.set(*f, "training.fp8_recipe", v == "tensorwise" ? "current" : v);
+  }
+  // Megatron-Bridge's named precision recipes (src/megatron/bridge/training/mixed_precision.py).
+  Field* mp = a.get("--mixed-precision");
+  if (mp == nullptr) return {};
+  static constexpr std::pair<const char*, const char*> kRecipes[] = {
+      {"fp8_delayed_scaling", "delayed"},
+      {"fp8_current_scaling", "current"},
+      {"mxfp8", "mxfp8"},
+      {"fp8_subchannel_scaling", "blockwise"}};
+  for (const auto& [part, recipe] : kRecipes) {
+    if (mp->value.scalar.find(part) != std::string::npos) {
+      return a.m.set(*mp, "training.fp8_recipe", recipe);
+    }
+  }
+  return {};
 }
 
 // Adam moments (--exp-avg-dtype, --exp-avg-sq-dtype: fp32, fp16, bf16, fp8; offsim stores fp32
@@ -924,6 +938,23 @@ sim::Status map_moment_dtypes(Args& a) {
   return {};
 }
 
+// --use-precision-aware-optimizer, then the Adam moments' dtypes.
+sim::Status map_precision_aware_optimizer(Args& a, bool half, bool fp8, bool fp8_params) {
+  if (Field* f = a.get("--use-precision-aware-optimizer")) {
+    OFFSIM_ASSIGN_OR_RETURN(bool on, a.flag(f));
+    const Node* recipe = find_path(a.m.doc, "training.fp8_recipe");
+    const bool te_master = !fp8 || recipe == nullptr || recipe->scalar == "delayed";
+    const Node* offload = find_path(a.m.doc, "offload.optimizer");
+    const bool on_host = offload != nullptr && offload->scalar == "cpu";
+    if (on && half && te_master && !fp8_params && !on_host) {
+      OFFSIM_RETURN_IF_ERROR(a.m.set(*f, "training.store_param_remainders", "true"));
+    } else {
+      a.m.ignored(*f, "the master stays a whole fp32 copy here (no remainders)");
+    }
+  }
+  return map_moment_dtypes(a);
+}
+
 // With --bf16 Megatron-LM accumulates and reduces the gradients in fp32 unless
 // --grad-reduce-in-bf16 is given or --main-grads-dtype bf16 leaves the accumulation off
 // (arguments.py: accumulate_allreduce_grads_in_fp32). --fp8-param-gather keeps the linear
@@ -933,16 +964,34 @@ sim::Status map_moment_dtypes(Args& a) {
 // without FP8 or with delayed scaling, --fp8-recipe's default (optimizer_config.py,
 // use_precision_aware_optimizer_no_fp8_or_ds_fp8), with bf16 weights, and not with the
 // optimizer offloaded to the host.
+// Megatron-Bridge's named recipes derive from bf16_mixed (grad_reduce_in_fp32 True) and set
+// fp8_param_gather for every FP8 recipe but the sub-channel (blockwise) one; its YAML may set
+// either key itself (ddp.grad_reduce_in_fp32, mixed_precision.fp8_param_gather).
 sim::Status map_storage_dtypes(Args& a) {
   const Node* precision = find_path(a.m.doc, "training.precision");
   const bool bf16 = precision != nullptr && precision->scalar == "bf16";
   const bool fp8 = precision != nullptr && precision->scalar == "fp8";
+  Field* mp = a.get("--mixed-precision");
+  const std::string recipe_name = mp != nullptr ? mp->value.scalar : "";
+  const bool bridge_bf16 = recipe_name.rfind("bf16", 0) == 0;
   Field* gather = a.get("--fp8-param-gather");
   bool fp8_params = false;
   if (gather != nullptr) {
     OFFSIM_ASSIGN_OR_RETURN(fp8_params, a.flag(gather));
     if (fp8_params && !fp8) return a.m.error(*gather, "--fp8-param-gather needs --fp8-format");
     if (fp8_params) OFFSIM_RETURN_IF_ERROR(a.m.set(*gather, "training.dtypes.params", "fp8"));
+  } else if (fp8 && bridge_bf16 && recipe_name.find("subchannel") == std::string::npos) {
+    fp8_params = true;
+    OFFSIM_RETURN_IF_ERROR(a.m.set(*mp, "training.dtypes.params", "fp8"));
+  }
+  if (Field* f = a.get("--grad-reduce-in-fp32")) {
+    OFFSIM_ASSIGN_OR_RETURN(bool in_fp32, a.flag(f));
+    OFFSIM_RETURN_IF_ERROR(a.m.set(*f, "training.dtypes.grads", in_fp32 ? "fp32" : "bf16"));
+    return map_precision_aware_optimizer(a, bf16 || fp8, fp8, fp8_params);
+  }
+  if (bridge_bf16) {
+    OFFSIM_RETURN_IF_ERROR(a.m.set(*mp, "training.dtypes.grads", "fp32"));
+    return map_precision_aware_optimizer(a, true, fp8, fp8_params);
   }
   Field* reduce_bf16 = a.get("--grad-reduce-in-bf16");
   Field* accumulate = a.get("--accumulate-allreduce-grads-in-fp32");
@@ -970,19 +1019,7 @@ sim::Status map_storage_dtypes(Args& a) {
       if (f != nullptr) OFFSIM_RETURN_IF_ERROR(a.m.set(*f, "training.dtypes.grads", "bf16"));
     }
   }
-  if (Field* f = a.get("--use-precision-aware-optimizer")) {
-    OFFSIM_ASSIGN_OR_RETURN(bool on, a.flag(f));
-    const Node* recipe = find_path(a.m.doc, "training.fp8_recipe");
-    const bool te_master = !fp8 || recipe == nullptr || recipe->scalar == "delayed";
-    const Node* offload = find_path(a.m.doc, "offload.optimizer");
-    const bool on_host = offload != nullptr && offload->scalar == "cpu";
-    if (on && (bf16 || fp8) && te_master && !fp8_params && !on_host) {
-      OFFSIM_RETURN_IF_ERROR(a.m.set(*f, "training.store_param_remainders", "true"));
-    } else {
-      a.m.ignored(*f, "the master stays a whole fp32 copy here (no remainders)");
-    }
-  }
-  return map_moment_dtypes(a);
+  return map_precision_aware_optimizer(a, bf16 || fp8, fp8, fp8_params);
 }
 
 // --- optimizer and gradient-accumulation fusion.

@@ -426,6 +426,8 @@ TEST(MegatronImport, BridgeRecipeWithOptimizerOffload) {
   // Megatron-Core's full recompute re-runs the whole layer (tensor_parallel.checkpoint).
   EXPECT_EQ(value_at(d, "recompute.rerun"), "layer");
   EXPECT_EQ(value_at(d, "training.precision"), "bf16");
+  // bf16_mixed reduces the gradients in fp32 (grad_reduce_in_fp32 True).
+  EXPECT_EQ(value_at(d, "training.dtypes.grads"), "fp32");
   EXPECT_EQ(value_at(d, "offload.rules.0.tensor"), "optimizer_states");
   // A fraction of each rank's parameters: the first half of every stage's layers.
   EXPECT_EQ(value_at(d, "offload.rules.0.layers.stage_fraction"), "0.5");
@@ -482,6 +484,42 @@ TEST(MegatronImport, StorageDtypesOfTheTrainingState) {
   r = import("--bf16 --exp-avg-dtype fp8");
   ASSERT_TRUE(r) << r.error().message;
   EXPECT_EQ(keys(r->unmapped), (std::vector<std::string>{"--exp-avg-dtype"}));
+}
+
+// Megatron-Bridge's named FP8 recipes: the recipe, FP8 parameters (fp8_param_gather) and fp32
+// gradient reduction from bf16_mixed, unless the YAML's ddp section says otherwise.
+TEST(MegatronImport, BridgePrecisionRecipes) {
+  const TempDir dir("import");
+  const std::string recipe = dir.file("recipe.yaml");
+  std::ifstream in(kDir + "megatron-bridge-recipe.yaml");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // Without the optimizer offload (the precision recipes are the subject here).
+  const std::string offload = "  optimizer_cpu_offload: true\n  optimizer_offload_fraction: 0.5\n";
+  const std::size_t at = text.find(offload);
+  ASSERT_NE(at, std::string::npos);
+  text.erase(at, offload.size());
+  const auto import = [&](const std::string& precision, const std::string& extra) {
+    std::string t = text;
+    const std::string named = "mixed_precision: bf16_mixed";
+    t.replace(t.find(named), named.size(), "mixed_precision: " + precision + "\n" + extra);
+    std::ofstream(recipe) << t;
+    return import_config(Framework::kMegatron, {recipe},
+                         {.sets = {"hardware.system=dgx-b200"}, .gpus = 8});
+  };
+  auto r = import("bf16_with_mxfp8_mixed", "");
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(value_at(r->scenario, "training.precision"), "fp8");
+  EXPECT_EQ(value_at(r->scenario, "training.fp8_recipe"), "mxfp8");
+  EXPECT_EQ(value_at(r->scenario, "training.dtypes.params"), "fp8");
+  EXPECT_EQ(value_at(r->scenario, "training.dtypes.grads"), "fp32");
+  expect_round_trip(*r);
+  r = import("bf16_mixed", "ddp:\n  grad_reduce_in_fp32: false\n");
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(value_at(r->scenario, "training.dtypes.grads"), "bf16");
+  r = import("bf16_with_fp8_subchannel_scaling_mixed", "");
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(value_at(r->scenario, "training.fp8_recipe"), "blockwise");
+  EXPECT_EQ(find_path(r->scenario, "training.dtypes.params"), nullptr);
 }
 
 TEST(MegatronImport, BadArguments) {
