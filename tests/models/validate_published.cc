@@ -17,19 +17,23 @@
 // incl. recompute: Megatron's own count), tflops_per_gpu (model FLOPs), tokens_per_s_per_gpu,
 // slowdown (step time / the step time of the case named in `baseline`), added_time_s (step time
 // minus the step time of the case named in `baseline`: what a feature adds to the step; the
-// baseline row itself compares its step time, shown but not counted).
+// baseline row itself compares its step time, shown but not counted), gemm_tflops (one GEMM
+// kernel's TFLOP/s: the table names its `system`, each case a `gemm` {m, n, k, dtype} instead of
+// a scenario, priced by the cost model alone on one GPU as a step prices it, launch gap included).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
+#include "models/cost_model.h"
 #include "models/evaluate.h"
 #include "scenarios/scenario_loader.h"
 #include "sim/core/file_io.h"
@@ -76,6 +80,45 @@ models::ResolvedScenario load_row(const fs::path& file) {
   auto s = scenarios::resolve_document(loaded->base, loaded->base_dir);
   if (!s) die(s.error().message);
   return std::move(*s);
+}
+
+// One GEMM of a kernel table (`gemm`: m, n, k and an optional dtype, bf16 by default) on one GPU
+// of `system`, as the step builder prices a GEMM op: TFLOP/s and seconds alone on idle resources,
+// the launch gap included, and the efficiency (its FLOPs over the time at the dense peak).
+struct GemmResult {
+  double tflops = 0.0;
+  double seconds = 0.0;
+  double fraction_of_peak = 0.0;
+};
+
+GemmResult simulate_gemm(const sim::platform::System& system,
+                         const sim::platform::CalibrationProfile& profile, const YAML::Node& g,
+                         const std::string& where) {
+  check_keys(g, {"m", "n", "k", "dtype"}, where + ": gemm");
+  sim::GemmShape shape{.m = get<std::int64_t>(g, "m", where + ": gemm"),
+                       .n = get<std::int64_t>(g, "n", where + ": gemm"),
+                       .k = get<std::int64_t>(g, "k", where + ": gemm")};
+  for (std::int64_t d : {shape.m, shape.n, shape.k}) {
+    if (d < 1 || d > (std::int64_t{1} << 24)) {
+      die(fmt::format("{}: gemm: expected m, n and k in 1..2^24, got {}", where, d));
+    }
+  }
+  if (g["dtype"]) {
+    const auto name = get<std::string>(g, "dtype", where + ": gemm");
+    const auto dt = sim::dtype_from_string(name);
+    if (!dt)
+      die(fmt::format("{}: gemm: dtype: expected bf16, fp16, fp8 or fp32, got '{}'", where, name));
+    shape.dtype = *dt;
+  }
+  sim::PlanBuilder builder;
+  auto cm = models::CostModel::create(system, profile, {{.rank = 0}}, builder);
+  if (!cm) die(where + ": " + cm.error().message);
+  const double secs = sim::to_seconds(cm->alone(cm->gemm(0, shape)));
+  const double flops = 2.0 * static_cast<double>(shape.m) * static_cast<double>(shape.n) *
+                       static_cast<double>(shape.k);
+  return {.tflops = flops / secs / 1e12,
+          .seconds = secs,
+          .fraction_of_peak = flops / secs / profile.gpu.dense_flops(shape.dtype)};
 }
 
 struct Bound {
@@ -235,6 +278,9 @@ int main(int argc, char** argv) {
       "```\noffsim run scenarios/validation/1_megatron_table1/megatron-18.4b-256-gpus.yaml\n"
       "offsim run scenarios/validation/3_h100_nemo/nemo-llama2-7b-8-gpus.yaml --trace t.json\n"
       "```\n\n"
+      "The GEMM kernel tables (Compared: `gemm_tflops`) have no scenario: each row is one GEMM "
+      "priced by the cost model alone on one GPU of the table's system, as a step prices a GEMM "
+      "op.\n\n"
       "Error = (simulated − published) / published.\n\n";
   double total_s = 0.0;
   std::vector<std::string> failures;
@@ -247,34 +293,65 @@ int main(int argc, char** argv) {
     } catch (const YAML::Exception& e) {
       die(fmt::format("{}: {}", where, e.what()));
     }
-    check_keys(doc, {"group", "source", "metric", "notes", "fitted", "bound", "cases"}, where);
+    check_keys(doc, {"group", "source", "metric", "system", "notes", "fitted", "bound", "cases"},
+               where);
     const auto metric = get<std::string>(doc, "metric", where);
     if (metric != "hw_tflops_per_gpu" && metric != "tflops_per_gpu" &&
-        metric != "tokens_per_s_per_gpu" && metric != "slowdown" && metric != "added_time_s") {
+        metric != "tokens_per_s_per_gpu" && metric != "slowdown" && metric != "added_time_s" &&
+        metric != "gemm_tflops") {
       die(
           fmt::format("{}: metric: expected hw_tflops_per_gpu, tflops_per_gpu, "
-                      "tokens_per_s_per_gpu, slowdown or added_time_s, got '{}'",
+                      "tokens_per_s_per_gpu, slowdown, added_time_s or gemm_tflops, got '{}'",
                       where, metric));
+    }
+    const bool kernels = metric == "gemm_tflops";
+    std::optional<sim::platform::System> kernel_system;
+    std::optional<sim::platform::CalibrationProfile> kernel_profile;
+    if (kernels) {
+      const auto name = get<std::string>(doc, "system", where);
+      auto sys = sim::platform::find_system(name);
+      if (!sys) die(fmt::format("{}: system: {}", where, sys.error().message));
+      auto prof = sim::platform::default_profile(sys->gpu);
+      if (!prof) die(fmt::format("{}: system: {}", where, prof.error().message));
+      kernel_system = *sys;
+      kernel_profile = *prof;
+      if (std::find(gpu_kinds.begin(), gpu_kinds.end(), sys->gpu) == gpu_kinds.end()) {
+        gpu_kinds.push_back(sys->gpu);
+      }
+    } else if (doc["system"]) {
+      die(where + ": system: only a gemm_tflops table names a system (a scenario names its own)");
     }
     const Bound bound = read_bound(doc, where);
     const auto group = get<std::string>(doc, "group", where);
     md += fmt::format("## {}\n\nSource: {}. Compared: `{}`.\n\n", group,
                       get<std::string>(doc, "source", where), metric);
-    md +=
-        "| case | published | simulated | error | step (s) | MFU | assumed "
-        "|\n|---|---|---|---|---|---|---|\n";
+    md += kernels ? "| case | published | simulated | error | kernel (us) | of peak | assumed "
+                    "|\n|---|---|---|---|---|---|---|\n"
+                  : "| case | published | simulated | error | step (s) | MFU | assumed "
+                    "|\n|---|---|---|---|---|---|---|\n";
     std::map<std::string, double> step_of;
     std::vector<double> errors;  // |error| of the rows that count
     if (!doc["cases"] || !doc["cases"].IsSequence()) die(where + ": cases: expected a list");
     for (const YAML::Node& c : doc["cases"]) {
       const auto id = get<std::string>(c, "id", where);
       const std::string cw = where + ": " + id;
-      check_keys(c, {"id", "published", "assumed", "baseline", "scenario"}, cw);
-      const auto rel = get<std::string>(c, "scenario", cw);
+      check_keys(c, {"id", "published", "assumed", "baseline", kernels ? "gemm" : "scenario"}, cw);
       const double published = get<double>(c, "published", cw);
       if (!std::isfinite(published) || published <= 0.0) {
         die(fmt::format("{}: published: expected a number > 0, got {}", cw, published));
       }
+      if (kernels) {
+        if (!c["gemm"]) die(cw + ": missing key 'gemm' ({m, n, k, dtype})");
+        const GemmResult g = simulate_gemm(*kernel_system, *kernel_profile, c["gemm"], cw);
+        const double err = (g.tflops - published) / published;
+        errors.push_back(100.0 * std::fabs(err));
+        md += fmt::format("| {} | {:.4g} | {:.4g} | {:+.1f}% | {:.2f} | {:.1f}% | {} |\n", id,
+                          published, g.tflops, 100.0 * err, 1e6 * g.seconds,
+                          100.0 * g.fraction_of_peak,
+                          c["assumed"] ? c["assumed"].as<std::string>() : "");
+        continue;
+      }
+      const auto rel = get<std::string>(c, "scenario", cw);
       const models::ResolvedScenario s = load_row(path.parent_path() / rel);
       if (auto sys = sim::platform::find_system(s.scenario().hardware.system); sys) {
         if (std::find(gpu_kinds.begin(), gpu_kinds.end(), sys->gpu) == gpu_kinds.end()) {
