@@ -6,6 +6,7 @@
 #include <string>
 #include <utility>
 
+#include "sim/plan/shape_math.h"
 #include "sim/platform/profile.h"
 
 namespace offsim::sim::platform {
@@ -800,8 +801,7 @@ void b300_te_gemm_guide(CalibrationProfile& p) {
       "NVIDIA/TransformerEngine GEMM profiling guide (docs/examples/gemm_profiling), B300 SXM6 AC";
   p.gemm.points.clear();
   for (const MeasuredGemm& g : kB300Bf16Fprop) {
-    const double flops =
-        2.0 * static_cast<double>(g.m) * static_cast<double>(g.n) * static_cast<double>(g.k);
+    const double flops = gemm_flops({.m = g.m, .n = g.n, .k = g.k});
     p.gemm.points.push_back({.m = g.m,
                              .n = g.n,
                              .k = g.k,
@@ -819,9 +819,7 @@ void b300_te_gemm_guide(CalibrationProfile& p) {
   double flops_over_model = 0.0;
   for (const auto& g : layer) {
     const GemmShape s{.m = g[0], .n = g[2], .k = g[1], .dtype = DType::kFp8};
-    const double flops =
-        2.0 * static_cast<double>(s.m) * static_cast<double>(s.n) * static_cast<double>(s.k);
-    flops_over_model += flops / p.gemm.model_efficiency(s);
+    flops_over_model += gemm_flops(s) / p.gemm.model_efficiency(s);
   }
   const double ratio =
       flops_over_model / (p.gpu.dense_flops_fp8.value * kB300Fp8CurrentLayerMs * 1e-3);

@@ -37,6 +37,7 @@
 #include "models/evaluate.h"
 #include "scenarios/scenario_loader.h"
 #include "sim/core/file_io.h"
+#include "sim/plan/shape_math.h"
 #include "sim/platform/profile.h"
 #include "sim/platform/system.h"
 
@@ -114,8 +115,7 @@ GemmResult simulate_gemm(const sim::platform::System& system,
   auto cm = models::CostModel::create(system, profile, {{.rank = 0}}, builder);
   if (!cm) die(where + ": " + cm.error().message);
   const double secs = sim::to_seconds(cm->alone(cm->gemm(0, shape)));
-  const double flops = 2.0 * static_cast<double>(shape.m) * static_cast<double>(shape.n) *
-                       static_cast<double>(shape.k);
+  const double flops = sim::gemm_flops(shape);
   return {.tflops = flops / secs / 1e12,
           .seconds = secs,
           .fraction_of_peak = flops / secs / profile.gpu.dense_flops(shape.dtype)};
