@@ -98,21 +98,51 @@ double wave_fill(std::int64_t m, std::int64_t n, std::int64_t batch, double sms,
   return best;
 }
 
+// Output tiles spread over the SMs stream-K style (CUTLASS's stream-K and cuBLAS's persistent
+// kernels on Hopper and Blackwell): the T = ceil(m / tm) · ceil(n / tn) · batch tiles' main-loop
+// iterations are divided evenly over the SMs, so a partial last wave costs no idle SMs, and
+// fewer tiles than SMs are split along k. What it still costs: the padding of the last tile row
+// and column (m and n rounded up to the tile), and a tile segment's prologue and epilogue (k0
+// main-loop steps each, one per tile an SM touches: ceil(T / active) of them). An SM cannot take
+// less than one k-block of a tile, so at most T · ceil(k / kStreamKBlock) SMs work. Fill =
+// useful work over the SMs' time: m·n·k·batch / (S · tm·tn · (T·k / active + segments · k0)),
+// for the better of the two tile orientations.
+// k-block of one main-loop step: CUTLASS's SM90 and SM100 bf16 GEMM tiles are 128x256x64 and
+// 256x128x64 (cutlass/examples/48_hopper_warp_specialized_gemm, 70_blackwell_gemm).
+constexpr double kStreamKBlock = 64.0;
+
+double stream_k_fill(const GemmShape& s, double sms, double tile_m, double tile_n, double k0) {
+  if (s.m <= 0 || s.n <= 0 || s.k <= 0) return 1.0;
+  const double batch = static_cast<double>(std::max<std::int64_t>(s.batch, 1));
+  const double m = static_cast<double>(s.m);
+  const double n = static_cast<double>(s.n);
+  const double k = static_cast<double>(s.k);
+  double best = 0.0;
+  for (const auto& [tm, tn] : {std::pair(tile_m, tile_n), std::pair(tile_n, tile_m)}) {
+    const double tiles_m = std::ceil(m / tm);
+    const double tiles_n = std::ceil(n / tn);
+    const double tiles = tiles_m * tiles_n * batch;
+    const double active = std::min(sms, tiles * std::ceil(k / kStreamKBlock));
+    const double segments = std::ceil(tiles / active);
+    const double sm_steps = tiles * k / active + segments * std::max(k0, 0.0);
+    best = std::max(best, m * n * k * batch / (sms * tm * tn * sm_steps));
+  }
+  return best;
+}
+
 }  // namespace
 
 double GemmEfficiency::shape_factor(const GemmShape& shape) const {
-  double f = 1.0;
-  const double sms = std::floor(sm_count.value);
-  const double tm = std::floor(wave_tile_m.value);
-  const double tn = std::floor(wave_tile_n.value);
-  if (sms >= 1.0 && tm >= 1.0 && tn >= 1.0) {
-    f = wave_fill(shape.m, shape.n, shape.batch, sms, tm, tn);
-  } else {
-    f = tile_fill(shape.m, tile_size.value) * tile_fill(shape.n, tile_size.value);
-  }
   const double k0 = shape.dtype == DType::kFp8 && k_overhead_elements_fp8.value > 0.0
                         ? k_overhead_elements_fp8.value
                         : k_overhead_elements.value;
+  const double sms = std::floor(sm_count.value);
+  const double tm = std::floor(wave_tile_m.value);
+  const double tn = std::floor(wave_tile_n.value);
+  const bool waves = sms >= 1.0 && tm >= 1.0 && tn >= 1.0;
+  if (waves && stream_k.value >= 0.5) return stream_k_fill(shape, sms, tm, tn, k0);
+  double f = waves ? wave_fill(shape.m, shape.n, shape.batch, sms, tm, tn)
+                   : tile_fill(shape.m, tile_size.value) * tile_fill(shape.n, tile_size.value);
   if (k0 > 0.0 && shape.k > 0) {
     const double k = static_cast<double>(shape.k);
     f *= k / (k + k0);
@@ -363,6 +393,7 @@ constexpr FigureRange kFigureRanges[] = {
     {"gemm.k_overhead_elements_fp8", 0.0, 1e6, true,
      "FP8 GEMM depth-equivalent of a tile's prologue"},
     {"gemm.reference_dim", 0.0, 1e6, true, "cube side of the curve's top GEMM, in elements"},
+    {"gemm.stream_k", 0.0, 1.0, true, "1: stream-K tile scheduling, 0: whole waves of tiles"},
     {"gemm.curve.size", 1.0, 1e18, false, "GEMM FLOPs of a curve knot"},
     {"memory_bound.size", 1.0, 1e15, false, "bytes moved by a kernel at a curve knot"},
     {"attention_by_seq.flash_fwd.size", 1.0, 1e8, false, "a sequence length in tokens"},
@@ -645,7 +676,8 @@ json profile_to_json(const CalibrationProfile& profile) {
                    {"wave_tile_n", figure_to_json(p.gemm.wave_tile_n)},
                    {"k_overhead_elements", figure_to_json(p.gemm.k_overhead_elements)},
                    {"k_overhead_elements_fp8", figure_to_json(p.gemm.k_overhead_elements_fp8)},
-                   {"reference_dim", figure_to_json(p.gemm.reference_dim)}};
+                   {"reference_dim", figure_to_json(p.gemm.reference_dim)},
+                   {"stream_k", figure_to_json(p.gemm.stream_k)}};
   j["memory_bound"] = knots_to_json(p.memory_bound);
   if (!p.attention.flash_fwd_by_seq.empty() || !p.attention.flash_bwd_by_seq.empty()) {
     j["attention_by_seq"] = json{{"flash_fwd", knots_to_json(p.attention.flash_fwd_by_seq)},
@@ -727,10 +759,10 @@ Status read_gemm(const ProfileReader& pr, const json& root, GemmEfficiency& out)
       pr.keys(*gemm,
               {"points", "curve", "tile_size", "alignment_elements", "misaligned_factor",
                "sm_count", "wave_tile_m", "wave_tile_n", "k_overhead_elements",
-               "k_overhead_elements_fp8", "reference_dim"},
+               "k_overhead_elements_fp8", "reference_dim", "stream_k"},
               "$.gemm",
               {"sm_count", "wave_tile_m", "wave_tile_n", "k_overhead_elements",
-               "k_overhead_elements_fp8", "reference_dim"}));
+               "k_overhead_elements_fp8", "reference_dim", "stream_k"}));
   OFFSIM_ASSIGN_OR_RETURN(out.points, pr.points(*gemm, "$.gemm"));
   OFFSIM_ASSIGN_OR_RETURN(out.curve, pr.knots(*gemm, "curve", "$.gemm"));
   OFFSIM_ASSIGN_OR_RETURN(out.tile_size, pr.figure(*gemm, "tile_size", "$.gemm", false));
@@ -750,7 +782,7 @@ Status read_gemm(const ProfileReader& pr, const json& root, GemmEfficiency& out)
         std::pair("wave_tile_n", &out.wave_tile_n),
         std::pair("k_overhead_elements", &out.k_overhead_elements),
         std::pair("k_overhead_elements_fp8", &out.k_overhead_elements_fp8),
-        std::pair("reference_dim", &out.reference_dim)}) {
+        std::pair("reference_dim", &out.reference_dim), std::pair("stream_k", &out.stream_k)}) {
     if (!gemm->contains(key)) continue;
     OFFSIM_ASSIGN_OR_RETURN(*figure, pr.figure(*gemm, key, "$.gemm", false));
     // Counts and tile sides are converted to integers: keep them in a sane range.

@@ -88,6 +88,11 @@ double interpolate_log(const std::vector<CurveKnot>& knots, double size);
 //  * depth(k) = k / (k + k_overhead_elements): a tile's epilogue (writing its C tile) and
 //    prologue cost about as much as k_overhead_elements steps of its main loop, so shallow
 //    products (attention's head_dim 64-128) run well below deep ones; 1 when the figure is 0;
+//  * with `stream_k` = 1 (and sm_count > 0), fill · depth is instead the stream-K work model:
+//    the tiles' main-loop steps are divided evenly over the SMs (fewer tiles than SMs split
+//    along k, at least one 64-deep k-block per SM), each SM paying k_overhead_elements steps per
+//    tile segment it touches: m·n·k·batch / (S · tile area · (T·k / active + segments · k0))
+//    with T tiles, active = min(S, T · ceil(k / 64)) SMs and segments = ceil(T / active);
 //  * with reference_dim set, curve · shape / shape(r, r, r, 1) is held at the curve's top knot:
 //    the top is the best GEMM of a shape sweep (MAMF), so no shape, however deep its k or full
 //    its last wave, runs faster;
@@ -111,6 +116,9 @@ struct GemmEfficiency {
   // The same for FP8 GEMMs (twice the tensor rate, bf16 output); 0: k_overhead_elements.
   Figure k_overhead_elements_fp8;
   Figure reference_dim;  // cube side of the curve's top measurement; 0: no normalisation
+  // 1: tiles spread over the SMs stream-K style (no wave quantization; see shape_factor);
+  // 0: tiles run in whole waves of sm_count.
+  Figure stream_k;
   double efficiency(const GemmShape& shape) const;
   double model_efficiency(const GemmShape& shape) const;  // curve and penalties, no points
   double shape_factor(const GemmShape& shape) const;      // fill · depth, not normalised

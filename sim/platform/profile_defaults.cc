@@ -45,10 +45,6 @@ constexpr const char* kSrcH200Sustained =
     "lowers the clock";
 constexpr const char* kSrcHostLink =
     "hardware.md GPUs table, host link measured per direction (cuda-samples #357, nvbandwidth)";
-constexpr const char* kSrcCalculonGemm =
-    "Calculon GEMM efficiency by size (hardware.md kernel-time models): >=128 GFLOP 0.95, "
-    ">=16 0.90, >=1 0.60, else 0.10; knots at the bin edges, the <1 GFLOP bin placed at "
-    "0.1 GFLOP (assumption), scaled so the top knot equals the measured best GEMM";
 constexpr const char* kSrcCalculonMem =
     "Calculon memory efficiency by MB moved (hardware.md kernel-time models): >=100 MB 0.90, "
     ">=10 0.75, >=1 0.60, else 0.30; the last bin placed at 0.1 MB (assumption)";
@@ -102,8 +98,9 @@ constexpr const char* kSrcAlign =
     "assumption: tensor-core GEMMs want every dimension a multiple of 8 elements (16 bytes in "
     "bf16); misaligned shapes take slower kernels, factor 0.7 until calibrate fits it";
 constexpr const char* kSrcWaveTile =
-    "NVIDIA Deep Learning Performance Guide, Matrix Multiplication Background (wave "
-    "quantization): large fp16/bf16 cuBLAS GEMMs run 256x128 output tiles, one per SM at a time";
+    "NVIDIA Deep Learning Performance Guide, Matrix Multiplication Background: large fp16/bf16 "
+    "cuBLAS GEMMs run 256x128 output tiles; spread over the SMs stream-K style (no idle SMs in a "
+    "partial last wave: CUTLASS stream-K, Osama et al., PPoPP 2023)";
 constexpr const char* kSrcSms = "NVIDIA architecture whitepapers / datasheets: SMs per GPU";
 constexpr const char* kSrcReferenceDim =
     "assumption: the best-GEMM figure (MAMF) is reached on large square shapes; taken at 8192^3 "
@@ -115,16 +112,13 @@ Figure fig(double value, Origin origin, std::string source) {
   return Figure{.value = value, .origin = origin, .source = std::move(source)};
 }
 
-std::vector<CurveKnot> calculon_gemm_curve(double best_fraction, Origin origin,
-                                           const std::string& best_source) {
-  // Calculon's efficiencies are relative to its own top bin (0.95); scale them so that the top
-  // equals the GPU's measured best large GEMM.
-  const double scale = best_fraction / 0.95;
-  const std::string src = std::string(kSrcCalculonGemm) + "; top: " + best_source;
-  return {{.size = 1e8, .efficiency = fig(0.10 * scale, Origin::kAssumption, src)},
-          {.size = 1e9, .efficiency = fig(0.60 * scale, Origin::kPublished, src)},
-          {.size = 16e9, .efficiency = fig(0.90 * scale, Origin::kPublished, src)},
-          {.size = 128e9, .efficiency = fig(best_fraction, origin, src)}};
+// The GEMM curve is one knot: the GPU's best large GEMM. Smaller GEMMs are slowed by the
+// model's tile padding, tile prologue/epilogue and HBM roofline and by the launch gap, not by a
+// curve over FLOPs (Calculon's bins, 0.10 of the top below 1 GFLOP, priced a 1 x 6144 x 4096
+// GEMM on B200 40x slower than cuBLAS runs it).
+std::vector<CurveKnot> best_gemm_curve(double best_fraction, Origin origin,
+                                       const std::string& best_source) {
+  return {{.size = 128e9, .efficiency = fig(best_fraction, origin, best_source)}};
 }
 
 std::vector<CurveKnot> calculon_memory_curve() {
@@ -453,7 +447,7 @@ void no_nvlink(CalibrationProfile& p, double pcie_bytes_per_s, const char* why) 
 void set_gemm(CalibrationProfile& p, double best_tflops, Origin origin, const std::string& src,
               int sms) {
   const double best = best_tflops * kTFLOP / p.gpu.dense_flops_bf16.value;
-  p.gemm.curve = calculon_gemm_curve(best, origin, src);
+  p.gemm.curve = best_gemm_curve(best, origin, src);
   p.gemm.sm_count = fig(sms, Origin::kDatasheet, kSrcSms);
   p.gemm.wave_tile_m = fig(256, Origin::kPublished, kSrcWaveTile);
   p.gemm.wave_tile_n = fig(128, Origin::kPublished, kSrcWaveTile);
@@ -473,6 +467,18 @@ void set_gemm(CalibrationProfile& p, double best_tflops, Origin origin, const st
           "derived as k_overhead_elements with the fp8 peak and e = 2 (bf16 output, Transformer "
           "Engine's FP8 GEMMs write the activation dtype)");
   p.gemm.reference_dim = fig(8192, Origin::kAssumption, kSrcReferenceDim);
+  // Hopper and Blackwell GEMMs are persistent kernels with stream-K or split-K scheduling, so a
+  // partial last wave of tiles leaves no SMs idle; on earlier GPUs tiles run in whole waves.
+  p.gemm.stream_k =
+      p.gpu.compute_capability_major() >= 9
+          ? fig(1, Origin::kPublished,
+                "CUTLASS 3 SM90/SM100 GEMM kernels: persistent, with a stream-K tile scheduler "
+                "(Osama et al., Stream-K, PPoPP 2023); cuBLAS bf16 GEMMs on H100 and B200 show no "
+                "wave-quantization steps (vllm-project/vllm PRs 23280 and 20646, the GEMM kernel "
+                "tables of docs/validation.md: this choice was made after reading them)")
+          : fig(0, Origin::kPublished,
+                "NVIDIA Deep Learning Performance Guide, Matrix Multiplication Background: "
+                "wave quantization measured on A100 (whole waves of 256x128 tiles)");
 }
 
 // FP8 GEMMs on Hopper: the same table that gives the bf16 best GEMM (stas00/ml-engineering,
@@ -684,6 +690,18 @@ CalibrationProfile blackwell(bool grace) {
                          "benchmarks/kernels/bench_fp8_gemm.py, run on B200 as in PR #18778): "
                          "2,545 TFLOP/s for a 16384x4096x4096 per-tensor-scaled FP8 GEMM, "
                          "quantization not timed (bf16 at that shape: 1,513)" +
+                             note)});
+  // bf16: the same run's bf16 GEMM at that shape, below MAMF's best-of-sweep short-run figure
+  // (1,745) that sets the curve's top.
+  p.gemm.points.push_back(
+      {.m = 16384,
+       .n = 4096,
+       .k = 4096,
+       .dtype = DType::kBf16,
+       .efficiency = fig(1513.0 * kTFLOP / p.gpu.dense_flops_bf16.value,
+                         grace ? Origin::kAssumption : Origin::kPublished,
+                         "vllm-project/vllm PR #19566 (benchmarks/kernels/bench_fp8_gemm.py on "
+                         "B200): 1,513 TFLOP/s for a 16384x4096x4096 bf16 GEMM (torch, cuBLAS)" +
                              note)});
   attention_by_seq(p, Origin::kAssumption,
                    "; no Blackwell measurement by shape: cuDNN's fused attention on Blackwell "

@@ -168,35 +168,57 @@ TEST(ProfileTest, GemmEfficiencyPenalisesPartialTilesAndMisalignment) {
 }
 
 TEST(ProfileTest, GemmEfficiencyHasWaveAndDepthTerms) {
+  // A100: tiles in whole waves (stream_k 0). 108 SMs, 256x128 tiles.
+  const auto a100 = *builtin_profile("a100-80gb");
+  EXPECT_EQ(a100.gemm.stream_k.value, 0);
+  EXPECT_EQ(a100.gemm.sm_count.value, 108);
+  // 256 x 13824 = 1 x 108 tiles of 256x128 (or 2 x 54 of 128x256): one full wave. 264 rows need
+  // 2 x 108 (or 3 x 54 = 162) tiles: two waves of 108 tile slots for 264/256 of the work, fill
+  // 264 / 512 (the depth term is the same for both).
+  EXPECT_NEAR(a100.gemm.shape_factor({.m = 264, .n = 13824, .k = 16384}) /
+                  a100.gemm.shape_factor({.m = 256, .n = 13824, .k = 16384}),
+              264.0 / 512.0, 1e-12);
+
+  // H100: stream-K (stream_k 1), 132 SMs, 256x128 tiles, k0 = 2 · 989e12 / (2 · 3350e9) =
+  // 295.2 -> 295 elements.
   const auto p = *builtin_profile("h100-sxm");
   const double best = 795.0 * 667.0 / 790.0 / 989.0;  // sustained (see above)
-  // H100: 132 SMs, 256x128 tiles; k0 = 2 · 989e12 / (2 · 3350e9) = 295.2 -> 295 elements.
+  EXPECT_EQ(p.gemm.stream_k.value, 1);
   EXPECT_EQ(p.gemm.sm_count.value, 132);
   EXPECT_EQ(p.gemm.k_overhead_elements.value, 295);
   // The reference shape 8192^3 gets the measured best exactly (the shape factor is normalised).
   EXPECT_NEAR(p.gemm.efficiency({.m = 8192, .n = 8192, .k = 8192}), best, 1e-12);
-  // Wave quantization: 256 x 16896 = 1 x 132 tiles of 256x128 (or 2 x 66 of 128x256): one full
-  // wave. 264 rows need 2 x 132 (or 3 x 66 = 198) tiles: two waves of 132 tile slots for
-  // 264/256 of the work, fill 264 / 512 (264 is a multiple of 8: aligned).
+  // 256 x 16896 is 132 tiles: each SM one tile, 16384 main-loop steps and one segment's 295.
+  // 264 rows: as 128x256 tiles, 3 x 66 = 198 tiles over 132 SMs, 1.5 tiles' steps and two
+  // segments per SM (no idle SMs in the partial wave), for 264/256 of the work.
   const GemmShape full{.m = 256, .n = 16896, .k = 16384};
   const GemmShape over{.m = 264, .n = 16896, .k = 16384};
-  EXPECT_NEAR(p.gemm.shape_factor(over) / p.gemm.shape_factor(full), 264.0 / 512.0, 1e-12);
-  // The full wave at k = 16384 fills and runs deeper than the reference cube: its factors alone
-  // would put it above the measured best, which is the best of a shape sweep (MAMF); it is held
-  // there. The two-wave shape stays under it by its fill.
+  EXPECT_NEAR(p.gemm.shape_factor(full), 16384.0 / 16679.0, 1e-12);
+  EXPECT_NEAR(p.gemm.shape_factor(over) / p.gemm.shape_factor(full),
+              (264.0 / 256.0) * 16679.0 / (198.0 * 16384.0 / 132.0 + 2 * 295.0), 1e-12);
+  // The full tiles at k = 16384 run deeper than the reference cube: their factors alone would
+  // put them above the measured best, which is the best of a shape sweep (MAMF); they are held
+  // there. The padded shape stays under it.
   const GemmShape cube{.m = 8192, .n = 8192, .k = 8192};
   EXPECT_GT(p.gemm.shape_factor(full), p.gemm.shape_factor(cube));
   EXPECT_NEAR(p.gemm.efficiency(full), best, 1e-12);
   EXPECT_NEAR(p.gemm.efficiency(over), best * p.gemm.shape_factor(over) / p.gemm.shape_factor(cube),
               1e-12);
-  // Depth: k = 128 against k = 8192 on the same output: (128 / 423) / (8192 / 8487).
+  // Depth: 8192 x 8192 is 2048 tiles, 15.5 per SM in 16 segments: at k = 128 against 8192.
+  const auto depth = [](double k) { return k / (2048.0 * k / 132.0 + 16.0 * 295.0); };
   EXPECT_NEAR(p.gemm.shape_factor({.m = 8192, .n = 8192, .k = 128}) /
                   p.gemm.shape_factor({.m = 8192, .n = 8192, .k = 8192}),
-              (128.0 / 423.0) / (8192.0 / 8487.0), 1e-12);
-  // k = 8191 is not a multiple of 8: × 0.7, and its depth term (8191 / 8486) against the
-  // reference's (8192 / 8487).
+              depth(128) / depth(8192), 1e-12);
+  // k = 8191 is not a multiple of 8: × 0.7, and its depth term against the reference's.
   EXPECT_NEAR(p.gemm.efficiency({.m = 8192, .n = 8192, .k = 8191}),
-              best * 0.7 * (8191.0 / 8486.0) / (8192.0 / 8487.0), 1e-12);
+              best * 0.7 * depth(8191) / depth(8192), 1e-12);
+  // Fewer tiles than SMs split along k: 128 x 2048 at k = 8192 is 8 tiles of 128x256 over all
+  // 132 SMs, each one segment of 8 · 8192 / 132 steps.
+  EXPECT_NEAR(p.gemm.shape_factor({.m = 128, .n = 2048, .k = 8192}),
+              8.0 * 8192.0 / (132.0 * (8.0 * 8192.0 / 132.0 + 295.0)), 1e-12);
+  // A single 64-deep k-block cannot be split: 128 x 256 x 64 runs on one SM.
+  EXPECT_NEAR(p.gemm.shape_factor({.m = 128, .n = 256, .k = 64}), 64.0 / (132.0 * (64.0 + 295.0)),
+              1e-12);
 }
 
 TEST(ProfileTest, Fp8GemmsHaveTheirOwnDepthTermAndMamfPoint) {
@@ -206,13 +228,15 @@ TEST(ProfileTest, Fp8GemmsHaveTheirOwnDepthTermAndMamfPoint) {
   EXPECT_EQ(p.gemm.k_overhead_elements_fp8.value, 590);
   const GemmShape shallow{.m = 8192, .n = 8192, .k = 4096, .dtype = DType::kFp8};
   const GemmShape ref{.m = 8192, .n = 8192, .k = 8192, .dtype = DType::kFp8};
+  // 2048 tiles over 132 SMs, 16 segments each (stream-K, see above).
+  const auto depth = [](double k, double k0) { return k / (2048.0 * k / 132.0 + 16.0 * k0); };
   EXPECT_NEAR(p.gemm.shape_factor(shallow) / p.gemm.shape_factor(ref),
-              (4096.0 / 4686.0) / (8192.0 / 8782.0), 1e-12);
+              depth(4096, 590) / depth(8192, 590), 1e-12);
   GemmShape shallow_bf16 = shallow;
   shallow_bf16.dtype = DType::kBf16;
   EXPECT_NEAR(
       p.gemm.shape_factor(shallow_bf16) / p.gemm.shape_factor({.m = 8192, .n = 8192, .k = 8192}),
-      (4096.0 / 4391.0) / (8192.0 / 8487.0), 1e-12);
+      depth(4096, 295) / depth(8192, 295), 1e-12);
   // The FP8 surface takes the MAMF table's FP8 figure at the reference shape, at the bf16
   // sustained / short-run ratio.
   EXPECT_NEAR(p.gemm.efficiency(ref), 1402.6 * 667.0 / 790.0 / 1978.0, 1e-12);
@@ -224,7 +248,7 @@ TEST(ProfileTest, Fp8GemmsHaveTheirOwnDepthTermAndMamfPoint) {
 TEST(ProfileTest, ProfilesWithoutTheWaveFiguresStillLoad) {
   json j = profile_to_json(*builtin_profile("a100-80gb"));
   for (const char* key : {"sm_count", "wave_tile_m", "wave_tile_n", "k_overhead_elements",
-                          "k_overhead_elements_fp8", "reference_dim"}) {
+                          "k_overhead_elements_fp8", "reference_dim", "stream_k"}) {
     j["gemm"].erase(key);
   }
   auto p = profile_from_json(j, "old.json");
@@ -396,7 +420,8 @@ TEST_F(ProfileErrorTest, AbsurdFiguresAreRejectedWithTheirRange) {
 
 TEST_F(ProfileErrorTest, BadCurvesOriginsAndMissingKeysAreRejected) {
   json j = base_;
-  std::swap(j["gemm"]["curve"][0], j["gemm"]["curve"][1]);
+  j["gemm"]["curve"].push_back(j["gemm"]["curve"][0]);
+  j["gemm"]["curve"][1]["size"] = 1e8;
   EXPECT_NE(parse_error(j).find("$.gemm.curve[1].size: expected sizes in increasing order"),
             std::string::npos);
   j = base_;
