@@ -678,31 +678,27 @@ CalibrationProfile blackwell(bool grace) {
   derived_peaks(p, true);
   set_gemm(p, 1745, grace ? Origin::kAssumption : Origin::kPublished,
            std::string(kSrcMamf) + ": ~1,745 of 2,250 TFLOP/s" + note, 148);
+  // One run of vLLM's GEMM benchmark on B200 (PR #19566) at 16384x4096x4096, per dtype.
+  const auto vllm_19566 = [&](DType dtype, double tflops, const std::string& what) {
+    p.gemm.points.push_back(
+        {.m = 16384,
+         .n = 4096,
+         .k = 4096,
+         .dtype = dtype,
+         .efficiency = fig(tflops * kTFLOP / p.gpu.dense_flops(dtype),
+                           grace ? Origin::kAssumption : Origin::kPublished,
+                           "vllm-project/vllm PR #19566 (SM100 FP8 CUTLASS tunings; "
+                           "benchmarks/kernels/bench_fp8_gemm.py, run on B200 as in PR #18778): " +
+                               what + note)});
+  };
   // FP8 GEMMs: without a point they would run at the bf16 best-GEMM fraction of the FP8 peak.
-  p.gemm.points.push_back(
-      {.m = 16384,
-       .n = 4096,
-       .k = 4096,
-       .dtype = DType::kFp8,
-       .efficiency = fig(2544.7 * kTFLOP / p.gpu.dense_flops_fp8.value,
-                         grace ? Origin::kAssumption : Origin::kPublished,
-                         "vllm-project/vllm PR #19566 (SM100 FP8 CUTLASS tunings; "
-                         "benchmarks/kernels/bench_fp8_gemm.py, run on B200 as in PR #18778): "
-                         "2,545 TFLOP/s for a 16384x4096x4096 per-tensor-scaled FP8 GEMM, "
-                         "quantization not timed (bf16 at that shape: 1,513)" +
-                             note)});
-  // bf16: the same run's bf16 GEMM at that shape, below MAMF's best-of-sweep short-run figure
+  vllm_19566(DType::kFp8, 2544.7,
+             "2,545 TFLOP/s for a 16384x4096x4096 per-tensor-scaled FP8 GEMM, quantization not "
+             "timed (bf16 at that shape: 1,513)");
+  // bf16: the same run's torch (cuBLAS) GEMM, below MAMF's best-of-sweep short-run figure
   // (1,745) that sets the curve's top.
-  p.gemm.points.push_back(
-      {.m = 16384,
-       .n = 4096,
-       .k = 4096,
-       .dtype = DType::kBf16,
-       .efficiency = fig(1513.0 * kTFLOP / p.gpu.dense_flops_bf16.value,
-                         grace ? Origin::kAssumption : Origin::kPublished,
-                         "vllm-project/vllm PR #19566 (benchmarks/kernels/bench_fp8_gemm.py on "
-                         "B200): 1,513 TFLOP/s for a 16384x4096x4096 bf16 GEMM (torch, cuBLAS)" +
-                             note)});
+  vllm_19566(DType::kBf16, 1513.0,
+             "1,513 TFLOP/s for a 16384x4096x4096 bf16 GEMM (the torch-bf16 column, cuBLAS)");
   attention_by_seq(p, Origin::kAssumption,
                    "; no Blackwell measurement by shape: cuDNN's fused attention on Blackwell "
                    "taken at the same fractions of the dense peak as on H100 (assumption)");
